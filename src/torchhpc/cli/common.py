@@ -1,0 +1,54 @@
+"""Helpers shared by subcommands: env-var defaults, the standard job flags, output."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+
+def env_default(flag: str, default: Any = None, cast: type | None = None) -> Any:
+    """Default for ``--some-flag`` from ``TORCHHPC_SOME_FLAG``.
+
+    Precedence: command line > TORCHHPC_* variable > profile > built-in default.
+    """
+    name = "TORCHHPC_" + flag.lstrip("-").upper().replace("-", "_")
+    if name in os.environ:
+        value = os.environ[name]
+        return cast(value) if cast else value
+    return default
+
+
+def eprint(*args: object) -> None:
+    print(*args, file=sys.stderr, flush=True)
+
+
+class Progress:
+    """One status line on a TTY (rewritten in place), plain lines otherwise, only on change."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.last = ""
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def update(self, text: str) -> None:
+        if self.tty:
+            self.stream.write("\r\033[K" + text)
+            self.stream.flush()
+        elif text.split(" elapsed")[0] != self.last.split(" elapsed")[0]:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+        self.last = text
+
+    def done(self) -> None:
+        if self.tty and self.last:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def add_subparser(sub: Any, name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help=help, description=description or help, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    return p

@@ -1,0 +1,120 @@
+"""Slurm hostlists and PBS nodefiles.
+
+Slurm writes node sets compactly (``gpu[01-04,07]``, ``a[1-2]-b[3-4]``); every
+rank must agree on the first host to use it as MASTER_ADDR, so we expand them
+fully and in Slurm's order instead of guessing with a regex.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable
+
+from torchhpc.errors import SpecError
+
+__all__ = ["compress", "expand", "first_host", "read_nodefile"]
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas that are not inside brackets."""
+    out, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise SpecError(f"hostlist {text!r} has an unmatched ']'")
+        if ch == "," and depth == 0:
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth:
+        raise SpecError(f"hostlist {text!r} has an unmatched '['")
+    out.append("".join(cur))
+    return [p.strip() for p in out if p.strip()]
+
+
+def _expand_range(body: str, whole: str) -> list[str]:
+    items: list[str] = []
+    for part in body.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise SpecError(f"hostlist {whole!r}: bad range {part!r}", "write ranges like [1-4,7]")
+        lo, hi = m.group(1), m.group(2) or m.group(1)
+        width = len(lo) if lo.startswith("0") or len(lo) == len(hi) else 0
+        if int(hi) < int(lo):
+            raise SpecError(f"hostlist {whole!r}: range {part!r} runs backwards")
+        items.extend(str(i).zfill(width) for i in range(int(lo), int(hi) + 1))
+    return items
+
+
+def _expand_one(pattern: str) -> list[str]:
+    pieces: list[list[str]] = []
+    pos = 0
+    for m in re.finditer(r"\[([^\]]*)\]", pattern):
+        pieces.append([pattern[pos : m.start()]])
+        pieces.append(_expand_range(m.group(1), pattern))
+        pos = m.end()
+    pieces.append([pattern[pos:]])
+    return ["".join(combo) for combo in itertools.product(*pieces)]
+
+
+def expand(hostlist: str) -> list[str]:
+    """``node[1-3,7],gpu[01-02]`` -> ``[node1, node2, node3, node7, gpu01, gpu02]``."""
+    hosts: list[str] = []
+    for group in _split_top(hostlist.strip()):
+        hosts.extend(_expand_one(group))
+    return hosts
+
+
+def first_host(hostlist: str) -> str:
+    hosts = expand(hostlist)
+    if not hosts:
+        raise SpecError(f"hostlist {hostlist!r} is empty")
+    return hosts[0]
+
+
+def compress(hosts: Iterable[str]) -> str:
+    """The inverse of :func:`expand` for hosts sharing a prefix and a trailing number."""
+    groups: dict[tuple[str, int], list[str]] = {}
+    order: list[tuple[str, int]] = []
+    plain: list[str] = []
+    for h in hosts:
+        m = re.fullmatch(r"(.*?)(\d+)", h)
+        if not m:
+            plain.append(h)
+            continue
+        key = (m.group(1), len(m.group(2)) if m.group(2).startswith("0") else 0)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(m.group(2))
+    out = list(dict.fromkeys(plain))
+    for key in order:
+        prefix, width = key
+        nums = sorted({int(n) for n in groups[key]})
+        if len(nums) == 1:
+            out.append(f"{prefix}{str(nums[0]).zfill(width)}")
+            continue
+        ranges: list[str] = []
+        start = prev = nums[0]
+        for n in [*nums[1:], None]:
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            a, b = str(start).zfill(width), str(prev).zfill(width)
+            ranges.append(a if start == prev else f"{a}-{b}")
+            if n is not None:
+                start = prev = n
+        out.append(f"{prefix}[{','.join(ranges)}]")
+    return ",".join(out)
+
+
+def read_nodefile(text: str) -> list[str]:
+    """Hosts of a PBS nodefile (one line per slot), deduplicated, order kept."""
+    hosts = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    return list(dict.fromkeys(hosts))

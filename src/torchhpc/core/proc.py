@@ -1,0 +1,130 @@
+"""The one injectable command runner.
+
+Every call to sbatch, squeue, qsub, kubectl, podman, ... goes through a
+:class:`Runner`. Errors carry argv, exit code and stderr. Unit tests pass a
+:class:`FakeRunner`; integration tests use the real one. Nothing patches
+``subprocess`` globally.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from torchhpc.errors import CommandError, CommandNotFound
+
+__all__ = ["Completed", "FakeRunner", "Runner", "default_runner"]
+
+
+@dataclass(frozen=True)
+class Completed:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Runner:
+    """Runs external commands with a timeout; raises :class:`CommandError` on failure."""
+
+    def __init__(self, env: Mapping[str, str] | None = None, timeout: float = 60.0) -> None:
+        self.env = dict(env) if env is not None else None
+        self.timeout = timeout
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        input: str | None = None,
+        check: bool = True,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        hint: str | None = None,
+        cwd: str | None = None,
+    ) -> Completed:
+        argv = [str(a) for a in argv]
+        merged = dict(os.environ if self.env is None else self.env)
+        if env:
+            merged.update(env)
+        if shutil.which(argv[0], path=merged.get("PATH")) is None and not os.path.exists(argv[0]):
+            raise CommandNotFound(argv, hint)
+        try:
+            cp = subprocess.run(
+                argv,
+                input=input,
+                capture_output=True,
+                text=True,
+                timeout=timeout or self.timeout,
+                env=merged,
+                cwd=cwd,
+            )
+        except subprocess.TimeoutExpired as e:
+            err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+            raise CommandError(argv, None, err, hint) from None
+        done = Completed(tuple(argv), cp.returncode, cp.stdout, cp.stderr)
+        if check and cp.returncode != 0:
+            raise CommandError(argv, cp.returncode, cp.stderr, hint, cp.stdout)
+        return done
+
+    def which(self, program: str) -> str | None:
+        path = (self.env or os.environ).get("PATH")
+        return shutil.which(program, path=path)
+
+
+Responder = Callable[[Sequence[str], "str | None"], "Completed | tuple[int, str, str] | str"]
+
+
+@dataclass
+class FakeRunner(Runner):
+    """A runner for unit tests: answers from a table keyed by the program name.
+
+    ``responses["sbatch"] = "Submitted batch job 42\\n"`` or a callable
+    ``(argv, input) -> (rc, stdout, stderr)``. Every call is recorded in ``calls``.
+    """
+
+    responses: dict[str, object] = field(default_factory=dict)
+    calls: list[tuple[list[str], str | None]] = field(default_factory=list)
+    present: set[str] | None = None
+
+    def __post_init__(self) -> None:
+        super().__init__(env={}, timeout=1)
+
+    def run(  # type: ignore[override]
+        self,
+        argv: Sequence[str],
+        *,
+        input: str | None = None,
+        check: bool = True,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        hint: str | None = None,
+        cwd: str | None = None,
+    ) -> Completed:
+        argv = [str(a) for a in argv]
+        self.calls.append((argv, input))
+        resp = self.responses.get(argv[0])
+        if resp is None:
+            raise CommandNotFound(argv, hint)
+        out = resp(argv, input) if callable(resp) else resp
+        if isinstance(out, Completed):
+            done = out
+        elif isinstance(out, tuple):
+            rc, so, se = out
+            done = Completed(tuple(argv), int(rc), str(so), str(se))
+        else:
+            done = Completed(tuple(argv), 0, str(out), "")
+        if check and done.returncode != 0:
+            raise CommandError(argv, done.returncode, done.stderr, hint, done.stdout)
+        return done
+
+    def which(self, program: str) -> str | None:
+        if self.present is not None:
+            return f"/usr/bin/{program}" if program in self.present else None
+        return f"/usr/bin/{program}" if program in self.responses else None
+
+
+def default_runner() -> Runner:
+    return Runner()

@@ -1,0 +1,198 @@
+"""The job description: frozen dataclasses, validated once, shared by every backend.
+
+A :class:`JobSpec` says *what* the user wants (entrypoint, geometry, resources,
+launcher, container, scheduler options); schedulers and launchers turn it into
+*how*. Validation lives here so every path rejects the same bad input with the
+same message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal, Optional
+
+from torchhpc.core.units import parse_size, parse_walltime
+from torchhpc.errors import SpecError
+
+__all__ = [
+    "LAUNCHERS",
+    "RUNTIMES",
+    "ContainerSpec",
+    "Entrypoint",
+    "JobSpec",
+]
+
+LAUNCHERS = ("torchrun", "srun", "mpirun")
+RUNTIMES = ("apptainer", "singularity", "pyxis", "enroot", "docker", "podman", "charliecloud")
+EntryKind = Literal["script", "module", "command"]
+
+
+@dataclass(frozen=True)
+class Entrypoint:
+    """What each rank runs: a Python script, a ``-m`` module, or any command.
+
+    ``python`` is the interpreter used for scripts and modules; ``None`` means
+    the backend's default (the submitting interpreter outside containers,
+    ``python`` inside them).
+    """
+
+    kind: EntryKind
+    target: str
+    args: tuple[str, ...] = ()
+    python: Optional[str] = None
+
+    @classmethod
+    def parse(cls, argv: Sequence[str], module: str | None = None, python: str | None = None) -> Entrypoint:
+        """``["train.py", "--lr", "1"]`` -> script; ``module="pkg.mod"`` -> module; else a command."""
+        argv = list(argv)
+        if module:
+            return cls("module", module, tuple(argv), python)
+        if not argv:
+            raise SpecError("no program to run", "give a script (train.py), -m module, or -- COMMAND ...")
+        head = argv[0]
+        if head.endswith(".py"):
+            return cls("script", head, tuple(argv[1:]), python)
+        return cls("command", head, tuple(argv[1:]), python)
+
+    def argv(self, python: str = "python") -> list[str]:
+        py = self.python or python
+        if self.kind == "script":
+            return [py, self.target, *self.args]
+        if self.kind == "module":
+            return [py, "-m", self.target, *self.args]
+        return [self.target, *self.args]
+
+    def script_argv(self) -> list[str]:
+        """What torchrun takes after its own flags (it adds the interpreter itself)."""
+        if self.kind == "script":
+            return [self.target, *self.args]
+        if self.kind == "module":
+            return ["-m", self.target, *self.args]
+        return ["--no-python", self.target, *self.args]
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    image: str
+    runtime: str = "apptainer"
+    binds: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    workdir: Optional[str] = None
+    cleanenv: bool = False
+    options: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.runtime not in RUNTIMES:
+            raise SpecError(
+                f"--runtime {self.runtime!r} is not a container runtime",
+                f"choose one of: {', '.join(RUNTIMES)}",
+            )
+        if not self.image:
+            raise SpecError("--container needs an image", "give a SIF path, docker:// URI or image name")
+        for b in self.binds:
+            if not b or b.count(":") > 2:
+                raise SpecError(f"--bind {b!r} is not SRC[:DST[:ro]]")
+
+
+_NAME_OK = re.compile(r"^[^\n\r\0]{1,200}$")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One distributed job, independent of where it runs."""
+
+    entrypoint: Entrypoint
+    nodes: int = 1
+    nproc_per_node: int = 1
+    gpus_per_node: int = 0
+    gpu_kind: Literal["nvidia", "amd"] = "nvidia"
+    cpus_per_task: Optional[int] = None
+    cpus_per_gpu: Optional[int] = None
+    mem: Optional[str] = None
+    time: Optional[str] = None
+    name: str = "torchhpc"
+    output_dir: str = "."
+    env: tuple[tuple[str, str], ...] = ()
+    launcher: str = "torchrun"
+    container: Optional[ContainerSpec] = None
+    scheduler: str = "local"
+    options: tuple[tuple[str, str], ...] = ()
+    ntasks_per_node: Optional[int] = None
+    network: Optional[str] = None
+    setup: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise SpecError(f"--nodes={self.nodes} must be at least 1")
+        if self.nproc_per_node < 1:
+            raise SpecError(f"--nproc-per-node={self.nproc_per_node} must be at least 1")
+        if self.gpus_per_node < 0:
+            raise SpecError(f"--gpus-per-node={self.gpus_per_node} must not be negative")
+        if self.launcher not in LAUNCHERS:
+            raise SpecError(
+                f"--launcher {self.launcher!r} is not a launcher",
+                f"choose one of: {', '.join(LAUNCHERS)}",
+            )
+        if self.time is not None:
+            parse_walltime(self.time, "--time")
+        if self.mem is not None:
+            parse_size(self.mem, "--mem")
+        if not _NAME_OK.match(self.name):
+            raise SpecError(f"--name {self.name!r} must be 1-200 characters on one line")
+        for k, _ in self.env:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+                raise SpecError(f"--env {k!r} is not a valid variable name", "use NAME=VALUE")
+        if self.ntasks_per_node is not None:
+            expected = self.expected_tasks_per_node()
+            if self.ntasks_per_node != expected:
+                why = (
+                    "torchrun's one task per node" if self.launcher == "torchrun" else
+                    f"{self.launcher}'s one task per process ({self.nproc_per_node} per node)"
+                )
+                raise SpecError(
+                    f"--ntasks-per-node={self.ntasks_per_node} does not match {why} "
+                    f"(from --launcher {self.launcher})",
+                    f"drop --ntasks-per-node (torchhpc sets {expected}) or change --launcher",
+                )
+
+    # derived geometry -------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+    def expected_tasks_per_node(self) -> int:
+        """torchrun starts one task per node that forks the workers; srun/mpirun one per process."""
+        return 1 if self.launcher == "torchrun" else self.nproc_per_node
+
+    @property
+    def time_seconds(self) -> Optional[int]:
+        return parse_walltime(self.time, "--time") if self.time is not None else None
+
+    @property
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
+
+    @property
+    def options_dict(self) -> dict[str, str]:
+        return dict(self.options)
+
+    def option(self, key: str, default: str | None = None) -> str | None:
+        return self.options_dict.get(key, default)
+
+    def with_(self, **changes: object) -> JobSpec:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def env_pairs(items: Sequence[str] | Mapping[str, str], source: str = "--env") -> tuple[tuple[str, str], ...]:
+    """``["A=1", "B=x=y"]`` -> ``(("A","1"),("B","x=y"))`` with a clear error for ``A``."""
+    if isinstance(items, Mapping):
+        return tuple((str(k), str(v)) for k, v in items.items())
+    out = []
+    for item in items:
+        if "=" not in item:
+            raise SpecError(f"{source} {item!r} is not NAME=VALUE")
+        k, v = item.split("=", 1)
+        out.append((k, v))
+    return tuple(out)

@@ -1,0 +1,77 @@
+"""Sizes and wall times, parsed once with errors that name the value and its source."""
+
+from __future__ import annotations
+
+import re
+
+from torchhpc.errors import SpecError
+
+__all__ = ["format_bytes", "format_walltime", "parse_size", "parse_walltime"]
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(i?B?)?\s*$", re.IGNORECASE)
+_POW = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
+
+
+def parse_size(text: str | int, source: str = "size") -> int:
+    """``128M``/``8G``/``1K``/``4096`` to bytes (binary multiples, as Slurm and nccl-tests read them)."""
+    if isinstance(text, int):
+        if text < 0:
+            raise SpecError(f"{source}={text} is negative")
+        return text
+    m = _SIZE.match(str(text))
+    if not m:
+        raise SpecError(f"{source}={text!r} is not a size", "write it like 512, 128K, 128M or 8G")
+    number, unit = float(m.group(1)), m.group(2).upper()
+    return int(number * (1024 ** _POW[unit]))
+
+
+def format_bytes(n: int) -> str:
+    """Shortest exact Slurm-style size: 8589934592 -> ``8G``; 1000 -> ``1000``."""
+    for unit in ("P", "T", "G", "M", "K"):
+        f = 1024 ** _POW[unit]
+        if n >= f and n % f == 0:
+            return f"{n // f}{unit}"
+    return str(n)
+
+
+def parse_walltime(text: str | int, source: str = "time") -> int:
+    """Slurm wall-time formats to seconds.
+
+    ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``.
+    """
+    if isinstance(text, int):
+        if text <= 0:
+            raise SpecError(f"{source}={text} must be positive")
+        return text * 60
+    s = str(text).strip()
+    hint = "use MM, HH:MM:SS or D-HH:MM:SS (e.g. 30, 01:30:00, 2-00:00:00)"
+    m = re.match(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$", s)
+    if not m:
+        raise SpecError(f"{source}={text!r} is not a wall time", hint)
+    days, a, b, c = m.groups()
+    if days is None:
+        if b is None:
+            total = int(a) * 60
+        elif c is None:
+            total = int(a) * 60 + int(b)
+        else:
+            total = int(a) * 3600 + int(b) * 60 + int(c)
+        parts = [int(x) for x in (b, c) if x is not None]
+    else:
+        h, mi, se = int(a), int(b or 0), int(c or 0)
+        total = int(days) * 86400 + h * 3600 + mi * 60 + se
+        parts = [x for x in (mi, se)]
+    if any(p >= 60 for p in parts):
+        raise SpecError(f"{source}={text!r} has minutes or seconds >= 60", hint)
+    if total <= 0:
+        raise SpecError(f"{source}={text!r} must be positive", hint)
+    return total
+
+
+def format_walltime(seconds: int) -> str:
+    """Seconds to ``[D-]HH:MM:SS``, which sbatch and qsub both accept."""
+    d, rem = divmod(int(seconds), 86400)
+    h, rem = divmod(rem, 3600)
+    m, s = divmod(rem, 60)
+    hms = f"{h:02d}:{m:02d}:{s:02d}"
+    return f"{d}-{hms}" if d else hms

@@ -1,0 +1,97 @@
+"""The one exception tree of torchhpc.
+
+Library code raises these; only the CLI turns them into ``Error: ...`` and an
+exit code. Every message names the offending value, where it came from, and
+(through ``hint``) how to fix it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class TorchHPCError(Exception):
+    """Base of every error torchhpc raises on purpose."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message} HINT: {self.hint}"
+        return self.message
+
+
+class UsageError(TorchHPCError):
+    """Bad input from the user: a flag, a spec field, a profile key (exit 2)."""
+
+    exit_code = 2
+
+
+class SpecError(UsageError):
+    """A job description that cannot be run as given."""
+
+
+class QuotingError(UsageError):
+    """A value that cannot be expressed in the target syntax (e.g. a pyxis mount list)."""
+
+
+class ConfigError(UsageError):
+    """A profile or config file with an unknown key or ill-typed value."""
+
+
+class CommandError(TorchHPCError):
+    """An external command (sbatch, squeue, kubectl, ...) failed.
+
+    Carries argv, exit code and stderr so the user sees exactly what ran.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        returncode: int | None,
+        stderr: str = "",
+        hint: str | None = None,
+        stdout: str = "",
+    ) -> None:
+        from torchhpc.core.shell import join
+
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr
+        self.stdout = stdout
+        what = "timed out" if returncode is None else f"exited with code {returncode}"
+        detail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+        msg = f"`{join(self.argv)}` {what}" + (f": {detail}" if detail else "")
+        super().__init__(msg, hint)
+
+
+class CommandNotFound(CommandError):
+    """The program itself is missing (e.g. no ``sbatch`` on this machine)."""
+
+    def __init__(self, argv: Sequence[str], hint: str | None = None) -> None:
+        super().__init__(argv, 127, f"{argv[0]}: command not found", hint)
+
+
+class SchedulerError(TorchHPCError):
+    """A scheduler answered something we cannot use (unknown job id, odd output)."""
+
+
+class JobFailed(TorchHPCError):
+    """A job (or one of its ranks) ended unsuccessfully."""
+
+    def __init__(self, message: str, hint: str | None = None, returncode: int = 1) -> None:
+        super().__init__(message, hint)
+        self.exit_code = returncode if 0 < returncode < 256 else 1
+
+
+class EnvironmentDetectionError(TorchHPCError):
+    """Inside a job, the distributed environment is inconsistent."""
+
+
+class DevClusterError(TorchHPCError):
+    """The dev cluster cannot be brought up or down."""

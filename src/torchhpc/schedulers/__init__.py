@@ -1,0 +1,55 @@
+"""Scheduler backends, loaded lazily by name.
+
+Importing this package loads no backend: ``get_scheduler("slurm")`` imports
+``torchhpc.schedulers.slurm`` on first use, so the CLI stays fast and optional
+dependencies (the kubernetes client) stay optional.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from torchhpc.errors import UsageError
+
+if TYPE_CHECKING:
+    from torchhpc.core.proc import Runner
+    from torchhpc.schedulers.api import Scheduler
+
+# name -> "module:Class"
+REGISTRY: dict[str, str] = {
+    "local": "torchhpc.schedulers.local:LocalScheduler",
+    "slurm": "torchhpc.schedulers.slurm:SlurmScheduler",
+    "pbs": "torchhpc.schedulers.pbs:PBSScheduler",
+    "kubernetes": "torchhpc.schedulers.kubernetes:KubernetesScheduler",
+    "runai": "torchhpc.schedulers.runai:RunAIScheduler",
+}
+
+
+def scheduler_names() -> list[str]:
+    return list(REGISTRY)
+
+
+def get_scheduler(name: str, runner: Runner | None = None) -> Scheduler:
+    if name not in REGISTRY:
+        raise UsageError(
+            f"--scheduler {name!r} is not a scheduler", f"choose one of: {', '.join(REGISTRY)}"
+        )
+    mod, cls = REGISTRY[name].split(":")
+    try:
+        module = importlib.import_module(mod)
+    except ModuleNotFoundError as e:
+        if e.name == mod:
+            raise UsageError(f"the {name} scheduler is not available in this build") from None
+        raise
+    scheduler: Scheduler = getattr(module, cls)(runner=runner)
+    return scheduler
+
+
+def parse_handle(handle: str, default: str = "slurm") -> tuple[str, str]:
+    """``slurm:123`` -> ("slurm", "123"); a bare ``123`` uses ``default``."""
+    if ":" in handle:
+        sched, job = handle.split(":", 1)
+        if sched in REGISTRY:
+            return sched, job
+    return default, handle

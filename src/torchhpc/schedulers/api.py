@@ -1,0 +1,156 @@
+"""The scheduler contract: ``schedule(render(spec))``.
+
+``render`` is pure: it returns an inert, printable :class:`Submission` (the
+script or manifest, the command that would submit it, the files to write).
+Printing it is the dry run. Only ``schedule`` touches a cluster, through the
+injectable :class:`~torchhpc.core.proc.Runner`.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional
+
+from torchhpc.core.proc import Runner, default_runner
+from torchhpc.core.shell import join
+from torchhpc.core.spec import JobSpec
+from torchhpc.errors import JobFailed, TorchHPCError
+
+__all__ = ["TERMINAL", "JobStatus", "Scheduler", "Submission"]
+
+# States as Slurm names them; other backends map onto these.
+TERMINAL = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """Everything ``schedule`` would do, as data.
+
+    ``files`` maps paths to contents written before ``argv`` runs; ``script``
+    (if any) is also one of them, at ``script_path``.
+    """
+
+    scheduler: str
+    spec: JobSpec
+    argv: tuple[str, ...]
+    script: Optional[str] = None
+    script_path: Optional[str] = None
+    files: tuple[tuple[str, str], ...] = ()
+    stdin: Optional[str] = None
+    notes: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        parts: list[str] = []
+        for path, content in self.files:
+            parts.append(f"# --- {path} ---")
+            parts.append(content.rstrip("\n"))
+        if self.script is not None and not any(p == self.script_path for p, _ in self.files):
+            parts.append(f"# --- {self.script_path or 'script'} ---")
+            parts.append(self.script.rstrip("\n"))
+        parts.append("# --- submit with ---")
+        parts.append(join(self.argv) + (" < " + self.script_path if self.stdin and self.script_path else ""))
+        parts.extend(f"# note: {n}" for n in self.notes)
+        return "\n".join(parts) + "\n"
+
+
+@dataclass
+class JobStatus:
+    """A job's state, normalised to Slurm's vocabulary."""
+
+    job_id: str
+    state: str
+    exit_code: Optional[int] = None
+    reason: str = ""
+    elapsed: str = ""
+    name: str = ""
+    nodes: str = ""
+    restarts: int = 0
+    raw: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "COMPLETED" and (self.exit_code in (0, None))
+
+    def line(self) -> str:
+        bits = [f"{self.job_id}", self.state]
+        if self.exit_code is not None:
+            bits.append(f"exit={self.exit_code}")
+        if self.reason and self.reason not in ("None", "(null)"):
+            bits.append(f"reason={self.reason}")
+        if self.elapsed:
+            bits.append(f"elapsed={self.elapsed}")
+        if self.nodes:
+            bits.append(f"nodes={self.nodes}")
+        if self.restarts:
+            bits.append(f"restarts={self.restarts}")
+        return " ".join(bits)
+
+
+class Scheduler(ABC):
+    """A backend fills in a few small methods; facts live in class attributes."""
+
+    name: ClassVar[str] = ""
+    submit_command: ClassVar[str] = ""
+
+    def __init__(self, runner: Runner | None = None) -> None:
+        self.runner = runner or default_runner()
+
+    @abstractmethod
+    def render(self, spec: JobSpec) -> Submission: ...
+
+    @abstractmethod
+    def schedule(self, submission: Submission) -> str:
+        """Submit and return the job id."""
+
+    def submit(self, spec: JobSpec) -> str:
+        return self.schedule(self.render(spec))
+
+    def status(self, job_id: str) -> JobStatus:
+        raise TorchHPCError(f"the {self.name} scheduler has no status command")
+
+    def logs(self, job_id: str, rank: int | None = None) -> str:
+        raise TorchHPCError(f"the {self.name} scheduler keeps no logs")
+
+    def log_paths(self, job_id: str) -> list[str]:
+        return []
+
+    def cancel(self, job_id: str) -> None:
+        raise TorchHPCError(f"the {self.name} scheduler cannot cancel jobs")
+
+    def list(self) -> list[JobStatus]:
+        return []
+
+    def wait(
+        self,
+        job_id: str,
+        *,
+        poll: float = 1.0,
+        timeout: float | None = None,
+        progress: Callable[[JobStatus, float], None] | None = None,
+    ) -> JobStatus:
+        """Poll :meth:`status` until a terminal state; ``progress`` sees every poll."""
+        start = time.monotonic()
+        delay = min(poll, 0.25)
+        while True:
+            st = self.status(job_id)
+            elapsed = time.monotonic() - start
+            if progress:
+                progress(st, elapsed)
+            if st.terminal:
+                return st
+            if timeout is not None and elapsed > timeout:
+                raise JobFailed(
+                    f"job {job_id} still {st.state} after {timeout:.0f}s",
+                    f"`torchhpc status {self.name}:{job_id}` to look again, `torchhpc cancel` to stop it",
+                )
+            time.sleep(delay)
+            delay = min(delay * 1.5, poll)
