@@ -18,7 +18,9 @@ __all__ = ["compress", "expand", "first_host", "read_nodefile"]
 
 def _split_top(text: str) -> list[str]:
     """Split on commas that are not inside brackets."""
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "[":
             depth += 1
