@@ -1,0 +1,53 @@
+"""Shared test fixtures.
+
+``HOSTILE`` values are the inputs every renderer must carry through a real
+shell unchanged (after submitit's ``weird_tmp_path``).
+
+Tests that need a real scheduler are marked ``@pytest.mark.cluster("slurm")``
+and use the ``slurm_cluster`` fixture (tests/integration/conftest.py). Without a
+cluster they skip locally, but when ``CI=true`` a missing cluster is a failure:
+CI must never pass by skipping the real thing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+HOSTILE: list[str] = [
+    "a 0",
+    'a"=0"',
+    "a'; echo foo",
+    "a\\=",
+    "line1\nline2",
+    "$HOME",
+    "$(touch pwned)",
+    "`touch pwned2`",
+    "a;b&&c|d",
+    "#not a comment",
+    "",
+    "*",
+    "~root",
+]
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(params=HOSTILE, ids=lambda v: repr(v)[:20])
+def hostile(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def missing(reason: str) -> None:
+    """Skip locally; fail in CI (where the real thing is mandatory)."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI=true makes this mandatory)")
+    pytest.skip(reason)
