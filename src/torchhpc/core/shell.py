@@ -105,13 +105,13 @@ def export_lines(env: Mapping[str, object]) -> list[str]:
 
 
 def directive(prefix: str, key: str, value: object | None = None) -> str:
-    """One scheduler directive line, e.g. ``#SBATCH --job-name=my job``.
+    """One scheduler directive line, e.g. ``#SBATCH --job-name="my job"``.
 
-    Slurm and PBS read directives up to the end of the line and strip nothing
-    but surrounding whitespace, so the value is kept literal; what they cannot
-    carry (newlines, NULs) is rejected. A value with spaces or quotes is
-    double-quoted the way sbatch's own parser understands. ``#`` needs no
-    escape in a directive's value for sbatch, but leading ``#`` in the key does.
+    sbatch reads a directive's argument itself (not through a shell): a
+    backslash escapes the next character, double quotes group words, and an
+    unquoted ``#`` starts a comment. So ``\\``, ``"`` and ``#`` are escaped with
+    a backslash and a value with whitespace is wrapped in double quotes; what
+    no directive can carry (newlines, NULs) is rejected.
     """
     if not re.match(r"^-{0,2}[A-Za-z][A-Za-z0-9_-]*$", key):
         raise QuotingError(f"{key!r} is not a valid {prefix} option name")
@@ -124,12 +124,8 @@ def directive(prefix: str, key: str, value: object | None = None) -> str:
             f"{prefix} {flag} value {text!r} contains a newline",
             "directive values must fit on one line",
         )
-    if text == "" or re.search(r"[\s\"']", text):
-        if '"' in text:
-            raise QuotingError(
-                f"{prefix} {flag} value {text!r} mixes spaces and double quotes",
-                "sbatch/qsub cannot parse that; rename the value",
-            )
-        text = f'"{text}"'
+    escaped = re.sub(r'([\\"#])', r"\\\1", text)
+    if text == "" or re.search(r"\s", text):
+        escaped = f'"{escaped}"'
     sep = "=" if flag.startswith("--") else " "
-    return f"{prefix} {flag}{sep}{text}"
+    return f"{prefix} {flag}{sep}{escaped}"

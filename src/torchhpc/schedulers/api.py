@@ -126,7 +126,7 @@ class Scheduler(ABC):
     def cancel(self, job_id: str) -> None:
         raise TorchHPCError(f"the {self.name} scheduler cannot cancel jobs")
 
-    def list(self) -> list[JobStatus]:
+    def list_jobs(self) -> list[JobStatus]:
         return []
 
     def wait(

@@ -1,0 +1,14 @@
+"""Launchers: argv builders for torchrun, srun-direct and mpirun.
+
+The geometry each launcher needs is the users' most common failure, so it is
+stated once here: torchrun is one task per node (it forks the local workers);
+srun-direct and mpirun are one task per process. Builders take argv and return
+argv; the scheduler turns them into shell text through :mod:`torchhpc.core.shell`.
+"""
+
+from __future__ import annotations
+
+from torchhpc.launchers.builders import mpirun_argv, srun_argv, torchrun_argv
+from torchhpc.launchers.task import SHIM_VAR, TASK_SHIM, task_argv
+
+__all__ = ["SHIM_VAR", "TASK_SHIM", "mpirun_argv", "srun_argv", "task_argv", "torchrun_argv"]

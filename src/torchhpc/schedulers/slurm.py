@@ -1,0 +1,380 @@
+"""The Slurm backend: an sbatch script per job, squeue/scontrol/sacct for state.
+
+Geometry is where users lose days, so it is derived, never typed twice:
+torchrun is one task per node with all local processes' CPUs; srun-direct and
+mpirun are one task per process. MASTER_ADDR is the first node's IPv4 (torch's
+TCPStore and c10d rendezvous are happiest with an address), MASTER_PORT is
+derived from the job id so every rank computes the same value without talking
+and two jobs on one node do not collide.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import ClassVar
+
+from torchhpc.core.shell import Raw, directive, join, quote
+from torchhpc.core.spec import JobSpec
+from torchhpc.core.units import format_bytes, format_walltime, parse_size
+from torchhpc.errors import CommandError, SchedulerError, SpecError
+from torchhpc.launchers import SHIM_VAR, TASK_SHIM, mpirun_argv, srun_argv, task_argv, torchrun_argv
+from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
+from torchhpc.schedulers.script import default_python, env_block, header_lines, load_record, save_record
+
+__all__ = ["SlurmScheduler", "filter_rank", "parse_scontrol"]
+
+# The shell form of torchhpc.env's derive_port(): keep the two in step.
+PORT_EXPR = "$(( 10000 + SLURM_JOB_ID % 20000 ))"
+RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT")
+
+
+def _wrap(spec: JobSpec, argv: list[str]) -> list[str]:
+    """Run ``argv`` inside the job's container (one container per task), if any."""
+    if spec.container is None or spec.container.runtime == "pyxis":
+        return argv
+    from torchhpc.containers import wrap
+
+    return wrap(
+        spec.container,
+        argv,
+        gpus=spec.gpus_per_node,
+        gpu_kind=spec.gpu_kind,
+        pass_env=[*RENDEZVOUS_VARS, "SLURM_*", "PMIX_*", "OMPI_*", "TORCHHPC_*", *spec.env_dict],
+    )
+
+
+def _container_srun_options(spec: JobSpec) -> list[str]:
+    if spec.container is None or spec.container.runtime != "pyxis":
+        return []
+    from torchhpc.containers import srun_options
+
+    return srun_options(spec.container)
+
+
+def _container_setup(spec: JobSpec) -> list[str]:
+    if spec.container is None:
+        return []
+    try:
+        from torchhpc.containers import setup_lines
+    except ImportError:
+        return []
+    return setup_lines(spec.container)
+
+
+class SlurmScheduler(Scheduler):
+    name = "slurm"
+    submit_command = "sbatch"
+    OPTIONS: ClassVar[dict[str, str]] = {
+        "partition": "Slurm partition (--partition)",
+        "account": "account to charge (--account); mandatory on many sites",
+        "qos": "quality of service (--qos)",
+        "reservation": "reservation name (--reservation)",
+        "constraint": "node features (--constraint)",
+        "exclusive": "'1' to request whole nodes (--exclusive)",
+        "gres": "generic resources instead of --gpus-per-node, e.g. gpu:4 (--gres)",
+        "nodelist": "run on these nodes (--nodelist)",
+        "exclude": "avoid these nodes (--exclude)",
+        "mail_user": "e-mail address (--mail-user)",
+        "mail_type": "when to mail, e.g. END,FAIL (--mail-type)",
+        "cpu_bind": "srun --cpu-bind value, e.g. mask_cpu:0xfe... (LUMI)",
+        "max_restarts": "torchrun --max-restarts (default 0: fail fast)",
+        "sbatch_extra": "extra raw sbatch flags, space separated (e.g. '--gpus-per-task=1')",
+    }
+
+    # rendering -------------------------------------------------------
+    def _cpus(self, spec: JobSpec) -> int | None:
+        """CPUs per Slurm task: per process for srun/mpirun, for all local processes for torchrun."""
+        per_proc = spec.cpus_per_task
+        if per_proc is None and spec.cpus_per_gpu and spec.gpus_per_node:
+            per_proc = spec.cpus_per_gpu * max(1, spec.gpus_per_node // spec.nproc_per_node)
+        if per_proc is None:
+            return None
+        return per_proc * spec.nproc_per_node if spec.launcher == "torchrun" else per_proc
+
+    def directives(self, spec: JobSpec) -> list[str]:
+        """The ``#SBATCH`` lines, each through :func:`~torchhpc.core.shell.directive`."""
+        opts = spec.options_dict
+        unknown = sorted(set(opts) - set(self.OPTIONS))
+        if unknown:
+            raise SpecError(
+                f"unknown slurm option(s) {', '.join(unknown)} (from --opt)",
+                f"valid: {', '.join(self.OPTIONS)}; `torchhpc options slurm` describes them",
+            )
+        out = os.path.abspath(spec.output_dir)
+        pairs: list[tuple[str, object]] = [
+            ("job-name", spec.name),
+            ("nodes", spec.nodes),
+            ("ntasks-per-node", spec.expected_tasks_per_node()),
+        ]
+        cpus = self._cpus(spec)
+        if cpus:
+            pairs.append(("cpus-per-task", cpus))
+        if spec.gpus_per_node and "gres" not in opts:
+            pairs.append(("gpus-per-node", spec.gpus_per_node))
+        if spec.mem:
+            pairs.append(("mem", format_bytes(parse_size(spec.mem, "--mem"))))
+        if spec.time_seconds:
+            pairs.append(("time", format_walltime(spec.time_seconds)))
+        for key in ("partition", "account", "qos", "reservation", "constraint", "gres", "nodelist", "exclude"):
+            if opts.get(key):
+                pairs.append((key, opts[key]))
+        if opts.get("mail_user"):
+            pairs.append(("mail-user", opts["mail_user"]))
+            pairs.append(("mail-type", opts.get("mail_type", "END,FAIL")))
+        pairs.append(("output", os.path.join(out, "%x-%j.out")))
+        lines = [directive("#SBATCH", k, v) for k, v in pairs]
+        if opts.get("exclusive", "") in ("1", "true", "yes"):
+            lines.append(directive("#SBATCH", "exclusive"))
+        for flag in (opts.get("sbatch_extra") or "").split():
+            if not flag.startswith("--"):
+                raise SpecError(f"sbatch_extra flag {flag!r} must look like --name=value")
+            key, _, value = flag[2:].partition("=")
+            lines.append(directive("#SBATCH", key, value or None))
+        return lines
+
+    def launch_lines(self, spec: JobSpec) -> list[str]:
+        """The job step(s) that start the ranks, for the chosen launcher."""
+        python = default_python(spec)
+        extra_srun = _container_srun_options(spec)
+        if spec.option("cpu_bind"):
+            extra_srun = [f"--cpu-bind={spec.option('cpu_bind')}", *extra_srun]
+        if spec.launcher == "torchrun":
+            cmd = torchrun_argv(
+                spec,
+                python,
+                nnodes=Raw('"$SLURM_NNODES"'),
+                rdzv_id=Raw('"$SLURM_JOB_ID"'),
+                endpoint=Raw('"$MASTER_ADDR:$MASTER_PORT"'),
+                extra=["--tee", "3"],
+            )
+            step = srun_argv(1, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
+            return [join([*step, *_wrap(spec, cmd)])]
+        rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'))
+        if spec.launcher == "srun":
+            step = srun_argv(spec.nproc_per_node, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
+            return [join([*step, *_wrap(spec, rank_cmd)])]
+        # mpirun: one launcher process in the batch step, OpenMPI starts its daemons through Slurm.
+        mpi = mpirun_argv(
+            Raw('"$SLURM_NTASKS"'),
+            spec.nproc_per_node,
+            export=[*RENDEZVOUS_VARS, "PATH", *spec.env_dict],
+            extra=["--tag-output"],
+        )
+        return [join([*mpi, *_wrap(spec, rank_cmd)])]
+
+    def render_script(self, spec: JobSpec) -> str:
+        lines = header_lines("#!/bin/bash", "sbatch <this file>  (or: torchhpc run --scheduler slurm ...)")
+        lines += self.directives(spec)
+        lines += ["", "set -euo pipefail"]
+        lines += _container_setup(spec)
+        lines += env_block(spec)
+        lines += [
+            "",
+            "# Rendezvous: the first node's IPv4 and a port derived from the job id (same on every rank).",
+            '_hosts="$(scontrol show hostnames "$SLURM_JOB_NODELIST")"',
+            'MASTER_HOST="${_hosts%%$\'\\n\'*}"',
+            'MASTER_ADDR="${MASTER_ADDR:-$(getent ahostsv4 "$MASTER_HOST" | awk \'NR==1{print $1}\')}"',
+            'MASTER_ADDR="${MASTER_ADDR:-$MASTER_HOST}"',
+            f'MASTER_PORT="${{MASTER_PORT:-{PORT_EXPR}}}"',
+            "export MASTER_ADDR MASTER_PORT",
+            'echo "torchhpc: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT, '
+            f'launcher {spec.launcher}, {spec.nodes}x{spec.nproc_per_node} ranks"',
+            "",
+        ]
+        if spec.launcher != "torchrun":
+            lines += [
+                "# Per-task shim: maps SLURM_PROCID / OMPI_COMM_WORLD_* to RANK, LOCAL_RANK, ... then execs.",
+                f"{SHIM_VAR}={quote(TASK_SHIM)}",
+                "",
+            ]
+        lines += self.launch_lines(spec)
+        return "\n".join(lines) + "\n"
+
+    def render(self, spec: JobSpec) -> Submission:
+        if spec.launcher not in ("torchrun", "srun", "mpirun"):
+            raise SpecError(f"--launcher {spec.launcher!r} is not supported on slurm")
+        script = self.render_script(spec)
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name)[:60] or "job"
+        path = os.path.join(os.path.abspath(spec.output_dir), f"{safe}.sbatch")
+        return Submission(
+            scheduler=self.name,
+            spec=spec,
+            argv=("sbatch", "--parsable", path),
+            script=script,
+            script_path=path,
+            files=((path, script),),
+        )
+
+    # talking to Slurm ------------------------------------------------------
+    def schedule(self, submission: Submission) -> str:
+        for path, content in submission.files:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            with open(path, "w") as f:
+                f.write(content)
+        done = self.runner.run(
+            list(submission.argv), hint="is this a Slurm login node? `sinfo` should answer"
+        )
+        job_id = done.stdout.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise SchedulerError(f"sbatch printed {done.stdout.strip()!r}, not a job id")
+        spec = submission.spec
+        save_record(
+            self.name,
+            job_id,
+            name=spec.name,
+            output=os.path.join(os.path.abspath(spec.output_dir), "%x-%j.out"),
+            launcher=spec.launcher,
+            nproc_per_node=spec.nproc_per_node,
+            script=submission.script_path,
+        )
+        return job_id
+
+    def status(self, job_id: str) -> JobStatus:
+        try:
+            done = self.runner.run(["scontrol", "show", "job", "-o", job_id], timeout=30)
+            fields = parse_scontrol(done.stdout)
+            if fields.get("JobState"):
+                return _status_from_scontrol(job_id, fields)
+        except CommandError as e:
+            if "Invalid job id" not in e.stderr and "Invalid job id" not in e.stdout:
+                raise
+        return self._status_from_sacct(job_id)
+
+    def _status_from_sacct(self, job_id: str) -> JobStatus:
+        try:
+            done = self.runner.run(
+                ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State,ExitCode,Elapsed,NodeList,JobName"],
+                timeout=30,
+            )
+        except CommandError as e:
+            raise SchedulerError(
+                f"slurm job {job_id} is not known to scontrol and sacct failed ({e.message})",
+                "the job id may be wrong, or it ended more than MinJobAge ago on a cluster without accounting",
+            ) from None
+        for line in done.stdout.splitlines():
+            parts = line.split("|", 5)
+            if len(parts) == 6 and parts[0] == job_id:
+                state = parts[1].split()[0] if parts[1] else "UNKNOWN"
+                code = parts[2].split(":")[0]
+                return JobStatus(
+                    job_id, state, int(code) if code.isdigit() else None, "", parts[3], parts[5], parts[4]
+                )
+        raise SchedulerError(f"slurm job {job_id} is unknown to scontrol and sacct", "check the job id")
+
+    def cancel(self, job_id: str) -> None:
+        self.runner.run(["scancel", job_id])
+
+    def log_paths(self, job_id: str) -> list[str]:
+        rec = load_record(self.name, job_id)
+        pattern = str(rec.get("output") or "")
+        name = str(rec.get("name") or "")
+        if not pattern:
+            try:
+                fields = parse_scontrol(self.runner.run(["scontrol", "show", "job", "-o", job_id]).stdout)
+                return [fields["StdOut"]] if fields.get("StdOut") else []
+            except CommandError:
+                return []
+        return [pattern.replace("%x", name).replace("%j", job_id)]
+
+    def logs(self, job_id: str, rank: int | None = None) -> str:
+        paths = self.log_paths(job_id)
+        if not paths:
+            raise SchedulerError(
+                f"no log file known for slurm job {job_id}",
+                "logs are found for jobs submitted by torchhpc on this machine, or while the job is known to scontrol",
+            )
+        try:
+            with open(paths[0], errors="replace") as f:
+                text = f.read()
+        except FileNotFoundError:
+            return ""
+        if rank is None:
+            return text
+        rec = load_record(self.name, job_id)
+        return filter_rank(text, rank, str(rec.get("launcher", "srun")), int(str(rec.get("nproc_per_node", 1))))
+
+    def list_jobs(self) -> list[JobStatus]:
+        done = self.runner.run(["squeue", "--me", "-h", "-o", "%i|%T|%M|%D|%R|%j"])
+        out = []
+        for line in done.stdout.splitlines():
+            parts = line.split("|", 5)
+            if len(parts) == 6:
+                out.append(JobStatus(parts[0], parts[1], None, parts[4], parts[2], parts[5], parts[3]))
+        return out
+
+    def shell_argv(self, spec: JobSpec) -> list[str]:
+        """The seeds' interactive workflow: an allocation with a shell on the first node."""
+        argv = ["salloc", f"--nodes={spec.nodes}", f"--ntasks-per-node={spec.expected_tasks_per_node()}"]
+        cpus = self._cpus(spec)
+        if cpus:
+            argv.append(f"--cpus-per-task={cpus}")
+        if spec.gpus_per_node:
+            argv.append(f"--gpus-per-node={spec.gpus_per_node}")
+        if spec.time_seconds:
+            argv.append(f"--time={format_walltime(spec.time_seconds)}")
+        if spec.mem:
+            argv.append(f"--mem={format_bytes(parse_size(spec.mem, '--mem'))}")
+        for key in ("partition", "account", "qos", "reservation"):
+            if spec.option(key):
+                argv.append(f"--{key}={spec.option(key)}")
+        inner = ["srun", "--pty", *_container_srun_options(spec)]
+        inner += _wrap(spec, ["bash", "-i"]) if spec.container else ["bash", "-i"]
+        return argv + inner
+
+
+def parse_scontrol(text: str) -> dict[str, str]:
+    """``scontrol show job -o`` -> fields. The last occurrence of a key wins, so a
+    job name containing ``JobState=...`` (it comes first) cannot spoof the state."""
+    fields: dict[str, str] = {}
+    for m in re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z_:/]*)=(\S*)", text.strip()):
+        fields[m.group(1)] = m.group(2)
+    return fields
+
+
+def _status_from_scontrol(job_id: str, f: dict[str, str]) -> JobStatus:
+    code = f.get("ExitCode", "")
+    rc: int | None = None
+    if ":" in code:
+        status, signal = code.split(":", 1)
+        rc = int(status) if status.isdigit() else None
+        if rc == 0 and signal.isdigit() and int(signal):
+            rc = 128 + int(signal)
+    restarts = f.get("Restarts", "0")
+    return JobStatus(
+        job_id=job_id,
+        state=f.get("JobState", "UNKNOWN"),
+        exit_code=rc,
+        reason=f.get("Reason", ""),
+        elapsed=f.get("RunTime", ""),
+        name=f.get("JobName", ""),
+        nodes=f.get("NodeList", ""),
+        restarts=int(restarts) if restarts.isdigit() else 0,
+        raw=f,
+    )
+
+
+def filter_rank(text: str, rank: int, launcher: str, nproc_per_node: int) -> str:
+    """Keep one rank's lines from a job log.
+
+    srun ``--label`` prefixes ``TASK: ``; under torchrun the task is the node and
+    torchrun's ``--tee`` adds ``[defaultLOCAL]:``; mpirun ``--tag-output`` adds
+    ``[JOB,RANK]<stdout>:``.
+    """
+    keep: list[str] = []
+    if launcher == "torchrun":
+        node, local = divmod(rank, max(1, nproc_per_node))
+        pat = re.compile(rf"^\s*{node}: \[default{local}\]:")
+    elif launcher == "mpirun":
+        pat = re.compile(rf"^\[\d+,{rank}\]<std(?:out|err)>:")
+    else:
+        pat = re.compile(rf"^\s*{rank}: ")
+    for line in text.splitlines(keepends=True):
+        if pat.match(line):
+            keep.append(line)
+    return "".join(keep)
+
+
+def render_shell(spec: JobSpec) -> str:
+    return join(SlurmScheduler().shell_argv(spec))
+
