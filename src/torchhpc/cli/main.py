@@ -55,9 +55,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _head(argv: list[str]) -> list[str]:
+    """The part of a command line before ``--``."""
+    return argv[: argv.index("--")] if "--" in argv else argv
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    for action in parser._subparsers._actions if parser._subparsers else []:
+        if isinstance(action, argparse._SubParsersAction):
+            sub: argparse.ArgumentParser = action.choices[name]
+            return sub
+    raise KeyError(name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "run" and not ({"-h", "--help"} & set(_head(argv[1:]))):
+        # `run` splits its own line: flags may follow the program (`... pi.py --wait`).
+        from torchhpc.cli import run as run_cli
+
+        args = argparse.Namespace(func=run_cli.cmd_run, _parser=_subparser(parser, "run"), _argv=argv[1:])
+    else:
+        args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

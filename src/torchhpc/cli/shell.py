@@ -1,0 +1,33 @@
+"""``torchhpc shell``: an interactive allocation (the seeds' ``salloc`` workflow)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from torchhpc.cli.common import add_subparser
+from torchhpc.cli.jobargs import add_job_arguments, spec_from_args
+from torchhpc.core.shell import join
+from torchhpc.errors import UsageError
+from torchhpc.schedulers import get_scheduler
+
+
+def register(sub: Any) -> None:
+    p = add_subparser(sub, "shell", "start (or print, with --dry-run) an interactive shell on allocated nodes")
+    add_job_arguments(p, program=False)
+    p.add_argument("--dry-run", action="store_true", help="print the command; start nothing")
+    p.set_defaults(func=cmd_shell)
+
+
+def cmd_shell(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args, ["bash"])
+    sched: Any = get_scheduler(spec.scheduler)
+    if not hasattr(sched, "shell_argv"):
+        raise UsageError(f"the {spec.scheduler} scheduler has no interactive shell", "use --scheduler slurm")
+    argv = sched.shell_argv(spec)
+    if args.dry_run:
+        print(join(argv))
+        return 0
+    os.execvp(argv[0], argv)
+    return 0  # not reached
