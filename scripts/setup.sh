@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Install torchhpc into ./.venv with PyTorch pinned (a bare `torch` would pull a multi-GB CUDA build).
+# Usage: ./scripts/setup.sh [EXTRAS]   e.g. ./scripts/setup.sh dev   (TORCH_SPEC=torch==2.13.0 by default)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
+PY="${PYTHON:-python3}"
+if ! "$PY" -m venv --help >/dev/null 2>&1 || ! "$PY" -c 'import ensurepip' >/dev/null 2>&1; then
+  echo "setup: installing python3-venv" >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip
+fi
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+.venv/bin/python -m pip install -q "$TORCH_SPEC"
+EXTRAS="${1:-}"
+.venv/bin/python -m pip install -q -e ".${EXTRAS:+[$EXTRAS]}"
+echo "setup: torchhpc $(.venv/bin/python -c 'import torchhpc; print(torchhpc.__version__)') with $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)') in .venv" >&2

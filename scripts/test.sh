@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it, on a fresh Debian/Ubuntu machine (as root or with sudo):
+# installs system packages and the dev extras, lints, brings up the real 3-node Slurm dev cluster
+# (network namespaces on this machine), builds the local container test image, runs pytest, and
+# takes the cluster down again. Cluster and container tests are mandatory when CI=true.
+# Usage: sudo ./scripts/test.sh [pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/.venv/bin:$PATH"
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+
+step() { printf '\n=== %s (%ss)\n' "$*" "$SECONDS" >&2; }
+
+step "system packages"
+PKGS=(slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge slurmdbd mariadb-server openmpi-bin
+      dnsmasq-base iperf3 shellcheck iproute2 procps)
+missing=()
+for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ "${#missing[@]}" -gt 0 ]; then
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+step "python environment"
+./scripts/setup.sh dev
+
+step "lint"
+ruff check src tests examples benchmarks
+mypy
+
+step "dev cluster"
+torchhpc devcluster down >/dev/null 2>&1 || true
+torchhpc devcluster up --nodes 3 --accounting
+trap 'torchhpc devcluster down || true' EXIT
+
+if [ -x .ci/build-test-image.sh ]; then
+  step "container test image"
+  .ci/build-test-image.sh
+fi
+
+step "pytest"
+python -m pytest -ra "$@"
+step "done"
