@@ -1,0 +1,505 @@
+"""The local scheduler: N ranks on this machine with torchrun's env contract.
+
+It imitates a cluster rather than a notebook: every rank gets exactly the
+variables a torchrun worker gets (so code, and torchhpc's own env detector,
+cannot tell the difference), runs in its own session (``start_new_session``)
+so a rank's children die with it, and a failing rank stops the whole job, as a
+Slurm step does. The parent never imports torch: it is pure process
+management, which is why it starts workers ~2 s sooner than torchrun (whose
+agent imports torch before forking anything).
+
+``render`` is pure; its printable form is a bash equivalent of what ``run``
+starts (each rank's env and command), which is the dry run.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import IO, ClassVar, Optional
+
+from torchhpc import __version__
+from torchhpc.core.shell import Raw, assignment, join
+from torchhpc.core.spec import JobSpec
+from torchhpc.errors import CommandNotFound, JobFailed, SpecError
+from torchhpc.schedulers.api import Scheduler, Submission
+from torchhpc.schedulers.script import default_python
+
+__all__ = [
+    "CONTRACT",
+    "LocalScheduler",
+    "describe_exit",
+    "free_port",
+    "new_run_id",
+    "rank_env",
+    "worker_argv",
+]
+
+# torchrun's worker contract (torch/distributed/elastic/agent/server/local_elastic_agent.py),
+# in its order. Every name is set for every rank.
+CONTRACT = (
+    "RANK",
+    "LOCAL_RANK",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_NAME",
+    "LOCAL_WORLD_SIZE",
+    "WORLD_SIZE",
+    "GROUP_WORLD_SIZE",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+)
+# Per-rank names; the rest of CONTRACT is the same for every rank.
+PER_RANK = ("RANK", "LOCAL_RANK", "ROLE_RANK")
+# Left over from an enclosing torchrun, they would point our workers at the wrong place.
+STALE = ("TORCHELASTIC_ERROR_FILE", "NODE_RANK")
+MASTER_ADDR = "127.0.0.1"
+PREFIX = "[rank{rank}]: "
+
+
+def free_port(host: str = MASTER_ADDR) -> int:
+    """A TCP port nobody listens on now, found by binding port 0 (the kernel picks)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def new_run_id() -> str:
+    """A TORCHELASTIC_RUN_ID-style id, unique per run (torchrun's default is a uuid too)."""
+    return "local-" + uuid.uuid4().hex[:12]
+
+
+def rank_env(
+    spec: JobSpec, rank: int, *, master_addr: str, master_port: str | int, run_id: str
+) -> dict[str, str]:
+    """The torchrun contract for one rank of a single-node job (pure)."""
+    n = spec.nproc_per_node
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "GROUP_RANK": "0",
+        "ROLE_RANK": str(rank),
+        "ROLE_NAME": "default",
+        "LOCAL_WORLD_SIZE": str(n),
+        "WORLD_SIZE": str(n),
+        "GROUP_WORLD_SIZE": "1",
+        "ROLE_WORLD_SIZE": str(n),
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": master_port if isinstance(master_port, str) else str(master_port),
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_RUN_ID": run_id,
+        # No agent hosts a TCPStore here: rank 0 creates it, as with env:// outside torchrun.
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+    }
+
+
+def common_env(spec: JobSpec) -> dict[str, str]:
+    """Variables every rank gets besides the contract: unbuffered output, torchrun's thread default, the user's."""
+    env = {"PYTHONUNBUFFERED": "1"}
+    if spec.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
+        # torchrun does the same: N ranks each using every core thrash a shared machine.
+        env["OMP_NUM_THREADS"] = "1"
+    env.update(spec.env_dict)
+    return env
+
+
+def describe_exit(rank: int, returncode: int) -> str:
+    """``rank 1 exited with code 3`` / ``rank 2 was killed by signal 9 (SIGKILL)``."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"rank {rank} was killed by signal {-returncode} ({name})"
+    return f"rank {rank} exited with code {returncode}"
+
+
+def exit_status(returncode: int) -> int:
+    """The shell's convention: a code as is, a signal as 128 + its number."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _check(spec: JobSpec) -> None:
+    if spec.nodes != 1:
+        raise SpecError(
+            f"--nodes={spec.nodes}: the local scheduler runs on this machine only (nodes=1)",
+            "drop --nodes and use -n/--nproc-per-node for more ranks, or pick --scheduler slurm",
+        )
+    if spec.launcher != "torchrun":
+        raise SpecError(
+            f"--launcher {spec.launcher} does not apply to the local scheduler",
+            "it starts the ranks itself with torchrun's contract; drop --launcher or pick --scheduler slurm",
+        )
+
+
+def worker_argv(spec: JobSpec) -> list[str]:
+    """The command every rank runs: the entrypoint, in the container and after setup lines, if any."""
+    argv = spec.entrypoint.argv(python=default_python(spec))
+    if spec.container is not None:
+        from torchhpc.containers import wrap  # lazily: most local runs have no container
+
+        argv = wrap(
+            spec.container,
+            argv,
+            gpus=spec.gpus_per_node,
+            gpu_kind=spec.gpu_kind,
+            pass_env=[*CONTRACT, "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "TORCHHPC_*", *spec.env_dict],
+        )
+    if spec.setup:
+        # Setup lines (module load ...) are shell; run them, then exec the rank's command.
+        script = "\n".join([*spec.setup, 'exec "$@"'])
+        argv = ["bash", "-c", script, "torchhpc-local", *argv]
+    return list(argv)
+
+
+def _script(spec: JobSpec, argv: Sequence[str], fixed: Mapping[str, str]) -> str:
+    """A bash equivalent of ``run``: what the dry run shows (and what would work if pasted)."""
+    n = spec.nproc_per_node
+    lines = [
+        "#!/bin/bash",
+        f"# Generated by torchhpc {__version__} (local scheduler): {n} rank(s) on this machine.",
+        "# `torchhpc run` starts these itself: each rank in its own session, its output prefixed",
+        "# [rankN]: , and when one rank fails the others are stopped (SIGTERM, then SIGKILL).",
+    ]
+    if "MASTER_PORT" in fixed:
+        port: str = fixed["MASTER_PORT"]
+    else:
+        probe = 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+        lines.append("# MASTER_PORT: a free port, found by binding port 0")
+        lines.append('MASTER_PORT="$(' + join([default_python(spec), "-c", probe]) + ')"')
+        port = Raw('"$MASTER_PORT"')
+    run_id = fixed.get("TORCHELASTIC_RUN_ID") or Raw("local-$$")
+    shared: dict[str, str] = {
+        **rank_env(spec, 0, master_addr=fixed.get("MASTER_ADDR", MASTER_ADDR), master_port=port, run_id=run_id),
+        **common_env(spec),
+    }
+    for key in PER_RANK:
+        del shared[key]
+    lines += [f"export {k}" if v == f'"${k}"' else f"export {assignment(k, v)}" for k, v in shared.items()]
+    for rank in range(n):
+        per = " ".join(f"{k}={rank}" for k in PER_RANK)
+        lines.append(f"{per} setsid {join(argv)} &")
+    lines.append("wait")
+    return "\n".join(lines) + "\n"
+
+
+class LocalScheduler(Scheduler):
+    """Runs the job in the foreground on this machine, like torchrun --standalone."""
+
+    name = "local"
+    submit_command = ""
+    OPTIONS: ClassVar[dict[str, str]] = {
+        "master_port": "fixed MASTER_PORT instead of a free one (or --env MASTER_PORT=...)",
+        "grace": "seconds between SIGTERM and SIGKILL when stopping ranks (default 3)",
+    }
+    grace: float = 3.0
+    poll: float = 0.02
+
+    def render(self, spec: JobSpec) -> Submission:
+        _check(spec)
+        argv = worker_argv(spec)
+        fixed = self._fixed(spec)
+        notes = [
+            f"{spec.nproc_per_node} rank(s) on this machine, each running the command above with "
+            "RANK=LOCAL_RANK=ROLE_RANK=0..{}".format(spec.nproc_per_node - 1),
+        ]
+        if "MASTER_PORT" not in fixed:
+            notes.append("MASTER_PORT is a free port picked by binding when the job starts")
+        return Submission(
+            scheduler=self.name,
+            spec=spec,
+            argv=tuple(argv),
+            script=_script(spec, argv, fixed),
+            script_path=None,
+            notes=tuple(notes),
+        )
+
+    def schedule(self, submission: Submission) -> str:
+        """Run in the foreground (there is no queue here); the run id is the job id."""
+        run_id = self._fixed(submission.spec).get("TORCHELASTIC_RUN_ID") or new_run_id()
+        self.run(submission, run_id=run_id)
+        return run_id
+
+    def run(
+        self,
+        submission: Submission,
+        *,
+        rank0_only: bool = False,
+        stdout: Optional[IO[str]] = None,
+        stderr: Optional[IO[str]] = None,
+        run_id: str | None = None,
+    ) -> int:
+        """Start every rank, relay its output, stop all when one fails; 0 or :class:`JobFailed`."""
+        spec = submission.spec
+        _check(spec)
+        fixed = self._fixed(spec)
+        port = fixed.get("MASTER_PORT") or str(free_port())
+        addr = fixed.get("MASTER_ADDR", MASTER_ADDR)
+        rid = run_id or fixed.get("TORCHELASTIC_RUN_ID") or new_run_id()
+        base = {k: v for k, v in os.environ.items() if k not in STALE}
+        base.update(common_env(spec))
+        envs = [
+            {**base, **rank_env(spec, r, master_addr=addr, master_port=port, run_id=rid)}
+            for r in range(spec.nproc_per_node)
+        ]
+        grace = float(spec.option("grace") or self.grace)
+        job = _Job(
+            list(submission.argv),
+            envs,
+            stdout=stdout or sys.stdout,
+            stderr=stderr or sys.stderr,
+            rank0_only=rank0_only,
+            grace=grace,
+            poll=self.poll,
+        )
+        return job.run()
+
+    @staticmethod
+    def _fixed(spec: JobSpec) -> dict[str, str]:
+        """Rendezvous values the user pinned (option or --env) rather than ones we pick."""
+        env = spec.env_dict
+        fixed = {k: env[k] for k in ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID") if env.get(k)}
+        port = spec.option("master_port")
+        if port:
+            fixed["MASTER_PORT"] = port
+        if "MASTER_PORT" in fixed and not fixed["MASTER_PORT"].isdigit():
+            raise SpecError(
+                f"MASTER_PORT {fixed['MASTER_PORT']!r} (from --env or -o master_port) is not a port number",
+                "give a number such as 29500, or leave it out to get a free port",
+            )
+        return fixed
+
+
+class _Stop(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _Job:
+    """One foreground run: the processes, their output pumps, their waiters, and teardown.
+
+    A waiter thread per rank blocks in ``wait()`` and queues ``(rank, code)`` the
+    moment the rank ends, so the first failure is the first to *happen*, not
+    the lowest rank found by a later poll (a rank that dies takes its peers'
+    connections down with it a few milliseconds later).
+    """
+
+    TAIL = 20  # lines of a hidden rank's output kept to show when it fails
+
+    def __init__(
+        self,
+        argv: list[str],
+        envs: list[dict[str, str]],
+        *,
+        stdout: IO[str],
+        stderr: IO[str],
+        rank0_only: bool,
+        grace: float,
+        poll: float,
+    ) -> None:
+        self.argv = argv
+        self.envs = envs
+        self.out = stdout
+        self.err = stderr
+        self.rank0_only = rank0_only
+        self.grace = grace
+        self.poll = poll
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.codes: list[Optional[int]] = [None] * len(envs)
+        self.ended: queue.Queue[tuple[int, int]] = queue.Queue()
+        self.threads: list[threading.Thread] = []
+        self.lock = threading.Lock()
+        self.tails: list[collections.deque[str]] = [collections.deque(maxlen=self.TAIL) for _ in envs]
+        self.signal: int | None = None
+
+    # -- threads --------------------------------------------------------
+    def _pump(self, rank: int, pipe: IO[bytes], stream: IO[str]) -> None:
+        prefix = PREFIX.format(rank=rank)
+        show = rank == 0 or not self.rank0_only
+        for raw in iter(pipe.readline, b""):
+            line = prefix + raw.decode("utf-8", "replace").rstrip("\r\n") + "\n"
+            if not show:
+                self.tails[rank].append(line)
+                continue
+            with self.lock:
+                try:
+                    stream.write(line)
+                    stream.flush()
+                except (BrokenPipeError, ValueError):
+                    show = False  # our reader went away; keep draining so the rank never blocks
+        pipe.close()
+
+    def _wait(self, rank: int, proc: subprocess.Popen[bytes]) -> None:
+        rc = proc.wait()
+        self.codes[rank] = rc
+        self.ended.put((rank, rc))
+
+    def _thread(self, target: object, *args: object) -> None:
+        t = threading.Thread(target=target, args=args, daemon=True)  # type: ignore[arg-type]
+        t.start()
+        self.threads.append(t)
+
+    # -- lifecycle ------------------------------------------------------
+    def run(self) -> int:
+        handlers = self._install_handlers()
+        failed: tuple[int, int] | None = None
+        stopped = 0
+        try:
+            try:
+                self._start()
+                failed = self._watch()
+            except _Stop as stop:
+                stopped = self._teardown()
+                name = signal.Signals(stop.signum).name
+                raise JobFailed(
+                    f"interrupted by {name}; stopped {stopped} running rank(s) of {len(self.envs)}",
+                    returncode=128 + stop.signum,
+                ) from None
+            if failed is not None:
+                stopped = self._teardown()
+        finally:
+            self._teardown()
+            self._sweep()
+            self._restore_handlers(handlers)
+            for t in self.threads:
+                t.join(timeout=2.0)
+        if failed is None:
+            return 0
+        rank, rc = failed
+        self._show_tail(rank)
+        others = len(self.envs) - 1
+        if stopped == others and others:
+            what = f"stopped the other {others} rank{'s' if others > 1 else ''}"
+        elif stopped:
+            what = f"stopped {stopped} other rank{'s' if stopped > 1 else ''} still running"
+        else:
+            what = "no other rank was running"
+        hidden = self.rank0_only and rank != 0
+        raise JobFailed(
+            f"{describe_exit(rank, rc)}; {what}",
+            hint=(
+                f"its last lines are above, prefixed [rank{rank}]:"
+                if hidden
+                else f"look for its traceback above, prefixed [rank{rank}]:"
+            ),
+            returncode=exit_status(rc),
+        )
+
+    def _start(self) -> None:
+        for rank, env in enumerate(self.envs):
+            if self.signal is not None:
+                raise _Stop(self.signal)
+            try:
+                proc = subprocess.Popen(
+                    self.argv,
+                    env=env,
+                    stdin=None if rank == 0 else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,  # a group per rank: killpg reaches its children too
+                )
+            except FileNotFoundError:
+                raise CommandNotFound(
+                    self.argv, "check the program name and PATH (or give a script ending in .py)"
+                ) from None
+            except OSError as e:
+                raise JobFailed(f"cannot start rank {rank}: `{join(self.argv)}`: {e.strerror}") from None
+            self.procs.append(proc)
+            self._thread(self._pump, rank, proc.stdout, self.out)
+            self._thread(self._pump, rank, proc.stderr, self.err)
+            self._thread(self._wait, rank, proc)
+
+    def _watch(self) -> tuple[int, int] | None:
+        """Wait for every rank; the first non-zero exit ends the job."""
+        remaining = len(self.procs)
+        while remaining:
+            if self.signal is not None:
+                raise _Stop(self.signal)
+            try:
+                rank, rc = self.ended.get(timeout=self.poll)
+            except queue.Empty:
+                continue
+            remaining -= 1
+            if rc != 0:
+                return rank, rc
+        return None
+
+    def _running(self) -> list[int]:
+        return [r for r in range(len(self.procs)) if self.codes[r] is None]
+
+    def _teardown(self) -> int:
+        """SIGTERM every running rank's group, SIGKILL after the grace period; how many were running."""
+        alive = self._running()
+        for r in alive:
+            _killpg(self.procs[r].pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace
+        while self._running() and time.monotonic() < deadline:
+            time.sleep(self.poll)
+        for r in self._running():
+            _killpg(self.procs[r].pid, signal.SIGKILL)
+        deadline = time.monotonic() + self.grace
+        while self._running() and time.monotonic() < deadline:
+            time.sleep(self.poll)
+        return len(alive)
+
+    def _sweep(self) -> None:
+        """Kill what a rank left behind in its group: a job's processes end with the job."""
+        for p in self.procs:
+            _killpg(p.pid, signal.SIGKILL)
+
+    def _show_tail(self, rank: int) -> None:
+        if not self.rank0_only or rank == 0 or not self.tails[rank]:
+            return
+        with self.lock:
+            try:
+                self.err.write("".join(self.tails[rank]))
+                self.err.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+
+    # -- signals --------------------------------------------------------
+    def _install_handlers(self) -> dict[int, object]:
+        """Ctrl-C / SIGTERM / SIGHUP stop every rank: they are in their own sessions, so the
+        terminal's SIGINT does not reach them. Only the main thread may set handlers."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def on_signal(signum: int, frame: object) -> None:
+            self.signal = signum
+
+        old: dict[int, object] = {}
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            old[sig] = signal.signal(sig, on_signal)
+        return old
+
+    @staticmethod
+    def _restore_handlers(old: dict[int, object]) -> None:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
