@@ -1,0 +1,370 @@
+"""The PBS backend (PBS Pro / OpenPBS, and Torque-style sites): a ``#PBS`` script, ``qsub``, ``qstat``.
+
+The launch follows the UBC Sockeye guide (seed 003): on PBS, ``mpirun + python``
+started once on the first node is the way that works; each MPI process is one
+rank. ``--oversubscribe`` because PBS gives OpenMPI one slot per ``mpiprocs``
+(one per chunk by default) and a GPU rank is not a CPU slot; ``--bind-to none``
+because PyTorch runs its own thread pools; ``-x`` forwards the rendezvous
+variables, which ``mpirun`` does not do by itself. The per-task shim maps
+``OMPI_COMM_WORLD_*`` to torch's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``.
+
+``--launcher torchrun`` is the alternative: one torchrun per node, started with
+``pbsdsh`` (PBS's own task spawner, no ssh) or with ``mpirun`` one per node.
+
+MASTER_ADDR is the first host of ``$PBS_NODEFILE`` (deduplicated, order kept:
+PBS lists a host once per MPI slot), MASTER_PORT is ``10000 + N % 20000`` with N
+the digits of ``$PBS_JOBID`` -- every rank computes the same value unaided.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import ClassVar
+
+from torchhpc.core.shell import Raw, directive, join, quote
+from torchhpc.core.spec import JobSpec
+from torchhpc.core.units import parse_size
+from torchhpc.errors import CommandError, QuotingError, SchedulerError, SpecError
+from torchhpc.launchers import SHIM_VAR, TASK_SHIM, mpirun_argv, task_argv, torchrun_argv
+from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
+from torchhpc.schedulers.pbs_parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
+from torchhpc.schedulers.script import default_python, env_block, header_lines, load_record, save_record
+
+__all__ = ["PORT_EXPR", "PBSScheduler", "job_name", "pbs_size", "pbs_walltime"]
+
+# Same derivation as the Slurm backend, from the numeric part of the PBS job id.
+PORT_EXPR = "$(( 10000 + 10#${_jobnum:-0} % 20000 ))"
+RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT")
+_TRUE = ("1", "true", "yes", "on")
+# qsub -N: PBS Pro allows up to 236 printable non-space characters, first one alphabetic.
+_BAD_NAME = re.compile(r"[^A-Za-z0-9_.+-]")
+
+
+def pbs_size(text: str, source: str = "--mem") -> str:
+    """``16G`` -> ``16gb``: PBS sizes are lowercase ``kb/mb/gb/tb`` with binary multiples."""
+    n = parse_size(text, source)
+    for unit, f in (("tb", 1024**4), ("gb", 1024**3), ("mb", 1024**2), ("kb", 1024)):
+        if n >= f and n % f == 0:
+            return f"{n // f}{unit}"
+    return f"{n}b"
+
+
+def pbs_walltime(seconds: int) -> str:
+    """PBS walltime is ``HH:MM:SS`` with hours past 24 (no ``D-`` prefix as Slurm has)."""
+    return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def _word(value: str, key: str) -> str:
+    """A directive value PBS takes as one word (queue, account, resources): no spaces, quotes or ``#``."""
+    if not value or re.search(r"[\s\"'#\\]", value):
+        raise QuotingError(
+            f"PBS option {key}={value!r} cannot be written in a #PBS line",
+            "PBS queue, account and resource values are single words without spaces, quotes or '#'",
+        )
+    return value
+
+
+def job_name(name: str) -> str:
+    """A name qsub accepts: unsafe characters become ``_``, first character a letter."""
+    safe = _BAD_NAME.sub("_", name)[:236]
+    return safe if safe[:1].isalpha() else ("j" + safe)[:236]
+
+
+class PBSScheduler(Scheduler):
+    name = "pbs"
+    submit_command = "qsub"
+    OPTIONS: ClassVar[dict[str, str]] = {
+        "queue": "queue to submit to (#PBS -q)",
+        "account": "project/allocation to charge (#PBS -A), e.g. st-alice-1-gpu on Sockeye",
+        "select_style": "'pro' (default: -l select=N:ncpus=..:ngpus=..) or 'torque' (-l nodes=N:ppn=P)",
+        "place": "PBS Pro chunk placement (#PBS -l place=), default 'scatter' (one chunk per host)",
+        "select_extra": "extra chunk resources appended to select, e.g. 'gpu_mem=32gb'",
+        "mail": "e-mail address for job mail (#PBS -M)",
+        "mail_events": "when to mail (#PBS -m), default 'abe' when mail is set",
+        "per_node": "how torchrun is started once per node: 'pbsdsh' (default) or 'mpirun'",
+        "mca": "OpenMPI MCA settings, comma separated, default 'pml=ob1,btl=^openib' (the seed's)",
+        "oversubscribe": "'1' (default) adds mpirun --oversubscribe; '0' drops it",
+        "max_restarts": "torchrun --max-restarts (default 0: fail fast)",
+    }
+
+    # rendering -----------------------------------------------------------
+    def _check_options(self, spec: JobSpec) -> dict[str, str]:
+        opts = spec.options_dict
+        unknown = sorted(set(opts) - set(self.OPTIONS))
+        if unknown:
+            raise SpecError(
+                f"unknown pbs option(s) {', '.join(unknown)} (from --opt)",
+                f"valid: {', '.join(self.OPTIONS)}; `torchhpc options pbs` describes them",
+            )
+        style = opts.get("select_style", "pro")
+        if style not in ("pro", "torque"):
+            raise SpecError(f"select_style={style!r} (from --opt) is not 'pro' or 'torque'")
+        per_node = opts.get("per_node", "pbsdsh")
+        if per_node not in ("pbsdsh", "mpirun"):
+            raise SpecError(f"per_node={per_node!r} (from --opt) is not 'pbsdsh' or 'mpirun'")
+        if spec.launcher == "srun":
+            raise SpecError(
+                "--launcher srun needs Slurm; this job is for --scheduler pbs",
+                "use --launcher mpirun (the Sockeye way) or --launcher torchrun",
+            )
+        return opts
+
+    def _procs_per_chunk(self, spec: JobSpec) -> int:
+        """MPI slots per node: one per rank for mpirun, one per node for torchrun."""
+        return spec.expected_tasks_per_node()
+
+    def directives(self, spec: JobSpec) -> list[str]:
+        """The ``#PBS`` lines, each through :func:`~torchhpc.core.shell.directive`."""
+        opts = self._check_options(spec)
+        ncpus = (spec.cpus_per_task or 1) * spec.nproc_per_node
+        if spec.cpus_per_gpu and spec.gpus_per_node:
+            ncpus = max(ncpus, spec.cpus_per_gpu * spec.gpus_per_node)
+        lines = [directive("#PBS", "-N", job_name(spec.name))]
+        if opts.get("select_style", "pro") == "torque":
+            res = f"nodes={spec.nodes}:ppn={ncpus}"
+            if spec.gpus_per_node:
+                res += f":gpus={spec.gpus_per_node}"
+            lines.append(directive("#PBS", "-l", res))
+            if spec.mem:
+                total = parse_size(spec.mem, "--mem") * spec.nodes
+                lines.append(directive("#PBS", "-l", f"mem={pbs_size(str(total))}"))
+        else:
+            chunk = [str(spec.nodes), f"ncpus={ncpus}", f"mpiprocs={self._procs_per_chunk(spec)}"]
+            if spec.gpus_per_node:
+                chunk.append(f"ngpus={spec.gpus_per_node}")
+            if spec.mem:
+                chunk.append(f"mem={pbs_size(spec.mem)}")
+            if opts.get("select_extra"):
+                chunk.append(_word(opts["select_extra"], "select_extra"))
+            lines.append(directive("#PBS", "-l", "select=" + ":".join(chunk)))
+            lines.append(directive("#PBS", "-l", "place=" + _word(opts.get("place", "scatter"), "place")))
+        if spec.time_seconds:
+            lines.append(directive("#PBS", "-l", f"walltime={pbs_walltime(spec.time_seconds)}"))
+        for key, flag in (("account", "-A"), ("queue", "-q")):
+            if opts.get(key):
+                lines.append(directive("#PBS", flag, _word(opts[key], key)))
+        out_dir = os.path.abspath(spec.output_dir)
+        if re.search(r"[\s\"'#\\,:]", out_dir):
+            raise QuotingError(
+                f"--output-dir {out_dir!r} cannot be a PBS -o path",
+                "PBS output paths cannot contain spaces, quotes, ',', ':' or '#'; choose another directory",
+            )
+        # A directory: PBS names the file JOBNAME.oSEQ inside it; stderr joined into it.
+        lines.append(directive("#PBS", "-o", out_dir + "/"))
+        lines.append(directive("#PBS", "-j", "oe"))
+        if opts.get("mail"):
+            lines.append(directive("#PBS", "-M", _word(opts["mail"], "mail")))
+            lines.append(directive("#PBS", "-m", _word(opts.get("mail_events", "abe"), "mail_events")))
+        return lines
+
+    def _mpirun_extra(self, spec: JobSpec) -> list[str]:
+        extra: list[str] = []
+        if (spec.option("oversubscribe", "1") or "1").lower() in _TRUE:
+            extra.append("--oversubscribe")
+        for item in (spec.option("mca", "pml=ob1,btl=^openib") or "").split(","):
+            if not item.strip():
+                continue
+            key, sep, value = item.strip().partition("=")
+            if not sep or not key:
+                raise SpecError(f"mca item {item!r} (from --opt mca=...) is not NAME=VALUE")
+            extra += ["-mca", key, value]
+        return extra
+
+    def launch_lines(self, spec: JobSpec) -> list[str]:
+        python = default_python(spec)
+        exports = [*RENDEZVOUS_VARS, "PATH", *spec.env_dict]
+        if spec.launcher == "mpirun":
+            mpi = mpirun_argv(
+                str(spec.world_size),
+                spec.nproc_per_node,
+                export=exports,
+                hostfile=Raw('"$PBS_NODEFILE"'),
+                extra=[*self._mpirun_extra(spec), "--tag-output"],
+            )
+            rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'))
+            return [join([*mpi, *rank_cmd])]
+        cmd = torchrun_argv(
+            spec,
+            python,
+            nnodes=Raw('"$NNODES"'),
+            rdzv_id=Raw('"$_jobnum"'),
+            endpoint=Raw('"$MASTER_ADDR:$MASTER_PORT"'),
+            extra=["--tee", "3"],
+        )
+        if spec.option("per_node", "pbsdsh") == "mpirun":
+            mpi = mpirun_argv(
+                Raw('"$NNODES"'), 1, export=exports, hostfile=Raw('"$PBS_NODEFILE"'),
+                extra=[*self._mpirun_extra(spec), "--tag-output"],
+            )
+            return [join([*mpi, *cmd])]
+        # pbsdsh starts tasks with the MOM's environment, in $HOME: carry ours explicitly.
+        torque = spec.option("select_style", "pro") == "torque"
+        env_words = [Raw(f'{n}="${n}"') for n in exports]
+        pbsdsh = ["pbsdsh", *(["-u"] if torque else []), "--", "env", "-C", Raw('"$PWD"'), *env_words]
+        return [join([*pbsdsh, *cmd])]
+
+    def render_script(self, spec: JobSpec) -> str:
+        lines = header_lines("#!/bin/bash", "qsub <this file>  (or: torchhpc run --scheduler pbs ...)")
+        lines += self.directives(spec)
+        lines += [
+            "",
+            "set -euo pipefail",
+            ': "${PBS_NODEFILE:?not inside a PBS job: submit this script with qsub}"',
+            "# PBS starts the script in $HOME; run where qsub was called, like sbatch does.",
+            'cd "${PBS_O_WORKDIR:-.}"',
+        ]
+        lines += env_block(spec)
+        lines += [
+            "",
+            "# Rendezvous: the first host of $PBS_NODEFILE (listed once per MPI slot: deduplicate,",
+            "# keep the order) as an IPv4 address, and a port derived from the job id's digits.",
+            "mapfile -t _hosts < <(awk '!seen[$0]++' \"$PBS_NODEFILE\")",
+            "NNODES=${#_hosts[@]}",
+            "MASTER_HOST=${_hosts[0]}",
+            "# (|| true: under pipefail an unresolvable name must fall back to the name, not end the job)",
+            'MASTER_ADDR="${MASTER_ADDR:-$(getent ahostsv4 "$MASTER_HOST" | awk \'NR==1{print $1}\' || true)}"',
+            'MASTER_ADDR="${MASTER_ADDR:-$MASTER_HOST}"',
+            '_jobnum="${PBS_JOBID%%[!0-9]*}"',
+            f'MASTER_PORT="${{MASTER_PORT:-{PORT_EXPR}}}"',
+            "export MASTER_ADDR MASTER_PORT NNODES",
+            'echo "torchhpc: job $PBS_JOBID on ${_hosts[*]}, master $MASTER_ADDR:$MASTER_PORT, '
+            f'launcher {spec.launcher}, {spec.nodes}x{spec.nproc_per_node} ranks"',
+            f'if [ "$NNODES" -ne {spec.nodes} ]; then',
+            f'  echo "torchhpc: expected {spec.nodes} hosts in $PBS_NODEFILE, found $NNODES" >&2',
+            "fi",
+            "",
+        ]
+        if spec.launcher == "mpirun":
+            lines += [
+                "# Per-task shim: maps OMPI_COMM_WORLD_* to RANK, WORLD_SIZE, LOCAL_RANK, ... then execs.",
+                f"{SHIM_VAR}={quote(TASK_SHIM)}",
+                "",
+            ]
+        lines += self.launch_lines(spec)
+        return "\n".join(lines) + "\n"
+
+    def render(self, spec: JobSpec) -> Submission:
+        if spec.container is not None:
+            raise SpecError(
+                "--container is not supported by the pbs scheduler yet",
+                "run the container from your entry command (e.g. -- apptainer exec IMAGE python train.py)",
+            )
+        script = self.render_script(spec)
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name)[:60] or "job"
+        path = os.path.join(os.path.abspath(spec.output_dir), f"{safe}.pbs")
+        return Submission(
+            scheduler=self.name,
+            spec=spec,
+            argv=("qsub", path),
+            script=script,
+            script_path=path,
+            files=((path, script),),
+        )
+
+    # talking to PBS ---------------------------------------------------------
+    def schedule(self, submission: Submission) -> str:
+        for path, content in submission.files:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            with open(path, "w") as f:
+                f.write(content)
+        # PBS_O_WORKDIR is qsub's working directory: the script cd's there, as sbatch jobs start there.
+        done = self.runner.run(
+            list(submission.argv), hint="is this a PBS login node? `qstat -B` should answer"
+        )
+        job_id = done.stdout.strip().splitlines()[-1].strip() if done.stdout.strip() else ""
+        if not re.match(r"^\d+(\[\d*\])?(\.\S+)?$", job_id):
+            raise SchedulerError(f"qsub printed {done.stdout.strip()!r}, not a job id")
+        spec = submission.spec
+        save_record(
+            self.name,
+            job_id,
+            name=job_name(spec.name),
+            output_dir=os.path.abspath(spec.output_dir),
+            launcher=spec.launcher,
+            nproc_per_node=spec.nproc_per_node,
+            script=submission.script_path,
+        )
+        return job_id
+
+    def _qstat(self, job_id: str) -> dict[str, dict[str, str]]:
+        """``qstat -x -f -F json`` (PBS Pro, finished jobs included); plain ``qstat -f`` elsewhere."""
+        try:
+            done = self.runner.run(["qstat", "-x", "-f", "-F", "json", job_id], timeout=30)
+            return parse_qstat_json(done.stdout)
+        except CommandError as e:
+            if _unknown_job(e):
+                raise self._unknown(job_id) from None
+            # Torque and old PBS have neither -x nor -F json: fall back to the plain listing.
+        try:
+            done = self.runner.run(["qstat", "-f", job_id], timeout=30)
+        except CommandError as e:
+            if _unknown_job(e):
+                raise self._unknown(job_id) from None
+            raise
+        return parse_qstat_full(done.stdout)
+
+    def _unknown(self, job_id: str) -> SchedulerError:
+        return SchedulerError(
+            f"pbs job {job_id} is unknown to qstat",
+            "finished jobs are kept only while the server's job_history_enable/keep_completed allows; "
+            "check the job id and the output file",
+        )
+
+    def status(self, job_id: str) -> JobStatus:
+        found = find_job(self._qstat(job_id), job_id)
+        if found is None:
+            raise self._unknown(job_id)
+        return status_from_attrs(*found)
+
+    def cancel(self, job_id: str) -> None:
+        # -W force would skip the epilogue; plain qdel lets PBS clean up the nodes.
+        self.runner.run(["qdel", job_id])
+
+    def log_paths(self, job_id: str) -> list[str]:
+        rec = load_record(self.name, job_id)
+        seq = job_id.split(".")[0]
+        if rec.get("output_dir"):
+            return [os.path.join(str(rec["output_dir"]), f"{rec.get('name', '')}.o{seq}")]
+        try:
+            found = find_job(self._qstat(job_id), job_id)
+        except (CommandError, SchedulerError):
+            return []
+        if found is None:
+            return []
+        path = found[1].get("Output_Path", "")
+        path = path.split(":", 1)[1] if ":" in path else path  # host:/path
+        if path.endswith("/"):
+            path += f"{found[1].get('Job_Name', '')}.o{seq}"
+        return [path] if path else []
+
+    def logs(self, job_id: str, rank: int | None = None) -> str:
+        paths = self.log_paths(job_id)
+        if not paths:
+            raise SchedulerError(
+                f"no log file known for pbs job {job_id}",
+                "PBS copies the output file back when the job ends; look in the job's -o directory",
+            )
+        try:
+            with open(paths[0], errors="replace") as f:
+                text = f.read()
+        except FileNotFoundError:
+            return ""
+        if rank is None:
+            return text
+        pat = re.compile(rf"^\[\d+,{rank}\]<std(?:out|err)>:")
+        return "".join(line for line in text.splitlines(keepends=True) if pat.match(line))
+
+    def list_jobs(self) -> list[JobStatus]:
+        user = os.environ.get("USER", "")
+        try:
+            done = self.runner.run(["qstat", "-f", "-F", "json", *(["-u", user] if user else [])], timeout=30)
+            jobs = parse_qstat_json(done.stdout)
+        except CommandError:
+            jobs = parse_qstat_full(self.runner.run(["qstat", "-f"], timeout=30).stdout)
+        return [status_from_attrs(jid, attrs) for jid, attrs in jobs.items()]
+
+
+def _unknown_job(e: CommandError) -> bool:
+    text = f"{e.stderr}\n{e.stdout}"
+    return "Unknown Job Id" in text or "Job has finished" in text
