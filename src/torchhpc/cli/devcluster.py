@@ -1,0 +1,186 @@
+"""``torchhpc devcluster``: a real multi-node Slurm cluster on this Linux box.
+
+Thin layer over :mod:`torchhpc.devcluster`: parse, call, print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from torchhpc.cli.common import add_subparser, eprint
+from torchhpc.core.shell import export_lines, join
+from torchhpc.errors import DevClusterError, UsageError
+
+DESCRIPTION = """\
+A real Slurm cluster in network namespaces on this machine (Linux, root):
+one namespace per node (node1..nodeN, 4 CPUs each, partition `debug`) plus one
+for the controller, munged, slurmctld, one slurmd per node and, with
+--accounting, MariaDB + slurmdbd so `sacct` works. Nodes share this machine's
+filesystem, so jobs can run this checkout's .venv/bin/python.
+
+  torchhpc devcluster up --nodes 3 --accounting
+  torchhpc devcluster exec -- sinfo
+  eval "$(torchhpc devcluster env)"; sbatch job.sh
+  torchhpc devcluster shell node1
+  torchhpc devcluster down
+
+State directory: --state-dir > $TORCHHPC_DEVCLUSTER_DIR > /var/tmp/torchhpc-devcluster.
+"""
+
+
+def register(sub: Any) -> None:
+    p = add_subparser(
+        sub, "devcluster", "run a real multi-node Slurm dev cluster on this machine", DESCRIPTION
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--state-dir",
+        default=None,
+        help="where the cluster lives (default: $TORCHHPC_DEVCLUSTER_DIR or /var/tmp/torchhpc-devcluster)",
+    )
+    actions = p.add_subparsers(dest="devcluster_action", metavar="ACTION")
+    p.set_defaults(func=lambda _a: _usage(p))
+
+    up = actions.add_parser(
+        "up", parents=[common], help="bring the cluster up (installs missing Debian packages)",
+        description="Create the namespaces, write slurm.conf, start the daemons and wait until every node is idle.",
+    )  # fmt: skip
+    up.add_argument("--nodes", type=int, default=3, help="number of compute nodes (default 3)")
+    up.add_argument("--accounting", action="store_true", help="also run MariaDB + slurmdbd so sacct works")
+    up.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds to wait for each daemon (default 120)"
+    )
+    up.set_defaults(func=cmd_up)
+
+    st = actions.add_parser("status", parents=[common], help="daemons and node states")
+    st.add_argument("--json", action="store_true", help="print the status as JSON")
+    st.set_defaults(func=cmd_status)
+
+    ex = actions.add_parser(
+        "exec", parents=[common], help="run a command with the cluster's client env (SLURM_CONF, PATH, OMPI_*)",
+        description="Run CMD on the login side: `torchhpc devcluster exec -- sbatch job.sh`.",
+    )  # fmt: skip
+    ex.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, after `--`")
+    ex.set_defaults(func=cmd_exec)
+
+    env = actions.add_parser(
+        "env", parents=[common], help="print export lines for the client env: eval \"$(torchhpc devcluster env)\"",
+    )  # fmt: skip
+    env.set_defaults(func=cmd_env)
+
+    sh = actions.add_parser(
+        "shell", parents=[common], help="interactive shell on a node (its network, hostname and /etc/hosts)"
+    )
+    sh.add_argument("node", help="node1..nodeN, or ctl for the controller")
+    sh.set_defaults(func=cmd_shell)
+
+    dn = actions.add_parser("down", parents=[common], help="stop exactly what `up` started; idempotent")
+    dn.set_defaults(func=cmd_down)
+
+
+def _usage(p: argparse.ArgumentParser) -> int:
+    p.print_help()
+    return 2
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from torchhpc import devcluster
+
+    state = devcluster.up(
+        nodes=args.nodes,
+        accounting=args.accounting,
+        state_dir=args.state_dir,
+        progress=lambda msg: eprint(f"devcluster: {msg}"),
+        timeout=args.timeout,
+    )
+    sd = [] if args.state_dir is None else ["--state-dir", state.state_dir]
+    nodes = state.nodes
+    print(
+        f"Dev cluster up in {state.up_seconds:.1f} s: {len(nodes)} nodes ({nodes[0]}..{nodes[-1]}, 4 CPUs each), "
+        f"partition {devcluster.PARTITION}, accounting {'on' if state.accounting else 'off'}."
+    )
+    print(f"  run a client:     {join(['torchhpc', 'devcluster', 'exec', *sd, '--', 'sinfo'])}")
+    print(f'  in this shell:    eval "$({join(["torchhpc", "devcluster", "env", *sd])})"; sbatch job.sh')
+    print(f"  on a node:        {join(['torchhpc', 'devcluster', 'shell', *sd, nodes[0]])}")
+    print(f"  stop it:          {join(['torchhpc', 'devcluster', 'down', *sd])}")
+    print(f"  slurm.conf:       {state.slurm_conf}   (logs in {os.path.join(state.state_dir, 'log')})")
+    return 0
+
+
+def _need_state(state_dir: str | None) -> Any:
+    from torchhpc import devcluster
+
+    state = devcluster.load_state(state_dir)
+    if state is None:
+        where = devcluster.default_state_dir(state_dir)
+        raise DevClusterError(
+            f"no healthy dev cluster is up in {where}",
+            "start one with `torchhpc devcluster up --nodes 3 --accounting` "
+            "(or `torchhpc devcluster down` first if one half-died)",
+        )
+    return state
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from torchhpc import devcluster
+
+    info = devcluster.status(args.state_dir)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0 if info.get("healthy") else 1
+    if not info["up"]:
+        print(f"No dev cluster in {info['state_dir']}.")
+        return 1
+    health = "healthy" if info["healthy"] else "NOT healthy (a daemon died; run `torchhpc devcluster down`)"
+    print(f"Dev cluster in {info['state_dir']}: {health}; accounting {'on' if info['accounting'] else 'off'}")
+    print(
+        f"  controller {info['controller']['name']} {info['controller']['ip']}  SLURM_CONF={info['slurm_conf']}"
+    )
+    for n in info["nodes"]:
+        print(f"  {n['name']:<8} {n['ip']:<15} {n['state']}")
+    dead = [d["name"] for d in info["daemons"] if not d["alive"]]
+    print(f"  daemons: {len(info['daemons']) - len(dead)}/{len(info['daemons'])} running" + (
+        f" (stopped: {', '.join(dead)})" if dead else ""
+    ))  # fmt: skip
+    return 0 if info["healthy"] else 1
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    from torchhpc import devcluster
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("devcluster exec needs a command", "e.g. `torchhpc devcluster exec -- sinfo`")
+    return devcluster.run_client(_need_state(args.state_dir), cmd)
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    state = _need_state(args.state_dir)
+    env = state.client_env()
+    keys = ["PATH", "SLURM_CONF", *sorted(k for k in env if k.startswith("OMPI_"))]
+    for line in export_lines({k: env[k] for k in keys}):
+        print(line)
+    return 0
+
+
+def cmd_shell(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from torchhpc import devcluster
+
+    state = _need_state(args.state_dir)
+    argv = devcluster.shell_argv(state, args.node)
+    # Interactive: the terminal is passed through, so not the capturing Runner.
+    return subprocess.call(argv, env=state.client_env())
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from torchhpc import devcluster
+
+    devcluster.down(args.state_dir, progress=lambda msg: eprint(f"devcluster: {msg}"))
+    return 0

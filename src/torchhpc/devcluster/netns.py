@@ -1,0 +1,94 @@
+"""Network namespaces of the dev cluster: one for the controller (holding a
+bridge) and one per node, wired with veth pairs.
+
+Each veth is created inside the controller namespace with its peer created
+directly in the node namespace, so the host's own network namespace is never
+touched: no interface, route or address appears there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from torchhpc.core.proc import Runner
+from torchhpc.core.shell import join
+from torchhpc.devcluster.config import BRIDGE, CONTROLLER, Layout
+
+__all__ = ["create", "delete", "existing", "in_namespace", "netns_path"]
+
+NETNS_DIR = "/run/netns"
+
+
+def netns_path(name: str) -> str:
+    return os.path.join(NETNS_DIR, name)
+
+
+def existing(prefix: str, runner: Runner) -> list[str]:
+    """Namespaces that belong to the cluster with this prefix (``PREFIX-ctl``, ``PREFIX-nodeN``).
+
+    The pattern is exact so that a cluster with a longer, hashed prefix beside
+    the default one is never matched.
+    """
+    out = runner.run(["ip", "netns", "list"], timeout=10).stdout
+    pattern = re.compile(rf"^{re.escape(prefix)}-({CONTROLLER}|node\d+)$")
+    names = [line.split()[0] for line in out.splitlines() if line.strip()]
+    return [n for n in names if pattern.match(n)]
+
+
+def create(layout: Layout, runner: Runner) -> None:
+    """Namespaces, the bridge (controller address on it) and one veth per node."""
+    ctl = layout.controller_netns
+    ip = ["ip"]
+    runner.run([*ip, "netns", "add", ctl], timeout=10)
+    runner.run([*ip, "-n", ctl, "link", "set", "lo", "up"], timeout=10)
+    runner.run([*ip, "-n", ctl, "link", "add", BRIDGE, "type", "bridge"], timeout=10)
+    runner.run(
+        [*ip, "-n", ctl, "addr", "add", f"{layout.controller_ip}/{layout.prefix_len}", "dev", BRIDGE],
+        timeout=10,
+    )
+    runner.run([*ip, "-n", ctl, "link", "set", BRIDGE, "up"], timeout=10)
+    for i, (name, addr) in enumerate(zip(layout.nodes, layout.node_ips), start=1):
+        ns = layout.node_netns(name)
+        veth = f"vn{i}"
+        runner.run([*ip, "netns", "add", ns], timeout=10)
+        runner.run(
+            [*ip, "-n", ctl, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns],
+            timeout=10,
+        )
+        runner.run([*ip, "-n", ctl, "link", "set", veth, "master", BRIDGE, "up"], timeout=10)
+        runner.run([*ip, "-n", ns, "addr", "add", f"{addr}/{layout.prefix_len}", "dev", "eth0"], timeout=10)
+        runner.run([*ip, "-n", ns, "link", "set", "eth0", "up"], timeout=10)
+        runner.run([*ip, "-n", ns, "link", "set", "lo", "up"], timeout=10)
+
+
+def delete(names: list[str], runner: Runner) -> list[str]:
+    """Delete the given namespaces (their veths go with them); missing ones are fine."""
+    deleted = []
+    for name in names:
+        done = runner.run(["ip", "netns", "delete", name], check=False, timeout=10)
+        if done.returncode == 0:
+            deleted.append(name)
+    return deleted
+
+
+def in_namespace(
+    netns: str | None, hostname: str | None, binds: dict[str, str], argv: list[str]
+) -> list[str]:
+    """argv that runs ``argv`` in a node's network namespace with its own hostname and /etc files.
+
+    ``ip netns exec`` would remount /sys, which hides /sys/fs/cgroup and kills
+    slurmd; ``nsenter --net`` + ``unshare --mount --uts`` keeps the host's
+    mounts and only adds our bind mounts (hosts, resolv.conf) in a private
+    mount namespace. Every step execs, so the PID we get is the daemon's.
+    """
+    steps = [join(["mount", "--bind", src, dst]) for src, dst in binds.items()]
+    if hostname:
+        steps.append(join(["hostname", hostname]))
+    steps.append("exec " + join(argv))
+    script = " && ".join(steps)
+    out: list[str] = []
+    if netns:
+        out += ["nsenter", "--net=" + netns_path(netns), "--"]
+    out += ["unshare", "--mount", "--uts", "--propagation", "private", "--", "sh", "-c", script]
+    return out
