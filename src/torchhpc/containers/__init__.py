@@ -1,0 +1,99 @@
+"""Run a command inside a container: argv in, argv out, one container per task.
+
+``wrap(container, argv)`` returns the command that runs ``argv`` in ``container`` with
+the container runtime named by ``container.runtime``; ``srun_options`` gives the srun
+flags that describe the container instead (pyxis); ``setup_lines`` the shell lines a
+batch script runs first (enroot import/create). Runtime modules load on first use.
+
+The launcher runs *inside* the container (its per-task shim computes ranks from
+``SLURM_*`` there), so ``pass_env`` names what must reach it: exact names and
+prefixes ending in ``*`` (``SLURM_*``, ``PMIX_*``, ``OMPI_*``).
+
+Runtime options (``ContainerSpec.options``) are listed by :func:`runtime_options`; an
+unknown one is an error that lists them. Every runtime takes ``binary`` (or
+``$TORCHHPC_<RUNTIME>_BINARY``) for a site wrapper such as seed 000's ``bsc_singularity``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from types import ModuleType
+
+from torchhpc.core.spec import RUNTIMES, ContainerSpec
+from torchhpc.errors import SpecError
+
+__all__ = [
+    "MODULES",
+    "runtime_options",
+    "sbatch_directives",
+    "setup_lines",
+    "srun_options",
+    "wrap",
+]
+
+# runtime -> module implementing it (apptainer and singularity share one, as do docker and podman)
+MODULES: dict[str, str] = {
+    "apptainer": "apptainer",
+    "singularity": "apptainer",
+    "pyxis": "pyxis",
+    "enroot": "enroot",
+    "docker": "docker",
+    "podman": "docker",
+    "charliecloud": "charliecloud",
+}
+
+
+def _module(runtime: str) -> ModuleType:
+    if runtime not in MODULES:
+        raise SpecError(f"--runtime {runtime!r} is not a container runtime", f"choose one of: {', '.join(RUNTIMES)}")
+    return importlib.import_module(f"torchhpc.containers.{MODULES[runtime]}")
+
+
+def wrap(
+    container: ContainerSpec,
+    argv: list[str],
+    *,
+    gpus: int = 0,
+    gpu_kind: str = "nvidia",
+    pass_env: Sequence[str] = (),
+) -> list[str]:
+    """The argv that runs ``argv`` inside ``container`` (unchanged for pyxis: see :func:`srun_options`).
+
+    ``gpus`` > 0 asks for the node's GPUs of ``gpu_kind`` ("nvidia" or "amd"); ``pass_env``
+    lists variable names and ``PREFIX*`` patterns that must reach the process inside.
+    """
+    out: list[str] = _module(container.runtime).wrap(
+        container, list(argv), gpus=gpus, gpu_kind=gpu_kind, pass_env=tuple(pass_env)
+    )
+    return out
+
+
+def srun_options(container: ContainerSpec) -> list[str]:
+    """srun flags that put each task in the container (pyxis); ``[]`` for other runtimes."""
+    out: list[str] = _module(container.runtime).srun_options(container)
+    return out
+
+
+def sbatch_directives(container: ContainerSpec) -> list[str]:
+    """``#SBATCH`` lines for pyxis (``#`` escaped); ``[]`` for other runtimes."""
+    if container.runtime != "pyxis":
+        return []
+    out: list[str] = _module("pyxis").sbatch_directives(container)
+    return out
+
+
+def setup_lines(container: ContainerSpec) -> list[str]:
+    """Shell lines a batch script runs before any task (enroot import/create); often ``[]``.
+
+    ``module load singularity`` and the like are site profile settings, not returned here.
+    """
+    out: list[str] = _module(container.runtime).setup_lines(container)
+    return out
+
+
+def runtime_options(runtime: str) -> dict[str, str]:
+    """The options ``runtime`` understands, name -> description (for ``torchhpc options``)."""
+    from torchhpc.containers._common import COMMON_OPTIONS
+
+    return {**COMMON_OPTIONS, **_module(runtime).OPTIONS}

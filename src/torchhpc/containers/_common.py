@@ -1,0 +1,227 @@
+"""Pieces every runtime wrapper shares: binds, env entries, options, the runtime binary.
+
+Kept apart from ``__init__`` so runtime modules import it without importing each other.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from torchhpc.core.spec import ContainerSpec
+from torchhpc.errors import ConfigError, QuotingError, SpecError
+
+# Options every runtime understands (runtime modules add their own).
+COMMON_OPTIONS: dict[str, str] = {
+    "binary": "the runtime executable (default: the runtime's name, or $TORCHHPC_<RUNTIME>_BINARY), "
+    "e.g. a site wrapper such as bsc_singularity",
+    "args": "extra arguments for the runtime's run/exec command, shell-split (e.g. '--cgroups=disabled')",
+    "mount_cwd": "bind the working directory at the same path and start there (default true; "
+    "apptainer and singularity do this themselves)",
+}
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$|^\*$")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+@dataclass(frozen=True)
+class Bind:
+    """One ``SRC[:DST[:ro]]`` bind, with DST defaulting to SRC."""
+
+    src: str
+    dst: str
+    readonly: bool = False
+
+    @classmethod
+    def parse(cls, text: str, *, absolute: bool = False) -> Bind:
+        """Parse ``--bind`` text; ``absolute`` resolves a relative SRC (docker would
+        otherwise take ``data:/data`` as a named volume)."""
+        parts = text.split(":")
+        if len(parts) > 3 or not parts[0]:
+            raise SpecError(f"--bind {text!r} is not SRC[:DST[:ro]]", "paths cannot contain ':'")
+        explicit_dst = len(parts) > 1 and bool(parts[1])
+        src = os.path.abspath(parts[0]) if absolute else parts[0]
+        dst = parts[1] if explicit_dst else src
+        mode = parts[2] if len(parts) > 2 else "rw"
+        if mode not in ("ro", "rw"):
+            raise SpecError(f"--bind {text!r}: mode {mode!r} is not ro or rw", "write SRC:DST:ro")
+        for path in (src, dst):
+            if any(c in path for c in "\n\r\0"):
+                raise QuotingError(f"--bind path {path!r} contains a newline or NUL", "rename the path")
+        if absolute and not dst.startswith("/"):
+            raise SpecError(
+                f"--bind {text!r}: the container path {dst!r} is relative",
+                "give an absolute path inside the container, e.g. SRC:/data",
+            )
+        return cls(src, dst, mode == "ro")
+
+
+def binds(container: ContainerSpec, *, absolute: bool = False) -> list[Bind]:
+    return [Bind.parse(b, absolute=absolute) for b in container.binds]
+
+
+def reject_chars(path: str, chars: str, syntax: str, source: str = "--bind") -> None:
+    """Raise a :class:`QuotingError` naming the path when ``syntax`` cannot carry it."""
+    bad = sorted({c for c in path if c in chars})
+    if bad:
+        shown = " ".join(repr(c) for c in bad)
+        raise QuotingError(
+            f"{source} path {path!r} contains {shown}, which {syntax} cannot express",
+            "rename or symlink the directory to a path without those characters",
+        )
+
+
+def env_entries(container: ContainerSpec) -> tuple[list[str], list[tuple[str, str]]]:
+    """Split ``--container-env`` into names/patterns (host value passes) and NAME=VALUE pairs."""
+    names: list[str] = []
+    pairs: list[tuple[str, str]] = []
+    for item in container.env:
+        if "=" in item:
+            k, v = item.split("=", 1)
+            if not _ENV_NAME.match(k):
+                raise SpecError(f"--container-env {item!r}: {k!r} is not a variable name")
+            pairs.append((k, v))
+        else:
+            names.append(check_pattern(item, "--container-env"))
+    return names, pairs
+
+
+def check_pattern(name: str, source: str = "pass_env") -> str:
+    """A variable name, or a prefix ending in ``*`` (``SLURM_*``)."""
+    if not _ENV_PATTERN.match(name):
+        raise SpecError(
+            f"{source} {name!r} is neither a variable name nor a PREFIX_* pattern",
+            "use NAME, NAME=VALUE or a prefix like SLURM_*",
+        )
+    return name
+
+
+def all_patterns(container: ContainerSpec, pass_env: Sequence[str]) -> list[str]:
+    """pass_env + the container's own names, in order, without duplicates."""
+    names, _ = env_entries(container)
+    out: list[str] = []
+    for n in [*(check_pattern(p) for p in pass_env), *names]:
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def options(container: ContainerSpec, allowed: Mapping[str, str]) -> dict[str, str]:
+    """The container's options as a dict; an unknown key lists the valid ones."""
+    opts = dict(container.options)
+    for key in opts:
+        if key not in allowed and key not in COMMON_OPTIONS:
+            valid = ", ".join(sorted({*allowed, *COMMON_OPTIONS}))
+            raise ConfigError(
+                f"container option {key!r} is not known to the {container.runtime} runtime",
+                f"valid options: {valid}",
+            )
+    return opts
+
+
+def flag(opts: Mapping[str, str], key: str, default: bool = False) -> bool:
+    if key not in opts:
+        return default
+    value = str(opts[key]).strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"container option {key}={opts[key]!r} is not a boolean", "use true or false")
+
+
+def split_args(opts: Mapping[str, str], key: str = "args") -> list[str]:
+    value = opts.get(key, "")
+    try:
+        return shlex.split(value)
+    except ValueError as e:
+        raise ConfigError(f"container option {key}={value!r} cannot be split: {e}") from None
+
+
+def binary(container: ContainerSpec, opts: Mapping[str, str], default: str) -> str:
+    """Option ``binary`` > ``$TORCHHPC_<RUNTIME>_BINARY`` > the runtime's own name."""
+    if opts.get("binary"):
+        return opts["binary"]
+    var = f"TORCHHPC_{container.runtime.upper()}_BINARY"
+    return os.environ.get(var) or default
+
+
+def workdir(container: ContainerSpec, opts: Mapping[str, str]) -> str | None:
+    """Where the process starts inside: the spec's workdir, else (mount_cwd) the current one."""
+    if container.workdir:
+        return container.workdir
+    if flag(opts, "mount_cwd", True):
+        return os.getcwd()
+    return None
+
+
+def cwd_bind(container: ContainerSpec, opts: Mapping[str, str], existing: Iterable[Bind]) -> Bind | None:
+    """The working directory's bind when mount_cwd is on and no bind already covers it."""
+    if not flag(opts, "mount_cwd", True):
+        return None
+    cwd = os.getcwd()
+    for b in existing:
+        if b.dst == cwd or cwd.startswith(b.dst.rstrip("/") + "/"):
+            return None
+    return Bind(cwd, cwd)
+
+
+# A tiny bash program that turns name patterns into runtime flags *at run time* (argv cannot
+# expand "SLURM_*": the job's variables exist only on the compute node). Its inputs are
+# positional parameters, never spliced into the program text.
+#   $1 mode: "flag" -> FLAG NAME for each match (docker -e NAME, enroot --env NAME)
+#            "export" -> export PREFIX$NAME=$VALUE (APPTAINERENV_NAME survives --cleanenv)
+#   $2 FLAG or PREFIX, $3 count of patterns, patterns..., $N count of leading argv words,
+#   those words, then the rest of argv; flags are inserted between the two parts.
+ENV_EXPAND = (
+    'mode=$1 arg=$2 n=$3; shift 3; pats=("${@:1:n}"); shift "$n"; m=$1; shift; '
+    'head=("${@:1:m}"); shift "$m"; flags=(); '
+    "for v in $(compgen -e); do for p in \"${pats[@]}\"; do case $v in $p) "
+    'if [ "$mode" = export ]; then export "$arg$v=${!v}"; else flags+=("$arg" "$v"); fi; break;; '
+    'esac; done; done; exec "${head[@]}" "${flags[@]}" "$@"'
+)
+
+
+def env_expand_argv(mode: str, arg: str, patterns: Sequence[str], head: Sequence[str], tail: Sequence[str]) -> list[str]:
+    """argv that runs ``head + flags(patterns) + tail`` with flags found in the live environment."""
+    return [
+        "bash", "-c", ENV_EXPAND, "torchhpc-env", mode, arg,
+        str(len(patterns)), *patterns, str(len(head)), *head, *tail,
+    ]
+
+
+def has_wildcards(patterns: Iterable[str]) -> bool:
+    return any(p.endswith("*") for p in patterns)
+
+
+def is_image_file(image: str) -> bool:
+    """A squashfs/SIF/tar path rather than a registry reference."""
+    return image.startswith(("/", "./", "../", "~")) or image.endswith(
+        (".sqsh", ".squashfs", ".sif", ".tar", ".tar.gz")
+    )
+
+
+def enroot_ref(image: str) -> str:
+    """Docker-style ``nvcr.io/nvidia/pytorch:24.03-py3`` -> enroot/pyxis ``nvcr.io#nvidia/pytorch:24.03-py3``.
+
+    Enroot separates the registry with ``#`` (``docker://[USER@][REGISTRY#]IMAGE[:TAG]``);
+    given the docker form it would look for ``nvcr.io/nvidia/pytorch`` on Docker Hub.
+    The first component is a registry when it has a dot, a port, or is ``localhost``
+    (Docker's own rule).
+    """
+    ref = image[len("docker://") :] if image.startswith("docker://") else image
+    if "#" in ref or is_image_file(image):
+        return ref
+    user = ""
+    if "@" in ref.split("/", 1)[0]:
+        user, ref = ref.split("@", 1)
+        user += "@"
+    first, _, rest = ref.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return f"{user}{first}#{rest}"
+    return user + ref

@@ -1,0 +1,99 @@
+"""Apptainer and Singularity: ``apptainer exec [--nv|--rocm] [--cleanenv] --bind … IMAGE CMD``.
+
+Neither can be installed on the development machine (Debian's ``singularity`` package
+is a game), so this rendering is golden-tested against the documented syntax
+(apptainer.org/docs/user/main/cli/apptainer_exec.html; Singularity 3.x is the same
+with ``SINGULARITYENV_`` instead of ``APPTAINERENV_``). The seeds' ``module load
+singularity`` is a site profile setting, not part of the command.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+
+from torchhpc.containers import _common as c
+from torchhpc.core.spec import ContainerSpec
+from torchhpc.errors import SpecError
+
+OPTIONS: dict[str, str] = {
+    "containall": "true: --containall (no $HOME, /tmp or cwd from the host)",
+    "writable_tmpfs": "true: --writable-tmpfs (a scratch overlay, lost at exit)",
+    "no_home": "true: --no-home (do not mount $HOME)",
+}
+
+# A reference like "nvcr.io/nvidia/pytorch:24.03-py3" or "ubuntu:22.04": no scheme,
+# a tag or digest. Apptainer would take it for a file; it means docker://.
+_DOCKER_REF = re.compile(r"^[a-z0-9][a-z0-9._-]*(?::[0-9]+)?(?:/[a-z0-9._-]+)*(?::[\w.-]+|@sha256:[0-9a-f]{64})$")
+
+
+def image_uri(image: str) -> str:
+    """SIF paths, sandboxes and URIs pass; a bare registry reference becomes ``docker://``."""
+    if "://" in image or os.path.exists(image) or image.endswith((".sif", ".simg", ".img")):
+        return image
+    if _DOCKER_REF.match(image):
+        return "docker://" + image
+    return image
+
+
+def wrap(
+    container: ContainerSpec,
+    argv: Sequence[str],
+    *,
+    gpus: int = 0,
+    gpu_kind: str = "nvidia",
+    pass_env: Sequence[str] = (),
+) -> list[str]:
+    opts = c.options(container, OPTIONS)
+    exe = c.binary(container, opts, container.runtime)
+    cmd = [exe, "exec"]
+    if gpus > 0:
+        if gpu_kind == "nvidia":
+            cmd.append("--nv")
+        elif gpu_kind == "amd":
+            cmd.append("--rocm")
+        else:
+            raise SpecError(f"GPU kind {gpu_kind!r} is not nvidia or amd", "set --gpu-kind nvidia|amd")
+    if container.cleanenv:
+        cmd.append("--cleanenv")
+    if c.flag(opts, "containall"):
+        cmd.append("--containall")
+    if c.flag(opts, "no_home"):
+        cmd.append("--no-home")
+    if c.flag(opts, "writable_tmpfs"):
+        cmd.append("--writable-tmpfs")
+    for b in c.binds(container):
+        # --bind takes a comma-separated list of src[:dest[:opts]]
+        c.reject_chars(b.src, ",:", "apptainer's --bind list")
+        c.reject_chars(b.dst, ",:", "apptainer's --bind list")
+        spec = b.src if b.src == b.dst else f"{b.src}:{b.dst}"
+        if b.readonly:
+            spec = f"{b.src}:{b.dst}:ro"
+        cmd += ["--bind", spec]
+    if container.workdir:
+        cmd += ["--pwd", container.workdir]
+    cmd += c.split_args(opts)
+    cmd += [image_uri(container.image), *argv]
+
+    # Values go in as <PREFIX>NAME variables of the apptainer process: they survive
+    # --cleanenv and, unlike --env, need no escaping of commas.
+    prefix = "SINGULARITYENV_" if container.runtime == "singularity" else "APPTAINERENV_"
+    _, pairs = c.env_entries(container)
+    if pairs:
+        cmd = ["env", *(f"{prefix}{k}={v}" for k, v in pairs), *cmd]
+    if container.cleanenv:
+        # Without --cleanenv the host environment passes anyway; with it, the rank and
+        # scheduler variables must be re-exported under the prefix when the task starts.
+        patterns = c.all_patterns(container, pass_env)
+        if patterns:
+            cmd = c.env_expand_argv("export", prefix, patterns, [], cmd)
+    return cmd
+
+
+def srun_options(container: ContainerSpec) -> list[str]:
+    return []
+
+
+def setup_lines(container: ContainerSpec) -> list[str]:
+    return []

@@ -1,0 +1,113 @@
+"""Docker and Podman: ``docker run --rm --gpus all --ipc=host … IMAGE CMD``, one container per task.
+
+The flags follow seed 000 (``--ipc=host --ulimit memlock=-1 --ulimit stack=67108864``)
+plus what a rank needs to reach its peers: the host network and UTS namespaces, so
+MASTER_ADDR and hostnames mean the same inside. GPUs are ``--gpus all`` on Docker and
+the CDI device ``nvidia.com/gpu=all`` on Podman. Podman runs for real here under Slurm
+(tests/integration); Docker has no engine on this machine, so its rendering is
+golden-tested against docs.docker.com/reference/cli/docker/container/run/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torchhpc.containers import _common as c
+from torchhpc.core.spec import ContainerSpec
+from torchhpc.errors import SpecError
+
+OPTIONS: dict[str, str] = {
+    "shm_size": "--shm-size (only meaningful with ipc other than host)",
+    "ipc": "IPC namespace (default host: NCCL and DataLoader workers need a large /dev/shm)",
+    "network": "network (default host: ranks reach MASTER_ADDR:MASTER_PORT directly)",
+    "ulimits": "comma-separated --ulimit values (default memlock=-1,stack=67108864; empty for none)",
+    "pull": "--pull policy, e.g. never for a locally built image",
+    "user": "--user UID[:GID] inside the container",
+    "podman_root": "podman --root (image storage directory)",
+    "podman_runroot": "podman --runroot (state directory)",
+    "podman_args": "global podman arguments before 'run', shell-split (e.g. --cgroup-manager=cgroupfs)",
+    "docker_args": "global docker arguments before 'run', shell-split (e.g. --context NAME)",
+}
+
+DEFAULT_ULIMITS = "memlock=-1,stack=67108864"
+_AMD_DEVICES = ("/dev/kfd", "/dev/dri")
+
+
+def wrap(
+    container: ContainerSpec,
+    argv: Sequence[str],
+    *,
+    gpus: int = 0,
+    gpu_kind: str = "nvidia",
+    pass_env: Sequence[str] = (),
+) -> list[str]:
+    podman = container.runtime == "podman"
+    opts = c.options(container, OPTIONS)
+    for key in ("podman_root", "podman_runroot", "podman_args") if not podman else ("docker_args",):
+        if key in opts:
+            raise SpecError(
+                f"container option {key!r} is for {'podman' if key.startswith('podman') else 'docker'}, "
+                f"not --runtime {container.runtime}",
+            )
+    head = [c.binary(container, opts, container.runtime)]
+    if podman:
+        if opts.get("podman_root"):
+            head += ["--root", opts["podman_root"]]
+        if opts.get("podman_runroot"):
+            head += ["--runroot", opts["podman_runroot"]]
+        head += c.split_args(opts, "podman_args")
+    else:
+        head += c.split_args(opts, "docker_args")
+    head += ["run", "--rm"]
+    if gpus > 0:
+        if gpu_kind == "nvidia":
+            head += ["--device", "nvidia.com/gpu=all"] if podman else ["--gpus", "all"]
+        elif gpu_kind == "amd":
+            for dev in _AMD_DEVICES:
+                head += ["--device", dev]
+            head += ["--group-add", "keep-groups" if podman else "video"]
+        else:
+            raise SpecError(f"GPU kind {gpu_kind!r} is not nvidia or amd", "set --gpu-kind nvidia|amd")
+    head += [f"--ipc={opts.get('ipc', 'host')}", f"--network={opts.get('network', 'host')}", "--uts=host"]
+    for limit in filter(None, (u.strip() for u in opts.get("ulimits", DEFAULT_ULIMITS).split(","))):
+        head += ["--ulimit", limit]
+    if opts.get("shm_size"):
+        head.append(f"--shm-size={opts['shm_size']}")
+    if opts.get("pull"):
+        head.append(f"--pull={opts['pull']}")
+    if opts.get("user"):
+        head += ["--user", opts["user"]]
+
+    bound = c.binds(container, absolute=True)
+    extra = c.cwd_bind(container, opts, bound)
+    for b in [*bound, *([extra] if extra else [])]:
+        c.reject_chars(b.src, ":", f"{container.runtime}'s -v SRC:DST")
+        c.reject_chars(b.dst, ":", f"{container.runtime}'s -v SRC:DST")
+        head += ["-v", f"{b.src}:{b.dst}" + (":ro" if b.readonly else "")]
+    wd = c.workdir(container, opts)
+    if wd:
+        head += ["-w", wd]
+
+    # Environment: nothing passes by default. NAME takes the host's value; podman also
+    # understands PREFIX* itself, docker needs the names found when the task starts.
+    patterns = c.all_patterns(container, pass_env)
+    exact = [p for p in patterns if podman or not p.endswith("*")]
+    wild = [p for p in patterns if not podman and p.endswith("*")]
+    for name in exact:
+        head += ["-e", name]
+    _, pairs = c.env_entries(container)
+    for k, v in pairs:
+        head += ["-e", f"{k}={v}"]
+    head += c.split_args(opts)
+    tail = [container.image, *argv]
+    if wild:
+        return c.env_expand_argv("flag", "-e", wild, head, tail)
+    return head + tail
+
+
+def srun_options(container: ContainerSpec) -> list[str]:
+    return []
+
+
+def setup_lines(container: ContainerSpec) -> list[str]:
+    return []
