@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from typing import ClassVar
 
 from torchhpc.core.shell import Raw, directive, join, quote
@@ -230,15 +231,26 @@ class SlurmScheduler(Scheduler):
         )
         return job_id
 
-    def status(self, job_id: str) -> JobStatus:
-        try:
-            done = self.runner.run(["scontrol", "show", "job", "-o", job_id], timeout=30)
-            fields = parse_scontrol(done.stdout)
-            if fields.get("JobState"):
-                return _status_from_scontrol(job_id, fields)
-        except CommandError as e:
-            if "Invalid job id" not in e.stderr and "Invalid job id" not in e.stdout:
-                raise
+    def status(self, job_id: str, retries: int = 5) -> JobStatus:
+        """scontrol while the controller knows the job, sacct after (it forgets after MinJobAge).
+
+        A controller that is briefly unreachable (restart, failover) is retried
+        rather than reported: a wait of hours must not die on one dropped poll.
+        """
+        for attempt in range(retries + 1):
+            try:
+                done = self.runner.run(["scontrol", "show", "job", "-o", job_id], timeout=30)
+                fields = parse_scontrol(done.stdout)
+                if fields.get("JobState"):
+                    return _status_from_scontrol(job_id, fields)
+                break
+            except CommandError as e:
+                text = e.stderr + e.stdout
+                if "Invalid job id" in text:
+                    break
+                if attempt == retries or not _transient(text):
+                    raise
+                time.sleep(min(2.0 * (attempt + 1), 10.0))
         return self._status_from_sacct(job_id)
 
     def _status_from_sacct(self, job_id: str) -> JobStatus:
@@ -321,6 +333,10 @@ class SlurmScheduler(Scheduler):
         inner = ["srun", "--pty", *_container_srun_options(spec)]
         inner += _wrap(spec, ["bash", "-i"]) if spec.container else ["bash", "-i"]
         return argv + inner
+
+
+def _transient(text: str) -> bool:
+    return any(m in text for m in ("Unable to contact slurm controller", "Socket timed out", "Zero Bytes were transmitted"))
 
 
 def parse_scontrol(text: str) -> dict[str, str]:
