@@ -1,0 +1,292 @@
+"""``init()`` / ``cleanup()`` and the small context a training script keeps.
+
+One call replaces the usual twenty lines of "read RANK, or SLURM_PROCID, or
+OMPI_COMM_WORLD_RANK, pick the GPU, pick the backend, find the master": it
+detects the launcher (:mod:`torchhpc.env`), picks the device (this rank's
+CUDA device by local rank, else CPU) and the backend (nccl on CUDA, gloo
+otherwise), and starts the default process group with a timeout.
+
+Single process (no launcher, world size 1): no process group is started by
+default. Every helper in :mod:`torchhpc.dist` degrades to a no-op without one
+(``wrap`` returns the model unwrapped, ``barrier`` returns), so ``python
+train.py`` runs unchanged and pays no DDP overhead. ``single_group=True``
+starts a one-rank group on an in-memory store (no port) for code that calls
+``torch.distributed`` directly.
+
+torch is imported inside functions only: ``import torchhpc.dist`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from torchhpc.env import DistEnv, detect, export
+from torchhpc.errors import EnvironmentDetectionError, UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["DEFAULT_TIMEOUT", "DistContext", "cleanup", "current", "init", "log0", "print0"]
+
+DEFAULT_TIMEOUT = timedelta(minutes=10)
+BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl")
+_LOG = logging.getLogger("torchhpc.dist")
+_CONTEXT: DistContext | None = None
+
+
+@dataclass
+class DistContext:
+    """Where this process trains: rank, world, device, backend.
+
+    Kept deliberately plain so other modules can add behaviour as methods that
+    delegate to functions (see :meth:`wrap`, :meth:`loader`, :meth:`main_first`).
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    num_nodes: int
+    device: torch.device
+    backend: str  # the group's backend, or the one init() would use (single process, no group)
+    env: DistEnv
+    owns_group: bool = False
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one that prints, logs, downloads and saves checkpoints."""
+        return self.rank == 0
+
+    @property
+    def is_local_main(self) -> bool:
+        return self.local_rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        """True when a process group is up (also when the user started it)."""
+        import torch.distributed as dist
+
+        return dist.is_available() and dist.is_initialized()
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on rank 0 only (flushed: job logs are files, not TTYs)."""
+        if self.is_main:
+            kwargs.setdefault("flush", True)
+            print(*args, **kwargs)
+
+    def log(self, msg: str, *args: Any, level: int = logging.INFO) -> None:
+        """Log on rank 0 only through the ``torchhpc.dist`` logger."""
+        if self.is_main:
+            _ensure_handler()
+            _LOG.log(level, msg, *args)
+
+    def barrier(self) -> None:
+        """Wait for every rank; a no-op without a process group."""
+        if self.distributed:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def cleanup(self) -> None:
+        cleanup()
+
+    # Delegates: the work lives in sibling modules, the context only supplies its device.
+    def wrap(self, model: Any, **kwargs: Any) -> Any:
+        from torchhpc.dist.ddp import wrap
+
+        kwargs.setdefault("device", self.device)
+        return wrap(model, **kwargs)
+
+    def loader(self, dataset: Any, batch_size: int, **kwargs: Any) -> Any:
+        from torchhpc.dist.data import loader
+
+        return loader(dataset, batch_size, **kwargs)
+
+    def main_first(self, local: bool = False) -> Any:
+        from torchhpc.dist.sync import main_first
+
+        return main_first(local=local)
+
+    def __enter__(self) -> DistContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        cleanup()
+
+
+def _ensure_handler() -> None:
+    """Make rank-0 INFO logs visible in a script that never configured logging."""
+    if not logging.getLogger().handlers and not _LOG.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s torchhpc: %(message)s"))
+        _LOG.addHandler(handler)
+        _LOG.setLevel(logging.INFO)
+        _LOG.propagate = False
+
+
+def _pick_device(dist_env: DistEnv, device: Any) -> torch.device:
+    import torch
+
+    if device is not None:
+        dev = torch.device(device)
+    elif torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        # With CUDA_VISIBLE_DEVICES narrowed to one GPU per task (srun --gpus-per-task)
+        # the count is 1 and every local rank uses index 0.
+        dev = torch.device("cuda", dist_env.local_rank % torch.cuda.device_count())
+    else:
+        dev = torch.device("cpu")
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    return dev
+
+
+def _pick_backend(backend: str | None, dev: torch.device, environ: Mapping[str, str]) -> str:
+    chosen = backend or environ.get("TORCHHPC_BACKEND") or ("nccl" if dev.type == "cuda" else "gloo")
+    source = "backend=" if backend else ("TORCHHPC_BACKEND" if environ.get("TORCHHPC_BACKEND") else "default")
+    names = [part.split(":")[-1] for part in chosen.split(",")]
+    unknown = [n for n in names if n not in BACKENDS]
+    if unknown:
+        raise UsageError(
+            f"backend {chosen!r} (from {source}) is not a torch.distributed backend",
+            f"use one of {', '.join(BACKENDS)} (or 'cpu:gloo,cuda:nccl')",
+        )
+    if chosen == "nccl" and dev.type != "cuda":
+        raise UsageError(
+            f"backend 'nccl' (from {source}) needs a CUDA device but this rank runs on {dev}",
+            "use backend='gloo' on CPU, or run where CUDA is available",
+        )
+    return chosen
+
+
+def init(
+    backend: str | None = None,
+    timeout: timedelta = DEFAULT_TIMEOUT,
+    *,
+    device: Any = None,
+    env: Mapping[str, str] | None = None,
+    single_group: bool = False,
+    export_env: bool = True,
+) -> DistContext:
+    """Detect the launcher, pick device and backend, start the default process group.
+
+    ``backend``: overrides the choice (else ``$TORCHHPC_BACKEND``, else nccl on
+    CUDA, gloo otherwise). ``timeout``: for the rendezvous and every
+    collective. ``env``: the mapping to detect from (default ``os.environ``).
+    ``export_env``: in a multi-process job, also write torch's env contract
+    (RANK, LOCAL_RANK, ...) into ``os.environ`` where unset, for code that reads it. Calling ``init``
+    twice returns the same context; a group the user already started is
+    adopted, not replaced.
+    """
+    global _CONTEXT
+    if _CONTEXT is not None:
+        return _CONTEXT
+    import torch.distributed as dist
+
+    environ = os.environ if env is None else env
+    dist_env = detect(environ)
+    if export_env and dist_env.world_size > 1:
+        export(dist_env, os.environ)
+    dev = _pick_device(dist_env, device)
+    owns = False
+    if dist.is_available() and dist.is_initialized():
+        chosen = str(dist.get_backend())
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        chosen = _pick_backend(backend, dev, environ)
+        rank, world = dist_env.rank, dist_env.world_size
+        if world > 1 or single_group:
+            _start_group(dist_env, chosen, timeout, environ)
+            owns = True
+    _CONTEXT = DistContext(
+        rank=rank,
+        world_size=world,
+        local_rank=dist_env.local_rank,
+        local_world_size=dist_env.local_world_size,
+        node_rank=dist_env.node_rank,
+        num_nodes=dist_env.num_nodes,
+        device=dev,
+        backend=chosen,
+        env=dist_env,
+        owns_group=owns,
+    )
+    return _CONTEXT
+
+
+def _start_group(dist_env: DistEnv, backend: str, timeout: timedelta, environ: Mapping[str, str]) -> None:
+    import torch.distributed as dist
+
+    kwargs: dict[str, Any] = {"backend": backend, "timeout": timeout}
+    if dist_env.world_size == 1:
+        kwargs.update(store=dist.HashStore(), rank=0, world_size=1)
+    elif environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true":
+        # Under torchrun the agent already serves the store on MASTER_PORT; env://
+        # knows to connect to it instead of binding the port a second time.
+        kwargs.update(init_method="env://", rank=dist_env.rank, world_size=dist_env.world_size)
+    else:
+        host = dist_env.master_addr
+        host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        kwargs.update(
+            init_method=f"tcp://{host}:{dist_env.master_port}",
+            rank=dist_env.rank,
+            world_size=dist_env.world_size,
+        )
+    try:
+        dist.init_process_group(**kwargs)
+    except (RuntimeError, ValueError) as e:
+        raise EnvironmentDetectionError(
+            f"init_process_group(backend={backend!r}) as rank {dist_env.rank} of {dist_env.world_size} "
+            f"with master {dist_env.master_addr}:{dist_env.master_port} (from {dist_env.source}) failed: {e}",
+            "check that every rank got the same MASTER_ADDR/MASTER_PORT (`torchhpc env` in each task) "
+            "and that rank 0's host is reachable on that port",
+        ) from e
+
+
+def current() -> DistContext | None:
+    """The context ``init()`` returned, or None before init / after cleanup."""
+    return _CONTEXT
+
+
+def cleanup() -> None:
+    """Destroy the process group ``init()`` started (not one the user started). Idempotent."""
+    global _CONTEXT
+    ctx, _CONTEXT = _CONTEXT, None
+    if ctx is None or not ctx.owns_group:
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _rank() -> int:
+    if _CONTEXT is not None:
+        return _CONTEXT.rank
+    torch_dist = sys.modules.get("torch.distributed")
+    if torch_dist is not None and torch_dist.is_available() and torch_dist.is_initialized():
+        return int(torch_dist.get_rank())
+    try:
+        return detect().rank
+    except EnvironmentDetectionError:
+        return 0
+
+
+def print0(*args: Any, **kwargs: Any) -> None:
+    """``print`` on global rank 0 only; works before, without and after ``init()``."""
+    if _rank() == 0:
+        kwargs.setdefault("flush", True)
+        print(*args, **kwargs)
+
+
+def log0(msg: str, *args: Any, level: int = logging.INFO) -> None:
+    """Log on global rank 0 only (``torchhpc.dist`` logger)."""
+    if _rank() == 0:
+        _ensure_handler()
+        _LOG.log(level, msg, *args)
