@@ -1,0 +1,250 @@
+"""The RunAI backend: ``runai submit-dist pytorch`` as the EPFL RCP guide uses it (seed 004).
+
+Two traps from the seed are handled here so users stop falling into them:
+
+* ``--workers`` is nodes - 1: RunAI adds the master pod itself.
+* The command after ``--`` reaches the pod through a second round of shell
+  parsing: RunAI joins the words after ``--`` and the pod's shell reads them
+  again. The seed's answer is ``bash -c '"..."'`` -- the single quotes are for
+  the local shell, the double quotes for the pod's -- with every ``$`` escaped
+  as ``\\$`` so variables expand inside the pod (``$WORLD_SIZE``, ``$RANK``,
+  ``$MASTER_ADDR``, set by RunAI per pod), not on the laptop. We build that
+  argument from an argv, so user values cannot break out of either layer.
+
+Inside each pod, torchrun runs once with ``--nnodes $WORLD_SIZE --node-rank
+$RANK``: RunAI's WORLD_SIZE/RANK count *pods*; torchrun then sets the
+per-process RANK/WORLD_SIZE its workers see (nnodes x nproc-per-node).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from torchhpc.core.shell import Raw, join, validate_env_name
+from torchhpc.core.spec import JobSpec
+from torchhpc.errors import CommandError, SchedulerError, SpecError
+from torchhpc.launchers import torchrun_argv
+from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
+from torchhpc.schedulers.script import load_record, save_record
+
+__all__ = ["RDMA_ANNOTATION", "RunAIScheduler", "pod_command", "runai_state", "second_layer"]
+
+RDMA_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+_TRUE = ("1", "true", "yes", "on")
+
+# RunAI job statuses (CLI `runai describe job` / `runai list jobs`) -> our vocabulary.
+_STATES: dict[str, str] = {
+    "pending": "PENDING",
+    "submitted": "PENDING",
+    "queued": "PENDING",
+    "containercreating": "PENDING",
+    "initializing": "PENDING",
+    "creating": "PENDING",
+    "scheduling": "PENDING",
+    "running": "RUNNING",
+    "restarting": "RUNNING",
+    "terminating": "COMPLETING",
+    "succeeded": "COMPLETED",
+    "completed": "COMPLETED",
+    "failed": "FAILED",
+    "error": "FAILED",
+    "crashloopbackoff": "FAILED",
+    "timedout": "TIMEOUT",
+    "deleted": "CANCELLED",
+    "stopped": "CANCELLED",
+    "preempted": "PREEMPTED",
+}
+
+
+def runai_state(text: str) -> str:
+    return _STATES.get(re.sub(r"[\s_-]", "", text).lower(), "UNKNOWN")
+
+
+def k8s_name(name: str) -> str:
+    """A DNS-1123 label (what RunAI and Kubernetes accept as a job name)."""
+    safe = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:50].strip("-")
+    if not safe or not safe[0].isalpha():
+        safe = ("job-" + safe).strip("-")
+    return safe
+
+
+def second_layer(payload: str) -> str:
+    """Wrap pod shell text for the seed's ``bash -c '"..."'``: double-quoted, every ``\\ " $ ` `` escaped.
+
+    The pod's shell removes the double quotes and the escapes, so ``bash -c``
+    receives ``payload`` exactly, and the ``$VARS`` in it expand in the pod.
+    """
+    return '"' + re.sub(r'([\\"$`])', r"\\\1", payload) + '"'
+
+
+def pod_command(spec: JobSpec, python: str) -> str:
+    """The shell text each pod runs: torchrun over pods, its output optionally kept in a file."""
+    argv = torchrun_argv(
+        spec,
+        python,
+        nnodes=Raw('"$WORLD_SIZE"'),
+        rdzv_id="",
+        endpoint="",
+        node_rank=Raw('"$RANK"'),
+        extra=["--tee", "3"],
+    )
+    lines = []
+    if spec.option("workdir"):
+        lines.append(join(["cd", spec.option("workdir")]))
+    cmd = "exec " + join(argv)
+    log_dir = spec.option("log_dir")
+    if log_dir:
+        # The seed's reason: `runai logs` forgets a job after a while; a file on the PVC does not.
+        lines.append(join(["mkdir", "-p", log_dir]))
+        target = join([log_dir]) + '/"${JOB_UUID:-job}-pod${RANK}.log"'
+        cmd += f" > {target} 2>&1"
+    lines.append(cmd)
+    return "; ".join(lines)
+
+
+class RunAIScheduler(Scheduler):
+    name = "runai"
+    submit_command = "runai"
+    OPTIONS: ClassVar[dict[str, str]] = {
+        "image": "container image every pod runs (--image); or give --container IMAGE",
+        "project": "RunAI project (-p); default: the CLI's configured project",
+        "pvc": "PVC mounts, comma separated CLAIM:/mount/path (--pvc), e.g. mlo-scratch:/mloscratch",
+        "rdma": "RDMA network attachment, e.g. kube-system/roce: adds the annotation and rdma/rdma=1",
+        "rdma_resource": "extended resource requested with rdma (default rdma/rdma=1)",
+        "large_shm": "'1' (default) for --large-shm: /dev/shm big enough for DataLoader workers",
+        "workdir": "directory to cd into inside the pod before starting torchrun",
+        "log_dir": "directory (on a PVC) where each pod writes JOB_UUID-podRANK.log",
+        "node_pool": "RunAI node pool(s) (--node-pools)",
+        "max_restarts": "torchrun --max-restarts (default 0: fail fast)",
+    }
+
+    def _check(self, spec: JobSpec) -> dict[str, str]:
+        opts = spec.options_dict
+        unknown = sorted(set(opts) - set(self.OPTIONS))
+        if unknown:
+            raise SpecError(
+                f"unknown runai option(s) {', '.join(unknown)} (from --opt)",
+                f"valid: {', '.join(self.OPTIONS)}; `torchhpc options runai` describes them",
+            )
+        if spec.launcher != "torchrun":
+            raise SpecError(
+                f"--launcher {spec.launcher} does not fit RunAI: it starts one pod per node",
+                "use --launcher torchrun (one torchrun per pod, as RunAI's submit-dist pytorch expects)",
+            )
+        return opts
+
+    def image(self, spec: JobSpec) -> str:
+        image = spec.option("image") or (spec.container.image if spec.container else "")
+        if not image:
+            raise SpecError(
+                "the runai scheduler needs a container image",
+                "add --image REGISTRY/IMAGE:TAG (or --opt image=...)",
+            )
+        return image
+
+    def submit_argv(self, spec: JobSpec) -> list[str]:
+        opts = self._check(spec)
+        argv = ["runai", "submit-dist", "pytorch", "--name", k8s_name(spec.name), "--image", self.image(spec)]
+        if opts.get("project"):
+            argv += ["-p", opts["project"]]
+        # RunAI adds the master pod: --workers counts only the others (seed 004's trap).
+        argv += ["--workers", str(spec.nodes - 1), "--gpu", str(spec.gpus_per_node)]
+        if spec.cpus_per_task:
+            argv += ["--cpu", str(spec.cpus_per_task * spec.nproc_per_node)]
+        if spec.mem:
+            argv += ["--memory", spec.mem]
+        if opts.get("node_pool"):
+            argv += ["--node-pools", opts["node_pool"]]
+        for item in (opts.get("pvc") or "").split(","):
+            if item.strip():
+                if ":" not in item:
+                    raise SpecError(f"pvc {item!r} (from --opt pvc=...) is not CLAIM:/mount/path")
+                argv += ["--pvc", item.strip()]
+        if opts.get("rdma"):
+            argv += ["--annotation", f"{RDMA_ANNOTATION}={opts['rdma']}"]
+            argv += ["--extended-resource", opts.get("rdma_resource", "rdma/rdma=1")]
+        for k, v in spec.env:
+            argv += ["-e", f"{validate_env_name(k, '--env')}={v}"]
+        if (opts.get("large_shm", "1") or "").lower() in _TRUE:
+            argv.append("--large-shm")
+        python = spec.entrypoint.python or "python"
+        argv += ["--", "bash", "-c", second_layer(pod_command(spec, python))]
+        return argv
+
+    def render(self, spec: JobSpec) -> Submission:
+        if spec.time_seconds:
+            notes: tuple[str, ...] = ("RunAI has no wall-time limit flag here; --time is ignored",)
+        else:
+            notes = ()
+        return Submission(
+            scheduler=self.name,
+            spec=spec,
+            argv=tuple(self.submit_argv(spec)),
+            notes=(
+                f"{spec.nodes} pods (--workers {spec.nodes - 1} + the master RunAI adds), "
+                f"{spec.nproc_per_node} processes each: world size {spec.world_size}",
+                *notes,
+            ),
+        )
+
+    # talking to RunAI ----------------------------------------------------------
+    def _project(self, job_id: str) -> list[str]:
+        project = load_record(self.name, job_id).get("project")
+        return ["-p", str(project)] if project else []
+
+    def schedule(self, submission: Submission) -> str:
+        self.runner.run(list(submission.argv), hint="is the runai CLI installed and logged in? `runai whoami`")
+        job = k8s_name(submission.spec.name)
+        spec = submission.spec
+        save_record(
+            self.name, job, name=job, project=spec.option("project") or "",
+            nproc_per_node=spec.nproc_per_node, nodes=spec.nodes,
+        )
+        return job
+
+    def status(self, job_id: str) -> JobStatus:
+        try:
+            done = self.runner.run(["runai", "describe", "job", job_id, *self._project(job_id)], timeout=60)
+        except CommandError as e:
+            if "not found" in (e.stderr + e.stdout).lower():
+                raise SchedulerError(f"runai job {job_id} not found", "`runai list jobs` shows the names") from None
+            raise
+        return parse_describe(job_id, done.stdout)
+
+    def logs(self, job_id: str, rank: int | None = None) -> str:
+        argv = ["runai", "logs", job_id, *self._project(job_id)]
+        if rank is not None:
+            rec = load_record(self.name, job_id)
+            node = rank // max(1, int(str(rec.get("nproc_per_node", 1))))
+            argv += ["--pod", f"{job_id}-master-0" if node == 0 else f"{job_id}-worker-{node - 1}"]
+        return self.runner.run(argv, timeout=120).stdout
+
+    def cancel(self, job_id: str) -> None:
+        self.runner.run(["runai", "delete", "job", job_id, *self._project(job_id)])
+
+
+def parse_describe(job_id: str, text: str) -> JobStatus:
+    """``runai describe job NAME`` text -> status (``Status:`` line, pods' exit codes if listed).
+
+    Written from RunAI CLI v2.x's output (``Name:``, ``Status:``, ``Duration:``
+    lines, then a pod table); only the fields read here are relied on.
+    """
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*([A-Za-z][A-Za-z ]*?)\s*:\s*(.*)$", line)
+        if m and m.group(1).lower() not in fields:
+            fields[m.group(1).lower()] = m.group(2).strip()
+    raw = fields.get("status") or fields.get("phase") or ""
+    if not raw:
+        raise SchedulerError(f"`runai describe job {job_id}` printed no Status line", "run it by hand to see why")
+    state = runai_state(raw.split()[0])
+    return JobStatus(
+        job_id=job_id,
+        state=state,
+        exit_code=0 if state == "COMPLETED" else None,
+        reason=raw if state == "UNKNOWN" else "",
+        elapsed=fields.get("duration", ""),
+        name=fields.get("name", job_id),
+        raw=fields,
+    )
