@@ -36,7 +36,8 @@ CHUNK = 1 << 21  # points per vectorised chunk: 16 MiB of float64
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=100_000_000, help="trapezoid intervals in total (default 1e8)")
+    # --n: the spelling some site scripts use for the same number.
+    p.add_argument("--steps", "--n", type=int, default=100_000_000, help="trapezoid intervals in total (default 1e8)")
     p.add_argument(
         "--no-torchhpc",
         action="store_true",
