@@ -1,0 +1,97 @@
+"""The sites of the seed documents, as data. Every value cites where it comes from.
+
+Users override any field in their own profiles.toml (a table with the same
+name extends the built-in one); an account is never guessed.
+"""
+
+from __future__ import annotations
+
+from torchhpc.profiles.model import Profile
+
+__all__ = ["BUILTIN", "LUMI_CPU_MASKS"]
+
+# Seed 002: "Linear assignment of GCD, then match the cores" — 7 cores (0xfe: core 0 of each
+# L3 region left to the OS) per GCD, in the order GCD 0..7 sit on the CCDs of a LUMI-G node.
+_C = "fe"
+LUMI_CPU_MASKS = ",".join(
+    f"0x{_C}{'0' * zeros}" for zeros in (12, 14, 4, 6, 0, 2, 8, 10)
+)
+
+BUILTIN: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile(
+            name="mn5",
+            description="MareNostrum5 accelerated partition (BSC): 4 H100 per node, Singularity (seed 000)",
+            scheduler="slurm",
+            launcher="torchrun",
+            # MN5 routes jobs to the accelerated partition through the acc_* QoS
+            # (acc_debug, acc_bsccs); the seed's scripts set no --partition.
+            gpus_per_node=4,
+            cpus_per_gpu=20,  # "--cpus-per-task: 20 * number of GPUs requested"
+            modules=("singularity",),  # "Remember to load the module `module load singularity`"
+            container_runtime="singularity",
+            network="infiniband",
+            require=("account", "qos", "time"),  # "Both parameters must be configured"; time "is mandatory"
+            gpu_kind="nvidia",
+        ),
+        Profile(
+            name="lumi",
+            description="LUMI-G (CSC): 8 MI250X GCDs per node, Slingshot hsn0-3, PyTorch Singularity module (seed 002)",
+            scheduler="slurm",
+            launcher="srun",  # one task per GCD: srun --ntasks=$((SLURM_NNODES*8))
+            partition="standard-g",
+            gpus_per_node=8,
+            cpus_per_gpu=7,  # the 0xfe masks: 7 cores per GCD
+            mem="480G",
+            modules=("LUMI/24.03", "PyTorch/2.3.1-rocm-6.0.3-python-3.12-singularity-20240923"),
+            container_runtime="singularity",
+            container_image="$SIF",  # set by the PyTorch container module
+            network="lumi-slingshot",
+            cpu_bind="mask_cpu:" + LUMI_CPU_MASKS,
+            setup=(
+                # MIOpen's default cache on Lustre breaks (file locking): a per-node /tmp cache.
+                'export MIOPEN_USER_DB_PATH="/tmp/${USER:-$(id -un)}-miopen-cache-${SLURM_JOB_ID:-0}"',
+                'export MIOPEN_CUSTOM_CACHE_DIR="$MIOPEN_USER_DB_PATH"',
+                'srun --ntasks="${SLURM_NNODES:-1}" --ntasks-per-node=1 mkdir -p "$MIOPEN_USER_DB_PATH"',
+            ),
+            # The account comes from $SBATCH_ACCOUNT as in the seed, or --account.
+            gpu_kind="amd",
+        ),
+        Profile(
+            name="alliance-cc",
+            description="Digital Research Alliance of Canada clusters: srun + torchrun, venv on modules (seed 003)",
+            scheduler="slurm",
+            launcher="torchrun",
+            gpus_per_node=4,
+            modules=("StdEnv/2020", "gcc/11.3.0", "cuda/11.7", "nccl/2.12.12", "python/3.8.10"),
+            require=("account",),  # def-<pi> allocations
+            gpu_kind="nvidia",
+        ),
+        Profile(
+            name="sockeye",
+            description="UBC Sockeye (PBS): mpirun + python once on the first node with $PBS_NODEFILE (seed 003)",
+            scheduler="pbs",
+            launcher="mpirun",
+            gpus_per_node=4,
+            modules=("gcc/9.4.0", "python/3.8.10", "cuda/11.3.1", "nccl/2.9.9-1-cuda11-3"),
+            # seed 003's mpirun flags `-mca pml ob1 -mca btl ^openib`, as Open MPI variables
+            env=(("OMPI_MCA_pml", "ob1"), ("OMPI_MCA_btl", "^openib")),
+            require=("account",),
+            gpu_kind="nvidia",
+        ),
+        Profile(
+            name="rcp",
+            description="EPFL RCP: RunAI on Kubernetes, RoCE v2 over mlx5 with the right GID index (seed 004)",
+            scheduler="runai",
+            launcher="torchrun",
+            network="roce",
+            options=(
+                ("annotation", "k8s.v1.cni.cncf.io/networks=kube-system/roce"),
+                ("extended-resource", "rdma/rdma=1"),
+                ("large-shm", "true"),
+            ),
+            gpu_kind="nvidia",
+        ),
+    )
+}

@@ -1,0 +1,179 @@
+"""The :class:`Profile` dataclass: one site's defaults, typed, every field optional."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any, Optional
+
+from torchhpc.core.shell import join
+from torchhpc.errors import ConfigError, UsageError
+
+__all__ = ["FIELD_DOCS", "Profile"]
+
+# One line per field: shown by `torchhpc profiles show`, in ConfigError hints and in docs.
+FIELD_DOCS: dict[str, str] = {
+    "name": "the profile's name (set from the TOML table name)",
+    "description": "one line about the site",
+    "extends": "built-in or user profile this one starts from",
+    "scheduler": "local, slurm, pbs, kubernetes or runai",
+    "launcher": "torchrun, srun or mpirun",
+    "partition": "Slurm partition (--partition)",
+    "account": "account/project to charge (--account, PBS -A)",
+    "qos": "Slurm quality of service (--qos)",
+    "queue": "PBS queue (-q)",
+    "gpus_per_node": "GPUs (or AMD GCDs) per node",
+    "cpus_per_gpu": "CPU cores per GPU",
+    "mem": "memory per node, e.g. 480G",
+    "time": "default wall time, e.g. 01:00:00",
+    "modules": "environment modules to load, in order",
+    "container_runtime": "apptainer, singularity, pyxis, enroot, docker, podman or charliecloud",
+    "container_image": "default image; may name a variable the modules set, e.g. $SIF",
+    "container_setup": "shell lines run before the container starts",
+    "network": "network preset for --network (see `torchhpc net presets`)",
+    "cpu_bind": "srun --cpu-bind value, e.g. mask_cpu:0xfe,...",
+    "env": "extra environment variables (NAME = value)",
+    "options": "scheduler options (as for --option KEY=VALUE)",
+    "setup": "shell lines at the top of the batch script (after module loads)",
+    "require": "options the user must give (e.g. account, qos)",
+    "gpu_kind": "nvidia or amd",
+}
+
+_INT = ("gpus_per_node", "cpus_per_gpu")
+_TUPLE = ("modules", "container_setup", "setup", "require")
+_PAIRS = ("env", "options")
+_CHOICES = {
+    "scheduler": ("local", "slurm", "pbs", "kubernetes", "runai"),
+    "launcher": ("torchrun", "srun", "mpirun"),
+    "gpu_kind": ("nvidia", "amd"),
+    "container_runtime": ("apptainer", "singularity", "pyxis", "enroot", "docker", "podman", "charliecloud"),
+}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A site's defaults. ``None``/empty means "no opinion": the job's own value or the built-in default applies.
+
+    Precedence when a job is built: command line > ``TORCHHPC_*`` variable >
+    profile > built-in default.
+    """
+
+    name: str
+    description: str = ""
+    extends: Optional[str] = None
+    scheduler: Optional[str] = None
+    launcher: Optional[str] = None
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    queue: Optional[str] = None
+    gpus_per_node: Optional[int] = None
+    cpus_per_gpu: Optional[int] = None
+    mem: Optional[str] = None
+    time: Optional[str] = None
+    modules: tuple[str, ...] = ()
+    container_runtime: Optional[str] = None
+    container_image: Optional[str] = None
+    container_setup: tuple[str, ...] = ()
+    network: Optional[str] = None
+    cpu_bind: Optional[str] = None
+    env: tuple[tuple[str, str], ...] = ()
+    options: tuple[tuple[str, str], ...] = ()
+    setup: tuple[str, ...] = ()
+    require: tuple[str, ...] = ()
+    gpu_kind: Optional[str] = None
+
+    @classmethod
+    def from_mapping(cls, name: str, data: Mapping[str, Any], source: str) -> Profile:
+        """Build from a TOML table; unknown keys and ill-typed values raise :class:`ConfigError`."""
+        valid = [f.name for f in fields(cls) if f.name != "name"]
+        kwargs: dict[str, Any] = {"name": name}
+        for key, value in data.items():
+            where = f"profile {name!r} in {source}"
+            if key not in valid:
+                raise ConfigError(
+                    f"unknown key {key!r} in {where}",
+                    "valid keys: " + ", ".join(valid),
+                )
+            kwargs[key] = _coerce(key, value, where)
+        return cls(**kwargs)
+
+    def merged_onto(self, base: Profile) -> Profile:
+        """This profile's set fields over ``base`` (``env``/``options`` merge by name, this one winning)."""
+        changes: dict[str, Any] = {"name": self.name, "extends": self.extends}
+        for f in fields(self):
+            if f.name in ("name", "extends"):
+                continue
+            mine, theirs = getattr(self, f.name), getattr(base, f.name)
+            if f.name in _PAIRS:
+                merged = dict(theirs)
+                merged.update(dict(mine))
+                changes[f.name] = tuple(merged.items())
+            elif mine not in (None, (), ""):
+                changes[f.name] = mine
+        return replace(base, **changes)
+
+    def setup_lines(self) -> list[str]:
+        """``module load`` lines for :attr:`modules`, then :attr:`setup`: the top of a batch script."""
+        lines = [join(["module", "load", m]) for m in self.modules]
+        return [*lines, *self.setup]
+
+    @property
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
+
+    @property
+    def options_dict(self) -> dict[str, str]:
+        return dict(self.options)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v in (None, (), ""):
+                continue
+            out[f.name] = dict(v) if f.name in _PAIRS else list(v) if isinstance(v, tuple) else v
+        return out
+
+
+def _coerce(key: str, value: Any, where: str) -> Any:
+    def bad(expected: str) -> ConfigError:
+        return ConfigError(f"{key} = {value!r} in {where} is not {expected}", f"{key}: {FIELD_DOCS.get(key, '')}")
+
+    if key in _INT:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise bad("a non-negative integer")
+        return value
+    if key in _TUPLE:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad("a list of strings")
+        return tuple(value)
+    if key in _PAIRS:
+        if not isinstance(value, dict):
+            raise bad('a table (e.g. { NAME = "value" })')
+        pairs = []
+        for k, v in value.items():
+            if key == "env" and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(k)):
+                raise ConfigError(f"env name {k!r} in {where} is not a valid variable name", "use letters, digits, _")
+            if isinstance(v, bool):
+                v = "1" if v else "0"
+            if not isinstance(v, (str, int, float)):
+                raise bad("a table of strings")
+            pairs.append((str(k), str(v)))
+        return tuple(pairs)
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise bad("a string")
+    text = str(value)
+    if key == "network":
+        from torchhpc.network.presets import preset_env
+
+        try:
+            preset_env(text)
+        except UsageError as e:
+            raise ConfigError(f"network = {text!r} in {where}: {e.message}", e.hint) from None
+    if key in _CHOICES and text not in _CHOICES[key]:
+        raise ConfigError(f"{key} = {text!r} in {where} is not valid", f"choose one of: {', '.join(_CHOICES[key])}")
+    return text
