@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from torchhpc.cli.common import add_subparser
-from torchhpc.core.shell import export_lines, quote
+from torchhpc.core.shell import export_lines
 from torchhpc.env import PRIORITY, DistEnv, Verdict, detect, explain, export
 
 FIELDS = (
@@ -96,8 +96,9 @@ def cmd_env(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"export": added, "kept": {k: os.environ[k] for k in kept}}, indent=2))
             return 0
+        # Names only in comments: a value with a newline would end the comment and run as code.
         for name in kept:
-            print(f"# keeping {name}={quote(os.environ[name])} (already set)")
+            print(f"# keeping {name} (already set)")
         lines = export_lines(added)
         if lines:
             print("\n".join(lines))

@@ -20,6 +20,12 @@ from torchhpc.env import conflicts, detect, export
 from torchhpc.errors import CommandNotFound, UsageError
 
 
+class ExecNotFound(CommandNotFound):
+    """The command to exec is missing: exit 127, as a shell would."""
+
+    exit_code = 127
+
+
 def register(sub: Any) -> None:
     p = add_subparser(
         sub,
@@ -58,7 +64,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     try:
         os.execvp(argv[0], argv)
     except FileNotFoundError:
-        raise CommandNotFound(argv, f"`{join(argv[:1])}` is not on PATH in this task") from None
+        raise ExecNotFound(argv, f"`{join(argv[:1])}` is not on PATH in this task") from None
     except PermissionError:
         raise UsageError(f"`{join(argv[:1])}` is not executable", "check the file's mode and path") from None
     return 0  # not reached
