@@ -1,0 +1,466 @@
+"""The Kubernetes backend: a Kubeflow ``PyTorchJob`` (training-operator, ``kubeflow.org/v1``).
+
+One Master pod plus ``nodes - 1`` Worker pods; each pod runs torchrun once with
+``--nproc-per-node`` processes. The operator sets ``MASTER_ADDR``/``MASTER_PORT``
+and, per pod, ``RANK`` (the pod's index; newer operators also ``PET_NODE_RANK``).
+Its ``WORLD_SIZE`` counts pods in older releases and processes in newer ones,
+so we never read it: ``--nnodes`` is written in at render time.
+
+The manifest is emitted as YAML by a tiny deterministic emitter (PyYAML is not a
+runtime dependency). ``submit`` pipes it to ``kubectl apply -f -`` when kubectl
+exists, else POSTs it (as JSON) to the API server with a bearer token through
+the standard library -- the ``kubernetes`` Python package is never required.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from torchhpc.core.shell import Raw, join
+from torchhpc.core.spec import JobSpec
+from torchhpc.core.units import parse_size
+from torchhpc.errors import CommandError, SchedulerError, SpecError
+from torchhpc.launchers import torchrun_argv
+from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
+from torchhpc.schedulers.runai import RDMA_ANNOTATION, k8s_name
+from torchhpc.schedulers.script import load_record, save_record
+
+__all__ = ["GROUP_PATH", "KubeAPI", "KubernetesScheduler", "manifest", "status_from_job", "to_yaml"]
+
+GROUP_PATH = "/apis/kubeflow.org/v1"
+CONTAINER = "pytorch"  # the operator finds the training container by this name
+PORT_NAME, PORT = "pytorchjob-port", 23456  # the operator's defaults, written out
+_TRUE = ("1", "true", "yes", "on")
+_SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+# --- the manifest --------------------------------------------------------------------
+
+
+def _quantity(text: str) -> str:
+    """``32G`` -> ``32Gi``: Kubernetes binary quantities (our sizes are binary, like Slurm's)."""
+    n = parse_size(text, "--mem")
+    for unit, f in (("Ti", 1024**4), ("Gi", 1024**3), ("Mi", 1024**2), ("Ki", 1024)):
+        if n >= f and n % f == 0:
+            return f"{n // f}{unit}"
+    return str(n)
+
+
+def pod_script(spec: JobSpec, python: str) -> str:
+    """``bash -c`` text: torchrun over pods. The script's own arguments arrive as ``"$@"``,
+    so they are never parsed by a shell."""
+    bare = spec.with_(entrypoint=replace(spec.entrypoint, args=()))
+    argv = torchrun_argv(
+        bare,
+        python,
+        nnodes=str(spec.nodes),
+        rdzv_id="",
+        endpoint="",
+        node_rank=Raw('"${PET_NODE_RANK:-$RANK}"'),
+        extra=["--tee", "3"],
+    )
+    return "exec " + join([*argv, Raw('"$@"')])
+
+
+def _pvcs(spec: JobSpec) -> list[tuple[str, str]]:
+    out = []
+    for item in (spec.option("pvc") or "").split(","):
+        if not item.strip():
+            continue
+        claim, sep, path = item.strip().partition(":")
+        if not sep or not claim or not path.startswith("/"):
+            raise SpecError(f"pvc {item!r} (from --opt pvc=...) is not CLAIM:/mount/path")
+        out.append((claim, path))
+    return out
+
+
+def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
+    """The PyTorchJob object, as plain data (the same dict is YAML for kubectl and JSON for the API)."""
+    opts = spec.options_dict
+    if spec.entrypoint.kind != "script":
+        raise SpecError(
+            "the kubernetes scheduler runs a Python script in each pod",
+            "give train.py (a path inside the image or on a mounted PVC)",
+        )
+    python = spec.entrypoint.python or "python"
+    limits: dict[str, Any] = {}
+    if spec.gpus_per_node:
+        limits["amd.com/gpu" if spec.gpu_kind == "amd" else "nvidia.com/gpu"] = spec.gpus_per_node
+    if opts.get("rdma"):
+        res, _, count = opts.get("rdma_resource", "rdma/rdma=1").partition("=")
+        limits[res] = int(count) if count.isdigit() else 1
+    if spec.cpus_per_task:
+        limits["cpu"] = spec.cpus_per_task * spec.nproc_per_node
+    if spec.mem:
+        limits["memory"] = _quantity(spec.mem)
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    shm: dict[str, Any] = {"medium": "Memory"}
+    if opts.get("shm_size"):
+        shm["sizeLimit"] = _quantity(opts["shm_size"])
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
+    for i, (claim, path) in enumerate(_pvcs(spec)):
+        mounts.append({"name": f"pvc-{i}", "mountPath": path})
+        volumes.append({"name": f"pvc-{i}", "persistentVolumeClaim": {"claimName": claim}})
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image,
+        "imagePullPolicy": opts.get("image_pull_policy", "IfNotPresent"),
+        "command": ["bash", "-c", pod_script(spec, python), "torchhpc-pod", *spec.entrypoint.script_argv()[1:]],
+    }
+    if opts.get("workdir"):
+        container["workingDir"] = opts["workdir"]
+    if spec.env:
+        container["env"] = [{"name": k, "value": v} for k, v in spec.env]
+    container["ports"] = [{"name": PORT_NAME, "containerPort": PORT}]
+    if limits:
+        container["resources"] = {"limits": limits, "requests": dict(limits)}
+    container["volumeMounts"] = mounts
+    pod_spec: dict[str, Any] = {"containers": [container], "volumes": volumes}
+    if opts.get("service_account"):
+        pod_spec["serviceAccountName"] = opts["service_account"]
+    template: dict[str, Any] = {"spec": pod_spec}
+    if opts.get("rdma"):
+        template = {"metadata": {"annotations": {RDMA_ANNOTATION: opts["rdma"]}}, "spec": pod_spec}
+    restart = opts.get("restart_policy", "Never")
+    replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": restart, "template": template}}
+    if spec.nodes > 1:
+        replicas["Worker"] = {"replicas": spec.nodes - 1, "restartPolicy": restart, "template": template}
+    run_policy: dict[str, Any] = {"cleanPodPolicy": "None", "backoffLimit": int(opts.get("backoff_limit", "0"))}
+    if spec.time_seconds:
+        run_policy["activeDeadlineSeconds"] = spec.time_seconds
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": k8s_name(spec.name),
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "torchhpc"},
+        },
+        "spec": {
+            "nprocPerNode": str(spec.nproc_per_node),
+            "runPolicy": run_policy,
+            "pytorchReplicaSpecs": replicas,
+        },
+    }
+
+
+# --- a tiny YAML emitter -------------------------------------------------------------
+
+_PLAIN = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./=+-]*(?::[A-Za-z0-9_./=+-]+)*$")
+_YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"}
+
+
+def _scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return json.dumps(value)
+    text = str(value)
+    if _PLAIN.match(text) and text.lower() not in _YAML_WORDS:
+        return text
+    return json.dumps(text)  # a JSON string is a valid YAML double-quoted scalar
+
+
+def to_yaml(obj: Any, indent: int = 0) -> str:
+    """Block-style YAML for dicts, lists and scalars; strings that need it are JSON-quoted.
+
+    Deterministic (insertion order), so rendered manifests can be golden files.
+    """
+    pad = " " * indent
+    lines: list[str] = []
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            key = _scalar(str(k))
+            if isinstance(v, (Mapping, list)) and v:
+                lines.append(f"{pad}{key}:")
+                lines.append(to_yaml(v, indent + 2).rstrip("\n"))
+            elif isinstance(v, (Mapping, list)):
+                lines.append(f"{pad}{key}: {'{}' if isinstance(v, Mapping) else '[]'}")
+            else:
+                lines.append(f"{pad}{key}: {_scalar(v)}")
+    elif isinstance(obj, list):
+        for item in obj:
+            if isinstance(item, (Mapping, list)) and item:
+                inner = to_yaml(item, indent + 2).rstrip("\n")
+                lines.append(f"{pad}- {inner[indent + 2 :]}")
+            else:
+                lines.append(f"{pad}- {_scalar(item) if not isinstance(item, (Mapping, list)) else '{}'}")
+    else:
+        lines.append(pad + _scalar(obj))
+    return "\n".join(lines) + "\n"
+
+
+# --- the API client (stdlib only) -------------------------------------------------------
+
+
+class KubeAPI:
+    """Just enough of the Kubernetes REST API: JSON requests with a bearer token.
+
+    Configured from options (``api_server``, ``token_file``, ``ca_file``) or, in a
+    pod, from the service account Kubernetes mounts (``KUBERNETES_SERVICE_HOST``).
+    """
+
+    def __init__(self, server: str, token: str | None = None, ca_file: str | None = None, timeout: float = 30) -> None:
+        self.server = server.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.ca_file = ca_file
+
+    def _context(self) -> ssl.SSLContext | None:
+        if not self.server.startswith("https"):
+            return None
+        try:
+            return ssl.create_default_context(cafile=self.ca_file)
+        except OSError as e:
+            raise SchedulerError(
+                f"cannot load the CA bundle {self.ca_file!r}: {e.strerror}", "pass --opt ca_file=PATH"
+            ) from None
+
+    @classmethod
+    def from_options(cls, opts: Mapping[str, str], environ: Mapping[str, str] | None = None) -> KubeAPI:
+        env = os.environ if environ is None else environ
+        server = opts.get("api_server") or ""
+        token_file, ca_file = opts.get("token_file"), opts.get("ca_file")
+        if not server and env.get("KUBERNETES_SERVICE_HOST"):
+            host, port = env["KUBERNETES_SERVICE_HOST"], env.get("KUBERNETES_SERVICE_PORT", "443")
+            server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+            token_file = token_file or f"{_SA_DIR}/token"
+            ca_file = ca_file or f"{_SA_DIR}/ca.crt"
+        if not server:
+            raise SchedulerError(
+                "no kubectl and no Kubernetes API server to talk to",
+                "install kubectl, or pass --opt api_server=https://HOST:6443 --opt token_file=PATH",
+            )
+        token = None
+        if token_file:
+            try:
+                with open(token_file) as f:
+                    token = f.read().strip()
+            except OSError as e:
+                raise SchedulerError(f"cannot read token_file {token_file!r}: {e.strerror}") from None
+        return cls(server, token, ca_file)
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, str]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.server + path, data=data, method=method)
+        req.add_header("Accept", "application/json, */*")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self._context()) as resp:
+                return resp.status, resp.read().decode(errors="replace")
+        except urllib.error.HTTPError as e:
+            text = e.read().decode(errors="replace")
+            try:
+                message = json.loads(text).get("message", text)
+            except ValueError:
+                message = text
+            raise SchedulerError(
+                f"{method} {path} -> HTTP {e.code}: {message.strip()[:300]}",
+                "401/403: check the token and its RBAC; 404: check the namespace and that the "
+                "Kubeflow training-operator (PyTorchJob CRD) is installed",
+            ) from None
+        except urllib.error.URLError as e:
+            raise SchedulerError(f"cannot reach the Kubernetes API at {self.server}: {e.reason}") from None
+
+
+# --- the scheduler ------------------------------------------------------------------------
+
+
+class KubernetesScheduler(Scheduler):
+    name = "kubernetes"
+    submit_command = "kubectl"
+    OPTIONS: ClassVar[dict[str, str]] = {
+        "image": "container image every pod runs; or give --container IMAGE",
+        "namespace": "namespace of the PyTorchJob (default 'default')",
+        "pvc": "PVC mounts, comma separated CLAIM:/mount/path",
+        "rdma": "RDMA network attachment (pod annotation k8s.v1.cni.cncf.io/networks), e.g. kube-system/roce",
+        "rdma_resource": "extended resource requested with rdma (default rdma/rdma=1)",
+        "shm_size": "size limit of the memory-backed /dev/shm (default: unlimited within the pod)",
+        "workdir": "container working directory",
+        "restart_policy": "pod restart policy: Never (default), OnFailure, Always or ExitCode",
+        "backoff_limit": "retries before the job is marked failed (default 0)",
+        "image_pull_policy": "IfNotPresent (default), Always or Never",
+        "service_account": "pod service account name",
+        "max_restarts": "torchrun --max-restarts (default 0: fail fast)",
+        "transport": "'auto' (kubectl if installed, else the API), 'kubectl' or 'api'",
+        "api_server": "API server URL for the 'api' transport, e.g. https://HOST:6443",
+        "token_file": "file holding the bearer token for the 'api' transport",
+        "ca_file": "CA bundle for the API server's certificate",
+    }
+
+    def _check(self, spec: JobSpec) -> dict[str, str]:
+        opts = spec.options_dict
+        unknown = sorted(set(opts) - set(self.OPTIONS))
+        if unknown:
+            raise SpecError(
+                f"unknown kubernetes option(s) {', '.join(unknown)} (from --opt)",
+                f"valid: {', '.join(self.OPTIONS)}; `torchhpc options kubernetes` describes them",
+            )
+        if spec.launcher != "torchrun":
+            raise SpecError(
+                f"--launcher {spec.launcher} does not fit a PyTorchJob: it starts one pod per node",
+                "use --launcher torchrun (one torchrun per pod)",
+            )
+        policy = opts.get("restart_policy", "Never")
+        if policy not in ("Never", "OnFailure", "Always", "ExitCode"):
+            raise SpecError(f"restart_policy={policy!r} (from --opt) is not Never, OnFailure, Always or ExitCode")
+        if not opts.get("backoff_limit", "0").isdigit():
+            raise SpecError(f"backoff_limit={opts['backoff_limit']!r} (from --opt) is not a number")
+        return opts
+
+    def render(self, spec: JobSpec) -> Submission:
+        opts = self._check(spec)
+        image = opts.get("image") or (spec.container.image if spec.container else "")
+        if not image:
+            raise SpecError("the kubernetes scheduler needs a container image", "add --image REGISTRY/IMAGE:TAG")
+        obj = manifest(spec, image, opts.get("namespace", "default"))
+        text = to_yaml(obj)
+        path = os.path.join(os.path.abspath(spec.output_dir), f"{obj['metadata']['name']}.pytorchjob.yaml")
+        return Submission(
+            scheduler=self.name,
+            spec=spec,
+            argv=("kubectl", "apply", "-f", "-"),
+            script=text,
+            script_path=path,
+            files=((path, text),),
+            stdin=text,
+            notes=(f"{spec.nodes} pods (1 Master + {spec.nodes - 1} Worker) x {spec.nproc_per_node} processes",),
+        )
+
+    # talking to Kubernetes ----------------------------------------------------------------
+    def _use_kubectl(self, opts: Mapping[str, str]) -> bool:
+        transport = opts.get("transport", "auto")
+        if transport not in ("auto", "kubectl", "api"):
+            raise SpecError(f"transport={transport!r} (from --opt) is not auto, kubectl or api")
+        return transport == "kubectl" or (transport == "auto" and self.runner.which("kubectl") is not None)
+
+    def _locate(self, job_id: str) -> tuple[str, str, dict[str, object]]:
+        """``ns/name`` or ``name`` (namespace from our record, else 'default')."""
+        if "/" in job_id:
+            ns, name = job_id.split("/", 1)
+            return ns, name, load_record(self.name, name)
+        rec = load_record(self.name, job_id)
+        return str(rec.get("namespace") or "default"), job_id, rec
+
+    def _api(self, rec: Mapping[str, object]) -> KubeAPI | None:
+        raw = rec.get("options")
+        opts = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+        return None if self._use_kubectl(opts) else KubeAPI.from_options(opts)
+
+    def schedule(self, submission: Submission) -> str:
+        spec = submission.spec
+        opts = spec.options_dict
+        for path, content in submission.files:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            with open(path, "w") as f:
+                f.write(content)
+        obj = manifest(spec, spec.option("image") or (spec.container.image if spec.container else ""),
+                       opts.get("namespace", "default"))
+        ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        if self._use_kubectl(opts):
+            self.runner.run(list(submission.argv), input=submission.stdin,
+                            hint="`kubectl get crd pytorchjobs.kubeflow.org` checks the training-operator")
+        else:
+            KubeAPI.from_options(opts).request("POST", f"{GROUP_PATH}/namespaces/{ns}/pytorchjobs", obj)
+        keep = {k: v for k, v in opts.items() if k in ("transport", "api_server", "token_file", "ca_file")}
+        save_record(self.name, name, namespace=ns, nodes=spec.nodes,
+                    nproc_per_node=spec.nproc_per_node, options=keep)
+        return name
+
+    def get(self, job_id: str) -> dict[str, Any]:
+        ns, name, rec = self._locate(job_id)
+        api = self._api(rec)
+        if api is None:
+            try:
+                done = self.runner.run(["kubectl", "get", "pytorchjob", name, "-n", ns, "-o", "json"], timeout=60)
+            except CommandError as e:
+                if "NotFound" in e.stderr or "not found" in e.stderr:
+                    raise SchedulerError(f"PyTorchJob {ns}/{name} not found", "`kubectl get pytorchjobs -A`") from None
+                raise
+            text = done.stdout
+        else:
+            text = api.request("GET", f"{GROUP_PATH}/namespaces/{ns}/pytorchjobs/{name}")[1]
+        data: dict[str, Any] = json.loads(text)
+        return data
+
+    def status(self, job_id: str) -> JobStatus:
+        return status_from_job(job_id, self.get(job_id))
+
+    def cancel(self, job_id: str) -> None:
+        ns, name, rec = self._locate(job_id)
+        api = self._api(rec)
+        if api is None:
+            self.runner.run(["kubectl", "delete", "pytorchjob", name, "-n", ns])
+        else:
+            api.request("DELETE", f"{GROUP_PATH}/namespaces/{ns}/pytorchjobs/{name}")
+
+    def pods(self, job_id: str) -> list[str]:
+        """Pod names as the operator makes them: ``NAME-master-0``, ``NAME-worker-I``."""
+        _, name, rec = self._locate(job_id)
+        nodes = int(str(rec.get("nodes") or 1))
+        return [f"{name}-master-0", *(f"{name}-worker-{i}" for i in range(nodes - 1))]
+
+    def logs(self, job_id: str, rank: int | None = None) -> str:
+        ns, _, rec = self._locate(job_id)
+        pods = self.pods(job_id)
+        if rank is not None:
+            node = rank // max(1, int(str(rec.get("nproc_per_node") or 1)))
+            if node >= len(pods):
+                raise SchedulerError(f"rank {rank} is not in job {job_id} ({len(pods)} pods)")
+            pods = [pods[node]]
+        api = self._api(rec)
+        parts = []
+        for pod in pods:
+            if api is None:
+                text = self.runner.run(["kubectl", "logs", pod, "-n", ns, "-c", CONTAINER], timeout=120).stdout
+            else:
+                text = api.request("GET", f"/api/v1/namespaces/{ns}/pods/{pod}/log?container={CONTAINER}")[1]
+            parts.append(text if len(pods) == 1 else f"==> {pod} <==\n{text}")
+        return "".join(parts)
+
+
+def status_from_job(job_id: str, obj: Mapping[str, Any]) -> JobStatus:
+    """A PyTorchJob's ``status.conditions`` -> our states.
+
+    The operator appends conditions (Created, Running, Restarting, Succeeded,
+    Failed, Suspended); the last one whose status is "True" is the job's state.
+    """
+    status = obj.get("status") or {}
+    state, reason = "PENDING", ""
+    for cond in status.get("conditions") or []:
+        if str(cond.get("status")) != "True":
+            continue
+        kind = cond.get("type", "")
+        reason = cond.get("message") or cond.get("reason") or ""
+        state = {
+            "Created": "PENDING",
+            "Running": "RUNNING",
+            "Restarting": "RUNNING",
+            "Succeeded": "COMPLETED",
+            "Failed": "FAILED",
+            "Suspended": "SUSPENDED",
+        }.get(kind, state)
+    restarts = sum(1 for c in status.get("conditions") or [] if c.get("type") == "Restarting")
+    name = (obj.get("metadata") or {}).get("name", job_id)
+    return JobStatus(
+        job_id=job_id,
+        state=state,
+        exit_code=0 if state == "COMPLETED" else (1 if state == "FAILED" else None),
+        reason=reason if state != "COMPLETED" else "",
+        name=name,
+        restarts=restarts,
+        raw={"startTime": str(status.get("startTime", "")), "completionTime": str(status.get("completionTime", ""))},
+    )
