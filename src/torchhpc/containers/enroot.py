@@ -119,3 +119,7 @@ def wrap(
     if wild:
         return c.env_expand_argv("flag", "--env", wild, head, tail)
     return head + tail
+
+
+def srun_options(container: ContainerSpec) -> list[str]:
+    return []
