@@ -113,7 +113,31 @@ class DistContext:
     def main_first(self, local: bool = False) -> Any:
         from torchhpc.dist.sync import main_first
 
-        return main_first(local=local)
+        # The context already knows who goes first: no hostname exchange needed.
+        return main_first(local=local, first=self.is_local_main if local else self.is_main)
+
+    def tensor_loader(self, *tensors: Any, batch_size: int, **kwargs: Any) -> Any:
+        """Whole-dataset tensors on this rank's device, batches sliced by index."""
+        from torchhpc.dist.data import TensorLoader
+
+        kwargs.setdefault("device", self.device)
+        return TensorLoader(*tensors, batch_size=batch_size, **kwargs)
+
+    def all_reduce_mean(self, tensor: Any) -> Any:
+        from torchhpc.dist.sync import all_reduce_mean
+
+        return all_reduce_mean(tensor)
+
+    def average_metrics(self, metrics: Any, weight: float = 1.0) -> dict[str, float]:
+        from torchhpc.dist.sync import average_metrics
+
+        return average_metrics(metrics, weight=weight, device=self.device if self.backend == "nccl" else None)
+
+    def seed(self, seed: int, per_rank: bool = True) -> int:
+        """Seed python/numpy/torch (plus the rank unless ``per_rank=False``); returns the seed used."""
+        from torchhpc.dist.sync import seed_everything
+
+        return seed_everything(seed, per_rank=per_rank)
 
     def __enter__(self) -> DistContext:
         return self
