@@ -15,6 +15,7 @@ import re
 import time
 from typing import ClassVar
 
+from torchhpc.core.proc import Runner, default_runner
 from torchhpc.core.shell import Raw, directive, join, quote
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import format_bytes, format_walltime, parse_size
@@ -63,6 +64,25 @@ def _container_setup(spec: JobSpec) -> list[str]:
     return setup_lines(spec.container)
 
 
+def _site_runner() -> Runner:
+    """The machine's own Slurm when it has one; else a running ``torchhpc devcluster``.
+
+    So that ``torchhpc devcluster up`` followed by a plain ``torchhpc run
+    --scheduler slurm`` works without exporting anything by hand.
+    """
+    if os.environ.get("SLURM_CONF") or any(
+        os.path.exists(p) for p in ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
+    ):
+        return default_runner()
+    try:
+        from torchhpc.devcluster import load_state
+
+        state = load_state()
+    except Exception:  # a broken state file must not break a real site
+        state = None
+    return Runner(env=state.client_env()) if state is not None else default_runner()
+
+
 class SlurmScheduler(Scheduler):
     name = "slurm"
     submit_command = "sbatch"
@@ -82,6 +102,9 @@ class SlurmScheduler(Scheduler):
         "max_restarts": "torchrun --max-restarts (default 0: fail fast)",
         "sbatch_extra": "extra raw sbatch flags, space separated (e.g. '--gpus-per-task=1')",
     }
+
+    def __init__(self, runner: Runner | None = None) -> None:
+        super().__init__(runner or _site_runner())
 
     # rendering -------------------------------------------------------
     def _cpus(self, spec: JobSpec) -> int | None:
