@@ -1,0 +1,4 @@
+#!/bin/bash
+# golden: torchhpc.containers.wrap() for --runtime docker (case docker_seed000);
+# checked against the runtime's documented syntax (it cannot be installed on the dev machine)
+bash -c 'mode=$1 arg=$2 n=$3; shift 3; pats=("${@:1:n}"); shift "$n"; m=$1; shift; head=("${@:1:m}"); shift "$m"; flags=(); for v in $(compgen -e); do for p in "${pats[@]}"; do case $v in $p) if [ "$mode" = export ]; then export "$arg$v=${!v}"; else flags+=("$arg" "$v"); fi; break;; esac; done; done; exec "${head[@]}" "${flags[@]}" "$@"' torchhpc-env flag -e 3 'SLURM_*' 'PMIX_*' 'OMPI_*' 20 docker run --rm --gpus all --ipc=host --network=host --uts=host --ulimit memlock=-1 --ulimit stack=67108864 -v /home/user/project:/home/user/project -w /home/user/project -e MASTER_ADDR -e MASTER_PORT mn5 bash -c 'exec "$@"' torchhpc-task python train.py --lr 0.1
