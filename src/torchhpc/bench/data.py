@@ -15,6 +15,7 @@ from typing import Any
 __all__ = ["expected", "fill_send", "pattern"]
 
 PERIOD = 4
+PATTERN_MAX = PERIOD  # the largest value v() writes (bounds every partial sum by PATTERN_MAX * n)
 REDUCING = ("all_reduce", "reduce", "reduce_scatter")
 
 

@@ -31,7 +31,10 @@ EXAMPLES = """examples:
 
 
 def _size(text: str) -> int:
-    return parse_size(text, "size")
+    try:
+        return parse_size(text, "size")
+    except UsageError as e:  # argparse turns this into "argument -b/--minbytes: ..." and exit 2
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: write it like 8, 128K, 64M or 1G") from e
 
 
 def _env_size(flag: str, default: str) -> Any:
