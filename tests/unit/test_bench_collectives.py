@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from torchhpc.bench.collectives import COLLECTIVES, bandwidth, dtype_name, get_collective, parse_collectives, sizes
+from torchhpc.bench.collectives import (
+    COLLECTIVES,
+    bandwidth,
+    dtype_name,
+    get_collective,
+    parse_collectives,
+    sizes,
+)
 from torchhpc.bench.config import BenchConfig
 from torchhpc.errors import UsageError
 

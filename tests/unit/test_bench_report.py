@@ -99,7 +99,7 @@ def test_load_results_sorts_and_skips_foreign_json(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="neither a file nor a directory"):
         load_results([tmp_path / "missing"])
     (tmp_path / "broken.json").write_text("{")
-    with pytest.raises(UsageError, match="broken.json"):
+    with pytest.raises(UsageError, match=r"broken\.json"):
         load_results([tmp_path])
 
 
