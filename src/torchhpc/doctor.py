@@ -422,6 +422,8 @@ def check_geometry(ctx: Context) -> Check:
 
 def check_pip_torch(ctx: Context) -> Check:
     info = ctx.torch_info()
+    if str(info.get("error", "")).startswith("skipped"):
+        return Check("pip-torch", "skip", "not probed (--no-torch)")
     if "error" in info:
         return Check("pip-torch", "skip", "torch not importable")
     e = ctx.environ

@@ -92,7 +92,7 @@ _NET_SOCKET = re.compile(r"NET/Socket\s*:\s*Using (.*)$")
 _IFACE = re.compile(r"\[\d+\]([\w.\-]+):[0-9a-fA-F.:%\w]+<\d+>")
 _OOB = re.compile(r"OOB ([\w.\-]+):")
 _BOOTSTRAP = re.compile(r"Bootstrap\s*:\s*Using ([\w.\-]+):")
-_VIA = re.compile(r"via (NET/[\w]+(?:/\d+)?(?:/GDRDMA)?|P2P/[\w ]+|SHM(?:/\w+)?|COLLNET/\w+)")
+_VIA = re.compile(r"via (NET/[^/\n]+(?:/\d+)?(?:/GDRDMA)?|P2P/\S+|SHM\S*|COLLNET/\S+)")
 _OFI = re.compile(r"NET/OFI Selected [Pp]rovider is (\w+)")
 
 
@@ -100,7 +100,7 @@ def parse_nccl_log(text: str) -> NcclReport:
     """Read NCCL/RCCL ``NCCL_DEBUG=INFO`` output (any ranks interleaved; other output ignored)."""
     rep = NcclReport()
     for line in text.splitlines():
-        if "NCCL" not in line and "via " not in line:
+        if "CCL" not in line and "via " not in line:
             continue
         if m := _VERSION.search(line) or _RCCL_VERSION.search(line):
             rep.version = rep.version or m.group(1)
