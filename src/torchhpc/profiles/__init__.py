@@ -109,10 +109,12 @@ def list_profiles(environ: Mapping[str, str] | None = None) -> list[str]:
 def get_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile:
     """The resolved profile ``name`` (user file over built-in, ``extends`` applied)."""
     user = load_user_profiles(environ)
-    return _resolve(name, user, [])
+    return _resolve(name, user, [], environ)
 
 
-def _resolve(name: str, user: dict[str, Profile], chain: list[str]) -> Profile:
+def _resolve(
+    name: str, user: dict[str, Profile], chain: list[str], environ: Mapping[str, str] | None = None
+) -> Profile:
     if name in chain:
         raise ConfigError(f"profile {name!r} extends itself: {' -> '.join([*chain, name])}")
     mine: Optional[Profile] = user.get(name)
@@ -128,7 +130,9 @@ def _resolve(name: str, user: dict[str, Profile], chain: list[str]) -> Profile:
     if parent is None:
         return mine
     if parent == name:  # a user table named like a built-in extends the built-in
+        if name not in BUILTIN:
+            raise ConfigError(f"profile {name!r} extends itself", "extend a built-in or another profile")
         base = BUILTIN[name]
     else:
-        base = _resolve(parent, user, [*chain, name])
+        base = _resolve(parent, user, [*chain, name], environ)
     return mine.merged_onto(base)
