@@ -20,6 +20,7 @@ import errno
 import json
 import os
 import platform
+import re
 import resource
 import socket
 import sys
@@ -353,10 +354,11 @@ def check_slurm(ctx: Context) -> Check:
     return Check("slurm", "pass", detail)
 
 
+# (name, argv, regex the first output line must match; "" for any)
 _RUNTIMES = (
-    ("apptainer", ["apptainer", "--version"], "apptainer"),
-    ("singularity", ["singularity", "--version"], "singularity"),
-    ("podman", ["podman", "--version"], "podman"),
+    ("apptainer", ["apptainer", "--version"], r"^apptainer version \d"),
+    ("singularity", ["singularity", "--version"], r"^(singularity(-ce)?|apptainer) version \d"),
+    ("podman", ["podman", "--version"], r"^podman version \d"),
     ("docker", ["docker", "version", "--format", "{{.Server.Version}}"], ""),
     ("enroot", ["enroot", "version"], ""),
     ("charliecloud", ["ch-run", "--version"], ""),
@@ -377,7 +379,7 @@ def check_containers(ctx: Context) -> Check:
         first = text[0] if text else ""
         if done.returncode != 0:
             broken.append(f"{name} (exit {done.returncode}: {first[:60]})")
-        elif must and must not in first.lower() and "apptainer" not in first.lower():
+        elif must and not re.match(must, first.lower()):
             broken.append(f"{name} is not the container runtime ({first[:40]!r})")
         else:
             usable.append(f"{name} {first.split()[-1] if first else ''}".strip())
