@@ -36,6 +36,7 @@ CASES = {
         options=(("partition", "acc"), ("account", "ehpc01"), ("qos", "acc_debug")),
         setup=("module load singularity",),
     ),
+    "requeue": spec(launcher="srun", time="00:10:00", requeue=True, signal_before=120, max_timeout_requeues=2),
     "hostile": spec(
         launcher="srun", name='my "job" #1 $(touch pwned)',
         entrypoint=Entrypoint.parse(["train.py", "a b", "$(touch pwned)", "x'y", "line1\nline2"], python="python3"),
@@ -62,6 +63,16 @@ def test_geometry_per_launcher() -> None:
     assert "#SBATCH --ntasks-per-node=2" in sr and "#SBATCH --cpus-per-task=3" in sr
     mn5 = s.render(CASES["gpu-mn5"]).script or ""
     assert "#SBATCH --cpus-per-task=80" in mn5 and "#SBATCH --gpus-per-node=4" in mn5
+
+
+def test_signal_defaults() -> None:
+    s = SlurmScheduler(runner=FakeRunner())
+    assert "--signal=B:USR2@300" in (s.render(spec(time="01:00:00")).script or "")
+    assert "--signal=B:USR2@30" in (s.render(spec(time="1")).script or "")
+    assert "--signal" not in (s.render(spec(time="01:00:00", signal_before=0)).script or "")
+    assert "--signal" not in (s.render(spec()).script or "")
+    with pytest.raises(SpecError, match="not shorter"):
+        s.render(spec(time="1", signal_before=60))
 
 
 def test_unknown_option_lists_valid() -> None:

@@ -42,6 +42,11 @@ def add_job_arguments(p: argparse.ArgumentParser, *, program: bool = True) -> No
     r.add_argument("--image", default=None, help="container image for kubernetes/runai")
     r.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help="scheduler option (torchhpc options SCHEDULER lists them)")
     r.add_argument("--network", default=None, help="network preset (tcp, infiniband, roce, lumi-slingshot, debug) or auto")
+    n = p.add_argument_group("nothing lost (slurm)")
+    n.add_argument("--signal-before", type=int, default=None, metavar="SECONDS",
+                   help="ask ranks to checkpoint and stop this long before the time limit (default min(300, limit/2); 0: off)")
+    n.add_argument("--requeue", action="store_true", help="after a time-limit or preemption stop, requeue the job")
+    n.add_argument("--max-requeues", type=int, default=3, help="cap on time-limit requeues (preemptions are not capped)")
     c = p.add_argument_group("container")
     c.add_argument("--container", default=None, metavar="IMAGE", help="run every rank inside this image (SIF, docker://..., image name, or directory)")
     c.add_argument("--runtime", default=None, choices=RUNTIMES, help="container runtime (default apptainer)")
@@ -139,7 +144,7 @@ def spec_from_args(args: argparse.Namespace, program: Sequence[str]) -> JobSpec:
         if v:
             options[key] = str(v)
     if profile is not None and getattr(profile, "cpu_bind", None):
-        options.setdefault("cpu_bind", profile.cpu_bind)
+        options.setdefault("cpu_bind", str(profile.cpu_bind))
     for item in args.opt:
         if "=" not in item:
             raise UsageError(f"--opt {item!r} is not KEY=VALUE", "e.g. --opt constraint=a100")
@@ -196,6 +201,9 @@ def spec_from_args(args: argparse.Namespace, program: Sequence[str]) -> JobSpec:
         ntasks_per_node=args.ntasks_per_node,
         network=network,
         setup=setup,
+        signal_before=args.signal_before,
+        requeue=bool(args.requeue),
+        max_timeout_requeues=args.max_requeues,
     )
 
 

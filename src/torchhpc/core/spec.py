@@ -122,6 +122,12 @@ class JobSpec:
     ntasks_per_node: Optional[int] = None
     network: Optional[str] = None
     setup: tuple[str, ...] = ()
+    # Nothing lost: seconds before the time limit at which ranks are asked to
+    # checkpoint and stop (None: default when a time limit is set; 0: off),
+    # and whether the job requeues itself afterwards.
+    signal_before: Optional[int] = None
+    requeue: bool = False
+    max_timeout_requeues: int = 3
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -156,6 +162,23 @@ class JobSpec:
                     f"(from --launcher {self.launcher})",
                     f"drop --ntasks-per-node (torchhpc sets {expected}) or change --launcher",
                 )
+
+    @property
+    def stop_signal_seconds(self) -> Optional[int]:
+        """When to ask ranks to stop before the time limit: explicit, else min(300 s, limit / 2)."""
+        if self.signal_before == 0:
+            return None
+        limit = self.time_seconds
+        if self.signal_before is not None:
+            if limit is not None and self.signal_before >= limit:
+                raise SpecError(
+                    f"--signal-before={self.signal_before}s is not shorter than --time={self.time}",
+                    "give a smaller --signal-before or a longer --time",
+                )
+            return self.signal_before
+        if self.requeue and limit is None:
+            return 300
+        return None if limit is None else min(300, limit // 2)
 
     # derived geometry -------------------------------------------------
     @property

@@ -28,6 +28,7 @@ __all__ = ["SlurmScheduler", "filter_rank", "parse_scontrol"]
 
 # The shell form of torchhpc.env's derive_port(): keep the two in step.
 PORT_EXPR = "$(( 10000 + SLURM_JOB_ID % 20000 ))"
+PORT_EXPR_TRY = "$(( 10000 + (SLURM_JOB_ID + _try * 7919) % 20000 ))"
 RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT")
 
 
@@ -147,7 +148,15 @@ class SlurmScheduler(Scheduler):
             pairs.append(("mail-user", opts["mail_user"]))
             pairs.append(("mail-type", opts.get("mail_type", "END,FAIL")))
         pairs.append(("output", os.path.join(out, "%x-%j.out")))
+        stop = spec.stop_signal_seconds
+        if stop:
+            # B: only the batch shell gets it: no rank, torchrun agent or NCCL ever sees USR2.
+            pairs.append(("signal", f"B:USR2@{stop}"))
+        if spec.requeue:
+            pairs.append(("open-mode", "append"))
         lines = [directive("#SBATCH", k, v) for k, v in pairs]
+        if spec.requeue:
+            lines.append(directive("#SBATCH", "requeue"))
         if opts.get("exclusive", "") in ("1", "true", "yes"):
             lines.append(directive("#SBATCH", "exclusive"))
         for flag in (opts.get("sbatch_extra") or "").split():
@@ -200,7 +209,14 @@ class SlurmScheduler(Scheduler):
             'MASTER_HOST="${_hosts%%$\'\\n\'*}"',
             'MASTER_ADDR="${MASTER_ADDR:-$(getent ahostsv4 "$MASTER_HOST" | awk \'NR==1{print $1}\')}"',
             'MASTER_ADDR="${MASTER_ADDR:-$MASTER_HOST}"',
-            f'MASTER_PORT="${{MASTER_PORT:-{PORT_EXPR}}}"',
+            "# Port: derived from the job id, moved deterministically while something listens on it here",
+            "# (the batch shell runs on the first node, where the rendezvous server will listen).",
+            'if [ -z "${MASTER_PORT:-}" ]; then',
+            "  for _try in 0 1 2 3 4 5 6 7; do",
+            f"    MASTER_PORT={PORT_EXPR_TRY}",
+            '    ss -Hltn "( sport = :$MASTER_PORT )" 2>/dev/null | grep -q . || break',
+            "  done",
+            "fi",
             "export MASTER_ADDR MASTER_PORT",
             'echo "torchhpc: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT, '
             f'launcher {spec.launcher}, {spec.nodes}x{spec.nproc_per_node} ranks"',
@@ -212,8 +228,62 @@ class SlurmScheduler(Scheduler):
                 f"{SHIM_VAR}={quote(TASK_SHIM)}",
                 "",
             ]
-        lines += self.launch_lines(spec)
+        if spec.stop_signal_seconds or spec.requeue:
+            lines += self.stop_lines(spec)
+        else:
+            lines += self.launch_lines(spec)
         return "\n".join(lines) + "\n"
+
+    def stop_lines(self, spec: JobSpec) -> list[str]:
+        """Time limit and preemption: relay by a stop file, then requeue from the batch shell.
+
+        Why a file and not a signal: torchrun's agent turns signals into its own
+        shutdown, mpirun and container runtimes forward them differently, and
+        NCCL claims signals of its own. A file on the job's output directory is
+        seen the same way by every rank under every launcher and runtime; ranks
+        poll it with ``torchhpc.dist.should_stop()`` (one small all_reduce per
+        step, so all stop at the same step), checkpoint, and exit 0. The batch
+        shell, on the host (``scontrol`` is rarely inside containers), then
+        requeues. Timeout requeues are capped; preemptions (SIGTERM) are not.
+        """
+        out = os.path.abspath(spec.output_dir)
+        stop_file = os.path.join(out, ".torchhpc-stop-")
+        count_file = os.path.join(out, ".torchhpc-timeouts-")
+        lines = [
+            "# Nothing lost: ask every rank to checkpoint and stop before the limit, then requeue.",
+            f'export TORCHHPC_STOP_FILE={quote(stop_file)}"$SLURM_JOB_ID"',
+            f'_timeouts_file={quote(count_file)}"$SLURM_JOB_ID"',
+            'rm -f -- "$TORCHHPC_STOP_FILE"',
+            'export TORCHHPC_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"',
+            '_stop_reason=""',
+            "_torchhpc_stop() {",
+            '  _stop_reason=$1',
+            '  echo "torchhpc: $1 at $(date +%T): asking every rank to checkpoint and stop"',
+            '  touch -- "$TORCHHPC_STOP_FILE"',
+            "}",
+            "trap '_torchhpc_stop time-limit' USR2",
+            "trap '_torchhpc_stop preempted' TERM",
+            *(line + " &" for line in self.launch_lines(spec)),
+            "_step=$!",
+            "_rc=0",
+            'wait "$_step" || _rc=$?',
+            'while kill -0 "$_step" 2>/dev/null; do _rc=0; wait "$_step" || _rc=$?; done',
+        ]
+        if spec.requeue:
+            lines += [
+                'if [ -n "$_stop_reason" ] && [ "$_rc" -eq 0 ]; then',
+                '  _n=$(cat -- "$_timeouts_file" 2>/dev/null || echo 0)',
+                f'  if [ "$_stop_reason" = time-limit ] && [ "$_n" -ge {int(spec.max_timeout_requeues)} ]; then',
+                f'    echo "torchhpc: not requeuing: {int(spec.max_timeout_requeues)} time-limit requeues already"',
+                "  else",
+                '    [ "$_stop_reason" = time-limit ] && echo $((_n + 1)) > "$_timeouts_file"',
+                '    echo "torchhpc: requeuing job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0} -> $((${SLURM_RESTART_COUNT:-0} + 1)))"',
+                '    scontrol requeue "$SLURM_JOB_ID" || echo "torchhpc: scontrol requeue failed" >&2',
+                "  fi",
+                "fi",
+            ]
+        lines.append('exit "$_rc"')
+        return lines
 
     def render(self, spec: JobSpec) -> Submission:
         if spec.launcher not in ("torchrun", "srun", "mpirun"):
