@@ -273,7 +273,7 @@ class ManualEnvDetector(Detector):
     def probe(self, env: Mapping[str, str], ctx: JobContext) -> Verdict:
         if not (first_set(env, "RANK") and first_set(env, "WORLD_SIZE")):
             return self.miss("RANK and WORLD_SIZE not both set")
-        reason = f"RANK={env['RANK']} WORLD_SIZE={env['WORLD_SIZE']} set by hand, no launcher markers"
+        reason = f"RANK={env['RANK']} WORLD_SIZE={env['WORLD_SIZE']}, taken as process ranks set by hand"
 
         def build() -> DistEnv:
             rank = need_int(env, "RANK")
@@ -300,7 +300,7 @@ class LocalDetector(Detector):
         elif ctx.scheduler:
             reason = f"single process inside {ctx.describe()}"
         else:
-            reason = "no launcher variables: a single process"
+            reason = "fallback: a single process"
 
         def build() -> DistEnv:
             port = get_int(env, "MASTER_PORT")
