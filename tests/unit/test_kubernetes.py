@@ -360,3 +360,17 @@ def test_kubectl_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_registered() -> None:
     assert isinstance(get_scheduler("kubernetes", runner=FakeRunner()), KubernetesScheduler)
+
+
+def test_profile_style_annotation_and_resources() -> None:
+    s = spec(options=(
+        ("image", IMAGE),
+        ("annotation", "k8s.v1.cni.cncf.io/networks=kube-system/roce"),
+        ("extended-resource", "rdma/rdma=1"),
+        ("large-shm", "true"),
+    ))
+    obj = manifest(s, IMAGE, "ns")
+    validate(obj)
+    tpl = obj["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+    assert tpl["metadata"]["annotations"] == {"k8s.v1.cni.cncf.io/networks": "kube-system/roce"}
+    assert tpl["spec"]["containers"][0]["resources"]["limits"]["rdma/rdma"] == 1

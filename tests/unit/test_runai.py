@@ -235,3 +235,18 @@ def test_describe_parsing_and_states() -> None:
 
 def test_registered() -> None:
     assert isinstance(get_scheduler("runai", runner=FakeRunner()), RunAIScheduler)
+
+
+def test_profile_style_option_names() -> None:
+    """The rcp profile writes RunAI's own flag names (``large-shm``, ``extended-resource``): accepted as keys."""
+    s = spec(options=(
+        ("image", IMAGE),
+        ("annotation", "k8s.v1.cni.cncf.io/networks=kube-system/roce"),
+        ("extended-resource", "rdma/rdma=1"),
+        ("large-shm", "true"),
+    ))
+    line = join(RunAIScheduler(runner=FakeRunner()).submit_argv(s))
+    assert "--annotation k8s.v1.cni.cncf.io/networks=kube-system/roce --extended-resource rdma/rdma=1" in line
+    assert "--large-shm" in line
+    with pytest.raises(SpecError, match="NAME=VALUE"):
+        RunAIScheduler(runner=FakeRunner()).submit_argv(spec(options=(("image", IMAGE), ("annotation", "x"))))

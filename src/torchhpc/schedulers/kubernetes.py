@@ -30,7 +30,7 @@ from torchhpc.core.units import parse_size
 from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.launchers import torchrun_argv
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
-from torchhpc.schedulers.runai import RDMA_ANNOTATION, k8s_name
+from torchhpc.schedulers.runai import RDMA_ANNOTATION, k8s_name, normalized_options
 from torchhpc.schedulers.script import load_record, save_record
 
 __all__ = ["GROUP_PATH", "KubeAPI", "KubernetesScheduler", "manifest", "status_from_job", "to_yaml"]
@@ -82,9 +82,21 @@ def _pvcs(spec: JobSpec) -> list[tuple[str, str]]:
     return out
 
 
+def _pairs(opts: Mapping[str, str], key: str) -> list[tuple[str, str]]:
+    out = []
+    for item in (opts.get(key) or "").split(","):
+        if item.strip():
+            name, sep, value = item.strip().partition("=")
+            if not sep or not name:
+                raise SpecError(f"{key} {item!r} (from --opt {key}=...) is not NAME=VALUE")
+            out.append((name, value))
+    return out
+
+
 def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
     """The PyTorchJob object, as plain data (the same dict is YAML for kubectl and JSON for the API)."""
-    opts = spec.options_dict
+    opts = normalized_options(spec)
+    spec = spec.with_(options=tuple(opts.items()))
     if spec.entrypoint.kind != "script":
         raise SpecError(
             "the kubernetes scheduler runs a Python script in each pod",
@@ -97,6 +109,8 @@ def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
     if opts.get("rdma"):
         res, _, count = opts.get("rdma_resource", "rdma/rdma=1").partition("=")
         limits[res] = int(count) if count.isdigit() else 1
+    for res, count in _pairs(opts, "extended_resource"):
+        limits[res] = int(count) if count.isdigit() else count
     if spec.cpus_per_task:
         limits["cpu"] = spec.cpus_per_task * spec.nproc_per_node
     if spec.mem:
@@ -126,9 +140,12 @@ def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {"containers": [container], "volumes": volumes}
     if opts.get("service_account"):
         pod_spec["serviceAccountName"] = opts["service_account"]
-    template: dict[str, Any] = {"spec": pod_spec}
+    annotations = dict(_pairs(opts, "annotation"))
     if opts.get("rdma"):
-        template = {"metadata": {"annotations": {RDMA_ANNOTATION: opts["rdma"]}}, "spec": pod_spec}
+        annotations[RDMA_ANNOTATION] = opts["rdma"]
+    template: dict[str, Any] = {"spec": pod_spec}
+    if annotations:
+        template = {"metadata": {"annotations": annotations}, "spec": pod_spec}
     restart = opts.get("restart_policy", "Never")
     replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": restart, "template": template}}
     if spec.nodes > 1:
@@ -288,6 +305,9 @@ class KubernetesScheduler(Scheduler):
         "pvc": "PVC mounts, comma separated CLAIM:/mount/path",
         "rdma": "RDMA network attachment (pod annotation k8s.v1.cni.cncf.io/networks), e.g. kube-system/roce",
         "rdma_resource": "extended resource requested with rdma (default rdma/rdma=1)",
+        "annotation": "extra pod annotations, comma separated KEY=VALUE",
+        "extended_resource": "extra extended resources (limits), comma separated NAME=COUNT",
+        "large_shm": "accepted for RunAI profiles; the memory-backed /dev/shm is always mounted",
         "shm_size": "size limit of the memory-backed /dev/shm (default: unlimited within the pod)",
         "workdir": "container working directory",
         "restart_policy": "pod restart policy: Never (default), OnFailure, Always or ExitCode",
@@ -302,7 +322,7 @@ class KubernetesScheduler(Scheduler):
     }
 
     def _check(self, spec: JobSpec) -> dict[str, str]:
-        opts = spec.options_dict
+        opts = normalized_options(spec)
         unknown = sorted(set(opts) - set(self.OPTIONS))
         if unknown:
             raise SpecError(
@@ -362,12 +382,12 @@ class KubernetesScheduler(Scheduler):
 
     def schedule(self, submission: Submission) -> str:
         spec = submission.spec
-        opts = spec.options_dict
+        opts = normalized_options(spec)
         for path, content in submission.files:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             with open(path, "w") as f:
                 f.write(content)
-        obj = manifest(spec, spec.option("image") or (spec.container.image if spec.container else ""),
+        obj = manifest(spec, opts.get("image") or (spec.container.image if spec.container else ""),
                        opts.get("namespace", "default"))
         ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         if self._use_kubectl(opts):

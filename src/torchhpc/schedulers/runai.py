@@ -28,7 +28,7 @@ from torchhpc.launchers import torchrun_argv
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.script import load_record, save_record
 
-__all__ = ["RDMA_ANNOTATION", "RunAIScheduler", "pod_command", "runai_state", "second_layer"]
+__all__ = ["RDMA_ANNOTATION", "RunAIScheduler", "normalized_options", "pod_command", "runai_state", "second_layer"]
 
 RDMA_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 _TRUE = ("1", "true", "yes", "on")
@@ -55,6 +55,11 @@ _STATES: dict[str, str] = {
     "stopped": "CANCELLED",
     "preempted": "PREEMPTED",
 }
+
+
+def normalized_options(spec: JobSpec) -> dict[str, str]:
+    """Option keys with ``-`` read as ``_`` (``large-shm`` = ``large_shm``), as profiles write RunAI's flag names."""
+    return {k.replace("-", "_"): v for k, v in spec.options}
 
 
 def runai_state(text: str) -> str:
@@ -112,6 +117,8 @@ class RunAIScheduler(Scheduler):
         "pvc": "PVC mounts, comma separated CLAIM:/mount/path (--pvc), e.g. mlo-scratch:/mloscratch",
         "rdma": "RDMA network attachment, e.g. kube-system/roce: adds the annotation and rdma/rdma=1",
         "rdma_resource": "extended resource requested with rdma (default rdma/rdma=1)",
+        "annotation": "extra pod annotations, comma separated KEY=VALUE (--annotation)",
+        "extended_resource": "extra extended resources, comma separated NAME=COUNT (--extended-resource)",
         "large_shm": "'1' (default) for --large-shm: /dev/shm big enough for DataLoader workers",
         "workdir": "directory to cd into inside the pod before starting torchrun",
         "log_dir": "directory (on a PVC) where each pod writes JOB_UUID-podRANK.log",
@@ -120,7 +127,7 @@ class RunAIScheduler(Scheduler):
     }
 
     def _check(self, spec: JobSpec) -> dict[str, str]:
-        opts = spec.options_dict
+        opts = normalized_options(spec)
         unknown = sorted(set(opts) - set(self.OPTIONS))
         if unknown:
             raise SpecError(
@@ -164,12 +171,18 @@ class RunAIScheduler(Scheduler):
         if opts.get("rdma"):
             argv += ["--annotation", f"{RDMA_ANNOTATION}={opts['rdma']}"]
             argv += ["--extended-resource", opts.get("rdma_resource", "rdma/rdma=1")]
+        for flag, key in (("--annotation", "annotation"), ("--extended-resource", "extended_resource")):
+            for item in (opts.get(key) or "").split(","):
+                if item.strip():
+                    if "=" not in item:
+                        raise SpecError(f"{key} {item!r} (from --opt {key}=...) is not NAME=VALUE")
+                    argv += [flag, item.strip()]
         for k, v in spec.env:
             argv += ["-e", f"{validate_env_name(k, '--env')}={v}"]
         if (opts.get("large_shm", "1") or "").lower() in _TRUE:
             argv.append("--large-shm")
         python = spec.entrypoint.python or "python"
-        argv += ["--", "bash", "-c", second_layer(pod_command(spec, python))]
+        argv += ["--", "bash", "-c", second_layer(pod_command(spec.with_(options=tuple(opts.items())), python))]
         return argv
 
     def render(self, spec: JobSpec) -> Submission:
