@@ -82,3 +82,13 @@ def test_auto_lines_parse_and_pass_the_master(tmp_path: object) -> None:
     text = "\n".join(lines)
     assert 'eval "$(python3 -m torchhpc net detect --export ${MASTER_ADDR:+--master "$MASTER_ADDR"})"' in text
     subprocess.run(["bash", "-n", "-c", text], check=True)
+
+
+def test_docs_list_every_preset_variable() -> None:
+    from tests.conftest import REPO
+
+    text = (REPO / "docs" / "network.md").read_text()
+    for p in PRESETS.values():
+        assert f"`{p.name}`" in text
+        for name, value, _ in p.env:
+            assert f"`{name}`" in text and f"`{value}`" in text, (p.name, name)
