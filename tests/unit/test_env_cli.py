@@ -96,6 +96,7 @@ def test_explain_lists_every_detector_and_marks_one(clean_env: pytest.MonkeyPatc
     assert out.count("chosen") == 1
     assert "slurm     chosen" in out
     assert "rank 3/4" in out
+    assert "read    SLURM_JOB_ID=4242, SLURM_JOB_NODELIST=gpu[01-02], SLURM_PROCID=3" in out
 
 
 def test_explain_shows_the_error_then_fails(clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

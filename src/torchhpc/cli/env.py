@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from torchhpc.cli.common import add_subparser
@@ -59,12 +60,23 @@ def render_env(dist_env: DistEnv) -> list[str]:
     return lines
 
 
-def render_explain(verdicts: list[Verdict]) -> list[str]:
+def seen_variables(verdicts: list[Verdict], environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """Per detector, the variables it reads that are set here (the evidence behind its verdict)."""
+    reads = {detector.name: detector.variables for detector, _ in PRIORITY}
+    return {v.name: {n: environ[n] for n in reads.get(v.name, ()) if n in environ} for v in verdicts}
+
+
+def render_explain(verdicts: list[Verdict], environ: Mapping[str, str] | None = None) -> list[str]:
     lines: list[str] = []
     width = max(len(v.name) for v in verdicts)
+    seen = seen_variables(verdicts, os.environ if environ is None else environ)
     for i, v in enumerate(verdicts, 1):
         mark = "chosen " if v.chosen else ("match  " if v.matched else "no     ")
         lines.append(f"{i:>2}. {v.name:<{width}}  {mark} {v.reason}")
+        if seen[v.name]:
+            # repr() keeps a hostile value on one line of this report.
+            shown = ", ".join(f"{n}={val!r}" if not val.isprintable() else f"{n}={val}" for n, val in seen[v.name].items())
+            lines.append(f"    {'':<{width}}  read    {shown}")
         if v.error is not None:
             lines.append(f"    {'':<{width}}  error   {v.error}")
         elif v.matched and v.env is not None:
@@ -81,7 +93,8 @@ def cmd_env(args: argparse.Namespace) -> int:
     if args.explain:
         verdicts = explain()
         if args.json:
-            print(json.dumps([v.as_dict() for v in verdicts], indent=2))
+            seen = seen_variables(verdicts, os.environ)
+            print(json.dumps([{**v.as_dict(), "read": seen[v.name]} for v in verdicts], indent=2))
         else:
             print("\n".join(render_explain(verdicts)))
         chosen = next(v for v in verdicts if v.chosen)

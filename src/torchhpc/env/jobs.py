@@ -54,6 +54,8 @@ class SlurmDetector(Detector):
     name = "slurm"
     variables = (
         "SLURM_JOB_ID",
+        "SLURM_JOB_NODELIST",
+        "SLURM_NTASKS",
         "SLURM_PROCID",
         "SLURM_STEP_NUM_TASKS",
         "SLURM_LOCALID",
