@@ -31,6 +31,9 @@ _LAZY = {
     "all_reduce_max": "sync",
     "average_metrics": "sync",
     "seed_everything": "sync",
+    "should_stop": "stop",
+    "request_stop": "stop",
+    "checkpoint": "",
 }
 
 __all__ = ["DEFAULT_TIMEOUT", "DistContext", "cleanup", "current", "init", "log0", "print0", *_LAZY]
@@ -38,8 +41,11 @@ __all__ = ["DEFAULT_TIMEOUT", "DistContext", "cleanup", "current", "init", "log0
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
-    if module is None:
+    if module is None or name.startswith("__"):
         raise AttributeError(f"module 'torchhpc.dist' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"torchhpc.dist.{module}"), name)
+    if module == "":  # a submodule, e.g. torchhpc.dist.checkpoint
+        value = importlib.import_module(f"torchhpc.dist.{name}")
+    else:
+        value = getattr(importlib.import_module(f"torchhpc.dist.{module}"), name)
     globals()[name] = value
     return value

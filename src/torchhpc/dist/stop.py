@@ -1,0 +1,75 @@
+"""``should_stop()``: every rank stops at the same step when the job is about to end.
+
+The batch script (``--signal-before``/``--requeue``) receives the scheduler's
+warning and creates ``$TORCHHPC_STOP_FILE``; a SIGTERM that reaches a rank
+directly (preemption, ``scancel``, torchrun shutting its workers down) sets the
+same flag. Each rank's local answer is combined with one small MAX all_reduce,
+so either all ranks checkpoint and leave at this step or none does: a rank
+that stops alone would leave the others blocked in the next collective.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any
+
+__all__ = ["request_stop", "should_stop", "stop_requested_locally", "watch"]
+
+_flag = threading.Event()
+_installed = False
+_reason = ""
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    global _reason
+    _reason = signal.Signals(signum).name
+    _flag.set()
+
+
+def watch(signals: tuple[int, ...] = (signal.SIGTERM,)) -> None:
+    """Turn SIGTERM into a stop request instead of death (idempotent; main thread only)."""
+    global _installed
+    if _installed or threading.current_thread() is not threading.main_thread():
+        return
+    for s in signals:
+        signal.signal(s, _on_signal)
+    _installed = True
+
+
+def request_stop(reason: str = "requested") -> None:
+    global _reason
+    _reason = reason
+    _flag.set()
+
+
+def stop_requested_locally() -> bool:
+    """This rank's view: a stop file exists or a watched signal arrived."""
+    path = os.environ.get("TORCHHPC_STOP_FILE")
+    if path and os.path.exists(path):
+        return True
+    return _flag.is_set()
+
+
+def should_stop(every: int = 1, step: int | None = None) -> bool:
+    """True on every rank, at the same call, once any rank was asked to stop.
+
+    Call it at a step boundary. ``every=N`` with ``step`` only synchronises on
+    steps divisible by N (fewer collectives; the stop comes at most N-1 steps later).
+    """
+    watch()
+    if step is not None and every > 1 and step % every:
+        return False
+    local = stop_requested_locally()
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return local
+    import torch
+
+    backend = dist.get_backend()
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    flag = torch.tensor([1 if local else 0], dtype=torch.int32, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
