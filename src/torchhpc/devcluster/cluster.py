@@ -7,6 +7,7 @@ started, so ``down`` stops exactly those and nothing else.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import platform
@@ -41,6 +42,9 @@ PACKAGES: dict[str, str] = {
     "dnsmasq": "dnsmasq-base",
 }
 ACCOUNTING_PACKAGES: dict[str, str] = {"slurmdbd": "slurmdbd", "mariadbd": "mariadb-server"}
+# file (glob) -> package: Slurm's mpi/pmix plugin dlopen()s the unversioned
+# libpmix.so that only the -dev package ships; without it `srun --mpi=pmix` fails.
+FILE_PACKAGES: dict[str, str] = {"/usr/lib/*/pmix2/lib/libpmix.so": "libpmix-dev"}
 DOWN_HINT = "torchhpc devcluster down"
 UP_HINT = "torchhpc devcluster up --nodes 3 --accounting"
 
@@ -224,7 +228,9 @@ def ensure_packages(accounting: bool, runner: Runner, progress: Callable[[str], 
     wanted = dict(PACKAGES)
     if accounting:
         wanted.update(ACCOUNTING_PACKAGES)
-    missing = sorted({pkg for prog, pkg in wanted.items() if _which(prog) is None})
+    absent = {pkg for prog, pkg in wanted.items() if _which(prog) is None}
+    absent |= {pkg for pattern, pkg in FILE_PACKAGES.items() if not glob.glob(pattern)}
+    missing = sorted(absent)
     if not missing:
         return []
     if _which("apt-get") is None:
@@ -401,7 +407,9 @@ def _write_files(layout: Layout, state: ClusterState, accounting: bool) -> None:
     for program in config.CLIENT_PROGRAMS:
         real = _which(program)
         if real is not None:
-            wrapper = config.render_client_wrapper(program, real, state.host_netns, ctl_path)
+            wrapper = config.render_client_wrapper(
+                program, real, state.host_netns, ctl_path, _binds(layout, None)
+            )
             _write(os.path.join(layout.bin_dir, program), wrapper, 0o755)
 
 
@@ -599,7 +607,7 @@ def _remove_state_file(sdir: str) -> None:
 def down(
     state_dir: str | None = None,
     runner: Runner | None = None,
-    progress: Callable[[str], None] = print,
+    progress: Callable[[str], None] | None = print,
 ) -> list[str]:
     """Stop exactly the recorded daemons and delete the cluster's namespaces. Idempotent.
 
@@ -622,7 +630,7 @@ def down(
         path = os.path.join(sdir, d)
         if os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)
-    progress(
+    (progress or (lambda _m: None))(
         f"down: stopped {len(done)} daemons/namespaces in {sdir}"
         if done
         else f"down: nothing running in {sdir}"

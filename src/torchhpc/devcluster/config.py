@@ -272,19 +272,26 @@ def ompi_env(layout: Layout) -> dict[str, str]:
     }
 
 
-def render_client_wrapper(program: str, real_path: str, host_netns: str, ctl_netns_path: str) -> str:
+def render_client_wrapper(
+    program: str, real_path: str, host_netns: str, ctl_netns_path: str, binds: dict[str, str]
+) -> str:
     """A ``sbatch`` (etc.) on PATH that reaches the controller from the host.
 
     From the host's network namespace (identified by its ``net:[inode]`` link)
-    it enters the controller namespace; anywhere else (inside a job, on a node)
-    it runs the real program directly. Only the network namespace changes: the
-    working directory, files and environment stay the caller's.
+    it enters the controller namespace and, in a private mount namespace,
+    bind-mounts the cluster's hosts/resolv.conf (``srun --mpi=pmix`` resolves
+    node names on the submit side). Anywhere else (inside a job, on a node) it
+    runs the real program directly. The working directory, the files and the
+    environment stay the caller's.
     """
+    mounts = " && ".join(join(["mount", "--bind", src, dst]) for src, dst in binds.items())
+    inner = (mounts + " && " if mounts else "") + 'exec "$0" "$@"'
+    enter = ["nsenter", "--net=" + ctl_netns_path, "--", "unshare", "--mount", "--propagation", "private"]
     return (
         "#!/bin/sh\n"
         f"# torchhpc devcluster client wrapper for {program}: written by `torchhpc devcluster up`.\n"
         f'if [ "$(readlink /proc/self/ns/net)" = {quote(host_netns)} ]; then\n'
-        f'  exec {join(["nsenter", "--net=" + ctl_netns_path, "--", real_path])} "$@"\n'
+        f'  exec {join([*enter, "--", "sh", "-c", inner, real_path])} "$@"\n'
         "fi\n"
         f'exec {quote(real_path)} "$@"\n'
     )

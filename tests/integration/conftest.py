@@ -1,0 +1,131 @@
+"""Fixtures for tests that run on the real Slurm dev cluster.
+
+Bring the cluster up once (as root, on Linux)::
+
+    torchhpc devcluster up --nodes 3 --accounting
+
+then mark a test ``@pytest.mark.cluster("slurm")`` and take ``slurm_cluster``
+(the :class:`~torchhpc.devcluster.ClusterState`) or ``slurm`` (a
+:class:`SlurmClient` with submit/wait/sacct helpers). Without a cluster those
+tests skip locally and fail when ``CI=true``.
+
+Jobs see this machine's filesystem, so a test can write a script under
+``tmp_path`` and run ``tests.conftest.PYTHON`` (the venv's python) in it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from tests.conftest import missing
+from torchhpc.core.proc import Completed, Runner
+from torchhpc.devcluster import ClusterState, load_state
+
+NO_CLUSTER = "no dev cluster up: run `torchhpc devcluster up --nodes 3 --accounting`"
+
+# Job states after which nothing changes any more (scontrol's spelling).
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
+)
+
+
+class SlurmClient:
+    """Run Slurm clients against the dev cluster and poll jobs to completion.
+
+    ``sbatch --wait`` polls slowly; ``scontrol show job -o`` answers at once.
+    ``sacct`` sees a finished job a few seconds late, so it is polled too.
+    """
+
+    def __init__(self, state: ClusterState, runner: Runner | None = None) -> None:
+        self.state = state
+        self.env = state.client_env()
+        self.runner = runner or Runner(env=self.env, timeout=120)
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float = 120, check: bool = True, cwd: str | None = None
+    ) -> Completed:
+        """Run one command with the cluster's client env (SLURM_CONF, PATH wrappers, OMPI_*)."""
+        return self.runner.run(list(argv), timeout=timeout, check=check, env=self.env, cwd=cwd)
+
+    def sbatch(self, args: Sequence[str], *, cwd: str | None = None) -> str:
+        """Submit with ``sbatch --parsable ARGS``; returns the job id."""
+        out = self.run(["sbatch", "--parsable", *args], cwd=cwd).stdout.strip()
+        job_id = out.split(";")[0]
+        assert job_id.isdigit(), f"sbatch printed {out!r}, not a job id"
+        return job_id
+
+    def job(self, job_id: str) -> dict[str, str]:
+        """``scontrol show job -o`` as a dict (the last record for array/het jobs)."""
+        out = self.run(["scontrol", "show", "job", "-o", job_id], timeout=30).stdout
+        lines = [line for line in out.splitlines() if line.strip()]
+        return parse_scontrol(lines[-1]) if lines else {}
+
+    def wait(self, job_id: str, timeout: float = 300) -> dict[str, str]:
+        """Poll until the job reaches a terminal state; returns its last scontrol record."""
+        deadline = time.monotonic() + timeout
+        while True:
+            info = self.job(job_id)
+            if info.get("JobState") in TERMINAL_STATES:
+                return info
+            if time.monotonic() > deadline:
+                self.run(["scancel", job_id], check=False)
+                pytest.fail(f"job {job_id} still {info.get('JobState')} after {timeout:.0f} s: {info}")
+            time.sleep(0.2)
+
+    def sacct_state(self, job_id: str, timeout: float = 60) -> str:
+        """The job's State in the accounting database, polled until it is terminal."""
+        if not self.state.accounting:
+            missing("the dev cluster runs without accounting: `torchhpc devcluster up --accounting`")
+        deadline = time.monotonic() + timeout
+        state = ""
+        while True:
+            out = self.run(
+                ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], timeout=30, check=False
+            ).stdout
+            words = out.split()  # "CANCELLED by 0" -> "CANCELLED"
+            state = words[0] if words else ""
+            if state in TERMINAL_STATES:
+                return state
+            if time.monotonic() > deadline:
+                pytest.fail(f"sacct shows job {job_id} as {state or 'nothing'} after {timeout:.0f} s")
+            time.sleep(0.5)
+
+
+def parse_scontrol(line: str) -> dict[str, str]:
+    """``Key=Value Key2=Value two ...`` from ``scontrol -o``; values may contain spaces."""
+    out: dict[str, str] = {}
+    matches = list(re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=", line))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        out[m.group(1)] = line[m.end() : end].strip()
+    return out
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> ClusterState:
+    """The running dev cluster (skip locally / fail in CI when none is up)."""
+    state = load_state()
+    if state is None:
+        missing(NO_CLUSTER)
+    assert state is not None
+    return state
+
+
+@pytest.fixture(scope="session")
+def slurm(slurm_cluster: ClusterState) -> SlurmClient:
+    """Client helpers bound to the dev cluster: run, sbatch, wait, sacct_state."""
+    return SlurmClient(slurm_cluster)
