@@ -28,6 +28,8 @@ def test_mn5_from_seed_000() -> None:
     assert p.modules == ("singularity",) and p.container_runtime == "singularity"
     assert {"account", "qos"} <= set(p.require)
     assert p.setup_lines()[0] == "module load singularity"
+    assert p.setup[0] == "module load singularity"  # resolved profiles carry the module lines in setup
+    assert p.setup_lines() == list(p.setup)  # and setup_lines() does not repeat them
 
 
 def test_lumi_from_seed_002() -> None:
@@ -44,6 +46,10 @@ def test_lumi_from_seed_002() -> None:
     assert preset_env(p.network or "")["NCCL_SOCKET_IFNAME"] == "hsn0,hsn1,hsn2,hsn3"
     assert p.container_image == "$SIF"
     assert any("MIOPEN_USER_DB_PATH" in line for line in p.setup)
+    assert p.setup[:2] == (
+        "module load LUMI/24.03",
+        "module load PyTorch/2.3.1-rocm-6.0.3-python-3.12-singularity-20240923",
+    )
     assert any("MIOPEN_CUSTOM_CACHE_DIR" in line for line in p.setup)
 
 

@@ -107,9 +107,13 @@ def list_profiles(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def get_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile:
-    """The resolved profile ``name`` (user file over built-in, ``extends`` applied)."""
+    """The resolved profile ``name`` (user file over built-in, ``extends`` applied).
+
+    Its ``setup`` already starts with ``module load`` lines for ``modules``, so
+    a renderer can put ``setup`` at the top of a batch script as it is.
+    """
     user = load_user_profiles(environ)
-    return _resolve(name, user, [], environ)
+    return _resolve(name, user, [], environ).finalized()
 
 
 def _resolve(

@@ -115,9 +115,17 @@ class Profile:
         return replace(base, **changes)
 
     def setup_lines(self) -> list[str]:
-        """``module load`` lines for :attr:`modules`, then :attr:`setup`: the top of a batch script."""
-        lines = [join(["module", "load", m]) for m in self.modules]
+        """``module load`` lines for :attr:`modules`, then :attr:`setup`: the top of a batch script.
+
+        Idempotent: module lines already in ``setup`` (as in a profile from
+        :func:`~torchhpc.profiles.get_profile`) are not repeated.
+        """
+        lines = [ln for ln in (join(["module", "load", m]) for m in self.modules) if ln not in self.setup]
         return [*lines, *self.setup]
+
+    def finalized(self) -> Profile:
+        """The profile as jobs use it: ``setup`` starts with the ``module load`` lines."""
+        return replace(self, setup=tuple(self.setup_lines()))
 
     @property
     def env_dict(self) -> dict[str, str]:
