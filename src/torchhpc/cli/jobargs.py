@@ -6,9 +6,11 @@ Precedence for every value: command line > ``TORCHHPC_*`` variable > ``--profile
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from typing import Any
 
+from torchhpc.core.shell import Raw
 from torchhpc.core.spec import LAUNCHERS, RUNTIMES, ContainerSpec, Entrypoint, JobSpec, env_pairs
 from torchhpc.errors import UsageError
 
@@ -143,6 +145,9 @@ def spec_from_args(args: argparse.Namespace, program: Sequence[str]) -> JobSpec:
         v = _pick(getattr(args, attr), f"TORCHHPC_{attr.upper()}", profile, attr)
         if v:
             options[key] = str(v)
+    if profile is not None:
+        for k, v in getattr(profile, "options", ()) or ():
+            options.setdefault(str(k), str(v))
     if profile is not None and getattr(profile, "cpu_bind", None):
         options.setdefault("cpu_bind", str(profile.cpu_bind))
     for item in args.opt:
@@ -167,6 +172,11 @@ def spec_from_args(args: argparse.Namespace, program: Sequence[str]) -> JobSpec:
     env.update(env_pairs(args.env))
     container = None
     image = args.container or os.environ.get("TORCHHPC_CONTAINER")
+    if not image and profile is not None and options.get("image") is None:
+        image = getattr(profile, "container_image", None)
+    if image and re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", image):
+        # A site variable such as LUMI's $SIF (set by its container module): expand it in the job.
+        image = Raw(f'"{image}"')
     if image:
         runtime = _pick(args.runtime, "TORCHHPC_RUNTIME", profile, "container_runtime", "apptainer")
         container = ContainerSpec(
