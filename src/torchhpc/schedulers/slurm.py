@@ -218,6 +218,7 @@ class SlurmScheduler(Scheduler):
             "  done",
             "fi",
             "export MASTER_ADDR MASTER_PORT",
+            *self.network_lines(spec),
             'echo "torchhpc: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT, '
             f'launcher {spec.launcher}, {spec.nodes}x{spec.nproc_per_node} ranks"',
             "",
@@ -233,6 +234,18 @@ class SlurmScheduler(Scheduler):
         else:
             lines += self.launch_lines(spec)
         return "\n".join(lines) + "\n"
+
+    def network_lines(self, spec: JobSpec) -> list[str]:
+        """``--network auto``: detect interfaces/HCAs/GID on the first node, export what the user did not set."""
+        if spec.network is None or "auto" not in spec.network.split(","):
+            return []
+        import sys
+
+        detect = [sys.executable or "python3", "-m", "torchhpc", "net", "detect", "--export", "--master", Raw('"$MASTER_ADDR"')]
+        return [
+            "# --network auto: interfaces, InfiniBand HCAs and the RoCE v2 GID index, read from this node's sysfs.",
+            f'eval "$({join(detect)})"',
+        ]
 
     def stop_lines(self, spec: JobSpec) -> list[str]:
         """Time limit and preemption: relay by a stop file, then requeue from the batch shell.
