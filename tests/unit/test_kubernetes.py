@@ -374,3 +374,18 @@ def test_profile_style_annotation_and_resources() -> None:
     tpl = obj["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
     assert tpl["metadata"]["annotations"] == {"k8s.v1.cni.cncf.io/networks": "kube-system/roce"}
     assert tpl["spec"]["containers"][0]["resources"]["limits"]["rdma/rdma"] == 1
+
+
+def test_cli_dry_run_prints_valid_manifest(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Acceptance: `torchhpc run --scheduler kubernetes --dry-run` prints a manifest that validates."""
+    from torchhpc.cli.main import main
+
+    rc = main(["run", "--scheduler", "kubernetes", "--nodes", "2", "--gpus-per-node", "4", "--image", IMAGE,
+               "--output-dir", str(tmp_path), "--dry-run", "examples/pi.py"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    text = out.split(" ---\n", 1)[1].split("# --- submit with ---")[0]
+    obj = yaml.safe_load(text)
+    validate(obj)
+    assert obj["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
+    assert "kubectl apply -f -" in out

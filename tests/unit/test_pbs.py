@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import REPO
 from torchhpc.core.proc import FakeRunner
-from torchhpc.core.spec import Entrypoint, JobSpec
+from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.errors import CommandError, QuotingError, SchedulerError, SpecError
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.pbs import PBSScheduler, job_name, pbs_size, pbs_walltime
@@ -77,6 +77,10 @@ CASES: dict[str, JobSpec] = {
     "pro_torchrun_mpirun": spec(launcher="torchrun", options=(("per_node", "mpirun"),)),
     "torque_mpirun": spec(
         gpus_per_node=0, cpus_per_task=2, options=(("select_style", "torque"), ("queue", "batch")), env=()
+    ),
+    "sockeye_apptainer": spec(
+        container=ContainerSpec(image="/arc/project/st-alice-1/pytorch.sif", runtime="apptainer"),
+        entrypoint=Entrypoint.parse(["examples/pi.py"]),
     ),
     "cpu_only_defaults": spec(gpus_per_node=0, mem=None, time=None, options=(), env=()),
 }
@@ -197,6 +201,17 @@ def test_preamble_runs_in_bash(tmp_path: Path) -> None:
     assert r.stdout.strip().splitlines()[-1] == str(10000 + 99)
 
 
+def test_container_wraps_each_rank() -> None:
+    script = PBSScheduler(runner=FakeRunner()).render(CASES["sockeye_apptainer"]).script or ""
+    launch = script.rstrip("\n").splitlines()[-1]
+    assert launch.index("mpirun") < launch.index("apptainer") < launch.index("TORCHHPC_TASK_SHIM")
+    assert "/arc/project/st-alice-1/pytorch.sif" in launch and "--nv" in launch
+    assert launch.endswith("torchhpc-task python examples/pi.py")
+    pyxis = ContainerSpec(image="nvcr.io#nvidia/pytorch:24.01-py3", runtime="pyxis")
+    with pytest.raises(SpecError, match="pyxis needs srun"):
+        PBSScheduler(runner=FakeRunner()).render(spec(container=pyxis))
+
+
 def test_unknown_option_and_srun_rejected() -> None:
     with pytest.raises(SpecError, match="unknown pbs option"):
         PBSScheduler(runner=FakeRunner()).render(spec(options=(("partition", "gpu"),)))
@@ -313,3 +328,19 @@ def test_status_unknown_job_and_cancel() -> None:
 
 def test_history_json_is_valid_json_file() -> None:
     json.loads((DATA / "qstat_json_history.json").read_text())
+
+
+def test_cli_dry_run_prints_pbs_script(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Acceptance: `torchhpc run --scheduler pbs --nodes 2 --nproc-per-node 4 --dry-run examples/pi.py`."""
+    from torchhpc.cli.main import main
+
+    rc = main([
+        "run", "--scheduler", "pbs", "--launcher", "mpirun", "--nodes", "2", "--nproc-per-node", "4",
+        "--account", "st-alice-1-gpu", "--output-dir", str(tmp_path), "--dry-run", "examples/pi.py",
+    ])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "#PBS -l select=2:ncpus=4:mpiprocs=4" in out and "#PBS -A st-alice-1-gpu" in out
+    assert 'mpirun -np 8 --map-by ppr:4:node --bind-to none --hostfile "$PBS_NODEFILE"' in out
+    assert f"qsub {tmp_path}/pi.pbs" in out
+    assert not list(tmp_path.iterdir()), "a dry run writes nothing"

@@ -250,3 +250,15 @@ def test_profile_style_option_names() -> None:
     assert "--large-shm" in line
     with pytest.raises(SpecError, match="NAME=VALUE"):
         RunAIScheduler(runner=FakeRunner()).submit_argv(spec(options=(("image", IMAGE), ("annotation", "x"))))
+
+
+def test_cli_dry_run_prints_seed_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    """Acceptance: `torchhpc run --scheduler runai --nodes 2 --gpus-per-node 4 --image ... --dry-run`."""
+    from torchhpc.cli.main import main
+
+    rc = main(["run", "--scheduler", "runai", "--nodes", "2", "--gpus-per-node", "4", "--image", IMAGE,
+               "--dry-run", "examples/pi.py"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert f"runai submit-dist pytorch --name pi --image {IMAGE} --workers 1 --gpu 4" in out
+    assert " -- bash -c '\"exec python -m torch.distributed.run --nnodes \\\"\\$WORLD_SIZE\\\"" in out

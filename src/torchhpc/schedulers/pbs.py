@@ -50,6 +50,26 @@ def pbs_size(text: str, source: str = "--mem") -> str:
     return f"{n}b"
 
 
+def _wrap(spec: JobSpec, argv: list[str]) -> list[str]:
+    """Run ``argv`` inside the job's container, one container per rank (or per node for torchrun)."""
+    if spec.container is None:
+        return argv
+    if spec.container.runtime in ("pyxis", "enroot"):
+        raise SpecError(
+            f"--runtime {spec.container.runtime} is not available with --scheduler pbs",
+            "pyxis needs srun; use --runtime apptainer (or singularity, charliecloud, podman)",
+        )
+    from torchhpc.containers import wrap
+
+    return wrap(
+        spec.container,
+        argv,
+        gpus=spec.gpus_per_node,
+        gpu_kind=spec.gpu_kind,
+        pass_env=[*RENDEZVOUS_VARS, "NNODES", "OMPI_*", "PMIX_*", "PBS_*", "TORCHHPC_*", *spec.env_dict],
+    )
+
+
 def pbs_walltime(seconds: int) -> str:
     """PBS walltime is ``HH:MM:SS`` with hours past 24 (no ``D-`` prefix as Slurm has)."""
     return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
@@ -183,7 +203,7 @@ class PBSScheduler(Scheduler):
                 extra=[*self._mpirun_extra(spec), "--tag-output"],
             )
             rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'))
-            return [join([*mpi, *rank_cmd])]
+            return [join([*mpi, *_wrap(spec, rank_cmd)])]
         cmd = torchrun_argv(
             spec,
             python,
@@ -197,12 +217,12 @@ class PBSScheduler(Scheduler):
                 Raw('"$NNODES"'), 1, export=exports, hostfile=Raw('"$PBS_NODEFILE"'),
                 extra=[*self._mpirun_extra(spec), "--tag-output"],
             )
-            return [join([*mpi, *cmd])]
+            return [join([*mpi, *_wrap(spec, cmd)])]
         # pbsdsh starts tasks with the MOM's environment, in $HOME: carry ours explicitly.
         torque = spec.option("select_style", "pro") == "torque"
         env_words = [Raw(f'{n}="${n}"') for n in exports]
         pbsdsh = ["pbsdsh", *(["-u"] if torque else []), "--", "env", "-C", Raw('"$PWD"'), *env_words]
-        return [join([*pbsdsh, *cmd])]
+        return [join([*pbsdsh, *_wrap(spec, cmd)])]
 
     def render_script(self, spec: JobSpec) -> str:
         lines = header_lines("#!/bin/bash", "qsub <this file>  (or: torchhpc run --scheduler pbs ...)")
@@ -245,11 +265,6 @@ class PBSScheduler(Scheduler):
         return "\n".join(lines) + "\n"
 
     def render(self, spec: JobSpec) -> Submission:
-        if spec.container is not None:
-            raise SpecError(
-                "--container is not supported by the pbs scheduler yet",
-                "run the container from your entry command (e.g. -- apptainer exec IMAGE python train.py)",
-            )
         script = self.render_script(spec)
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name)[:60] or "job"
         path = os.path.join(os.path.abspath(spec.output_dir), f"{safe}.pbs")
