@@ -365,6 +365,13 @@ _RUNTIMES = (
 )
 
 
+_RUNTIME_HINTS = (
+    ("Docker daemon", "a docker client without a reachable daemon cannot run containers"),
+    ("not the container runtime", "Debian's `singularity` package is a game: install apptainer"),
+    ("$USER not set", "ch-run needs $USER: export USER=$(id -un)"),
+)
+
+
 def check_containers(ctx: Context) -> Check:
     usable, broken = [], []
     for name, argv, must in _RUNTIMES:
@@ -388,25 +395,34 @@ def check_containers(ctx: Context) -> Check:
     detail = "usable: " + (", ".join(usable) or "none")
     if broken:
         detail += "; not usable: " + ", ".join(broken)
-        return Check("containers", "warn" if usable else "fail", detail,
-                     "a docker client without a daemon, or Debian's `singularity` game package, is not a runtime")
+        why = " ".join(broken)
+        hints = [h for key, h in _RUNTIME_HINTS if key in why] or ["run the runtime's --version by hand to see why"]
+        return Check("containers", "warn" if usable else "fail", detail, "; ".join(hints))
     return Check("containers", "pass", detail)
+
+
+def _tasks_per_node(e: Mapping[str, str]) -> tuple[Optional[int], str]:
+    """Tasks per node of this step (``4(x2)``, ``2,1`` formats), else of the job."""
+    for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
+        value = e.get(name, "")
+        counts = [part.split("(")[0] for part in value.split(",") if part]
+        if counts and all(c.isdigit() for c in counts):
+            return max(int(c) for c in counts), name
+    return None, ""
 
 
 def check_geometry(ctx: Context) -> Check:
     e = ctx.environ
     if not ctx.in_job:
         return Check("geometry", "skip", "not inside a job")
-    per_node = e.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]
+    n_opt, source = _tasks_per_node(e)
     torchrun = "TORCHELASTIC_RUN_ID" in e or "TORCHELASTIC_RESTART_COUNT" in e
-    if not per_node.isdigit():
-        if "SLURM_JOB_ID" in e:
-            return Check("geometry", "skip", "SLURM_NTASKS_PER_NODE not set (tasks spread by --ntasks)")
-        return Check("geometry", "skip", "not a Slurm job")
-    n = int(per_node)
+    if n_opt is None:
+        return Check("geometry", "skip", "not a Slurm job step (no SLURM_*TASKS_PER_NODE)")
+    n = n_opt
     if torchrun and n != 1:
         return Check("geometry", "fail",
-                     f"torchrun runs under SLURM_NTASKS_PER_NODE={n}: {n} torchrun copies per node each start "
+                     f"torchrun runs under {source}={n}: {n} torchrun copies per node each start "
                      f"LOCAL_WORLD_SIZE={e.get('LOCAL_WORLD_SIZE', '?')} workers",
                      "torchrun is one task per node: --ntasks-per-node=1 (torchhpc --launcher torchrun sets it)")
     if torchrun:
@@ -419,7 +435,7 @@ def check_geometry(ctx: Context) -> Check:
     if requested and n != requested:
         return Check("geometry", "warn", f"{n} tasks per node for {requested} GPUs per node",
                      "with srun launching ranks directly, use one task per GPU (--ntasks-per-node = GPUs per node)")
-    return Check("geometry", "pass", f"{n} task(s) per node" + (f", {requested} GPU(s) per node" if requested else ""))
+    return Check("geometry", "pass", f"{n} task(s) per node ({source})" + (f", {requested} GPU(s) per node" if requested else ""))
 
 
 def check_pip_torch(ctx: Context) -> Check:
