@@ -344,3 +344,22 @@ def test_cli_dry_run_prints_pbs_script(capsys: pytest.CaptureFixture[str], tmp_p
     assert 'mpirun -np 8 --map-by ppr:4:node --bind-to none --hostfile "$PBS_NODEFILE"' in out
     assert f"qsub {tmp_path}/pi.pbs" in out
     assert not list(tmp_path.iterdir()), "a dry run writes nothing"
+
+
+def test_list_jobs_keeps_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("USER", "alice")
+    runner = FakeRunner(responses={"qstat": (DATA / "qstat_json_history.json").read_text().replace(
+        '"Job_Name":"resnet",', '"Job_Name":"resnet","Job_Owner":"bob@login01",')})
+    names = sorted(st.name for st in PBSScheduler(runner=runner).list_jobs())
+    assert names == ["mnist", "pi"]
+    assert runner.calls[0][0] == ["qstat", "-f", "-F", "json"]
+
+
+def test_rank_logs_refused_for_torchrun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHHPC_STATE_DIR", str(tmp_path / "state"))
+    sched = PBSScheduler(runner=FakeRunner(responses={"qsub": "77.s\n"}))
+    job = sched.submit(spec(launcher="torchrun", output_dir=str(tmp_path)))
+    (tmp_path / "pi.o77").write_text("[default0]:hello\n")
+    assert sched.logs(job) == "[default0]:hello\n"
+    with pytest.raises(SchedulerError, match="launcher mpirun"):
+        sched.logs(job, rank=0)

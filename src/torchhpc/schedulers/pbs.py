@@ -367,17 +367,27 @@ class PBSScheduler(Scheduler):
             return ""
         if rank is None:
             return text
+        if load_record(self.name, job_id).get("launcher") == "torchrun":
+            # c10d numbers the nodes itself, so no line says which node a torchrun rank is on.
+            raise SchedulerError(
+                f"cannot pick rank {rank} out of a torchrun job's PBS log",
+                "per-rank logs need --launcher mpirun (lines tagged [job,rank]); drop --rank to see all",
+            )
         pat = re.compile(rf"^\[\d+,{rank}\]<std(?:out|err)>:")
         return "".join(line for line in text.splitlines(keepends=True) if pat.match(line))
 
     def list_jobs(self) -> list[JobStatus]:
-        user = os.environ.get("USER", "")
+        """This user's jobs (``Job_Owner`` is ``user@host``); qstat's ``-u`` does not combine with ``-f``."""
         try:
-            done = self.runner.run(["qstat", "-f", "-F", "json", *(["-u", user] if user else [])], timeout=30)
-            jobs = parse_qstat_json(done.stdout)
+            jobs = parse_qstat_json(self.runner.run(["qstat", "-f", "-F", "json"], timeout=30).stdout)
         except CommandError:
             jobs = parse_qstat_full(self.runner.run(["qstat", "-f"], timeout=30).stdout)
-        return [status_from_attrs(jid, attrs) for jid, attrs in jobs.items()]
+        user = os.environ.get("USER", "")
+        return [
+            status_from_attrs(jid, attrs)
+            for jid, attrs in jobs.items()
+            if not user or attrs.get("Job_Owner", "").split("@")[0] in ("", user)
+        ]
 
 
 def _unknown_job(e: CommandError) -> bool:
