@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -125,9 +127,41 @@ def test_throwaway_cluster_up_and_down(tmp_path: Path) -> None:
             ["srun", "-N2", "hostname"], env=state.client_env(), capture_output=True, text=True, timeout=60
         )
         assert sorted(cp.stdout.split()) == ["node1", "node2"], cp.stderr
+        # A job still running at `down` must not outlive the cluster.
+        runner.run(
+            ["sbatch", "-N1", "-o", "/dev/null", "--wrap", f"sleep {LONG_SLEEP}"], env=state.client_env()
+        )
+        assert _wait_until(lambda: _sleepers() != [])
     finally:
         devcluster.down(sdir, progress=None)
     assert devcluster.load_state(sdir) is None
     assert not any(daemons.alive(d) for d in state.daemons)
     assert netns.existing(f"torchhpc-{state.netns('ctl').split('-')[1]}", runner) == []
     assert devcluster.down(sdir, progress=None) == []  # idempotent
+    assert _sleepers() == []
+
+
+LONG_SLEEP = "271828"
+
+
+def _sleepers() -> list[int]:
+    """PIDs running our marker ``sleep`` (read-only scan; nothing is signalled here)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv[:2] == [b"sleep", LONG_SLEEP.encode()]:
+            found.append(int(entry))
+    return found
+
+
+def _wait_until(check: Callable[[], bool], timeout: float = 60) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return False

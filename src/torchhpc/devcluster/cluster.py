@@ -618,12 +618,19 @@ def down(
     sdir = default_state_dir(state_dir)
     state = read_state(sdir)
     done: list[str] = []
-    if state is not None:
-        # Reverse start order: slurmd before slurmctld before slurmdbd before MariaDB.
-        done += daemons.stop(list(reversed(state.daemons)))
     names = set(netns.existing(config.netns_prefix_for(sdir), runner))
     if state is not None:
         names |= {ns for ns in state.netns_names.values() if os.path.exists(netns.netns_path(ns))}
+        if state.healthy():
+            _cancel_all_jobs(state, runner)
+        # Reverse start order: slurmd before slurmctld before slurmdbd before MariaDB.
+        done += daemons.stop(list(reversed(state.daemons)))
+    # Job steps outlive a stopped slurmd; whatever still runs inside the
+    # cluster's own namespaces was started by it and goes with it.
+    leftover = netns.pids_in(sorted(names))
+    if leftover:
+        daemons.kill_pids(leftover)
+        done.append(f"{len(leftover)} job processes")
     done += netns.delete(sorted(names), runner)
     _remove_state_file(sdir)
     for d in DOWN_REMOVES:
@@ -636,6 +643,23 @@ def down(
         else f"down: nothing running in {sdir}"
     )
     return done
+
+
+def _cancel_all_jobs(state: ClusterState, runner: Runner, wait: float = 10.0) -> None:
+    """scancel every job so steps end through Slurm (epilogs, accounting) before the daemons stop."""
+    client = Client(state, runner)
+    try:
+        ids = client.run("squeue", "-h", "-o", "%i", timeout=10, check=False).split()
+        if not ids:
+            return
+        client.run("scancel", *ids, timeout=10, check=False)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not client.run("squeue", "-h", "-o", "%i", timeout=10, check=False).split():
+                return
+            time.sleep(0.2)
+    except CommandError:
+        pass  # a dying controller: the process sweep below still cleans up
 
 
 def status(state_dir: str | None = None, runner: Runner | None = None) -> dict[str, Any]:

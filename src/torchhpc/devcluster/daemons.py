@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 from torchhpc.errors import DevClusterError
 
-__all__ = ["Daemon", "alive", "listening", "proc_stat", "start", "stop", "wait_for"]
+__all__ = ["Daemon", "alive", "kill_pids", "listening", "proc_stat", "start", "stop", "wait_for"]
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,22 @@ def stop(daemons: Sequence[Daemon], timeout: float = 10.0) -> list[str]:
                 pass
             _reap(d.pid)
     return [d.name for d in running]
+
+
+def kill_pids(pids: Sequence[int], timeout: float = 5.0) -> None:
+    """SIGTERM then SIGKILL a set of PIDs found inside the cluster's namespaces."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = [proc_stat(pid) for pid in pids]
+            if all(st is None or st[0] in ("Z", "X") for st in states):
+                return
+            time.sleep(0.05)
 
 
 def wait_for(

@@ -15,7 +15,7 @@ from torchhpc.core.proc import Runner
 from torchhpc.core.shell import join
 from torchhpc.devcluster.config import BRIDGE, CONTROLLER, Layout
 
-__all__ = ["create", "delete", "existing", "in_namespace", "netns_path"]
+__all__ = ["create", "delete", "existing", "in_namespace", "netns_path", "pids_in"]
 
 NETNS_DIR = "/run/netns"
 
@@ -70,6 +70,29 @@ def delete(names: list[str], runner: Runner) -> list[str]:
         if done.returncode == 0:
             deleted.append(name)
     return deleted
+
+
+def pids_in(names: list[str]) -> list[int]:
+    """PIDs of processes living in any of these network namespaces (by namespace inode)."""
+    wanted = set()
+    for name in names:
+        try:
+            wanted.add(f"net:[{os.stat(netns_path(name)).st_ino}]")
+        except OSError:
+            continue
+    if not wanted:
+        return []
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            if os.readlink(f"/proc/{entry}/ns/net") in wanted:
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
 
 
 def in_namespace(
