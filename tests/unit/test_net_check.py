@@ -87,3 +87,47 @@ def test_cli_check_log_fails_on_fallback(capsys: pytest.CaptureFixture[str]) -> 
     assert "FAIL: NCCL used TCP sockets" in out.out
     assert "HINT:" in out.err
     assert main(["net", "check", "--expect", "fabric", "--log", str(LOGS / "ib_roce_2nodes.log")]) == 0
+
+
+def _fake_python(tmp_path: object, body: str) -> str:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "fake-python"
+    path.write_text("#!/bin/bash\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_run_local_passes_the_torchrun_contract(tmp_path: object) -> None:
+    """Real processes, a stand-in interpreter: each rank echoes its environment as the report."""
+    from torchhpc.network.check import run_local
+
+    py = _fake_python(
+        tmp_path,
+        'printf \'TORCHHPC_CHECK {"ok": true, "rank": %s, "ws": %s, "lr": %s, "addr": "%s", "port": %s, '
+        '"argv": "%s", "ifaces": ["lo"]}\\n\' "$RANK" "$WORLD_SIZE" "$LOCAL_RANK" "$MASTER_ADDR" "$MASTER_PORT" "$*"',
+    )
+    results = run_local(3, "gloo", "127.0.0.1", master_port=29999, python=py, env={"PATH": "/usr/bin:/bin"})
+    assert [r.rank for r in results] == [0, 1, 2]
+    for r in results:
+        assert r.ok and r.ifaces == ["lo"]
+        assert (r.report["rank"], r.report["ws"], r.report["lr"]) == (r.rank, 3, r.rank)
+        assert (r.report["addr"], r.report["port"]) == ("127.0.0.1", 29999)
+        assert r.report["argv"] == "-m torchhpc.network._check_worker"
+
+
+def test_run_local_kills_hung_ranks(tmp_path: object) -> None:
+    from torchhpc.errors import JobFailed
+    from torchhpc.network.check import run_local
+
+    py = _fake_python(tmp_path, "sleep 600")
+    with pytest.raises(JobFailed) as e:
+        run_local(2, "gloo", python=py, timeout=1.5, env={"PATH": "/usr/bin:/bin"})
+    assert "did not finish" in e.value.message and "MASTER_ADDR" in (e.value.hint or "")
+
+
+def test_run_local_needs_two_ranks() -> None:
+    from torchhpc.network.check import run_local
+
+    with pytest.raises(UsageError):
+        run_local(1)

@@ -172,10 +172,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         backend = "nccl" if _gpu_visible() else "gloo"
     results = run_local(args.nproc, backend, args.master_addr, timeout=args.timeout)
     failed = [r for r in results if not r.ok]
-    summary: dict[str, Any] = {"backend": backend, "ranks": [r.report | {"returncode": r.returncode} for r in results]}
+    ranks = [{k: v for k, v in r.report.items() if k != "nccl_log"} | {"returncode": r.returncode} for r in results]
+    summary: dict[str, Any] = {"backend": backend, "ranks": ranks}
     status, message, hint = "pass", "", None
     if backend == "nccl":
-        rep = parse_nccl_log("".join(r.output for r in results))
+        rep = parse_nccl_log("".join(r.output + str(r.report.get("nccl_log", "")) for r in results))
         v = verdict(rep, expect)
         summary["nccl"] = rep.to_dict()
         status, message, hint = v.status, v.message, v.hint

@@ -15,7 +15,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-import sys
 from typing import Any
 
 _TCP_ESTABLISHED = "01"
@@ -81,6 +80,22 @@ def iface_of(addr: str) -> str:
     return route.iface if route else "?"
 
 
+def _nccl_debug_to_file(rank: int) -> str | None:
+    """Make NCCL (read at communicator init) log INIT/NET lines to a file this rank can parse.
+
+    A user's own NCCL_DEBUG_FILE is respected (then the log is theirs to read).
+    """
+    if "NCCL_DEBUG_FILE" in os.environ:
+        return None
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), f"torchhpc-netcheck-{os.getpid()}-{rank}.log")
+    os.environ.setdefault("NCCL_DEBUG", "INFO")
+    os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
+    os.environ["NCCL_DEBUG_FILE"] = path
+    return path
+
+
 def main() -> int:
     env = os.environ
     rank = int(env.get("RANK", env.get("SLURM_PROCID", env.get("OMPI_COMM_WORLD_RANK", "0"))))
@@ -96,9 +111,11 @@ def main() -> int:
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     device = torch.device("cpu")
+    nccl_log = None
     if backend == "nccl":
         device = torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
         torch.cuda.set_device(device)
+        nccl_log = _nccl_debug_to_file(rank)
     dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world)
     t = torch.full((1024,), float(rank + 1), device=device)
     dist.all_reduce(t)
@@ -106,7 +123,7 @@ def main() -> int:
     ok = bool(torch.all(t == expected).item())
     conns = connections(skip_port=int(env["MASTER_PORT"]))
     ifaces = sorted({iface_of(str(c["local"])) for c in conns})
-    report = {
+    report: dict[str, Any] = {
         "rank": rank,
         "world_size": world,
         "backend": backend,
@@ -121,7 +138,25 @@ def main() -> int:
     }
     dist.barrier()
     dist.destroy_process_group()
-    sys.stdout.flush()
+    if nccl_log is not None:
+        from torchhpc.network.check import parse_nccl_log
+
+        try:
+            with open(nccl_log, errors="replace") as f:
+                text = f.read()
+            os.unlink(nccl_log)
+        except OSError as e:
+            text = f"# cannot read {nccl_log}: {e.strerror}"
+        report["nccl_log"] = text[-200_000:]
+        report["nccl_report"] = parse_nccl_log(text).to_dict()
+    fabric = ""
+    if "nccl_report" in report:
+        fabric = f", NCCL fabric {report['nccl_report'].get('fabric')}"
+    print(
+        f"torchhpc net check: rank {rank}/{world} on {report['host']}: "
+        f"{'ok' if ok else 'WRONG SUM'}, {backend} over {','.join(ifaces) or 'no TCP connection'}{fabric}",
+        flush=True,
+    )
     print("TORCHHPC_CHECK " + json.dumps(report), flush=True)
     return 0 if ok else 1
 

@@ -262,15 +262,17 @@ def run_local(
         )
     deadline = time.monotonic() + timeout
     results: list[RankResult] = []
+    timed_out = False
     try:
         for rank, p in enumerate(procs):
             try:
-                out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-                rc: Optional[int] = p.returncode
+                out, _ = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                timed_out = True
                 _kill_all(procs)
                 out, _ = p.communicate()
-                rc = None
+            # A rank we killed at the deadline did not finish: None, as for a timeout.
+            rc: Optional[int] = None if timed_out and p.returncode == -signal.SIGKILL else p.returncode
             results.append(RankResult(rank, rc, _report_line(out), out))
     finally:
         _kill_all(procs)
