@@ -389,3 +389,22 @@ def test_cli_dry_run_prints_valid_manifest(capsys: pytest.CaptureFixture[str], t
     validate(obj)
     assert obj["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
     assert "kubectl apply -f -" in out
+
+
+def test_env_detector_counts_processes_not_pods() -> None:
+    """A pod of our manifest, as the (older) operator fills it: RANK/WORLD_SIZE count pods.
+
+    Outside torchrun's workers (e.g. `torchhpc env` in the pod), torchhpc's
+    detector, given the TORCHHPC_NPROC_PER_NODE we put in the container, knows
+    there are 4 processes per pod and refuses to read RANK=1 as a process rank.
+    """
+    from torchhpc.env import detect
+    from torchhpc.errors import EnvironmentDetectionError
+
+    c = manifest(spec(), IMAGE, "ns")["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    pod_env = {e["name"]: e["value"] for e in c["env"]}
+    assert pod_env["TORCHHPC_NPROC_PER_NODE"] == "4"
+    pod_env.update({"KUBERNETES_SERVICE_HOST": "10.96.0.1", "MASTER_ADDR": "pi-master-0", "MASTER_PORT": "23456",
+                    "RANK": "1", "WORLD_SIZE": "2", "PYTHONUNBUFFERED": "0"})
+    with pytest.raises(EnvironmentDetectionError, match="pod's index"):
+        detect(pod_env)

@@ -131,8 +131,9 @@ def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
     }
     if opts.get("workdir"):
         container["workingDir"] = opts["workdir"]
-    if spec.env:
-        container["env"] = [{"name": k, "value": v} for k, v in spec.env]
+    # For torchhpc's env detector: the operator's RANK/WORLD_SIZE count pods, this says how many processes each.
+    env = [("TORCHHPC_NPROC_PER_NODE", str(spec.nproc_per_node)), *spec.env]
+    container["env"] = [{"name": k, "value": v} for k, v in env]
     container["ports"] = [{"name": PORT_NAME, "containerPort": PORT}]
     if limits:
         container["resources"] = {"limits": limits, "requests": dict(limits)}

@@ -177,6 +177,8 @@ class RunAIScheduler(Scheduler):
                     if "=" not in item:
                         raise SpecError(f"{key} {item!r} (from --opt {key}=...) is not NAME=VALUE")
                     argv += [flag, item.strip()]
+        # For torchhpc's env detector: RunAI's RANK/WORLD_SIZE count pods, this says how many processes each.
+        argv += ["-e", f"TORCHHPC_NPROC_PER_NODE={spec.nproc_per_node}"]
         for k, v in spec.env:
             argv += ["-e", f"{validate_env_name(k, '--env')}={v}"]
         if (opts.get("large_shm", "1") or "").lower() in _TRUE:
