@@ -287,3 +287,24 @@ def test_not_root_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 
         up(state_dir=str(tmp_path), progress=None)
     assert e.value.hint and "sudo" in e.value.hint
+
+
+def test_ensure_packages_installs_only_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """apt-get is a FakeRunner answer here: installing packages is not a unit test's business."""
+    from torchhpc.devcluster import cluster
+
+    monkeypatch.setattr(
+        cluster, "_which", lambda prog: None if prog in ("slurmdbd", "munged") else f"/x/{prog}"
+    )
+    monkeypatch.setattr(cluster.glob, "glob", lambda pattern: ["/found"])
+    answers = iter([(100, "", "E: Unable to locate package munge"), (0, "", ""), (0, "", "")])
+    runner = FakeRunner(responses={"apt-get": lambda argv, _in: next(answers)})
+    said: list[str] = []
+    assert cluster.ensure_packages(True, runner, said.append) == ["munge", "slurmdbd"]
+    argvs = [argv for argv, _ in runner.calls]
+    install = ["apt-get", "install", "-y", "--no-install-recommends", "munge", "slurmdbd"]
+    assert argvs == [install, ["apt-get", "update"], install]
+    assert any("apt-get update" in s for s in said)
+    # Without --accounting, slurmdbd is not wanted.
+    runner2 = FakeRunner(responses={"apt-get": ""})
+    assert cluster.ensure_packages(False, runner2, said.append) == ["munge"]
