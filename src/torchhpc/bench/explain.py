@@ -28,15 +28,15 @@ busbw   bus bandwidth = algbw x a factor per collective, chosen so that the
         all_gather, reduce_scatter and all_to_all: "Avg bus bandwidth = 0"
         on one GPU is correct, not a failure.
 
-The link limit: busbw approaches the slowest link in the ring, per direction.
-Within a node that is NVLink/xGMI (e.g. ~360-450 GB/s on H100 NVLink4 for
-NCCL all_reduce); between nodes it is the network per GPU: 200 Gb/s
-InfiniBand or RoCE = 25 GB/s, 400 Gb/s = 50 GB/s; on TCP/Ethernet sockets
-expect a fraction of the wire speed (1.25 GB/s per 10 Gb/s). If a multi-node
-busbw is far below the NIC's speed, NCCL is probably on the wrong interface
-or not using RDMA: check NCCL_DEBUG=INFO for "NET/IB" vs "NET/Socket" and
-`torchhpc net` for the interface and GID settings. Tables in Gb/s (as some
-site guides print) are busbw x 8.
+The link limit: busbw can at best reach the slowest link in the ring, per
+direction. Within a node that is NVLink/xGMI (H100 NVLink4: 450 GB/s per
+direction, so an all_reduce busbw of a few hundred GB/s is healthy); between
+nodes it is the network per GPU: 200 Gb/s InfiniBand or RoCE = 25 GB/s,
+400 Gb/s = 50 GB/s; over TCP sockets expect a fraction of the wire speed
+(1.25 GB/s per 10 Gb/s). A multi-node busbw far below the NIC's speed usually
+means NCCL is on the wrong interface or not using RDMA: look for "NET/IB" vs
+"NET/Socket" with NCCL_DEBUG=INFO, and see `torchhpc net` for the interface
+and GID settings. Tables in Gb/s (as some site guides print) are busbw x 8.
 
 Sizes: small messages measure latency (time flat, bandwidth low); the
 plateau at large sizes (>= 64-256 MiB on GPUs) is the bandwidth. Compare

@@ -124,7 +124,7 @@ class _Case:
         self.call = calls[name]
 
     def prepare(self, cfg: BenchConfig) -> None:
-        """Write the check pattern (also used for timing, so values stay finite and ordinary)."""
+        """Write the check pattern; timing starts from it too (ordinary small numbers, never NaN)."""
         fill_send(self.coll.name, self.send, self.recv, self.count, cfg.op, cfg.root,
                   self.ctx.rank, self.ctx.world_size, self.in_place)
 
@@ -256,8 +256,9 @@ def run_collective(coll: Collective, cfg: BenchConfig, ctx: Any, emit: Emit | No
     elem = DTYPES[cfg.dtype][1]
     if coll.rooted and cfg.root >= n:
         raise UsageError(f"-r/--root {cfg.root} is not a rank (world size {n})", f"give a root below {n}")
-    if coll.name == "sendrecv" and n == 1 and ctx.backend != "nccl":
-        raise UsageError("sendrecv needs at least 2 ranks on the gloo backend",
+    if coll.name == "sendrecv" and n == 1:
+        # torch.distributed refuses a send to oneself (nccl-tests' 1-GPU sendrecv is a self-copy).
+        raise UsageError("sendrecv needs at least 2 ranks (torch.distributed cannot send to its own rank)",
                          "start 2 or more ranks: `torchhpc run -n 2 -m torchhpc.bench sendrecv ...`")
     res = CollectiveResult(coll.name)
     seen: set[int] = set()

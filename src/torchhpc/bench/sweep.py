@@ -131,5 +131,7 @@ def write_report(
     chosen = results
     if collective:
         chosen = [replace(r, results=[c for c in r.results if c.collective == collective]) for r in results]
-    plot_results(chosen, png_path, title=f"busbw by size: {collective or 'all collectives'}")
+    names = sorted({c.collective for r in chosen for c in r.results})
+    backends = sorted({r.backend for r in chosen})
+    plot_results(chosen, png_path, title=f"busbw by size: {', '.join(names)} ({', '.join(backends)})")
     return str(md_path), str(png_path)
