@@ -12,20 +12,22 @@ MASTER_PORT derivation, and one ``mpirun`` with the seed's flags
 (``--hostfile $PBS_NODEFILE --oversubscribe -x ... -mca pml ob1 -mca btl ^openib``)
 starting 4 ranks of examples/pi.py over two nodes that talk gloo over veth.
 OpenMPI reaches the second node through Slurm here; under PBS it uses PBS's TM
-interface or ssh -- that part is the one not exercised.
+interface or ssh -- that part is the one not exercised. One variant puts every
+rank in a real Charliecloud container (the test image from .ci/build-test-image.sh).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import PYTHON, REPO
+from tests.conftest import PYTHON, REPO, missing
 from torchhpc.core.proc import FakeRunner
-from torchhpc.core.spec import Entrypoint, JobSpec
+from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.schedulers.pbs import PBSScheduler
 
 pytestmark = pytest.mark.cluster("slurm")
@@ -35,7 +37,7 @@ WRAPPER = """#!/bin/bash
 set -euo pipefail
 export PBS_NODEFILE={nodefile}
 scontrol show hostnames "$SLURM_JOB_NODELIST" | awk '{{for (i = 0; i < {slots}; i++) print}}' > "$PBS_NODEFILE"
-export PBS_JOBID="${{SLURM_JOB_ID}}.pbsserver01" PBS_O_WORKDIR={workdir}
+export PBS_JOBID="${{SLURM_JOB_ID}}.pbsserver01" PBS_O_WORKDIR={workdir} USER="${{USER:-root}}"
 unset MASTER_ADDR MASTER_PORT
 exec bash {script}
 """
@@ -93,4 +95,21 @@ def test_sockeye_mpirun_body_runs_pi_on_two_nodes(slurm: Any, tmp_path: Path) ->
 def test_torchrun_per_node_via_mpirun_body(slurm: Any, tmp_path: Path) -> None:
     """The alternative launch: one torchrun per node (started by mpirun here, pbsdsh needs a PBS MOM)."""
     text = run_body(slurm, tmp_path, spec(launcher="torchrun", options=(("per_node", "mpirun"),)), slots=1)
+    check_pi(text)
+
+
+def test_charliecloud_ranks_under_the_pbs_body(slurm: Any, tmp_path: Path) -> None:
+    """Each mpirun rank in a Charliecloud container (the test image: Debian's python + torch), across two nodes."""
+    env_file = Path(os.environ.get("TORCHHPC_TEST_IMAGE_CACHE", "/var/tmp/torchhpc-test-image")) / "env"
+    found = re.search(r"TORCHHPC_TEST_CH_IMAGE=(\S+)", env_file.read_text()) if env_file.exists() else None
+    if not found:
+        missing("no container test image: run .ci/build-test-image.sh")
+    assert found is not None
+    image = found.group(1)
+    s = spec(
+        entrypoint=Entrypoint.parse(["examples/pi.py", "--steps", "2000000"]),
+        container=ContainerSpec(image=image, runtime="charliecloud"),
+    )
+    text = run_body(slurm, tmp_path, s, slots=2)
+    assert "ch-run" in (tmp_path / "job.pbs").read_text()
     check_pi(text)

@@ -193,7 +193,8 @@ class PBSScheduler(Scheduler):
 
     def launch_lines(self, spec: JobSpec) -> list[str]:
         python = default_python(spec)
-        exports = [*RENDEZVOUS_VARS, "PATH", *spec.env_dict]
+        # PATH as the seed does, but not into a container: the image's own PATH must find its python.
+        exports = [*RENDEZVOUS_VARS, *(["PATH"] if spec.container is None else []), *spec.env_dict]
         if spec.launcher == "mpirun":
             mpi = mpirun_argv(
                 str(spec.world_size),
