@@ -280,16 +280,23 @@ def check_interface(ctx: Context) -> Check:
         return Check("interface", "skip" if not ctx.in_job else "warn",
                      f"no MASTER_ADDR/--master; would use {det.get('NCCL_SOCKET_IFNAME') or 'nothing'}",
                      None if not ctx.in_job else "set MASTER_ADDR (or pass --master) to check the route")
-    det = detect(inv, master)
+    det = detect(inv, master, nodes=_nodes(ctx.environ))
     chosen = next((c for c in det.choices if c.name == "NCCL_SOCKET_IFNAME"), None)
     if chosen is None or chosen.value is None:
         return Check("interface", "fail", chosen.reason if chosen else f"cannot choose an interface for {master}",
                      "check MASTER_ADDR resolves here (getent ahostsv4) and a route reaches it (ip route get)")
     iface = chosen.value.lstrip("=").split(",")[0]
     nif = inv.interface(iface)
-    if nif is not None and nif.container_or_virtual and not chosen.reason.count("this machine"):
+    if nif is not None and nif.container_or_virtual and "single node" not in chosen.reason:
         return Check("interface", "fail", chosen.reason, "other nodes cannot reach this one through a virtual interface")
     return Check("interface", "pass", f"{chosen.value}: {chosen.reason}")
+
+
+def _nodes(e: Mapping[str, str]) -> Optional[int]:
+    for name in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
+        if e.get(name, "").isdigit():
+            return int(e[name])
+    return None
 
 
 def check_port(ctx: Context) -> Check:

@@ -10,6 +10,7 @@ hardcoded /sys prefix pointed at the tree.
 
 from __future__ import annotations
 
+import ipaddress
 import subprocess
 from pathlib import Path
 
@@ -118,13 +119,27 @@ def test_no_fabric_picks_the_routed_interface_never_docker() -> None:
 
 def test_loopback_only_when_the_master_is_this_machine() -> None:
     inv = probe(TREES / "no-fabric")
-    for master in ("127.0.0.1", "10.0.0.5"):
-        det = detect(inv, master)
-        assert "this machine" in det.choices[0].reason
-    assert detect(inv, "127.0.0.1").env["NCCL_SOCKET_IFNAME"] == "lo"
-    assert detect(inv, "10.0.0.5").env["NCCL_SOCKET_IFNAME"] == "eth0"
+    det = detect(inv, "127.0.0.1")
+    assert det.env["NCCL_SOCKET_IFNAME"] == "lo" and "single node" in det.choices[0].reason
+    # This node is the master of a multi-node job: its own address, on eth0, is where peers come in.
+    det = detect(inv, "10.0.0.5")
+    assert det.env["NCCL_SOCKET_IFNAME"] == "eth0" and "this node's address on eth0" in det.choices[0].reason
     # A remote master off every subnet goes through the default route's interface, not lo.
     assert detect(inv, "192.0.2.77").env["NCCL_SOCKET_IFNAME"] == "eth0"
+
+
+def test_hostname_resolving_to_loopback_never_binds_lo() -> None:
+    """Debian's `127.0.1.1 node1` line: on node1 itself the master name is loopback, elsewhere it is not."""
+    inv = probe(TREES / "no-fabric")
+    det = detect(inv, "node1", resolve=lambda h: [ipaddress.ip_address("127.0.1.1")])
+    assert det.env["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert any("resolves to loopback" in w for w in det.warnings)
+    # Known to be a single node: loopback is fine.
+    det = detect(inv, "node1", resolve=lambda h: [ipaddress.ip_address("127.0.1.1")], nodes=1)
+    assert det.env["NCCL_SOCKET_IFNAME"] == "lo"
+    # A literal loopback master with several nodes cannot work: say so.
+    det = detect(inv, "127.0.0.1", nodes=2)
+    assert any("cannot reach it" in w for w in det.warnings)
 
 
 def test_unresolvable_master_leaves_interfaces_unset() -> None:

@@ -35,6 +35,8 @@ def register(sub: Any) -> None:
         default=env_default("--master", os.environ.get("MASTER_ADDR")),
         help="host the ranks rendezvous at (default: $TORCHHPC_MASTER, then $MASTER_ADDR); picks the interface routing to it",
     )
+    d.add_argument("--nodes", type=int, default=_env_nodes(),
+                   help="nodes in the job (default: $SLURM_JOB_NUM_NODES); with 1, a loopback master may use lo")
     d.add_argument("--sysfs", default=env_default("--sysfs", "/"), metavar="ROOT",
                    help="root holding sys/ and proc/ (a fake tree in tests; default /)")
     out = d.add_mutually_exclusive_group()
@@ -74,6 +76,14 @@ def register(sub: Any) -> None:
 # ---------------------------------------------------------------- detect
 
 
+def _env_nodes() -> int | None:
+    for name in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
 def cmd_detect(args: argparse.Namespace) -> int:
     from torchhpc.network.presets import setdefault_lines
     from torchhpc.network.select import detect
@@ -82,7 +92,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     root = args.sysfs
     if not os.path.isdir(root):
         raise UsageError(f"--sysfs {root!r} is not a directory", "give a root that holds sys/ and proc/")
-    det = detect(probe(root), args.master)
+    det = detect(probe(root), args.master, nodes=args.nodes)
     if args.json:
         print(json.dumps(det.to_dict(), indent=2))
         return 0

@@ -98,11 +98,17 @@ def resolve_master(host: str) -> list[IPAddr]:
     return sorted(addrs, key=lambda a: a.version)
 
 
-def detect(inv: Inventory, master: str | None = None, resolve: Resolver = resolve_master) -> Detection:
-    """Propose the variables for this node, talking to ``master`` (a host name or address)."""
+def detect(
+    inv: Inventory, master: str | None = None, resolve: Resolver = resolve_master, nodes: int | None = None
+) -> Detection:
+    """Propose the variables for this node, talking to ``master`` (a host name or address).
+
+    ``nodes`` (the job's node count, if known) decides what a master that
+    resolves to loopback means: one node may use ``lo``, several may not.
+    """
     det = Detection(master=master, gpu_kind=inv.gpu_kind)
     det.warnings.extend(inv.notes)
-    route_if, single_node = _socket_iface(inv, master, resolve, det)
+    route_if, single_node = _socket_iface(inv, master, resolve, det, nodes)
     _hca_and_gid(inv, route_if, det)
     _gdr(inv, det)
     if inv.gpu_kind == "amd":
@@ -116,7 +122,7 @@ def detect(inv: Inventory, master: str | None = None, resolve: Resolver = resolv
 
 
 def _socket_iface(
-    inv: Inventory, master: str | None, resolve: Resolver, det: Detection
+    inv: Inventory, master: str | None, resolve: Resolver, det: Detection, nodes: int | None = None
 ) -> tuple[Optional[str], bool]:
     """Add NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME; return (interface routing to master, single_node)."""
     names = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
@@ -131,13 +137,28 @@ def _socket_iface(
         addr = addrs[0]
         det.master_addr = str(addr)
         shown = master if master == str(addr) else f"{master} ({addr})"
+        if addr.is_loopback:
+            literal = master.split("%")[0] == str(addr)
+            if literal or nodes == 1:
+                if nodes is not None and nodes > 1:
+                    det.warnings.append(f"master {shown} is loopback but the job has {nodes} nodes: they cannot reach it")
+                why = f"master {shown} is loopback: single node, lo is fine"
+                for n in names:
+                    det.choices.append(Choice(n, "lo", why))
+                return "lo", True
+            # A host name that resolves to loopback here only (Debian's "127.0.1.1 <hostname>" line):
+            # the other nodes resolve it to a real address, so never bind lo.
+            det.warnings.append(
+                f"master {shown} resolves to loopback on this node; other nodes resolve it elsewhere. "
+                "Set MASTER_ADDR to an IP address (getent ahostsv4 HOST)"
+            )
+            return _guess(inv, hsn, det, f"master {shown} is loopback here, so not a route")
         local = inv.local_iface(addr)
         if local is not None:
             iface = local or "lo"
-            why = f"master {shown} is this machine: single node, {iface} is fine"
-            for n in names:
-                det.choices.append(Choice(n, iface, why))
-            return iface, True
+            why = f"master {shown} is this node's address on {iface}: the other nodes reach it there"
+            _set_ifnames(inv, iface, hsn, why, det)
+            return iface, False
         route = inv.route_to(addr)
         if route is None:
             det.warnings.append(f"no route to master {shown} in {inv.root.rstrip('/')}/proc/net/route")
@@ -153,20 +174,23 @@ def _socket_iface(
         why = f"route {route} reaches master {shown}"
         _set_ifnames(inv, route.iface, hsn, why, det)
         return route.iface, False
-    # No master: the best guess is the fabric, then the default route's interface.
+    return _guess(inv, hsn, det, "no --master given; pass --master to check the route that matters")
+
+
+def _guess(inv: Inventory, hsn: list[str], det: Detection, why: str) -> tuple[Optional[str], bool]:
+    """Without a usable master: the fabric (Slingshot), then the default route's interface."""
     if hsn:
-        _set_ifnames(inv, hsn[0], hsn, "Slingshot interfaces hsn* are up (no --master given to check a route)", det)
+        _set_ifnames(inv, hsn[0], hsn, f"Slingshot interfaces hsn* are up ({why})", det)
         return hsn[0], False
     default = next((r for r in inv.routes if r.network.prefixlen == 0 and r.network.version == 4), None)
     if default is not None:
-        why = f"default route {default} (no --master given; pass --master to check the route that matters)"
-        _set_ifnames(inv, default.iface, [], why, det)
+        _set_ifnames(inv, default.iface, [], f"default route {default} ({why})", det)
         return default.iface, False
     candidates = [i.name for i in inv.interfaces if i.up and not i.container_or_virtual and i.master is None]
     if candidates:
-        _set_ifnames(inv, candidates[0], [], "first interface that is up and not loopback/virtual (no route table)", det)
+        _set_ifnames(inv, candidates[0], [], f"first interface that is up and not loopback/virtual ({why})", det)
         return candidates[0], False
-    for n in names:
+    for n in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
         det.choices.append(Choice(n, None, "no interface besides loopback/virtual ones is up"))
     return None, True
 
