@@ -82,6 +82,7 @@ CASES: dict[str, JobSpec] = {
         container=ContainerSpec(image="/arc/project/st-alice-1/pytorch.sif", runtime="apptainer"),
         entrypoint=Entrypoint.parse(["examples/pi.py"]),
     ),
+    "sockeye_modules": spec(setup=("module load gcc/9.4.0", "module load cuda/11.3.1"), options=()),
     "cpu_only_defaults": spec(gpus_per_node=0, mem=None, time=None, options=(), env=()),
 }
 

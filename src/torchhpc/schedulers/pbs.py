@@ -235,7 +235,11 @@ class PBSScheduler(Scheduler):
             "# PBS starts the script in $HOME; run where qsub was called, like sbatch does.",
             'cd "${PBS_O_WORKDIR:-.}"',
         ]
-        lines += env_block(spec)
+        if spec.setup:
+            # Environment modules (Lmod, Tcl modules) read unset variables: not under `set -u`.
+            lines += ["set +u", *env_block(spec), "set -u"]
+        else:
+            lines += env_block(spec)
         lines += [
             "",
             "# Rendezvous: the first host of $PBS_NODEFILE (listed once per MPI slot: deduplicate,",
