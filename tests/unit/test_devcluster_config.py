@@ -19,7 +19,8 @@ import pytest
 from torchhpc.cli.main import main
 from torchhpc.core.proc import FakeRunner
 from torchhpc.devcluster import ClusterState, config, daemons, netns
-from torchhpc.devcluster.cluster import _binds, default_state_dir, read_state
+from torchhpc.devcluster.bringup import binds
+from torchhpc.devcluster.state import default_state_dir, read_state
 from torchhpc.errors import UsageError
 
 SD = "/var/tmp/torchhpc-devcluster"
@@ -233,8 +234,8 @@ def test_state_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
 
 
 def test_binds_give_each_node_its_hostname(layout: config.Layout) -> None:
-    assert _binds(layout, "node2")[f"{SD}/etc/hostname.node2"] == "/etc/hostname"
-    assert "/etc/hostname" not in _binds(layout, None).values()
+    assert binds(layout, "node2")[f"{SD}/etc/hostname.node2"] == "/etc/hostname"
+    assert "/etc/hostname" not in binds(layout, None).values()
 
 
 def test_daemon_records_follow_a_real_process() -> None:
@@ -291,7 +292,7 @@ def test_not_root_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 
 def test_ensure_packages_installs_only_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     """apt-get is a FakeRunner answer here: installing packages is not a unit test's business."""
-    from torchhpc.devcluster import cluster
+    from torchhpc.devcluster import bringup as cluster
 
     monkeypatch.setattr(
         cluster, "_which", lambda prog: None if prog in ("slurmdbd", "munged") else f"/x/{prog}"

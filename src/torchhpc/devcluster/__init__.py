@@ -14,18 +14,9 @@ Stdlib only; never imports torch.
 
 from __future__ import annotations
 
-from torchhpc.devcluster.cluster import (
-    ClusterState,
-    default_state_dir,
-    down,
-    load_state,
-    read_state,
-    run_client,
-    shell_argv,
-    status,
-    up,
-)
+from torchhpc.devcluster.cluster import down, run_client, shell_argv, status, up
 from torchhpc.devcluster.config import CLUSTER_NAME, DEFAULT_STATE_DIR, PARTITION
+from torchhpc.devcluster.state import ClusterState, default_state_dir, load_state, read_state
 
 __all__ = [
     "CLUSTER_NAME",

@@ -1,0 +1,323 @@
+"""The steps of ``up``: packages, files, daemons in order, each waited for.
+
+Order matters: munged before anything that authenticates; MariaDB and
+slurmdbd before slurmctld (it exits without TRES from the database when
+accounting is configured); slurmctld before the slurmds so they register at
+once. Each wait fails early, naming the log, when the daemon dies.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+
+from torchhpc.core.proc import Runner
+from torchhpc.devcluster import config, daemons, netns
+from torchhpc.devcluster.config import CONTROLLER, Layout
+from torchhpc.devcluster.daemons import Daemon
+from torchhpc.devcluster.state import UP_HINT, ClusterState
+from torchhpc.errors import CommandError, DevClusterError
+
+__all__ = ["Client", "ensure_packages", "prepare_dirs", "start_all", "write_files"]
+
+# Subdirectories `up` creates; all but log/ go at `down`.
+RUNTIME_DIRS = ("etc", "run", "spool", "state", "tmp", "munge", "mysql", "bin", "log")
+
+# program -> Debian package that provides it.
+PACKAGES: dict[str, str] = {
+    "slurmctld": "slurmctld",
+    "slurmd": "slurmd",
+    "sinfo": "slurm-client",
+    "munged": "munge",
+    "mpirun": "openmpi-bin",
+    "dnsmasq": "dnsmasq-base",
+}
+ACCOUNTING_PACKAGES: dict[str, str] = {"slurmdbd": "slurmdbd", "mariadbd": "mariadb-server"}
+# file (glob) -> package: Slurm's mpi/pmix plugin dlopen()s the unversioned
+# libpmix.so that only the -dev package ships; without it `srun --mpi=pmix` fails.
+FILE_PACKAGES: dict[str, str] = {"/usr/lib/*/pmix2/lib/libpmix.so": "libpmix-dev"}
+
+
+def ensure_packages(accounting: bool, runner: Runner, progress: Callable[[str], None]) -> list[str]:
+    """Install the Debian packages that are missing (only those); returns what was installed."""
+    wanted = dict(PACKAGES)
+    if accounting:
+        wanted.update(ACCOUNTING_PACKAGES)
+    absent = {pkg for prog, pkg in wanted.items() if _which(prog) is None}
+    absent |= {pkg for pattern, pkg in FILE_PACKAGES.items() if not glob.glob(pattern)}
+    missing = sorted(absent)
+    if not missing:
+        return []
+    if _which("apt-get") is None:
+        raise DevClusterError(
+            f"missing packages {', '.join(missing)} and no apt-get to install them",
+            "install Slurm (slurmctld, slurmd, client), munge, OpenMPI and dnsmasq with your package manager",
+        )
+    progress(f"installing {' '.join(missing)} (apt-get)")
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    argv = ["apt-get", "install", "-y", "--no-install-recommends", *missing]
+    done = runner.run(argv, check=False, env=env, timeout=900)
+    if done.returncode != 0:
+        progress("apt-get install failed; running apt-get update and retrying")
+        runner.run(["apt-get", "update"], env=env, timeout=600)
+        runner.run(argv, env=env, timeout=900, hint="install the packages by hand and retry")
+    return missing
+
+
+def _which(program: str) -> str | None:
+    # /usr/sbin is not on every root PATH (e.g. `sudo` on some systems).
+    path = os.environ.get("PATH", os.defpath) + ":/usr/sbin:/sbin:/usr/bin:/bin"
+    return shutil.which(program, path=path)
+
+
+def _real(program: str) -> str:
+    found = _which(program)
+    if found is None:
+        raise DevClusterError(f"{program} is not installed", f"install it, or run `{UP_HINT}` as root")
+    return found
+
+
+def host_netns() -> str:
+    return os.readlink("/proc/self/ns/net")
+
+
+def _real_memory_mb() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return max(1024, int(line.split()[1]) // 1024 - 512)
+    except OSError:
+        pass
+    return 4096
+
+
+def prepare_dirs(layout: Layout) -> None:
+    os.makedirs(layout.state_dir, mode=0o755, exist_ok=True)
+    # log/ survives `down` for post-mortems but starts empty on every `up`, so
+    # nothing waits on a line an earlier run wrote.
+    for d in RUNTIME_DIRS:
+        path = layout.path(d)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        os.makedirs(path, mode=0o755, exist_ok=True)
+    for name in layout.nodes:
+        os.makedirs(layout.path("tmp", name), exist_ok=True)
+        os.makedirs(layout.path("spool", f"slurmd-{name}"), exist_ok=True)
+    os.makedirs(layout.path("state", "slurmctld"), exist_ok=True)
+    for d in RUNTIME_DIRS:
+        os.chmod(layout.path(d), 0o755)
+
+
+def _write(path: str, text: str, mode: int = 0o644) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, mode)
+
+
+def write_files(layout: Layout, state: ClusterState, accounting: bool) -> None:
+    p = layout.path
+    _write(
+        layout.slurm_conf,
+        config.render_slurm_conf(layout, accounting=accounting, real_memory_mb=_real_memory_mb()),
+    )
+    if accounting:
+        # slurmdbd refuses a config readable by others (it may hold a password).
+        _write(layout.slurmdbd_conf, config.render_slurmdbd_conf(layout), 0o600)
+    _write(p("etc", "hosts"), config.render_hosts(layout))
+    _write(p("etc", "dns-hosts"), config.render_dns_hosts(layout))
+    _write(p("etc", "resolv.conf"), config.render_resolv_conf(layout))
+    for host in (CONTROLLER, *layout.nodes):
+        _write(p("etc", f"hostname.{host}"), host + "\n")
+    key = p("munge", "munge.key")
+    with open(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400), "wb") as f:
+        f.write(os.urandom(1024))
+    ctl_path = netns.netns_path(layout.controller_netns)
+    for program in config.CLIENT_PROGRAMS:
+        real = _which(program)
+        if real is not None:
+            wrapper = config.render_client_wrapper(
+                program, real, state.host_netns, ctl_path, binds(layout, None)
+            )
+            _write(os.path.join(layout.bin_dir, program), wrapper, 0o755)
+
+
+def binds(layout: Layout, host: str | None) -> dict[str, str]:
+    """Files bind-mounted over /etc in a daemon's private mount namespace."""
+    binds = {layout.path("etc", "hosts"): "/etc/hosts", layout.path("etc", "resolv.conf"): "/etc/resolv.conf"}
+    if host:
+        binds[layout.path("etc", f"hostname.{host}")] = "/etc/hostname"
+    return binds
+
+
+def _start(
+    state: ClusterState, name: str, argv: list[str], ns: str | None, host: str | None, env: dict[str, str]
+) -> Daemon:
+    layout = state._layout()
+    full = netns.in_namespace(ns, host, binds(layout, host), argv) if ns else argv
+    d = daemons.start(name, full, layout.path("log", f"{name}.out"), netns=ns, env=env)
+    state.daemons.append(d)
+    state.save()
+    return d
+
+
+def start_all(
+    layout: Layout,
+    state: ClusterState,
+    accounting: bool,
+    runner: Runner,
+    progress: Callable[[str], None],
+    timeout: float,
+) -> None:
+    p = layout.path
+    env = dict(os.environ)
+    env["SLURM_CONF"] = layout.slurm_conf
+    ctl = layout.controller_netns
+
+    munged = _start(
+        state,
+        "munged",
+        [
+            _real("munged"), "-F", "--force",
+            f"--socket={layout.munge_socket}",
+            f"--key-file={p('munge', 'munge.key')}",
+            f"--pid-file={p('run', 'munged.pid')}",
+            f"--seed-file={p('munge', 'munged.seed')}",
+            f"--log-file={p('log', 'munged.log')}",
+        ],
+        None, None, env,
+    )  # fmt: skip
+    daemons.wait_for("munged's socket", lambda: os.path.exists(layout.munge_socket), 20, [munged])
+    progress("munged up")
+
+    dns = _start(
+        state,
+        "dnsmasq",
+        [
+            _real("dnsmasq"), "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
+            f"--addn-hosts={p('etc', 'dns-hosts')}", f"--listen-address={layout.controller_ip}",
+            "--bind-interfaces", "--local=/#/", "--user=root", f"--pid-file={p('run', 'dnsmasq.pid')}",
+            f"--log-facility={p('log', 'dnsmasq.log')}",
+        ],
+        ctl, CONTROLLER, env,
+    )  # fmt: skip
+
+    if accounting:
+        datadir = p("mysql", "data")
+        runner.run(
+            [
+                _real("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}", "--user=root",
+                "--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve",
+            ],
+            timeout=timeout, hint=f"see {p('log')}",
+        )  # fmt: skip
+        mysql_log = p("log", "mariadb.log")
+        db = _start(
+            state,
+            "mariadbd",
+            [
+                _real("mariadbd"), "--no-defaults", f"--datadir={datadir}", f"--socket={layout.mysql_socket}",
+                f"--pid-file={p('run', 'mariadbd.pid')}", "--bind-address=127.0.0.1",
+                f"--port={config.MYSQL_PORT}", "--user=root", "--skip-name-resolve", "--skip-grant-tables",
+                f"--log-error={mysql_log}", "--innodb-buffer-pool-size=64M", "--skip-log-bin",
+            ],
+            ctl, CONTROLLER, env,
+        )  # fmt: skip
+        daemons.wait_for(
+            f"MariaDB to listen on port {config.MYSQL_PORT}",
+            lambda: daemons.listening(db.pid, config.MYSQL_PORT),
+            timeout,
+            [db],
+        )
+        progress("MariaDB up")
+        dbd = _start(state, "slurmdbd", [_real("slurmdbd"), "-D"], ctl, CONTROLLER, env)
+        daemons.wait_for(
+            f"slurmdbd to listen on port {config.SLURMDBD_PORT}",
+            lambda: daemons.listening(dbd.pid, config.SLURMDBD_PORT),
+            timeout,
+            [dbd],
+        )
+        progress("slurmdbd up")
+
+    ctld = _start(state, "slurmctld", [_real("slurmctld"), "-D", "-i"], ctl, CONTROLLER, env)
+    client = Client(state, runner)
+    daemons.wait_for("slurmctld", client.ping, timeout, [ctld, dns])
+    progress("slurmctld up")
+    if accounting:
+        client.ensure_cluster_registered()
+        progress("cluster registered in the accounting database")
+
+    slurmds = [
+        _start(
+            state, f"slurmd-{name}", [_real("slurmd"), "-D", "-N", name], layout.node_netns(name), name, env
+        )
+        for name in layout.nodes
+    ]
+    daemons.wait_for(
+        f"{len(layout.nodes)} nodes idle", lambda: client.all_idle(layout.nodes), timeout, [ctld, *slurmds]
+    )
+
+
+class Client:
+    """Slurm client calls made by `up`/`status` themselves, from inside the controller namespace."""
+
+    def __init__(self, state: ClusterState, runner: Runner) -> None:
+        self.state = state
+        self.runner = runner
+        self.env = state.client_env()
+
+    def argv(self, program: str, *args: str) -> list[str]:
+        return [
+            "nsenter",
+            f"--net={netns.netns_path(self.state.netns(CONTROLLER))}",
+            "--",
+            _real(program),
+            *args,
+        ]
+
+    def run(self, program: str, *args: str, timeout: float = 10.0, check: bool = True) -> str:
+        return self.runner.run(self.argv(program, *args), env=self.env, timeout=timeout, check=check).stdout
+
+    def ping(self) -> bool:
+        try:
+            out = self.run("scontrol", "ping", timeout=5, check=False)
+        except CommandError:
+            return False
+        return "is UP" in out
+
+    def node_states(self) -> dict[str, str]:
+        out = self.run("sinfo", "-h", "-N", "-o", "%N %T", timeout=5, check=False)
+        states: dict[str, str] = {}
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                states[parts[0]] = parts[1].lower()
+        return states
+
+    def all_idle(self, names: Sequence[str]) -> bool:
+        try:
+            states = self.node_states()
+        except CommandError:
+            return False
+        return all(states.get(n) == "idle" for n in names)
+
+    def ensure_cluster_registered(self) -> None:
+        """Make sure the cluster exists in the accounting database (sacct shows nothing otherwise)."""
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                out = self.run("sacctmgr", "-n", "-P", "list", "cluster", "format=cluster", timeout=10)
+                if config.CLUSTER_NAME in out.split():
+                    return
+                self.run("sacctmgr", "-i", "add", "cluster", config.CLUSTER_NAME, timeout=10, check=False)
+            except CommandError:
+                pass
+            if time.monotonic() > deadline:
+                raise DevClusterError(
+                    "the cluster did not appear in the accounting database",
+                    f"see {self.state.state_dir}/log/slurmdbd.log",
+                )
+            time.sleep(0.2)
