@@ -23,6 +23,15 @@ from torchhpc.errors import CommandError, DevClusterError
 
 __all__ = ["Client", "ensure_packages", "prepare_dirs", "start_all", "write_files"]
 
+# A throw-away accounting database: durability buys nothing, start-up time does.
+MARIADB_FAST = (
+    "--innodb-buffer-pool-size=32M",
+    "--innodb-log-file-size=8M",
+    "--innodb-flush-method=nosync",
+    "--innodb-doublewrite=0",
+    "--innodb-flush-log-at-trx-commit=0",
+)
+
 # Subdirectories `up` creates; all but log/ go at `down`.
 RUNTIME_DIRS = ("etc", "run", "spool", "state", "tmp", "munge", "mysql", "bin", "log")
 
@@ -211,6 +220,7 @@ def start_all(
             [
                 _real("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}", "--user=root",
                 "--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve",
+                *MARIADB_FAST,
             ],
             timeout=timeout, hint=f"see {p('log')}",
         )  # fmt: skip
@@ -222,7 +232,7 @@ def start_all(
                 _real("mariadbd"), "--no-defaults", f"--datadir={datadir}", f"--socket={layout.mysql_socket}",
                 f"--pid-file={p('run', 'mariadbd.pid')}", "--bind-address=127.0.0.1",
                 f"--port={config.MYSQL_PORT}", "--user=root", "--skip-name-resolve", "--skip-grant-tables",
-                f"--log-error={mysql_log}", "--innodb-buffer-pool-size=64M", "--skip-log-bin",
+                f"--log-error={mysql_log}", "--skip-log-bin", *MARIADB_FAST,
             ],
             ctl, CONTROLLER, env,
         )  # fmt: skip
