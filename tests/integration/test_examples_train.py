@@ -36,7 +36,7 @@ def torchhpc_run(*args: str, timeout: float = 300, env: dict[str, str] | None = 
 
 
 def result_of(stdout: str) -> dict[str, Any]:
-    lines = re.findall(r"^(?:\[rank0\]: )?RESULT (\{.*\})$", stdout, re.M)
+    lines = re.findall(r"^(?:\[rank0\]: |0: )?RESULT (\{.*\})$", stdout, re.M)
     assert len(lines) == 1, stdout  # rank 0 only
     return dict(json.loads(lines[0]))
 
@@ -170,12 +170,16 @@ def test_lightning_missing_gives_a_clear_error(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["torchrun", "srun"])
 def test_mnist_two_nodes_on_the_dev_cluster(slurm_cluster: Any, launcher: str, tmp_path: Path) -> None:
-    """2 nodes × 1 rank, 3 epochs, through torchrun and srun-direct: ≥ 97% and samples/s."""
+    """2 nodes × 1 rank, 3 epochs, through torchrun and srun-direct: ≥ 97% and samples/s.
+
+    6000 training samples instead of the default 10000: the namespace nodes share
+    this machine's two cores, and 6000 still passes 97% by epoch 3 (98% measured).
+    """
     cp = subprocess.run(
         [
             sys.executable, "-m", "torchhpc", "run", "-s", "slurm", "-N", "2", "-n", "1", "--launcher", launcher,
             "--output-dir", str(tmp_path), "--name", f"mnist-{launcher}", "--wait",
-            MNIST, "--epochs", "3", "--cache", str(tmp_path / "cache"),
+            MNIST, "--epochs", "3", "--train-size", "6000", "--cache", str(tmp_path / "cache"),
         ],
         env=slurm_cluster.client_env(), cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )
