@@ -168,7 +168,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         context.cleanup(ctx)
     failures = result.failures(cfg.min_bw)
     if not ctx.is_main:
-        return 1 if failures else 0  # rank 0 says why, once
+        # The verdict is rank 0's to give (it prints why and exits non-zero): another rank
+        # exiting 1 first would make a fail-fast launcher kill rank 0 before it writes its files.
+        return 0
     if cfg.json:
         result.save(cfg.json)
         _print(f"# JSON written to {cfg.json}")
