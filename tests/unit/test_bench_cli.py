@@ -114,3 +114,16 @@ def test_sweep_rejects_bad_bench_flags_before_submitting(tmp_path: Path) -> None
     )
     assert r.returncode == 2 and "12Q" in r.stderr
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("name", "mem"),
+    [("NVIDIA H100 80GB HBM3", 3350.0), ("NVIDIA H100 PCIe", 2000.0), ("NVIDIA GH200 480GB", 4000.0),
+     ("NVIDIA H200", 4800.0), ("NVIDIA A100-SXM4-80GB", 2039.0), ("NVIDIA A100-SXM4-40GB", 1555.0),
+     ("AMD Instinct MI250X", 1638.4)],
+)
+def test_known_peaks_pick_the_most_specific_device(name: str, mem: float) -> None:
+    from torchhpc.bench.gpu import known_peak
+
+    assert known_peak(name)["mem"] == mem
+    assert known_peak("Some Future GPU") == {}
