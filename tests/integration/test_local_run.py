@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import PYTHON, REPO
 from torchhpc.core.spec import Entrypoint, JobSpec
-from torchhpc.errors import CommandNotFound, JobFailed
+from torchhpc.errors import CommandNotFound, JobFailed, SchedulerError
 from torchhpc.schedulers.local import CONTRACT, LocalScheduler
 
 TORCHHPC = [PYTHON, "-m", "torchhpc"]
@@ -207,6 +207,21 @@ def test_library_run_returns_zero_and_captures(tmp_path: Path, monkeypatch: pyte
     job_id = sched.schedule(sched.render(spec))
     assert job_id.startswith("local-")
     assert json.loads((tmp_path / "env-0.json").read_text())["TORCHELASTIC_RUN_ID"] == job_id
+    assert sched.wait(job_id).ok
+
+
+def test_schedule_records_a_failure_for_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Job API path: schedule() returns an id like a batch submit; the failure is in status()."""
+    for k, v in job_env(tmp_path, {"1": "exit3"}).items():
+        monkeypatch.setenv(k, v)
+    sched = LocalScheduler()
+    spec = JobSpec(Entrypoint.parse(worker_cmd()), nproc_per_node=2)
+    job_id = sched.schedule(sched.render(spec))
+    st = LocalScheduler().status(job_id)  # a fresh instance, as get_scheduler() makes
+    assert (st.state, st.exit_code, st.terminal, st.ok) == ("FAILED", 3, True, False)
+    assert "rank 1 exited with code 3" in st.reason
+    with pytest.raises(SchedulerError, match="local:nope"):
+        sched.status("nope")
 
 
 def test_missing_program(tmp_path: Path) -> None:
@@ -261,3 +276,14 @@ def test_dry_run_script_runs_under_bash(tmp_path: Path, hostile: str) -> None:
     seen = sorted(json.loads(line) for line in cp.stdout.splitlines())
     assert seen == [["0", hostile, [hostile]], ["1", hostile, [hostile]]]
     assert not list(tmp_path.glob("pwned*"))
+
+
+def test_output_survives_an_ascii_stream(tmp_path: Path) -> None:
+    """A rank printing "≈" to an ASCII-only stdout is escaped, not lost (and never blocks the rank)."""
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding="ascii")
+    spec = JobSpec(Entrypoint.parse([PYTHON, "-c", "print('pi ≈ 3'); print('next')"]), nproc_per_node=1)
+    sched = LocalScheduler()
+    assert sched.run(sched.render(spec), stdout=out, stderr=io.StringIO()) == 0
+    out.flush()
+    assert raw.getvalue().decode().splitlines() == ["[rank0]: pi \\u2248 3", "[rank0]: next"]

@@ -170,3 +170,11 @@ def test_free_port_is_bindable() -> None:
 def test_run_ids_are_unique() -> None:
     ids = {new_run_id() for _ in range(50)}
     assert len(ids) == 50 and all(i.startswith("local-") for i in ids)
+
+
+@pytest.mark.parametrize("bad", ["soon", "-1", "1e9"])
+def test_bad_grace_option(bad: str) -> None:
+    sched = LocalScheduler()
+    spec = spec_for(["t.py"], options=(("grace", bad),))
+    with pytest.raises(SpecError, match="grace"):
+        sched.run(sched.render(spec))

@@ -30,8 +30,8 @@ from typing import IO, ClassVar, Optional
 from torchhpc import __version__
 from torchhpc.core.shell import Raw, assignment, join
 from torchhpc.core.spec import JobSpec
-from torchhpc.errors import CommandNotFound, JobFailed, SpecError
-from torchhpc.schedulers.api import Scheduler, Submission
+from torchhpc.errors import CommandNotFound, JobFailed, SchedulerError, SpecError
+from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.script import default_python
 
 __all__ = [
@@ -212,6 +212,8 @@ class LocalScheduler(Scheduler):
     }
     grace: float = 3.0
     poll: float = 0.02
+    # Runs finished by schedule() in this process, by run id (class-wide: get_scheduler makes new instances).
+    _finished: ClassVar[dict[str, JobStatus]] = {}
 
     def render(self, spec: JobSpec) -> Submission:
         _check(spec)
@@ -233,10 +235,35 @@ class LocalScheduler(Scheduler):
         )
 
     def schedule(self, submission: Submission) -> str:
-        """Run in the foreground (there is no queue here); the run id is the job id."""
+        """Run in the foreground (there is no queue here) and return the run id as the job id.
+
+        Like a batch submission, a failed run is not an exception here: its
+        state (FAILED, or CANCELLED when interrupted) and exit status are kept
+        for :meth:`status` / :meth:`wait` in this process. ``run`` raises instead.
+        """
         run_id = self._fixed(submission.spec).get("TORCHELASTIC_RUN_ID") or new_run_id()
-        self.run(submission, run_id=run_id)
+        name = submission.spec.name
+        start = time.monotonic()
+        try:
+            self.run(submission, run_id=run_id)
+            st = JobStatus(run_id, "COMPLETED", exit_code=0, name=name)
+        except JobFailed as e:
+            state = "CANCELLED" if e.message.startswith("interrupted") else "FAILED"
+            st = JobStatus(run_id, state, exit_code=e.exit_code, reason=e.message, name=name)
+        st.elapsed = f"{time.monotonic() - start:.1f}s"
+        st.nodes = "localhost"
+        self._finished[run_id] = st
         return run_id
+
+    def status(self, job_id: str) -> JobStatus:
+        """The state of a run this process scheduled (local runs leave no record elsewhere)."""
+        st = self._finished.get(job_id)
+        if st is None:
+            raise SchedulerError(
+                f"local:{job_id} is not a run this process started",
+                "local jobs run in the foreground; their output and exit status are printed as they end",
+            )
+        return st
 
     def run(
         self,
@@ -260,7 +287,7 @@ class LocalScheduler(Scheduler):
             {**base, **rank_env(spec, r, master_addr=addr, master_port=port, run_id=rid)}
             for r in range(spec.nproc_per_node)
         ]
-        grace = float(spec.option("grace") or self.grace)
+        grace = _grace(spec.option("grace"), self.grace)
         job = _Job(
             list(submission.argv),
             envs,
@@ -342,10 +369,9 @@ class _Job:
                 continue
             with self.lock:
                 try:
-                    stream.write(line)
-                    stream.flush()
-                except (BrokenPipeError, ValueError):
-                    show = False  # our reader went away; keep draining so the rank never blocks
+                    _write(stream, line)
+                except Exception:  # a closed or broken stream must not stop the draining
+                    show = False  # keep reading so the rank never blocks on a full pipe
         pipe.close()
 
     def _wait(self, rank: int, proc: subprocess.Popen[bytes]) -> None:
@@ -495,6 +521,27 @@ class _Job:
     def _restore_handlers(old: dict[int, object]) -> None:
         for sig, handler in old.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def _grace(text: str | None, default: float) -> float:
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 3600:
+        raise SpecError(f"-o grace={text!r} is not a number of seconds", "e.g. -o grace=3 (0 to 3600)")
+    return value
+
+
+def _write(stream: IO[str], line: str) -> None:
+    try:
+        stream.write(line)
+    except UnicodeEncodeError:  # e.g. PYTHONIOENCODING=ascii: escape rather than lose the line
+        enc = getattr(stream, "encoding", None) or "ascii"
+        stream.write(line.encode(enc, "backslashreplace").decode(enc))
+    stream.flush()
 
 
 def _killpg(pgid: int, sig: int) -> None:
