@@ -178,3 +178,14 @@ def test_bad_grace_option(bad: str) -> None:
     spec = spec_for(["t.py"], options=(("grace", bad),))
     with pytest.raises(SpecError, match="grace"):
         sched.run(sched.render(spec))
+
+
+def test_container_wraps_each_rank() -> None:
+    from torchhpc.core.spec import ContainerSpec
+
+    spec = spec_for(["examples/pi.py"], nproc_per_node=2, container=ContainerSpec(image="img.sif"))
+    sub = LocalScheduler().render(spec)
+    assert sub.argv[0] == "apptainer" and "img.sif" in sub.argv
+    assert sub.argv[-2:] == ("python", "examples/pi.py")  # the container's python, not ours
+    with pytest.raises(SpecError, match="pyxis"):
+        LocalScheduler().render(spec.with_(container=ContainerSpec(image="nvcr.io#x", runtime="pyxis")))

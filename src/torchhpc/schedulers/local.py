@@ -143,6 +143,11 @@ def _check(spec: JobSpec) -> None:
             f"--nodes={spec.nodes}: the local scheduler runs on this machine only (nodes=1)",
             "drop --nodes and use -n/--nproc-per-node for more ranks, or pick --scheduler slurm",
         )
+    if spec.container is not None and spec.container.runtime == "pyxis":
+        raise SpecError(
+            "--runtime pyxis only works through srun (it is a Slurm plugin), not with the local scheduler",
+            "pick --runtime podman, apptainer or charliecloud here, or --scheduler slurm",
+        )
     if spec.launcher != "torchrun":
         raise SpecError(
             f"--launcher {spec.launcher} does not apply to the local scheduler",
