@@ -92,3 +92,16 @@ def test_docs_list_every_preset_variable() -> None:
         assert f"`{p.name}`" in text
         for name, value, _ in p.env:
             assert f"`{name}`" in text and f"`{value}`" in text, (p.name, name)
+
+
+def test_script_lines_run_in_bash_with_user_values_first() -> None:
+    from torchhpc.network.presets import script_lines
+
+    lines = script_lines("auto,debug", python="true")  # `true` stands in for the detector: prints nothing
+    assert lines[0].startswith("# torchhpc --network auto,debug")
+    assert lines[-1].startswith('eval "$(true -m torchhpc net detect --export')
+    script = "\n".join(lines) + '\nprintf "%s|%s" "$NCCL_DEBUG" "$TORCH_DISTRIBUTED_DEBUG"'
+    out = _bash(script, {"PATH": "/usr/bin:/bin", "NCCL_DEBUG": "WARN", "MASTER_ADDR": "10.0.0.1"})
+    assert out == "WARN|DETAIL"
+    assert script_lines("lumi-slingshot")[1] == '[ -n "${NCCL_SOCKET_IFNAME+x}" ] || export NCCL_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3'
+    assert not any("eval" in line for line in script_lines("roce"))

@@ -29,6 +29,7 @@ __all__ = [
     "auto_lines",
     "preset_env",
     "preset_names",
+    "script_lines",
     "setdefault_lines",
     "wants_auto",
 ]
@@ -175,3 +176,21 @@ def auto_lines(python: str = "python", master_var: str = "MASTER_ADDR") -> list[
         "# torchhpc --network auto: choose NCCL/gloo interfaces, HCA and GID on this node",
         f'eval "$({cmd} ${{{master_var}:+--master \"${master_var}\"}})"',
     ]
+
+
+def script_lines(network: str, python: str = "python", master_var: str = "MASTER_ADDR") -> list[str]:
+    """Everything ``--network NAME`` adds to a batch script, with setdefault semantics.
+
+    The presets' variables come first (a variable the user exported at submit
+    time wins, sbatch passes the environment on); ``auto`` then detects on the
+    node and fills only what is still unset. Put these lines after
+    ``MASTER_ADDR`` is known.
+    """
+    lines = []
+    env = preset_env(network)
+    if env:
+        lines.append(f"# torchhpc --network {network}: set unless already set")
+        lines.extend(setdefault_lines(env))
+    if wants_auto(network):
+        lines.extend(auto_lines(python, master_var))
+    return lines
