@@ -128,9 +128,12 @@ def test_torque_nodes_ppn_and_total_memory() -> None:
     assert not any("select=" in line for line in lines)
 
 
+def launch_line(script: str) -> str:
+    return next(line for line in script.splitlines() if line.startswith(("mpirun ", "pbsdsh ")))
+
+
 def test_mpirun_line_has_the_seed_flags() -> None:
-    script = PBSScheduler(runner=FakeRunner()).render(spec()).script or ""
-    launch = script.rstrip("\n").splitlines()[-1]
+    launch = launch_line(PBSScheduler(runner=FakeRunner()).render(spec()).script or "")
     for piece in (
         "mpirun -np 8",
         '--hostfile "$PBS_NODEFILE"',
@@ -203,11 +206,10 @@ def test_preamble_runs_in_bash(tmp_path: Path) -> None:
 
 
 def test_container_wraps_each_rank() -> None:
-    script = PBSScheduler(runner=FakeRunner()).render(CASES["sockeye_apptainer"]).script or ""
-    launch = script.rstrip("\n").splitlines()[-1]
+    launch = launch_line(PBSScheduler(runner=FakeRunner()).render(CASES["sockeye_apptainer"]).script or "")
     assert launch.index("mpirun") < launch.index("apptainer") < launch.index("TORCHHPC_TASK_SHIM")
     assert "/arc/project/st-alice-1/pytorch.sif" in launch and "--nv" in launch
-    assert launch.endswith("torchhpc-task python examples/pi.py")
+    assert launch.endswith("torchhpc-task python examples/pi.py &")
     pyxis = ContainerSpec(image="nvcr.io#nvidia/pytorch:24.01-py3", runtime="pyxis")
     with pytest.raises(SpecError, match="pyxis needs srun"):
         PBSScheduler(runner=FakeRunner()).render(spec(container=pyxis))
@@ -364,3 +366,25 @@ def test_rank_logs_refused_for_torchrun(tmp_path: Path, monkeypatch: pytest.Monk
     assert sched.logs(job) == "[default0]:hello\n"
     with pytest.raises(SchedulerError, match="launcher mpirun"):
         sched.logs(job, rank=0)
+
+
+def test_stop_file_before_walltime_runs_in_bash(tmp_path: Path) -> None:
+    """The nothing-lost block, run by bash: the timer creates $TORCHHPC_STOP_FILE, the (stand-in) mpirun
+    sees it and exits 0, the script exits 0; no PBS warning signal is needed."""
+    s = spec(time="1", signal_before=58, output_dir=str(tmp_path))  # walltime 60 s, stop after 2 s
+    script = PBSScheduler(runner=FakeRunner()).render(s).script or ""
+    block = script[script.index("# Nothing lost") :]
+    assert "sleep 2 && _torchhpc_stop time-limit" in block and "-x TORCHHPC_STOP_FILE" in block
+    fake = tmp_path / "bin" / "mpirun"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/bash\nwhile [ ! -e "$TORCHHPC_STOP_FILE" ]; do sleep 0.1; done\necho "ranks saw the stop file"\n')
+    fake.chmod(0o755)
+    (tmp_path / "nodes").write_text("n1\nn2\n")
+    env = {"PATH": f"{fake.parent}:{os.environ['PATH']}", "PBS_NODEFILE": str(tmp_path / "nodes"),
+           "PBS_JOBID": "4711.server", "PBS_O_WORKDIR": str(tmp_path)}
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "time-limit" in r.stdout and "ranks saw the stop file" in r.stdout
+    assert (tmp_path / ".torchhpc-stop-4711").exists()
+    with pytest.raises(SpecError, match="--requeue"):
+        PBSScheduler(runner=FakeRunner()).render(spec(time="10", requeue=True))

@@ -123,6 +123,11 @@ class PBSScheduler(Scheduler):
         per_node = opts.get("per_node", "pbsdsh")
         if per_node not in ("pbsdsh", "mpirun"):
             raise SpecError(f"per_node={per_node!r} (from --opt) is not 'pbsdsh' or 'mpirun'")
+        if spec.requeue:
+            raise SpecError(
+                "--requeue is not supported with --scheduler pbs (PBS requeue, qrerun, needs operator rights)",
+                "drop --requeue: the job still stops cleanly before the walltime; resubmit to resume from the checkpoint",
+            )
         if spec.launcher == "srun":
             raise SpecError(
                 "--launcher srun needs Slurm; this job is for --scheduler pbs",
@@ -195,6 +200,8 @@ class PBSScheduler(Scheduler):
         python = default_python(spec)
         # PATH as the seed does, but not into a container: the image's own PATH must find its python.
         exports = [*RENDEZVOUS_VARS, *(["PATH"] if spec.container is None else []), *spec.env_dict]
+        if spec.stop_signal_seconds:
+            exports.append("TORCHHPC_STOP_FILE")
         if spec.launcher == "mpirun":
             mpi = mpirun_argv(
                 str(spec.world_size),
@@ -266,8 +273,50 @@ class PBSScheduler(Scheduler):
                 f"{SHIM_VAR}={quote(TASK_SHIM)}",
                 "",
             ]
-        lines += self.launch_lines(spec)
+        if spec.stop_signal_seconds:
+            lines += self.stop_lines(spec)
+        else:
+            lines += self.launch_lines(spec)
         return "\n".join(lines) + "\n"
+
+    def stop_lines(self, spec: JobSpec) -> list[str]:
+        """Nothing lost: a stop file ``--signal-before`` seconds ahead of the walltime.
+
+        PBS sends no warning signal before the walltime kill (SIGTERM, then
+        SIGKILL after the server's kill_delay), so the script keeps its own
+        timer. Ranks poll ``$TORCHHPC_STOP_FILE`` through
+        ``torchhpc.dist.should_stop()``, checkpoint and exit 0 -- the same file
+        protocol as the Slurm backend, seen alike under mpirun, torchrun and
+        containers.
+        """
+        out = os.path.abspath(spec.output_dir)
+        stop = os.path.join(out, ".torchhpc-stop-")
+        wall, before = spec.time_seconds, spec.stop_signal_seconds
+        lines = [
+            "# Nothing lost: ask every rank to checkpoint and stop before the walltime (PBS gives no warning).",
+            f'export TORCHHPC_STOP_FILE={quote(stop)}"$_jobnum"',
+            'rm -f -- "$TORCHHPC_STOP_FILE"',
+            "_torchhpc_stop() {",
+            '  echo "torchhpc: $1 at $(date +%T): asking every rank to checkpoint and stop"',
+            '  touch -- "$TORCHHPC_STOP_FILE"',
+            "}",
+            "trap '_torchhpc_stop terminated' TERM",
+        ]
+        timer = bool(wall and before)
+        if timer:
+            assert wall is not None and before is not None
+            lines += [f"( sleep {wall - before} && _torchhpc_stop time-limit ) &", "_timer=$!"]
+        lines += [
+            *(line + " &" for line in self.launch_lines(spec)),
+            "_step=$!",
+            "_rc=0",
+            'wait "$_step" || _rc=$?',
+            'while kill -0 "$_step" 2>/dev/null; do _rc=0; wait "$_step" || _rc=$?; done',
+        ]
+        if timer:
+            lines.append('kill "$_timer" 2>/dev/null || true')
+        lines.append('exit "$_rc"')
+        return lines
 
     def render(self, spec: JobSpec) -> Submission:
         script = self.render_script(spec)
