@@ -76,7 +76,7 @@ def cluster_env(cluster: Any, images: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.mark.cluster("slurm")
-@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+@pytest.mark.parametrize("launcher", ["srun", "torchrun", "mpirun"])
 @pytest.mark.parametrize("runtime", ["podman", "charliecloud"])
 def test_pi_two_nodes_in_containers(
     slurm_cluster: Any, images: dict[str, str], runtime: str, launcher: str, tmp_path: Path

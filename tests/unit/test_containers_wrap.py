@@ -375,3 +375,11 @@ def test_env_patterns_expand_at_run_time(echo_binary: str, tmp_path: Path) -> No
     out = subprocess.run(["bash", "-c", join(app)], env=env, capture_output=True, check=True).stdout
     exported = out.split(b"\n--env--\n")[1].decode().splitlines()
     assert exported == ["APPTAINERENV_SLURM_NODELIST=n[1,2] x", "APPTAINERENV_SLURM_PROCID=3"]
+
+
+def test_interactive_shell_gets_a_terminal_on_docker_and_podman() -> None:
+    for rt in ("docker", "podman"):
+        argv = wrap(ContainerSpec("img", rt), ["bash", "-i"], interactive=True)
+        assert argv[argv.index("run") + 1 : argv.index("run") + 3] == ["--rm", "-it"]
+        assert "-it" not in wrap(ContainerSpec("img", rt), ["bash", "-i"])
+    assert wrap(ContainerSpec("x.sif", "apptainer"), ["bash", "-i"], interactive=True)[:2] == ["apptainer", "exec"]

@@ -57,14 +57,16 @@ def wrap(
     gpus: int = 0,
     gpu_kind: str = "nvidia",
     pass_env: Sequence[str] = (),
+    interactive: bool = False,
 ) -> list[str]:
     """The argv that runs ``argv`` inside ``container`` (unchanged for pyxis: see :func:`srun_options`).
 
     ``gpus`` > 0 asks for the node's GPUs of ``gpu_kind`` ("nvidia" or "amd"); ``pass_env``
-    lists variable names and ``PREFIX*`` patterns that must reach the process inside.
+    lists variable names and ``PREFIX*`` patterns that must reach the process inside;
+    ``interactive`` asks for a terminal (``torchhpc shell``: docker/podman ``-it``).
     """
     out: list[str] = _module(container.runtime).wrap(
-        container, list(argv), gpus=gpus, gpu_kind=gpu_kind, pass_env=tuple(pass_env)
+        container, list(argv), gpus=gpus, gpu_kind=gpu_kind, pass_env=tuple(pass_env), interactive=interactive
     )
     return out
 

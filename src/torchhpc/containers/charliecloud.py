@@ -28,6 +28,7 @@ def wrap(
     gpus: int = 0,
     gpu_kind: str = "nvidia",
     pass_env: Sequence[str] = (),
+    interactive: bool = False,
 ) -> list[str]:
     opts = c.options(container, OPTIONS)
     cmd = [c.binary(container, opts, "ch-run")]

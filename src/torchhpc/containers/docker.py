@@ -40,6 +40,7 @@ def wrap(
     gpus: int = 0,
     gpu_kind: str = "nvidia",
     pass_env: Sequence[str] = (),
+    interactive: bool = False,
 ) -> list[str]:
     podman = container.runtime == "podman"
     opts = c.options(container, OPTIONS)
@@ -59,6 +60,8 @@ def wrap(
     else:
         head += c.split_args(opts, "docker_args")
     head += ["run", "--rm"]
+    if interactive:
+        head.append("-it")  # a shell needs a terminal; the other runtimes keep the caller's
     if gpus > 0:
         if gpu_kind == "nvidia":
             head += ["--device", "nvidia.com/gpu=all"] if podman else ["--gpus", "all"]

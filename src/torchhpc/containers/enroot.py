@@ -84,6 +84,7 @@ def wrap(
     gpus: int = 0,
     gpu_kind: str = "nvidia",
     pass_env: Sequence[str] = (),
+    interactive: bool = False,
 ) -> list[str]:
     # GPUs need no flag: enroot's nvidia hook follows NVIDIA_VISIBLE_DEVICES, which
     # the patterns below pass when the caller includes it.

@@ -46,6 +46,7 @@ def wrap(
     gpus: int = 0,
     gpu_kind: str = "nvidia",
     pass_env: Sequence[str] = (),
+    interactive: bool = False,
 ) -> list[str]:
     """Unchanged: srun (through pyxis) enters the container; srun's environment passes in."""
     srun_options(container)  # validate early, whoever renders first
