@@ -212,3 +212,18 @@ def test_cli_wrap_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["container", "wrap", "--runtime", "pyxis", "--container", NGC, "--bind", "/a,b:/c", "--", "x"])
     assert rc == 2
     assert "Error: --bind path '/a,b'" in capsys.readouterr().err
+
+
+def test_cli_constraints_for_another_interpreter(tmp_path: Path) -> None:
+    out = tmp_path / "c.txt"
+    rc, _ = run_cli("container", "constraints", "--no-merge", "--python", sys.executable, "--output", str(out))
+    assert rc == 0
+    import pytest as pytest_module
+
+    assert f"pytest=={pytest_module.__version__}" in out.read_text().splitlines()
+
+
+def test_cli_options_lists_runtime_options() -> None:
+    rc, out = run_cli("container", "options", "pyxis")
+    assert rc == 0
+    assert {line.split()[0] for line in out.splitlines()} >= {"binary", "name", "mount_home", "mount_cwd"}
