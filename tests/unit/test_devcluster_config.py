@@ -309,3 +309,29 @@ def test_ensure_packages_installs_only_what_is_missing(monkeypatch: pytest.Monke
     # Without --accounting, slurmdbd is not wanted.
     runner2 = FakeRunner(responses={"apt-get": ""})
     assert cluster.ensure_packages(False, runner2, said.append) == ["munge"]
+
+
+def test_mariadb_template_is_made_once_and_keyed_by_the_server(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """mariadb-install-db is a FakeRunner answer that creates the datadir it is given."""
+    from torchhpc.devcluster import bringup
+
+    server = tmp_path / "mariadbd"
+    server.write_text("v1")
+    monkeypatch.setattr(bringup, "_real", lambda prog: str(server) if prog == "mariadbd" else f"/x/{prog}")
+
+    def install(argv: list[str], _input: object) -> str:
+        datadir = next(a.split("=", 1)[1] for a in argv if a.startswith("--datadir="))
+        os.makedirs(os.path.join(datadir, "mysql"))
+        return ""
+
+    runner = FakeRunner(responses={"/x/mariadb-install-db": install})
+    lay = config.make_layout(str(tmp_path / "sd"), 1)
+    first = bringup._mariadb_template(lay, runner, 10)
+    assert os.path.isdir(os.path.join(first, "mysql"))
+    assert bringup._mariadb_template(lay, runner, 10) == first
+    assert len(runner.calls) == 1
+    server.write_text("v2, upgraded")  # a new server binary gets a fresh template
+    assert bringup._mariadb_template(lay, runner, 10) != first
+    assert len(runner.calls) == 2

@@ -9,6 +9,7 @@ once. Each wait fails early, naming the log, when the daemon dies.
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import shutil
 import time
@@ -32,6 +33,8 @@ MARIADB_FAST = (
     "--innodb-flush-log-at-trx-commit=0",
 )
 
+# Kept across up/down (see _mariadb_template); never wiped by `up`.
+CACHE_DIR = "cache"
 # Subdirectories `up` creates; all but log/ go at `down`.
 RUNTIME_DIRS = ("etc", "run", "spool", "state", "tmp", "munge", "mysql", "bin", "log")
 
@@ -173,6 +176,36 @@ def _start(
     return d
 
 
+def _mariadb_template(layout: Layout, runner: Runner, timeout: float) -> str:
+    """An empty, initialised MariaDB datadir, made once and copied on every ``up``.
+
+    ``mariadb-install-db`` bootstraps a server and runs its SQL scripts: 0.6 s
+    on a quiet machine, several seconds on a busy one, where copying the 26 MB
+    result takes 0.1 s. The cache lives in the state dir (``down`` keeps it)
+    and is keyed by the server binary and our settings, so an upgrade makes a
+    new one.
+    """
+    server = _real("mariadbd")
+    st = os.stat(server)
+    key = hashlib.sha1(f"{server}:{st.st_size}:{st.st_mtime_ns}:{MARIADB_FAST}".encode()).hexdigest()[:12]
+    template = layout.path(CACHE_DIR, f"mariadb-{key}")
+    if os.path.isdir(template):
+        return template
+    tmp = template + f".tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.dirname(template), exist_ok=True)
+    runner.run(
+        [
+            _real("mariadb-install-db"), "--no-defaults", f"--datadir={tmp}", "--user=root",
+            "--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve",
+            *MARIADB_FAST,
+        ],
+        timeout=timeout, hint="mariadb-install-db failed: is mariadb-server installed?",
+    )  # fmt: skip
+    os.rename(tmp, template)
+    return template
+
+
 def start_all(
     layout: Layout,
     state: ClusterState,
@@ -216,14 +249,7 @@ def start_all(
 
     if accounting:
         datadir = p("mysql", "data")
-        runner.run(
-            [
-                _real("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}", "--user=root",
-                "--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve",
-                *MARIADB_FAST,
-            ],
-            timeout=timeout, hint=f"see {p('log')}",
-        )  # fmt: skip
+        shutil.copytree(_mariadb_template(layout, runner, timeout), datadir, symlinks=True)
         mysql_log = p("log", "mariadb.log")
         db = _start(
             state,
