@@ -200,6 +200,9 @@ class SlurmScheduler(Scheduler):
         lines = header_lines("#!/bin/bash", "sbatch <this file>  (or: torchhpc run --scheduler slurm ...)")
         lines += self.directives(spec)
         lines += ["", "set -euo pipefail"]
+        stopping = bool(spec.stop_signal_seconds or spec.requeue)
+        if stopping:  # first: a warning that comes early must not kill the shell by default action
+            lines += self.stop_trap_lines(spec)
         lines += _container_setup(spec)
         lines += env_block(spec)
         lines += [
@@ -229,7 +232,7 @@ class SlurmScheduler(Scheduler):
                 f"{SHIM_VAR}={quote(TASK_SHIM)}",
                 "",
             ]
-        if spec.stop_signal_seconds or spec.requeue:
+        if stopping:
             lines += self.stop_lines(spec)
         else:
             lines += self.launch_lines(spec)
@@ -247,35 +250,54 @@ class SlurmScheduler(Scheduler):
             f'eval "$({join(detect)})"',
         ]
 
-    def stop_lines(self, spec: JobSpec) -> list[str]:
-        """Time limit and preemption: relay by a stop file, then requeue from the batch shell.
+    def stop_trap_lines(self, spec: JobSpec) -> list[str]:
+        """Time limit and preemption, part 1: the stop file and the traps, before anything else runs.
 
         Why a file and not a signal: torchrun's agent turns signals into its own
         shutdown, mpirun and container runtimes forward them differently, and
         NCCL claims signals of its own. A file on the job's output directory is
         seen the same way by every rank under every launcher and runtime; ranks
         poll it with ``torchhpc.dist.should_stop()`` (one small all_reduce per
-        step, so all stop at the same step), checkpoint, and exit 0. The batch
-        shell, on the host (``scontrol`` is rarely inside containers), then
-        requeues. Timeout requeues are capped; preemptions (SIGTERM) are not.
+        step, so all stop at the same step), checkpoint, and exit. Slurm may send
+        the warning up to a minute early (its timer runs every 30 s), possibly
+        before the first line of the script ran, so the traps come first: bash's
+        default action for USR2 would end the job.
         """
         out = os.path.abspath(spec.output_dir)
         stop_file = os.path.join(out, ".torchhpc-stop-")
-        count_file = os.path.join(out, ".torchhpc-timeouts-")
-        lines = [
-            "# Nothing lost: ask every rank to checkpoint and stop before the limit, then requeue.",
+        return [
+            "",
+            "# Nothing lost: on the warning (USR2) or preemption (TERM) ask every rank to checkpoint and stop.",
             f'export TORCHHPC_STOP_FILE={quote(stop_file)}"$SLURM_JOB_ID"',
-            f'_timeouts_file={quote(count_file)}"$SLURM_JOB_ID"',
             'rm -f -- "$TORCHHPC_STOP_FILE"',
             'export TORCHHPC_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"',
             '_stop_reason=""',
             "_torchhpc_stop() {",
-            '  _stop_reason=$1',
+            "  _stop_reason=$1",
             '  echo "torchhpc: $1 at $(date +%T): asking every rank to checkpoint and stop"',
             '  touch -- "$TORCHHPC_STOP_FILE"',
             "}",
             "trap '_torchhpc_stop time-limit' USR2",
             "trap '_torchhpc_stop preempted' TERM",
+        ]
+
+    def stop_lines(self, spec: JobSpec) -> list[str]:
+        """Time limit and preemption, part 2: run the step in the background, wait, requeue.
+
+        The step runs in the background so the traps fire while it runs (bash
+        defers traps until a foreground command ends). After a requested stop the
+        batch shell, on the host (``scontrol`` is rarely inside containers),
+        requeues the job whatever the step's exit status: under torchrun a
+        SIGTERM to every process (preemption with a grace time) makes the agent
+        exit 1 even though its workers checkpointed and left cleanly, and a rank
+        that failed to save still resumes from the previous checkpoint.
+        Timeout requeues are capped (a counter file in the output directory);
+        preemptions are not.
+        """
+        out = os.path.abspath(spec.output_dir)
+        count_file = os.path.join(out, ".torchhpc-timeouts-")
+        lines = [
+            f'_timeouts_file={quote(count_file)}"$SLURM_JOB_ID"',
             *(line + " &" for line in self.launch_lines(spec)),
             "_step=$!",
             "_rc=0",
@@ -284,13 +306,14 @@ class SlurmScheduler(Scheduler):
         ]
         if spec.requeue:
             lines += [
-                'if [ -n "$_stop_reason" ] && [ "$_rc" -eq 0 ]; then',
+                'if [ -n "$_stop_reason" ]; then',
                 '  _n=$(cat -- "$_timeouts_file" 2>/dev/null || echo 0)',
                 f'  if [ "$_stop_reason" = time-limit ] && [ "$_n" -ge {int(spec.max_timeout_requeues)} ]; then',
                 f'    echo "torchhpc: not requeuing: {int(spec.max_timeout_requeues)} time-limit requeues already"',
                 "  else",
                 '    [ "$_stop_reason" = time-limit ] && echo $((_n + 1)) > "$_timeouts_file"',
-                '    echo "torchhpc: requeuing job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0} -> $((${SLURM_RESTART_COUNT:-0} + 1)))"',
+                '    echo "torchhpc: step exited $_rc after the $_stop_reason stop; requeuing job $SLURM_JOB_ID'
+                ' (restart ${SLURM_RESTART_COUNT:-0} -> $((${SLURM_RESTART_COUNT:-0} + 1)))"',
                 '    scontrol requeue "$SLURM_JOB_ID" || echo "torchhpc: scontrol requeue failed" >&2',
                 "  fi",
                 "fi",

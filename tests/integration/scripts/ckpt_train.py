@@ -5,6 +5,21 @@ resumes from the newest checkpoint, and writes the final parameters. Data per
 step come from a generator seeded by (step, rank), noise from the global RNG
 (so a resume that lost RNG state would differ), SGD with momentum (so a lost
 optimizer state would differ).
+
+Rank 0 prints one line per event with the attempt (``SLURM_RESTART_COUNT``)
+and a wall-clock time, so a test can tell which attempt reached which step::
+
+    START step=S restart=R world=W pid=P t=T
+    step N restart=R t=T
+    STOPPED step=N restart=R t=T
+    DONE step=N restart=R t=T
+
+Fault hooks for the tests (each a real fault, not a simulation of its effect):
+``--kill-at N`` makes rank 1 SIGKILL itself after step N; ``--slow-save-at N``
+makes the fsync of step N's checkpoint take a minute (a slow shared
+filesystem), so a test can SIGKILL rank 0 while the temporary file is half
+written. ``--sleep`` slows every step (``--sleep-first-attempt-only``: only
+the first attempt, so a requeued run finishes before its own time-limit warning).
 """
 
 from __future__ import annotations
@@ -13,6 +28,7 @@ import argparse
 import os
 import sys
 import time
+from datetime import timedelta
 
 import torch
 import torch.nn as nn
@@ -26,12 +42,24 @@ p.add_argument("--steps", type=int, default=40)
 p.add_argument("--ckpt", required=True)
 p.add_argument("--out", required=True)
 p.add_argument("--sleep", type=float, default=0.0)
+p.add_argument("--sleep-first-attempt-only", action="store_true")
 p.add_argument("--ckpt-every", type=int, default=1000)
-p.add_argument("--kill-at", type=int, default=-1, help="rank 1 SIGKILLs itself at this step")
+p.add_argument("--kill-at", type=int, default=-1, help="rank 1 SIGKILLs itself after this step")
+p.add_argument("--slow-save-at", type=int, default=-1, help="rank 0's fsync of this step's checkpoint takes 60 s")
+p.add_argument("--pg-timeout", type=float, default=60.0, help="process-group timeout (s): a lost peer fails, not hangs")
 a = p.parse_args()
 
-ctx = thd.init()
+restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+sleep = a.sleep if (restarts == 0 or not a.sleep_first_attempt_only) else 0.0
+ctx = thd.init(timeout=timedelta(seconds=a.pg_timeout))
 rank = ctx.rank
+
+
+def say(text: str) -> None:
+    if rank == 0:
+        print(f"{text} restart={restarts} t={time.time():.3f}", flush=True)
+
+
 torch.manual_seed(1234 + rank)
 model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 1))
 with torch.no_grad():  # identical start on every rank, independent of the per-rank seed
@@ -42,9 +70,25 @@ ddp = DDP(model) if ctx.world_size > 1 else model
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 state = checkpoint.resume(a.ckpt, model=model, optimizer=opt)
 start = int(state.get("step", 0))
-restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
-if rank == 0:
-    print(f"START step={start} restart={restarts} world={ctx.world_size} t={time.time():.3f}", flush=True)
+say(f"START step={start} world={ctx.world_size} pid={os.getpid()}")
+
+_real_fsync = os.fsync
+
+
+def _slow_fsync(fd: int) -> None:
+    say(f"SAVING slowly pid={os.getpid()}")
+    time.sleep(60)
+    _real_fsync(fd)
+
+
+def save(step: int) -> None:
+    if step == a.slow_save_at and rank == 0:
+        os.fsync = _slow_fsync
+    try:
+        checkpoint.save(a.ckpt, step=step, model=model, optimizer=opt)
+    finally:
+        os.fsync = _real_fsync
+
 
 for step in range(start, a.steps):
     g = torch.Generator().manual_seed(1000 * step + rank)
@@ -56,21 +100,19 @@ for step in range(start, a.steps):
     opt.step()
     done = step + 1
     if rank == 1 and done == a.kill_at:
-        print(f"KILLING rank 1 at step {done} t={time.time():.3f}", flush=True)
+        print(f"KILLING rank 1 pid={os.getpid()} at step {done} t={time.time():.3f}", flush=True)
         os.kill(os.getpid(), 9)
     if done % a.ckpt_every == 0:
-        checkpoint.save(a.ckpt, step=done, model=model, optimizer=opt)
+        save(done)
     if thd.should_stop():
-        checkpoint.save(a.ckpt, step=done, model=model, optimizer=opt)
-        if rank == 0:
-            print(f"STOPPED step={done} t={time.time():.3f}", flush=True)
+        save(done)
+        say(f"STOPPED step={done}")
         thd.cleanup()
         sys.exit(0)
-    if rank == 0:
-        print(f"step {done} loss {loss.item():.6f}", flush=True)
-    time.sleep(a.sleep)
+    say(f"step {done}")
+    time.sleep(sleep)
 
 if rank == 0:
     torch.save(model.state_dict(), a.out)
-    print(f"DONE step={a.steps} t={time.time():.3f}", flush=True)
+say(f"DONE step={a.steps}")
 thd.cleanup()
