@@ -24,6 +24,11 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 log() { printf '[build-test-image] %s\n' "$*" >&2; }
 
+# One build at a time (parallel test runs share the cache).
+mkdir -p "$(dirname "$CACHE")"
+exec 9>"$CACHE.lock"
+flock 9
+
 want="$VERSION $TORCH $IMAGE_TAG"
 # ch-run binds only onto directories that exist in the (read-only) image: make the
 # checkout's path one, so the working directory can be bound at the same place.
