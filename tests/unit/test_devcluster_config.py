@@ -335,3 +335,19 @@ def test_mariadb_template_is_made_once_and_keyed_by_the_server(
     server.write_text("v2, upgraded")  # a new server binary gets a fresh template
     assert bringup._mariadb_template(lay, runner, 10) != first
     assert len(runner.calls) == 2
+
+
+def test_a_second_up_or_down_on_the_same_state_dir_is_refused(tmp_path: Path) -> None:
+    import fcntl
+
+    from torchhpc.devcluster.cluster import _exclusive
+    from torchhpc.errors import DevClusterError
+
+    with _exclusive(str(tmp_path)):
+        with pytest.raises(DevClusterError, match="another `torchhpc devcluster up/down` is running"):
+            with _exclusive(str(tmp_path)):
+                pass
+    with _exclusive(str(tmp_path)):  # released again
+        with open(tmp_path / ".lock") as f:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

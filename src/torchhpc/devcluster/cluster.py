@@ -7,12 +7,14 @@ cluster's own namespaces, and deletes those namespaces.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import platform
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from torchhpc.core.proc import Runner
@@ -47,6 +49,22 @@ def check_host() -> None:
         )
 
 
+@contextlib.contextmanager
+def _exclusive(state_dir: str | None) -> Iterator[None]:
+    """One ``up``/``down`` at a time per state dir (two CI jobs, two terminals)."""
+    sdir = default_state_dir(state_dir)
+    os.makedirs(sdir, mode=0o755, exist_ok=True)
+    with open(os.path.join(sdir, ".lock"), "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DevClusterError(
+                f"another `torchhpc devcluster up/down` is running on {sdir}",
+                "wait for it to finish, then check `torchhpc devcluster status`",
+            ) from None
+        yield
+
+
 def up(
     nodes: int = 3,
     accounting: bool = False,
@@ -62,6 +80,32 @@ def up(
     everything started so far is stopped again and the logs are kept).
     """
     check_host()
+    with _exclusive(state_dir):
+        return _up(nodes, accounting, state_dir, progress, runner, timeout)
+
+
+def down(
+    state_dir: str | None = None,
+    runner: Runner | None = None,
+    progress: Callable[[str], None] | None = print,
+) -> list[str]:
+    """Stop exactly the recorded daemons and whatever runs in the cluster's namespaces,
+    then delete the namespaces. Idempotent: returns what was stopped or removed
+    (empty when nothing was up).
+    """
+    check_host()
+    with _exclusive(state_dir):
+        return _down(state_dir, runner, progress)
+
+
+def _up(
+    nodes: int,
+    accounting: bool,
+    state_dir: str | None,
+    progress: Callable[[str], None] | None,
+    runner: Runner | None,
+    timeout: float,
+) -> ClusterState:
     say: Callable[[str], None] = progress or (lambda _m: None)
     runner = runner or Runner()
     sdir = default_state_dir(state_dir)
@@ -85,7 +129,7 @@ def up(
             f"run `{DOWN_HINT}` (it removes them) or `ip netns delete NAME`",
         )
     if previous is not None:
-        down(sdir, runner=runner, progress=lambda _m: None)
+        _down(sdir, runner=runner, progress=lambda _m: None)
 
     t0 = time.monotonic()
     installed = ensure_packages(accounting, runner, say)
@@ -130,16 +174,7 @@ def up(
     return state
 
 
-def down(
-    state_dir: str | None = None,
-    runner: Runner | None = None,
-    progress: Callable[[str], None] | None = print,
-) -> list[str]:
-    """Stop exactly the recorded daemons and delete the cluster's namespaces. Idempotent.
-
-    Returns what was stopped or removed (empty when nothing was up).
-    """
-    check_host()
+def _down(state_dir: str | None, runner: Runner | None, progress: Callable[[str], None] | None) -> list[str]:
     runner = runner or Runner()
     sdir = default_state_dir(state_dir)
     state = read_state(sdir)
