@@ -177,7 +177,10 @@ def _up(
 def _down(state_dir: str | None, runner: Runner | None, progress: Callable[[str], None] | None) -> list[str]:
     runner = runner or Runner()
     sdir = default_state_dir(state_dir)
-    state = read_state(sdir)
+    try:
+        state = read_state(sdir)
+    except DevClusterError:
+        state = None  # a damaged state file: still remove the namespaces by name below
     done: list[str] = []
     names = set(netns.existing(config.netns_prefix_for(sdir), runner))
     if state is not None:
