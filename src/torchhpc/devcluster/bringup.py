@@ -282,6 +282,8 @@ def start_all(
     client = Client(state, runner)
     daemons.wait_for("slurmctld", client.ping, timeout, [ctld, dns])
     progress("slurmctld up")
+    # Jobs resolve node names through dnsmasq; it has long started by now, but check.
+    daemons.wait_for("dnsmasq to listen on port 53", lambda: daemons.listening(dns.pid, 53), timeout, [dns])
     if accounting:
         client.ensure_cluster_registered()
         progress("cluster registered in the accounting database")
