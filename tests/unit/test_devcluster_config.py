@@ -351,3 +351,10 @@ def test_a_second_up_or_down_on_the_same_state_dir_is_refused(tmp_path: Path) ->
         with open(tmp_path / ".lock") as f:
             with pytest.raises(BlockingIOError):
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_down_hint_names_the_state_dir_only_when_not_default() -> None:
+    from torchhpc.devcluster.state import down_hint
+
+    assert down_hint(SD) == "torchhpc devcluster down"
+    assert down_hint("/tmp/my dc") == "torchhpc devcluster down --state-dir '/tmp/my dc'"

@@ -22,10 +22,10 @@ from torchhpc.devcluster import bringup, config, daemons, netns
 from torchhpc.devcluster.bringup import Client, binds, ensure_packages
 from torchhpc.devcluster.config import CONTROLLER
 from torchhpc.devcluster.state import (
-    DOWN_HINT,
     ClusterState,
     _remove_state_file,
     default_state_dir,
+    down_hint,
     read_state,
 )
 from torchhpc.errors import CommandError, DevClusterError
@@ -115,18 +115,18 @@ def _up(
         if previous.healthy():
             raise DevClusterError(
                 f"a dev cluster is already up in {sdir} ({len(previous.nodes)} nodes)",
-                f"use it, or run `{DOWN_HINT}` first",
+                f"use it, or run `{down_hint(sdir)}` first",
             )
         if any(daemons.alive(d) for d in previous.daemons):
             raise DevClusterError(
                 f"a dev cluster in {sdir} is partly running (some daemons died)",
-                f"run `{DOWN_HINT}` to clean it up",
+                f"run `{down_hint(sdir)}` to clean it up",
             )
     leftovers = netns.existing(layout.netns_prefix, runner)
     if leftovers and previous is None:
         raise DevClusterError(
             f"network namespaces {', '.join(leftovers)} exist but {sdir} records no cluster",
-            f"run `{DOWN_HINT}` (it removes them) or `ip netns delete NAME`",
+            f"run `{down_hint(sdir)}` (it removes them) or `ip netns delete NAME`",
         )
     if previous is not None:
         _down(sdir, runner=runner, progress=lambda _m: None)

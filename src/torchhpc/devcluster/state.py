@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchhpc.core.shell import join
 from torchhpc.devcluster import config, daemons, netns
 from torchhpc.devcluster.config import CONTROLLER, Layout
 from torchhpc.devcluster.daemons import Daemon
@@ -22,6 +23,15 @@ __all__ = ["ClusterState", "default_state_dir", "load_state", "read_state"]
 STATE_FILE = "state.json"
 ENV_STATE_DIR = "TORCHHPC_DEVCLUSTER_DIR"
 DOWN_HINT = "torchhpc devcluster down"
+
+
+def down_hint(state_dir: str) -> str:
+    """The exact ``down`` command for this state dir (``--state-dir`` only when not the default)."""
+    if os.path.abspath(state_dir) == config.DEFAULT_STATE_DIR:
+        return DOWN_HINT
+    return join(["torchhpc", "devcluster", "down", "--state-dir", os.path.abspath(state_dir)])
+
+
 UP_HINT = "torchhpc devcluster up --nodes 3 --accounting"
 
 
@@ -168,7 +178,9 @@ def read_state(state_dir: str | None = None) -> ClusterState | None:
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError) as e:
-        raise DevClusterError(f"{path} is not a dev cluster state file ({e})", f"run `{DOWN_HINT}`") from None
+        raise DevClusterError(
+            f"{path} is not a dev cluster state file ({e})", f"run `{down_hint(os.path.dirname(path))}`"
+        ) from None
 
 
 def load_state(state_dir: str | None = None) -> ClusterState | None:
