@@ -92,3 +92,86 @@ def test_all_ranks_stop_at_the_same_step(tmp_path: Path) -> None:
         assert p.returncode == 0, e
     assert outs[0][0].strip() == "0 4 [False, False, False, True]"
     assert outs[1][0].strip() == "1 4 [False, False, False, True]"
+
+
+# The batch-shell half: the rendered sbatch script under a real bash, with stub Slurm commands.
+STUBS = {
+    # hostnames: mark that the script is past its traps, then take a moment (a warning may land here)
+    "scontrol": 'if [ "$1" = show ]; then touch "$STUB_DIR/at-hostnames"; sleep 0.5; echo node1;'
+    ' else echo "$*" >> "$STUB_DIR/scontrol.log"; fi',
+    "getent": "echo '10.0.0.1 STREAM node1'",
+    "ss": "exit 0",
+    # the job step: runs until every rank would have seen the stop file, then exits with $STEP_RC
+    "srun": 'touch "$STUB_DIR/step-started"; for _ in $(seq 200); do [ -e "$TORCHHPC_STOP_FILE" ] && break;'
+    ' [ -n "${STEP_QUICK:-}" ] && break; sleep 0.05; done; exit "${STEP_RC:-0}"',
+}
+
+
+def _run_script(tmp_path: Path, sig: str | None, *, when: str = "step-started", rc: int = 0, timeouts: int = 0,
+                quick: bool = False) -> tuple[int, str, str]:
+    import os
+    import signal as signals
+    import time
+
+    from torchhpc.core.spec import Entrypoint, JobSpec
+    from torchhpc.schedulers.slurm import SlurmScheduler
+
+    out, stubs = tmp_path / "out", tmp_path / "bin"
+    out.mkdir()
+    stubs.mkdir()
+    for name, body in STUBS.items():
+        (stubs / name).write_text(f"#!/bin/bash\n{body}\n")
+        (stubs / name).chmod(0o755)
+    spec = JobSpec(
+        entrypoint=Entrypoint.parse(["train.py"], python="python3"), nodes=1, nproc_per_node=1, scheduler="slurm",
+        launcher="srun", name="t", output_dir=str(out), time="00:10:00", requeue=True, signal_before=120,
+        max_timeout_requeues=1,
+    )
+    script = tmp_path / "job.sbatch"
+    script.write_text(SlurmScheduler(runner=None).render_script(spec))  # type: ignore[arg-type]
+    if timeouts:
+        (out / ".torchhpc-timeouts-123").write_text(f"{timeouts}\n")
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_DIR": str(tmp_path), "SLURM_JOB_ID": "123",
+           "SLURM_JOB_NODELIST": "node1", "STEP_RC": str(rc), **({"STEP_QUICK": "1"} if quick else {})}
+    shell = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if sig:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / when).exists():
+            assert shell.poll() is None and time.monotonic() < deadline, shell.communicate()
+            time.sleep(0.01)
+        shell.send_signal(getattr(signals, sig))
+    stdout, stderr = shell.communicate(timeout=60)
+    log = tmp_path / "scontrol.log"
+    return shell.returncode, stdout + stderr, log.read_text() if log.exists() else ""
+
+
+def test_warning_creates_the_stop_file_and_requeues(tmp_path: Path) -> None:
+    rc, text, requeues = _run_script(tmp_path, "SIGUSR2")
+    assert rc == 0, text
+    assert "time-limit at" in text and "requeuing job 123" in text, text
+    assert requeues == "requeue 123\n"
+    assert (tmp_path / "out" / ".torchhpc-timeouts-123").read_text().strip() == "1"
+
+
+def test_a_warning_before_the_step_starts_is_not_lost(tmp_path: Path) -> None:
+    """Slurm may warn up to a minute early: the trap is set before anything else runs."""
+    rc, text, requeues = _run_script(tmp_path, "SIGUSR2", when="at-hostnames")
+    assert rc == 0, text
+    assert requeues == "requeue 123\n", text
+
+
+def test_time_limit_requeues_are_capped(tmp_path: Path) -> None:
+    rc, text, requeues = _run_script(tmp_path, "SIGUSR2", timeouts=1)
+    assert rc == 0 and requeues == "" and "not requeuing: 1 time-limit requeues already" in text, text
+
+
+def test_preemption_requeues_uncapped_even_when_the_step_exits_nonzero(tmp_path: Path) -> None:
+    """torchrun exits 1 after a SIGTERM although its workers checkpointed: still requeue."""
+    rc, text, requeues = _run_script(tmp_path, "SIGTERM", timeouts=1, rc=1)
+    assert rc == 1
+    assert "preempted at" in text and requeues == "requeue 123\n", text
+
+
+def test_no_stop_no_requeue(tmp_path: Path) -> None:
+    rc, text, requeues = _run_script(tmp_path, None, quick=True, rc=3)
+    assert rc == 3 and requeues == "", text
