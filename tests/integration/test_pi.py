@@ -66,12 +66,20 @@ def test_torchrun() -> None:
     check(cp.stdout, 2, 100_000, 1e-10)
 
 
-def test_mpirun_without_torchhpc() -> None:
-    """OpenMPI's mpirun + python, as on PBS sites (seed 003): ranks from OMPI_COMM_WORLD_*."""
+def test_mpirun_on_a_node_without_torchhpc(tmp_path: Path) -> None:
+    """OpenMPI's mpirun + python, as on PBS sites (seed 003): ranks from OMPI_COMM_WORLD_*.
+
+    A ``torchhpc`` package that fails to import shadows the real one, as on a
+    node where it is not installed.
+    """
     if shutil.which("mpirun") is None:
         pytest.skip("no mpirun on this machine")
+    shadow = tmp_path / "torchhpc"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ImportError('torchhpc is not installed on this node')\n")
     env = dict(
         os.environ,
+        PYTHONPATH=str(tmp_path),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(_free_port()),
         OMPI_ALLOW_RUN_AS_ROOT="1",
@@ -83,10 +91,11 @@ def test_mpirun_without_torchhpc() -> None:
         env.pop(k, None)
     cp = run(
         ["mpirun", "-np", "2", "--oversubscribe", "-x", "MASTER_ADDR", "-x", "MASTER_PORT", "-x", "PATH",
-         PYTHON, PI, "--steps", "100000", "--no-torchhpc"],
+         "-x", "PYTHONPATH", PYTHON, PI, "--steps", "100000"],
         env=env,
     )
     check(cp.stdout, 2, 100_000, 1e-10)
+    assert cp.stdout.count("via env") == 2
 
 
 def test_single_process() -> None:
