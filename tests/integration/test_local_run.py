@@ -287,3 +287,17 @@ def test_output_survives_an_ascii_stream(tmp_path: Path) -> None:
     assert sched.run(sched.render(spec), stdout=out, stderr=io.StringIO()) == 0
     out.flush()
     assert raw.getvalue().decode().splitlines() == ["[rank0]: pi \\u2248 3", "[rank0]: next"]
+
+
+def test_torchhpc_env_detector_sees_torchrun(tmp_path: Path) -> None:
+    """Inside a local job torchhpc's own detector reports a torchrun-style source, per rank."""
+    cp = cli(["run", "-n", "2", "--", *TORCHHPC, "env", "--json"], dict(os.environ))
+    assert cp.returncode == 0, cp.stderr
+    per_rank: dict[str, list[str]] = {"0": [], "1": []}
+    for line in cp.stdout.splitlines():
+        rank, _, text = line.partition("]: ")
+        per_rank[rank.removeprefix("[rank")].append(text)
+    seen = [json.loads("\n".join(per_rank[r])) for r in ("0", "1")]
+    assert [s["rank"] for s in seen] == [0, 1]
+    assert all(s["source"] == "torchrun" and s["world_size"] == 2 for s in seen)
+    assert seen[0]["job_id"] == seen[1]["job_id"] and seen[0]["job_id"].startswith("local-")
