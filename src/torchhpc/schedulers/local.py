@@ -18,12 +18,10 @@ import collections
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import IO, ClassVar, Optional
 
@@ -74,6 +72,8 @@ PREFIX = "[rank{rank}]: "
 
 def free_port(host: str = MASTER_ADDR) -> int:
     """A TCP port nobody listens on now, found by binding port 0 (the kernel picks)."""
+    import socket  # here, not at the top: the dry run and --help never need it
+
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         port: int = s.getsockname()[1]
@@ -82,6 +82,8 @@ def free_port(host: str = MASTER_ADDR) -> int:
 
 def new_run_id() -> str:
     """A TORCHELASTIC_RUN_ID-style id, unique per run (torchrun's default is a uuid too)."""
+    import uuid
+
     return "local-" + uuid.uuid4().hex[:12]
 
 
