@@ -30,7 +30,7 @@ from torchhpc.schedulers.pbs_parse import parse_qstat_full, parse_qstat_json, st
 
 DATA = REPO / "tests" / "data" / "pbs"
 GOLDEN = REPO / "tests" / "golden"
-UPDATE = os.environ.get("TORCHHPC_UPDATE_GOLDEN", "") == "1"
+UPDATE = "1" in (os.environ.get("TORCHHPC_UPDATE_GOLDEN", ""), os.environ.get("TORCHHPC_REGEN_GOLDEN", ""))
 
 
 def check_golden(path: Path, text: str) -> None:

@@ -204,7 +204,8 @@ def spec_from_args(args: argparse.Namespace, program: Sequence[str]) -> JobSpec:
         name=name,
         output_dir=_pick(args.output_dir, "TORCHHPC_OUTPUT_DIR", None, "", "."),
         env=tuple(env.items()),
-        launcher=_pick(args.launcher, "TORCHHPC_LAUNCHER", profile, "launcher", "torchrun"),
+        # PBS sites run the seed's `mpirun + python` pattern; everywhere else torchrun is the default.
+        launcher=_pick(args.launcher, "TORCHHPC_LAUNCHER", profile, "launcher", "mpirun" if scheduler == "pbs" else "torchrun"),
         container=container,
         scheduler=scheduler,
         options=tuple(options.items()),

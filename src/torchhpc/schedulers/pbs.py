@@ -242,11 +242,7 @@ class PBSScheduler(Scheduler):
             "# PBS starts the script in $HOME; run where qsub was called, like sbatch does.",
             'cd "${PBS_O_WORKDIR:-.}"',
         ]
-        if spec.setup:
-            # Environment modules (Lmod, Tcl modules) read unset variables: not under `set -u`.
-            lines += ["set +u", *env_block(spec), "set -u"]
-        else:
-            lines += env_block(spec)
+        lines += env_block(spec)  # module lines run outside `set -u` (Lmod reads unset variables)
         lines += [
             "",
             "# Rendezvous: the first host of $PBS_NODEFILE (listed once per MPI slot: deduplicate,",

@@ -25,7 +25,10 @@ def header_lines(shebang: str, how_to_submit: str) -> list[str]:
 
 def env_block(spec: JobSpec) -> list[str]:
     """Setup lines (modules) then the user's variables, exported for every task."""
-    lines = list(spec.setup)
+    lines: list[str] = []
+    if spec.setup:
+        # Lmod and some site scripts read unset variables: not under `set -u`.
+        lines += ["set +u", *spec.setup, "set -u"]
     lines += export_lines(spec.env_dict)
     return lines
 
