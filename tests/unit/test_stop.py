@@ -97,18 +97,20 @@ def test_all_ranks_stop_at_the_same_step(tmp_path: Path) -> None:
 # The batch-shell half: the rendered sbatch script under a real bash, with stub Slurm commands.
 STUBS = {
     # hostnames: mark that the script is past its traps, then take a moment (a warning may land here)
-    "scontrol": 'if [ "$1" = show ]; then touch "$STUB_DIR/at-hostnames"; sleep 0.5; echo node1;'
-    ' else echo "$*" >> "$STUB_DIR/scontrol.log"; fi',
+    "scontrol": 'case "$1 $2" in "show hostnames") touch "$STUB_DIR/at-hostnames"; sleep 0.5; echo node1;;'
+    ' "show job") echo "JobId=$SLURM_JOB_ID JobState=${STUB_STATE:-RUNNING} Restarts=0";;'
+    ' *) echo "$*" >> "$STUB_DIR/scontrol.log";; esac',
     "getent": "echo '10.0.0.1 STREAM node1'",
     "ss": "exit 0",
     # the job step: runs until every rank would have seen the stop file, then exits with $STEP_RC
-    "srun": 'touch "$STUB_DIR/step-started"; for _ in $(seq 200); do [ -e "$TORCHHPC_STOP_FILE" ] && break;'
+    "srun": 'touch "$STUB_DIR/step-started"; [ -n "${STEP_PREEMPTED:-}" ] && touch "$TORCHHPC_STOP_FILE";'
+    ' for _ in $(seq 200); do [ -e "$TORCHHPC_STOP_FILE" ] && break;'
     ' [ -n "${STEP_QUICK:-}" ] && break; sleep 0.05; done; exit "${STEP_RC:-0}"',
 }
 
 
 def _run_script(tmp_path: Path, sig: str | None, *, when: str = "step-started", rc: int = 0, timeouts: int = 0,
-                quick: bool = False) -> tuple[int, str, str]:
+                quick: bool = False, extra_env: dict[str, str] | None = None) -> tuple[int, str, str]:
     import os
     import signal as signals
     import time
@@ -132,7 +134,7 @@ def _run_script(tmp_path: Path, sig: str | None, *, when: str = "step-started", 
     if timeouts:
         (out / ".torchhpc-timeouts-123").write_text(f"{timeouts}\n")
     env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_DIR": str(tmp_path), "SLURM_JOB_ID": "123",
-           "SLURM_JOB_NODELIST": "node1", "STEP_RC": str(rc), **({"STEP_QUICK": "1"} if quick else {})}
+           "SLURM_JOB_NODELIST": "node1", "STEP_RC": str(rc), **({"STEP_QUICK": "1"} if quick else {}), **(extra_env or {})}
     shell = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if sig:
         deadline = time.monotonic() + 30
@@ -166,12 +168,32 @@ def test_time_limit_requeues_are_capped(tmp_path: Path) -> None:
 
 
 def test_preemption_requeues_uncapped_even_when_the_step_exits_nonzero(tmp_path: Path) -> None:
-    """torchrun exits 1 after a SIGTERM although its workers checkpointed: still requeue."""
-    rc, text, requeues = _run_script(tmp_path, "SIGTERM", timeouts=1, rc=1)
+    """Preemption's grace-time SIGTERM reaches the ranks only; a rank creates the stop file and
+    torchrun exits 1 although its workers checkpointed: the shell still requeues, uncapped."""
+    rc, text, requeues = _run_script(tmp_path, None, timeouts=1, rc=1, extra_env={"STEP_PREEMPTED": "1"})
     assert rc == 1
-    assert "preempted at" in text and requeues == "requeue 123\n", text
+    assert "after the preempted stop" in text and requeues == "requeue 123\n", text
+
+
+def test_sigterm_to_the_batch_shell_never_requeues(tmp_path: Path) -> None:
+    """SIGTERM to the batch shell is Slurm ending the job (scancel, hard limit): a cancel must stick."""
+    _rc, text, requeues = _run_script(tmp_path, "SIGTERM")
+    assert requeues == "" and "not requeuing from here" in text, text
+
+
+def test_a_job_that_is_no_longer_running_is_not_requeued(tmp_path: Path) -> None:
+    _rc, text, requeues = _run_script(tmp_path, "SIGUSR2", extra_env={"STUB_STATE": "CANCELLED"})
+    assert requeues == "" and "not requeuing: JobState=CANCELLED" in text, text
 
 
 def test_no_stop_no_requeue(tmp_path: Path) -> None:
     rc, text, requeues = _run_script(tmp_path, None, quick=True, rc=3)
     assert rc == 3 and requeues == "", text
+
+
+def test_sigterm_creates_the_stop_file_for_the_others(tmp_path: Path) -> None:
+    f = tmp_path / ".torchhpc-stop-7"
+    child = SIGTERM_CHILD.replace("stop.watch()", f"os.environ['TORCHHPC_STOP_FILE'] = {str(f)!r}; stop.watch()")
+    r = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "alive True", r.stderr
+    assert f.exists()

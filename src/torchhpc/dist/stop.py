@@ -2,8 +2,9 @@
 
 The batch script (``--signal-before``/``--requeue``) receives the scheduler's
 warning and creates ``$TORCHHPC_STOP_FILE``; a SIGTERM that reaches a rank
-directly (preemption, ``scancel``, torchrun shutting its workers down) sets the
-same flag. Each rank's local answer is combined with one small MAX all_reduce,
+directly (preemption's grace time, ``scancel --signal=TERM``, torchrun shutting
+its workers down) sets the same flag and creates the same file, so the batch
+shell knows the ranks stopped for a preemption and requeues the job. Each rank's local answer is combined with one small MAX all_reduce,
 so either all ranks checkpoint and leave at this step or none does: a rank
 that stops alone would leave the others blocked in the next collective.
 """
@@ -26,6 +27,19 @@ def _on_signal(signum: int, frame: Any) -> None:
     global _reason
     _reason = signal.Signals(signum).name
     _flag.set()
+    _touch_stop_file()
+
+
+def _touch_stop_file() -> None:
+    """Tell the other ranks and the batch shell: preemption sends SIGTERM to the ranks only
+    (not to the batch shell), so the file is how the shell learns it should requeue."""
+    path = os.environ.get("TORCHHPC_STOP_FILE")
+    if path:
+        try:
+            with open(path, "a"):
+                pass
+        except OSError:  # a read-only or missing directory must not turn a stop into a crash
+            pass
 
 
 def watch(signals: tuple[int, ...] = (signal.SIGTERM,)) -> None:

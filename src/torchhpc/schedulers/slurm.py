@@ -32,7 +32,7 @@ PORT_EXPR_TRY = "$(( 10000 + (SLURM_JOB_ID + _try * 7919) % 20000 ))"
 RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT")
 
 
-def _wrap(spec: JobSpec, argv: list[str]) -> list[str]:
+def _wrap(spec: JobSpec, argv: list[str], interactive: bool = False) -> list[str]:
     """Run ``argv`` inside the job's container (one container per task), if any."""
     if spec.container is None or spec.container.runtime == "pyxis":
         return argv
@@ -44,6 +44,7 @@ def _wrap(spec: JobSpec, argv: list[str]) -> list[str]:
         gpus=spec.gpus_per_node,
         gpu_kind=spec.gpu_kind,
         pass_env=[*RENDEZVOUS_VARS, "SLURM_*", "PMIX_*", "OMPI_*", "TORCHHPC_*", *spec.env_dict],
+        interactive=interactive,
     )
 
 
@@ -210,7 +211,7 @@ class SlurmScheduler(Scheduler):
             "# Rendezvous: the first node's IPv4 and a port derived from the job id (same on every rank).",
             '_hosts="$(scontrol show hostnames "$SLURM_JOB_NODELIST")"',
             'MASTER_HOST="${_hosts%%$\'\\n\'*}"',
-            'MASTER_ADDR="${MASTER_ADDR:-$(getent ahostsv4 "$MASTER_HOST" | awk \'NR==1{print $1}\')}"',
+            'MASTER_ADDR="${MASTER_ADDR:-$( (getent ahostsv4 "$MASTER_HOST" || true) | awk \'NR==1{print $1}\')}"',
             'MASTER_ADDR="${MASTER_ADDR:-$MASTER_HOST}"',
             "# Port: derived from the job id, moved deterministically while something listens on it here",
             "# (the batch shell runs on the first node, where the rendezvous server will listen).",
@@ -262,12 +263,18 @@ class SlurmScheduler(Scheduler):
         the warning up to a minute early (its timer runs every 30 s), possibly
         before the first line of the script ran, so the traps come first: bash's
         default action for USR2 would end the job.
+
+        SIGTERM to the batch shell means Slurm is ending the job (``scancel``,
+        the hard time limit, ``scontrol requeue``): the ranks are told to save at
+        once, but the shell does not requeue, so a user's cancel sticks.
+        Preemption's grace-time SIGTERM goes to the ranks only; they create the
+        stop file themselves, and that is how the shell learns to requeue.
         """
         out = os.path.abspath(spec.output_dir)
         stop_file = os.path.join(out, ".torchhpc-stop-")
         return [
             "",
-            "# Nothing lost: on the warning (USR2) or preemption (TERM) ask every rank to checkpoint and stop.",
+            "# Nothing lost: on the time-limit warning (USR2) or the job's end (TERM) ask every rank to checkpoint and stop.",
             f'export TORCHHPC_STOP_FILE={quote(stop_file)}"$SLURM_JOB_ID"',
             'rm -f -- "$TORCHHPC_STOP_FILE"',
             'export TORCHHPC_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"',
@@ -278,21 +285,20 @@ class SlurmScheduler(Scheduler):
             '  touch -- "$TORCHHPC_STOP_FILE"',
             "}",
             "trap '_torchhpc_stop time-limit' USR2",
-            "trap '_torchhpc_stop preempted' TERM",
+            "trap '_torchhpc_stop ended-by-slurm' TERM",
         ]
 
     def stop_lines(self, spec: JobSpec) -> list[str]:
         """Time limit and preemption, part 2: run the step in the background, wait, requeue.
 
         The step runs in the background so the traps fire while it runs (bash
-        defers traps until a foreground command ends). After a requested stop the
-        batch shell, on the host (``scontrol`` is rarely inside containers),
-        requeues the job whatever the step's exit status: under torchrun a
-        SIGTERM to every process (preemption with a grace time) makes the agent
-        exit 1 even though its workers checkpointed and left cleanly, and a rank
-        that failed to save still resumes from the previous checkpoint.
-        Timeout requeues are capped (a counter file in the output directory);
-        preemptions are not.
+        defers traps until a foreground command ends). After a time-limit warning
+        or a preemption (a rank created the stop file) the batch shell, on the
+        host (``scontrol`` is rarely inside containers), requeues the job
+        whatever the step's exit status: torchrun exits 1 after a SIGTERM even
+        when its workers checkpointed and left cleanly. It requeues only a job
+        that is still RUNNING (never one being cancelled). Time-limit requeues
+        are capped (a counter file in the output directory); preemptions are not.
         """
         out = os.path.abspath(spec.output_dir)
         count_file = os.path.join(out, ".torchhpc-timeouts-")
@@ -303,12 +309,19 @@ class SlurmScheduler(Scheduler):
             "_rc=0",
             'wait "$_step" || _rc=$?',
             'while kill -0 "$_step" 2>/dev/null; do _rc=0; wait "$_step" || _rc=$?; done',
+            "# A rank that got SIGTERM without the batch shell getting one: preemption's grace time.",
+            'if [ -z "$_stop_reason" ] && [ -e "$TORCHHPC_STOP_FILE" ]; then _stop_reason=preempted; fi',
         ]
         if spec.requeue:
             lines += [
-                'if [ -n "$_stop_reason" ]; then',
+                'if [ "$_stop_reason" = ended-by-slurm ]; then',
+                '  echo "torchhpc: Slurm is ending this job (scancel, time limit or its own requeue): not requeuing from here"',
+                'elif [ -n "$_stop_reason" ]; then',
                 '  _n=$(cat -- "$_timeouts_file" 2>/dev/null || echo 0)',
-                f'  if [ "$_stop_reason" = time-limit ] && [ "$_n" -ge {int(spec.max_timeout_requeues)} ]; then',
+                '  _state=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o "JobState=[A-Z_]*" || true)',
+                '  if [ "$_state" != JobState=RUNNING ]; then',
+                '    echo "torchhpc: not requeuing: ${_state:-the job state is unknown}"',
+                f'  elif [ "$_stop_reason" = time-limit ] && [ "$_n" -ge {int(spec.max_timeout_requeues)} ]; then',
                 f'    echo "torchhpc: not requeuing: {int(spec.max_timeout_requeues)} time-limit requeues already"',
                 "  else",
                 '    [ "$_stop_reason" = time-limit ] && echo $((_n + 1)) > "$_timeouts_file"',
@@ -460,7 +473,7 @@ class SlurmScheduler(Scheduler):
             if spec.option(key):
                 argv.append(f"--{key}={spec.option(key)}")
         inner = ["srun", "--pty", *_container_srun_options(spec)]
-        inner += _wrap(spec, ["bash", "-i"]) if spec.container else ["bash", "-i"]
+        inner += _wrap(spec, ["bash", "-i"], interactive=True) if spec.container else ["bash", "-i"]
         return argv + inner
 
 
