@@ -12,7 +12,9 @@ torch before it starts any worker). Goal: torchhpc run <= 1.15x.
 
 Variants run interleaved (order rotated per round); the table gives each
 one's median, spread, the ratio of medians to (c), and the median of the
-per-round ratios (each round's (a) over the same round's (c)).
+per-round ratios (each round's (a) over the same round's (c)). The goal is
+judged on the last: on a shared machine the load drifts between rounds, and
+the two runs of one round see the most similar load.
 
     python benchmarks/launch_overhead.py [--rounds 7] [--json out.json]
 """
@@ -167,8 +169,9 @@ def main() -> int:
     rows = report(times, args.rounds)
     if args.json:
         Path(args.json).write_text(json.dumps({"rounds": args.rounds, "rows": rows, "raw": times}, indent=1))
+    # The goal is judged on the per-round ratio: both runs of a round share the same load.
     ours = next(r for r in rows if str(r["variant"]).startswith("(a)"))
-    return 0 if float(ours["ratio_of_medians"]) <= GOAL else 1  # type: ignore[arg-type]
+    return 0 if float(ours["median_round_ratio"]) <= GOAL else 1  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":
