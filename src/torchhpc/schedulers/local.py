@@ -5,8 +5,8 @@ variables a torchrun worker gets (so code, and torchhpc's own env detector,
 cannot tell the difference), runs in its own session (``start_new_session``)
 so a rank's children die with it, and a failing rank stops the whole job, as a
 Slurm step does. The parent never imports torch: it is pure process
-management, which is why it starts workers ~2 s sooner than torchrun (whose
-agent imports torch before forking anything).
+management, so its workers start ~0.1 s after the command, where torchrun's
+agent first imports torch itself (~2 s here) and only then forks them.
 
 ``render`` is pure; its printable form is a bash equivalent of what ``run``
 starts (each rank's env and command), which is the dry run.
