@@ -413,8 +413,10 @@ class _Job:
             self._teardown()
             self._sweep()
             self._restore_handlers(handlers)
+            # A process that left the rank's group (setsid) may hold a pipe open: wait 2 s in all.
+            deadline = time.monotonic() + 2.0
             for t in self.threads:
-                t.join(timeout=2.0)
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
         if failed is None:
             return 0
         rank, rc = failed
