@@ -120,7 +120,10 @@ def init(use_torchhpc: bool) -> tuple[int, int, str]:
             f"pi.py: rank {rank} of {world} but MASTER_ADDR={addr} MASTER_PORT={port}: "
             "export both (mpirun: -x MASTER_ADDR -x MASTER_PORT)"
         )
-    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        dist.init_process_group("gloo")  # env://: torchrun's contract is complete
+    else:
+        dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world)
     return rank, world, "env"
 
 
