@@ -12,7 +12,7 @@ if ! "$PY" -m venv --help >/dev/null 2>&1 || ! "$PY" -c 'import ensurepip' >/dev
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q "$TORCH_SPEC"
+.venv/bin/python -m pip install -q "$TORCH_SPEC" numpy  # numpy: torch warns on every import without it
 EXTRAS="${1:-}"
 .venv/bin/python -m pip install -q -e ".${EXTRAS:+[$EXTRAS]}"
 echo "setup: torchhpc $(.venv/bin/python -c 'import torchhpc; print(torchhpc.__version__)') with $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)') in .venv" >&2
