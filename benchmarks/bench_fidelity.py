@@ -191,6 +191,9 @@ def main() -> int:
         verdicts.append(ok)
         print(f"| {size >> 20:>4}Mi | {spread(mine):>21} | {spread(ref):>21} | {spread(ratios):>21} | "
               f"{'yes' if ok else 'NO':>9} |")
+    pooled = [r["ours"] / r["ref"] for r in rows]
+    print(f"| {'all':>6} | {'':>21} | {'':>21} | {spread(pooled):>21} | "
+          f"{'yes' if abs(statistics.median(pooled) - 1) <= 0.05 else 'NO':>9} |")
     big = [r for r in rows if r["size"] == SIZES[-1]]
     pairs = [f"{r['ours']:.2f}/{r['ref']:.2f}/{p:.2f}" for r, p in zip(big, probes)]
     print(f"# 64 MiB per round (ours/reference busbw/iperf3 per direction, GB/s): {' '.join(pairs)}")
@@ -202,7 +205,9 @@ def main() -> int:
     print("# 64 MiB busbw / iperf3 per direction, paired per round, median [min-max]:")
     print(f"|  ours {spread(ours_link)} | reference loop {spread(ref_link)} | "
           f"goal ours >= 0.65: {'yes' if statistics.median(ours_link) >= 0.65 else 'NO'} |")
-    print(f"# method fidelity within 5% at every size >= 1 MiB: {'yes' if all(verdicts) else 'NO'}")
+    print(f"# method fidelity within 5% at every size >= 1 MiB: {'yes' if all(verdicts) else 'NO'}; "
+          f"pooled over sizes: {'yes' if abs(statistics.median(pooled) - 1) <= 0.05 else 'NO'} "
+          f"({len(pooled)} paired measurements)")
     return 0
 
 
