@@ -33,7 +33,8 @@ COMMANDS: tuple[str, ...] = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser, or (``only``) one subcommand's: a job launch should not import all of them."""
     parser = argparse.ArgumentParser(
         prog="torchhpc",
         description=(
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"torchhpc {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         try:
             module = importlib.import_module(f"torchhpc.cli.{name}")
         except ModuleNotFoundError as e:
@@ -69,8 +70,8 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only="run" if argv and argv[0] == "run" else None)
     if argv and argv[0] == "run" and not ({"-h", "--help"} & set(_head(argv[1:]))):
         # `run` splits its own line: flags may follow the program (`... pi.py --wait`).
         from torchhpc.cli import run as run_cli
