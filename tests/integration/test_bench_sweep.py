@@ -43,3 +43,37 @@ def test_sweep_one_two_three_nodes_writes_table_and_png(slurm_cluster: Any, tmp_
                         capture_output=True, text=True, timeout=120)
     assert r2.returncode == 0, r2.stderr
     assert (tmp_path / "again" / "report.md").read_text().split("![")[0] == md.split("![")[0]
+
+
+def test_sweep_in_a_container(slurm_cluster: Any, tmp_path: Path) -> None:
+    """Every rank inside a Charliecloud image (Debian's python + torch, no torchhpc installed:
+    the source comes in through a bind and PYTHONPATH, as a site would bind a checkout)."""
+    import os
+    import re
+
+    from tests.conftest import REPO, missing
+
+    build = REPO / ".ci" / "build-test-image.sh"
+    if os.geteuid() != 0:
+        missing("container tests need root (ch-run, debootstrap)")
+    b = subprocess.run(["bash", str(build)], capture_output=True, text=True, timeout=900)
+    if b.returncode != 0:
+        missing(f"{build.name} failed: {b.stderr[-2000:]}")
+    cache = Path(os.environ.get("TORCHHPC_TEST_IMAGE_CACHE", "/var/tmp/torchhpc-test-image"))
+    image_env = dict(re.findall(r"^export (\w+)=(.*)$", (cache / "env").read_text(), re.M))
+    env = {**slurm_cluster.client_env(), **image_env}
+    env.setdefault("USER", "root")  # ch-run refuses to start without $USER
+    out = tmp_path / "sweep"
+    r = subprocess.run(
+        [sys.executable, "-m", "torchhpc", "bench", "sweep", "--scheduler", "slurm", "--nodes", "1,2",
+         "--nproc-per-node", "1", "--launcher", "srun", "--runtime", "charliecloud",
+         "--container", image_env["TORCHHPC_TEST_CH_IMAGE"], "--bind", f"{tmp_path}:{tmp_path}",
+         "--env", f"PYTHONPATH={REPO / 'src'}", "--out", str(out), "--timeout", "300",
+         "--", "-b", "4K", "-e", "64K", "-f", "4", "-n", "3", "-w", "1"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=900,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ch-run" in (out / "bench-all_reduce-2n.sbatch").read_text()
+    data = json.loads((out / "bench-2n.json").read_text())
+    assert (data["nodes"], data["world_size"], data["wrong"]) == (2, 2, 0)
+    assert (out / "report.md").exists() and (out / "busbw.png").exists()
