@@ -246,6 +246,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             sys.stdout.write(fh.read())
         print(f"\nReport: {md}\nPlot:   {png}")
     if failed:
-        raise JobFailed(f"{len(failed)} sweep job(s) failed: " + "; ".join(failed),
-                        f"their logs are in {args.out}; `torchhpc logs SCHEDULER:JOBID` shows one")
+        hint = f"their logs are in {args.out}; `torchhpc logs SCHEDULER:JOBID` shows one"
+        if base.container is not None:
+            hint += ("; in a container the image's python must import torchhpc (install it in the image, "
+                     "or --bind a checkout and --env PYTHONPATH=CHECKOUT/src) and --out must be bound in")
+        raise JobFailed(f"{len(failed)} sweep job(s) failed: " + "; ".join(failed), hint)
     return 0
