@@ -211,6 +211,8 @@ def test_time_limit_checkpoints_requeues_and_resumes_bit_identical(
         slurm_cluster, out, "tl", ["-N", "2", "-n", "1", "--time", "1", "--signal-before", "10", "--requeue", "--max-requeues", "5"],
         ["--steps", str(STEPS), "--sleep", "1.0", "--sleep-first-attempt-only"],
     )
+    wait_until(lambda: "STOPPED" in log_of(out, "tl", job), 240, "the ranks to stop before the time limit")
+    t_gone = wait_gone(str(out / "ckpt"), 60)  # the first attempt's processes (the next starts >2 min later)
     info = wait_job(slurm, job, 600)
     text = log_of(out, "tl", job)
     assert info["JobState"] == "COMPLETED", text
@@ -222,10 +224,12 @@ def test_time_limit_checkpoints_requeues_and_resumes_bit_identical(
     st = torchhpc(slurm_cluster, "status", f"slurm:{job}", "--json", cwd=out)
     assert '"restarts": ' in st.stdout and '"restarts": 0' not in st.stdout, st.stdout
     t_fault = _clock(text, "torchhpc: time-limit")
+    assert t_fault is not None
     stop = next(e for e in events(text) if e[0] == "STOPPED")
     report(
-        "time-limit", signal_to_checkpointed_s=(stop[3] - t_fault) if t_fault else "n/a",
-        stopped_to_resumed_s=to_resume, restarts=info.get("Restarts"), steps_lost=lost, steps_repeated=repeated,
+        "time-limit", signal_to_checkpointed_s=stop[3] - t_fault, signal_to_all_gone_s=t_gone - t_fault,
+        signal_to_resumed_s=stop[3] - t_fault + to_resume, restarts=info.get("Restarts"), steps_lost=lost,
+        steps_repeated=repeated,
     )
 
 

@@ -99,7 +99,7 @@ def test_keeps_the_last_k(tmp_path: Path) -> None:
 def test_ddp_style_wrapper_saves_the_inner_module(tmp_path: Path) -> None:
     model, _, _ = _make()
 
-    class Wrapper(torch.nn.Module):  # what DDP looks like from the outside: .module
+    class Wrapper(torch.nn.Module):  # type: ignore[name-defined,misc]  # what DDP looks like from the outside: .module
         def __init__(self, m: Any) -> None:
             super().__init__()
             self.module = m

@@ -29,6 +29,7 @@ import os
 import sys
 import time
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -75,7 +76,7 @@ say(f"START step={start} world={ctx.world_size} pid={os.getpid()}")
 _real_fsync = os.fsync
 
 
-def _slow_fsync(fd: int) -> None:
+def _slow_fsync(fd: Any) -> None:
     say(f"SAVING slowly pid={os.getpid()}")
     time.sleep(60)
     _real_fsync(fd)
