@@ -126,3 +126,16 @@ def test_filter_rank() -> None:
     assert filter_rank(text, 2, "torchrun", 2) == "1: [default0]:c\n"
     assert filter_rank("3: x\n1: y\n", 1, "srun", 2) == "1: y\n"
     assert filter_rank("[1,1]<stdout>:z\n[1,0]<stdout>:w\n", 1, "mpirun", 2) == "[1,1]<stdout>:z\n"
+
+
+def test_stop_file_directory_is_bound_into_containers(tmp_path: Path) -> None:
+    from torchhpc.core.spec import ContainerSpec
+
+    s = SlurmScheduler(runner=FakeRunner())
+    out = str(tmp_path / "out")
+    for runtime, needle in (("podman", f"-v {out}:{out}"), ("pyxis", f"--container-mounts={out}:{out}")):
+        c = ContainerSpec("img", runtime=runtime)
+        with_stop = s.render(spec(container=c, time="10", requeue=True, output_dir=out)).script or ""
+        assert needle in with_stop, runtime
+        without = s.render(spec(container=c, output_dir=out)).script or ""
+        assert needle not in without, runtime

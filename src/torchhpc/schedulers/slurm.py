@@ -13,11 +13,12 @@ from __future__ import annotations
 import os
 import re
 import time
+from dataclasses import replace
 from typing import ClassVar
 
 from torchhpc.core.proc import Runner, default_runner
 from torchhpc.core.shell import Raw, directive, join, quote
-from torchhpc.core.spec import JobSpec
+from torchhpc.core.spec import ContainerSpec, JobSpec
 from torchhpc.core.units import format_bytes, format_walltime, parse_size
 from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.launchers import SHIM_VAR, TASK_SHIM, mpirun_argv, srun_argv, task_argv, torchrun_argv
@@ -32,6 +33,15 @@ PORT_EXPR_TRY = "$(( 10000 + (SLURM_JOB_ID + _try * 7919) % 20000 ))"
 RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT")
 
 
+def _job_container(spec: JobSpec, container: ContainerSpec) -> ContainerSpec:
+    """The job's container, with the output directory bound when ranks must see the stop file there."""
+    if spec.stop_signal_seconds or spec.requeue:
+        out = os.path.abspath(spec.output_dir)
+        if not any(b.split(":")[0] == out for b in container.binds):
+            return replace(container, binds=(*container.binds, out))
+    return container
+
+
 def _wrap(spec: JobSpec, argv: list[str], interactive: bool = False) -> list[str]:
     """Run ``argv`` inside the job's container (one container per task), if any."""
     if spec.container is None or spec.container.runtime == "pyxis":
@@ -39,7 +49,7 @@ def _wrap(spec: JobSpec, argv: list[str], interactive: bool = False) -> list[str
     from torchhpc.containers import wrap
 
     return wrap(
-        spec.container,
+        _job_container(spec, spec.container),
         argv,
         gpus=spec.gpus_per_node,
         gpu_kind=spec.gpu_kind,
@@ -53,7 +63,7 @@ def _container_srun_options(spec: JobSpec) -> list[str]:
         return []
     from torchhpc.containers import srun_options
 
-    return srun_options(spec.container)
+    return srun_options(_job_container(spec, spec.container))
 
 
 def _container_setup(spec: JobSpec) -> list[str]:
