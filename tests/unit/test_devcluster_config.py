@@ -65,7 +65,7 @@ def test_slurm_conf_essentials(layout: config.Layout) -> None:
         "ClusterName=torchhpc",
         "SlurmctldHost=ctl(10.77.0.1)",
         "SlurmUser=root",
-        f"AuthInfo=socket={SD}/munge/munge.socket",
+        f"AuthInfo=socket={SD}/munge/munge.socket,cred_expire=30",
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "SlurmdParameters=config_overrides",

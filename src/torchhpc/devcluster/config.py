@@ -165,7 +165,9 @@ def render_slurm_conf(layout: Layout, *, accounting: bool, real_memory_mb: int) 
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={layout.munge_socket}",
+        # cred_expire: Slurm holds a requeued job this long (120 s by default) before it may run again;
+        # a test cluster requeues often, so 30 s keeps the nothing-lost scenarios short.
+        f"AuthInfo=socket={layout.munge_socket},cred_expire=30",
         f"StateSaveLocation={p('state', 'slurmctld')}",
         f"SlurmdSpoolDir={p('spool', 'slurmd-%n')}",
         f"SlurmctldPidFile={p('run', 'slurmctld.pid')}",
