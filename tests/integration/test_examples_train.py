@@ -188,3 +188,32 @@ def test_mnist_two_nodes_on_the_dev_cluster(slurm_cluster: Any, launcher: str, t
     assert res["world_size"] == 2
     assert res["epochs"][-1]["accuracy"] >= 0.97, res
     assert "samples/s" in cp.stdout
+
+
+# ------------------------------------------------------------ docs are code
+
+
+def _doc_scripts() -> tuple[str, str, list[str]]:
+    text = (REPO / "docs" / "training.md").read_text()
+    before = re.search(r"```python\n(.*?)```", text, re.S).group(1)  # type: ignore[union-attr]
+    diff = re.search(r"```diff\n(.*?)```", text, re.S).group(1).splitlines()  # type: ignore[union-attr]
+    old = "".join(line[1:] + "\n" for line in diff if line[:1] in (" ", "-", ""))
+    after = "".join(line[1:] + "\n" for line in diff if line[:1] in (" ", "+", ""))
+    assert old == before, "the diff in docs/training.md does not apply to the script above it"
+    return before, after, diff
+
+
+def test_docs_before_after_diff_is_at_most_five_lines_and_both_run(tmp_path: Path) -> None:
+    before, after, diff = _doc_scripts()
+    added = [ln for ln in diff if ln.startswith("+")]
+    removed = [ln for ln in diff if ln.startswith("-")]
+    assert len(added) <= 5 and len(removed) <= len(added), diff
+    (tmp_path / "before.py").write_text(before)
+    (tmp_path / "after.py").write_text(after)
+    plain = run([PYTHON, str(tmp_path / "before.py")], cwd=tmp_path)
+    assert plain.returncode == 0 and plain.stdout.count("epoch ") == 3, plain.stdout + plain.stderr
+    alone = run([PYTHON, str(tmp_path / "after.py")], cwd=tmp_path)  # no launcher: unchanged behaviour
+    assert alone.returncode == 0 and alone.stdout.count("epoch ") == 3, alone.stdout + alone.stderr
+    two = torchhpc_run("-n", "2", str(tmp_path / "after.py"), timeout=180)
+    assert two.returncode == 0, two.stdout + two.stderr
+    assert two.stdout.count("epoch ") == 3 and "[rank1]: epoch" not in two.stdout, two.stdout  # printed once
