@@ -46,7 +46,7 @@ PY = sys.executable
 
 
 def _result(stdout: str) -> dict[str, Any]:
-    m = re.findall(r"^(?:\[rank0\]: |0: )?RESULT (\{.*\})$", stdout, re.M)
+    m = re.findall(r"^(?:\S*:\s?)*RESULT (\{.*\})$", stdout, re.M)
     if not m:
         raise RuntimeError(f"no RESULT line in:\n{stdout[-3000:]}")
     return dict(json.loads(m[-1]))
@@ -111,6 +111,7 @@ def table(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
             slurm = [PY, "-m", "torchhpc", "run", "-s", "slurm", "-N", "2", "-n", str(n), "--launcher", "torchrun",
                      "--output-dir", tempfile.mkdtemp(prefix="torchhpc-bench-"), "--wait"]
             configs.append(("DDP", 2, n, [*slurm, *ddp_args, "--batch-size", str(gbatch // (2 * n))], cluster))
+        failed: dict[int, str] = {}
         times: dict[int, list[float]] = {i: [] for i in range(len(configs))}
         walls: dict[int, list[float]] = {i: [] for i in range(len(configs))}
         for r in range(args.table_rounds):
@@ -119,12 +120,24 @@ def table(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
             for i in order:
                 name, nodes, per, argv, env = configs[i]
                 t0 = time.perf_counter()
-                res = _run(argv, env=env)
+                try:
+                    res = _run(argv, env=env)
+                except RuntimeError as e:
+                    if env is None:
+                        raise
+                    # A shared dev cluster can be restarted under us: record it, keep the rest of the table.
+                    failed[i] = str(e).splitlines()[-1][:200]
+                    print(f"  {model:6s} {name:6s} {nodes}×{per}: FAILED ({failed[i]})", flush=True)
+                    continue
                 walls[i].append(time.perf_counter() - t0)
                 times[i].append(res["epochs"][-1]["epoch_time_s"])
                 print(f"  {model:6s} {name:6s} {nodes}×{per}: epoch {times[i][-1]:.2f}s (wall {walls[i][-1]:.1f}s)", flush=True)
         base = statistics.median(times[0])
         for i, (name, nodes, per, _, _) in enumerate(configs):
+            if not times[i]:
+                rows.append({"model": "MNIST CNN" if model == "mnist" else "ResNet-18", "nodes": nodes, "per_node": per,
+                             "method": name, "device": kind, "epoch_s": None, "note": f"failed: {failed.get(i, '?')}"})
+                continue
             med = statistics.median(times[i])
             rows.append({
                 "model": "MNIST CNN" if model == "mnist" else "ResNet-18",

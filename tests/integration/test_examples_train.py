@@ -36,7 +36,7 @@ def torchhpc_run(*args: str, timeout: float = 300, env: dict[str, str] | None = 
 
 
 def result_of(stdout: str) -> dict[str, Any]:
-    lines = re.findall(r"^(?:\[rank0\]: |0: )?RESULT (\{.*\})$", stdout, re.M)
+    lines = re.findall(r"^(?:\S*:\s?)*RESULT (\{.*\})$", stdout, re.M)
     assert len(lines) == 1, stdout  # rank 0 only
     return dict(json.loads(lines[0]))
 
