@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -69,7 +70,8 @@ def free_port() -> int:
 
 def results(text: str) -> list[dict[str, object]]:
     return sorted(
-        (json.loads(line.split("RESULT ", 1)[1]) for line in text.splitlines() if "RESULT " in line),
+        # mpirun forwards both ranks into one pipe: a line may hold two records, so match records, not lines
+        (json.loads(m) for m in re.findall(r"RESULT (\{[^{}]*\})", text)),
         key=lambda r: int(r["rank"]),  # type: ignore[call-overload]
     )
 
