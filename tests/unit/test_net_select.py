@@ -14,9 +14,7 @@ import ipaddress
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import REPO
+from tests.conftest import REPO, missing
 from tests.data.sysfs.build import CASES
 from torchhpc.network.select import detect, pick_gid
 from torchhpc.network.sysfs import Gid, IBPort, probe
@@ -45,7 +43,7 @@ def ours(case: str, master: str | None = None) -> dict[str, str]:
 
 def test_one_liner_is_the_seeds() -> None:
     if not SEED_004.exists():
-        pytest.skip("shared/seeds not beside the repository")
+        missing("shared/seeds not beside the repository (CI has it beside the clone)")
     assert ONE_LINER in SEED_004.read_text()
 
 
