@@ -14,5 +14,8 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q "$TORCH_SPEC" numpy  # numpy: torch warns on every import without it
 EXTRAS="${1:-}"
-.venv/bin/python -m pip install -q -e ".${EXTRAS:+[$EXTRAS]}"
+# Extras (lightning, ...) must never move torch: constrain it to what was just installed.
+constraints="$(mktemp)"; trap 'rm -f "$constraints"' EXIT
+.venv/bin/python -c 'import torch; print("torch==" + torch.__version__.split("+")[0])' > "$constraints"
+.venv/bin/python -m pip install -q -c "$constraints" -e ".${EXTRAS:+[$EXTRAS]}"
 echo "setup: torchhpc $(.venv/bin/python -c 'import torchhpc; print(torchhpc.__version__)') with $(.venv/bin/python -c 'import torch; print("torch", torch.__version__)') in .venv" >&2

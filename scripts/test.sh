@@ -22,7 +22,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 step "python environment"
-./scripts/setup.sh dev
+./scripts/setup.sh dev,lightning
 
 step "lint"
 ruff check src tests examples benchmarks
