@@ -44,6 +44,15 @@ class Submission:
     stdin: Optional[str] = None
     notes: tuple[str, ...] = ()
 
+    def write_files(self) -> None:
+        """Write the script (and any other file) where the submit command expects it."""
+        import os
+
+        for path, content in self.files:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            with open(path, "w") as f:
+                f.write(content)
+
     def __str__(self) -> str:
         parts: list[str] = []
         for path, content in self.files:

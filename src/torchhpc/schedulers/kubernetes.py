@@ -384,10 +384,7 @@ class KubernetesScheduler(Scheduler):
     def schedule(self, submission: Submission) -> str:
         spec = submission.spec
         opts = normalized_options(spec)
-        for path, content in submission.files:
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            with open(path, "w") as f:
-                f.write(content)
+        submission.write_files()
         obj = manifest(spec, opts.get("image") or (spec.container.image if spec.container else ""),
                        opts.get("namespace", "default"))
         ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]

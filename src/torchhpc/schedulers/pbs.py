@@ -29,7 +29,14 @@ from torchhpc.errors import CommandError, QuotingError, SchedulerError, SpecErro
 from torchhpc.launchers import SHIM_VAR, TASK_SHIM, mpirun_argv, task_argv, torchrun_argv
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.pbs_parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
-from torchhpc.schedulers.script import default_python, env_block, header_lines, load_record, save_record
+from torchhpc.schedulers.script import (
+    default_python,
+    env_block,
+    header_lines,
+    load_record,
+    save_record,
+    script_path,
+)
 
 __all__ = ["PORT_EXPR", "PBSScheduler", "job_name", "pbs_size", "pbs_walltime"]
 
@@ -316,8 +323,7 @@ class PBSScheduler(Scheduler):
 
     def render(self, spec: JobSpec) -> Submission:
         script = self.render_script(spec)
-        safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name)[:60] or "job"
-        path = os.path.join(os.path.abspath(spec.output_dir), f"{safe}.pbs")
+        path = script_path(spec, ".pbs")
         return Submission(
             scheduler=self.name,
             spec=spec,
@@ -329,10 +335,7 @@ class PBSScheduler(Scheduler):
 
     # talking to PBS ---------------------------------------------------------
     def schedule(self, submission: Submission) -> str:
-        for path, content in submission.files:
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            with open(path, "w") as f:
-                f.write(content)
+        submission.write_files()
         # PBS_O_WORKDIR is qsub's working directory: the script cd's there, as sbatch jobs start there.
         done = self.runner.run(
             list(submission.argv), hint="is this a PBS login node? `qstat -B` should answer"

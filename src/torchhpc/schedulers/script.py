@@ -11,7 +11,7 @@ from torchhpc import __version__
 from torchhpc.core.shell import export_lines, join
 from torchhpc.core.spec import JobSpec
 
-__all__ = ["default_python", "env_block", "header_lines", "load_record", "record_dir", "save_record"]
+__all__ = ["default_python", "env_block", "header_lines", "load_record", "record_dir", "save_record", "script_path"]
 
 
 def header_lines(shebang: str, how_to_submit: str) -> list[str]:
@@ -49,6 +49,14 @@ def default_python(spec: JobSpec, python: str | None = None) -> str:
     import sys
 
     return sys.executable or "python3"
+
+
+def script_path(spec: JobSpec, suffix: str) -> str:
+    """Where a batch script is written: the output directory, named after the job (shell-safe)."""
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name)[:60] or "job"
+    return os.path.join(os.path.abspath(spec.output_dir), f"{safe}{suffix}")
 
 
 def record_dir() -> Path:

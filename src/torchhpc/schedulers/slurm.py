@@ -23,7 +23,14 @@ from torchhpc.core.units import format_bytes, format_walltime, parse_size
 from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.launchers import SHIM_VAR, TASK_SHIM, mpirun_argv, srun_argv, task_argv, torchrun_argv
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
-from torchhpc.schedulers.script import default_python, env_block, header_lines, load_record, save_record
+from torchhpc.schedulers.script import (
+    default_python,
+    env_block,
+    header_lines,
+    load_record,
+    save_record,
+    script_path,
+)
 
 __all__ = ["SlurmScheduler", "filter_rank", "parse_scontrol"]
 
@@ -348,8 +355,7 @@ class SlurmScheduler(Scheduler):
         if spec.launcher not in ("torchrun", "srun", "mpirun"):
             raise SpecError(f"--launcher {spec.launcher!r} is not supported on slurm")
         script = self.render_script(spec)
-        safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name)[:60] or "job"
-        path = os.path.join(os.path.abspath(spec.output_dir), f"{safe}.sbatch")
+        path = script_path(spec, ".sbatch")
         return Submission(
             scheduler=self.name,
             spec=spec,
@@ -361,10 +367,7 @@ class SlurmScheduler(Scheduler):
 
     # talking to Slurm ------------------------------------------------------
     def schedule(self, submission: Submission) -> str:
-        for path, content in submission.files:
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            with open(path, "w") as f:
-                f.write(content)
+        submission.write_files()
         done = self.runner.run(
             list(submission.argv), hint="is this a Slurm login node? `sinfo` should answer"
         )
