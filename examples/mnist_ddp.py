@@ -145,7 +145,11 @@ def evaluate(run: Run, batch_size: int = 1000) -> dict[str, float]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     with thd.init() as ctx:  # leaving the block (also by an exception) destroys the process group
-        return _train(args, ctx)
+        result = _train(args, ctx)
+        # Leave together: gloo ranks that tore down while a peer was still printing were
+        # seen aborting at exit ("terminate called without an active exception").
+        ctx.barrier()
+    return result
 
 
 def _train(args: argparse.Namespace, ctx: Any) -> dict[str, Any]:

@@ -92,8 +92,12 @@ def build_model(args: argparse.Namespace, ctx: Any, in_channels: int) -> tuple[t
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    with thd.init() as ctx:
-        return _train(args, ctx)
+    with thd.init() as ctx:  # leaving the block (also by an exception) destroys the process group
+        result = _train(args, ctx)
+        # Leave together: gloo ranks that tore down while a peer was still printing were
+        # seen aborting at exit ("terminate called without an active exception").
+        ctx.barrier()
+    return result
 
 
 def _train(args: argparse.Namespace, ctx: Any) -> dict[str, Any]:
