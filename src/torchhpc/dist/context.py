@@ -142,8 +142,9 @@ class DistContext:
     def __enter__(self) -> DistContext:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        cleanup()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        # After an error a peer may be gone: no farewell barrier then, it could only time out.
+        cleanup(barrier=exc_type is None)
 
 
 def _ensure_handler() -> None:
@@ -278,8 +279,14 @@ def current() -> DistContext | None:
     return _CONTEXT
 
 
-def cleanup() -> None:
-    """Destroy the process group ``init()`` started (not one the user started). Idempotent."""
+def cleanup(barrier: bool = True) -> None:
+    """Destroy the process group ``init()`` started (not one the user started). Idempotent.
+
+    With ``barrier`` (the normal end of a run) every rank first meets the
+    others: a rank that tears its gloo pairs down while a peer still sends on
+    them can abort in C++ at exit ("terminate called without an active
+    exception") after all its work was done.
+    """
     global _CONTEXT
     ctx, _CONTEXT = _CONTEXT, None
     if ctx is None or not ctx.owns_group:
@@ -287,6 +294,11 @@ def cleanup() -> None:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        if barrier and dist.get_world_size() > 1:
+            try:
+                dist.barrier()
+            except Exception:  # a peer already gone: tear down anyway
+                pass
         dist.destroy_process_group()
 
 
