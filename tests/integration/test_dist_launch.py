@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PYTHON, REPO
+from tests.conftest import PYTHON, REPO, missing
 
 pytest.importorskip("torch")
 # Each rank imports torch (~2 s on the shared 2-core machines): every test here takes seconds.
@@ -119,7 +119,7 @@ def test_popen_loop_with_torch_env_contract(worker: Path) -> None:
 def _need(program: str) -> str:
     path = shutil.which(program)
     if path is None:
-        pytest.skip(f"{program} not installed")
+        missing(f"{program} not installed")
     return path
 
 

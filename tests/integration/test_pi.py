@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PYTHON, REPO
+from tests.conftest import PYTHON, REPO, missing
 
 PI = str(REPO / "examples" / "pi.py")
 ESTIMATE = re.compile(r"pi ≈ ([0-9.]+) error ([0-9.eE+-]+) ranks (\d+) steps (\d+) time ([0-9.]+) s")
@@ -61,7 +61,7 @@ def test_without_torchhpc_under_torchhpc_run() -> None:
 def test_torchrun() -> None:
     torchrun = Path(PYTHON).with_name("torchrun")
     if not torchrun.exists():
-        pytest.skip("torchrun is not beside this interpreter")
+        missing("torchrun is not beside this interpreter")
     cp = run([str(torchrun), "--standalone", "--nproc_per_node", "2", PI, "--steps", "100000"])
     check(cp.stdout, 2, 100_000, 1e-10)
 
@@ -73,7 +73,7 @@ def test_mpirun_on_a_node_without_torchhpc(tmp_path: Path) -> None:
     node where it is not installed.
     """
     if shutil.which("mpirun") is None:
-        pytest.skip("no mpirun on this machine")
+        missing("no mpirun on this machine")
     shadow = tmp_path / "torchhpc"
     shadow.mkdir()
     (shadow / "__init__.py").write_text("raise ImportError('torchhpc is not installed on this node')\n")

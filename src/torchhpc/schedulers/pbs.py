@@ -34,6 +34,7 @@ from torchhpc.schedulers.script import (
     env_block,
     header_lines,
     load_record,
+    read_log,
     save_record,
     script_path,
 )
@@ -413,12 +414,8 @@ class PBSScheduler(Scheduler):
                 f"no log file known for pbs job {job_id}",
                 "PBS copies the output file back when the job ends; look in the job's -o directory",
             )
-        try:
-            with open(paths[0], errors="replace") as f:
-                text = f.read()
-        except FileNotFoundError:
-            return ""
-        if rank is None:
+        text = read_log(paths[0])
+        if rank is None or not text:
             return text
         if load_record(self.name, job_id).get("launcher") == "torchrun":
             # c10d numbers the nodes itself, so no line says which node a torchrun rank is on.

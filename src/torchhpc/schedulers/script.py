@@ -11,7 +11,7 @@ from torchhpc import __version__
 from torchhpc.core.shell import export_lines, join
 from torchhpc.core.spec import JobSpec
 
-__all__ = ["default_python", "env_block", "header_lines", "load_record", "record_dir", "save_record", "script_path"]
+__all__ = ["default_python", "env_block", "header_lines", "load_record", "read_log", "record_dir", "save_record", "script_path"]
 
 
 def header_lines(shebang: str, how_to_submit: str) -> list[str]:
@@ -57,6 +57,15 @@ def script_path(spec: JobSpec, suffix: str) -> str:
 
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name)[:60] or "job"
     return os.path.join(os.path.abspath(spec.output_dir), f"{safe}{suffix}")
+
+
+def read_log(path: str) -> str:
+    """A job's output file, or "" while the scheduler has not created it yet."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
 
 
 def record_dir() -> Path:

@@ -28,6 +28,7 @@ from torchhpc.schedulers.script import (
     env_block,
     header_lines,
     load_record,
+    read_log,
     save_record,
     script_path,
 )
@@ -451,12 +452,8 @@ class SlurmScheduler(Scheduler):
                 f"no log file known for slurm job {job_id}",
                 "logs are found for jobs submitted by torchhpc on this machine, or while the job is known to scontrol",
             )
-        try:
-            with open(paths[0], errors="replace") as f:
-                text = f.read()
-        except FileNotFoundError:
-            return ""
-        if rank is None:
+        text = read_log(paths[0])
+        if rank is None or not text:
             return text
         rec = load_record(self.name, job_id)
         return filter_rank(text, rank, str(rec.get("launcher", "srun")), int(str(rec.get("nproc_per_node", 1))))
