@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from tests.conftest import missing
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import JobFailed, SpecError
 from torchhpc.schedulers import get_scheduler
@@ -140,7 +141,7 @@ def test_dry_run_script_is_valid_bash(hostile: str) -> None:
 
 def test_dry_run_script_passes_shellcheck() -> None:
     if shutil.which("shellcheck") is None:
-        pytest.skip("shellcheck not installed")
+        missing("shellcheck not installed (scripts/test.sh installs it)")
     # SC2016 (no expansion in single quotes) is the point of quoting "$HOME", so it is excluded.
     sub = LocalScheduler().render(spec_for(["t.py", "$HOME", "a b"], nproc_per_node=2, env=(("X", "$(y)"),)))
     assert sub.script is not None
