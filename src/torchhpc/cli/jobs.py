@@ -1,10 +1,8 @@
-"""``torchhpc status|logs|cancel|wait|list``: follow jobs by handle (``slurm:123`` or a bare id)."""
+"""``torchhpc status|cancel|wait|list``: follow jobs by handle (``slurm:123`` or a bare id)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
-import time
 from typing import Any
 
 from torchhpc.cli.common import add_subparser, env_default
@@ -21,12 +19,6 @@ def register(sub: Any) -> None:
     _handle_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_status)
-
-    p = add_subparser(sub, "logs", "print a job's output (all ranks, or one)")
-    _handle_arg(p)
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
-    p.add_argument("--rank", type=int, default=None, help="only this rank's lines")
-    p.set_defaults(func=cmd_logs)
 
     p = add_subparser(sub, "cancel", "cancel a job")
     _handle_arg(p)
@@ -53,25 +45,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         print(f"{name}:{st.line()}")
     return 0
-
-
-def cmd_logs(args: argparse.Namespace) -> int:
-    name, job = parse_handle(args.job, args.scheduler)
-    sched = get_scheduler(name)
-    if not args.follow:
-        sys.stdout.write(sched.logs(job, rank=args.rank))
-        return 0
-    printed = 0
-    while True:
-        text = sched.logs(job, rank=args.rank)
-        sys.stdout.write(text[printed:])
-        sys.stdout.flush()
-        printed = len(text)
-        if sched.status(job).terminal:
-            text = sched.logs(job, rank=args.rank)
-            sys.stdout.write(text[printed:])
-            return 0
-        time.sleep(1.0)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from torchhpc.errors import TorchHPCError
 COMMANDS: tuple[str, ...] = (
     "run",
     "jobs",
+    "logs",
     "shell",
     "env",
     "exec",
