@@ -80,6 +80,18 @@ def register(sub: Any) -> None:
     dn = actions.add_parser("down", parents=[common], help="stop exactly what `up` started; idempotent")
     dn.set_defaults(func=cmd_down)
 
+    dg = actions.add_parser(
+        "degrade", parents=[common], help="slow one node's link (tc tbf, both directions): a fault to find",
+        description="Limit NODE's link to --rate with a tc token-bucket filter on both ends of its veth "
+                    "(e.g. 1/10 of the rate iperf3 measures between two nodes). `restore NODE` undoes it.",
+    )  # fmt: skip
+    dg.add_argument("node", help="node1..nodeN")
+    dg.add_argument("--rate", required=True, help="link rate in tc's units: 100mbit, 1gbit, 50mbps (bytes/s)")
+    dg.set_defaults(func=cmd_degrade)
+    rs = actions.add_parser("restore", parents=[common], help="remove the limit `degrade` put on a node's link")
+    rs.add_argument("node", help="node1..nodeN")
+    rs.set_defaults(func=cmd_restore)
+
 
 def _usage(p: argparse.ArgumentParser) -> int:
     p.print_help()
@@ -183,4 +195,21 @@ def cmd_down(args: argparse.Namespace) -> int:
     from torchhpc import devcluster
 
     devcluster.down(args.state_dir, progress=lambda msg: eprint(f"devcluster: {msg}"))
+    return 0
+
+
+def cmd_degrade(args: argparse.Namespace) -> int:
+    from torchhpc.devcluster.degrade import degrade
+
+    bits = degrade(_need_state(args.state_dir), args.node, args.rate)
+    print(f"{args.node}: link limited to {bits / 1e6:g} Mbit/s both ways "
+          f"(`torchhpc devcluster restore {args.node}` undoes it)")
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from torchhpc.devcluster.degrade import restore
+
+    had = restore(_need_state(args.state_dir), args.node)
+    print(f"{args.node}: link restored" if had else f"{args.node}: link was not limited")
     return 0
