@@ -19,6 +19,37 @@ from torchhpc.errors import UsageError
 TRAILING_FLAGS = ("--wait", "--dry-run", "--rank0-only")
 
 
+def exclude_nodes(value: str) -> str:
+    """``--exclude node3,node7`` as given; ``--exclude @FILE``: the names in FILE (commas, spaces or lines)."""
+    import re
+
+    from torchhpc.errors import UsageError
+
+    if not value.startswith("@"):
+        return value
+    path = value[1:]
+    try:
+        with open(path) as fh:
+            lines = [line for line in fh.read().splitlines() if not line.lstrip().startswith("#")]
+    except OSError as e:
+        raise UsageError(f"--exclude {value}: cannot read {path!r} ({e.strerror})",
+                         "give a file of node names, e.g. from `torchhpc bench nodes --exclude-file FILE`") from None
+    names = [n for n in re.split(r"[\s,]+", "\n".join(lines)) if n]
+    if not names:
+        raise UsageError(f"--exclude {value}: {path!r} names no node",
+                         "drop --exclude, or write node names in the file (one a line or comma-separated)")
+    return ",".join(names)
+
+
+class _ExcludeAction(argparse.Action):
+    """``--exclude X`` is ``--opt exclude=X`` (Slurm's --exclude), with ``@FILE`` read at parse time."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        opts = [o for o in (getattr(namespace, "opt", None) or []) if not o.startswith("exclude=")]
+        namespace.opt = [*opts, "exclude=" + exclude_nodes(str(values))]
+
+
 def add_job_arguments(p: argparse.ArgumentParser, *, program: bool = True) -> None:
     g = p.add_argument_group("where and how")
     g.add_argument("-s", "--scheduler", default=None, help="local (default), slurm, pbs, kubernetes, runai [TORCHHPC_SCHEDULER]")
@@ -40,6 +71,9 @@ def add_job_arguments(p: argparse.ArgumentParser, *, program: bool = True) -> No
     r.add_argument("--partition", default=None, help="Slurm partition")
     r.add_argument("--account", "-A", default=None, help="account to charge")
     r.add_argument("--qos", default=None, help="Slurm QoS")
+    r.add_argument("--exclude", action=_ExcludeAction, default=None, metavar="NODES|@FILE",
+                   help="keep these nodes out of the job (slurm --exclude); @FILE reads them from a file, "
+                        "e.g. the one `torchhpc bench nodes --exclude-file` writes")
     r.add_argument("--queue", "-q", default=None, help="PBS queue")
     r.add_argument("--image", default=None, help="container image for kubernetes/runai")
     r.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help="scheduler option (torchhpc options SCHEDULER lists them)")
