@@ -30,7 +30,7 @@ mypy
 
 step "dev cluster"
 torchhpc devcluster down >/dev/null 2>&1 || true
-torchhpc devcluster up --nodes 3 --accounting
+torchhpc devcluster up --nodes 4 --accounting
 trap 'torchhpc devcluster down || true' EXIT
 
 if [ -x .ci/build-test-image.sh ]; then

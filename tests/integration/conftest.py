@@ -2,7 +2,7 @@
 
 Bring the cluster up once (as root, on Linux)::
 
-    torchhpc devcluster up --nodes 3 --accounting
+    torchhpc devcluster up --nodes 4 --accounting
 
 then mark a test ``@pytest.mark.cluster("slurm")`` and take ``slurm_cluster``
 (the :class:`~torchhpc.devcluster.ClusterState`) or ``slurm`` (a
@@ -25,7 +25,7 @@ from tests.conftest import missing
 from torchhpc.core.proc import Completed, Runner
 from torchhpc.devcluster import ClusterState, load_state
 
-NO_CLUSTER = "no dev cluster up: run `torchhpc devcluster up --nodes 3 --accounting`"
+NO_CLUSTER = "no dev cluster up: run `torchhpc devcluster up --nodes 4 --accounting`"
 
 # Job states after which nothing changes any more (scontrol's spelling).
 TERMINAL_STATES = frozenset(

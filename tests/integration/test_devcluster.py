@@ -26,7 +26,7 @@ pytestmark = pytest.mark.cluster("slurm")
 
 
 def test_srun_spans_three_nodes(slurm: SlurmClient, slurm_cluster: ClusterState) -> None:
-    assert len(slurm_cluster.nodes) >= 3, "bring the cluster up with --nodes 3"
+    assert len(slurm_cluster.nodes) >= 3, "bring the cluster up with --nodes 4 (scripts/test.sh does)"
     out = slurm.run(["srun", "-N3", "hostname"]).stdout.split()
     assert len(out) == 3
     assert len(set(out)) == 3
