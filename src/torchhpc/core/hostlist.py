@@ -81,24 +81,32 @@ def first_host(hostlist: str) -> str:
 
 
 def compress(hosts: Iterable[str]) -> str:
-    """The inverse of :func:`expand` for hosts sharing a prefix and a trailing number."""
-    groups: dict[tuple[str, int], list[str]] = {}
-    order: list[tuple[str, int]] = []
+    """The inverse of :func:`expand` for hosts sharing a prefix and a trailing number.
+
+    Zero padding is a property of the whole range, as in Slurm: ``gpu0999`` and
+    ``gpu1000`` are both four-digit names of ``gpu[0001-1024]``, so a number
+    without a leading zero joins the padded range of its prefix when it has
+    that range's width.
+    """
+    parsed: list[tuple[str, str]] = []
     plain: list[str] = []
+    padded: dict[str, set[int]] = {}  # prefix -> widths seen with a leading zero
     for h in hosts:
         m = re.fullmatch(r"(.*?)(\d+)", h)
         if not m:
             plain.append(h)
             continue
-        key = (m.group(1), len(m.group(2)) if m.group(2).startswith("0") else 0)
-        if key not in groups:
-            groups[key] = []
-            order.append(key)
-        groups[key].append(m.group(2))
+        prefix, digits = m.group(1), m.group(2)
+        parsed.append((prefix, digits))
+        if len(digits) > 1 and digits.startswith("0"):
+            padded.setdefault(prefix, set()).add(len(digits))
+    groups: dict[tuple[str, int], set[int]] = {}
+    for prefix, digits in parsed:
+        width = len(digits) if len(digits) in padded.get(prefix, ()) else 0
+        groups.setdefault((prefix, width), set()).add(int(digits))
     out = list(dict.fromkeys(plain))
-    for key in order:
-        prefix, width = key
-        nums = sorted({int(n) for n in groups[key]})
+    for (prefix, width), numbers in groups.items():
+        nums = sorted(numbers)
         if len(nums) == 1:
             out.append(f"{prefix}{str(nums[0]).zfill(width)}")
             continue
