@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Literal, Optional
 
 from torchhpc.core.units import parse_size, parse_walltime
+from torchhpc.core.validate import check_name, check_value
 from torchhpc.errors import SpecError
 
 __all__ = [
@@ -47,7 +48,7 @@ class Entrypoint:
     def parse(cls, argv: Sequence[str], module: str | None = None, python: str | None = None) -> Entrypoint:
         """``["train.py", "--lr", "1"]`` -> script; ``module="pkg.mod"`` -> module; else a command."""
         argv = list(argv)
-        if module:
+        if module is not None:
             return cls("module", module, tuple(argv), python)
         if not argv:
             raise SpecError("no program to run", "give a script (train.py), -m module, or -- COMMAND ...")
@@ -55,6 +56,21 @@ class Entrypoint:
         if head.endswith(".py"):
             return cls("script", head, tuple(argv[1:]), python)
         return cls("command", head, tuple(argv[1:]), python)
+
+    def __post_init__(self) -> None:
+        field = {"script": "program", "module": "-m/--module", "command": "program"}[self.kind]
+        check_value(self.target, field, word=True, empty=False)
+        if self.kind != "script" and "=" in self.target:
+            raise SpecError(
+                f"{field} {self.target[:60]!r} contains '=': a shell would read it as a variable assignment",
+                "set variables with --env NAME=VALUE, or give the program's path",
+            )
+        if self.python is not None:
+            check_value(self.python, "--python", word=True, empty=False)
+            if "=" in self.python:
+                raise SpecError(f"--python {self.python[:60]!r} contains '='", "give the interpreter's name or path")
+        for arg in self.args:
+            check_value(arg, "program argument")
 
     def argv(self, python: str = "python") -> list[str]:
         py = self.python or python
@@ -66,11 +82,14 @@ class Entrypoint:
 
     def script_argv(self) -> list[str]:
         """What torchrun takes after its own flags (it adds the interpreter itself)."""
+        # torchrun's parser drops a "--" right after the script; a "--" of ours before
+        # the script makes it keep the program's own.
+        guard = ["--"] if self.args[:1] == ("--",) else []
         if self.kind == "script":
-            return [self.target, *self.args]
+            return [*guard, self.target, *self.args]
         if self.kind == "module":
-            return ["-m", self.target, *self.args]
-        return ["--no-python", self.target, *self.args]
+            return ["-m", *guard, self.target, *self.args]
+        return ["--no-python", *guard, self.target, *self.args]
 
 
 @dataclass(frozen=True)
@@ -91,12 +110,18 @@ class ContainerSpec:
             )
         if not self.image:
             raise SpecError("--container needs an image", "give a SIF path, docker:// URI or image name")
+        # An image is a positional word of every runtime's command line: "--privileged" must not become a flag.
+        check_value(self.image, "--container", line=True, word=True)
         for b in self.binds:
+            check_value(b, "--bind", line=True)
             if not b or b.count(":") > 2:
                 raise SpecError(f"--bind {b!r} is not SRC[:DST[:ro]]")
-
-
-_NAME_OK = re.compile(r"^[^\n\r\0]{1,200}$")
+        for item in self.env:
+            check_value(item, "--container-env", line=True)
+        if self.workdir is not None:
+            check_value(self.workdir, "container workdir", line=True, word=True, empty=False)
+        for key, value in self.options:
+            check_value(value, f"container option {key}", line=True)
 
 
 @dataclass(frozen=True)
@@ -144,12 +169,31 @@ class JobSpec:
         if self.time is not None:
             parse_walltime(self.time, "--time")
         if self.mem is not None:
+            if re.fullmatch(r"\s*\d+(?:\.\d+)?\s*", str(self.mem)):
+                # sbatch reads a bare number as megabytes, qsub as bytes: never guess which was meant.
+                raise SpecError(
+                    f"--mem={self.mem!r} has no unit (Slurm would read {self.mem} MB, PBS {self.mem} bytes)",
+                    f"write the unit: --mem {str(self.mem).strip()}G (or M, T)",
+                )
             parse_size(self.mem, "--mem")
-        if not _NAME_OK.match(self.name):
-            raise SpecError(f"--name {self.name!r} must be 1-200 characters on one line")
-        for k, _ in self.env:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
-                raise SpecError(f"--env {k!r} is not a valid variable name", "use NAME=VALUE")
+        check_value(self.name, "--name", line=True, empty=False, max_len=200)
+        check_value(self.output_dir, "--output-dir", line=True, empty=False)
+        for k, v in self.env:
+            check_name(k, "--env")
+            check_value(v, f"--env {k}")
+        for k, v in self.options:
+            check_value(k, "--opt", line=True, empty=False)
+            check_value(v, f"--opt {k}", line=True)
+        for line in self.setup:
+            check_value(line, "setup line", line=True)
+        if self.max_timeout_requeues < 0:
+            raise SpecError(f"--max-requeues={self.max_timeout_requeues} must not be negative")
+        if self.signal_before is not None and self.signal_before < 0:
+            raise SpecError(f"--signal-before={self.signal_before} must not be negative")
+        if self.cpus_per_task is not None and self.cpus_per_task < 1:
+            raise SpecError(f"--cpus-per-proc={self.cpus_per_task} must be at least 1")
+        if self.cpus_per_gpu is not None and self.cpus_per_gpu < 1:
+            raise SpecError(f"--cpus-per-gpu={self.cpus_per_gpu} must be at least 1")
         if self.ntasks_per_node is not None:
             expected = self.expected_tasks_per_node()
             if self.ntasks_per_node != expected:
