@@ -21,6 +21,7 @@ OPTIONS: dict[str, str] = {
     "containall": "true: --containall (no $HOME, /tmp or cwd from the host)",
     "writable_tmpfs": "true: --writable-tmpfs (a scratch overlay, lost at exit)",
     "no_home": "true: --no-home (do not mount $HOME)",
+    "gpu": "none: no --nv/--rocm even with GPUs (an image that brings its own GPU stack, as LUMI's PyTorch images do)",
 }
 
 # A reference like "nvcr.io/nvidia/pytorch:24.03-py3" or "ubuntu:22.04": no scheme,
@@ -49,7 +50,10 @@ def wrap(
     opts = c.options(container, OPTIONS)
     exe = c.binary(container, opts, container.runtime)
     cmd = [exe, "exec"]
-    if gpus > 0:
+    gpu_flag = opts.get("gpu", "auto")
+    if gpu_flag not in ("auto", "none"):
+        raise SpecError(f"apptainer option gpu={gpu_flag!r} is not auto or none", "e.g. gpu=none")
+    if gpus > 0 and gpu_flag == "auto":
         if gpu_kind == "nvidia":
             cmd.append("--nv")
         elif gpu_kind == "amd":
