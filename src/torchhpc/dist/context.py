@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from torchhpc.core.gpus import VISIBLE_VARIABLES, needs_gpu_per_rank, ranks_per_gpu_error, visible_devices
 from torchhpc.env import DistEnv, detect, export
-from torchhpc.errors import EnvironmentDetectionError, UsageError
+from torchhpc.errors import EnvironmentDetectionError, TorchHPCError, UsageError
 
 if TYPE_CHECKING:
     import torch
@@ -215,6 +216,7 @@ def init(
         return _CONTEXT
     import torch.distributed as dist
 
+    _one_line_errors()
     environ = os.environ if env is None else env
     dist_env = detect(environ)
     if export_env and dist_env.world_size > 1:
@@ -228,6 +230,7 @@ def init(
         chosen = _pick_backend(backend, dev, environ)
         rank, world = dist_env.rank, dist_env.world_size
         if world > 1 or single_group:
+            _preflight(dist_env, chosen, dev, environ)
             _start_group(dist_env, chosen, timeout, environ)
             owns = True
     _CONTEXT = DistContext(
@@ -243,6 +246,56 @@ def init(
         owns_group=owns,
     )
     return _CONTEXT
+
+
+def _preflight(dist_env: DistEnv, backend: str, dev: torch.device, environ: Mapping[str, str]) -> None:
+    """Refuse ranks that would share a GPU under NCCL, before any process group exists.
+
+    Counted only where this process can know that its node's ranks share one
+    set of GPUs: workers of torchrun (or ``torchhpc run``) inherit one
+    visibility; Slurm says how many GPUs the job holds on this node; with no
+    ``CUDA_VISIBLE_DEVICES`` every rank sees every GPU. An srun/mpirun task may
+    be narrowed to its own GPU (``--gpus-per-task``, a wrapper exporting
+    ``CUDA_VISIBLE_DEVICES=$SLURM_LOCALID``): one visible GPU per task is right there.
+    """
+    if dev.type != "cuda" or not needs_gpu_per_rank(backend) or dist_env.local_world_size < 2:
+        return
+    import torch
+
+    visible = visible_devices(environ)
+    if "TORCHELASTIC_RUN_ID" in environ or not any(v in environ for v in VISIBLE_VARIABLES):
+        error = ranks_per_gpu_error(dist_env.local_world_size, torch.cuda.device_count(), backend=backend, visible=visible)
+    elif environ.get("SLURM_GPUS_ON_NODE", "").isdigit():
+        error = ranks_per_gpu_error(
+            dist_env.local_world_size, int(environ["SLURM_GPUS_ON_NODE"]), backend=backend,
+            gpus_from="allocated to the job here (SLURM_GPUS_ON_NODE)", visible=visible,
+        )
+    else:
+        error = None
+    if error is not None:
+        raise error
+
+
+def _one_line_errors() -> None:
+    """An uncaught torchhpc error ends a training script like the CLI ends: ``Error:`` and ``HINT:`` lines.
+
+    Every rank would otherwise print a Python traceback for what is a usage
+    problem (two ranks on one GPU). Installed only over Python's default hook;
+    other exceptions keep their traceback.
+    """
+    if sys.excepthook is not sys.__excepthook__:
+        return
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if isinstance(value, TorchHPCError):
+            print(f"Error: {value.message}", file=sys.stderr, flush=True)
+            if value.hint:
+                print(f"HINT: {value.hint}", file=sys.stderr, flush=True)
+        else:
+            previous(kind, value, tb)
+
+    sys.excepthook = hook
 
 
 def _start_group(dist_env: DistEnv, backend: str, timeout: timedelta, environ: Mapping[str, str]) -> None:
