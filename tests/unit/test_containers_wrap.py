@@ -323,8 +323,8 @@ def test_hostile_values_through_bash(runtime: str, value: str, echo_binary: str,
     """A hostile bind path, env value and argument reach the runtime unchanged, nothing runs."""
     src = f"{tmp_path}/d/{value}"
     env = ("V=" + value,)
-    spec = ContainerSpec("/img", runtime, binds=(f"{src}:/data",), env=env, options=(("binary", echo_binary),))
     try:
+        spec = ContainerSpec("/img", runtime, binds=(f"{src}:/data",), env=env, options=(("binary", echo_binary),))
         argv = wrap(spec, ["python", "-c", value])
     except TorchHPCError as e:
         # what the runtime's syntax cannot carry is refused, naming the value
@@ -345,8 +345,8 @@ def test_hostile_values_through_bash(runtime: str, value: str, echo_binary: str,
 
 @pytest.mark.parametrize("value", HOSTILE, ids=lambda v: repr(v)[:20])
 def test_hostile_values_pyxis_srun_line(value: str, echo_binary: str, tmp_path: Path) -> None:
-    spec = ContainerSpec("/img.sqsh", "pyxis", binds=(f"{tmp_path}/{value}:/data",))
     try:
+        spec = ContainerSpec("/img.sqsh", "pyxis", binds=(f"{tmp_path}/{value}:/data",))
         opts = srun_options(spec)
     except TorchHPCError:
         assert "\n" in value

@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import HOSTILE
-from torchhpc.core.shell import Raw, assignment, directive, export_lines, join, quote, splice_vars
+from torchhpc.core.shell import (
+    Raw,
+    TrustedScript,
+    assignment,
+    directive,
+    export_lines,
+    join,
+    quote,
+    splice_vars,
+)
 from torchhpc.errors import QuotingError
 
 
@@ -51,6 +60,52 @@ def test_splice_vars_expands_only_named(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
+def test_f1_trailing_newline_is_never_a_safe_word(tmp_path: Path) -> None:
+    """F1: ``$`` also matched before a final newline, so ``x\\n`` came out bare and the next
+    argument started a new command line in the batch shell."""
+    assert quote("x\n") != "x\n"
+    script = join(["printf", "%s\\0", "train.py", "x\n", "touch", "PWNED"])
+    out = run_bash(script, tmp_path)
+    assert out.split("\0")[:4] == ["train.py", "x\n", "touch", "PWNED"]
+    assert not (tmp_path / "PWNED").exists()
+
+
+@pytest.mark.parametrize("value", ["x\n", "a\n#PBS -q evil\n", "\r#SBATCH -p x", "tab\there", "\x1b[31m", "a\x7f"])
+def test_f2_control_characters_never_reach_the_script_raw(value: str, tmp_path: Path) -> None:
+    """F2: a value with a newline must not put a line start (``#PBS ...``) into a script
+    sbatch or qsub reads line by line: it is written in bash's one-line ``$'...'`` form."""
+    text = quote(value)
+    assert "\n" not in text and "\r" not in text and text.startswith("$'")
+    out = subprocess.run(["bash", "-c", "printf %s " + text], capture_output=True, check=True).stdout
+    assert out == value.encode()
+
+
+def test_undecodable_bytes_roundtrip_as_bytes(tmp_path: Path) -> None:
+    value = b"caf\xe9-\xff".decode("utf-8", "surrogateescape")
+    text = quote(value)
+    text.encode("utf-8")  # the script file can hold it
+    out = subprocess.run(["bash", "-c", "printf %s " + text], capture_output=True, check=True).stdout
+    assert out == b"caf\xe9-\xff"
+    with pytest.raises(QuotingError, match="NUL"):
+        quote("a\0b")
+
+
+def test_trusted_script_stays_a_readable_block() -> None:
+    block = TrustedScript("set -e\n# a comment\nexec \"$@\"\n")
+    assert quote(block) == "'set -e\n# a comment\nexec \"$@\"\n'"
+    with pytest.raises(QuotingError, match="directive"):
+        TrustedScript("echo\n#PBS -q x\n")
+
+
+def test_env_names_reserved_prefix_and_identifiers() -> None:
+    from torchhpc.core.validate import check_name
+
+    assert check_name("OK_1") == "OK_1"
+    for bad in ("_torchhpc_x", "_TORCHHPC_X", "A\n", "A-B", "1A", ""):
+        with pytest.raises(QuotingError):
+            check_name(bad)
+
+
 def test_safe_words_stay_readable() -> None:
     assert quote("examples/pi.py") == "examples/pi.py"
     assert quote("--nproc-per-node=2") == "--nproc-per-node=2"
@@ -79,25 +134,31 @@ def test_directive_escapes_sbatch_specials() -> None:
 def _sbatch_argument(text: str) -> str:
     """Re-implementation of sbatch's directive argument reader (src/sbatch/opt.c, _get_argument)
     used to check our escaping: backslash escapes, double quotes group, unquoted # ends the line."""
-    out, quoted, escaped = [], False, False
+    out: list[str] = []
+    quoted, escaped = "", False
     for ch in text:
         if escaped:
             out.append(ch)
             escaped = False
         elif ch == "\\":
             escaped = True
-        elif ch == '"':
-            quoted = not quoted
-        elif ch == "#" and not quoted:
+        elif quoted:
+            if ch == quoted:
+                quoted = ""
+            else:
+                out.append(ch)
+        elif ch in "\"'":
+            quoted = ch
+        elif ch == "#":
             break
-        elif ch.isspace() and not quoted:
+        elif ch.isspace():
             break
         else:
             out.append(ch)
     return "".join(out)
 
 
-@pytest.mark.parametrize("value", [v for v in HOSTILE if "\n" not in v and v])
+@pytest.mark.parametrize("value", [v for v in [*HOSTILE, "O'Brien", "it's a 'b'", "a\\'b"] if "\n" not in v and v])
 def test_directive_value_reads_back(value: str) -> None:
     line = directive("#SBATCH", "job-name", value)
     arg = line.split("=", 1)[1]

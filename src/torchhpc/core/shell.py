@@ -16,6 +16,7 @@ from torchhpc.errors import QuotingError
 
 __all__ = [
     "Raw",
+    "TrustedScript",
     "assignment",
     "directive",
     "export_lines",
@@ -25,8 +26,35 @@ __all__ = [
     "validate_env_name",
 ]
 
-_SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Always used with fullmatch: ``$`` would also match before a final newline.
+_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+# Characters that must not appear raw in script text: C0 controls (newline, CR...),
+# DEL, and surrogates (bytes of an undecodable argument). Such values are written in
+# bash's ANSI-C form $'...', so no value ever puts a raw newline into a script that
+# sbatch or qsub reads line by line (``#PBS`` after a newline is a directive to them).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+_DIRECTIVE_KEY = re.compile(r"-{0,2}[A-Za-z][A-Za-z0-9_-]*")
+_C_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+class TrustedScript(str):
+    """Multi-line shell code written by torchhpc itself (the per-task shim), never user input.
+
+    :func:`quote` keeps it as one readable single-quoted block, newlines and all.
+    A comment line in it must be ``# text`` (a space after the ``#``): sbatch
+    and qsub read ``#SBATCH``/``#PBS`` at a line start as a directive, wherever it
+    is in the script.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, text: str) -> TrustedScript:
+        for line in text.split("\n"):
+            if re.match(r"\s*#[^\s]", line):
+                raise QuotingError(f"trusted script line {line!r} could be read as a directive")
+        if "\0" in text or "\r" in text:
+            raise QuotingError("a trusted script may not contain NUL or CR")
+        return super().__new__(cls, text)
 
 
 class Raw(str):
@@ -48,10 +76,38 @@ def quote(value: object) -> str:
     """
     if isinstance(value, Raw):
         return str(value)
+    if isinstance(value, TrustedScript):
+        return shlex.quote(str(value))
     text = str(value)
-    if text and _SAFE.match(text):
+    if text and _SAFE.fullmatch(text):
         return text
+    if _CONTROL.search(text):
+        return ansi_c(text)
     return shlex.quote(text)
+
+
+def ansi_c(text: str) -> str:
+    """bash's ``$'...'`` form: control characters as escapes, so the text stays on one line.
+
+    Surrogates U+DC80..U+DCFF (how Python keeps the bytes of an undecodable
+    argument) become ``\\xHH``, the original byte. NUL cannot be in any argument.
+    """
+    out: list[str] = []
+    for ch in text:
+        code = ord(ch)
+        if ch in _C_ESCAPES:
+            out.append(_C_ESCAPES[ch])
+        elif code == 0:
+            raise QuotingError(f"{text[:40]!r} contains a NUL byte", "no command argument or variable can carry one")
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif 0xDC80 <= code <= 0xDCFF:
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif 0xD800 <= code <= 0xDFFF:
+            raise QuotingError(f"{text[:40]!r} contains a lone surrogate", "use UTF-8 text")
+        else:
+            out.append(ch)
+    return "$'" + "".join(out) + "'"
 
 
 def join(argv: Iterable[object]) -> str:
@@ -86,12 +142,9 @@ def _dq_escape(text: str) -> str:
 
 def validate_env_name(name: str, source: str = "environment variable") -> str:
     """Reject names the shell cannot export (``A-B``, ``1X``, ``a b``)."""
-    if not _ENV_NAME.match(name):
-        raise QuotingError(
-            f"{name!r} is not a valid {source} name",
-            "use letters, digits and underscores, not starting with a digit",
-        )
-    return name
+    from torchhpc.core.validate import check_name
+
+    return check_name(name, source)
 
 
 def assignment(name: str, value: object) -> str:
@@ -108,23 +161,20 @@ def directive(prefix: str, key: str, value: object | None = None) -> str:
     """One scheduler directive line, e.g. ``#SBATCH --job-name="my job"``.
 
     sbatch reads a directive's argument itself (not through a shell): a
-    backslash escapes the next character, double quotes group words, and an
-    unquoted ``#`` starts a comment. So ``\\``, ``"`` and ``#`` are escaped with
-    a backslash and a value with whitespace is wrapped in double quotes; what
-    no directive can carry (newlines, NULs) is rejected.
+    backslash escapes the next character, double and single quotes group words,
+    and an unquoted ``#`` starts a comment. So ``\\``, ``"``, ``'`` and ``#`` are
+    escaped with a backslash and a value with whitespace is wrapped in double
+    quotes; what no directive can carry (newlines, CR, NULs) is refused.
     """
-    if not re.match(r"^-{0,2}[A-Za-z][A-Za-z0-9_-]*$", key):
+    if not _DIRECTIVE_KEY.fullmatch(key):
         raise QuotingError(f"{key!r} is not a valid {prefix} option name")
     flag = key if key.startswith("-") else ("--" + key if len(key) > 1 else "-" + key)
     if value is None or value is True:
         return f"{prefix} {flag}"
-    text = str(value)
-    if "\n" in text or "\r" in text or "\0" in text:
-        raise QuotingError(
-            f"{prefix} {flag} value {text!r} contains a newline",
-            "directive values must fit on one line",
-        )
-    escaped = re.sub(r'([\\"#])', r"\\\1", text)
+    from torchhpc.core.validate import check_value
+
+    text = check_value(str(value), f"{prefix} {flag} value", line=True)
+    escaped = re.sub(r"""([\\"'#])""", r"\\\1", text)
     if text == "" or re.search(r"\s", text):
         escaped = f'"{escaped}"'
     sep = "=" if flag.startswith("--") else " "

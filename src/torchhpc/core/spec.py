@@ -117,7 +117,7 @@ class ContainerSpec:
             if not b or b.count(":") > 2:
                 raise SpecError(f"--bind {b!r} is not SRC[:DST[:ro]]")
         for item in self.env:
-            check_value(item, "--container-env", line=True)
+            check_value(item, "--container-env")
         if self.workdir is not None:
             check_value(self.workdir, "container workdir", line=True, word=True, empty=False)
         for key, value in self.options:

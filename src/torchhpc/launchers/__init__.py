@@ -8,7 +8,13 @@ argv; the scheduler turns them into shell text through :mod:`torchhpc.core.shell
 
 from __future__ import annotations
 
+from torchhpc.core.shell import TrustedScript
+from torchhpc.launchers import task as _task
 from torchhpc.launchers.builders import mpirun_argv, srun_argv, torchrun_argv
-from torchhpc.launchers.task import SHIM_VAR, TASK_SHIM, task_argv
+from torchhpc.launchers.task import SHIM_VAR, task_argv
+
+# The shim is torchhpc's own multi-line code: scripts keep it as a readable single-quoted
+# block (quote() writes any other value holding a newline on one line, as $'...').
+TASK_SHIM = TrustedScript(_task.TASK_SHIM)
 
 __all__ = ["SHIM_VAR", "TASK_SHIM", "mpirun_argv", "srun_argv", "task_argv", "torchrun_argv"]
