@@ -64,10 +64,29 @@ class CommandError(TorchHPCError):
         self.returncode = returncode
         self.stderr = stderr
         self.stdout = stdout
+        if hint is None:
+            hint = known_hint(stderr)
         what = "timed out" if returncode is None else f"exited with code {returncode}"
         detail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
         msg = f"`{join(self.argv)}` {what}" + (f": {detail}" if detail else "")
         super().__init__(msg, hint)
+
+
+# Messages of external tools whose cause is well known, and what to do about them.
+KNOWN_HINTS: tuple[tuple[str, str], ...] = (
+    (
+        "Could not establish a configuration source",
+        "this machine has no Slurm configuration: run on the cluster's login node, or point SLURM_CONF "
+        "at its slurm.conf (for the dev cluster: `torchhpc devcluster exec -- torchhpc ...`)",
+    ),
+)
+
+
+def known_hint(stderr: str) -> str | None:
+    for needle, hint in KNOWN_HINTS:
+        if needle in stderr:
+            return hint
+    return None
 
 
 class CommandNotFound(CommandError):
