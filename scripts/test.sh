@@ -12,7 +12,7 @@ SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 step() { printf '\n=== %s (%ss)\n' "$*" "$SECONDS" >&2; }
 
 step "system packages"
-PKGS=(slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge slurmdbd mariadb-server openmpi-bin
+PKGS=(slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge slurmdbd mariadb-server openmpi-bin libopenmpi-dev
       dnsmasq-base iperf3 shellcheck iproute2 procps)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -22,7 +22,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 step "python environment"
-./scripts/setup.sh dev,lightning
+./scripts/setup.sh dev,lightning,compat
 
 step "lint"
 ruff check src tests examples benchmarks
