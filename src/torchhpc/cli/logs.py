@@ -1,39 +1,146 @@
-"""``torchhpc logs``: print a job's output (all ranks, or one)."""
+"""``torchhpc logs``: a job's output, every line attributed to its rank.
+
+Rank lines print as ``[rankN]: text``; with exactly one ``--rank``, as the rank
+wrote them. Lines of the job itself (torchhpc, the scheduler, the launchers)
+print as they are and only without a rank or node filter.
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from torchhpc.cli.common import add_subparser, env_default
+from torchhpc.errors import SchedulerError, UsageError
 from torchhpc.schedulers import get_scheduler, parse_handle
+from torchhpc.schedulers.api import Scheduler
+from torchhpc.schedulers.logs import JobLog, Line, first_tracebacks, job_log, parse_ranks, select
+
+# How often -f looks for new lines and asks the scheduler whether the job ended.
+FOLLOW_POLL = 0.5
+STATUS_EVERY = 1.0
 
 
 def register(sub: Any) -> None:
-    p = add_subparser(sub, "logs", "print a job's output (all ranks, or one)")
+    p = add_subparser(sub, "logs", "print a job's output: all ranks, some ranks or nodes, matches, tracebacks")
     p.add_argument("job", help="job handle, e.g. slurm:123 (a bare id uses --scheduler)")
     p.add_argument("-s", "--scheduler", default=env_default("--scheduler", "slurm"), help="scheduler for a bare id [TORCHHPC_SCHEDULER]")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
-    p.add_argument("--rank", type=int, default=None, help="only this rank's lines")
+    p.add_argument("-f", "--follow", action="store_true", help="print new lines as they come until the job ends")
+    p.add_argument("--rank", default=None, metavar="RANKS", help="only these ranks' lines: 3, 3,7 or 0-3,8")
+    p.add_argument("--node", default=None, metavar="NODES", help="only ranks on these nodes: node12, node[1-4],node9")
+    p.add_argument("--grep", default=None, metavar="PATTERN", help="only lines matching this regular expression (shown with their rank)")
+    p.add_argument("--errors", action="store_true", help="the first traceback of each failing rank, the rank that failed first on top")
     p.set_defaults(func=cmd_logs)
 
 
+def _ranks(spec: Optional[str]) -> Optional[list[int]]:
+    if spec is None:
+        return None
+    try:
+        return parse_ranks(spec)
+    except ValueError:
+        raise UsageError(f"--rank {spec!r} is not a rank list", "give ranks like 3, 3,7 or 0-3,8") from None
+
+
+def _nodes(spec: Optional[str]) -> Optional[list[str]]:
+    if spec is None:
+        return None
+    from torchhpc.core.hostlist import expand
+
+    try:
+        return expand(spec)
+    except Exception:
+        raise UsageError(f"--node {spec!r} is not a node list", "give nodes like node12 or node[1-4],node9") from None
+
+
+def _grep(pattern: Optional[str]) -> Optional[re.Pattern[str]]:
+    if pattern is None:
+        return None
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise UsageError(f"--grep {pattern!r} is not a regular expression ({e})", "quote it; escape ( [ . * with a backslash") from None
+
+
+def _find(sched: Scheduler, name: str, job: str) -> Optional[JobLog]:
+    try:
+        paths = sched.log_paths(job)
+    except SchedulerError:
+        paths = []
+    return job_log(name, job, output=paths[0] if paths else None)
+
+
+def _node_of(sched: Scheduler, job: str, log: JobLog) -> dict[int, str]:
+    """Rank -> node: from the per-rank files' names, else Slurm's block layout over the job's nodes."""
+    found = log.nodes()
+    if found:
+        return found
+    from torchhpc.core.hostlist import expand
+
+    try:
+        hosts = expand(sched.status(job).nodes)
+    except Exception:
+        return {}
+    per = max(1, log.nproc_per_node)
+    return {r: hosts[r // per] for r in range(len(hosts) * per)}
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
+    ranks, nodes, grep = _ranks(args.rank), _nodes(args.node), _grep(args.grep)
     name, job = parse_handle(args.job, args.scheduler)
     sched = get_scheduler(name)
-    if not args.follow:
-        sys.stdout.write(sched.logs(job, rank=args.rank))
+    log = _find(sched, name, job)
+    if log is None:  # kubernetes, runai, or a job submitted elsewhere: the scheduler's own text
+        return _scheduler_text(sched, job, ranks, args.follow)
+    node_of = _node_of(sched, job, log) if nodes is not None else {}
+    single = ranks is not None and len(ranks) == 1 and grep is None
+
+    def emit(lines: Sequence[Line]) -> None:
+        chosen = select(lines, ranks, nodes, node_of, grep)
+        if grep is not None:
+            chosen = [ln for ln in chosen if ln.rank is not None]
+        sys.stdout.write("".join((ln.text if single else ln.show()) + "\n" for ln in chosen))
+        sys.stdout.flush()
+
+    if args.errors:
+        lines = log.read(final=True)
+        tbs = first_tracebacks(select(lines, ranks, nodes, node_of), log.failure_order())
+        if not tbs:
+            print("No traceback in this job's log.", file=sys.stderr)
+            return 0
+        sys.stdout.write(tbs.render())
         return 0
+    if not args.follow:
+        emit(log.read(final=True))
+        return 0
+    checked = 0.0
+    while True:
+        emit(log.read())
+        now = time.monotonic()
+        if now - checked >= STATUS_EVERY:
+            checked = now
+            if sched.status(job).terminal:
+                time.sleep(FOLLOW_POLL)  # the last writes of a rank may land just after the job ends
+                emit(log.read(final=True))
+                return 0
+        time.sleep(FOLLOW_POLL)
+
+
+def _scheduler_text(sched: Scheduler, job: str, ranks: Optional[list[int]], follow: bool) -> int:
+    """Backends whose logs are text from their own tool (``kubectl logs``): one rank or all."""
+    if ranks is not None and len(ranks) != 1:
+        raise UsageError(f"the {sched.name} scheduler gives one rank's log at a time", "give a single --rank")
+    rank = ranks[0] if ranks else None
     printed = 0
     while True:
-        text = sched.logs(job, rank=args.rank)
+        text = sched.logs(job, rank=rank)
         sys.stdout.write(text[printed:])
         sys.stdout.flush()
         printed = len(text)
-        if sched.status(job).terminal:
-            text = sched.logs(job, rank=args.rank)
-            sys.stdout.write(text[printed:])
+        if not follow or sched.status(job).terminal:
             return 0
         time.sleep(1.0)

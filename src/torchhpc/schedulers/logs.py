@@ -1,0 +1,341 @@
+"""A job's log, line by line, each line attributed to one rank.
+
+Where lines come from:
+
+* **per-rank files** (``ranks/rank-N@NODE.log`` in the job directory), written
+  by each rank's own process through :data:`LOG_WRAPPER`. One writer per file,
+  so every line is whole and belongs to exactly one rank, whatever the launcher
+  does with its pipes. Measured on the dev cluster (64 ranks printing 200 lines
+  each): mpirun ``--tag-output`` splices ranks mid-line (0 of 64 ranks intact),
+  torchrun ``--tee`` splices them too (python ``-u`` writes a line in pieces and
+  torchrun's tail prints each piece), srun ``--label`` keeps lines whole only up
+  to 1024 bytes (longer ones come back in labelled pieces), and OpenMPI's
+  ``--output-filename`` loses the last output of ranks killed on abort.
+* **the scheduler's output** (``slurm.out``): torchhpc's own lines, Slurm's and
+  the launchers' messages, and, for logs written before per-rank files, rank
+  lines behind a launcher prefix, parsed by :func:`parse_line`:
+  srun ``--label`` (``12: ``), torchrun (``3: [rank13]: `` or ``3: [default1]:``),
+  mpirun ``--tag-output`` (``[1,12]<stdout>:``) and the local scheduler (``[rank12]: ``).
+
+Nothing here talks to a scheduler: the CLI (``torchhpc logs``) finds the files
+through the job's record and hands them to :class:`JobLog`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Optional
+
+__all__ = [
+    "LOG_WRAPPER",
+    "RANKS_DIR",
+    "JobLog",
+    "Line",
+    "Tracebacks",
+    "first_tracebacks",
+    "job_log",
+    "log_argv",
+    "parse_line",
+    "parse_ranks",
+    "rank_files",
+    "select",
+]
+
+RANKS_DIR = "ranks"
+
+# Runs each rank's program with its stdout and stderr appended to its own file, then execs
+# it (signals reach the program directly). After the task shim / torchrun, so RANK is the
+# global rank. PYTHONUNBUFFERED (only defaulted): a file is block-buffered otherwise and
+# `logs -f` would see lines minutes late. If the file cannot be written, the output stays
+# on the launcher's stream (labelled there) rather than being lost.
+LOG_WRAPPER = r"""_torchhpc_log="$1/rank-${RANK:-0}@${HOSTNAME%%.*}.log"; shift
+mkdir -p -- "${_torchhpc_log%/*}" 2>/dev/null || true
+if : >>"$_torchhpc_log" 2>/dev/null; then exec >>"$_torchhpc_log" 2>&1
+else echo "torchhpc: cannot write $_torchhpc_log; rank ${RANK:-0}'s output stays here" >&2; fi
+: "${PYTHONUNBUFFERED:=1}"; export PYTHONUNBUFFERED
+exec "$@"
+"""
+
+
+def log_argv(command: Sequence[str], ranks_dir: str) -> list[str]:
+    """``bash -c LOG_WRAPPER torchhpc-log DIR CMD...``: CMD's output into ``DIR/rank-N@NODE.log``."""
+    return ["bash", "-c", LOG_WRAPPER, "torchhpc-log", ranks_dir, *command]
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a job's log: the rank that wrote it (None: the job itself), its node, its text."""
+
+    rank: Optional[int]
+    text: str
+    node: str = ""
+
+    def show(self) -> str:
+        """The line as ``torchhpc logs`` prints it: ``[rankN]: text`` (job lines unprefixed)."""
+        return self.text if self.rank is None else f"[rank{self.rank}]: {self.text}"
+
+
+_RANK_FILE = re.compile(r"^rank-(\d+)(?:@(.*))?\.log$")
+_TORCHRUN_RANK = re.compile(r"^\s*(\d+): \[rank(\d+)\]: ?")
+_TORCHRUN_LOCAL = re.compile(r"^\s*(\d+): \[[A-Za-z_]*?(\d+)\]: ?")
+_SRUN = re.compile(r"^\s*(\d+): ")
+_MPI = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>: ?")
+_LOCAL = re.compile(r"^\[rank(\d+)\]: ")
+
+
+def parse_line(line: str, launcher: str = "srun", nproc_per_node: int = 1) -> Line:
+    """Who wrote ``line`` of a scheduler output file, from its launcher prefix.
+
+    Under torchrun the srun label is the *node's* task, not a rank: torchrun's
+    own prefix says the rank (``[rankN]:`` with torchhpc's template). The old
+    ``[default<local>]:`` prefix gives only the local rank; the global rank is
+    then taken as ``task * nproc_per_node + local``, which assumes c10d numbered
+    the nodes in Slurm's order (it sorts them by host name: node10 before node2).
+    """
+    line = line.rstrip("\r\n")
+    if launcher == "torchrun":
+        m = _TORCHRUN_RANK.match(line)
+        if m:
+            return Line(int(m.group(2)), line[m.end():])
+        m = _TORCHRUN_LOCAL.match(line)
+        if m:
+            return Line(int(m.group(1)) * max(1, nproc_per_node) + int(m.group(2)), line[m.end():])
+        m = _SRUN.match(line)
+        return Line(None, line[m.end():] if m else line)
+    for pat in (_MPI, _LOCAL) if launcher != "srun" else (_SRUN, _LOCAL):
+        m = pat.match(line)
+        if m:
+            return Line(int(m.group(1)), line[m.end():])
+    if launcher == "mpirun":
+        m = _SRUN.match(line)  # an srun --label around a container runtime's own messages
+        if m:
+            return Line(None, line[m.end():])
+    return Line(None, line)
+
+
+def parse_ranks(spec: str) -> list[int]:
+    """``3``, ``3,7`` or ``0-3,8`` -> sorted ranks. ValueError on anything else."""
+    out: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(part or spec)
+        out.update(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    return sorted(out)
+
+
+def rank_files(ranks_dir: str) -> dict[int, tuple[str, str]]:
+    """``{rank: (path, node)}`` of the per-rank files in ``ranks_dir`` (empty if there is none)."""
+    try:
+        names = os.listdir(ranks_dir)
+    except OSError:
+        return {}
+    found: dict[int, tuple[str, str]] = {}
+    for name in names:
+        m = _RANK_FILE.match(name)
+        if m:
+            found[int(m.group(1))] = (os.path.join(ranks_dir, name), m.group(2) or "")
+    return dict(sorted(found.items()))
+
+
+class _Tail:
+    """Complete lines appended to one file since the last read (a partial line waits)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+
+    def read(self, final: bool = False) -> list[str]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            data = b""
+        self.offset += len(data)
+        data = self.partial + data
+        lines = data.split(b"\n")
+        self.partial = lines.pop()
+        if final and self.partial:
+            lines.append(self.partial)
+            self.partial = b""
+        return [raw.decode("utf-8", "replace").rstrip("\r") for raw in lines]
+
+
+@dataclass
+class JobLog:
+    """A job's log files: the scheduler's output and (if any) the per-rank files.
+
+    :meth:`read` returns the new complete lines since the last call, so one
+    object serves both ``logs`` (one read) and ``logs -f`` (read until the job
+    ends, then ``read(final=True)`` for a last line without its newline).
+    """
+
+    output: Optional[str] = None
+    ranks_dir: Optional[str] = None
+    launcher: str = "srun"
+    nproc_per_node: int = 1
+    _tails: dict[str, _Tail] = field(default_factory=dict, repr=False)
+
+    def _tail(self, path: str) -> _Tail:
+        if path not in self._tails:
+            self._tails[path] = _Tail(path)
+        return self._tails[path]
+
+    def read(self, final: bool = False) -> list[Line]:
+        """New lines: the scheduler output's first, then each rank's in rank order."""
+        out: list[Line] = []
+        if self.output:
+            for text in self._tail(self.output).read(final):
+                out.append(parse_line(text, self.launcher, self.nproc_per_node))
+        if self.ranks_dir:
+            for rank, (path, node) in rank_files(self.ranks_dir).items():
+                out.extend(Line(rank, text, node) for text in self._tail(path).read(final))
+        return out
+
+    def failure_order(self) -> dict[int, float]:
+        """When each rank's file was last written: a rank that died wrote its traceback last."""
+        times: dict[int, float] = {}
+        for rank, (path, _node) in rank_files(self.ranks_dir).items() if self.ranks_dir else ():
+            try:
+                times[rank] = os.stat(path).st_mtime
+            except OSError:
+                pass
+        return times
+
+    def nodes(self) -> dict[int, str]:
+        return {r: n for r, (_p, n) in rank_files(self.ranks_dir).items()} if self.ranks_dir else {}
+
+
+def select(
+    lines: Iterable[Line],
+    ranks: Optional[Sequence[int]] = None,
+    nodes: Optional[Sequence[str]] = None,
+    node_of: Optional[dict[int, str]] = None,
+    grep: Optional[re.Pattern[str]] = None,
+) -> list[Line]:
+    """The lines of these ranks / on these nodes / matching ``grep`` (each filter optional)."""
+    want = set(ranks) if ranks is not None else None
+    on = set(nodes) if nodes is not None else None
+    node_of = node_of or {}
+    out = []
+    for ln in lines:
+        if want is not None and ln.rank not in want:
+            continue
+        if on is not None and (ln.rank is None or (ln.node or node_of.get(ln.rank, "")) not in on):
+            continue
+        if grep is not None and not grep.search(ln.text):
+            continue
+        out.append(ln)
+    return out
+
+
+_TB_START = "Traceback (most recent call last):"
+_TB_CHAIN = (
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+)
+
+
+@dataclass(frozen=True)
+class Tracebacks:
+    """Each failing rank's first traceback, the rank that failed first first."""
+
+    by_rank: tuple[tuple[int, tuple[str, ...]], ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.by_rank)
+
+    def render(self) -> str:
+        parts = []
+        for i, (rank, block) in enumerate(self.by_rank):
+            head = f"=== rank {rank}" + (" (failed first)" if i == 0 and len(self.by_rank) > 1 else "") + " ==="
+            parts.append("\n".join([head, *block]))
+        return "\n\n".join(parts) + ("\n" if parts else "")
+
+
+def _first_traceback(texts: Sequence[str]) -> tuple[int, tuple[str, ...]] | None:
+    """(index of its first line, its lines) of the first traceback in one rank's lines."""
+    for start, text in enumerate(texts):
+        if text.strip() != _TB_START:
+            continue
+        indent = len(text) - len(text.lstrip())
+        block = [text]
+        i = start + 1
+        while i < len(texts):
+            t = texts[i]
+            body = t[indent:] if t[:indent].strip() == "" else t
+            block.append(t)
+            i += 1
+            if body.startswith((" ", "\t")) or body.strip() == _TB_START:
+                continue
+            # the exception line; a chained traceback may follow after a blank line
+            j = i
+            while j < len(texts) and not texts[j].strip():
+                j += 1
+            if j < len(texts) and texts[j].strip() in _TB_CHAIN:
+                j += 1
+                while j < len(texts) and not texts[j].strip():
+                    j += 1
+                if j < len(texts) and texts[j].strip() == _TB_START:
+                    block.extend(texts[i : j + 1])
+                    i = j + 1
+                    continue
+            break
+        return start, tuple(block)
+    return None
+
+
+def first_tracebacks(lines: Sequence[Line], failed_at: Optional[dict[int, float]] = None) -> Tracebacks:
+    """The first traceback of every rank that printed one.
+
+    Order: by ``failed_at`` (per rank, e.g. when its log file was last written)
+    when given, else by where the traceback starts in ``lines`` (a combined log
+    is in time order).
+    """
+    per_rank: dict[int, list[str]] = {}
+    position: dict[int, list[int]] = {}
+    for pos, ln in enumerate(lines):
+        if ln.rank is not None:
+            per_rank.setdefault(ln.rank, []).append(ln.text)
+            position.setdefault(ln.rank, []).append(pos)
+    found: list[tuple[tuple[int, float], int, tuple[str, ...]]] = []
+    for rank, texts in per_rank.items():
+        tb = _first_traceback(texts)
+        if tb is None:
+            continue
+        start, block = tb
+        key = (0, failed_at[rank]) if failed_at and rank in failed_at else (1, float(position[rank][start]))
+        found.append((key, rank, block))
+    found.sort()
+    return Tracebacks(tuple((rank, block) for _k, rank, block in found))
+
+
+def job_log(scheduler: str, job_id: str, output: Optional[str] = None) -> Optional[JobLog]:
+    """The log files of a job torchhpc submitted, from its record (None: no file is known).
+
+    ``output`` is the scheduler's output file when the caller knows it better
+    (e.g. from ``scontrol``); the record's ``job_dir`` holds ``ranks/``.
+    """
+    from torchhpc.schedulers.script import load_record
+
+    rec = load_record(scheduler, job_id)
+    job_dir = str(rec.get("job_dir") or "")
+    out = str(rec.get("output_path") or "") or output
+    if not out and not job_dir:
+        return None
+    try:
+        nproc = int(str(rec.get("nproc_per_node", 1)))
+    except ValueError:
+        nproc = 1
+    return JobLog(
+        output=out or None,
+        ranks_dir=os.path.join(job_dir, RANKS_DIR) if job_dir else None,
+        launcher=str(rec.get("launcher") or "srun"),
+        nproc_per_node=nproc,
+    )
