@@ -65,12 +65,10 @@ def _device_text(device: Any) -> str:
 
 
 def _rank_infos(ctx: Any) -> list[RankInfo]:
-    import torch.distributed as dist
+    from torchhpc.dist.sync import all_gather_objects  # not dist.all_gather_object: it needs numpy
 
     mine = RankInfo(ctx.rank, socket.gethostname(), os.getpid(), _device_text(ctx.device))
-    gathered: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(gathered, mine)
-    return [g for g in gathered if g is not None]
+    return [g for g in all_gather_objects(mine) if g is not None]
 
 
 class _Case:

@@ -62,15 +62,13 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 
 def _gather_rng() -> list[dict[str, Any]]:
-    import torch.distributed as dist
+    from torchhpc.dist.sync import all_gather_objects
 
     mine = _rng_state()
     _, world = _rank_world()
     if world == 1:
         return [mine]
-    out: list[Any] = [None] * world
-    dist.all_gather_object(out, mine)
-    return out
+    return all_gather_objects(mine)  # not dist.all_gather_object: it needs numpy
 
 
 def list_checkpoints(directory: str | os.PathLike[str]) -> list[Path]:

@@ -10,6 +10,7 @@ script stay unchanged between ``python train.py`` and ``torchhpc run -n 8``.
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import socket
 from collections.abc import Iterator, Mapping
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "all_gather_objects",
     "all_reduce_max",
     "all_reduce_mean",
     "all_reduce_sum",
@@ -64,6 +66,34 @@ def barrier() -> None:
         dist.barrier()
 
 
+def all_gather_objects(obj: Any) -> list[Any]:
+    """Every rank's picklable ``obj``, in rank order (``[obj]`` without a process group).
+
+    ``dist.all_gather_object`` without its numpy dependency: torch unpickles the
+    received bytes through ``tensor.numpy()``, so a venv with torch but no numpy
+    dies there ("Numpy is not available"). Two tensor all-gathers (sizes, then
+    padded bytes) on the group's device do the same. For small objects only
+    (host names, statuses, RNG states): the bytes come back through ``tolist()``.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if not is_distributed():
+        return [obj]
+    backend = str(dist.get_backend())
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8).to(device)
+    size = torch.tensor([payload.numel()], dtype=torch.int64, device=device)
+    sizes = [torch.zeros_like(size) for _ in range(world_size())]
+    dist.all_gather(sizes, size)
+    longest = max(int(s) for s in sizes)
+    padded = torch.zeros(longest, dtype=torch.uint8, device=device)
+    padded[: payload.numel()] = payload
+    received = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(received, padded)
+    return [pickle.loads(bytes(r[: int(n)].cpu().tolist())) for r, n in zip(received, sizes)]
+
+
 def _local_first_rank() -> bool:
     """Is this rank the lowest global rank on its host?
 
@@ -71,10 +101,7 @@ def _local_first_rank() -> bool:
     because srun-direct and mpirun set different variables and a wrong guess here
     means two writers of the same cache file or none at all.
     """
-    import torch.distributed as dist
-
-    names: list[Any] = [None] * world_size()
-    dist.all_gather_object(names, socket.gethostname())
+    names = all_gather_objects(socket.gethostname())
     return names.index(socket.gethostname()) == rank()
 
 
@@ -92,23 +119,20 @@ def main_first(local: bool = False, first: bool | None = None) -> Iterator[bool]
     instead of hanging until the collective timeout. Yields whether this rank went
     first.
     """
-    import torch.distributed as dist
-
     if not is_distributed():
         yield True
         return
     if first is None:
         first = _local_first_rank() if local else rank() == 0
-    status: list[Any] = [None] * world_size()
     if first:
         try:
             yield True
         except BaseException as exc:
-            dist.all_gather_object(status, f"{type(exc).__name__}: {exc}")
+            all_gather_objects(f"{type(exc).__name__}: {exc}")
             raise
-        dist.all_gather_object(status, "ok")
+        all_gather_objects("ok")
         return
-    dist.all_gather_object(status, "waiting")
+    status = all_gather_objects("waiting")
     failed = [(r, s) for r, s in enumerate(status) if s not in ("ok", "waiting")]
     if failed:
         r, why = failed[0]
