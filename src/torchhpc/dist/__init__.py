@@ -26,6 +26,7 @@ _LAZY = {
     "main_first": "sync",
     "barrier": "sync",
     "is_distributed": "sync",
+    "all_gather_objects": "sync",
     "all_reduce_sum": "sync",
     "all_reduce_mean": "sync",
     "all_reduce_max": "sync",
