@@ -31,6 +31,8 @@ COMMANDS: tuple[str, ...] = (
     "profiles",
     "container",
     "options",
+    "config",
+    "completion",
 )
 
 
