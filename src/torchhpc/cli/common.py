@@ -47,8 +47,18 @@ class Progress:
             self.stream.flush()
 
 
+def plain(text: str) -> str:
+    """Docstring markup to what a terminal shows: ``:func:`x``` and double backticks become `x`."""
+    import re
+
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", text)
+    return re.sub(r"``(.+?)``", r"`\1`", text, flags=re.S)
+
+
 def add_subparser(sub: Any, name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+    """A subcommand whose description may be a module docstring: shown as plain text, never RST."""
     p: argparse.ArgumentParser = sub.add_parser(
-        name, help=help, description=description or help, formatter_class=argparse.RawDescriptionHelpFormatter
+        name, help=plain(help), description=plain(description or help),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     return p

@@ -1,18 +1,16 @@
 """The job flags shared by ``run``, ``shell`` and ``bench sweep``, and their mapping to a JobSpec.
 
-Precedence for every value: command line > ``TORCHHPC_*`` variable > ``--profile`` > built-in default.
+Precedence for every value: command line > ``TORCHHPC_*`` variable > profile > config file
+> built-in default (see :mod:`torchhpc.config`).
 """
 
 from __future__ import annotations
 
 import argparse
-import re
+import sys
 from collections.abc import Sequence
-from typing import Any
 
-from torchhpc.core.shell import Raw
-from torchhpc.core.spec import LAUNCHERS, RUNTIMES, ContainerSpec, Entrypoint, JobSpec, env_pairs
-from torchhpc.errors import UsageError
+from torchhpc.core.spec import LAUNCHERS, RUNTIMES, JobSpec
 
 # Flags that may also follow the program (``torchhpc run ... train.py --wait``).
 # Everything else after the program belongs to the program; ``--`` ends our flags.
@@ -56,7 +54,10 @@ def add_job_arguments(p: argparse.ArgumentParser, *, program: bool = True) -> No
     g.add_argument("--profile", default=None, help="site profile (torchhpc profiles list) [TORCHHPC_PROFILE]")
     g.add_argument("--launcher", default=None, choices=LAUNCHERS, help="torchrun (one task per node, default), srun (one task per process), mpirun")
     g.add_argument("-N", "--nodes", type=int, default=None, help="number of nodes (default 1)")
-    g.add_argument("-n", "--nproc-per-node", type=int, default=None, help="processes (ranks) per node (default: GPUs per node, else 1)")
+    g.add_argument("--nproc-per-node", type=int, default=None, help="processes (ranks) per node (default: GPUs per node, else 1)")
+    g.add_argument("-n", type=int, default=None, dest="nproc_short", metavar="N",
+                   help="processes per node on one node; with --nodes > 1 say --nproc-per-node or --ntasks")
+    g.add_argument("--ntasks", type=int, default=None, help="processes in total, divided evenly over the nodes")
     g.add_argument("--gpus-per-node", "--gpus", type=int, default=None, dest="gpus_per_node", help="GPUs per node")
     g.add_argument("--gpu-kind", choices=("nvidia", "amd"), default=None, help="GPU vendor (container flags --nv/--rocm)")
     g.add_argument("--ntasks-per-node", type=int, default=None, help="only checked: must match the launcher's geometry")
@@ -85,7 +86,9 @@ def add_job_arguments(p: argparse.ArgumentParser, *, program: bool = True) -> No
     n.add_argument("--max-requeues", type=int, default=3, help="cap on time-limit requeues (preemptions are not capped)")
     c = p.add_argument_group("container")
     c.add_argument("--container", default=None, metavar="IMAGE", help="run every rank inside this image (SIF, docker://..., image name, or directory)")
-    c.add_argument("--runtime", default=None, choices=RUNTIMES, help="container runtime (default apptainer)")
+    c.add_argument("--runtime", default=None, choices=RUNTIMES, help="container runtime (default apptainer, or the profile's)")
+    c.add_argument("--no-container", action="store_true",
+                   help="run on the host even when the profile names a container runtime")
     c.add_argument("--bind", action="append", default=[], metavar="SRC[:DST[:ro]]", help="bind mount (repeatable)")
     c.add_argument("--container-env", action="append", default=[], metavar="NAME", help="extra variable to pass into the container")
     c.add_argument("--cleanenv", action="store_true", help="apptainer/singularity --cleanenv")
@@ -144,116 +147,19 @@ def split_program(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple
     return head, program
 
 
-def _pick(cli: Any, env_name: str, profile: Any, attr: str, default: Any = None, cast: Any = None) -> Any:
-    import os
-
-    if cli is not None:
-        return cli
-    if env_name in os.environ:
-        v = os.environ[env_name]
-        return cast(v) if cast else v
-    if profile is not None and getattr(profile, attr, None) not in (None, (), ""):
-        return getattr(profile, attr)
-    return default
-
-
 def spec_from_args(args: argparse.Namespace, program: Sequence[str]) -> JobSpec:
-    """Typed config from parsed flags (+ TORCHHPC_* variables + profile)."""
-    import os
+    """Typed config from parsed flags (+ TORCHHPC_* variables, profile, config file): see :mod:`torchhpc.resolve`.
 
-    profile = None
-    profile_name = args.profile or os.environ.get("TORCHHPC_PROFILE")
-    if profile_name:
-        from torchhpc.profiles import get_profile
+    In a dry run, refusals that only matter at submission are printed as warnings.
+    """
+    from torchhpc.errors import UsageError
+    from torchhpc.resolve import build_spec
 
-        profile = get_profile(profile_name)
-    scheduler = _pick(args.scheduler, "TORCHHPC_SCHEDULER", profile, "scheduler", "local")
-    gpus = _pick(args.gpus_per_node, "TORCHHPC_GPUS_PER_NODE", profile, "gpus_per_node", 0, int)
-    nproc = _pick(args.nproc_per_node, "TORCHHPC_NPROC_PER_NODE", None, "", gpus or 1, int)
-    module = getattr(args, "module", None)
-    python = getattr(args, "python", None)
-    entry = Entrypoint.parse(program, module=module, python=python)
-    name = args.name or _default_name(entry)
-    options: dict[str, str] = {}
-    for key, attr in (("partition", "partition"), ("account", "account"), ("qos", "qos"), ("queue", "queue"), ("image", "image")):
-        v = _pick(getattr(args, attr), f"TORCHHPC_{attr.upper()}", profile, attr)
-        if v:
-            options[key] = str(v)
-    if profile is not None:
-        for k, v in getattr(profile, "options", ()) or ():
-            options.setdefault(str(k), str(v))
-    if profile is not None and getattr(profile, "cpu_bind", None):
-        options.setdefault("cpu_bind", str(profile.cpu_bind))
-    for item in args.opt:
-        if "=" not in item:
-            raise UsageError(f"--opt {item!r} is not KEY=VALUE", "e.g. --opt constraint=a100")
-        k, v = item.split("=", 1)
-        options[k] = v
-    if profile is not None:
-        for req in getattr(profile, "require", ()) or ():
-            if req not in options:
-                raise UsageError(
-                    f"profile {profile_name!r} requires --{req} (the site rejects jobs without it)",
-                    f"add --{req} NAME",
-                )
-    env = dict(getattr(profile, "env", ()) or ()) if profile is not None else {}
-    network = _pick(args.network, "TORCHHPC_NETWORK", profile, "network")
-    if network and network != "auto":
-        from torchhpc.network.presets import preset_env
+    def warn(e: UsageError) -> None:
+        print(f"Warning: {e.message} (submitting would stop here)", file=sys.stderr)
+        if e.hint:
+            print(f"HINT: {e.hint}", file=sys.stderr)
 
-        for k, v in preset_env(network).items():
-            env.setdefault(k, v)
-    env.update(env_pairs(args.env))
-    container = None
-    image = args.container or os.environ.get("TORCHHPC_CONTAINER")
-    if not image and profile is not None and options.get("image") is None:
-        image = getattr(profile, "container_image", None)
-    if image and re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", image):
-        # A site variable such as LUMI's $SIF (set by its container module): expand it in the job.
-        image = Raw(f'"{image}"')
-    if image:
-        runtime = _pick(args.runtime, "TORCHHPC_RUNTIME", profile, "container_runtime", "apptainer")
-        container = ContainerSpec(
-            image=image,
-            runtime=runtime,
-            binds=tuple(args.bind),
-            env=tuple(args.container_env),
-            cleanenv=bool(args.cleanenv),
-        )
-    setup: tuple[str, ...] = ()
-    if profile is not None:
-        setup = tuple(getattr(profile, "setup", ()) or ())
-        if container is not None:
-            setup += tuple(getattr(profile, "container_setup", ()) or ())
-    return JobSpec(
-        entrypoint=entry,
-        nodes=_pick(args.nodes, "TORCHHPC_NODES", None, "", 1, int),
-        nproc_per_node=nproc,
-        gpus_per_node=gpus,
-        gpu_kind=_pick(args.gpu_kind, "TORCHHPC_GPU_KIND", profile, "gpu_kind", "nvidia"),
-        cpus_per_task=args.cpus_per_proc,
-        cpus_per_gpu=_pick(args.cpus_per_gpu, "TORCHHPC_CPUS_PER_GPU", profile, "cpus_per_gpu", None, int),
-        mem=_pick(args.mem, "TORCHHPC_MEM", profile, "mem"),
-        time=_pick(args.time, "TORCHHPC_TIME", profile, "time"),
-        name=name,
-        output_dir=_pick(args.output_dir, "TORCHHPC_OUTPUT_DIR", None, "", "."),
-        env=tuple(env.items()),
-        # PBS sites run the seed's `mpirun + python` pattern; everywhere else torchrun is the default.
-        launcher=_pick(args.launcher, "TORCHHPC_LAUNCHER", profile, "launcher", "mpirun" if scheduler == "pbs" else "torchrun"),
-        container=container,
-        scheduler=scheduler,
-        options=tuple(options.items()),
-        ntasks_per_node=args.ntasks_per_node,
-        network=network,
-        setup=setup,
-        signal_before=args.signal_before,
-        requeue=bool(args.requeue),
-        max_timeout_requeues=args.max_requeues,
-    )
-
-
-def _default_name(entry: Entrypoint) -> str:
-    import os
-
-    base = os.path.basename(entry.target)
-    return (base[:-3] if base.endswith(".py") else base.replace(".", "-")) or "torchhpc"
+    values = dict(vars(args))
+    values["cpus_per_task"] = values.pop("cpus_per_proc", None)
+    return build_spec(values, program, preview=warn if getattr(args, "dry_run", False) else None)

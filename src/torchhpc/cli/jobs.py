@@ -1,23 +1,73 @@
-"""``torchhpc status|cancel|wait|list``: follow jobs by handle (``slurm:123`` or a bare id)."""
+"""``torchhpc status|cancel|wait|list``: follow jobs by handle (``slurm:123``, ``local:ID`` or a bare id)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Callable
 from typing import Any
 
-from torchhpc.cli.common import add_subparser, env_default
+from torchhpc.cli.common import add_subparser, eprint
+from torchhpc.errors import TorchHPCError, UsageError
 from torchhpc.schedulers import get_scheduler, parse_handle
+from torchhpc.schedulers.api import JobStatus, Scheduler
+
+EXIT_CODES = """exit codes:
+  0    done (for wait: the job completed)
+  1    the job failed, or a command (sbatch, kubectl...) failed
+  2    bad input: a flag, a handle, a profile or config value
+  N    wait: the job's own exit code when it has one
+  130  interrupted (Ctrl-C)
+"""
+
+# What to use where torchhpc cannot list a scheduler's jobs itself.
+_LIST_ELSEWHERE = {
+    "kubernetes": "`kubectl get pytorchjobs` (add -n NAMESPACE) lists them",
+    "runai": "`runai list jobs` lists them",
+}
+
+
+def default_scheduler() -> str:
+    """The scheduler for a bare id: $TORCHHPC_SCHEDULER, the profile's, the config file's, else local."""
+    from torchhpc.resolve import resolve_values
+
+    return str(resolve_values({})[1]["scheduler"].value)
 
 
 def _handle_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("job", help="job handle, e.g. slurm:123 (a bare id uses --scheduler)")
-    p.add_argument("-s", "--scheduler", default=env_default("--scheduler", "slurm"), help="scheduler for a bare id [TORCHHPC_SCHEDULER]")
+    p.add_argument("job", help="job handle, e.g. slurm:123 or local:3f2a9c1b0d (a bare id uses --scheduler)")
+    p.add_argument("-s", "--scheduler", default=None,
+                   help="scheduler for a bare id (default: $TORCHHPC_SCHEDULER, the config file's, else local)")
+
+
+def handle_of(args: argparse.Namespace) -> tuple[str, str]:
+    """(scheduler, job id) from ``args.job`` and ``args.scheduler`` (None: the default scheduler)."""
+    if args.scheduler is None and ":" not in args.job:
+        args.scheduler = default_scheduler()
+    return parse_handle(args.job, args.scheduler or "local")
+
+
+def json_errors(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """With --json, an error is a JSON object on stdout (same exit code), not text on stderr."""
+
+    def wrapper(args: argparse.Namespace) -> int:
+        if not getattr(args, "json", False):
+            return func(args)
+        try:
+            return func(args)
+        except TorchHPCError as e:
+            print(json.dumps({"error": e.message, "hint": e.hint, "exit_code": e.exit_code}))
+            return e.exit_code
+
+    wrapper.__doc__ = func.__doc__
+    return wrapper
 
 
 def register(sub: Any) -> None:
     p = add_subparser(sub, "status", "show a job's state, exit code, reason and restarts")
+    p.epilog = EXIT_CODES
     _handle_arg(p)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help="machine-readable output (errors too)")
     p.set_defaults(func=cmd_status)
 
     p = add_subparser(sub, "cancel", "cancel a job")
@@ -25,30 +75,36 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_cancel)
 
     p = add_subparser(sub, "wait", "wait for a job to end, showing progress; exit non-zero if it failed")
+    p.epilog = EXIT_CODES
     _handle_arg(p)
     p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
     p.add_argument("--logs", action="store_true", help="print the job's log at the end")
     p.set_defaults(func=cmd_wait)
 
-    p = add_subparser(sub, "list", "list your queued and running jobs")
-    p.add_argument("-s", "--scheduler", default=env_default("--scheduler", "slurm"))
+    p = add_subparser(sub, "list", "list your jobs (local: those started in the background; others: queued and running)")
+    p.add_argument("-s", "--scheduler", default=None,
+                   help="whose jobs (default: $TORCHHPC_SCHEDULER, the config file's, else local)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (errors too)")
     p.set_defaults(func=cmd_list)
 
 
+def status_dict(name: str, st: JobStatus) -> dict[str, Any]:
+    return {"handle": f"{name}:{st.job_id}", **{k: v for k, v in vars(st).items() if k != "raw"}}
+
+
+@json_errors
 def cmd_status(args: argparse.Namespace) -> int:
-    name, job = parse_handle(args.job, args.scheduler)
+    name, job = handle_of(args)
     st = get_scheduler(name).status(job)
     if args.json:
-        import json
-
-        print(json.dumps({k: v for k, v in vars(st).items() if k != "raw"}))
+        print(json.dumps(status_dict(name, st)))
     else:
         print(f"{name}:{st.line()}")
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    name, job = parse_handle(args.job, args.scheduler)
+    name, job = handle_of(args)
     get_scheduler(name).cancel(job)
     print(f"Cancelled {name}:{job}")
     return 0
@@ -57,11 +113,26 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_wait(args: argparse.Namespace) -> int:
     from torchhpc.cli.run import follow
 
-    name, job = parse_handle(args.job, args.scheduler)
+    name, job = handle_of(args)
     return follow(get_scheduler(name), job, timeout=args.timeout, print_logs=args.logs)
 
 
+@json_errors
 def cmd_list(args: argparse.Namespace) -> int:
-    for st in get_scheduler(args.scheduler).list_jobs():
-        print(f"{args.scheduler}:{st.line()} name={st.name}")
+    name = args.scheduler or default_scheduler()
+    sched = get_scheduler(name)
+    if type(sched).list_jobs is Scheduler.list_jobs:
+        raise UsageError(
+            f"torchhpc cannot list {name} jobs",
+            _LIST_ELSEWHERE.get(name, "ask the scheduler itself") + f"; `torchhpc status {name}:ID` follows one",
+        )
+    jobs = sched.list_jobs()
+    if args.json:
+        print(json.dumps([status_dict(name, st) for st in jobs]))
+        return 0
+    for st in jobs:
+        print(f"{name}:{st.line()} name={st.name}")
+    if not jobs:
+        where = "started with --background or Job.submit()" if name == "local" else "queued or running"
+        eprint(f"no {name} jobs {where}")
     return 0

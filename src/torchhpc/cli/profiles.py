@@ -35,16 +35,18 @@ def register(sub: Any) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from torchhpc.profiles import BUILTIN, get_profile, list_profiles
+    from torchhpc.profiles import get_profile, list_profiles, load_user_profiles
 
     names = list_profiles()
     profiles = [get_profile(n) for n in names]
+    user = load_user_profiles()
     if getattr(args, "json", False):
         print(json.dumps({p.name: p.description for p in profiles}, indent=2))
         return 0
     width = max(len(n) for n in names)
     for p in profiles:
-        origin = "" if p.name in BUILTIN and p == BUILTIN[p.name] else "  (user)"
+        # Marked when the user's profiles.toml defines or changes it (get_profile finalizes both alike).
+        origin = "  (user)" if p.name in user else ""
         print(f"{p.name.ljust(width)}  {p.description}{origin}")
     return 0
 

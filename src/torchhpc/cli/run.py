@@ -17,6 +17,13 @@ from torchhpc.cli.jobargs import add_job_arguments, spec_from_args, split_progra
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler
 
+DESCRIPTION = """Run or submit a distributed job.
+
+The local scheduler (the default) runs the ranks here in the foreground, like torchrun;
+slurm, pbs, kubernetes and runai submit the job and print its handle (--wait follows it
+to its end and prints its log). --dry-run prints exactly what would run or be submitted.
+"""
+
 EXAMPLES = """examples:
   torchhpc run -n 4 examples/pi.py                      4 local ranks (the default scheduler)
   torchhpc run -n 3 -- python -c 'print(1)'            any command, after --
@@ -30,7 +37,7 @@ Everything else after the program (or after --) is passed to it unchanged.
 
 
 def register(sub: Any) -> None:
-    p = add_subparser(sub, "run", "run or submit a distributed job", __doc__)
+    p = add_subparser(sub, "run", "run or submit a distributed job", DESCRIPTION)
     p.epilog = EXAMPLES
     add_job_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="print what would run or be submitted; touch nothing")

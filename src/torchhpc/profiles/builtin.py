@@ -47,6 +47,9 @@ BUILTIN: dict[str, Profile] = {
             modules=("LUMI/24.03", "PyTorch/2.3.1-rocm-6.0.3-python-3.12-singularity-20240923"),
             container_runtime="singularity",
             container_image="$SIF",  # set by the PyTorch container module
+            # The seed runs `singularity exec $SIFPYTORCH` with no --rocm: the image brings its
+            # own ROCm, and --rocm would bind the host's over it.
+            container_options=(("gpu", "none"),),
             network="lumi-slingshot",
             cpu_bind="mask_cpu:" + LUMI_CPU_MASKS,
             setup=(
@@ -55,7 +58,9 @@ BUILTIN: dict[str, Profile] = {
                 'export MIOPEN_CUSTOM_CACHE_DIR="$MIOPEN_USER_DB_PATH"',
                 'srun --ntasks="${SLURM_NNODES:-1}" --ntasks-per-node=1 mkdir -p "$MIOPEN_USER_DB_PATH"',
             ),
-            # The account comes from $SBATCH_ACCOUNT as in the seed, or --account.
+            # Seed 002 charges a project (`export SBATCH_ACCOUNT=project_...`) and sets a limit
+            # (`--time=5:00`): both required, as on mn5; $SBATCH_ACCOUNT satisfies the account.
+            require=("account", "time"),
             gpu_kind="amd",
         ),
         Profile(

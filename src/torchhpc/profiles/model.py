@@ -31,6 +31,8 @@ FIELD_DOCS: dict[str, str] = {
     "container_runtime": "apptainer, singularity, pyxis, enroot, docker, podman or charliecloud",
     "container_image": "default image; may name a variable the modules set, e.g. $SIF",
     "container_setup": "shell lines run before the container starts",
+    "container_options": "runtime options (as in `torchhpc options`), e.g. gpu = \"none\" for a container that brings its own ROCm",
+    "container_optional": "true: without an image, ranks run on the host (otherwise a profile naming a runtime refuses)",
     "network": "network preset for --network (see `torchhpc net presets`)",
     "cpu_bind": "srun --cpu-bind value, e.g. mask_cpu:0xfe,...",
     "env": "extra environment variables (NAME = value)",
@@ -42,7 +44,8 @@ FIELD_DOCS: dict[str, str] = {
 
 _INT = ("gpus_per_node", "cpus_per_gpu")
 _TUPLE = ("modules", "container_setup", "setup", "require")
-_PAIRS = ("env", "options")
+_PAIRS = ("env", "options", "container_options")
+_BOOL = ("container_optional",)
 _CHOICES = {
     "scheduler": ("local", "slurm", "pbs", "kubernetes", "runai"),
     "launcher": ("torchrun", "srun", "mpirun"),
@@ -76,6 +79,8 @@ class Profile:
     container_runtime: Optional[str] = None
     container_image: Optional[str] = None
     container_setup: tuple[str, ...] = ()
+    container_options: tuple[tuple[str, str], ...] = ()
+    container_optional: bool = False
     network: Optional[str] = None
     cpu_bind: Optional[str] = None
     env: tuple[tuple[str, str], ...] = ()
@@ -110,7 +115,7 @@ class Profile:
                 merged = dict(theirs)
                 merged.update(dict(mine))
                 changes[f.name] = tuple(merged.items())
-            elif mine not in (None, (), ""):
+            elif mine not in (None, (), "") and mine is not False:
                 changes[f.name] = mine
         return replace(base, **changes)
 
@@ -139,7 +144,7 @@ class Profile:
         out: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
-            if v in (None, (), ""):
+            if v in (None, (), "") or v is False:
                 continue
             out[f.name] = dict(v) if f.name in _PAIRS else list(v) if isinstance(v, tuple) else v
         return out
@@ -149,6 +154,10 @@ def _coerce(key: str, value: Any, where: str) -> Any:
     def bad(expected: str) -> ConfigError:
         return ConfigError(f"{key} = {value!r} in {where} is not {expected}", f"{key}: {FIELD_DOCS.get(key, '')}")
 
+    if key in _BOOL:
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
     if key in _INT:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise bad("a non-negative integer")

@@ -1,0 +1,65 @@
+"""``torchhpc config show``: every job default, its value and where it comes from."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from torchhpc.cli.common import add_subparser
+
+DESCRIPTION = """Show the defaults a job would get, each with its source.
+
+Precedence, first found wins: the command line, then the TORCHHPC_* variable
+(TORCHHPC_ACCOUNT for --account), then the profile (--profile, $TORCHHPC_PROFILE or
+the file's profile), then the config file, then the built-in default.
+
+The config file is $TORCHHPC_CONFIG, else $XDG_CONFIG_HOME/torchhpc/config.toml
+(default ~/.config/torchhpc/config.toml), with top-level keys:
+
+  scheduler = "slurm"
+  profile = "mn5"
+  account = "bsc98"
+  qos = "acc_bsccs"
+  time = "00:30:00"
+
+Valid keys: scheduler, profile, account, partition, qos, queue, time.
+"""
+
+
+def register(sub: Any) -> None:
+    p = add_subparser(sub, "config", "show the per-user defaults (~/.config/torchhpc/config.toml) and their sources",
+                      DESCRIPTION)
+    csub = p.add_subparsers(dest="config_command", metavar="ACTION")
+    show = add_subparser(csub, "show", "each default, its value and its source", DESCRIPTION)
+    show.add_argument("--profile", default=None, help="as if run with --profile NAME")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+    show.set_defaults(func=cmd_show)
+    path = add_subparser(csub, "path", "print where the config file is read from")
+    path.set_defaults(func=cmd_path)
+    p.set_defaults(func=cmd_show, profile=None, json=False)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from torchhpc.config import config_path
+    from torchhpc.resolve import resolve_values
+
+    _, values = resolve_values({"profile": args.profile})
+    if args.json:
+        print(json.dumps({k: {"value": v.value, "source": v.source} for k, v in values.items()}, indent=1))
+        return 0
+    path = config_path()
+    print(f"# config file: {path}{'' if path.exists() else ' (none)'}")
+    shown = {k: ("(unset)" if v.value is None else str(v.value), v.source) for k, v in values.items()}
+    width = max(len(k) for k in shown)
+    vwidth = max(len(v) for v, _ in shown.values())
+    for key, (value, source) in shown.items():
+        print(f"{key.ljust(width)}  {value.ljust(vwidth)}  {source}")
+    return 0
+
+
+def cmd_path(args: argparse.Namespace) -> int:
+    from torchhpc.config import config_path
+
+    print(config_path())
+    return 0

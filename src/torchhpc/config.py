@@ -1,0 +1,135 @@
+"""Per-user defaults: ``~/.config/torchhpc/config.toml``, and where every job value comes from.
+
+The file holds a few top-level keys, each a default for the flag of the same name::
+
+    scheduler = "slurm"
+    profile = "mn5"
+    account = "bsc98"
+    qos = "acc_bsccs"
+    time = "00:30:00"
+
+Where it lives: ``$TORCHHPC_CONFIG`` (a path), else
+``$XDG_CONFIG_HOME/torchhpc/config.toml`` (default ``~/.config/torchhpc/config.toml``).
+A missing file is no error; an unknown key or an ill-typed value is.
+
+Precedence for every job value, first found wins:
+
+1. the command line (or the keyword argument of :class:`torchhpc.job.Job`);
+2. the ``TORCHHPC_*`` variable (``TORCHHPC_ACCOUNT``);
+3. the profile (``--profile``, else ``TORCHHPC_PROFILE``, else the file's ``profile``):
+   a site's facts beat your generic defaults (your ``partition = "gpu"`` from home
+   must not follow you to LUMI; put per-site values in profiles.toml instead);
+4. this file;
+5. the built-in default.
+
+``torchhpc config show`` prints each value with its source.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torchhpc.errors import ConfigError
+
+__all__ = ["CONFIG_KEYS", "Value", "config_path", "load_config", "pick"]
+
+CONFIG_KEYS: dict[str, str] = {
+    "scheduler": "default scheduler: local, slurm, pbs, kubernetes or runai",
+    "profile": "site profile used when no --profile is given",
+    "account": "account/project to charge (--account)",
+    "partition": "Slurm partition (--partition)",
+    "qos": "Slurm quality of service (--qos)",
+    "queue": "PBS queue (--queue)",
+    "time": "default time limit, e.g. 01:00:00 (--time)",
+}
+
+
+def config_path(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    if env.get("TORCHHPC_CONFIG"):
+        return Path(env["TORCHHPC_CONFIG"]).expanduser()
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
+    return Path(base) / "torchhpc" / "config.toml"
+
+
+def load_config(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The file's values (``{}`` when there is none), validated."""
+    env = os.environ if environ is None else environ
+    path = config_path(env)
+    if not path.exists():
+        if env.get("TORCHHPC_CONFIG"):
+            raise ConfigError(
+                f"TORCHHPC_CONFIG names {str(path)!r}, which does not exist",
+                "fix the path or unset TORCHHPC_CONFIG",
+            )
+        return {}
+    from torchhpc.profiles import _toml_loads
+
+    try:
+        data = _toml_loads(path.read_text(), str(path))
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+    out: dict[str, str] = {}
+    for key, value in data.items():
+        if key not in CONFIG_KEYS:
+            raise ConfigError(f"unknown key {key!r} in {path}", "valid keys: " + ", ".join(CONFIG_KEYS))
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise ConfigError(f"{key} = {value!r} in {path} is not a string", f"{key}: {CONFIG_KEYS[key]}")
+        out[key] = str(value)
+    if "scheduler" in out:
+        from torchhpc.schedulers import REGISTRY
+
+        if out["scheduler"] not in REGISTRY:
+            raise ConfigError(
+                f"scheduler = {out['scheduler']!r} in {path} is not a scheduler",
+                f"choose one of: {', '.join(REGISTRY)}",
+            )
+    if "time" in out:
+        from torchhpc.core.units import parse_walltime
+
+        parse_walltime(out["time"], f"time in {path}")
+    return out
+
+
+@dataclass(frozen=True)
+class Value:
+    """A resolved value and where it came from (``torchhpc config show`` prints both)."""
+
+    value: Any
+    source: str
+
+
+def pick(
+    key: str,
+    given: Any,
+    *,
+    flag: str,
+    environ: Mapping[str, str],
+    profile: Any = None,
+    config: Mapping[str, str] | None = None,
+    default: Any = None,
+    cast: Any = None,
+) -> Value:
+    """One value by the documented precedence: given > TORCHHPC_<KEY> > profile > config file > default."""
+    if given is not None:
+        return Value(given, f"command line ({flag})")
+    var = "TORCHHPC_" + key.upper()
+    if var in environ and environ[var] != "":
+        raw = environ[var]
+        try:
+            return Value(cast(raw) if cast else raw, f"${var}")
+        except ValueError:
+            raise ConfigError(f"${var}={raw!r} is not valid for {flag}", "unset it or fix its value") from None
+    if profile is not None and getattr(profile, key, None) not in (None, (), ""):
+        return Value(getattr(profile, key), f"profile {profile.name}")
+    if config and key in config:
+        raw = config[key]
+        try:
+            return Value(cast(raw) if cast else raw, f"config file ({config_path(environ)})")
+        except ValueError:
+            raise ConfigError(f"{key} = {raw!r} in {config_path(environ)} is not valid") from None
+    return Value(default, "built-in default")

@@ -1,0 +1,256 @@
+"""From the values a user gave (flags or :class:`~torchhpc.job.Job` keywords) to a JobSpec.
+
+One function, :func:`build_spec`, used by ``torchhpc run``/``shell``/``bench
+sweep`` and by the Python API, so both apply the same precedence (see
+:mod:`torchhpc.config`), the same profile rules and the same refusals:
+
+* a profile's ``require`` is satisfied by the real flag (``--time``,
+  ``--account``...), and the HINT names that flag;
+* a profile that names a container runtime runs nothing on the host by
+  accident: without an image it refuses, unless the profile says
+  ``container_optional`` or the user gives ``--no-container``;
+* ``-n`` with more than one node is ambiguous (per node or in total?) and
+  refused; ``--nproc-per-node`` (per node) and ``--ntasks`` (total) are not.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from torchhpc.config import Value, load_config, pick
+from torchhpc.core.shell import Raw
+from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec, env_pairs
+from torchhpc.errors import UsageError
+
+__all__ = ["FLAGS", "build_spec", "default_name", "resolve_values"]
+
+# How each required key is given on the command line (for HINTs).
+FLAGS: dict[str, str] = {
+    "account": "--account ACCOUNT (-A)",
+    "qos": "--qos QOS",
+    "time": "--time HH:MM:SS",
+    "partition": "--partition NAME",
+    "queue": "--queue NAME",
+    "image": "--image IMAGE",
+    "mem": "--mem SIZE",
+}
+_OPTION_KEYS = ("partition", "account", "qos", "queue", "image")
+
+
+def default_name(entry: Entrypoint) -> str:
+    """The job's name when none is given: ``pi`` for examples/pi.py, the module or command otherwise."""
+    base = os.path.basename(entry.target)
+    return (base[:-3] if base.endswith(".py") else base.replace(".", "-")) or "torchhpc"
+
+
+def _get(values: Mapping[str, Any], key: str) -> Any:
+    v = values.get(key)
+    return None if v in ("", [], ()) else v
+
+
+def resolve_values(
+    values: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> tuple[Any, dict[str, Value]]:
+    """The profile (or None) and the scalar values that have a source, for ``config show``."""
+    env = os.environ if environ is None else environ
+    config = load_config(env)
+    prof_v = pick("profile", _get(values, "profile"), flag="--profile", environ=env, config=config)
+    profile = None
+    if prof_v.value:
+        from torchhpc.profiles import get_profile
+
+        profile = get_profile(str(prof_v.value), env)
+    out = {"profile": prof_v}
+
+    def p(key: str, flag: str, default: Any = None, cast: Any = None) -> Value:
+        v = pick(key, _get(values, key), flag=flag, environ=env, profile=profile, config=config,
+                 default=default, cast=cast)
+        out[key] = v
+        return v
+
+    scheduler = p("scheduler", "--scheduler", "local").value
+    p("launcher", "--launcher", "mpirun" if scheduler == "pbs" else "torchrun")
+    p("gpus_per_node", "--gpus-per-node", 0, int)
+    p("gpu_kind", "--gpu-kind", "nvidia")
+    p("cpus_per_gpu", "--cpus-per-gpu", None, int)
+    p("mem", "--mem")
+    p("time", "--time")
+    p("network", "--network")
+    for key in _OPTION_KEYS:
+        p(key, f"--{key}")
+    return profile, out
+
+
+def build_spec(
+    values: Mapping[str, Any],
+    program: Sequence[str],
+    environ: Mapping[str, str] | None = None,
+    *,
+    preview: Callable[[UsageError], None] | None = None,
+) -> JobSpec:
+    """A validated JobSpec from user values (argparse dests; absent or None = not given).
+
+    ``preview`` (the dry run) receives the refusals that only matter at
+    submission (a profile's container without an image) instead of raising
+    them, so the render can still be shown.
+    """
+    env = os.environ if environ is None else environ
+    profile, v = resolve_values(values, env)
+    scheduler = v["scheduler"].value
+    gpus = int(v["gpus_per_node"].value or 0)
+
+    # Geometry: nodes, and processes per node from exactly one unambiguous source.
+    nodes = pick("nodes", _get(values, "nodes"), flag="--nodes", environ=env, default=1, cast=int).value
+    short, long_, total = values.get("nproc_short"), values.get("nproc_per_node"), values.get("ntasks")
+    if short is not None and long_ is not None and short != long_:
+        raise UsageError(f"-n {short} and --nproc-per-node {long_} disagree", "give one of them")
+    if short is not None and nodes > 1:
+        raise UsageError(
+            f"-n {short} with --nodes {nodes} is ambiguous: {short} per node ({short * nodes} ranks) or {short} in total?",
+            f"say --nproc-per-node {short} for {short} per node, or --ntasks {short} for {short} in total "
+            f"(divided evenly over the {nodes} nodes)",
+        )
+    per_node = long_ if long_ is not None else short
+    if total is not None:
+        if total < 1 or total % nodes:
+            raise UsageError(
+                f"--ntasks {total} cannot be divided evenly over --nodes {nodes}",
+                f"give a multiple of {nodes}, or --nproc-per-node N for N per node",
+            )
+        if per_node is not None and per_node * nodes != total:
+            raise UsageError(f"--ntasks {total} and {per_node} per node on {nodes} node(s) disagree", "give one of them")
+        per_node = total // nodes
+    nproc = pick("nproc_per_node", per_node, flag="--nproc-per-node", environ=env, default=gpus or 1, cast=int).value
+
+    entry = Entrypoint.parse(list(program), module=values.get("module"), python=values.get("python"))
+    name = values.get("name") or default_name(entry)
+
+    options: dict[str, str] = {k: str(v[k].value) for k in _OPTION_KEYS if v[k].value}
+    if profile is not None:
+        for k, val in profile.options:
+            options.setdefault(str(k), str(val))
+        if profile.cpu_bind:
+            options.setdefault("cpu_bind", str(profile.cpu_bind))
+    opt = values.get("opt") or ()
+    for item in opt.items() if isinstance(opt, Mapping) else opt:
+        if isinstance(item, tuple):
+            k, val = item
+        elif "=" not in item:
+            raise UsageError(f"--opt {item!r} is not KEY=VALUE", "e.g. --opt constraint=a100")
+        else:
+            k, val = item.split("=", 1)
+        options[str(k)] = str(val)
+    time = v["time"].value
+    if profile is not None:
+        _check_requirements(profile, scheduler, {**options, "time": time, "mem": v["mem"].value}, env)
+
+    job_env = dict(profile.env) if profile is not None else {}
+    network = v["network"].value
+    if network and network != "auto":
+        from torchhpc.network.presets import preset_env
+
+        for k, val in preset_env(network).items():
+            job_env.setdefault(k, val)
+    user_env = values.get("env") or ()
+    job_env.update(env_pairs(user_env))
+
+    try:
+        container = _container(values, profile, scheduler, options, env)
+    except _NoImage as e:
+        if preview is None:
+            raise
+        preview(e)
+        container = None
+    setup: tuple[str, ...] = ()
+    if profile is not None:
+        setup = tuple(profile.setup)
+        if container is not None:
+            setup += tuple(profile.container_setup)
+    cpus = values.get("cpus_per_task")
+    return JobSpec(
+        entrypoint=entry,
+        nodes=nodes,
+        nproc_per_node=nproc,
+        gpus_per_node=gpus,
+        gpu_kind=v["gpu_kind"].value,
+        cpus_per_task=cpus,
+        cpus_per_gpu=v["cpus_per_gpu"].value,
+        mem=v["mem"].value,
+        time=time,
+        name=name,
+        output_dir=pick("output_dir", values.get("output_dir"), flag="--output-dir", environ=env, default=".").value,
+        env=tuple(job_env.items()),
+        launcher=v["launcher"].value,
+        container=container,
+        scheduler=scheduler,
+        options=tuple(options.items()),
+        ntasks_per_node=values.get("ntasks_per_node"),
+        network=network,
+        setup=setup,
+        signal_before=values.get("signal_before"),
+        requeue=bool(values.get("requeue")),
+        max_timeout_requeues=int(values["max_requeues"]) if values.get("max_requeues") is not None else 3,
+    )
+
+
+class _NoImage(UsageError):
+    """A profile's container runtime without an image: refused when submitting, a warning in a dry run."""
+
+
+def _check_requirements(profile: Any, scheduler: str, given: Mapping[str, Any], env: Mapping[str, str]) -> None:
+    for req in profile.require:
+        if given.get(req):
+            continue
+        if req == "account" and scheduler == "slurm" and env.get("SBATCH_ACCOUNT"):
+            continue  # sbatch reads it itself, as seed 002 does
+        flag = FLAGS.get(req, f"--opt {req}=VALUE")
+        also = ""
+        if req in ("account", "partition", "qos", "queue", "time"):
+            also = f" (or set {req} once in ~/.config/torchhpc/config.toml, or $TORCHHPC_{req.upper()})"
+        raise UsageError(
+            f"profile {profile.name!r} requires {flag.split()[0]}: the site rejects jobs without it",
+            f"add {flag}{also}",
+        )
+
+
+def _container(
+    values: Mapping[str, Any], profile: Any, scheduler: str, options: Mapping[str, str], env: Mapping[str, str]
+) -> ContainerSpec | None:
+    if values.get("no_container"):
+        if values.get("container"):
+            raise UsageError("--container and --no-container contradict each other", "give one of them")
+        return None
+    image = values.get("container") or env.get("TORCHHPC_CONTAINER") or None
+    runtime = values.get("runtime") or env.get("TORCHHPC_RUNTIME") or (
+        profile.container_runtime if profile is not None else None
+    )
+    pod_scheduler = scheduler in ("kubernetes", "runai")
+    if not image and profile is not None and options.get("image") is None:
+        image = profile.container_image
+    if not image:
+        if pod_scheduler:
+            return None  # pods take --image; the runtime is the cluster's
+        if values.get("runtime"):
+            raise UsageError(f"--runtime {values['runtime']} needs an image", "add --container IMAGE")
+        if runtime and profile is not None and not profile.container_optional:
+            raise _NoImage(
+                f"profile {profile.name!r} runs every rank in {runtime}, but no image was given",
+                "add --container IMAGE (a .sif file, docker://... or an image name), "
+                "or --no-container to run on the host's python",
+            )
+        return None
+    if re.fullmatch(r"\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", image):
+        # A site variable such as LUMI's $SIF (set by its container module): expand it in the job.
+        image = Raw(f'"{image}"')
+    opts = tuple(profile.container_options) if profile is not None else ()
+    return ContainerSpec(
+        image=image,
+        runtime=runtime or "apptainer",
+        binds=tuple(values.get("bind") or ()),
+        env=tuple(values.get("container_env") or ()),
+        cleanenv=bool(values.get("cleanenv")),
+        options=opts,
+    )
