@@ -25,6 +25,7 @@ from torchhpc.core.shell import Raw, join, validate_env_name
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.launchers import torchrun_argv
+from torchhpc.network.presets import auto_lines, wants_auto
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.script import load_record, save_record
 
@@ -97,6 +98,10 @@ def pod_command(spec: JobSpec, python: str) -> str:
     lines = []
     if spec.option("workdir"):
         lines.append(join(["cd", spec.option("workdir")]))
+    if spec.network and wants_auto(spec.network):
+        # --network auto at pod start: seed 004's `grep 'RoCE v2' ... gids` for NCCL_IB_GID_INDEX,
+        # done by `net detect` from this pod's sysfs (needs torchhpc in the image).
+        lines += [ln for ln in auto_lines(python) if not ln.startswith("#")]
     cmd = "exec " + join(argv)
     log_dir = spec.option("log_dir")
     if log_dir:
