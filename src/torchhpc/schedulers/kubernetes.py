@@ -29,6 +29,7 @@ from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import parse_size
 from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.launchers import torchrun_argv
+from torchhpc.network.presets import auto_lines, wants_auto
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.runai import RDMA_ANNOTATION, k8s_name, normalized_options
 from torchhpc.schedulers.script import load_record, save_record
@@ -67,7 +68,11 @@ def pod_script(spec: JobSpec, python: str) -> str:
         node_rank=Raw('"${PET_NODE_RANK:-$RANK}"'),
         extra=["--tee", "3"],
     )
-    return "exec " + join([*argv, Raw('"$@"')])
+    start = ""
+    if spec.network and wants_auto(spec.network):
+        # --network auto at pod start: NCCL_IB_GID_INDEX, NCCL_IB_HCA... from this pod's sysfs.
+        start = "; ".join(ln for ln in auto_lines(python) if not ln.startswith("#")) + "; "
+    return start + "exec " + join([*argv, Raw('"$@"')])
 
 
 def _pvcs(spec: JobSpec) -> list[tuple[str, str]]:
