@@ -90,7 +90,9 @@ BUILTIN: dict[str, Profile] = {
             description="EPFL RCP: RunAI on Kubernetes, RoCE v2 over mlx5 with the right GID index (seed 004)",
             scheduler="runai",
             launcher="torchrun",
-            network="roce",
+            # The roce preset (NCCL_IB_HCA=mlx5, socket tuning, as the seed exports), then
+            # `net detect` at pod start for the seed's key step: NCCL_IB_GID_INDEX from sysfs.
+            network="roce,auto",
             options=(
                 ("annotation", "k8s.v1.cni.cncf.io/networks=kube-system/roce"),
                 ("extended-resource", "rdma/rdma=1"),
