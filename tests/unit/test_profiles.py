@@ -59,7 +59,7 @@ def test_sockeye_rcp_alliance() -> None:
     assert s.scheduler == "pbs" and s.launcher == "mpirun"
     assert s.env_dict == {"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "^openib"}  # seed 003's -mca flags
     r = get_profile("rcp", home)
-    assert r.scheduler == "runai" and r.network == "roce"
+    assert r.scheduler == "runai" and r.network == "roce,auto"  # GID index detected at pod start
     assert r.options_dict["annotation"] == "k8s.v1.cni.cncf.io/networks=kube-system/roce"
     assert r.options_dict["extended-resource"] == "rdma/rdma=1"
     a = get_profile("alliance-cc", home)
