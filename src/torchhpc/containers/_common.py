@@ -11,7 +11,9 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from torchhpc.core.shell import Raw
 from torchhpc.core.spec import ContainerSpec
+from torchhpc.core.validate import check_name, check_value
 from torchhpc.errors import ConfigError, QuotingError, SpecError
 
 # Options every runtime understands (runtime modules add their own).
@@ -23,8 +25,8 @@ COMMON_OPTIONS: dict[str, str] = {
     "apptainer and singularity do this themselves)",
 }
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_ENV_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$|^\*$")
+# Used with fullmatch only: ``$`` would also match before a final newline.
+_ENV_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?|\*")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -83,9 +85,7 @@ def env_entries(container: ContainerSpec) -> tuple[list[str], list[tuple[str, st
     for item in container.env:
         if "=" in item:
             k, v = item.split("=", 1)
-            if not _ENV_NAME.match(k):
-                raise SpecError(f"--container-env {item!r}: {k!r} is not a variable name")
-            pairs.append((k, v))
+            pairs.append((check_name(k, "--container-env"), v))
         else:
             names.append(check_pattern(item, "--container-env"))
     return names, pairs
@@ -93,7 +93,7 @@ def env_entries(container: ContainerSpec) -> tuple[list[str], list[tuple[str, st
 
 def check_pattern(name: str, source: str = "pass_env") -> str:
     """A variable name, or a prefix ending in ``*`` (``SLURM_*``)."""
-    if not _ENV_PATTERN.match(name):
+    if not _ENV_PATTERN.fullmatch(name):
         raise SpecError(
             f"{source} {name!r} is neither a variable name nor a PREFIX_* pattern",
             "use NAME, NAME=VALUE or a prefix like SLURM_*",
@@ -146,9 +146,21 @@ def split_args(opts: Mapping[str, str], key: str = "args") -> list[str]:
 def binary(container: ContainerSpec, opts: Mapping[str, str], default: str) -> str:
     """Option ``binary`` > ``$TORCHHPC_<RUNTIME>_BINARY`` > the runtime's own name."""
     if opts.get("binary"):
-        return opts["binary"]
+        return check_value(opts["binary"], "container option binary", word=True)
     var = f"TORCHHPC_{container.runtime.upper()}_BINARY"
-    return os.environ.get(var) or default
+    return check_value(os.environ.get(var) or default, var, word=True)
+
+
+def image_word(image: str, source: str = "--container") -> str:
+    """An image as a positional word: never one that starts with '-' (it would become a runtime flag)."""
+    if isinstance(image, Raw):
+        return image
+    return check_value(image, source, line=True, word=True, empty=False)
+
+
+def is_variable(image: str) -> bool:
+    """A site variable such as LUMI's ``$SIF``, expanded in the job (a :class:`Raw` image)."""
+    return isinstance(image, Raw)
 
 
 def workdir(container: ContainerSpec, opts: Mapping[str, str]) -> str | None:
@@ -200,7 +212,9 @@ def has_wildcards(patterns: Iterable[str]) -> bool:
 
 
 def is_image_file(image: str) -> bool:
-    """A squashfs/SIF/tar path rather than a registry reference."""
+    """A squashfs/SIF/tar path rather than a registry reference (a ``$SIF`` variable names a file)."""
+    if is_variable(image):
+        return True
     return image.startswith(("/", "./", "../", "~")) or image.endswith(
         (".sqsh", ".squashfs", ".sif", ".tar", ".tar.gz")
     )
@@ -214,6 +228,8 @@ def enroot_ref(image: str) -> str:
     The first component is a registry when it has a dot, a port, or is ``localhost``
     (Docker's own rule).
     """
+    if is_variable(image):
+        return image
     ref = image[len("docker://") :] if image.startswith("docker://") else image
     if "#" in ref or is_image_file(image):
         return ref

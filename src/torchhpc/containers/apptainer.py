@@ -79,7 +79,7 @@ def wrap(
     if container.workdir:
         cmd += ["--pwd", container.workdir]
     cmd += c.split_args(opts)
-    cmd += [image_uri(container.image), *argv]
+    cmd += [image_uri(c.image_word(container.image)), *argv]
 
     # Values go in as <PREFIX>NAME variables of the apptainer process: they survive
     # --cleanenv and, unlike --env, need no escaping of commas.

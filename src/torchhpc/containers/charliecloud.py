@@ -64,7 +64,7 @@ def wrap(
     if pairs:
         cmd.append("--env-no-expand")
     cmd += c.split_args(opts)
-    return [*cmd, container.image, "--", *argv]
+    return [*cmd, c.image_word(container.image), "--", *argv]
 
 
 def srun_options(container: ContainerSpec) -> list[str]:

@@ -102,7 +102,7 @@ def wrap(
     for k, v in pairs:
         head += ["-e", f"{k}={v}"]
     head += c.split_args(opts)
-    tail = [container.image, *argv]
+    tail = [c.image_word(container.image), *argv]
     if wild:
         return c.env_expand_argv("flag", "-e", wild, head, tail)
     return head + tail

@@ -38,7 +38,9 @@ def container_name(container: ContainerSpec) -> str:
     opts = c.options(container, OPTIONS)
     if opts.get("name"):
         c.reject_chars(opts["name"], "/ :\n", "an enroot container name", "name")
-        return opts["name"]
+        return c.check_value(opts["name"], "enroot option name", word=True)
+    if c.is_variable(container.image):  # "$SIF": name the container after the variable
+        return re.sub(r"[^A-Za-z0-9_]", "", container.image) or "torchhpc"
     ref = c.enroot_ref(container.image)
     base = os.path.basename(ref.split("#")[-1])
     for suffix in (".sqsh", ".squashfs"):
@@ -50,8 +52,10 @@ def container_name(container: ContainerSpec) -> str:
 def squashfs(container: ContainerSpec) -> str:
     opts = c.options(container, OPTIONS)
     if c.is_image_file(container.image):
-        return container.image
-    return opts.get("sqsh") or f"{container_name(container)}.sqsh"
+        return c.image_word(container.image)
+    if opts.get("sqsh"):
+        return c.check_value(opts["sqsh"], "enroot option sqsh", line=True, word=True)
+    return f"{container_name(container)}.sqsh"
 
 
 def import_uri(image: str) -> str:

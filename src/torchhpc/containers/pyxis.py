@@ -18,7 +18,7 @@ import os
 from collections.abc import Sequence
 
 from torchhpc.containers import _common as c
-from torchhpc.core.shell import directive
+from torchhpc.core.shell import Raw, directive
 from torchhpc.core.spec import ContainerSpec
 from torchhpc.errors import QuotingError, SpecError
 
@@ -55,10 +55,14 @@ def wrap(
 
 def srun_options(container: ContainerSpec) -> list[str]:
     opts = c.options(container, OPTIONS)
-    image = c.enroot_ref(container.image)
-    if "," in image or "\n" in image:
+    image = c.enroot_ref(c.image_word(container.image))
+    out: list[str]
+    if c.is_variable(image):  # "$SIF": srun's own shell expands it
+        out = [Raw(f"--container-image={image}")]
+    elif "," in image or "\n" in image:
         raise QuotingError(f"--container {image!r} contains a comma or newline", "pyxis cannot pass it")
-    out = [f"--container-image={image}"]
+    else:
+        out = [f"--container-image={image}"]
     mounts = []
     bound = c.binds(container, absolute=True)
     extra = c.cwd_bind(container, opts, bound)
@@ -106,6 +110,11 @@ def sbatch_directives(container: ContainerSpec) -> list[str]:
     ``\\#`` (``nvcr.io\\#nvidia/pytorch``, as pyxis' README shows); :func:`directive`
     does that escaping for every directive.
     """
+    if c.is_variable(container.image):
+        raise QuotingError(
+            f"--container {container.image}: an #SBATCH line cannot expand a variable",
+            "give the image's path, or let torchhpc put it on the srun line",
+        )
     lines = []
     for opt in srun_options(container):
         key, _, value = opt.partition("=")

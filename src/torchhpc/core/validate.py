@@ -28,6 +28,7 @@ __all__ = [
     "check_name",
     "check_value",
     "encodable",
+    "parse_bool",
 ]
 
 # Variables the generated scripts use for themselves; a user's --env of the same
@@ -117,3 +118,17 @@ def check_dns_label(value: str, field: str) -> str:
             "use 1-63 lower-case letters, digits and '-', starting and ending with a letter or digit",
         )
     return value
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def parse_bool(value: str, field: str) -> bool:
+    """``1/true/yes/on`` or ``0/false/no/off``; anything else is an error, never a silent false."""
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SpecError(f"{field}={value!r} is not a boolean", "use true or false (1/0, yes/no, on/off)")

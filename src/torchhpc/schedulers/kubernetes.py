@@ -27,7 +27,8 @@ from typing import Any, ClassVar
 from torchhpc.core.shell import Raw, join
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import parse_size
-from torchhpc.errors import CommandError, SchedulerError, SpecError
+from torchhpc.core.validate import check_dns_label, parse_bool
+from torchhpc.errors import CommandError, QuotingError, SchedulerError, SpecError
 from torchhpc.launchers import torchrun_argv
 from torchhpc.network.presets import auto_lines, wants_auto
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
@@ -58,7 +59,8 @@ def _quantity(text: str) -> str:
 def pod_script(spec: JobSpec, python: str) -> str:
     """``bash -c`` text: torchrun over pods. The script's own arguments arrive as ``"$@"``,
     so they are never parsed by a shell."""
-    bare = spec.with_(entrypoint=replace(spec.entrypoint, args=()))
+    # A leading "--" of the program stays in the text: torchrun would drop it from "$@".
+    bare = spec.with_(entrypoint=replace(spec.entrypoint, args=_lead(spec)))
     argv = torchrun_argv(
         bare,
         python,
@@ -73,6 +75,10 @@ def pod_script(spec: JobSpec, python: str) -> str:
         # --network auto at pod start: NCCL_IB_GID_INDEX, NCCL_IB_HCA... from this pod's sysfs.
         start = "; ".join(ln for ln in auto_lines(python) if not ln.startswith("#")) + "; "
     return start + "exec " + join([*argv, Raw('"$@"')])
+
+
+def _lead(spec: JobSpec) -> tuple[str, ...]:
+    return ("--",) if spec.entrypoint.args[:1] == ("--",) else ()
 
 
 def _pvcs(spec: JobSpec) -> list[tuple[str, str]]:
@@ -132,7 +138,7 @@ def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
         "name": CONTAINER,
         "image": image,
         "imagePullPolicy": opts.get("image_pull_policy", "IfNotPresent"),
-        "command": ["bash", "-c", pod_script(spec, python), "torchhpc-pod", *spec.entrypoint.script_argv()[1:]],
+        "command": ["bash", "-c", pod_script(spec, python), "torchhpc-pod", *spec.entrypoint.args[len(_lead(spec)):]],
     }
     if opts.get("workdir"):
         container["workingDir"] = opts["workdir"]
@@ -177,7 +183,8 @@ def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
 
 # --- a tiny YAML emitter -------------------------------------------------------------
 
-_PLAIN = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./=+-]*(?::[A-Za-z0-9_./=+-]+)*$")
+# fullmatch only: ``$`` would also match before a final newline.
+_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./=+-]*(?::[A-Za-z0-9_./=+-]+)*")
 _YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"}
 
 
@@ -189,9 +196,28 @@ def _scalar(value: Any) -> str:
     if isinstance(value, (int, float)):
         return json.dumps(value)
     text = str(value)
-    if _PLAIN.match(text) and text.lower() not in _YAML_WORDS:
+    if _PLAIN.fullmatch(text) and text.lower() not in _YAML_WORDS:
         return text
-    return json.dumps(text)  # a JSON string is a valid YAML double-quoted scalar
+    return _double_quoted(text)
+
+
+def _double_quoted(text: str) -> str:
+    """A YAML double-quoted scalar: printable characters as they are (emoji included, never as
+    JSON's surrogate pairs, which YAML parsers reject), everything else as an escape."""
+    out = ['"']
+    for ch in text:
+        code = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 0xD800 <= code <= 0xDFFF:
+            raise QuotingError(f"{text[:40]!r} is not valid UTF-8 (a manifest holds only text)", "use UTF-8 text")
+        elif 0x20 <= code <= 0x7E or (0xA0 <= code <= 0xFFFD and code not in (0x2028, 0x2029, 0xFEFF)) or code > 0xFFFF:
+            out.append(ch)
+        elif code <= 0xFF:
+            out.append(f"\\x{code:02x}")
+        else:
+            out.append(f"\\u{code:04x}")
+    return "".join(out) + '"'
 
 
 def to_yaml(obj: Any, indent: int = 0) -> str:
@@ -221,6 +247,13 @@ def to_yaml(obj: Any, indent: int = 0) -> str:
     else:
         lines.append(pad + _scalar(obj))
     return "\n".join(lines) + "\n"
+
+
+def _job_name(name: str) -> str:
+    """A PyTorchJob name as it may appear in an API path (DNS-1123 subdomain characters only)."""
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?", name):
+        raise SpecError(f"kubernetes job {name[:60]!r} is not a PyTorchJob name", "give NAMESPACE/NAME or NAME, e.g. default/pi")
+    return name
 
 
 # --- the API client (stdlib only) -------------------------------------------------------
@@ -345,6 +378,10 @@ class KubernetesScheduler(Scheduler):
             raise SpecError(f"restart_policy={policy!r} (from --opt) is not Never, OnFailure, Always or ExitCode")
         if not opts.get("backoff_limit", "0").isdigit():
             raise SpecError(f"backoff_limit={opts['backoff_limit']!r} (from --opt) is not a number")
+        if "large_shm" in opts:
+            parse_bool(opts["large_shm"], "large_shm (from --opt)")
+        # The namespace is part of every API path: a DNS-1123 label, nothing else (no '/', '..', '?').
+        check_dns_label(opts.get("namespace", "default"), "namespace (from --opt namespace=...)")
         return opts
 
     def render(self, spec: JobSpec) -> Submission:
@@ -377,9 +414,11 @@ class KubernetesScheduler(Scheduler):
         """``ns/name`` or ``name`` (namespace from our record, else 'default')."""
         if "/" in job_id:
             ns, name = job_id.split("/", 1)
-            return ns, name, load_record(self.name, name)
-        rec = load_record(self.name, job_id)
-        return str(rec.get("namespace") or "default"), job_id, rec
+            rec = load_record(self.name, _job_name(name))
+        else:
+            name, rec = job_id, load_record(self.name, _job_name(job_id))
+            ns = str(rec.get("namespace") or "default")
+        return check_dns_label(ns, "namespace (from the job id)"), name, rec
 
     def _api(self, rec: Mapping[str, object]) -> KubeAPI | None:
         raw = rec.get("options")

@@ -23,6 +23,7 @@ from typing import ClassVar
 
 from torchhpc.core.shell import Raw, join, validate_env_name
 from torchhpc.core.spec import JobSpec
+from torchhpc.core.validate import parse_bool
 from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.launchers import torchrun_argv
 from torchhpc.network.presets import auto_lines, wants_auto
@@ -32,7 +33,6 @@ from torchhpc.schedulers.script import load_record, save_record
 __all__ = ["RDMA_ANNOTATION", "RunAIScheduler", "normalized_options", "pod_command", "runai_state", "second_layer"]
 
 RDMA_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
-_TRUE = ("1", "true", "yes", "on")
 
 # RunAI job statuses (CLI `runai describe job` / `runai list jobs`) -> our vocabulary.
 _STATES: dict[str, str] = {
@@ -186,7 +186,7 @@ class RunAIScheduler(Scheduler):
         argv += ["-e", f"TORCHHPC_NPROC_PER_NODE={spec.nproc_per_node}"]
         for k, v in spec.env:
             argv += ["-e", f"{validate_env_name(k, '--env')}={v}"]
-        if (opts.get("large_shm", "1") or "").lower() in _TRUE:
+        if parse_bool(opts.get("large_shm", "1"), "large_shm (from --opt)"):
             argv.append("--large-shm")
         python = spec.entrypoint.python or "python"
         argv += ["--", "bash", "-c", second_layer(pod_command(spec.with_(options=tuple(opts.items())), python))]

@@ -1,0 +1,117 @@
+"""The five injection paths of issue 20 (F1-F5), each through the public render API.
+
+Each test failed on the code before the fix (see the issue-20 report for the runs).
+What is real: bash runs the rendered text with stub commands on PATH; sbatch's own
+parser reads Slurm scripts (``sbatch -v --test-only`` with a throw-away slurm.conf,
+stopped once it has printed the options it parsed: no controller is needed).
+What is fake: the Kubernetes API server (none can run here); F5 is checked before any
+request is built.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.hostile import parse_records, sbatch_options, stub_dir
+from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
+from torchhpc.errors import UsageError
+from torchhpc.schedulers import get_scheduler
+
+
+def _slurm(tmp_path: Path, args: tuple[str, ...] = (), env: tuple[tuple[str, str], ...] = (), launcher: str = "srun") -> str:
+    spec = JobSpec(
+        entrypoint=Entrypoint.parse(["train.py", *args], python="python"),
+        nodes=1, nproc_per_node=1, scheduler="slurm", launcher=launcher, name="job",
+        output_dir=str(tmp_path), env=env,
+    )
+    script = get_scheduler("slurm").render(spec).script
+    assert script is not None
+    return script
+
+
+def _run(script: str, tmp_path: Path) -> list[list[bytes]]:
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    log = tmp_path / "stub.log"
+    env = {
+        "PATH": f"{stub_dir()}:/usr/bin:/bin", "STUB_LOG": str(log), "HOME": str(tmp_path),
+        "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node1", "SLURM_NNODES": "1", "SLURM_NTASKS": "1",
+    }
+    r = subprocess.run(["bash", str(path)], cwd=tmp_path, env=env, capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    return parse_records(log.read_bytes())
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun", "mpirun"])
+def test_f1_trailing_newline_argument_does_not_start_a_command(launcher: str, tmp_path: Path) -> None:
+    """F1: ``train.py $'x\\n' touch PWNED`` rendered ``... train.py x`` and a new line ``touch PWNED``."""
+    script = _slurm(tmp_path, ("x\n", "touch", "PWNED"), launcher=launcher)
+    records = _run(script, tmp_path)
+    assert not (tmp_path / "PWNED").exists(), "the argument after x\\n ran as a command"
+    last = records[-1]
+    assert last[-3:] == [b"x\n", b"touch", b"PWNED"], last
+
+
+def test_f2_pbs_lines_in_values_do_not_reach_sbatch(tmp_path: Path) -> None:
+    """F2: sbatch honours ``#PBS`` at any line start of the body; a value with a newline put one there."""
+    evil = "x\n#PBS -q evilpart\n#PBS -v LD_PRELOAD=/tmp/evil.so\n#PBS -o /tmp/pwned.out"
+    script = _slurm(tmp_path, (evil,), env=(("HV", evil),))
+    assert not any(line.startswith("#PBS") for line in script.splitlines())
+    opts = sbatch_options(script, tmp_path)
+    assert "partition" not in opts and "export" not in opts, opts
+    assert opts["output"].startswith(str(tmp_path)), opts
+    records = _run(script, tmp_path)
+    assert records[-1][-1] == evil.encode()
+
+
+def test_f2_single_quote_in_sbatch_value(tmp_path: Path) -> None:
+    spec = JobSpec(entrypoint=Entrypoint.parse(["train.py"]), scheduler="slurm", name="O'Brien", output_dir=str(tmp_path))
+    script = get_scheduler("slurm").render(spec).script
+    assert script is not None
+    assert sbatch_options(script, tmp_path)["job-name"] == "O'Brien"
+
+
+RUNTIMES = ("apptainer", "singularity", "pyxis", "enroot", "docker", "podman", "charliecloud")
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("image", ["--privileged", "-v/:/host", "-"])
+def test_f4_image_starting_with_dash_is_refused(runtime: str, image: str, tmp_path: Path) -> None:
+    """F4: ``--container=--privileged`` became a runtime option (podman, apptainer, ch-run, enroot)."""
+    with pytest.raises(UsageError, match="--container"):
+        spec = JobSpec(
+            entrypoint=Entrypoint.parse(["train.py"]), scheduler="slurm", output_dir=str(tmp_path),
+            container=ContainerSpec(image, runtime),
+        )
+        get_scheduler("slurm").render(spec)
+
+
+@pytest.mark.parametrize(
+    "namespace",
+    ["x/../../../api/v1/namespaces/kube-system/secrets?", "a b", "Default", "x\n", "-x", "a" * 64, ""],
+)
+def test_f5_kubernetes_namespace_is_a_dns_label(namespace: str, tmp_path: Path) -> None:
+    """F5: the API path was built from ``--opt namespace`` unescaped."""
+    with pytest.raises(UsageError, match="namespace"):
+        spec = JobSpec(
+            entrypoint=Entrypoint.parse(["train.py"]), scheduler="kubernetes", output_dir=str(tmp_path),
+            options=(("image", "img:1"), ("namespace", namespace)),
+        )
+        get_scheduler("kubernetes").render(spec)
+
+
+def test_f5_job_id_namespace_checked_before_any_request() -> None:
+    from torchhpc.schedulers.kubernetes import KubernetesScheduler
+
+    sched = KubernetesScheduler()
+    for job_id in ("x/../../api/v1/secrets?/pi", "a b/pi", "default/../x"):
+        with pytest.raises(UsageError):
+            sched._locate(job_id)
+
+
+def test_stub_dir_is_executable() -> None:
+    assert os.access(stub_dir() / "srun", os.X_OK)
