@@ -89,6 +89,17 @@ def test_mpirun_rewrites_the_daemons_slurm_step_to_the_rank(launcher: str | None
     assert out["OMPI_COMM_WORLD_RANK"] == "3" and out["OMPI_MCA_btl"] == "self,tcp"
 
 
+def test_mpirun_rank_on_a_remote_node_sees_the_whole_launch_not_the_daemons_one_node_step() -> None:
+    """Open MPI starts its daemons with srun on the *other* nodes only (mpirun forks its own node's
+    ranks): that step has one node, so SLURM_NNODES=1 and the step node list names one host."""
+    step = {**NODE_STEP, "SLURM_NNODES": "1", "SLURM_STEP_NUM_NODES": "1", "SLURM_NODEID": "0", "SLURM_PROCID": "0",
+            "SLURM_NODELIST": "node2", "SLURM_STEP_NODELIST": "node2", "SLURM_JOB_NODELIST": "node[1-2]"}
+    out = run_shim({**step, **OMPI_RANK3}, "mpirun")
+    assert out["SLURM_NNODES"] == out["SLURM_STEP_NUM_NODES"] == "2" and out["SLURM_NODEID"] == "1"
+    assert out["SLURM_NODELIST"] == out["SLURM_STEP_NODELIST"] == "node[1-2]"
+    assert out["SLURM_JOB_NUM_NODES"] == "2" and out["SLURM_STEP_ID"] == "0"
+
+
 def test_torchrun_worker_gets_its_own_slurm_values_and_keeps_torchelastic() -> None:
     out = run_shim({**NODE_STEP, **TORCHRUN_RANK3, "PMI_RANK": "1", "PMI_SIZE": "2"}, "torchrun")
     assert_rank3(out)

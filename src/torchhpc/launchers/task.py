@@ -14,12 +14,14 @@ torch's ``is_torchelastic_launched()``, scripts written for Slurm or Open MPI)
 either describes *this process* or is absent:
 
 - ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NODEID``, ``SLURM_NTASKS``,
-  ``SLURM_*TASKS_PER_NODE``, ``SLURM_STEP_NUM_TASKS``, ``SLURM_GTIDS`` under
-  mpirun and torchrun describe the srun step of OpenMPI's daemons or of the
+  ``SLURM_*TASKS_PER_NODE``, ``SLURM_STEP_NUM_TASKS``, ``SLURM_GTIDS``,
+  ``SLURM_NNODES``, ``SLURM_STEP_NUM_NODES`` and the step's node list under
+  mpirun and torchrun describe the srun step of OpenMPI's daemons (on the other
+  nodes only: mpirun forks its own node's ranks in the batch step) or of the
   torchrun agents (one task per node): they are **rewritten** to the rank's
   values, so Slurm-reading code still sees a Slurm job (job id, requeue) with
   the right world. Job-level and step-level identity (``SLURM_JOB_*``,
-  ``SLURM_STEP_ID``, ``SLURM_STEP_NODELIST``, ``SLURM_CPUS_PER_TASK``...) is
+  ``SLURM_STEP_ID``, ``SLURM_CPUS_PER_TASK``...) is
   never touched: srun, scontrol and the nothing-lost requeue keep working.
 - ``OMPI_COMM_WORLD_*``, ``PMI_RANK``/``PMI_SIZE``, ``MV2_COMM_WORLD_*`` that
   do not match this rank are **unset**: faking them would make MPI-aware code
@@ -106,6 +108,12 @@ if [ "$_torchhpc_launcher" != srun ] && [ -n "${SLURM_PROCID:-}" ]; then
   export SLURM_PROCID SLURM_LOCALID SLURM_NODEID SLURM_NTASKS SLURM_STEP_NUM_TASKS SLURM_NTASKS_PER_NODE
   if [ -n "${SLURM_NPROCS:-}" ]; then export SLURM_NPROCS=$WORLD_SIZE; fi
   _torchhpc_n=$((WORLD_SIZE / LOCAL_WORLD_SIZE))
+  if [ -n "${SLURM_NNODES:-}" ]; then export SLURM_NNODES=$_torchhpc_n; fi
+  if [ -n "${SLURM_STEP_NUM_NODES:-}" ]; then export SLURM_STEP_NUM_NODES=$_torchhpc_n; fi
+  if [ "$_torchhpc_n" = "${SLURM_JOB_NUM_NODES:-}" ] && [ -n "${SLURM_JOB_NODELIST:-}" ]; then
+    if [ -n "${SLURM_NODELIST:-}" ]; then export SLURM_NODELIST=$SLURM_JOB_NODELIST; fi
+    if [ -n "${SLURM_STEP_NODELIST:-}" ]; then export SLURM_STEP_NODELIST=$SLURM_JOB_NODELIST; fi
+  fi
   if [ $((_torchhpc_n * LOCAL_WORLD_SIZE)) -eq "$WORLD_SIZE" ]; then
     _torchhpc_g=$LOCAL_WORLD_SIZE
     if [ "$_torchhpc_n" -gt 1 ]; then _torchhpc_g="$LOCAL_WORLD_SIZE(x$_torchhpc_n)"; fi
