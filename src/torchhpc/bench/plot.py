@@ -9,7 +9,20 @@ from torchhpc.bench.report import BenchResult
 from torchhpc.core.units import format_bytes
 from torchhpc.errors import UsageError
 
-__all__ = ["plot_results"]
+__all__ = ["check_available", "plot_results"]
+
+_MISSING = (
+    "--plot needs matplotlib, which is not installed here",
+    "pip install 'torchhpc[plot]' (or matplotlib), or drop --plot and plot the --json later",
+)
+
+
+def check_available() -> None:
+    """Fail before a benchmark runs, not after it, when --plot cannot be honoured (finds, never imports)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(*_MISSING)
 
 
 def _matplotlib() -> object:
@@ -19,10 +32,7 @@ def _matplotlib() -> object:
         matplotlib.use("Agg")  # no display on compute nodes
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UsageError(
-            "--plot needs matplotlib, which is not installed here",
-            "pip install 'torchhpc[plot]' (or matplotlib), or drop --plot and plot the --json later",
-        ) from None
+        raise UsageError(*_MISSING) from None
     return plt
 
 

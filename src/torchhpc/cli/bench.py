@@ -161,6 +161,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from torchhpc.bench import context, runner
 
     cfg = config_from_args(args)
+    if cfg.plot:
+        from torchhpc.bench.plot import check_available
+
+        check_available()  # before the run, not after minutes of it
     ctx = context.init(cfg.device)
     try:
         result = runner.run(cfg, ctx, emit=_print)
