@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it, on a fresh Debian/Ubuntu machine (as root or with sudo):
-# installs system packages and the dev extras, lints, brings up the real 3-node Slurm dev cluster
+# installs system packages and the dev extras, lints, brings up the real 4-node Slurm dev cluster
 # (network namespaces on this machine), builds the local container test image, runs pytest, and
 # takes the cluster down again. Cluster and container tests are mandatory when CI=true.
 # Usage: sudo ./scripts/test.sh [pytest args]
