@@ -14,6 +14,7 @@ from typing import Any
 
 from torchhpc.cli.common import Progress, add_subparser, eprint
 from torchhpc.cli.jobargs import add_job_arguments, spec_from_args, split_program
+from torchhpc.env.compat import preflight
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler
 
@@ -55,6 +56,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     # argparse saw the whole line as one blob (REMAINDER); re-split it our way.
     args, program = parse_run(args._parser, args._argv)
     spec = spec_from_args(args, program)
+    # Before anything renders: a script reading variables this launcher never sets is refused (docs/compat.md).
+    for warning in preflight(spec):
+        eprint(f"Warning: {warning}")
     scheduler = get_scheduler(spec.scheduler)
     submission = scheduler.render(spec)
     if args.dry_run:

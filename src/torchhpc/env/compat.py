@@ -1,0 +1,253 @@
+"""Code we did not write: what other frameworks' cluster detection will read, and whether it is true.
+
+Lightning, submitit, idr_torch, mpi4py and hand-written scripts each detect
+rank and world from ``SLURM_*``, ``OMPI_*``, ``PMI_*`` or torch's variables.
+torchhpc's per-task shim (:mod:`torchhpc.launchers.task`) makes every such
+variable truthful or absent; this module is the check that it is so, and the
+check before launch that a script will find what it reads:
+
+- :func:`disagreements` lists the variables set in this process that name
+  another rank or another world than the one detected (``torchhpc env
+  --explain``, ``torchhpc doctor --in-job``).
+- :func:`scan_script` and :func:`preflight` read a script before it is
+  launched and refuse (or warn about) one that reads variables the chosen
+  launcher never sets, with a HINT naming the launcher that does.
+
+Facts about who reads what are data (:data:`READERS`, :data:`PROVIDES`);
+docs/compat.md is generated from them and from the matrix run on the dev cluster.
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from torchhpc.core.spec import JobSpec
+from torchhpc.env.base import DistEnv
+from torchhpc.errors import SpecError
+
+__all__ = [
+    "PROVIDES",
+    "READERS",
+    "Disagreement",
+    "ScriptRead",
+    "disagreements",
+    "preflight",
+    "scan_script",
+]
+
+# Who reads each variable to decide its rank or world (from their installed sources).
+READERS: dict[str, str] = {
+    "SLURM_PROCID": "Lightning's SLURMEnvironment, submitit's JobEnvironment, idr_torch and scripts reading SLURM_PROCID",
+    "SLURM_LOCALID": "Lightning's SLURMEnvironment, submitit's JobEnvironment, idr_torch and scripts reading SLURM_LOCALID",
+    "SLURM_NODEID": "Lightning's SLURMEnvironment (node rank) and submitit's JobEnvironment",
+    "SLURM_NTASKS": "Lightning's SLURMEnvironment (world size), submitit's JobEnvironment and scripts reading SLURM_NTASKS",
+    "SLURM_STEP_NUM_TASKS": "idr_torch (world size)",
+    "SLURM_NTASKS_PER_NODE": "Lightning's SLURMEnvironment (checked against devices=)",
+    "OMPI_COMM_WORLD_RANK": "scripts and frameworks reading Open MPI's variables (DeepSpeed, Horovod)",
+    "OMPI_COMM_WORLD_SIZE": "scripts and frameworks reading Open MPI's variables (DeepSpeed, Horovod)",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "scripts and frameworks reading Open MPI's variables (DeepSpeed, Horovod)",
+    "PMI_RANK": "MPICH/Intel MPI-aware code (DeepSpeed, accelerate)",
+    "PMI_SIZE": "MPICH/Intel MPI-aware code (DeepSpeed, accelerate)",
+    "MV2_COMM_WORLD_RANK": "MVAPICH-aware code",
+    "MV2_COMM_WORLD_SIZE": "MVAPICH-aware code",
+    "RANK": "torch's env:// init and Lightning's TorchElastic/Lightning environments",
+    "WORLD_SIZE": "torch's env:// init and Lightning's TorchElastic/Lightning environments",
+    "LOCAL_RANK": "torch's env:// init and Lightning's TorchElastic/Lightning environments",
+}
+
+# Which families of variables a (scheduler, launcher) gives every rank, truthfully.
+# slurm/mpirun and slurm/torchrun get SLURM_* rewritten by the per-task shim.
+PROVIDES: dict[tuple[str, str], frozenset[str]] = {
+    ("slurm", "srun"): frozenset({"slurm", "idr_torch"}),
+    ("slurm", "mpirun"): frozenset({"slurm", "openmpi", "mpi4py"}),
+    ("slurm", "torchrun"): frozenset({"slurm", "idr_torch"}),
+    ("pbs", "mpirun"): frozenset({"openmpi", "mpi4py"}),
+}
+
+# What each family needs, for the HINT.
+_RIGHT_LAUNCHER = {
+    "slurm": "run it under Slurm: --scheduler slurm (srun, mpirun and torchrun all give each rank its SLURM_*)",
+    "openmpi": "use --launcher mpirun (Open MPI sets OMPI_COMM_WORLD_* for every rank), or read RANK/WORLD_SIZE instead",
+    "mpi4py": "use --launcher mpirun: only mpirun puts the ranks in one MPI COMM_WORLD "
+    "(under srun or torchrun every rank is its own world of size 1)",
+    "idr_torch": "use --scheduler slurm --launcher srun or torchrun (idr_torch reads an srun step's or torchrun's "
+    "variables; mpirun's ranks on the first node are outside any step)",
+}
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """A variable set in this process that names another rank or world than the detected one."""
+
+    name: str
+    value: str
+    expected: str
+    truth: str  # "this process is rank 3"
+    readers: str
+
+    @property
+    def message(self) -> str:
+        return f"{self.name}={self.value} but {self.truth}: {self.readers} would see the wrong world"
+
+    @property
+    def hint(self) -> str:
+        if self.name.startswith("SLURM_"):
+            return (
+                "start each rank through torchhpc's per-task shim (`torchhpc run --scheduler slurm --launcher "
+                "mpirun|torchrun` does): it rewrites the Slurm task variables to the rank's; see docs/compat.md"
+            )
+        if self.name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            return "these came from outside this launch (the submitting shell?): unset them, or start through torchhpc run"
+        return (
+            f"{self.name} belongs to another launcher than the one that started this process: unset it, "
+            "or start through torchhpc run, whose per-task shim drops it; see docs/compat.md"
+        )
+
+
+_RANK, _WORLD, _LOCAL = "this process is rank {}", "the world has {} processes", "this process is local rank {}"
+
+
+def _checks(e: DistEnv) -> tuple[tuple[str, int, str], ...]:
+    return (
+        ("RANK", e.rank, _RANK),
+        ("WORLD_SIZE", e.world_size, _WORLD),
+        ("LOCAL_RANK", e.local_rank, _LOCAL),
+        ("SLURM_PROCID", e.rank, _RANK),
+        ("SLURM_LOCALID", e.local_rank, _LOCAL),
+        ("SLURM_NODEID", e.node_rank, "this process is on node {}"),
+        ("SLURM_NTASKS", e.world_size, _WORLD),
+        ("SLURM_STEP_NUM_TASKS", e.world_size, _WORLD),
+        ("SLURM_NTASKS_PER_NODE", e.local_world_size, "{} processes run on this node"),
+        ("OMPI_COMM_WORLD_RANK", e.rank, _RANK),
+        ("OMPI_COMM_WORLD_SIZE", e.world_size, _WORLD),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", e.local_rank, _LOCAL),
+        ("PMI_RANK", e.rank, _RANK),
+        ("PMI_SIZE", e.world_size, _WORLD),
+        ("MV2_COMM_WORLD_RANK", e.rank, _RANK),
+        ("MV2_COMM_WORLD_SIZE", e.world_size, _WORLD),
+    )
+
+
+def disagreements(dist_env: DistEnv, environ: Mapping[str, str] | None = None) -> list[Disagreement]:
+    """Variables in ``environ`` (default ``os.environ``) that contradict ``dist_env``.
+
+    Only for a process that is one of several (``world_size > 1``): in a batch
+    script the job's SLURM_NTASKS describe the job, not the shell, and nobody
+    launched there takes them for its own.
+    """
+    env = os.environ if environ is None else environ
+    if dist_env.world_size <= 1:
+        return []
+    out: list[Disagreement] = []
+    for name, want, truth in _checks(dist_env):
+        have = env.get(name)
+        if have is None or have.strip() == str(want):
+            continue
+        out.append(Disagreement(name, have, str(want), truth.format(want), READERS[name]))
+    return out
+
+
+@dataclass(frozen=True)
+class ScriptRead:
+    """A script reads a family of variables (``slurm``, ``openmpi``) or uses ``mpi4py``/``idr_torch``."""
+
+    family: str
+    what: str  # e.g. "SLURM_PROCID", "mpi4py"
+    line: int
+    hard: bool  # fails or is wrong without it: os.environ["X"], a top-level import
+    guarded: bool = False  # the script tests for the family first ("X" in os.environ): it has its own fallback
+
+
+_VARS = {
+    "slurm": r"SLURM_(?:PROCID|LOCALID|NODEID|NTASKS|NPROCS|STEP_NUM_TASKS)",
+    "openmpi": r"OMPI_COMM_WORLD_(?:RANK|SIZE|LOCAL_RANK|LOCAL_SIZE|NODE_RANK)",
+}
+_IMPORTS = {"mpi4py": "mpi4py", "idr_torch": "idr_torch"}
+
+
+def scan_script(text: str) -> list[ScriptRead]:
+    """What a Python script reads to find its rank: Slurm or Open MPI variables, mpi4py, idr_torch.
+
+    A read is *hard* when it subscripts (``os.environ["SLURM_PROCID"]``) or
+    imports at top level; it is *guarded* when the script tests for any
+    variable of the family (``if "SLURM_PROCID" in os.environ``), as
+    examples/pi.py does for every launcher: such a script has its own fallback.
+    """
+    found: list[ScriptRead] = []
+    guarded: set[str] = set()
+    for number, line in enumerate(text.splitlines(), 1):
+        code = line.split("#", 1)[0]
+        for family, module in _IMPORTS.items():
+            m = re.match(rf"^(\s*)(?:from\s+{module}\b|import\s+{module}\b)", code)
+            if m:
+                found.append(ScriptRead(family, module, number, hard=not m.group(1)))
+        for family, pattern in _VARS.items():
+            for m in re.finditer(rf"(['\"]?)\b({pattern})\b\1", code):
+                rest = code[m.end():]
+                if m.group(1) and re.match(r"\s+(?:not\s+)?in\b", rest):
+                    guarded.add(family)
+                hard = bool(m.group(1)) and bool(re.search(r"\[\s*$", code[: m.start()])) and rest.lstrip().startswith("]")
+                found.append(ScriptRead(family, m.group(2), number, hard))
+    return [ScriptRead(r.family, r.what, r.line, r.hard, r.family in guarded) for r in found]
+
+
+def _script_path(spec: JobSpec) -> str | None:
+    ep = spec.entrypoint
+    if ep.kind == "script":
+        return ep.target
+    if ep.kind == "command":
+        return next((a for a in ep.args if a.endswith(".py")), None)
+    return None
+
+
+def preflight(spec: JobSpec, read_text: bool = True) -> list[str]:
+    """Before launch: refuse a script that reads what this scheduler/launcher never sets.
+
+    A hard read (``os.environ["OMPI_COMM_WORLD_RANK"]``, ``import mpi4py``)
+    raises :class:`~torchhpc.errors.SpecError` with a HINT naming the launcher
+    that sets it; a soft one (``.get("SLURM_PROCID", 0)``: a default decides
+    the rank) comes back as a warning line; a guarded one (the script tests
+    ``"X" in os.environ`` first) is the script's own business. ``TORCHHPC_COMPAT=warn`` turns refusals into
+    warnings, ``TORCHHPC_COMPAT=off`` skips the check.
+    """
+    mode = os.environ.get("TORCHHPC_COMPAT", "refuse")
+    path = _script_path(spec)
+    if mode == "off" or path is None or not read_text:
+        return []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return []
+    have = PROVIDES.get((spec.scheduler, spec.launcher), frozenset())
+    where = f"--scheduler {spec.scheduler}" + ("" if spec.scheduler == "local" else f" --launcher {spec.launcher}")
+    warnings: list[str] = []
+    refusals: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for read in sorted(scan_script(text), key=lambda r: not r.hard):  # a hard read of X wins over a soft one
+        if read.family in have or read.guarded or read.family in seen:
+            continue
+        seen.add(read.family)  # one message per family: the first (hard) read names it
+        if read.family == "mpi4py":
+            msg = f"{path}:{read.line} uses mpi4py, but {where} starts no MPI world"
+        elif read.family == "idr_torch":
+            msg = f"{path}:{read.line} uses idr_torch, which detects Slurm steps and torchrun only, not {where}"
+        else:
+            msg = f"{path}:{read.line} reads {read.what}, which {where} does not set"
+        if read.hard and mode != "warn":
+            refusals.append((msg, _RIGHT_LAUNCHER[read.family]))
+        else:
+            tail = " (a default value decides the rank)" if not read.hard else ""
+            warnings.append(f"{msg}{tail}. HINT: {_RIGHT_LAUNCHER[read.family]}")
+    if refusals:
+        msg, hint = refusals[0]
+        more = f" (and {len(refusals) - 1} more kind(s))" if len(refusals) > 1 else ""
+        raise SpecError(
+            f"{msg}{more}: the script would fail or see the wrong world",
+            f"{hint}; TORCHHPC_COMPAT=warn launches anyway; docs/compat.md has the table",
+        )
+    return warnings
