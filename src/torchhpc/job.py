@@ -1,24 +1,38 @@
 """The Python API, the same objects the CLI uses.
 
->>> job = Job(["examples/pi.py"], scheduler="slurm", nodes=2, nproc_per_node=2, launcher="srun")
+>>> job = Job(["examples/pi.py"], nproc_per_node=2)      # local, named "pi" like the CLI names it
 >>> print(job.render())          # the dry run
->>> handle = job.submit()        # schedule(render(spec))
+>>> handle = job.submit()        # schedule(render(spec)); local jobs run in the background
 >>> handle.wait().state
 'COMPLETED'
+
+``Job(..., profile="mn5", account="bsc98", ...)`` applies a site profile with the
+CLI's precedence (keyword > ``TORCHHPC_*`` > profile > config file > default).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import fields as dc_fields
 from typing import Any, Callable
 
 from torchhpc.core.proc import Runner
-from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec, env_pairs
+from torchhpc.core.spec import ContainerSpec, JobSpec
+from torchhpc.errors import SpecError
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 
-__all__ = ["Job", "JobHandle"]
+__all__ = ["Job", "JobHandle", "check_program", "visible_gpus"]
+
+# Keywords that are scheduler options (like --account), not JobSpec fields.
+_OPTION_KEYWORDS = ("partition", "account", "qos", "queue", "image")
+# Where the values builder and JobSpec name a field differently.
+_RENAMED = {"max_timeout_requeues": "max_requeues"}
+# Applied to the built spec as given (no flag of that name).
+_DIRECT = ("setup", "cpus_per_task")
 
 
 @dataclass
@@ -47,7 +61,12 @@ class JobHandle:
 
 
 class Job:
-    """A job description plus the scheduler that will run it."""
+    """A job description plus the scheduler that will run it.
+
+    Keywords are JobSpec fields (``nodes``, ``nproc_per_node``, ``launcher``,
+    ``scheduler``, ``time``...), scheduler options (``account``, ``partition``,
+    ``qos``, ``queue``, ``image``) and ``profile``.
+    """
 
     def __init__(
         self,
@@ -58,22 +77,90 @@ class Job:
         container: ContainerSpec | None = None,
         options: dict[str, str] | None = None,
         runner: Runner | None = None,
+        profile: str | None = None,
         **fields: Any,
     ) -> None:
         if isinstance(program, JobSpec):
             self.spec = program
         else:
-            self.spec = JobSpec(
-                entrypoint=Entrypoint.parse(list(program), module=module),
-                env=env_pairs(env or {}),
-                container=container,
-                options=tuple((options or {}).items()),
-                **fields,
-            )
+            self.spec = _spec(list(program), module, env, container, options, profile, fields)
         self.scheduler = get_scheduler(self.spec.scheduler, runner=runner)
 
     def render(self) -> Submission:
         return self.scheduler.render(self.spec)
 
     def submit(self) -> JobHandle:
+        check_program(self.spec)
         return JobHandle(self.scheduler, self.scheduler.schedule(self.render()))
+
+
+def _spec(
+    program: list[str],
+    module: str | None,
+    env: dict[str, str] | None,
+    container: ContainerSpec | None,
+    options: dict[str, str] | None,
+    profile: str | None,
+    given: dict[str, Any],
+) -> JobSpec:
+    from torchhpc.resolve import build_spec
+
+    known = {f.name for f in dc_fields(JobSpec)} | set(_OPTION_KEYWORDS)
+    unknown = sorted(set(given) - known - {"entrypoint", "container", "env", "options"})
+    if unknown:
+        raise TypeError(f"Job() got unexpected keyword argument(s): {', '.join(unknown)}")
+    values: dict[str, Any] = {_RENAMED.get(k, k): v for k, v in given.items() if k not in _DIRECT}
+    values.update(profile=profile, module=module, env=env or {}, opt=dict(options or {}))
+    if container is not None:
+        values["no_container"] = True  # given as an object: set below, not resolved from a profile
+    spec = build_spec(values, program)
+    direct = {k: given[k] for k in _DIRECT if k in given}
+    if container is not None:
+        direct["container"] = container
+    return spec.with_(**direct) if direct else spec
+
+
+def check_program(spec: JobSpec) -> None:
+    """Refuse a program that cannot start, before anything is submitted.
+
+    A script must exist (relative to the current directory, which is where
+    the job starts), unless it runs in a container and names an absolute path
+    that may live in the image: that is checked inside the image when the
+    image is a directory (Charliecloud, enroot sandboxes). Pods (kubernetes,
+    runai) run the image's files: nothing to check here. A command run
+    locally must be on PATH.
+    """
+    if spec.scheduler in ("kubernetes", "runai"):
+        return
+    entry = spec.entrypoint
+    if entry.kind == "script":
+        target = entry.target
+        if os.path.exists(target):
+            return
+        if spec.container is not None and os.path.isabs(target):
+            image = str(spec.container.image)
+            if not os.path.isdir(image) or os.path.exists(os.path.join(image, target.lstrip("/"))):
+                return  # cannot look inside a SIF or a registry image from here
+        raise SpecError(
+            f"the program {target!r} does not exist (from {os.getcwd()})",
+            "check the path: scripts are found relative to the directory you submit from",
+        )
+    if entry.kind == "command" and spec.container is None and spec.scheduler == "local":
+        if shutil.which(entry.target) is None:
+            raise SpecError(f"the command {entry.target!r} is not on PATH", "give its full path, or a script.py")
+
+
+def visible_gpus(kind: str = "nvidia", root: str = "/") -> int:
+    """GPUs this machine shows, from the driver's files (no torch import): NVIDIA's /proc entries, AMD's KFD nodes."""
+    import glob
+
+    if kind == "amd":
+        n = 0
+        for path in glob.glob(os.path.join(root, "sys/class/kfd/kfd/topology/nodes/*/gpu_id")):
+            try:
+                n += open(path).read().strip() not in ("", "0")
+            except OSError:
+                pass
+        return n
+    found = glob.glob(os.path.join(root, "proc/driver/nvidia/gpus/*")) or glob.glob(os.path.join(root, "dev/nvidia[0-9]*"))
+    return len(found)

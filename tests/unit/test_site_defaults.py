@@ -218,3 +218,92 @@ def test_no_rst_in_any_help() -> None:
         for m in re.finditer(r":[a-z]+:`|``", text):
             bad.append(f"{' '.join(path)}: ...{text[max(0, m.start() - 30):m.end() + 30]!r}")
     assert not bad, "\n".join(bad)
+
+
+# --- program, GPUs, API, --json, --plot --------------------------------------------------------
+
+
+def test_missing_program_is_refused_before_submitting(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for argv in (["run", "-n", "2", "missing.py"], ["run", "-s", "slurm", "-N", "2", "--nproc-per-node", "2", "missing.py"],
+                 ["run", "-s", "pbs", "missing.py"]):
+        rc, out, err = run_cli(argv, capsys)
+        assert rc == 2 and out == "", argv
+        assert err.splitlines()[0] == f"Error: the program 'missing.py' does not exist (from {tmp_path})"
+        assert "Traceback" not in err and "sbatch" not in err and "qsub" not in err
+    rc, _, err = run_cli(["run", "-n", "2", "--", "no-such-command-here"], capsys)
+    assert rc == 2 and "not on PATH" in err
+    # A dry run still renders (the script may be written later), and pods carry their own files.
+    rc, out, _ = run_cli(["run", "-s", "slurm", "--dry-run", "missing.py"], capsys)
+    assert rc == 0 and "missing.py" in out
+
+
+def test_program_in_a_directory_image_is_checked_inside_it(tmp_path: Path) -> None:
+    from torchhpc.core.spec import ContainerSpec
+    from torchhpc.job import check_program
+
+    image = tmp_path / "img"
+    (image / "app").mkdir(parents=True)
+    (image / "app" / "train.py").write_text("")
+    spec = JobSpec(Entrypoint.parse(["/app/train.py"]), scheduler="slurm",
+                   container=ContainerSpec(str(image), runtime="charliecloud"))
+    check_program(spec)
+    with pytest.raises(SpecError):
+        check_program(spec.with_(entrypoint=Entrypoint.parse(["/app/nope.py"])))
+    # A SIF cannot be looked into from here: an absolute path is left to the job.
+    check_program(spec.with_(entrypoint=Entrypoint.parse(["/app/nope.py"]), container=ContainerSpec("x.sif")))
+
+
+def test_gpus_requested_where_none_are_visible_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchhpc.job import visible_gpus
+
+    fake = tmp_path / "root"
+    (fake / "proc/driver/nvidia/gpus/0000:01:00.0").mkdir(parents=True)
+    (fake / "sys/class/kfd/kfd/topology/nodes/1").mkdir(parents=True)
+    (fake / "sys/class/kfd/kfd/topology/nodes/1/gpu_id").write_text("4660\n")
+    assert visible_gpus("nvidia", str(fake)) == 1 and visible_gpus("amd", str(fake)) == 1
+    assert visible_gpus("nvidia", str(tmp_path / "empty")) == 0
+    if visible_gpus("nvidia") or visible_gpus("amd"):
+        pytest.skip("this machine has GPUs")  # the warning is for machines without any
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    rc, _, err = run_cli(["run", "-n", "1", "--gpus-per-node", "2", "--", "true"], capsys)
+    assert rc == 0
+    assert err.startswith("Warning: --gpus-per-node 2 but this machine shows no nvidia GPU")
+
+
+def test_job_api_profile_and_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchhpc.job import Job
+
+    job = Job(["examples/pi.py"], profile="mn5", account="bsc98", qos="acc_debug", time="00:30:00", nodes=2,
+              container=__import__("torchhpc.core.spec", fromlist=["ContainerSpec"]).ContainerSpec("mn5.sif", runtime="singularity"))
+    assert job.spec.name == "pi"  # as the CLI names it, not "torchhpc"
+    assert job.spec.scheduler == "slurm" and job.spec.gpus_per_node == 4 and job.spec.nproc_per_node == 4
+    script = job.render().script or ""
+    assert "#SBATCH --account=bsc98" in script and "singularity exec --nv" in script
+    with pytest.raises(UsageError) as e:
+        Job(["examples/pi.py"], profile="mn5", account="bsc98", qos="q")
+    assert "requires --time" in e.value.message
+    assert Job(["examples/pi.py"], nproc_per_node=2).spec.name == "pi"
+    with pytest.raises(TypeError):
+        Job(["examples/pi.py"], nprocs=2)
+
+
+def test_run_json(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = run_cli(["run", "--json", "-s", "slurm", "--dry-run", "examples/pi.py"], capsys)
+    data = json.loads(out)
+    assert rc == 0 and data["argv"][0] == "sbatch" and "#SBATCH --job-name=pi" in data["script"]
+    rc, out, err = run_cli(["run", "--json", "-s", "slurm", "-N", "2", "-n", "2", "--dry-run", "examples/pi.py"], capsys)
+    assert rc == 2 and err == "" and "ambiguous" in json.loads(out)["error"]
+
+
+def test_plot_without_matplotlib_fails_before_the_run(tmp_path: Path) -> None:
+    """`python -S` hides site-packages: matplotlib (and torch) are really absent; the check comes first."""
+    import subprocess
+    import sys
+
+    src = Path(__file__).resolve().parents[2] / "src"
+    code = "import sys; from torchhpc.cli.main import main; sys.exit(main(['bench', 'run', '--plot', 'x.png']))"
+    done = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("Error: --plot needs matplotlib") and "Traceback" not in done.stderr

@@ -20,6 +20,27 @@ def env_default(flag: str, default: Any = None, cast: type | None = None) -> Any
     return default
 
 
+def json_errors(func: Any) -> Any:
+    """With ``--json``, an error is a JSON object on stdout (same exit code), not text on stderr."""
+    import functools
+
+    from torchhpc.errors import TorchHPCError
+
+    @functools.wraps(func)
+    def wrapper(args: argparse.Namespace, *rest: Any) -> int:
+        try:
+            return int(func(args, *rest))
+        except TorchHPCError as e:
+            if not getattr(args, "json", False):
+                raise
+            import json
+
+            print(json.dumps({"error": e.message, "hint": e.hint, "exit_code": e.exit_code}), flush=True)
+            return e.exit_code
+
+    return wrapper
+
+
 def eprint(*args: object) -> None:
     print(*args, file=sys.stderr, flush=True)
 

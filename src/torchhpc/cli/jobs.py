@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 from typing import Any
 
-from torchhpc.cli.common import add_subparser, eprint
-from torchhpc.errors import TorchHPCError, UsageError
+from torchhpc.cli.common import add_subparser, eprint, json_errors
+from torchhpc.errors import UsageError
 from torchhpc.schedulers import get_scheduler, parse_handle
 from torchhpc.schedulers.api import JobStatus, Scheduler
 
@@ -45,22 +44,6 @@ def handle_of(args: argparse.Namespace) -> tuple[str, str]:
     if args.scheduler is None and ":" not in args.job:
         args.scheduler = default_scheduler()
     return parse_handle(args.job, args.scheduler or "local")
-
-
-def json_errors(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """With --json, an error is a JSON object on stdout (same exit code), not text on stderr."""
-
-    def wrapper(args: argparse.Namespace) -> int:
-        if not getattr(args, "json", False):
-            return func(args)
-        try:
-            return func(args)
-        except TorchHPCError as e:
-            print(json.dumps({"error": e.message, "hint": e.hint, "exit_code": e.exit_code}))
-            return e.exit_code
-
-    wrapper.__doc__ = func.__doc__
-    return wrapper
 
 
 def register(sub: Any) -> None:

@@ -9,14 +9,16 @@ job to its end and print its log.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
-from torchhpc.cli.common import Progress, add_subparser, eprint
+from torchhpc.cli.common import Progress, add_subparser, eprint, json_errors
 from torchhpc.cli.jobargs import add_job_arguments, spec_from_args, split_program
 from torchhpc.env.compat import preflight
+from torchhpc.errors import UsageError
 from torchhpc.schedulers import get_scheduler
-from torchhpc.schedulers.api import JobStatus, Scheduler
+from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 
 DESCRIPTION = """Run or submit a distributed job.
 
@@ -34,6 +36,9 @@ EXAMPLES = """examples:
 
 Flags go before the program; --wait, --dry-run and --rank0-only may also follow it.
 Everything else after the program (or after --) is passed to it unchanged.
+
+exit codes: 0 done; 1 the job or a command (sbatch...) failed; 2 bad input (HINT says why);
+  a local run or --wait returns the job's own exit code; 130 interrupted.
 """
 
 
@@ -44,6 +49,10 @@ def register(sub: Any) -> None:
     p.add_argument("--dry-run", action="store_true", help="print what would run or be submitted; touch nothing")
     p.add_argument("--wait", action="store_true", help="wait for a submitted job to end and print its log")
     p.add_argument("--rank0-only", action="store_true", help="local: show only rank 0's output")
+    p.add_argument("--background", action="store_true",
+                   help="local: start the job in the background and print its handle (status, logs, cancel, wait)")
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable output: the rendered submission (--dry-run), the handle, errors")
     p.set_defaults(func=cmd_run, _parser=p)
 
 
@@ -55,6 +64,13 @@ def parse_run(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argpars
 def cmd_run(args: argparse.Namespace) -> int:
     # argparse saw the whole line as one blob (REMAINDER); re-split it our way.
     args, program = parse_run(args._parser, args._argv)
+    return _run(args, program)
+
+
+@json_errors
+def _run(args: argparse.Namespace, program: list[str]) -> int:
+    from torchhpc.job import check_program, visible_gpus
+
     spec = spec_from_args(args, program)
     # Before anything renders: a script reading variables this launcher never sets is refused (docs/compat.md).
     for warning in preflight(spec):
@@ -62,18 +78,48 @@ def cmd_run(args: argparse.Namespace) -> int:
     scheduler = get_scheduler(spec.scheduler)
     submission = scheduler.render(spec)
     if args.dry_run:
-        sys.stdout.write(str(submission))
+        if args.json:
+            print(json.dumps(_submission_dict(submission), indent=1))
+        else:
+            sys.stdout.write(str(submission))
         return 0
+    check_program(spec)
     if spec.scheduler == "local":
-        run_local: Any = scheduler
-        return int(run_local.run(submission, rank0_only=args.rank0_only))
+        if spec.gpus_per_node and visible_gpus(spec.gpu_kind) == 0:
+            eprint(
+                f"Warning: --gpus-per-node {spec.gpus_per_node} but this machine shows no {spec.gpu_kind} GPU: "
+                "the ranks run on CPU"
+            )
+        if not args.background:
+            if args.json:
+                raise UsageError("--json with a local run needs --background", "a foreground run prints its ranks' output")
+            run_local: Any = scheduler
+            return int(run_local.run(submission, rank0_only=args.rank0_only))
     job_id = scheduler.schedule(submission)
     handle = f"{spec.scheduler}:{job_id}"
-    print(f"Submitted {handle} ({spec.name}: {spec.nodes} node(s) x {spec.nproc_per_node} rank(s), {spec.launcher})")
+    if args.json and not args.wait:
+        print(json.dumps({"handle": handle, "scheduler": spec.scheduler, "job_id": job_id, "name": spec.name,
+                          "nodes": spec.nodes, "nproc_per_node": spec.nproc_per_node, "launcher": spec.launcher}))
+        return 0
+    print(f"Submitted {handle} ({spec.name}: {spec.nodes} node(s) x {spec.nproc_per_node} rank(s), {spec.launcher})",
+          file=sys.stderr if args.json else sys.stdout)
     if not args.wait:
         print(f"Follow it with: torchhpc wait {handle}; torchhpc logs {handle}")
         return 0
+    if args.json:
+        code = follow(scheduler, job_id, print_logs=False)
+        from torchhpc.cli.jobs import status_dict
+
+        print(json.dumps(status_dict(spec.scheduler, scheduler.status(job_id))))
+        return code
     return follow(scheduler, job_id)
+
+
+def _submission_dict(sub: Submission) -> dict[str, Any]:
+    return {
+        "scheduler": sub.scheduler, "argv": list(sub.argv), "script": sub.script, "script_path": sub.script_path,
+        "files": dict(sub.files), "notes": list(sub.notes),
+    }
 
 
 def follow(scheduler: Scheduler, job_id: str, timeout: float | None = None, print_logs: bool = True) -> int:
