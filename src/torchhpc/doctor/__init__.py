@@ -27,7 +27,14 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from torchhpc.doctor.base import STATUSES, Check, Context
-from torchhpc.doctor.job import check_containers, check_geometry, check_interface, check_port, check_slurm
+from torchhpc.doctor.job import (
+    check_containers,
+    check_environment,
+    check_geometry,
+    check_interface,
+    check_port,
+    check_slurm,
+)
 from torchhpc.doctor.node import (
     check_gpus,
     check_memlock,
@@ -45,6 +52,7 @@ __all__ = [
     "Check",
     "Context",
     "check_containers",
+    "check_environment",
     "check_geometry",
     "check_gpus",
     "check_interface",
@@ -74,6 +82,7 @@ CHECKS: tuple[tuple[str, Callable[[Context], Check]], ...] = (
     ("slurm", check_slurm),
     ("containers", check_containers),
     ("geometry", check_geometry),
+    ("environment", check_environment),
     ("pip-torch", check_pip_torch),
 )
 

@@ -13,7 +13,7 @@ from torchhpc.doctor.base import Check, Context
 from torchhpc.doctor.node import requested_gpus
 from torchhpc.errors import CommandError
 
-__all__ = ["check_containers", "check_geometry", "check_interface", "check_port", "check_slurm"]
+__all__ = ["check_containers", "check_environment", "check_geometry", "check_interface", "check_port", "check_slurm"]
 
 
 def _master(ctx: Context) -> Optional[str]:
@@ -202,3 +202,26 @@ def check_geometry(ctx: Context) -> Check:
         return Check("geometry", "warn", f"{n} tasks per node for {requested} GPUs per node",
                      "with srun launching ranks directly, use one task per GPU (--ntasks-per-node = GPUs per node)")
     return Check("geometry", "pass", f"{n} task(s) per node ({source})" + (f", {requested} GPU(s) per node" if requested else ""))
+
+
+def check_environment(ctx: Context) -> Check:
+    """Rank/world variables other frameworks read (SLURM_*, OMPI_*, PMI_*) that name another rank or world.
+
+    The logic lives in :mod:`torchhpc.env.compat` (shared with ``torchhpc env --explain``).
+    """
+    from torchhpc.env import detect
+    from torchhpc.env.compat import disagreements
+    from torchhpc.errors import EnvironmentDetectionError
+
+    if not ctx.in_job:
+        return Check("environment", "skip", "not inside a job")
+    try:
+        dist_env = detect(ctx.environ)
+    except EnvironmentDetectionError as e:
+        return Check("environment", "fail", f"cannot tell this process's rank: {e.message}", e.hint)
+    found = disagreements(dist_env, ctx.environ)
+    if not found:
+        return Check("environment", "pass",
+                     f"rank {dist_env.rank}/{dist_env.world_size} ({dist_env.source}); no variable names another rank")
+    more = f" (and {len(found) - 1} more: {', '.join(d.name for d in found[1:])})" if len(found) > 1 else ""
+    return Check("environment", "fail", found[0].message + more, found[0].hint)
