@@ -136,3 +136,24 @@ def test_cli_refuses_before_rendering_with_error_and_hint() -> None:
     assert r.stderr.startswith("Error: tests/integration/compat/ompi_vars.py:")
     assert "HINT: use --launcher mpirun" in r.stderr and "Traceback" not in r.stderr
     assert r.stdout == ""
+
+
+def test_doctor_in_job_reports_the_disagreement() -> None:
+    from torchhpc.doctor import Context, check_environment
+
+    check = check_environment(Context(environ=MPIRUN_NO_SHIM, in_job=True))
+    assert check.status == "fail" and check.detail.startswith("SLURM_PROCID=1 but this process is rank 3")
+    assert "SLURM_NTASKS" in check.detail and check.hint and "shim" in check.hint
+    clean = {k: v for k, v in MPIRUN_NO_SHIM.items() if not k.startswith("SLURM_")}
+    assert check_environment(Context(environ=clean, in_job=True)).status == "pass"
+    assert check_environment(Context(environ=MPIRUN_NO_SHIM, in_job=False)).status == "skip"
+
+
+def test_env_explain_lists_the_disagreements() -> None:
+    env = {"PATH": "/usr/bin:/bin", **MPIRUN_NO_SHIM}
+    r = subprocess.run([sys.executable, "-m", "torchhpc", "env", "--explain"], env=env, cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "variables that disagree with rank 3 of 4 (openmpi):" in r.stdout
+    assert "SLURM_PROCID=1 but this process is rank 3: Lightning's SLURMEnvironment" in r.stdout
+    assert "HINT: start each rank through torchhpc's per-task shim" in r.stdout

@@ -17,6 +17,7 @@ from typing import Any
 from torchhpc.cli.common import add_subparser
 from torchhpc.core.shell import export_lines
 from torchhpc.env import PRIORITY, DistEnv, Verdict, detect, explain, export
+from torchhpc.env.compat import disagreements
 
 FIELDS = (
     "source",
@@ -86,6 +87,22 @@ def render_explain(verdicts: list[Verdict], environ: Mapping[str, str] | None = 
                 f"node {e.node_rank}/{e.num_nodes}, master {e.master_addr}:{e.master_port}"
             )
         lines.append(f"    {'':<{width}}  why #{i}: {v.priority_reason}")
+    chosen = next((v for v in verdicts if v.chosen and v.env is not None), None)
+    if chosen is not None and chosen.env is not None:
+        lines += render_disagreements(chosen.env, os.environ if environ is None else environ)
+    return lines
+
+
+def render_disagreements(dist_env: DistEnv, environ: Mapping[str, str]) -> list[str]:
+    """Variables other frameworks read that name another rank or world than the chosen one."""
+    found = disagreements(dist_env, environ)
+    if not found:
+        return []
+    lines = ["", f"variables that disagree with rank {dist_env.rank} of {dist_env.world_size} ({dist_env.source}):"]
+    for d in found:
+        lines.append(f"  {d.message}")
+    hints = dict.fromkeys(d.hint for d in found)
+    lines += [f"  HINT: {h}" for h in hints]
     return lines
 
 
@@ -123,4 +140,4 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["FIELDS", "PRIORITY", "cmd_env", "register", "render_env", "render_explain"]
+__all__ = ["FIELDS", "PRIORITY", "cmd_env", "register", "render_disagreements", "render_env", "render_explain"]
