@@ -27,6 +27,7 @@ EXAMPLES = """examples:
   torchhpc bench gpu
   torchhpc bench sweep --scheduler slurm --nodes 1,2,4 --nproc-per-node 4 --out sweep/ -- -b 1M -e 1G -f 2
   torchhpc bench report sweep/ -o sweep/
+  torchhpc bench nodes --scheduler slurm --nodes 4 --exclude-file bad.txt   (then: torchhpc run --exclude @bad.txt ...)
 """
 
 
@@ -121,7 +122,47 @@ def register(sub: Any) -> None:
     s.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then bench flags for every job")
     s.set_defaults(func=cmd_sweep)
 
+    _register_nodes(bsub)
     p.set_defaults(func=lambda _a: _help(p))
+
+
+NODES_DESCRIPTION = """\
+Find the slow node, GPU or link of an allocation in one job: per node a compute check (GPU matmul and
+copy, CPU matmul and copy otherwise) and an all_reduce among the node's ranks, each against the median
+node; then a ring of node pairs (2 rounds of pairs running at the same time; 3 for an odd count),
+slow pairs measured again, and every node whose pairs are all slow confirmed against a known-good node.
+Each pair runs a 2-node all_reduce of --size bytes; a node's pairwise figure is its best pair.
+SLOW: below --slow-ratio x the median. Exit 1 when a node is SLOW or FAIL (the table says which).
+
+Nodes: --nodes N, --nodelist node[1-4], or (inside salloc, no --nodes) the allocation itself.
+-s is --size here; write --scheduler in full."""
+
+
+def _register_nodes(bsub: Any) -> None:
+    from torchhpc.cli.jobargs import add_job_arguments
+
+    s = bsub.add_parser(
+        "nodes", conflict_handler="resolve", formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="find the bad node: per-node checks and node pairs in one job, a PASS/SLOW/FAIL table",
+        description=NODES_DESCRIPTION,
+    )
+    add_job_arguments(s, program=False)
+    g = s.add_argument_group("bench nodes")
+    g.add_argument("--nodelist", default=None, metavar="HOSTLIST", help="exactly these nodes, e.g. node[1-4] (Slurm)")
+    g.add_argument("-s", "--size", type=_size, default=_env_size("--size", "64M"),
+                   help="bytes per pair all_reduce (default 64M) [TORCHHPC_SIZE]")
+    g.add_argument("--iters", type=int, default=5, help="timed calls per pair and per node; the median counts (default 5)")
+    g.add_argument("--slow-ratio", type=float, default=env_default("--slow-ratio", 0.7, float),
+                   help="SLOW below this fraction of the median (default 0.7) [TORCHHPC_SLOW_RATIO]")
+    g.add_argument("--budget", type=float, default=env_default("--budget", 180.0, float), metavar="SECONDS",
+                   help="wall time for the whole run, queue included; rounds that do not fit are skipped, "
+                        "a job still running after it is cancelled (default 180) [TORCHHPC_BUDGET]")
+    g.add_argument("--out", default="bench-nodes", help="folder the nodes share for the script, log and JSON (default bench-nodes)")
+    g.add_argument("--json", default=None, metavar="FILE", help="also write the full result as JSON here")
+    g.add_argument("--exclude-file", default=None, metavar="FILE",
+                   help="write the SLOW/FAIL nodes, one a line, for `torchhpc run --exclude @FILE`")
+    g.add_argument("--dry-run", action="store_true", help="print the job that would run, submit nothing")
+    s.set_defaults(func=cmd_nodes)
 
 
 def _help(p: argparse.ArgumentParser) -> int:
@@ -255,4 +296,56 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             hint += ("; in a container the image's python must import torchhpc (install it in the image, "
                      "or --bind a checkout and --env PYTHONPATH=CHECKOUT/src) and --out must be bound in")
         raise JobFailed(f"{len(failed)} sweep job(s) failed: " + "; ".join(failed), hint)
+    return 0
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    import time
+
+    from torchhpc.bench import nodes_job
+    from torchhpc.bench import nodes_plan as plan
+    from torchhpc.cli.jobargs import spec_from_args
+    from torchhpc.schedulers import get_scheduler
+
+    started = time.time()
+    if args.slow_ratio <= 0 or args.slow_ratio >= 1:
+        raise UsageError(f"--slow-ratio {args.slow_ratio} must be between 0 and 1", "e.g. --slow-ratio 0.7")
+    if args.iters < 1:
+        raise UsageError(f"--iters {args.iters} must be at least 1")
+    base_args = copy.copy(args)
+    base_args.module = "torchhpc.bench.nodes"
+    base_args.nodes = None
+    base_args.name = args.name or "bench-nodes"
+    base = spec_from_args(base_args, [])
+    if getattr(args, "nproc_per_node", None) is None and getattr(args, "nproc_short", None) is None \
+            and not base.gpus_per_node:
+        base = base.with_(nproc_per_node=2)  # two ranks per node: the intra-node all_reduce needs a peer
+    if args.launcher is None and base.scheduler == "slurm":
+        base = base.with_(launcher="srun")  # the quickest start: no torchrun agent importing torch per node
+    scheduler = get_scheduler(base.scheduler)
+    n, names, in_alloc = nodes_job.resolve_nodes(scheduler, args.nodes, args.nodelist)
+    spec, json_path = nodes_job.make_spec(
+        base, n, names, size=args.size, iters=args.iters, slow_ratio=args.slow_ratio, budget=args.budget,
+        out_dir=args.out, deadline=started + args.budget - nodes_job.RESERVE_SECONDS)
+    if args.dry_run:
+        print(scheduler.render(spec))
+        return 0
+    run = nodes_job.run_job(scheduler, spec, json_path, budget=args.budget, started=started,
+                            in_allocation=in_alloc, say=lambda t: print(t, flush=True))
+    bad = nodes_job.write_outputs(run, args.json, args.exclude_file)
+    print()
+    print(plan.format_table(run.rows))
+    print()
+    print(nodes_job.summary(run, bad))
+    if args.exclude_file:
+        print(f"exclude list: {args.exclude_file} ({len(bad)} node(s)); next job: torchhpc run --exclude @{args.exclude_file} ...")
+    skipped = run.report.get("skipped_rounds") or []
+    if skipped:
+        raise JobFailed(f"the budget ran out: {sum(len(r) for r in skipped)} pair(s) not measured "
+                        f"({', '.join(k for r in skipped for k in r)})",
+                        f"give a larger --budget than {args.budget:g}s")
+    if bad:
+        raise JobFailed(f"SLOW or FAIL: {', '.join(bad)}",
+                        "drain it (scontrol update nodename=NODE state=drain reason=slow), keep it out with "
+                        "--exclude, report it to the admins; docs/nodes.md explains the table")
     return 0

@@ -1,0 +1,268 @@
+"""The plan and the verdict of ``torchhpc bench nodes``: which pairs run when, and who is slow.
+
+Pure (stdlib only): the worker (:mod:`torchhpc.bench.nodes`) measures, this
+module decides, so every decision is unit-tested without a cluster.
+
+The pairwise stage costs O(N) pairs, not the N(N-1)/2 of all pairs:
+
+1. **Ring**: node i with node i+1 (N pairs). Pairs that share no node run at
+   the same time, so the ring takes 2 rounds (3 when N is odd).
+2. **Confirmation** (the bisection of a slow pair): a node whose every ring
+   pair is slow is a *suspect*; its slow pairs are split into their two ends by
+   pairing the suspect with a *known-good* node (one with a passing pair) it
+   has not met yet. One round holds as many suspects as there are good nodes;
+   at most ceil(log2 N) rounds are spent, so a broken half of a cluster still
+   costs O(log N) rounds, not O(N).
+
+A node's pairwise figure is its best pair: a slow link slows every pair it is
+in, so a node with one fast pair has a good link. A slow pair between two good
+nodes is reported as a slow *link*.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+from torchhpc.errors import UsageError
+
+__all__ = [
+    "MIN_ROUND_SECONDS",
+    "PREFIX",
+    "STARTUP_SECONDS",
+    "Pair",
+    "Row",
+    "check_budget",
+    "confirm_rounds",
+    "estimate_seconds",
+    "exclude_text",
+    "format_table",
+    "max_confirm_rounds",
+    "node_rows",
+    "pair_key",
+    "plan_counts",
+    "ring_pairs",
+    "rounds_of",
+    "suspects",
+    "verdict",
+]
+
+Pair = tuple[str, str]
+PREFIX = "bench-nodes: "  # marks the worker's progress lines in the job log
+PASS, SLOW, FAIL, NA = "PASS", "SLOW", "FAIL", "n/a"
+
+# The budget model (seconds): starting the ranks (import torch, rendezvous,
+# groups), the per-node checks, and a floor per pair round (group set-up,
+# warm-up, timed calls). Deliberately low: a budget under it cannot work.
+STARTUP_SECONDS = 20.0
+NODE_CHECK_SECONDS = 2.0
+MIN_ROUND_SECONDS = 3.0
+
+
+def pair_key(pair: Pair) -> str:
+    return f"{pair[0]}-{pair[1]}"
+
+
+def ring_pairs(nodes: Sequence[str]) -> list[Pair]:
+    """Node i with node i+1, closing the ring; 2 nodes make one pair, 1 node none."""
+    n = len(nodes)
+    if n < 2:
+        return []
+    if n == 2:
+        return [(nodes[0], nodes[1])]
+    return [(nodes[i], nodes[(i + 1) % n]) for i in range(n)]
+
+
+def rounds_of(pairs: Iterable[Pair]) -> list[list[Pair]]:
+    """Greedy: each pair goes to the first round where neither of its nodes is busy (ring: 2 or 3 rounds)."""
+    rounds: list[list[Pair]] = []
+    busy: list[set[str]] = []
+    for a, b in pairs:
+        for i, used in enumerate(busy):
+            if a not in used and b not in used:
+                rounds[i].append((a, b))
+                used.update((a, b))
+                break
+        else:
+            rounds.append([(a, b)])
+            busy.append({a, b})
+    return rounds
+
+
+def max_confirm_rounds(n: int) -> int:
+    return max(1, math.ceil(math.log2(n))) if n > 2 else 0
+
+
+def verdict(value: float | None, median: float | None, slow_ratio: float) -> tuple[float | None, str]:
+    """Ratio to the median and PASS / SLOW / FAIL (no figure) / n/a (nothing to compare with)."""
+    if value is None:
+        return None, FAIL
+    if not median:
+        return None, NA
+    ratio = value / median
+    return ratio, (SLOW if ratio < slow_ratio else PASS)
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return statistics.median(got) if got else None
+
+
+def suspects(nodes: Sequence[str], results: Mapping[Pair, float | None], median: float | None,
+             slow_ratio: float) -> tuple[list[str], list[str]]:
+    """(suspects, good): suspects had only slow or failed pairs; good nodes had a passing one."""
+    bad: list[str] = []
+    good: list[str] = []
+    for node in nodes:
+        mine = [v for p, v in results.items() if node in p]
+        if not mine:
+            continue
+        if any(verdict(v, median, slow_ratio)[1] == PASS for v in mine):
+            good.append(node)
+        else:
+            bad.append(node)
+    return bad, good
+
+
+def confirm_rounds(bad: Sequence[str], good: Sequence[str], done: Iterable[Pair], n_nodes: int) -> list[list[Pair]]:
+    """Pair each suspect with a good node it has not met, each good node once per round.
+
+    At most :func:`max_confirm_rounds` rounds; suspects beyond that keep their
+    ring verdict (unconfirmed). A suspect that has met every good node already
+    needs no new pair.
+    """
+    met = {frozenset(p) for p in done}
+    limit = max_confirm_rounds(n_nodes)
+    rounds: list[list[Pair]] = []
+    todo = list(bad)
+    while todo and len(rounds) < limit:
+        used: set[str] = set()
+        this: list[Pair] = []
+        left: list[str] = []
+        for s in todo:
+            partner = next((g for g in good if g not in used and frozenset((s, g)) not in met), None)
+            if partner is None:
+                if any(frozenset((s, g)) not in met for g in good):
+                    left.append(s)  # a good partner exists, just busy this round
+                continue
+            used.add(partner)
+            this.append((s, partner))
+        if not this:
+            break
+        rounds.append(this)
+        todo = left
+    return rounds
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the verdict table."""
+
+    node: str
+    check: str
+    figure: float | None
+    unit: str
+    ratio: float | None
+    verdict: str
+    section: str  # "node" (per-node checks) or "pairwise"
+    note: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def node_rows(nodes: Sequence[str], figures: Mapping[str, Mapping[str, float | None]], checks: Sequence[tuple[str, str]],
+              pairs: Mapping[Pair, float | None], ring: Sequence[Pair], slow_ratio: float) -> list[Row]:
+    """The verdict table: per-node checks vs the median node, then pairwise vs the median ring pair."""
+    rows: list[Row] = []
+    for check, unit in checks:
+        values = {n: figures.get(n, {}).get(check) for n in nodes}
+        if all(v is None for v in values.values()):
+            continue
+        med = _median(values.values())
+        for n in nodes:
+            ratio, v = verdict(values[n], med, slow_ratio)
+            rows.append(Row(n, check, values[n], unit, ratio, v, "node"))
+    med_pair = _median(pairs.get(p) for p in ring)
+    node_verdict: dict[str, str] = {}
+    for n in nodes:
+        mine = {p: v for p, v in pairs.items() if n in p}
+        if not mine:
+            continue
+        got = [v for v in mine.values() if v is not None]
+        best = max(got) if got else None
+        ratio, v = verdict(best, med_pair, slow_ratio)
+        node_verdict[n] = v
+        note = f"best of {len(mine)} pair(s)" + (f", {len(mine) - len(got)} failed" if len(got) < len(mine) else "")
+        rows.append(Row(n, "pair busbw", best, "GB/s", ratio, v, "pairwise", note))
+    for p, value in pairs.items():
+        ratio, v = verdict(value, med_pair, slow_ratio)
+        if v in (SLOW, FAIL) and node_verdict.get(p[0]) == PASS and node_verdict.get(p[1]) == PASS:
+            rows.append(Row(pair_key(p), "link", value, "GB/s", ratio, v, "pairwise", "both nodes fine in other pairs"))
+    return rows
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    out = [f"{'node':<16} {'check':<14} {'figure':>16} {'ratio':>6}  verdict"]
+    section = ""
+    for r in rows:
+        if r.section != section:
+            section = r.section
+            out.append(f"# {'per-node checks (vs the median node)' if section == 'node' else 'pairwise (vs the median ring pair)'}")
+        fig = "-" if r.figure is None else f"{r.figure:.3g} {r.unit}"
+        ratio = "-" if r.ratio is None else f"{r.ratio:.2f}"
+        out.append(f"{r.node:<16} {r.check:<14} {fig:>16} {ratio:>6}  {r.verdict}" + (f"  ({r.note})" if r.note else ""))
+    return "\n".join(out)
+
+
+def exclude_text(rows: Sequence[Row]) -> tuple[str, list[str]]:
+    """The ``--exclude @FILE`` file: every node (not link) that is SLOW or FAIL anywhere, one a line."""
+    names: list[str] = []
+    for r in rows:
+        if r.verdict in (SLOW, FAIL) and r.check != "link" and r.node not in names:
+            names.append(r.node)
+    head = "# nodes torchhpc bench nodes found SLOW or FAIL; use: torchhpc run --exclude @THIS_FILE ...\n"
+    return head + "".join(f"{n}\n" for n in names), names
+
+
+def plan_counts(n: int, slow_nodes: int = 1) -> dict[str, int]:
+    """Pairs and rounds for ``n`` nodes with ``slow_nodes`` isolated slow nodes (the docs' table)."""
+    names = [f"n{i}" for i in range(n)]
+    ring = ring_pairs(names)
+    bad = names[1 : 1 + 2 * slow_nodes : 2][:slow_nodes] if n > 2 else []
+    good = [x for x in names if x not in bad]
+    retry = rounds_of(p for p in ring if set(p) & set(bad))
+    confirm = confirm_rounds(bad, good, ring, n)
+    return {
+        "nodes": n,
+        "ring_pairs": len(ring),
+        "ring_rounds": len(rounds_of(ring)),
+        "retry_pairs": sum(len(r) for r in retry),
+        "retry_rounds": len(retry),
+        "confirm_pairs": sum(len(r) for r in confirm),
+        "confirm_rounds": len(confirm),
+        "max_confirm_rounds": max_confirm_rounds(n),
+        "all_pairs": n * (n - 1) // 2,
+    }
+
+
+def estimate_seconds(n: int) -> float:
+    """The least time a run over ``n`` nodes can take under the budget model (no bandwidth assumed).
+
+    Ring rounds, as many re-measure rounds at most, and the confirmation rounds.
+    """
+    ring_rounds = len(rounds_of(ring_pairs([str(i) for i in range(n)])))
+    return STARTUP_SECONDS + NODE_CHECK_SECONDS * 2 + MIN_ROUND_SECONDS * (2 * ring_rounds + max_confirm_rounds(n))
+
+
+def check_budget(budget: float, n: int) -> None:
+    need = estimate_seconds(n)
+    if budget < need:
+        raise UsageError(
+            f"--budget {budget:g}s is too small for {n} nodes: start-up, per-node checks and "
+            f"{len(rounds_of(ring_pairs([str(i) for i in range(n)])))} ring + up to {max_confirm_rounds(n)} "
+            f"confirmation pair rounds need at least {need:.0f}s",
+            f"give --budget {math.ceil(need / 30) * 30} or more (on a real cluster, minutes)",
+        )

@@ -1,0 +1,192 @@
+"""``bench nodes``: the planner (pairs, rounds, suspects, verdicts, budget), the job it renders, bad input.
+
+The planner is pure, so the scenarios here are the real decisions; the job is
+rendered by the real slurm and pbs backends (nothing submitted). The run on the
+4-node dev cluster is tests/integration/test_bench_nodes.py.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from torchhpc.bench import nodes_plan as plan
+from torchhpc.bench.nodes_job import make_spec, resolve_nodes
+from torchhpc.cli.main import main
+from torchhpc.core.proc import FakeRunner
+from torchhpc.core.spec import Entrypoint, JobSpec
+from torchhpc.errors import UsageError
+
+NODES = ["node1", "node2", "node3", "node4"]
+
+
+def test_ring_is_n_pairs_in_disjoint_rounds() -> None:
+    assert plan.ring_pairs(["a"]) == [] and plan.ring_pairs(["a", "b"]) == [("a", "b")]
+    assert plan.ring_pairs(NODES) == [("node1", "node2"), ("node2", "node3"), ("node3", "node4"), ("node4", "node1")]
+    for n in (3, 4, 5, 16, 17, 256):
+        ring = plan.ring_pairs([f"n{i}" for i in range(n)])
+        rounds = plan.rounds_of(ring)
+        assert len(ring) == n and sorted(p for r in rounds for p in r) == sorted(ring)
+        assert len(rounds) == (2 if n % 2 == 0 else 3)
+        for r in rounds:  # no node twice in a round: its pairs really run side by side
+            names = [x for p in r for x in p]
+            assert len(names) == len(set(names))
+    assert plan.rounds_of(plan.ring_pairs(NODES)) == [[("node1", "node2"), ("node3", "node4")],
+                                                      [("node2", "node3"), ("node4", "node1")]]
+
+
+@pytest.mark.parametrize("n", [4, 16, 256])
+def test_pair_count_is_linear_plus_log_not_quadratic(n: int) -> None:
+    c = plan.plan_counts(n)
+    assert (c["ring_pairs"], c["ring_rounds"]) == (n, 2)
+    assert c["retry_pairs"] == 2 and c["confirm_pairs"] == 1 and c["confirm_rounds"] == 1
+    assert c["max_confirm_rounds"] == math.ceil(math.log2(n))
+    total = c["ring_pairs"] + c["retry_pairs"] + c["confirm_pairs"]
+    assert total <= n + 3
+    if n > 4:
+        assert total < c["all_pairs"] // 2
+    assert c["all_pairs"] == n * (n - 1) // 2
+    rounds = c["ring_rounds"] + c["retry_rounds"] + c["max_confirm_rounds"]
+    assert rounds <= 4 + math.ceil(math.log2(n))
+
+
+def test_the_docs_table_is_the_planners() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "nodes.md").read_text()
+    for n in (4, 16, 256):
+        c = plan.plan_counts(n)
+        row = (f"| {n} | {c['ring_pairs']} in {c['ring_rounds']} | {c['retry_pairs']} in {c['retry_rounds']} | "
+               f"{c['confirm_pairs']} in {c['confirm_rounds']} (at most {c['max_confirm_rounds']} rounds) | "
+               f"{c['all_pairs']} |")
+        assert row in docs, row
+
+
+def slow3(base: float = 0.5, slow: float = 0.05) -> dict[plan.Pair, float | None]:
+    """node3's link degraded: both of its ring pairs are slow."""
+    return {p: (slow if "node3" in p else base) for p in plan.ring_pairs(NODES)}
+
+
+def test_a_slow_node_is_the_only_suspect_and_is_confirmed_against_a_good_node() -> None:
+    ring = slow3()
+    med = plan._median(ring.values())
+    bad, good = plan.suspects(NODES, ring, med, 0.7)
+    assert bad == ["node3"] and good == ["node1", "node2", "node4"]
+    # node3 has met node2 and node4 in the ring: its new partner is node1
+    assert plan.confirm_rounds(bad, good, ring, 4) == [[("node3", "node1")]]
+
+
+def test_verdict_names_node3_and_only_node3() -> None:
+    pairs = {**slow3(), ("node3", "node1"): 0.04}
+    rows = plan.node_rows(NODES, {n: {"matmul": 10.0} for n in NODES}, [("matmul", "GFLOP/s")], pairs,
+                          plan.ring_pairs(NODES), 0.7)
+    pairwise = {r.node: r.verdict for r in rows if r.section == "pairwise"}
+    assert pairwise == {"node1": "PASS", "node2": "PASS", "node3": "SLOW", "node4": "PASS"}
+    assert all(r.verdict == "PASS" for r in rows if r.section == "node")
+    text, names = plan.exclude_text(rows)
+    assert names == ["node3"] and text.splitlines()[1:] == ["node3"]
+    table = plan.format_table(rows)
+    assert "node3            pair busbw" in table and "SLOW" in table
+
+
+def test_a_slow_pair_between_good_nodes_is_a_link() -> None:
+    pairs: dict[plan.Pair, float | None] = {p: 0.5 for p in plan.ring_pairs(NODES)}
+    pairs[("node1", "node2")] = 0.1
+    rows = plan.node_rows(NODES, {}, [], pairs, plan.ring_pairs(NODES), 0.7)
+    assert [(r.node, r.check, r.verdict) for r in rows if r.verdict != "PASS"] == [("node1-node2", "link", "SLOW")]
+    assert plan.exclude_text(rows)[1] == []  # a link is not a node to exclude
+    bad, _ = plan.suspects(NODES, pairs, 0.5, 0.7)
+    assert bad == []  # each end has a fast pair: nobody to confirm
+
+
+def test_failed_pairs_and_checks_are_fail() -> None:
+    pairs = {**slow3(), ("node3", "node4"): None, ("node2", "node3"): None}
+    rows = plan.node_rows(NODES, {"node1": {"matmul": 10.0}, "node2": {"matmul": 10.0}, "node3": {"matmul": 10.0},
+                                  "node4": {}}, [("matmul", "GFLOP/s")], pairs, plan.ring_pairs(NODES), 0.7)
+    got = {(r.node, r.check): r.verdict for r in rows}
+    assert got[("node3", "pair busbw")] == "FAIL" and got[("node4", "matmul")] == "FAIL"
+    assert got[("node4", "pair busbw")] == "PASS"
+
+
+def test_confirmation_is_bounded_by_log_n_rounds() -> None:
+    names = [f"n{i}" for i in range(16)]
+    bad, good = names[:8], names[8:]
+    rounds = plan.confirm_rounds(bad, good, [], 16)
+    assert len(rounds) == 1 and len(rounds[0]) == 8  # 8 good nodes test 8 suspects at once
+    rounds = plan.confirm_rounds(names[:14], names[14:], [], 16)
+    assert len(rounds) == 4 and sum(len(r) for r in rounds) == 8  # the rest keep their ring verdict
+    assert plan.confirm_rounds(["a"], [], [], 4) == []
+
+
+def test_budget_too_small_is_a_usage_error_with_the_minimum() -> None:
+    plan.check_budget(180, 4)
+    with pytest.raises(UsageError) as e:
+        plan.check_budget(10, 4)
+    assert "--budget 10s is too small for 4 nodes" in e.value.message and "--budget" in (e.value.hint or "")
+    assert plan.estimate_seconds(256) > plan.estimate_seconds(4)
+
+
+class _Sched:
+    def __init__(self, name: str, nodes: str = "node1\nnode2\nnode3\nnode4\n") -> None:
+        self.name = name
+        self.runner = FakeRunner(responses={"sinfo": nodes})
+
+
+def test_resolve_nodes_checks_names_and_counts() -> None:
+    assert resolve_nodes(_Sched("slurm"), None, "node[2-3]", env={}) == (2, ["node2", "node3"], False)
+    with pytest.raises(UsageError, match="node9 is not a node of this cluster"):
+        resolve_nodes(_Sched("slurm"), None, "node[3,9]", env={})
+    with pytest.raises(UsageError, match="this cluster has 4 node"):
+        resolve_nodes(_Sched("slurm"), 5, None, env={})
+    with pytest.raises(UsageError, match="local scheduler"):
+        resolve_nodes(_Sched("local"), 2, None, env={})
+    with pytest.raises(UsageError, match="Slurm option"):
+        resolve_nodes(_Sched("pbs"), None, "node1", env={})
+    # inside salloc without --nodes: the allocation's nodes
+    assert resolve_nodes(_Sched("slurm"), None, None, env={"SLURM_JOB_NODELIST": "node[1-3]"}) == (
+        3, ["node1", "node2", "node3"], True)
+
+
+def test_job_spec_carries_the_worker_nodelist_and_a_time_limit(tmp_path: Path) -> None:
+    base = JobSpec(Entrypoint("module", "x"), scheduler="slurm", launcher="srun", nproc_per_node=2)
+    spec, path = make_spec(base, 2, ["node1", "node3"], size=64 << 20, iters=5, slow_ratio=0.7, budget=180,
+                           out_dir=str(tmp_path), deadline=1e9)
+    assert spec.entrypoint.target == "torchhpc.bench.nodes" and spec.nodes == 2
+    assert spec.option("nodelist") == "node[1,3]" and spec.time == "4"
+    assert path == str(tmp_path / "bench-nodes.json") and "--json" in spec.entrypoint.args
+
+
+def test_cli_dry_run_renders_slurm_and_pbs(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TORCHHPC_DEVCLUSTER_DIR", str(tmp_path / "none"))  # no sinfo to ask
+    assert main(["bench", "nodes", "--scheduler", "slurm", "--nodes", "4", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "#SBATCH --nodes=4" in out and "-m torchhpc.bench.nodes --size 67108864" in out
+    assert "#SBATCH --ntasks-per-node=2" in out  # srun, two ranks per node for the intra-node check
+    assert main(["bench", "nodes", "--scheduler", "pbs", "--nodes", "2", "-s", "1M", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "#PBS -l select=2" in out and "torchhpc.bench.nodes --size 1048576" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--scheduler", "local", "--nodes", "2"], "with the local scheduler"),
+    (["--scheduler", "slurm", "--nodes", "4", "--budget", "5"], "--budget 5s is too small"),
+    (["--slow-ratio", "1.5"], "--slow-ratio 1.5 must be between 0 and 1"),
+])
+def test_bad_input_is_one_line_with_a_hint(argv: list[str], message: str, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHHPC_DEVCLUSTER_DIR", str(tmp_path / "none"))
+    assert main(["bench", "nodes", *argv, "--out", str(tmp_path), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("Error: ") and message in err[0] and err[1].startswith("HINT: ")
+
+
+def test_run_exclude_reads_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.txt").write_text("# from bench nodes\nnode3\nnode5\n")
+    assert main(["run", "--scheduler", "slurm", "--nodes", "2", "--exclude", "@bad.txt", "--dry-run", "x.py"]) == 0
+    assert "#SBATCH --exclude=node3,node5" in capsys.readouterr().out
+    assert main(["run", "--scheduler", "slurm", "--exclude", "@missing.txt", "--dry-run", "x.py"]) == 2
+    assert "HINT:" in capsys.readouterr().err
