@@ -1,18 +1,26 @@
-"""Models shared by the examples and benchmarks, in plain torch.nn.
+"""Models shared by the examples and benchmarks.
 
-torchvision cannot be installed beside every torch (a wheel built for another
-torch refuses to import), so the ResNets of seed 003 are written out here —
-the torchvision layout (BasicBlock / Bottleneck, stages 64-128-256-512), with a
-small-input stem for 28×28 digits.
+ResNets come the way users have them: torchvision's when torchvision imports
+(NGC images and most GPU venvs ship it; ``pip install torchhpc[vision]`` with
+torch constrained), else the same layout written out here in plain torch.nn
+(BasicBlock / Bottleneck, stages 64-128-256-512): a torchvision wheel built for
+another torch refuses to import, and CI has none. Either way the stem follows
+the input: the ImageNet stem (7×7 stride-2 conv + max-pool) from 64 px up, a
+3×3 stride-1 stem without max-pool below (28×28 digits, 32×32 CIFAR), where
+the ImageNet stem would shrink the image to a few pixels before the first
+stage. See :func:`build_resnet`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from torchhpc.errors import UsageError
 
 
 class MnistCNN(nn.Module):
@@ -137,3 +145,66 @@ def resnet50(**kw: object) -> ResNet:
 
 
 ARCHS: dict[str, Callable[..., nn.Module]] = {"resnet18": resnet18, "resnet50": resnet50}
+
+
+SMALL_STEM_BELOW = 64
+"""Images smaller than this (in pixels per side) get the 3×3 stride-1 stem without max-pool."""
+
+SOURCES = ("auto", "torchvision", "builtin")
+
+
+def small_stem(image_size: int) -> bool:
+    """True when an image of ``image_size`` pixels per side gets the small-input stem."""
+    return image_size < SMALL_STEM_BELOW
+
+
+def torchvision_models() -> tuple[Any, str] | tuple[None, str]:
+    """``(torchvision.models, version)``, or ``(None, why not)``.
+
+    Any exception counts as absent: a torchvision built for another torch
+    raises RuntimeError or OSError from its C++ ops, not ImportError.
+    """
+    try:
+        import torchvision
+        import torchvision.models as tvm
+    except Exception as e:
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+    return tvm, str(getattr(torchvision, "__version__", "?"))
+
+
+def build_resnet(
+    arch: str, *, image_size: int, num_classes: int = 10, in_channels: int = 3, source: str = "auto"
+) -> tuple[nn.Module, str]:
+    """The ResNet for ``image_size``-pixel inputs and where it came from (``"torchvision 0.26.0"`` / ``"builtin"``).
+
+    ``source``: ``auto`` (torchvision if it imports), ``torchvision`` (required)
+    or ``builtin``. torchvision's model keeps its ImageNet stem from 64 px up;
+    below, or with other than 3 input channels, its ``conv1``/``maxpool`` are
+    replaced the way CIFAR recipes do.
+    """
+    if arch not in ARCHS:
+        raise UsageError(f"--arch {arch!r} is not one of {', '.join(sorted(ARCHS))}", hint="use resnet18 or resnet50")
+    if source not in SOURCES:
+        raise UsageError(f"--model-source {source!r} is not one of {', '.join(SOURCES)}", hint="leave it at auto")
+    small = small_stem(image_size)
+    if source != "builtin":
+        tvm, version = torchvision_models()
+        if tvm is not None:
+            net: nn.Module = getattr(tvm, arch)(weights=None, num_classes=num_classes)
+            if small:
+                net.conv1 = nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False)
+                net.maxpool = nn.Identity()
+            elif in_channels != 3:
+                net.conv1 = nn.Conv2d(in_channels, 64, 7, 2, 3, bias=False)
+            return net, f"torchvision {version}"
+        if source == "torchvision":
+            raise UsageError(
+                f"--model-source torchvision but torchvision does not import ({version})",
+                hint="install the torchvision built for this torch (torchhpc[vision] with torch constrained), "
+                "or use --model-source auto to fall back to the built-in ResNet",
+            )
+    return ARCHS[arch](num_classes=num_classes, in_channels=in_channels, small_input=small), "builtin"
+
+
+def describe_stem(image_size: int) -> str:
+    return "small (3x3/1, no max-pool)" if small_stem(image_size) else "ImageNet (7x7/2 + max-pool)"
