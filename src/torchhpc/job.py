@@ -25,7 +25,7 @@ from torchhpc.errors import SpecError
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 
-__all__ = ["Job", "JobHandle", "check_program", "visible_gpus"]
+__all__ = ["Job", "JobHandle", "check_gpus", "check_program", "visible_gpus"]
 
 # Keywords that are scheduler options (like --account), not JobSpec fields.
 _OPTION_KEYWORDS = ("partition", "account", "qos", "queue", "image")
@@ -91,6 +91,7 @@ class Job:
 
     def submit(self) -> JobHandle:
         check_program(self.spec)
+        check_gpus(self.spec, self.scheduler.runner)
         return JobHandle(self.scheduler, self.scheduler.schedule(self.render()))
 
 
@@ -164,3 +165,51 @@ def visible_gpus(kind: str = "nvidia", root: str = "/") -> int:
         return n
     found = glob.glob(os.path.join(root, "proc/driver/nvidia/gpus/*")) or glob.glob(os.path.join(root, "dev/nvidia[0-9]*"))
     return len(found)
+
+
+def _gres_gpus(gres: str) -> int:
+    """GPUs per node in a sinfo GRES field: ``gpu:4``, ``gpu:a100:4(S:0-1)``, ``gpu:h100:4,shard:8``; 0 for ``(null)``."""
+    import re
+
+    n = 0
+    for item in gres.split(","):
+        m = re.match(r"^gpu(?::[^:(]+)?:(\d+)", item.strip())
+        if m:
+            n = max(n, int(m.group(1)))
+    return n
+
+
+def check_gpus(spec: JobSpec, runner: Runner | None = None) -> None:
+    """Refuse GPUs per node that the Slurm partition does not have, from ``sinfo`` (skipped when it cannot be asked).
+
+    The answer is the largest GPU count of any node in the partition (its GRES
+    column); a request above it could never start and would wait in the queue
+    forever ("Requested node configuration is not available" at best).
+    """
+    if spec.scheduler != "slurm" or not spec.gpus_per_node:
+        return
+    from torchhpc.core.proc import default_runner
+    from torchhpc.errors import CommandError
+
+    partition = spec.option("partition")
+    argv = ["sinfo", "-h", "-o", "%P|%G"] + (["-p", partition] if partition else [])
+    try:
+        out = (runner or default_runner()).run(argv, timeout=20).stdout
+    except CommandError:
+        return  # no sinfo here, or no cluster config: sbatch will judge
+    rows = [line.split("|", 1) for line in out.splitlines() if "|" in line]
+    if partition is None:
+        rows = [r for r in rows if r[0].endswith("*")] or rows  # the default partition
+    else:
+        rows = [r for r in rows if r[0].rstrip("*") in partition.split(",")] or rows
+    if not rows:
+        return
+    most = max(_gres_gpus(g) for _, g in rows)
+    if spec.gpus_per_node > most:
+        names = ", ".join(sorted({p.rstrip("*") for p, _ in rows}))
+        have = f"at most {most} GPUs per node" if most else "no GPUs"
+        raise SpecError(
+            f"--gpus-per-node {spec.gpus_per_node}: partition {names} has {have} (from sinfo)",
+            "ask for fewer, choose a GPU partition with --partition (`sinfo -o '%P %G'` lists them), "
+            "or drop --gpus-per-node for a CPU job",
+        )

@@ -307,3 +307,20 @@ def test_plot_without_matplotlib_fails_before_the_run(tmp_path: Path) -> None:
                           env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"}, timeout=120)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("Error: --plot needs matplotlib") and "Traceback" not in done.stderr
+
+
+def test_gpus_checked_against_sinfo() -> None:
+    """sinfo answers are recorded formats (the dev cluster has no GPUs: tests/integration covers that for real)."""
+    from torchhpc.core.proc import FakeRunner
+    from torchhpc.job import _gres_gpus, check_gpus
+
+    assert [_gres_gpus(g) for g in ("(null)", "gpu:4", "gpu:a100:4(S:0-1)", "gpu:h100:4,shard:8", "gpu:2,gpu:a:8")] == [0, 4, 4, 4, 8]
+    runner = FakeRunner(responses={"sinfo": "cpu*|(null)\nacc|gpu:h100:4(S:0-3)\n"})
+    spec = JobSpec(Entrypoint.parse(["x.py"]), scheduler="slurm", gpus_per_node=4, nproc_per_node=4)
+    with pytest.raises(SpecError) as e:
+        check_gpus(spec, runner)  # the default partition (cpu*) has none
+    assert "partition cpu has no GPUs" in e.value.message and "--partition" in (e.value.hint or "")
+    check_gpus(spec.with_(options=(("partition", "acc"),)), runner)
+    with pytest.raises(SpecError, match="partition acc has at most 4 GPUs per node"):
+        check_gpus(spec.with_(gpus_per_node=8, nproc_per_node=8, options=(("partition", "acc"),)), runner)
+    check_gpus(spec, FakeRunner(responses={}))  # no sinfo: sbatch judges

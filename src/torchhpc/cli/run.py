@@ -69,7 +69,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 @json_errors
 def _run(args: argparse.Namespace, program: list[str]) -> int:
-    from torchhpc.job import check_program, visible_gpus
+    from torchhpc.job import check_gpus, check_program, visible_gpus
 
     spec = spec_from_args(args, program)
     # Before anything renders: a script reading variables this launcher never sets is refused (docs/compat.md).
@@ -84,6 +84,7 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
             sys.stdout.write(str(submission))
         return 0
     check_program(spec)
+    check_gpus(spec, scheduler.runner)
     if spec.scheduler == "local":
         if spec.gpus_per_node and visible_gpus(spec.gpu_kind) == 0:
             eprint(
