@@ -109,7 +109,7 @@ def table(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
             ("DDP", 1, n, [PY, "-m", "torchhpc", "run", "-n", str(n), *ddp_args, "--batch-size", str(gbatch // n)], None)
         )
         if cluster is not None and args.cluster:
-            slurm = [PY, "-m", "torchhpc", "run", "-s", "slurm", "-N", "2", "-n", str(n), "--launcher", "torchrun",
+            slurm = [PY, "-m", "torchhpc", "run", "-s", "slurm", "-N", "2", "--nproc-per-node", str(n), "--launcher", "torchrun",
                      "--output-dir", tempfile.mkdtemp(prefix="torchhpc-bench-"), "--wait"]
             configs.append(("DDP", 2, n, [*slurm, *ddp_args, "--batch-size", str(gbatch // (2 * n))], cluster))
         failed: dict[int, str] = {}

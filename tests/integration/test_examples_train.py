@@ -177,7 +177,7 @@ def test_mnist_two_nodes_on_the_dev_cluster(slurm_cluster: Any, launcher: str, t
     """
     cp = subprocess.run(
         [
-            sys.executable, "-m", "torchhpc", "run", "-s", "slurm", "-N", "2", "-n", "1", "--launcher", launcher,
+            sys.executable, "-m", "torchhpc", "run", "-s", "slurm", "-N", "2", "--nproc-per-node", "1", "--launcher", launcher,
             "--output-dir", str(tmp_path), "--name", f"mnist-{launcher}", "--wait",
             MNIST, "--epochs", "3", "--train-size", "6000", "--cache", str(tmp_path / "cache"),
         ],

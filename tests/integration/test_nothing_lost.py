@@ -158,7 +158,7 @@ def report(scenario: str, **figures: Any) -> None:
 def reference(slurm_cluster: Any, slurm: SlurmClient, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Final parameters of an uninterrupted 2-node, 2-rank run (same world size as the scenarios)."""
     out = tmp_path_factory.mktemp("nl-reference")
-    job = submit(slurm_cluster, out, "ref", ["-N", "2", "-n", "1"], ["--steps", str(STEPS)])
+    job = submit(slurm_cluster, out, "ref", ["-N", "2", "--nproc-per-node", "1"], ["--steps", str(STEPS)])
     info = wait_job(slurm, job, 240)
     assert info["JobState"] == "COMPLETED", log_of(out, "ref", job)
     assert (out / "final.pt").exists()
@@ -208,7 +208,7 @@ def test_time_limit_checkpoints_requeues_and_resumes_bit_identical(
     the shell requeues; the next attempt (fast) resumes and finishes, bit for bit."""
     out = tmp_path
     job = submit(
-        slurm_cluster, out, "tl", ["-N", "2", "-n", "1", "--time", "1", "--signal-before", "10", "--requeue", "--max-requeues", "5"],
+        slurm_cluster, out, "tl", ["-N", "2", "--nproc-per-node", "1", "--time", "1", "--signal-before", "10", "--requeue", "--max-requeues", "5"],
         ["--steps", str(STEPS), "--sleep", "1.0", "--sleep-first-attempt-only"],
     )
     wait_until(lambda: "STOPPED" in log_of(out, "tl", job), 240, "the ranks to stop before the time limit")
@@ -258,7 +258,7 @@ def test_preemption_style_interruptions_resume_bit_identical(
     jobs: dict[str, str] = {}
     for name in INTERRUPTIONS:
         jobs[name] = submit(
-            slurm_cluster, tmp_path / name, name, ["-N", "2", "-n", "1", "--requeue"],
+            slurm_cluster, tmp_path / name, name, ["-N", "2", "--nproc-per-node", "1", "--requeue"],
             ["--steps", str(STEPS), "--sleep", "0.5", "--sleep-first-attempt-only", "--ckpt-every", "5"],
         )
     t_fault: dict[str, float] = {}
@@ -303,7 +303,7 @@ def test_preemption_style_interruptions_resume_bit_identical(
 
 def test_scancel_of_a_requeue_job_sticks(slurm_cluster: Any, slurm: SlurmClient, tmp_path: Path) -> None:
     """A user's ``scancel`` ends a --requeue job for good (the batch shell's TERM is not a preemption)."""
-    job = submit(slurm_cluster, tmp_path, "cancel", ["-N", "2", "-n", "1", "--requeue"], ["--steps", "400", "--sleep", "0.5"])
+    job = submit(slurm_cluster, tmp_path, "cancel", ["-N", "2", "--nproc-per-node", "1", "--requeue"], ["--steps", "400", "--sleep", "0.5"])
     wait_until(lambda: any(e[0] == "step" for e in events(log_of(tmp_path, "cancel", job))), 240, "training steps")
     t_cancel = time.time()
     slurm.run(["scancel", job])
@@ -322,7 +322,7 @@ def test_sigkill_one_rank_every_process_gone_fast_and_the_rank_named(
 ) -> None:
     """Rank 1 (node 2) SIGKILLs itself mid-run: torchrun (--max-restarts 0) gives up, srun's
     --kill-on-bad-exit ends node 1's task, the job is FAILED and the log names rank 1 and SIGKILL."""
-    job = submit(slurm_cluster, tmp_path, "killrank", ["-N", "2", "-n", "1"], ["--steps", "400", "--sleep", "0.5", "--kill-at", "6"])
+    job = submit(slurm_cluster, tmp_path, "killrank", ["-N", "2", "--nproc-per-node", "1"], ["--steps", "400", "--sleep", "0.5", "--kill-at", "6"])
     marker = str(tmp_path / "ckpt")
     m = wait_until(
         lambda: re.search(r"KILLING rank 1 pid=\d+ at step 6 t=([\d.]+)", log_of(tmp_path, "killrank", job)), 240, "rank 1 to kill itself"
@@ -358,7 +358,7 @@ def test_node_link_down_requeues_resumes_and_leaves_no_process(
     and the node returns to service; the requeued run resumes from the last periodic checkpoint
     and ends bit-identical to the uninterrupted run."""
     job = submit(
-        slurm_cluster, tmp_path, "linkdown", ["-N", "2", "-n", "1", "--opt", "exclusive=1", "--requeue"],
+        slurm_cluster, tmp_path, "linkdown", ["-N", "2", "--nproc-per-node", "1", "--opt", "exclusive=1", "--requeue"],
         ["--steps", str(STEPS), "--sleep", "0.5", "--sleep-first-attempt-only", "--ckpt-every", "5"],
     )
     marker = str(tmp_path / "ckpt")
@@ -418,7 +418,7 @@ def test_sigkill_during_checkpoint_write_keeps_the_previous_one_resumable(
     from torchhpc.dist import checkpoint
 
     job = submit(
-        slurm_cluster, tmp_path, "torn", ["-N", "2", "-n", "1"],
+        slurm_cluster, tmp_path, "torn", ["-N", "2", "--nproc-per-node", "1"],
         ["--steps", str(STEPS), "--ckpt-every", "5", "--slow-save-at", "10", "--sleep", "0.2"],
     )
     ckpt, marker = tmp_path / "ckpt", str(tmp_path / "ckpt")
@@ -432,7 +432,7 @@ def test_sigkill_during_checkpoint_write_keeps_the_previous_one_resumable(
     assert wait_job(slurm, job, 60)["JobState"] == "FAILED"
     assert [p.name for p in checkpoint.list_checkpoints(ckpt)] == ["ckpt-000000005.pt"]
 
-    again = submit(slurm_cluster, tmp_path, "torn", ["-N", "2", "-n", "1"], ["--steps", str(STEPS), "--ckpt-every", "5"])
+    again = submit(slurm_cluster, tmp_path, "torn", ["-N", "2", "--nproc-per-node", "1"], ["--steps", str(STEPS), "--ckpt-every", "5"])
     info = wait_job(slurm, again, 240)
     text = log_of(tmp_path, "torn", again)
     assert info["JobState"] == "COMPLETED", text

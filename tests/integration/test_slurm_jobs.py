@@ -75,7 +75,7 @@ def test_pi_two_nodes_each_launcher(slurm_cluster: Any, launcher: str, tmp_path:
 
 def test_failing_job_surfaces_exit_code(slurm_cluster: Any, tmp_path: Path) -> None:
     r = torchhpc(
-        slurm_cluster, "run", "-s", "slurm", "-N", "2", "-n", "1", "--launcher", "srun",
+        slurm_cluster, "run", "-s", "slurm", "-N", "2", "--nproc-per-node", "1", "--launcher", "srun",
         "--output-dir", str(tmp_path), "--name", "fails", "--wait", "--",
         sys.executable, "-c", "import os,sys; sys.exit(3 if os.environ['RANK']=='1' else 0)", cwd=tmp_path,
     )
@@ -99,7 +99,7 @@ def test_cancel_running_job_leaves_no_processes(slurm_cluster: Any, tmp_path: Pa
     script = tmp_path / f"{marker}.py"
     script.write_text("import time, torch.distributed as d\nd.init_process_group('gloo')\nprint('up', flush=True)\ntime.sleep(300)\n")
     r = torchhpc(
-        slurm_cluster, "run", "-s", "slurm", "-N", "2", "-n", "2", "--launcher", "torchrun",
+        slurm_cluster, "run", "-s", "slurm", "-N", "2", "--nproc-per-node", "2", "--launcher", "torchrun",
         "--output-dir", str(tmp_path), str(script), cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
@@ -119,7 +119,7 @@ def test_cancel_running_job_leaves_no_processes(slurm_cluster: Any, tmp_path: Pa
 
 def test_logs_by_rank(slurm_cluster: Any, tmp_path: Path) -> None:
     r = torchhpc(
-        slurm_cluster, "run", "-s", "slurm", "-N", "2", "-n", "2", "--launcher", "srun",
+        slurm_cluster, "run", "-s", "slurm", "-N", "2", "--nproc-per-node", "2", "--launcher", "srun",
         "--output-dir", str(tmp_path), "--wait", "--", sys.executable, "-c",
         "import os; print('hello from', os.environ['RANK'], os.environ['LOCAL_RANK'], os.environ['WORLD_SIZE'])",
         cwd=tmp_path,
