@@ -126,8 +126,12 @@ def test_log_wrapper_sends_each_rank_to_its_own_file(tmp_path: Path) -> None:
     (path, node), = rank_files(str(ranks)).values()
     assert Path(path).read_text() == "out\nerr\n1\n"
     assert node and "." not in node
+    # the first set variable of the list names the rank (mpirun's before a stale RANK)
+    subprocess.run(log_argv(["true"], str(ranks), "OMPI_COMM_WORLD_RANK RANK"), env={**env, "OMPI_COMM_WORLD_RANK": "2"}, check=True)
+    subprocess.run(log_argv(["true"], str(ranks), "PMI_RANK"), env=env, check=True)
+    assert sorted(rank_files(str(ranks))) == [0, 2, 7]
     # an unwritable directory: the output stays on the launcher's stream, with a warning
-    bad = subprocess.run(["bash", "-c", LOG_WRAPPER, "x", "/proc/no/such", "echo", "hi"], env=env, capture_output=True, text=True)
+    bad = subprocess.run(["bash", "-c", LOG_WRAPPER, "x", "/proc/no/such", "RANK", "echo", "hi"], env=env, capture_output=True, text=True)
     assert bad.stdout == "hi\n" and "cannot write" in bad.stderr
 
 

@@ -32,6 +32,7 @@ from typing import Optional
 __all__ = [
     "LOG_WRAPPER",
     "RANKS_DIR",
+    "RANK_VARS",
     "JobLog",
     "Line",
     "Tracebacks",
@@ -47,22 +48,36 @@ __all__ = [
 RANKS_DIR = "ranks"
 
 # Runs each rank's program with its stdout and stderr appended to its own file, then execs
-# it (signals reach the program directly). After the task shim / torchrun, so RANK is the
-# global rank. PYTHONUNBUFFERED (only defaulted): a file is block-buffered otherwise and
-# `logs -f` would see lines minutes late. If the file cannot be written, the output stays
-# on the launcher's stream (labelled there) rather than being lost.
-LOG_WRAPPER = r"""_torchhpc_log="$1/rank-${RANK:-0}@${HOSTNAME%%.*}.log"; shift
+# it (signals reach the program directly). The rank comes from the first set variable of
+# a list the launcher decides (RANK_VARS): srun and mpirun run it before the task shim and
+# outside any container, torchrun around each worker. PYTHONUNBUFFERED (only defaulted):
+# a file is block-buffered otherwise and `logs -f` would see lines minutes late. If the
+# file cannot be written, the output stays on the launcher's stream (labelled there)
+# rather than being lost. The node is the kernel's host name: $HOSTNAME is inherited from
+# the batch shell (Slurm sets it there), so every rank would claim the first node.
+LOG_WRAPPER = r"""_torchhpc_rank=0
+for _torchhpc_v in $2; do if [ -n "${!_torchhpc_v:-}" ]; then _torchhpc_rank=${!_torchhpc_v}; break; fi; done
+read -r _torchhpc_host </proc/sys/kernel/hostname 2>/dev/null || _torchhpc_host=${SLURMD_NODENAME:-${HOSTNAME:-}}
+_torchhpc_log="$1/rank-$_torchhpc_rank@${_torchhpc_host%%.*}.log"; shift 2
 mkdir -p -- "${_torchhpc_log%/*}" 2>/dev/null || true
 if : >>"$_torchhpc_log" 2>/dev/null; then exec >>"$_torchhpc_log" 2>&1
-else echo "torchhpc: cannot write $_torchhpc_log; rank ${RANK:-0}'s output stays here" >&2; fi
+else echo "torchhpc: cannot write $_torchhpc_log; rank $_torchhpc_rank's output stays here" >&2; fi
+unset _torchhpc_rank _torchhpc_v _torchhpc_host _torchhpc_log
 : "${PYTHONUNBUFFERED:=1}"; export PYTHONUNBUFFERED
 exec "$@"
 """
 
+# Where the wrapper reads the rank, per launcher (first set wins; the task shim's order for MPI).
+RANK_VARS = {
+    "srun": "SLURM_PROCID",
+    "mpirun": "OMPI_COMM_WORLD_RANK PMI_RANK PMIX_RANK",
+    "torchrun": "RANK",
+}
 
-def log_argv(command: Sequence[str], ranks_dir: str) -> list[str]:
-    """``bash -c LOG_WRAPPER torchhpc-log DIR CMD...``: CMD's output into ``DIR/rank-N@NODE.log``."""
-    return ["bash", "-c", LOG_WRAPPER, "torchhpc-log", ranks_dir, *command]
+
+def log_argv(command: Sequence[str], ranks_dir: str, rank_vars: str = "RANK") -> list[str]:
+    """``bash -c LOG_WRAPPER torchhpc-log DIR VARS CMD...``: CMD's output into ``DIR/rank-N@NODE.log``."""
+    return ["bash", "-c", LOG_WRAPPER, "torchhpc-log", ranks_dir, rank_vars, *command]
 
 
 @dataclass(frozen=True)
