@@ -1,0 +1,215 @@
+"""Local jobs in the background, with a record, so ``status``/``logs``/``cancel``/``wait``/``list`` work.
+
+``torchhpc run`` on the local scheduler runs in the foreground, like torchrun.
+A job started in the background (``torchhpc run --background``, or
+``Job(...).submit()`` on the local scheduler) gets a job directory under the
+state directory (``$TORCHHPC_STATE_DIR``, default ``~/.cache/torchhpc``)::
+
+    jobs/local/<id>/record.json        name, pid, state, exit code, times
+    jobs/local/<id>/output.log         every rank's output, prefixed [rankN]:
+    jobs/local/<id>/submission.pickle  what to run (read once by the supervisor)
+
+The supervisor is ``python -m torchhpc.schedulers.local_jobs DIR`` in its own
+session: it runs the ranks exactly as the foreground path does (same env
+contract, same fail-fast teardown) and writes the final state into the record
+before it exits. ``cancel`` sends it SIGTERM; it stops the ranks and records
+CANCELLED. A supervisor that vanished without writing a state (SIGKILL, a
+reboot) reads as FAILED with that reason, never as running forever.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, ClassVar
+
+from torchhpc.errors import JobFailed, SchedulerError
+from torchhpc.schedulers.api import JobStatus, Submission
+from torchhpc.schedulers.script import record_dir, save_record
+
+__all__ = ["LocalJobs", "job_dir"]
+
+RECORD, LOG, SUBMISSION = "record.json", "output.log", "submission.pickle"
+
+
+def jobs_root() -> Path:
+    return record_dir() / "local"
+
+
+def job_dir(job_id: str) -> Path:
+    if not job_id or "/" in job_id or job_id.startswith("."):
+        raise SchedulerError(f"local:{job_id} is not a local job id", "`torchhpc list` shows the local jobs")
+    return jobs_root() / job_id
+
+
+def _read(d: Path) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads((d / RECORD).read_text())
+        return data
+    except FileNotFoundError:
+        raise SchedulerError(
+            f"local:{d.name} is not a local job here (no record in {d})",
+            "`torchhpc list` shows local jobs started with --background or Job.submit()",
+        ) from None
+    except (OSError, ValueError) as e:
+        raise SchedulerError(f"the record of local:{d.name} cannot be read: {e}") from None
+
+
+def _write(d: Path, data: dict[str, Any]) -> None:
+    tmp = d / (RECORD + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, d / RECORD)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, reaped later by its parent, counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+class LocalJobs:
+    """The record store and the background supervisor's lifecycle."""
+
+    # Popen objects of supervisors this process started: polled so they do not linger as zombies.
+    _children: ClassVar[dict[str, subprocess.Popen[bytes]]] = {}
+
+    def submit(self, submission: Submission) -> str:
+        job_id = uuid.uuid4().hex[:10]
+        d = job_dir(job_id)
+        d.mkdir(parents=True, exist_ok=False)
+        with open(d / SUBMISSION, "wb") as f:
+            pickle.dump(submission, f)
+        spec = submission.spec
+        record: dict[str, Any] = {
+            "scheduler": "local", "job_id": job_id, "name": spec.name, "state": "PENDING",
+            "nproc_per_node": spec.nproc_per_node, "submitted": time.time(), "cwd": os.getcwd(),
+        }
+        _write(d, record)
+        # The shared record store too, so `torchhpc logs` finds the file and reads its [rankN]: prefixes.
+        save_record("local", job_id, name=spec.name, launcher="local", output_path=str(d / LOG),
+                    nproc_per_node=spec.nproc_per_node)
+        with open(d / LOG, "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "torchhpc.schedulers.local_jobs", str(d)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        self._children[job_id] = proc
+        record.update(pid=proc.pid)
+        # The supervisor may already have written RUNNING: merge, do not overwrite its state.
+        current = _read(d)
+        current.setdefault("pid", proc.pid)
+        _write(d, {**record, **current})
+        return job_id
+
+    def status(self, job_id: str) -> JobStatus:
+        d = job_dir(job_id)
+        child = self._children.get(job_id)
+        if child is not None:
+            child.poll()
+        rec = _read(d)
+        state = str(rec.get("state", "PENDING"))
+        if state in ("PENDING", "RUNNING"):
+            pid = int(rec.get("pid") or 0)
+            if pid and not _alive(pid):
+                rec = _read(d)  # it may have written its state just before exiting
+                state = str(rec.get("state", "PENDING"))
+                if state in ("PENDING", "RUNNING"):
+                    state, rec["reason"] = "FAILED", "the supervisor process ended without recording a state"
+        end = rec.get("ended") or time.time()
+        start = rec.get("started") or rec.get("submitted") or end
+        return JobStatus(
+            job_id=job_id, state=state, exit_code=rec.get("exit_code"), reason=str(rec.get("reason", "")),
+            elapsed=f"{max(0.0, float(end) - float(start)):.1f}s", name=str(rec.get("name", "")), nodes="localhost",
+        )
+
+    def logs(self, job_id: str, rank: int | None = None) -> str:
+        d = job_dir(job_id)
+        _read(d)
+        try:
+            text = (d / LOG).read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        if rank is None:
+            return text
+        prefix = f"[rank{rank}]: "
+        return "".join(line[len(prefix):] for line in text.splitlines(True) if line.startswith(prefix))
+
+    def log_paths(self, job_id: str) -> list[str]:
+        d = job_dir(job_id)
+        _read(d)
+        return [str(d / LOG)]
+
+    def cancel(self, job_id: str) -> None:
+        d = job_dir(job_id)
+        st = self.status(job_id)
+        if st.terminal:
+            return
+        pid = int(_read(d).get("pid") or 0)
+        if pid and _alive(pid):
+            try:
+                os.killpg(pid, signal.SIGTERM)  # the supervisor leads its own session
+            except ProcessLookupError:
+                pass
+        else:
+            rec = _read(d)
+            rec.update(state="CANCELLED", reason="cancelled before it started", ended=time.time())
+            _write(d, rec)
+
+    def list_jobs(self, include_finished: bool = True) -> list[JobStatus]:
+        root = jobs_root()
+        if not root.is_dir():
+            return []
+        dirs = sorted((p for p in root.iterdir() if (p / RECORD).exists()), key=lambda p: (p / RECORD).stat().st_mtime)
+        out = [self.status(p.name) for p in dirs]
+        return out if include_finished else [s for s in out if not s.terminal]
+
+
+def supervise(d: Path) -> int:
+    """The background supervisor: run the submission, record how it ended."""
+    from torchhpc.schedulers.local import LocalScheduler
+
+    def cancelled_early(signum: int, frame: object) -> None:
+        raise JobFailed(f"interrupted by {signal.Signals(signum).name} before the ranks started", returncode=128 + signum)
+
+    # Until the runner installs its own handlers (and after it restores this one).
+    signal.signal(signal.SIGTERM, cancelled_early)
+    with open(d / SUBMISSION, "rb") as f:
+        submission: Submission = pickle.load(f)
+    rec = _read(d)
+    rec.update(state="RUNNING", pid=os.getpid(), started=time.time())
+    _write(d, rec)
+    os.chdir(str(rec.get("cwd") or "."))
+    state, code, reason = "COMPLETED", 0, ""
+    try:
+        LocalScheduler().run(submission, run_id="local-" + d.name, stdout=sys.stdout, stderr=sys.stdout)
+    except JobFailed as e:
+        state = "CANCELLED" if e.message.startswith("interrupted") else "FAILED"
+        code, reason = e.exit_code, e.message
+        print(f"torchhpc: {e.message}", file=sys.stderr, flush=True)
+    except Exception as e:  # recorded, never left as RUNNING
+        state, code, reason = "FAILED", 1, f"{type(e).__name__}: {e}"
+        print(f"torchhpc: {reason}", file=sys.stderr, flush=True)
+    rec = _read(d)
+    rec.update(state=state, exit_code=code, reason=reason, ended=time.time())
+    _write(d, rec)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(supervise(Path(sys.argv[1])))
