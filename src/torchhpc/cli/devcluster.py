@@ -114,6 +114,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         f"Dev cluster up in {state.up_seconds:.1f} s: {len(nodes)} nodes ({nodes[0]}..{nodes[-1]}, 4 CPUs each), "
         f"partition {devcluster.PARTITION}, accounting {'on' if state.accounting else 'off'}."
     )
+    print(f"  memory per node:  {_memory_line(devcluster.status(args.state_dir))}")
     print(f"  run a client:     {join(['torchhpc', 'devcluster', 'exec', *sd, '--', 'sinfo'])}")
     print(f'  in this shell:    eval "$({join(["torchhpc", "devcluster", "env", *sd])})"; sbatch job.sh')
     print(f"  on a node:        {join(['torchhpc', 'devcluster', 'shell', *sd, nodes[0]])}")
@@ -151,13 +152,25 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(
         f"  controller {info['controller']['name']} {info['controller']['ip']}  SLURM_CONF={info['slurm_conf']}"
     )
+    print(f"  memory per node: {_memory_line(info)}")
     for n in info["nodes"]:
-        print(f"  {n['name']:<8} {n['ip']:<15} {n['state']}")
+        cpus = "?" if n.get("cpus") is None else n["cpus"]
+        mem = "?" if n.get("memory_mb") is None else f"{n['memory_mb']} MiB"
+        print(f"  {n['name']:<8} {n['ip']:<15} {n['state']:<10} {cpus} CPUs  {mem}")
     dead = [d["name"] for d in info["daemons"] if not d["alive"]]
     print(f"  daemons: {len(info['daemons']) - len(dead)}/{len(info['daemons'])} running" + (
         f" (stopped: {', '.join(dead)})" if dead else ""
     ))  # fmt: skip
     return 0 if info["healthy"] else 1
+
+
+def _memory_line(info: dict[str, Any]) -> str:
+    """``23552 MiB declared (RealMemory) on each of 32 nodes, all sharing this machine's 24064 MiB``."""
+    mems = sorted({n["memory_mb"] for n in info.get("nodes", []) if n.get("memory_mb") is not None})
+    declared = "unknown (sinfo did not answer)" if not mems else " / ".join(f"{m} MiB" for m in mems)
+    host = info.get("host_memory_mb")
+    shared = f", all sharing this machine's {host} MiB" if host else ""
+    return f"{declared} declared (RealMemory) on each of {len(info.get('nodes', []))} nodes{shared}"
 
 
 def cmd_exec(args: argparse.Namespace) -> int:

@@ -327,13 +327,17 @@ class Client:
         return "is UP" in out
 
     def node_states(self) -> dict[str, str]:
-        out = self.run("sinfo", "-h", "-N", "-o", "%N %T", timeout=5, check=False)
-        states: dict[str, str] = {}
+        return {name: info["state"] for name, info in self.node_info().items()}
+
+    def node_info(self) -> dict[str, dict[str, str]]:
+        """``{node: {"state", "cpus", "memory_mb"}}`` as slurmctld sees them (sinfo, one line per node)."""
+        out = self.run("sinfo", "-h", "-N", "-o", "%N %T %c %m", timeout=5, check=False)
+        info: dict[str, dict[str, str]] = {}
         for line in out.splitlines():
             parts = line.split()
-            if len(parts) == 2:
-                states[parts[0]] = parts[1].lower()
-        return states
+            if len(parts) == 4:
+                info[parts[0]] = {"state": parts[1].lower(), "cpus": parts[2], "memory_mb": parts[3]}
+        return info
 
     def all_idle(self, names: Sequence[str]) -> bool:
         try:

@@ -242,10 +242,10 @@ def status(state_dir: str | None = None, runner: Runner | None = None) -> dict[s
         "daemons": [{"name": d.name, "pid": d.pid, "alive": daemons.alive(d)} for d in state.daemons],
         "up_seconds": state.up_seconds,
     }
-    node_states: dict[str, str] = {}
+    node_info: dict[str, dict[str, str]] = {}
     if info["healthy"]:
         try:
-            node_states = Client(state, runner or Runner()).node_states()
+            node_info = Client(state, runner or Runner()).node_info()
         except CommandError:
             pass
     info["nodes"] = [
@@ -253,11 +253,34 @@ def status(state_dir: str | None = None, runner: Runner | None = None) -> dict[s
             "name": n,
             "ip": state.node_ips[n],
             "netns": state.netns_names[n],
-            "state": node_states.get(n, "unknown"),
+            "state": node_info.get(n, {}).get("state", "unknown"),
+            # What slurmd declares (RealMemory); every node shares this machine's memory.
+            "cpus": _int_or_none(node_info.get(n, {}).get("cpus")),
+            "memory_mb": _int_or_none(node_info.get(n, {}).get("memory_mb")),
         }
         for n in state.nodes
     ]
+    info["host_memory_mb"] = host_memory_mb()
     return info
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def host_memory_mb() -> int | None:
+    """This machine's MemTotal in MiB (what all the nodes share), None when /proc/meminfo is unreadable."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def run_client(state: ClusterState, argv: Sequence[str]) -> int:
