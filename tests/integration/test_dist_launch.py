@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -20,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PYTHON, REPO, missing
+from torchhpc.core.shell import join
+from torchhpc.schedulers.logs import RANK_VARS, log_argv, rank_files
 
 pytest.importorskip("torch")
 # Each rank imports torch (~2 s on the shared 2-core machines): every test here takes seconds.
@@ -70,10 +71,19 @@ def free_port() -> int:
 
 def results(text: str) -> list[dict[str, object]]:
     return sorted(
-        # mpirun forwards both ranks into one pipe: a line may hold two records, so match records, not lines
-        (json.loads(m) for m in re.findall(r"RESULT (\{[^{}]*\})", text)),
+        (json.loads(line.split("RESULT ", 1)[1]) for line in text.splitlines() if "RESULT " in line),
         key=lambda r: int(r["rank"]),  # type: ignore[call-overload]
     )
+
+
+def per_rank(command: list[str], ranks_dir: Path) -> list[str]:
+    """``command`` run by torchhpc's per-rank log wrapper (each mpirun rank writes its own file):
+    mpirun forwards all ranks through one pipe and splices their lines, the files keep them whole."""
+    return log_argv(command, str(ranks_dir), RANK_VARS["mpirun"])
+
+
+def rank_text(ranks_dir: Path) -> str:
+    return "".join(Path(path).read_text() for path, _node in rank_files(str(ranks_dir)).values())
 
 
 def check(out: str, world: int, source: str) -> list[dict[str, object]]:
@@ -123,25 +133,26 @@ def _need(program: str) -> str:
     return path
 
 
-def test_mpirun_direct(worker: Path) -> None:
+def test_mpirun_direct(worker: Path, tmp_path: Path) -> None:
     mpirun = _need("mpirun")
     done = subprocess.run(
-        [mpirun, "-np", "2", PYTHON, str(worker)], env=base_env(**MPI_ROOT), capture_output=True, text=True, timeout=240
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    got = check(done.stdout, 2, "openmpi")
-    assert [(r["local_rank"], r["local_world"]) for r in got] == [(0, 2), (1, 2)]
-
-
-def test_mpirun_through_torchhpc_exec(worker: Path) -> None:
-    """The per-task shim: exec exports the contract, the worker then sees torchrun-style variables."""
-    mpirun = _need("mpirun")
-    done = subprocess.run(
-        [mpirun, "-np", "2", PYTHON, "-m", "torchhpc", "exec", "--", PYTHON, str(worker)],
+        [mpirun, "-np", "2", *per_rank([PYTHON, str(worker)], tmp_path / "ranks")],
         env=base_env(**MPI_ROOT), capture_output=True, text=True, timeout=240,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    check(done.stdout, 2, "torchrun")
+    got = check(rank_text(tmp_path / "ranks"), 2, "openmpi")
+    assert [(r["local_rank"], r["local_world"]) for r in got] == [(0, 2), (1, 2)]
+
+
+def test_mpirun_through_torchhpc_exec(worker: Path, tmp_path: Path) -> None:
+    """The per-task shim: exec exports the contract, the worker then sees torchrun-style variables."""
+    mpirun = _need("mpirun")
+    done = subprocess.run(
+        [mpirun, "-np", "2", *per_rank([PYTHON, "-m", "torchhpc", "exec", "--", PYTHON, str(worker)], tmp_path / "ranks")],
+        env=base_env(**MPI_ROOT), capture_output=True, text=True, timeout=240,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    check(rank_text(tmp_path / "ranks"), 2, "torchrun")
 
 
 def test_real_torchrun(worker: Path) -> None:
@@ -195,7 +206,7 @@ def test_slurm_srun_direct_mpirun_and_batch(slurm, worker: Path, tmp_path: Path)
         f"{torchhpc} env --json > {out}/batch.json\n"
         f"srun {PYTHON} {worker} > {out}/srun.txt 2>&1\n"
         + "".join(f"export {k}={v}\n" for k, v in MPI_ROOT.items())
-        + f"mpirun -np 4 {PYTHON} {worker} > {out}/mpirun.txt 2>&1\n"
+        + f"mpirun -np 4 {join(per_rank([PYTHON, str(worker)], tmp_path / 'ranks'))} > {out}/mpirun.txt 2>&1\n"
     )
     job_id = slurm.sbatch(["-N2", "--ntasks-per-node=2", "-o", str(out / "job.log"), str(job)])
     info = slurm.wait(job_id, timeout=400)
@@ -205,5 +216,5 @@ def test_slurm_srun_direct_mpirun_and_batch(slurm, worker: Path, tmp_path: Path)
     assert (batch["source"], batch["world_size"], batch["scheduler"]) == ("local", 1, "slurm")
     srun = check(logs["srun.txt"], 4, "slurm")
     assert [(r["node_rank"], r["local_rank"]) for r in srun] == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    mpi = check(logs["mpirun.txt"], 4, "openmpi")
+    mpi = check(rank_text(tmp_path / "ranks"), 4, "openmpi")
     assert [r["node_rank"] for r in mpi] == [0, 0, 1, 1]
