@@ -37,12 +37,16 @@ __all__ = [
     "Line",
     "Tracebacks",
     "first_tracebacks",
+    "job_dir",
     "job_log",
     "log_argv",
+    "log_text",
     "parse_line",
     "parse_ranks",
     "rank_files",
+    "ranks_dir_ref",
     "select",
+    "torchrun_per_rank",
 ]
 
 RANKS_DIR = "ranks"
@@ -354,3 +358,40 @@ def job_log(scheduler: str, job_id: str, output: Optional[str] = None) -> Option
         launcher=str(rec.get("launcher") or "srun"),
         nproc_per_node=nproc,
     )
+
+
+# -- wiring into batch scripts -------------------------------------------------------
+
+
+def job_dir(script_path: str, job_id: str) -> str:
+    """``<output-dir>/<name>-<id>``: the job's directory, beside where its script was rendered."""
+    return f"{os.path.splitext(script_path)[0]}-{job_id}"
+
+
+def ranks_dir_ref(script_path: str, job_id_ref: str) -> str:
+    """The shell words for ``<job dir>/ranks`` inside the script (the id expands at run time)."""
+    from torchhpc.core.shell import quote
+
+    return f'{quote(os.path.splitext(script_path)[0] + "-")}"{job_id_ref}"/{RANKS_DIR}'
+
+
+def torchrun_per_rank(torchrun: Sequence[str], script_argv: Sequence[str], worker: Sequence[str], ranks_dir: str) -> list[str]:
+    """torchrun's argv with each worker run through :data:`LOG_WRAPPER` (``--no-python bash ...``).
+
+    ``script_argv`` is the tail torchrun was given (replaced), ``worker`` the
+    full command of one worker (its interpreter included). ``--tee`` goes: the
+    workers' output is in their files, not on torchrun's pipe.
+    """
+    head = list(torchrun[: len(torchrun) - len(script_argv)])
+    if "--tee" in head:
+        i = head.index("--tee")
+        del head[i : i + 2]
+    return [*head, "--no-python", *log_argv(worker, ranks_dir, RANK_VARS["torchrun"])]
+
+
+def log_text(log: JobLog, rank: Optional[int] = None) -> str:
+    """The whole log as ``torchhpc logs`` prints it, or one rank's lines as it wrote them."""
+    lines = log.read(final=True)
+    if rank is None:
+        return "".join(ln.show() + "\n" for ln in lines)
+    return "".join(ln.text + "\n" for ln in lines if ln.rank == rank)
