@@ -16,11 +16,15 @@ from torchhpc.schedulers.logs import (
     JobLog,
     Line,
     first_tracebacks,
+    job_dir,
     log_argv,
+    log_text,
     parse_line,
     parse_ranks,
     rank_files,
+    ranks_dir_ref,
     select,
+    torchrun_per_rank,
 )
 
 
@@ -174,3 +178,24 @@ def test_cli_bad_filters(flag: str, value: str, capsys: pytest.CaptureFixture[st
     assert main(["logs", "slurm:42", flag, value]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"Error: {flag} ") and "HINT: " in err
+
+
+def test_torchrun_workers_go_through_the_wrapper() -> None:
+    torchrun = ["python", "-m", "torch.distributed.run", "--nnodes", "2", "--tee", "3", "train.py", "--lr", "1"]
+    argv = torchrun_per_rank(torchrun, ["train.py", "--lr", "1"], ["python", "-u", "train.py", "--lr", "1"], "/j/ranks")
+    assert argv[:5] == ["python", "-m", "torch.distributed.run", "--nnodes", "2"]
+    assert argv[5:8] == ["--no-python", "bash", "-c"]
+    assert argv[9:] == ["torchhpc-log", "/j/ranks", "RANK", "python", "-u", "train.py", "--lr", "1"]
+
+
+def test_ranks_dir_ref_expands_in_bash(tmp_path: Path) -> None:
+    ref = ranks_dir_ref(str(tmp_path / "out $(x)" / "job 'a'.sbatch"), "$SLURM_JOB_ID")
+    done = subprocess.run(["bash", "-c", f"printf %s {ref}"], env={"SLURM_JOB_ID": "77"}, capture_output=True, text=True)
+    assert done.stdout == str(tmp_path / "out $(x)" / "job 'a'-77" / "ranks")
+    assert job_dir("/o/pi.sbatch", "77") == "/o/pi-77"
+
+
+def test_log_text(tmp_path: Path) -> None:
+    d = _ranks_dir(tmp_path, {"rank-0@n1.log": "a\n", "rank-1@n1.log": "b\nc"})
+    assert log_text(JobLog(ranks_dir=str(d))) == "[rank0]: a\n[rank1]: b\n[rank1]: c\n"
+    assert log_text(JobLog(ranks_dir=str(d)), rank=1) == "b\nc\n"
