@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -21,7 +22,7 @@ from torchhpc.schedulers.api import Scheduler
 from torchhpc.schedulers.logs import JobLog, Line, first_tracebacks, job_log, parse_ranks, select
 
 # How often -f looks for new lines and asks the scheduler whether the job ended.
-FOLLOW_POLL = 0.5
+FOLLOW_POLL = 0.25
 STATUS_EVERY = 1.0
 
 
@@ -117,17 +118,25 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if not args.follow:
         emit(log.read(final=True))
         return 0
-    checked = 0.0
-    while True:
+    ended = threading.Event()
+
+    def watch() -> None:  # the scheduler may answer slowly: never hold the printing up
+        while not ended.is_set():
+            try:
+                if sched.status(job).terminal:
+                    ended.set()
+                    return
+            except SchedulerError:
+                pass
+            time.sleep(STATUS_EVERY)
+
+    threading.Thread(target=watch, daemon=True).start()
+    while not ended.is_set():
         emit(log.read())
-        now = time.monotonic()
-        if now - checked >= STATUS_EVERY:
-            checked = now
-            if sched.status(job).terminal:
-                time.sleep(FOLLOW_POLL)  # the last writes of a rank may land just after the job ends
-                emit(log.read(final=True))
-                return 0
-        time.sleep(FOLLOW_POLL)
+        ended.wait(FOLLOW_POLL)
+    time.sleep(FOLLOW_POLL)  # the last writes of a rank may land just after the job ends
+    emit(log.read(final=True))
+    return 0
 
 
 def _scheduler_text(sched: Scheduler, job: str, ranks: Optional[list[int]], follow: bool) -> int:
