@@ -1,0 +1,204 @@
+"""The compatibility matrix as data: rows (user scripts), columns (launcher x runtime), what each cell
+must do, and docs/compat.md rendered from the cells' real outcomes on the dev cluster.
+
+Rows are unmodified minimal scripts written as each framework's docs show (no torchhpc import).
+A cell is ``ok`` (every rank reports world 4, ranks 0..3, and a collective sums to 10),
+``refused`` (torchhpc says Error + HINT before anything runs) or ``n/a`` (documented why).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+WORLD = 4  # 2 nodes x 2 processes
+SUM = WORLD * (WORLD + 1) // 2  # all_reduce of rank + 1
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    script: str
+    title: str
+    needs: tuple[str, ...]  # Python modules the row imports: missing -> the row FAILS (never skips)
+
+
+@dataclass(frozen=True)
+class Column:
+    launcher: str
+    runtime: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.launcher + (f"+{self.runtime}" if self.runtime else "")
+
+    @property
+    def title(self) -> str:
+        return f"{self.launcher} in {self.runtime}" if self.runtime else self.launcher
+
+
+ROWS: tuple[Row, ...] = (
+    Row("torch_env", "torch_env.py", "torch `init_process_group()` (env://)", ("torch",)),
+    Row("lightning_trainer", "lightning_trainer.py", "Lightning `Trainer` (default detection)", ("lightning",)),
+    Row("lightning_fabric", "lightning_fabric.py", "Lightning `Fabric` (default detection)", ("lightning",)),
+    Row("submitit", "submitit_env.py", "submitit `JobEnvironment()` + `TorchDistributedEnvironment().export()`", ("submitit",)),
+    Row("idr_torch", "idr_torch_env.py", "idr_torch", ("idr_torch",)),
+    Row("mpi4py", "mpi4py_world.py", "mpi4py `COMM_WORLD`", ("mpi4py",)),
+    Row("slurm_vars", "slurm_vars.py", "script reading `SLURM_PROCID`/`SLURM_LOCALID`/`SLURM_NTASKS`", ()),
+    Row("ompi_vars", "ompi_vars.py", "script reading `OMPI_COMM_WORLD_RANK`", ()),
+)
+LAUNCHERS = ("torchrun", "srun", "mpirun")
+RUNTIME = "charliecloud"
+COLUMNS: tuple[Column, ...] = (*(Column(launcher) for launcher in LAUNCHERS), *(Column(la, RUNTIME) for la in LAUNCHERS))
+
+# Rows that run inside the container: the test image (.ci/build-test-image.sh) holds Debian's python and torch only.
+IN_IMAGE = frozenset({"torch_env", "slurm_vars", "ompi_vars"})
+NOT_IN_IMAGE = "not in the test image (torch only)"
+
+# (row, launcher) refused before launch, and the launcher the HINT must name.
+REFUSED: dict[tuple[str, str], str] = {
+    ("ompi_vars", "srun"): "--launcher mpirun",
+    ("ompi_vars", "torchrun"): "--launcher mpirun",
+    ("mpi4py", "srun"): "--launcher mpirun",
+    ("mpi4py", "torchrun"): "--launcher mpirun",
+    ("idr_torch", "mpirun"): "--launcher srun or torchrun",
+}
+
+
+def expected(row: Row, col: Column) -> str:
+    """``ok``, ``refused`` or ``n/a``."""
+    if (row.name, col.launcher) in REFUSED:
+        return "refused"
+    if col.runtime and row.name not in IN_IMAGE:
+        return "n/a"
+    return "ok"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # ok | refused | n/a | FAIL
+    detail: str = ""  # ok: what the framework detected; refused: the HINT's launcher; FAIL: why
+
+
+def _cell(out: Outcome) -> str:
+    if out.status == "ok":
+        return f"✔ {out.detail}".strip()
+    if out.status == "refused":
+        return f"refused, HINT `{out.detail}`"
+    if out.status == "n/a":
+        return f"— {out.detail}"
+    return f"✘ {out.detail}"
+
+
+# The rule the per-task shim applies (src/torchhpc/launchers/task.py), variable family x launcher.
+RULES: tuple[tuple[str, str, str, str, str], ...] = (
+    (
+        "`RANK` `WORLD_SIZE` `LOCAL_RANK` `LOCAL_WORLD_SIZE` `GROUP_RANK` `NODE_RANK`",
+        "set by torchrun",
+        "set from `SLURM_*`",
+        "set from `OMPI_COMM_WORLD_*` (or `PMI_*`)",
+        "torch's env:// contract: what torch, Lightning's TorchElastic/Lightning environments read",
+    ),
+    (
+        "`SLURM_PROCID` `SLURM_LOCALID` `SLURM_NODEID` `SLURM_NTASKS` `SLURM_NPROCS` `SLURM_STEP_NUM_TASKS` "
+        "`SLURM_NTASKS_PER_NODE` `SLURM_TASKS_PER_NODE` `SLURM_STEP_TASKS_PER_NODE` `SLURM_GTIDS` "
+        "`SLURM_NNODES` `SLURM_STEP_NUM_NODES` `SLURM_NODELIST` `SLURM_STEP_NODELIST`",
+        "**rewritten** to the worker's rank",
+        "kept (srun's, true)",
+        "**rewritten** to the rank",
+        "they describe the step of the torchrun agents or Open MPI's daemons (one task per node; mpirun's own "
+        "node's ranks even sit in the batch step). Rewriting, not unsetting: Lightning, submitit, idr_torch "
+        "and seed scripts still see a Slurm job, with the right world",
+    ),
+    (
+        "`SLURM_JOB_*` `SLURM_STEP_ID` `SLURM_STEPID` `SLURM_CPUS_PER_TASK` `SLURM_CPU_BIND*` `SLURMD_NODENAME` ...",
+        "kept",
+        "kept",
+        "kept",
+        "Slurm's own: srun steps, scontrol, requeue (nothing-lost), CPU binding",
+    ),
+    (
+        "`OMPI_COMM_WORLD_*` `PMI_RANK` `PMI_SIZE` `MV2_COMM_WORLD_*`",
+        "**unset** unless they match the rank",
+        "**unset** unless they match the rank (`srun --mpi=pmi2` sets true ones)",
+        "kept (mpirun's, true); another MPI's **unset**",
+        "faking them would make MPI-aware code (DeepSpeed, Horovod) expect an MPI world `MPI_Init` cannot join; "
+        "scripts that need them are refused before launch",
+    ),
+    (
+        "`PMIX_*`",
+        "kept",
+        "kept",
+        "kept",
+        "wire-up for the MPI library itself; no Python detector reads them",
+    ),
+    (
+        "`TORCHELASTIC_*` `ROLE_*` `GROUP_WORLD_SIZE`",
+        "kept (torchrun's, true)",
+        "**unset**",
+        "**unset**",
+        "they claim an elastic agent that is not there (`TORCHELASTIC_USE_AGENT_STORE` would make env:// "
+        "connect to it; Lightning and idr_torch would pick their torchrun environment)",
+    ),
+)
+
+
+def render_markdown(outcomes: dict[tuple[str, str], Outcome]) -> str:
+    """docs/compat.md from the matrix's outcomes (written by tests/integration/test_compat_matrix.py)."""
+    lines = [
+        "# Compatibility: other frameworks' cluster detection under every launcher",
+        "",
+        "<!-- generated by tests/integration/test_compat_matrix.py from a real run on the dev cluster;"
+        " TORCHHPC_REGEN_GOLDEN=1 rewrites it -->",
+        "",
+        "Most training scripts never call `init_process_group()` with torchhpc's values: Lightning, submitit,",
+        "idr_torch, mpi4py and hand-written scripts detect rank and world themselves from `SLURM_*`, `OMPI_*`,",
+        "`PMI_*` or `TORCHELASTIC_*`. torchhpc's per-task shim makes every such variable **describe the process",
+        "that reads it, or be absent**, and `torchhpc run` refuses, before anything is submitted, a script",
+        "that reads what its launcher never sets (with a HINT naming the launcher that does).",
+        "",
+        f"## The matrix (2 nodes x 2 processes, dev cluster, {RUNTIME} for containers)",
+        "",
+        "Each ✔ cell ran the unmodified script (tests/integration/compat/): every rank reported world size",
+        f"{WORLD} with ranks 0..{WORLD - 1} distinct, and a collective summed to {SUM}; the word after ✔ is what the",
+        "framework detected. *Refused* cells stop at `torchhpc run` with `Error: ...` and the HINT shown",
+        "(`TORCHHPC_COMPAT=warn` launches anyway). Container columns run the rows whose packages are in",
+        "the test image (Debian's python + torch); the other frameworks are pure Python and read the same",
+        "variables, which the shim sets inside the container exactly as on the host.",
+        "",
+        "| script | " + " | ".join(c.title for c in COLUMNS) + " |",
+        "|---|" + "---|" * len(COLUMNS),
+    ]
+    for row in ROWS:
+        cells = [_cell(outcomes.get((row.name, col.key), Outcome("FAIL", "not run"))) for col in COLUMNS]
+        lines.append(f"| {row.title} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## The rule, variable x launcher",
+        "",
+        "Applied by the per-task shim (`src/torchhpc/launchers/task.py`) in every rank, inside the container",
+        "when there is one. `torchhpc env --explain` and `torchhpc doctor --in-job` report any variable that",
+        "still disagrees with the detected rank (for processes started some other way).",
+        "",
+        "| variables | torchrun | srun | mpirun | why |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| {' | '.join(rule)} |" for rule in RULES]
+    lines += [
+        "",
+        "## Refused combinations and why",
+        "",
+        "- `OMPI_COMM_WORLD_*` under srun or torchrun: only Open MPI's mpirun sets them; torchhpc does not fake",
+        "  them (see the rule). A script that tests `\"OMPI_COMM_WORLD_RANK\" in os.environ` first (as",
+        "  examples/pi.py does) is not refused; one that reads it with `.get(..., default)` gets a warning.",
+        "- mpi4py under srun or torchrun: each process would be its own `COMM_WORLD` of size 1.",
+        "- idr_torch under mpirun: idr_torch knows srun steps and torchrun; mpirun starts its own node's ranks",
+        "  outside any step (idr_torch would fall back to a single process there).",
+        "- A script reading `SLURM_*` outside Slurm (`--scheduler local`, `pbs`): nothing sets them.",
+        "",
+        "submitit: `JobEnvironment()` recognises a job by `SUBMITIT_EXECUTOR`, which submitit's own sbatch",
+        "exports, so a script launched by torchhpc sets it (`os.environ.setdefault(\"SUBMITIT_EXECUTOR\", \"slurm\")`);",
+        "and `export()` needs `overwrite=True` because torchhpc's batch script already exports MASTER_ADDR/PORT.",
+    ]
+    return "\n".join(lines) + "\n"
