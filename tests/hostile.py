@@ -61,7 +61,7 @@ STUBS: dict[str, str] = {
     "ss": "#!/bin/bash\nexit 0\n",
     # RunAI: record, then what its pod does: the words after `--` joined and read by a shell again
     "runai": _RECORD + '_rec "$@"\nwhile [ $# -gt 0 ] && [ "$1" != -- ]; do shift; done\nshift\n'
-    'RANK=0 WORLD_SIZE=1 exec bash -c "$*"\n',
+    'RANK=0 WORLD_SIZE=1 MASTER_ADDR=10.0.0.1 MASTER_PORT=23456 exec bash -c "$*"\n',
 }
 RECORDERS = (
     "python", "python3", "mpirun", "pbsdsh", "apptainer", "singularity", "enroot", "docker", "podman",
@@ -216,7 +216,7 @@ FIELDS: list[Field] = [
     Field("module", lambda v: (["-m", v], ["a"], {})),
     Field("python", lambda v: (["--python", v], list(PROGRAM), {})),
     Field("env-value", _flags("--env", "HV={V}"), stub_env="HV"),
-    Field("env-name", _flags("--env", "{V}=1")),
+    Field("env-name", _flags("--env", "{V}=1"), exact=False),
     Field("name", _flags("--name", "{V}"), exact=False),
     Field("output-dir", _flags("--output-dir", "{V}"), exact=False),
     Field("time", _flags("--time", "{V}"), exact=False),
@@ -323,8 +323,10 @@ def script_of(setup: Setup, r: Rendered) -> str:
 
 
 def execute(setup: Setup, r: Rendered, workdir: Path, stub_env: str) -> tuple[list[list[bytes]], str]:
-    """Run the case; return the stub records and a note (canary, timeout) if any."""
-    workdir.mkdir(parents=True, exist_ok=True)
+    """Run the case in ``workdir`` (emptied first: every case sees the same paths); return the stub
+    records and a note (canary, timeout) if any."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
     log = workdir / "stub.log"
     env = {
         "PATH": f"{stub_dir()}:/usr/bin:/bin", "STUB_LOG": str(log), "STUB_ENV": stub_env, "HOME": str(workdir),
@@ -353,10 +355,21 @@ def execute(setup: Setup, r: Rendered, workdir: Path, stub_env: str) -> tuple[li
     except subprocess.TimeoutExpired:
         note = "timeout"
     for p in workdir.rglob("*"):
-        if any(c in p.name for c in CANARIES):
+        if p.name in CANARIES:
             note = f"INJECTION: {p.name} created"
     records = parse_records(log.read_bytes()) if log.exists() else []
-    return [_torchrun_view(rec) for rec in records], note
+    return [_torchrun_view(_runai_view(rec)) for rec in records], note
+
+
+def _runai_view(rec: list[bytes]) -> list[bytes]:
+    """RunAI's own argv minus the encoded pod command (that is checked by replaying it)."""
+    if rec[:1] == [b"runai"] and b"-c" in rec:
+        i = rec.index(b"-c")
+        rec = [*rec[: i + 1], b"<pod command, replayed>", *rec[i + 2 :]]
+        if b"--name" in rec:  # a Kubernetes name derived from --name or the program
+            j = rec.index(b"--name")
+            rec = [*rec[: j + 1], b"<name>", *rec[j + 2 :]]
+    return rec
 
 
 def _pod(r: Rendered) -> tuple[list[str], dict[str, str]]:
@@ -489,7 +502,7 @@ def run_matrix(
             base_records: list[list[bytes]] | None = None
             base_opts: dict[str, str] | None = None
             if base.code == 0:
-                base_records, _ = execute(setup, base, root / "base" / f"{s_i}-{f_i}", fld.stub_env)
+                base_records, _ = execute(setup, base, root / "run", fld.stub_env)
                 if setup.kind == "slurm" and shutil.which("sbatch"):
                     base_opts = sbatch_options(script_of(setup, base), root)
             n_case = 0
@@ -511,7 +524,7 @@ def run_matrix(
                         counts.fail(f"BAD ERROR {where}: {r.err[-300:]!r}")
                     continue
                 counts.rendered += 1
-                workdir = root / "cases" / f"{s_i}-{f_i}-{v_i}"
+                workdir = root / "run"
                 records, note = execute(setup, r, workdir, fld.stub_env)
                 counts.executed += 1
                 if note.startswith("INJECTION"):
@@ -535,7 +548,6 @@ def run_matrix(
                     lint_path.parent.mkdir(parents=True, exist_ok=True)
                     lint_path.write_bytes(script_of(setup, r).encode("utf-8", "surrogateescape"))
                     lint.append(lint_path)
-                shutil.rmtree(workdir, ignore_errors=True)
     counts.shellcheck_scripts = len(lint)
     findings = shellcheck(lint) if lint and shutil.which("shellcheck") else []
     counts.shellcheck_findings = len(findings)

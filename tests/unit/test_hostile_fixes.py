@@ -115,3 +115,34 @@ def test_f5_job_id_namespace_checked_before_any_request() -> None:
 
 def test_stub_dir_is_executable() -> None:
     assert os.access(stub_dir() / "srun", os.X_OK)
+
+
+def test_f3_net_detect_export_never_runs_the_master(tmp_path: Path) -> None:
+    """F3: ``net detect --export`` printed ``--master`` raw in a comment; under ``eval`` a newline in it ran."""
+    import sys
+
+    evil = "x\ntouch PWNED #"
+    r = subprocess.run(
+        [sys.executable, "-m", "torchhpc", "net", "detect", "--export", "--master", evil],
+        capture_output=True, text=True, timeout=120,
+    )
+    subprocess.run(["bash", "-c", f"eval {_sq(r.stdout)}"], cwd=tmp_path, capture_output=True, timeout=60)
+    assert not (tmp_path / "PWNED").exists(), r.stdout
+    if r.returncode:
+        assert r.returncode == 2 and r.stderr.startswith("Error: --master"), r.stderr
+
+
+def test_f3_network_auto_job_with_hostile_master_addr(tmp_path: Path) -> None:
+    """F3 through a rendered job: ``--network auto`` evals ``net detect`` with MASTER_ADDR from ``--env``."""
+    spec = JobSpec(
+        entrypoint=Entrypoint.parse(["train.py"], python="python"), scheduler="slurm", launcher="srun",
+        name="job", output_dir=str(tmp_path), network="auto", env=(("MASTER_ADDR", "x\ntouch PWNED #"),),
+    )
+    script = get_scheduler("slurm").render(spec).script
+    assert script is not None
+    _run(script, tmp_path)
+    assert not (tmp_path / "PWNED").exists()
+
+
+def _sq(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"

@@ -85,6 +85,8 @@ def _env_nodes() -> int | None:
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
+    from torchhpc.core.shell import quote
+    from torchhpc.core.validate import check_value
     from torchhpc.network.presets import setdefault_lines
     from torchhpc.network.select import detect
     from torchhpc.network.sysfs import probe
@@ -92,14 +94,18 @@ def cmd_detect(args: argparse.Namespace) -> int:
     root = args.sysfs
     if not os.path.isdir(root):
         raise UsageError(f"--sysfs {root!r} is not a directory", "give a root that holds sys/ and proc/")
+    if args.master is not None:
+        # --export output is eval'ed by job scripts: the master must stay one word on one line.
+        check_value(args.master, "--master", line=True, empty=False)
     det = detect(probe(root), args.master, nodes=args.nodes)
+    master = f" --master {quote(args.master)}" if args.master else ""
     if args.json:
         print(json.dumps(det.to_dict(), indent=2))
         return 0
     if args.export:
-        print(f"# torchhpc net detect{' --master ' + args.master if args.master else ''}: set only what you did not set")
+        print(_comment(f"torchhpc net detect{master}: set only what you did not set"))
         for c in det.choices:
-            print(f"# {c.name}: {c.reason}")
+            print(_comment(f"{c.name}: {c.reason}"))
         for line in setdefault_lines(det.env):
             print(line)
         for w in det.warnings:
@@ -110,9 +116,13 @@ def cmd_detect(args: argparse.Namespace) -> int:
     for w in det.warnings:
         print(f"warning: {w}")
     if det.env:
-        print("\napply (your values win):  eval \"$(torchhpc net detect --export"
-              + (f" --master {args.master}" if args.master else "") + ')"')
+        print("\napply (your values win):  eval \"$(torchhpc net detect --export" + master + ')"')
     return 0
+
+
+def _comment(text: str) -> str:
+    """One ``# ...`` line whatever ``text`` holds: output meant for eval never gains a line from a value."""
+    return "# " + "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

@@ -87,7 +87,7 @@ def resolve_master(host: str) -> list[IPAddr]:
         pass
     try:
         infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except OSError:
+    except (OSError, UnicodeError):  # UnicodeError: a name IDNA cannot encode (empty or 64+ character label)
         return []
     addrs: list[IPAddr] = []
     for family, *_rest, sockaddr in infos:
