@@ -223,6 +223,8 @@ def _container(
         if values.get("container"):
             raise UsageError("--container and --no-container contradict each other", "give one of them")
         return None
+    if values.get("container") == "" or (values.get("container") is None and env.get("TORCHHPC_CONTAINER") == ""):
+        raise UsageError("--container is empty", "give an image (a .sif file, docker://... or a name), or drop --container")
     image = values.get("container") or env.get("TORCHHPC_CONTAINER") or None
     runtime = values.get("runtime") or env.get("TORCHHPC_RUNTIME") or (
         profile.container_runtime if profile is not None else None
