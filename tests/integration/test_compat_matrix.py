@@ -47,7 +47,7 @@ from torchhpc.cli.main import main as torchhpc_main
 
 DOC = REPO / "docs" / "compat.md"
 ROW_TIMEOUT = 300  # seconds per row inside a column job (Lightning under a loaded 2-core machine)
-RECORD = re.compile(r"COMPAT row=(\S+) rank=(\d+) world=(\d+) sum=(\S+) via=([^\s:]+)")
+RECORD = re.compile(r"COMPAT row=(\w+) rank=(\d+) world=(\d+) sum=([0-9.]+) via=(\w+(?:://)?)")
 
 
 def cli(*args: str) -> tuple[int, str, str]:
@@ -113,6 +113,23 @@ def judge(log: str, row: Row) -> Outcome:
     return Outcome("ok", "/".join(vias))
 
 
+def wait_all(slurm: Any, job_ids: list[str], timeout: float) -> dict[str, str]:
+    """Poll squeue until none of the jobs is queued or running (a finished job soon leaves scontrol too)."""
+    deadline = time.monotonic() + timeout
+    last: dict[str, str] = {}
+    while True:
+        out = slurm.run(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i %T"], timeout=30, check=False).stdout
+        live = dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
+        for job_id in job_ids:
+            last[job_id] = live.get(job_id, "ENDED")
+        if not live:
+            return last
+        if time.monotonic() > deadline:
+            slurm.run(["scancel", *job_ids], check=False)
+            pytest.fail(f"compat jobs still {live} after {timeout:.0f} s")
+        time.sleep(2)
+
+
 @pytest.fixture(scope="module")
 def image() -> str:
     build = REPO / ".ci" / "build-test-image.sh"
@@ -159,15 +176,14 @@ def outcomes(slurm: Any, image: str, tmp_path_factory: pytest.TempPathFactory) -
             script = out_dir / "column.sbatch"
             script.write_text(column_script(col, runnable, out_dir))
             jobs.append((col, [r for r, _ in runnable], out_dir, slurm.sbatch([str(script)], cwd=str(REPO))))
-    deadline = time.monotonic() + 25 * 60
+    states = wait_all(slurm, [job_id for *_, job_id in jobs], timeout=25 * 60)
     for col, rows, out_dir, job_id in jobs:
-        info = slurm.wait(job_id, timeout=max(60.0, deadline - time.monotonic()))
         for row in rows:
             log = out_dir / f"{row.name}.log"
             text = log.read_text(errors="replace") if log.exists() else ""
             outcome = judge(text, row)
             if outcome.status != "ok":
-                outcome = Outcome("FAIL", f"{outcome.detail} (job {job_id} {info.get('JobState')}, log {log})")
+                outcome = Outcome("FAIL", f"{outcome.detail} (job {job_id} {states.get(job_id, '?')}, log {log})")
             results[(row.name, col.key)] = outcome
     return results
 
