@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from torchhpc.cli.common import add_subparser, env_default
@@ -18,7 +19,10 @@ def register(sub: Any) -> None:
         description=(
             "One pass/warn/fail table with a HINT per problem. Run it on a login node, or inside a job\n"
             "(`srun torchhpc doctor --in-job`) to see what each task really gets. Exit status 1 when\n"
-            "any line fails."
+            "any line fails.\n\n"
+            "--gpu measures the GPUs instead: bf16 matmul and memory copy per GPU, an NCCL all_reduce\n"
+            "over all visible GPUs and a ResNet-50 training step, each judged against a healthy card\n"
+            "of the kind (PASS from 0.85 of it, WARN from 0.60). Without a GPU it says so and exits 0."
         ),
     )
     where = p.add_mutually_exclusive_group()
@@ -30,6 +34,8 @@ def register(sub: Any) -> None:
     p.add_argument("--gpus", type=int, default=None, help="GPUs per node you intend to use (default: from Slurm)")
     p.add_argument("--no-torch", action="store_true", help="do not import torch (saves ~2 s)")
     p.add_argument("--only", action="append", metavar="CHECK", help="run only this check (repeatable)")
+    p.add_argument("--gpu", action="store_true",
+                   help="measure this node's GPUs (matmul, copy, NCCL all_reduce, a training step) against a healthy node")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_doctor)
 
@@ -43,12 +49,19 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if o not in names:
             raise UsageError(f"--only {o!r} is not a check", f"choose from: {', '.join(names)}")
     ctx = Context(in_job=args.in_job, master=args.master, port=args.port, gpus=args.gpus)
-    results = run_checks(ctx, args.only, skip_torch=args.no_torch)
+    if args.gpu:
+        from torchhpc.doctor.gpu import gpu_checks
+
+        results = gpu_checks(emit=(lambda s: print(s, file=sys.stderr)) if args.json else print)
+        title = "torchhpc doctor --gpu"
+    else:
+        results = run_checks(ctx, args.only, skip_torch=args.no_torch)
+        title = f"torchhpc doctor ({'inside a job' if ctx.in_job else 'login node / outside a job'})"
     if args.json:
         print(to_json(results, ctx))
-    else:
+    elif results:
         width = max(len(c.name) for c in results)
-        print(f"torchhpc doctor ({'inside a job' if ctx.in_job else 'login node / outside a job'})")
+        print(title)
         for c in results:
             print(f"{_MARK[c.status]}  {c.name.ljust(width)}  {c.detail}")
             if c.hint and c.status in ("warn", "fail"):
