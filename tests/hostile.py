@@ -245,6 +245,36 @@ def applicable(setup: Setup, fld: Field) -> bool:
     return not fld.needs or fld.needs in setup.tags
 
 
+def pairs(setups: Sequence[Setup] = SETUPS, fields: Sequence[Field] = FIELDS) -> list[tuple[Setup, Field]]:
+    return [(s, f) for s in setups for f in fields if applicable(s, f)]
+
+
+# Through every (setup, field) in CI: a trailing newline (F1), #PBS/#SBATCH line starts (F2),
+# a command on its own line and in $(...), quotes, '%' and '../'; and an option-looking word (F4).
+CORE = (
+    "a'b %x ../$(touch CANARY)\n#PBS -q evilpart\n#SBATCH -p evil\ntouch CANARY\n",
+    "--privileged",
+)
+
+
+def reduced_pick(values: Sequence[str], setups: Sequence[Setup] = SETUPS, fields: Sequence[Field] = FIELDS,
+                 per_value: int = 2, share: tuple[int, int] = (0, 1)) -> Callable[[int, Setup, Field], bool]:
+    """CI's thinning: CORE through every pair; of the other values, those with ``i % share[1] == share[0]``
+    each through ``per_value`` pairs, spread out."""
+    index = {(s.name, f.name): k for k, (s, f) in enumerate(pairs(setups, fields))}
+    n = max(1, len(index))
+
+    def pick(i: int, setup: Setup, fld: Field) -> bool:
+        if values[i] in CORE:
+            return True
+        if i % share[1] != share[0]:
+            return False
+        k = index.get((setup.name, fld.name), -1)
+        return any((i * 37 + j * (n // per_value + 1)) % n == k for j in range(per_value))
+
+    return pick
+
+
 def corpus(name: str = "corpus.json") -> list[str]:
     data: list[str] = json.loads((DATA / name).read_text(encoding="utf-8"))
     return data

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from torchhpc.core.shell import Raw, join, validate_env_name
 from torchhpc.core.spec import JobSpec
-from torchhpc.core.validate import parse_bool
+from torchhpc.core.validate import check_value, parse_bool
 from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.launchers import torchrun_argv
 from torchhpc.network.presets import auto_lines, wants_auto
@@ -139,6 +139,9 @@ class RunAIScheduler(Scheduler):
                 f"unknown runai option(s) {', '.join(unknown)} (from --opt)",
                 f"valid: {', '.join(self.OPTIONS)}; `torchhpc options runai` describes them",
             )
+        for key in ("workdir", "log_dir"):  # words of `cd`/`mkdir -p` in the pod: never an option
+            if opts.get(key):
+                check_value(opts[key], f"{key} (from --opt)", word=True)
         if spec.launcher != "torchrun":
             raise SpecError(
                 f"--launcher {spec.launcher} does not fit RunAI: it starts one pod per node",

@@ -17,6 +17,8 @@ BASE = [
     "x\n#PBS -q evilpart", "x\n#SBATCH --partition=evil", "x\n#PBS -v LD_PRELOAD=/tmp/evil.so",
     "\n#SBATCH -o /tmp/pwn.out", "x\r#PBS -q evil", "x\r\n#PBS -q evil", "#PBS -q evil", "#SBATCH -p evil",
     "x\n#PBS -q evilpart\n#PBS -o /tmp/pwned.out\n", "x\n#SLURM -p evil", "x\n  #PBS -q evil",
+    # the CI matrix's CORE strings (tests/hostile.py): every hazard at once, and an option
+    "a'b %x ../$(touch CANARY)\n#PBS -q evilpart\n#SBATCH -p evil\ntouch CANARY\n",
     # command injection
     f"$({CANARY})", f"`{CANARY}`", f"x; {CANARY}", f"x && {CANARY}", f"x | {CANARY}", f"x\n{CANARY}",
     f"x\n{CANARY} #", f"'; {CANARY}; '", f'"; {CANARY}; "', f"$'\\n'{CANARY}", "${IFS}touch${IFS}CANARY",
