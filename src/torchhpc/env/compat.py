@@ -223,7 +223,8 @@ def preflight(spec: JobSpec, read_text: bool = True) -> list[str]:
             text = f.read()
     except OSError:
         return []
-    have = PROVIDES.get((spec.scheduler, spec.launcher), frozenset())
+    # Any torchrun (local, pbsdsh, pods) sets TORCHELASTIC_RUN_ID, which idr_torch recognises.
+    have = PROVIDES.get((spec.scheduler, spec.launcher), frozenset({"idr_torch"} if spec.launcher == "torchrun" else ()))
     where = f"--scheduler {spec.scheduler}" + ("" if spec.scheduler == "local" else f" --launcher {spec.launcher}")
     warnings: list[str] = []
     refusals: list[tuple[str, str]] = []
