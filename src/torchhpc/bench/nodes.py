@@ -14,9 +14,11 @@ Started on every rank of one job (``python -m torchhpc.bench.nodes ...``, by
 4. rank 0 writes the JSON the driver reads and prints progress lines
    (``bench-nodes: ...``) as each round ends.
 
-Figures are medians of ``--iters`` timed calls after ``--warmup`` untimed
-ones (compute: the best of them), and of the per-node checks the best of
-``--passes`` passes: a busy moment only ever slows a run. All nodes run their
+Figures are the best of ``--iters`` timed calls after ``--warmup`` untimed
+ones (``--stat median`` for the median; pairs keep both in the JSON), and of
+the per-node checks the best of ``--passes`` passes: on a shared machine a busy
+moment only ever slows a call, while a slow GPU or a degraded link is slow in
+every call. All nodes run their
 checks at the same moment (barriers between passes), so a burst of load from
 elsewhere (on the dev cluster all nodes share one machine's CPUs) hits every
 node alike and the ratios to the median stay meaningful.
@@ -32,7 +34,7 @@ import socket
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -68,8 +70,9 @@ def _boot_id() -> str:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m torchhpc.bench.nodes")
     p.add_argument("--size", default="64M")
-    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--iters", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--stat", default="best", choices=("best", "median"))
     p.add_argument("--passes", type=int, default=3, help="passes of the per-node checks (best kept)")
     p.add_argument("--slow-ratio", type=float, default=0.7)
     p.add_argument("--deadline", type=float, default=0.0, help="epoch seconds after which no round starts")
@@ -102,6 +105,7 @@ class _Worker:
         self.shared = len(self.nodes) > 1 and len({e["boot"] for e in everyone}) == 1
         self.pairs: list[dict[str, Any]] = []
         self.skipped: list[list[str]] = []
+        self.samples: dict[str, list[Any]] = {}  # this rank's per-pass figures, for the JSON
 
     def say(self, text: str) -> None:
         if self.rank == 0:
@@ -111,72 +115,86 @@ class _Worker:
         if self.cuda:
             self.torch.cuda.synchronize()
 
-    def _timed(self, fn: Any, iters: int, warmup: int) -> list[float]:
-        for _ in range(warmup):
-            fn()
-        self.sync()
-        times = []
-        for _ in range(iters):
+    def _lockstep(self, measure: Callable[[], Any] | None, steps: int, slot: int = 0, slots: int = 1) -> list[Any]:
+        """Run ``measure`` ``steps`` times in step with every other rank; returns what it measured.
+
+        Every rank (measuring or not) meets the others at a barrier before each turn, so
+        concurrent measurements (pairs of a round, nodes on separate machines) start together
+        and none gets the machine to itself at the end. With ``slots`` > 1 (nodes sharing one
+        kernel) the nodes take turns, each measured alone, in an order rotated every step: a
+        burst of load from elsewhere falls on all of them alike.
+        """
+        out: list[Any] = []
+        for i in range(steps):
+            for turn in range(slots):
+                self.dist.barrier()
+                if measure is not None and (slot - i) % slots == turn:
+                    out.append(measure())
+        self.dist.barrier()
+        return out
+
+    def _call_seconds(self, fn: Callable[[], Any]) -> Callable[[], float]:
+        def timed() -> float:
             t0 = time.perf_counter()
             fn()
             self.sync()
-            times.append(time.perf_counter() - t0)
-        return times
+            return time.perf_counter() - t0
+
+        return timed
 
     # per-node checks -----------------------------------------------------
-    def compute(self) -> dict[str, float]:
-        """This rank's compute figures (GPU: its own device; CPU: only the node's first rank)."""
+    def _compute_measure(self) -> Callable[[], dict[str, float]] | None:
+        """One compute measurement on this rank (GPU: its own device; CPU: the node's first rank only)."""
         torch = self.torch
         if self.cuda:
             from torchhpc.bench import gpu
 
             n = self.args.matmul_n or 8192
-            return {"matmul": gpu._matmul(n, "bf16"), "copy": gpu._copy_bw(1 << 30)["d2d"]}
+            return lambda: {"matmul": gpu._matmul(n, "bf16"), "copy": gpu._copy_bw(1 << 30)["d2d"]}
         if self.rank != self.leader[self.node]:
-            return {}
+            return None
         n = self.args.matmul_n or 1024
         a, b = torch.randn(n, n), torch.randn(n, n)
-        threads = torch.get_num_threads()
-        if self.shared:
-            # Nodes sharing one machine's cores: a multi-threaded GEMM waits for its slowest
-            # thread, and an oversubscribed core makes that a lottery. One thread each is fair.
-            torch.set_num_threads(1)
-        try:
-            best = min(self._timed(lambda: torch.mm(a, b), 3, 1))
-        finally:
-            torch.set_num_threads(threads)
-        return {"matmul": 2 * n**3 / best / 1e9}
-
-    def intra(self, group: Any) -> float:
-        world = len(self.ranks_of[self.node])
-        size = min(self.size, INTRA_BYTES)
-        buf = self.torch.ones(max(1, size // 4), dtype=self.torch.float32, device=self.ctx.device)
-        times = self._timed(lambda: self.dist.all_reduce(buf, group=group), self.args.iters, self.args.warmup)
-        return size / statistics.median(times) / 1e9 * 2 * (world - 1) / world
+        mm = self._call_seconds(lambda: torch.mm(a, b))
+        return lambda: {"matmul": 2 * n**3 / mm() / 1e9}
 
     def node_checks(self) -> dict[str, dict[str, float | None]]:
-        """``--passes`` passes over the nodes, each node's best pass kept (load from others only slows)."""
-        dist = self.dist
+        """``--passes`` passes; per pass the best matmul and the median intra-node call; the best pass counts."""
+        dist, torch = self.dist, self.torch
+        slots, slot = (len(self.nodes), self.nodes.index(self.node)) if self.shared else (1, 0)
         multi = any(len(r) > 1 for r in self.ranks_of.values())
         groups = {n: dist.new_group(self.ranks_of[n]) for n in self.nodes} if multi else {}
         mine: dict[str, float] = {}
-
-        def keep(figs: dict[str, float]) -> None:
-            for k, v in figs.items():
-                mine[k] = max(mine.get(k, v), v)
-
-        for _ in range(self.args.passes):
-            dist.barrier()  # every node measures at the same moment: a busy moment hits them all
-            keep(self.compute())
-            dist.barrier()
-            if len(self.ranks_of[self.node]) > 1:
-                got = self.intra(groups[self.node])
-                if self.rank == self.leader[self.node]:
-                    keep({"intra-node": got})
+        threads = torch.get_num_threads()
+        if self.shared and not self.cuda:
+            # Nodes sharing one machine's cores: a multi-threaded GEMM waits for its slowest
+            # thread, and an oversubscribed core makes that a lottery. One thread is fair.
+            torch.set_num_threads(1)
+        compute = self._compute_measure()
+        intra = None
+        if len(self.ranks_of[self.node]) > 1:
+            world = len(self.ranks_of[self.node])
+            size = min(self.size, INTRA_BYTES)
+            buf = torch.ones(max(1, size // 4), dtype=torch.float32, device=self.ctx.device)
+            call = self._call_seconds(lambda: dist.all_reduce(buf, group=groups[self.node]))
+            intra = lambda: size / call() / 1e9 * 2 * (world - 1) / world  # noqa: E731
+        try:
+            for _ in range(self.args.passes):
+                for figs in self._lockstep(compute, 1 + 3, slot, slots)[1:]:
+                    for k, v in figs.items():
+                        mine[k] = max(mine.get(k, v), v)
+                        self.samples.setdefault(k, []).append(round(v, 4))
+                got = self._lockstep(intra, self.args.warmup + self.args.iters, slot, slots)[self.args.warmup:]
+                if got and self.rank == self.leader[self.node]:
+                    mine["intra-node"] = max(mine.get("intra-node", 0.0), self.pick(got, higher=True))
+                    self.samples.setdefault("intra-node", []).append([round(v, 4) for v in got])
+        finally:
+            torch.set_num_threads(threads)
         everyone: list[Any] = [None] * self.ctx.world_size
-        dist.all_gather_object(everyone, (self.node, mine))
+        dist.all_gather_object(everyone, (self.node, mine, self.rank, self.samples))
         figures: dict[str, dict[str, float | None]] = {n: {} for n in self.nodes}
-        for node, figs in everyone:
+        self.all_samples = {f"{node} rank {rank}": smp for node, _, rank, smp in everyone if smp}
+        for node, figs, _, _ in everyone:
             for k, v in figs.items():
                 old = figures[node].get(k)
                 figures[node][k] = v if old is None else min(old, v)  # the slowest GPU names the node
@@ -187,46 +205,71 @@ class _Worker:
 
     # pairs -------------------------------------------------------------------
     def _pair(self, group: Any) -> dict[str, Any]:
+        """Every rank calls this (in step); the two ends of a pair pass their group, the others None."""
         torch, dist = self.torch, self.dist
         buf = torch.ones(max(1, self.size // 4), dtype=torch.float32, device=self.ctx.device)
+        call = self._call_seconds(lambda: dist.all_reduce(buf, group=group))
+        errors: list[str] = []
+
+        def measure() -> float | None:
+            if errors:
+                return None
+            try:
+                return call()
+            except Exception as e:  # a broken link is a result (FAIL), not the end of the run
+                errors.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                return None
+
+        got = self._lockstep(measure if group is not None else None, self.args.warmup + self.args.iters)
+        if group is None:
+            return {}
+        if errors:
+            return {"busbw": None, "error": errors[0]}
         try:
-            times = self._timed(lambda: dist.all_reduce(buf, group=group), self.args.iters, self.args.warmup)
             buf.fill_(1.0)
             dist.all_reduce(buf, group=group)
             self.sync()
             wrong = int((buf != 2.0).sum().item())
-        except Exception as e:  # a broken link is a result (FAIL), not the end of the run
-            return {"busbw": None, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+        except Exception as e:
+            return {"busbw": None, "error": f"{type(e).__name__}: {e}"}
         if wrong:
             return {"busbw": None, "error": f"{wrong} wrong values"}
-        med = statistics.median(times)
+        times = [t for t in got[self.args.warmup:] if t is not None]
         # 2 ranks: busbw = algbw * 2(n-1)/n = algbw (nccl-tests' all_reduce factor)
-        return {"busbw": self.size / med / 1e9, "times": [round(t, 6) for t in times]}
+        return {"busbw": self.size / self.pick(times, higher=False) / 1e9,
+                "median_busbw": self.size / statistics.median(times) / 1e9, "times": [round(t, 6) for t in times]}
 
-    def run_round(self, pairs: list[plan.Pair], stage: str, label: str) -> None:
+    def pick(self, values: list[float], *, higher: bool) -> float:
+        """--stat best: the best call (a busy moment only ever slows a call); median: the median call."""
+        if self.args.stat == "median":
+            return statistics.median(values)
+        return max(values) if higher else min(values)
+
+    def run_round(self, pairs: list[plan.Pair], stage: str, label: str, ref: plan.Pair | None = None) -> None:
+        """The pairs side by side (plus the reference pair, when given), one record per pair."""
         dist = self.dist
         t0 = time.time()
         timeout = timedelta(seconds=max(60.0, self.args.deadline - time.time()) if self.args.deadline else 600.0)
-        groups = {p: dist.new_group([self.leader[p[0]], self.leader[p[1]]], timeout=timeout) for p in pairs}
-        result = None
-        for p, g in groups.items():
-            if self.node in p and self.rank == self.leader[self.node] and self.node == p[0]:
-                result = (p, self._pair(g))
-            elif self.node in p and self.rank == self.leader[self.node]:
-                self._pair(g)  # the other end takes part; the first node reports
+        everything = [*pairs, *([ref] if ref else [])]
+        groups = {p: dist.new_group([self.leader[p[0]], self.leader[p[1]]], timeout=timeout) for p in everything}
+        mine = next((p for p in everything if self.node in p), None) if self.rank == self.leader[self.node] else None
+        res = self._pair(groups[mine] if mine is not None else None)
+        result = (mine, res) if mine is not None and self.node == mine[0] else None  # the first node reports
         everyone: list[Any] = [None] * self.ctx.world_size
         dist.all_gather_object(everyone, result)
         for g in groups.values():
             if g != dist.GroupMember.NON_GROUP_MEMBER:
                 dist.destroy_process_group(g)
         took = time.time() - t0
-        for item in everyone:
-            if item is None:
-                continue
-            p, res = item
-            self.pairs.append({"pair": list(p), "stage": stage, **res})
+        got = {tuple(item[0]): item[1] for item in everyone if item is not None}
+        ref_bw = got.get(ref, {}).get("busbw") if ref else None
+        for p in everything:
+            res = got.get(p, {"busbw": None, "error": "no result"})
+            is_ref = p == ref
+            self.pairs.append({"pair": list(p), "stage": "reference" if is_ref else stage, **res,
+                               **({} if is_ref or not ref else {"ref": ref_bw})})
             fig = f"{res['busbw']:.3f} GB/s" if res["busbw"] is not None else f"FAILED ({res['error']})"
-            self.say(f"pair {plan.pair_key(p)} {fig}  [{label}, {took:.1f}s]")
+            self.say(f"pair {plan.pair_key(p)} {fig}  [{label}{', reference' if is_ref else ''}, {took:.1f}s]")
         self.last_round = took
 
     def _go(self, pairs: list[plan.Pair]) -> bool:
@@ -240,29 +283,22 @@ class _Worker:
             self.skipped.append([plan.pair_key(p) for p in pairs])
         return bool(ok[0])
 
-    def results(self, stages: tuple[str, ...] = ("ring", "retry", "confirm")) -> dict[plan.Pair, float | None]:
-        """Each pair's best measurement (None when every try failed)."""
-        out: dict[plan.Pair, float | None] = {}
-        for rec in self.pairs:
-            if rec["stage"] not in stages:
-                continue
-            p, v = (rec["pair"][0], rec["pair"][1]), rec["busbw"]
-            old = out.get(p)
-            out[p] = v if old is None else (old if v is None else max(old, v))
-        return out
-
     def _decide(self, what: str, ring: list[plan.Pair]) -> Any:
         """Rank 0 plans the next rounds from the results so far; every rank gets the same plan."""
         box: list[Any] = [None]
         if self.rank == 0:
-            got = self.results()
-            med = statistics.median([v for p, v in got.items() if p in ring and v is not None] or [0.0]) or None
+            scores, _ = plan.pair_scores(self.pairs, ring)
+            bad, good = plan.suspects(self.nodes, scores, self.args.slow_ratio)
+            limit = plan.max_confirm_rounds(len(self.nodes))
             if what == "retry":
-                slow = [p for p in ring if plan.verdict(got.get(p), med, self.args.slow_ratio)[1] != plan.PASS]
-                box[0] = plan.rounds_of(slow)
+                # Pairs of a suspect are settled by its confirmation; the others may be a slow link.
+                slow = [p for p in ring if (scores.get(p, (None, None))[0] or 0.0) < self.args.slow_ratio
+                        and p[0] not in bad and p[1] not in bad]
+                passed = [p for p in ring if p not in slow]
+                box[0] = plan.retry_rounds(slow, good, passed, limit)
             else:
-                bad, good = plan.suspects(self.nodes, got, med, self.args.slow_ratio)
-                box[0] = (bad, plan.confirm_rounds(bad, good, got, len(self.nodes)))
+                rounds = plan.confirm_rounds(bad, good, scores, len(self.nodes))
+                box[0] = (bad, [(r, plan.reference_pair(r, good)) for r in rounds])
         self.dist.broadcast_object_list(box, src=0)
         return box[0]
 
@@ -270,7 +306,19 @@ class _Worker:
         self.say(f"{len(self.nodes)} node(s) {', '.join(self.nodes)}; {self.ctx.world_size} ranks, "
                  f"{self.ctx.backend}" + ("; the nodes share one kernel (namespaces on one machine)"
                                           if self.shared else ""))
+        checks = [("matmul", "TFLOP/s" if self.cuda else "GFLOP/s"), ("copy", "GB/s"), ("intra-node", "GB/s")]
         figures = self.node_checks()
+        again = [False]
+        if self.rank == 0:
+            again[0] = any(r.verdict != plan.PASS for r in plan.node_rows(self.nodes, figures, checks, {},
+                                                                          self.args.slow_ratio))
+        self.dist.broadcast_object_list(again, src=0)
+        if again[0]:  # a slow check is measured again before it counts; the better figure stays
+            self.say("a per-node check is slow: measuring every node again")
+            for n, figs in self.node_checks().items():
+                for k, v in figs.items():
+                    old = figures[n].get(k)
+                    figures[n][k] = v if old is None or (v is not None and v > old) else old
         for n in self.nodes:
             self.say(f"node {n} " + ", ".join(f"{k} {v:.3g}" for k, v in figures[n].items() if v is not None))
         ring = plan.ring_pairs(self.nodes)
@@ -278,23 +326,23 @@ class _Worker:
         for i, r in enumerate(rounds, 1):
             if self._go(r):
                 self.run_round(r, "ring", f"ring round {i}/{len(rounds)}")
-        # A slow ring pair is measured once more before it counts: on a shared machine a busy
-        # moment slows a healthy pair, while a slow link is slow every time.
+        # A slow ring pair between two good nodes runs again beside a reference pair of good
+        # nodes and is compared with it: a busy moment slows both alike, a slow link only its own.
         retry = self._decide("retry", ring)
-        for i, r in enumerate(retry, 1):
+        for i, (r, ref) in enumerate(retry, 1):
             pairs = [(p[0], p[1]) for p in r]
             if self._go(pairs):
-                self.run_round(pairs, "retry", f"re-measure slow pairs {i}/{len(retry)}")
+                self.run_round(pairs, "retry", f"re-measure {i}/{len(retry)}", tuple(ref) if ref else None)
         bad, confirm = self._decide("confirm", ring)
         if bad:
-            self.say(f"suspects {', '.join(bad)}: {sum(len(r) for r in confirm)} confirmation pair(s) "
+            self.say(f"suspects {', '.join(bad)}: {sum(len(r) for r, _ in confirm)} confirmation pair(s) "
                      "with known-good nodes")
-        for i, r in enumerate(confirm, 1):
+        for i, (r, ref) in enumerate(confirm, 1):
             pairs = [(p[0], p[1]) for p in r]
             if self._go(pairs):
-                self.run_round(pairs, "confirm", f"confirmation round {i}/{len(confirm)}")
-        checks = [("matmul", "TFLOP/s" if self.cuda else "GFLOP/s"), ("copy", "GB/s"), ("intra-node", "GB/s")]
-        rows = plan.node_rows(self.nodes, figures, checks, self.results(), ring, self.args.slow_ratio)
+                self.run_round(pairs, "confirm", f"confirmation {i}/{len(confirm)}", tuple(ref) if ref else None)
+        scores, _ = plan.pair_scores(self.pairs, ring)
+        rows = plan.node_rows(self.nodes, figures, checks, scores, self.args.slow_ratio)
         return {
             "version": 1,
             "nodes": self.nodes,
@@ -306,8 +354,10 @@ class _Worker:
             "iters": self.args.iters,
             "warmup": self.args.warmup,
             "passes": self.args.passes,
+            "stat": self.args.stat,
             "slow_ratio": self.args.slow_ratio,
             "figures": figures,
+            "samples": getattr(self, "all_samples", {}),
             "pairs": self.pairs,
             "skipped_rounds": self.skipped,
             "rows": [r.to_dict() for r in rows],

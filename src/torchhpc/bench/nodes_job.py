@@ -88,12 +88,12 @@ def resolve_nodes(scheduler: Any, nodes: int | None, nodelist: str | None,
 
 
 def make_spec(base: JobSpec, n: int, names: list[str] | None, *, size: int, iters: int, slow_ratio: float,
-              budget: float, out_dir: str, deadline: float) -> tuple[JobSpec, str]:
+              budget: float, out_dir: str, deadline: float, stat: str = "best") -> tuple[JobSpec, str]:
     """The job: ``n`` nodes (or exactly ``names``), the worker as its program; returns it and the JSON path."""
     plan.check_budget(budget, n)
     out = os.path.abspath(out_dir)
     json_path = os.path.join(out, "bench-nodes.json")
-    args = ("--size", str(size), "--iters", str(iters), "--slow-ratio", str(slow_ratio),
+    args = ("--size", str(size), "--iters", str(iters), "--slow-ratio", str(slow_ratio), "--stat", stat,
             "--deadline", f"{deadline:.0f}", "--json", json_path)
     options = dict(base.options)
     if names:

@@ -7,12 +7,16 @@ The pairwise stage costs O(N) pairs, not the N(N-1)/2 of all pairs:
 
 1. **Ring**: node i with node i+1 (N pairs). Pairs that share no node run at
    the same time, so the ring takes 2 rounds (3 when N is odd).
-2. **Confirmation** (the bisection of a slow pair): a node whose every ring
+2. **Re-measure**: a slow ring pair between two good nodes (a possible slow
+   *link*) runs again beside a *reference pair* of two other good nodes, and is
+   compared with it: same moment, same load (a busy machine slows a healthy
+   pair; a bad link is slow every time).
+3. **Confirmation** (the bisection of a slow pair): a node whose every ring
    pair is slow is a *suspect*; its slow pairs are split into their two ends by
    pairing the suspect with a *known-good* node (one with a passing pair) it
    has not met yet. One round holds as many suspects as there are good nodes;
    at most ceil(log2 N) rounds are spent, so a broken half of a cluster still
-   costs O(log N) rounds, not O(N).
+   costs O(log N) rounds, not O(N). Confirmation rounds carry a reference pair too.
 
 A node's pairwise figure is its best pair: a slow link slows every pair it is
 in, so a node with one fast pair has a good link. A slow pair between two good
@@ -42,7 +46,10 @@ __all__ = [
     "max_confirm_rounds",
     "node_rows",
     "pair_key",
+    "pair_scores",
     "plan_counts",
+    "reference_pair",
+    "retry_rounds",
     "ring_pairs",
     "rounds_of",
     "suspects",
@@ -110,20 +117,84 @@ def _median(values: Iterable[float | None]) -> float | None:
     return statistics.median(got) if got else None
 
 
-def suspects(nodes: Sequence[str], results: Mapping[Pair, float | None], median: float | None,
+def pair_scores(measurements: Iterable[Mapping[str, object]], ring: Sequence[Pair]) -> tuple[
+        dict[Pair, tuple[float | None, float | None]], float | None]:
+    """Each pair's best (ratio, busbw) over its measurements, and the median ring pair.
+
+    A measurement taken beside a reference pair (``ref``: that pair's busbw in the
+    same round) is compared with it: the same moment, the same load. Others are
+    compared with the median of the ring pairs' best runs. A pair whose every
+    measurement failed scores (None, None): FAIL.
+    """
+    ms = [m for m in measurements if m.get("stage") != "reference"]
+
+    def key(m: Mapping[str, object]) -> Pair:
+        pair = list(m["pair"])  # type: ignore[call-overload]
+        return (str(pair[0]), str(pair[1]))
+
+    best_ring: dict[Pair, float] = {}
+    for m in ms:
+        v = m.get("busbw")
+        if m.get("stage") == "ring" and isinstance(v, (int, float)):
+            best_ring[key(m)] = max(best_ring.get(key(m), 0.0), float(v))
+    median = _median(best_ring.get(p) for p in ring)
+    scores: dict[Pair, tuple[float | None, float | None]] = {}
+    for m in ms:
+        p, v, ref = key(m), m.get("busbw"), m.get("ref")
+        scores.setdefault(p, (None, None))
+        if not isinstance(v, (int, float)):
+            continue
+        base = float(ref) if isinstance(ref, (int, float)) and ref > 0 else median
+        ratio = float(v) / base if base else None
+        old = scores[p][0]
+        if ratio is not None and (old is None or ratio > old):
+            scores[p] = (ratio, float(v))
+    return scores, median
+
+
+def suspects(nodes: Sequence[str], scores: Mapping[Pair, tuple[float | None, float | None]],
              slow_ratio: float) -> tuple[list[str], list[str]]:
     """(suspects, good): suspects had only slow or failed pairs; good nodes had a passing one."""
     bad: list[str] = []
     good: list[str] = []
     for node in nodes:
-        mine = [v for p, v in results.items() if node in p]
+        mine = [r for p, (r, _) in scores.items() if node in p]
         if not mine:
             continue
-        if any(verdict(v, median, slow_ratio)[1] == PASS for v in mine):
+        if any(r is not None and r >= slow_ratio for r in mine):
             good.append(node)
         else:
             bad.append(node)
     return bad, good
+
+
+def reference_pair(busy: Iterable[Pair], good: Sequence[str], prefer: Sequence[Pair] = ()) -> Pair | None:
+    """Two known-good nodes outside this round, measured beside it as the same-moment reference."""
+    used = {x for p in busy for x in p}
+    free = [g for g in good if g not in used]
+    for p in prefer:
+        if p[0] in free and p[1] in free:
+            return p
+    return (free[0], free[1]) if len(free) >= 2 else None
+
+
+def retry_rounds(slow: Sequence[Pair], good: Sequence[str], prefer: Sequence[Pair], limit: int) -> list[
+        tuple[list[Pair], Pair | None]]:
+    """Rounds re-measuring slow ring pairs, disjoint, each beside a reference pair when two good nodes are free."""
+    rounds: list[tuple[list[Pair], Pair | None]] = []
+    todo = list(slow)
+    while todo and len(rounds) < max(1, limit):
+        this: list[Pair] = []
+        for p in todo:
+            used = {x for q in this for x in q}
+            if p[0] in used or p[1] in used:
+                continue
+            if this and reference_pair([*this, p], good) is None and reference_pair(this, good) is not None:
+                continue  # keep two good nodes free for the reference
+            this.append(p)
+        rounds.append((this, reference_pair(this, good, prefer)))
+        todo = [p for p in todo if p not in this]
+    return rounds
 
 
 def confirm_rounds(bad: Sequence[str], good: Sequence[str], done: Iterable[Pair], n_nodes: int) -> list[list[Pair]]:
@@ -174,8 +245,8 @@ class Row:
 
 
 def node_rows(nodes: Sequence[str], figures: Mapping[str, Mapping[str, float | None]], checks: Sequence[tuple[str, str]],
-              pairs: Mapping[Pair, float | None], ring: Sequence[Pair], slow_ratio: float) -> list[Row]:
-    """The verdict table: per-node checks vs the median node, then pairwise vs the median ring pair."""
+              scores: Mapping[Pair, tuple[float | None, float | None]], slow_ratio: float) -> list[Row]:
+    """The verdict table: per-node checks vs the median node, then pairwise (see :func:`pair_scores`)."""
     rows: list[Row] = []
     for check, unit in checks:
         values = {n: figures.get(n, {}).get(check) for n in nodes}
@@ -185,22 +256,21 @@ def node_rows(nodes: Sequence[str], figures: Mapping[str, Mapping[str, float | N
         for n in nodes:
             ratio, v = verdict(values[n], med, slow_ratio)
             rows.append(Row(n, check, values[n], unit, ratio, v, "node"))
-    med_pair = _median(pairs.get(p) for p in ring)
     node_verdict: dict[str, str] = {}
     for n in nodes:
-        mine = {p: v for p, v in pairs.items() if n in p}
+        mine = {p: rv for p, rv in scores.items() if n in p}
         if not mine:
             continue
-        got = [v for v in mine.values() if v is not None]
-        best = max(got) if got else None
-        ratio, v = verdict(best, med_pair, slow_ratio)
+        got = [rv for rv in mine.values() if rv[0] is not None]
+        ratio, fig = max(got, key=lambda rv: rv[0] or 0.0) if got else (None, None)
+        v = FAIL if ratio is None else (SLOW if ratio < slow_ratio else PASS)
         node_verdict[n] = v
         note = f"best of {len(mine)} pair(s)" + (f", {len(mine) - len(got)} failed" if len(got) < len(mine) else "")
-        rows.append(Row(n, "pair busbw", best, "GB/s", ratio, v, "pairwise", note))
-    for p, value in pairs.items():
-        ratio, v = verdict(value, med_pair, slow_ratio)
+        rows.append(Row(n, "pair busbw", fig, "GB/s", ratio, v, "pairwise", note))
+    for p, (ratio, fig) in scores.items():
+        v = FAIL if ratio is None else (SLOW if ratio < slow_ratio else PASS)
         if v in (SLOW, FAIL) and node_verdict.get(p[0]) == PASS and node_verdict.get(p[1]) == PASS:
-            rows.append(Row(pair_key(p), "link", value, "GB/s", ratio, v, "pairwise", "both nodes fine in other pairs"))
+            rows.append(Row(pair_key(p), "link", fig, "GB/s", ratio, v, "pairwise", "both nodes fine in other pairs"))
     return rows
 
 
@@ -210,7 +280,8 @@ def format_table(rows: Sequence[Row]) -> str:
     for r in rows:
         if r.section != section:
             section = r.section
-            out.append(f"# {'per-node checks (vs the median node)' if section == 'node' else 'pairwise (vs the median ring pair)'}")
+            out.append("# per-node checks (vs the median node)" if section == "node" else
+                       "# pairwise (vs the median ring pair, or a reference pair measured at the same time)")
         fig = "-" if r.figure is None else f"{r.figure:.3g} {r.unit}"
         ratio = "-" if r.ratio is None else f"{r.ratio:.2f}"
         out.append(f"{r.node:<16} {r.check:<14} {fig:>16} {ratio:>6}  {r.verdict}" + (f"  ({r.note})" if r.note else ""))
@@ -227,23 +298,29 @@ def exclude_text(rows: Sequence[Row]) -> tuple[str, list[str]]:
     return head + "".join(f"{n}\n" for n in names), names
 
 
-def plan_counts(n: int, slow_nodes: int = 1) -> dict[str, int]:
-    """Pairs and rounds for ``n`` nodes with ``slow_nodes`` isolated slow nodes (the docs' table)."""
+def plan_counts(n: int) -> dict[str, int]:
+    """Pairs and rounds for ``n`` nodes: the ring, one slow node's confirmation, one slow link's re-measure.
+
+    The docs' table. A slow node (``n1``) makes its two ring pairs slow; it is the only suspect
+    and gets one confirmation pair. A slow link between two good nodes (the ring pair farthest
+    from ``n1``) is re-measured once beside a reference pair.
+    """
     names = [f"n{i}" for i in range(n)]
     ring = ring_pairs(names)
-    bad = names[1 : 1 + 2 * slow_nodes : 2][:slow_nodes] if n > 2 else []
+    bad = ["n1"] if n > 2 else []
     good = [x for x in names if x not in bad]
-    retry = rounds_of(p for p in ring if set(p) & set(bad))
     confirm = confirm_rounds(bad, good, ring, n)
+    link = [p for p in ring if "n1" not in p][n // 2 - 1 : n // 2] if n > 3 else []
+    retry = retry_rounds(link, good, [p for p in ring if p not in link], max_confirm_rounds(n))
     return {
         "nodes": n,
         "ring_pairs": len(ring),
         "ring_rounds": len(rounds_of(ring)),
-        "retry_pairs": sum(len(r) for r in retry),
-        "retry_rounds": len(retry),
         "confirm_pairs": sum(len(r) for r in confirm),
         "confirm_rounds": len(confirm),
         "max_confirm_rounds": max_confirm_rounds(n),
+        "retry_pairs": sum(len(r) for r, _ in retry),
+        "retry_rounds": len(retry),
         "all_pairs": n * (n - 1) // 2,
     }
 
@@ -251,10 +328,11 @@ def plan_counts(n: int, slow_nodes: int = 1) -> dict[str, int]:
 def estimate_seconds(n: int) -> float:
     """The least time a run over ``n`` nodes can take under the budget model (no bandwidth assumed).
 
-    Ring rounds, as many re-measure rounds at most, and the confirmation rounds.
+    The ring rounds and the most confirmation rounds (re-measure rounds only come when a
+    link is slow; they share the confirmation's limit in this model).
     """
     ring_rounds = len(rounds_of(ring_pairs([str(i) for i in range(n)])))
-    return STARTUP_SECONDS + NODE_CHECK_SECONDS * 2 + MIN_ROUND_SECONDS * (2 * ring_rounds + max_confirm_rounds(n))
+    return STARTUP_SECONDS + NODE_CHECK_SECONDS * 2 + MIN_ROUND_SECONDS * (ring_rounds + max_confirm_rounds(n))
 
 
 def check_budget(budget: float, n: int) -> None:
