@@ -8,6 +8,7 @@ rendered by the real slurm and pbs backends (nothing submitted). The run on the
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,7 @@ def test_the_docs_table_is_the_planners() -> None:
         assert row in docs, row
 
 
-def ring_run(values: dict[plan.Pair, float | None]) -> list[dict[str, object]]:
+def ring_run(values: Mapping[plan.Pair, float | None]) -> list[dict[str, object]]:
     return [{"pair": list(p), "stage": "ring", "busbw": v} for p, v in values.items()]
 
 
