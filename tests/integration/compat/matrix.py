@@ -54,7 +54,7 @@ COLUMNS: tuple[Column, ...] = (*(Column(launcher) for launcher in LAUNCHERS), *(
 
 # Rows that run inside the container: the test image (.ci/build-test-image.sh) holds Debian's python and torch only.
 IN_IMAGE = frozenset({"torch_env", "slurm_vars", "ompi_vars"})
-NOT_IN_IMAGE = "not in the test image (torch only)"
+NOT_IN_IMAGE = "not in the image"
 
 # (row, launcher) refused before launch, and the launcher the HINT must name.
 REFUSED: dict[tuple[str, str], str] = {
@@ -82,6 +82,7 @@ class Outcome:
 
 
 def _cell(out: Outcome) -> str:
+    out = Outcome(out.status, " ".join(out.detail.replace("|", "/").split()))  # one table cell
     if out.status == "ok":
         return f"✔ {out.detail}".strip()
     if out.status == "refused":
@@ -164,8 +165,9 @@ def render_markdown(outcomes: dict[tuple[str, str], Outcome]) -> str:
         f"{WORLD} with ranks 0..{WORLD - 1} distinct, and a collective summed to {SUM}; the word after ✔ is what the",
         "framework detected. *Refused* cells stop at `torchhpc run` with `Error: ...` and the HINT shown",
         "(`TORCHHPC_COMPAT=warn` launches anyway). Container columns run the rows whose packages are in",
-        "the test image (Debian's python + torch); the other frameworks are pure Python and read the same",
-        "variables, which the shim sets inside the container exactly as on the host.",
+        "the test image (Debian's python + torch only, built by .ci/build-test-image.sh); the other frameworks",
+        "read the same variables, which the shim sets inside the container exactly as on the host (it runs",
+        "there, after the runtime passed the environment in).",
         "",
         "| script | " + " | ".join(c.title for c in COLUMNS) + " |",
         "|---|" + "---|" * len(COLUMNS),
