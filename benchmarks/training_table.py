@@ -5,8 +5,10 @@
 
 Table: single process, DP (only with more than one GPU), DDP 1 node × N and DDP
 2 nodes × N (only when the dev cluster or another Slurm is reachable), for the
-MNIST CNN and ResNet-18, same global batch and the same samples per epoch in
-every column. Epoch time is the slowest rank's training time (launch and data
+MNIST CNN and ResNet-18 at 32 px on CPUs, ResNet-50 at 224 px (bf16,
+channels_last, global batch 128) on GPUs; same global batch and the same
+samples per epoch in every column. On a GPU node N is the number of visible
+GPUs (1 GPU is a valid table: its DDP row is one rank, no process group). Epoch time is the slowest rank's training time (launch and data
 preparation excluded), median over interleaved rounds.
 
 F5: ``examples/mnist_ddp.py``'s own epoch (its ``build``/``train_epoch``) ÷ a
@@ -29,6 +31,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -60,13 +63,17 @@ def _run(argv: list[str], env: dict[str, str] | None = None, cwd: Path = REPO, t
     return _result(cp.stdout)
 
 
-def _devices() -> tuple[str, int]:
-    out = subprocess.run(
-        [PY, "-c", "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()
-    gpus = int(out or 0)
-    return ("cuda", gpus) if gpus else ("cpu", os.cpu_count() or 1)
+_PROBE = ("import torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; "
+          "print(n); print(torch.cuda.get_device_name(0) if n else 'CPU'); print(torch.__version__)")
+LABELS = {"mnist": "MNIST CNN", "resnet18": "ResNet-18 (32 px)", "resnet50": "ResNet-50 (224 px, bf16)"}
+
+
+def _devices() -> tuple[str, int, str]:
+    """("cuda", GPUs, first GPU's name, torch) or ("cpu", cores, "CPU", torch)."""
+    out = subprocess.run([PY, "-c", _PROBE], capture_output=True, text=True, check=True).stdout.split("\n")
+    gpus = int(out[0] or 0)
+    cores = os.cpu_count() or 1
+    return ("cuda", gpus, f"{gpus} × {out[1]}, torch {out[2]}") if gpus else ("cpu", cores, f"{cores} CPU cores, torch {out[2]}")
 
 
 def _cluster_env() -> dict[str, str] | None:
@@ -83,17 +90,20 @@ def _workload(model: str, quick: bool) -> tuple[Path, list[str], int]:
     if model == "mnist":
         size = "2000" if quick else "6000"
         return EXAMPLES / "mnist_ddp.py", ["--epochs", "1", "--train-size", size, "--test-size", "200"], 128
+    if model == "resnet50":  # the GPU workload: ImageNet-size synthetic images, the example's GPU defaults
+        samples = "512" if quick else "3840"
+        return EXAMPLES / "resnet_ddp.py", ["--arch", "resnet50", "--samples", samples, "--epochs", "1", "--image-size", "224", "--warmup-steps", "3"], 128
     samples = "128" if quick else "512"
     return EXAMPLES / "resnet_ddp.py", ["--arch", "resnet18", "--samples", samples, "--epochs", "1", "--image-size", "32", "--warmup-steps", "1"], 64
 
 
 def table(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
-    kind, ndev = _devices()
+    kind, ndev, _ = _devices()
     n = args.nproc or (ndev if kind == "cuda" else min(2, ndev))
     cluster = _cluster_env()
     cache = tempfile.mkdtemp(prefix="torchhpc-bench-cache-")
     rows: list[dict[str, Any]] = []
-    for model in args.models:
+    for model in args.models or (["mnist", "resnet50"] if kind == "cuda" else ["mnist", "resnet18"]):
         script, fixed, gbatch = _workload(model, args.quick)
         extra = ["--cache", cache] if model == "mnist" else []
         def mode(m: str, model: str = model) -> list[str]:
@@ -136,18 +146,18 @@ def table(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
         base = statistics.median(times[0])
         for i, (name, nodes, per, _, _) in enumerate(configs):
             if not times[i]:
-                rows.append({"model": "MNIST CNN" if model == "mnist" else "ResNet-18", "nodes": nodes, "per_node": per,
+                rows.append({"model": LABELS[model], "nodes": nodes, "per_node": per,
                              "method": name, "device": kind, "epoch_s": None, "note": f"failed: {failed.get(i, '?')}"})
                 continue
             med = statistics.median(times[i])
             rows.append({
-                "model": "MNIST CNN" if model == "mnist" else "ResNet-18",
+                "model": LABELS[model],
                 "nodes": nodes, "per_node": per, "method": "N/A" if name == "single" else name,
                 "device": kind, "epoch_s": med, "spread_s": [min(times[i]), max(times[i])],
                 "wall_s": statistics.median(walls[i]), "speedup": base / med, "rounds": len(times[i]),
             })
         if cluster is None or not args.cluster:
-            rows.append({"model": "MNIST CNN" if model == "mnist" else "ResNet-18", "nodes": 2, "per_node": n, "method": "DDP",
+            rows.append({"model": LABELS[model], "nodes": 2, "per_node": n, "method": "DDP",
                          "device": kind, "epoch_s": None, "note": "no Slurm cluster reachable"})
     return rows
 
@@ -368,7 +378,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results"), help="directory for training_table.{md,png,json}")
     p.add_argument("--only", choices=("table", "f5", "f6"), action="append", help="run only these parts (repeatable)")
-    p.add_argument("--models", nargs="+", default=["mnist", "resnet18"], choices=("mnist", "resnet18"))
+    p.add_argument("--models", nargs="+", default=None, choices=tuple(LABELS), help="default: mnist resnet50 on GPUs, mnist resnet18 on CPUs")
     p.add_argument("--nproc", type=int, default=None, help="ranks per node (default: GPUs, else 2)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds for F5/F6")
     p.add_argument("--table-rounds", type=int, default=2, help="interleaved rounds per table cell")
@@ -391,8 +401,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parts = args.only or ["table", "f5", "f6"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {"parts": parts, "quick": args.quick}
-    md: list[str] = ["# Training timing table (benchmarks/training_table.py)", ""]
+    kind, ndev, machine = _devices()
+    when = time.strftime("%Y-%m-%d")
+    report: dict[str, Any] = {"parts": parts, "quick": args.quick, "machine": machine, "devices": ndev, "date": when}
+    md: list[str] = ["# Training timing table (benchmarks/training_table.py)", "",
+                     f"Measured on {socket.gethostname()}: {machine}, {when}.", ""]
+    if kind == "cuda" and ndev < (args.nproc or 2):
+        # F5/F6 run 2 ranks; NCCL needs a GPU per rank (torchhpc.dist refuses two ranks on one GPU).
+        skipped = [p for p in parts if p in ("f5", "f6")]
+        parts = [p for p in parts if p not in skipped]
+        if skipped:
+            md += [f"{'/'.join(s.upper() for s in skipped)}: skipped, they need {args.nproc or 2} GPUs and {ndev} is visible.", ""]
     if "table" in parts:
         print("# table: single / DP / DDP 1 node / DDP 2 nodes", flush=True)
         rows = table(args, out)
