@@ -59,9 +59,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _head(argv: list[str]) -> list[str]:
-    """The part of a command line before ``--``."""
-    return argv[: argv.index("--")] if "--" in argv else argv
+def _run_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``run``'s own flags: a ``--help`` after the program is the program's (``train.py --help``)."""
+    from torchhpc.cli.jobargs import split_program
+
+    return split_program(_subparser(parser, "run"), argv)[0]
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
@@ -75,7 +77,7 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(only="run" if argv and argv[0] == "run" else None)
-    if argv and argv[0] == "run" and not ({"-h", "--help"} & set(_head(argv[1:]))):
+    if argv and argv[0] == "run" and not ({"-h", "--help"} & set(_run_flags(parser, argv[1:]))):
         # `run` splits its own line: flags may follow the program (`... pi.py --wait`).
         from torchhpc.cli import run as run_cli
 
