@@ -20,7 +20,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PYTHON, REPO
-from torchhpc.core.gpus import needs_gpu_per_rank, ranks_per_gpu_error, visible_devices
+from torchhpc.core.gpus import (
+    needs_gpu_per_rank,
+    ranks_per_gpu_error,
+    requested_geometry_error,
+    visible_devices,
+)
 from torchhpc.errors import UsageError
 
 
@@ -36,6 +41,17 @@ def test_arithmetic() -> None:
     err = ranks_per_gpu_error(8, 4, backend="cpu:gloo,cuda:nccl", gpus_from="requested (--gpus-per-node)", where="each node")
     assert err is not None and "8 ranks on each node" in err.message and "4 GPUs requested (--gpus-per-node)" in err.message
     assert "--nproc-per-node 4" in (err.hint or "")
+
+
+def test_requested_geometry() -> None:
+    assert requested_geometry_error(4, 4, {}) is None and requested_geometry_error(2, 0, {}) is None  # no GPUs asked
+    err = requested_geometry_error(8, 4, {})
+    assert err is not None and err.message == (
+        "8 ranks on each node with backend 'nccl' but 4 GPUs requested (--gpus-per-node): NCCL needs one GPU per rank")
+    assert err.hint == ("use --nproc-per-node 4 or --gpus-per-node 8; ranks that do not use NCCL may share GPUs: "
+                        "say so with -e TORCHHPC_BACKEND=gloo")
+    assert requested_geometry_error(8, 4, {"TORCHHPC_BACKEND": "gloo"}) is None
+    assert requested_geometry_error(8, 4, {"TORCHHPC_BACKEND": "cpu:gloo,cuda:nccl"}) is not None
 
 
 def test_backend_and_visibility_text() -> None:

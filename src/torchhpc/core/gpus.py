@@ -15,7 +15,7 @@ from typing import Optional
 
 from torchhpc.errors import UsageError
 
-__all__ = ["VISIBLE_VARIABLES", "needs_gpu_per_rank", "ranks_per_gpu_error", "visible_devices"]
+__all__ = ["VISIBLE_VARIABLES", "needs_gpu_per_rank", "ranks_per_gpu_error", "requested_geometry_error", "visible_devices"]
 
 # The variables that narrow what a process sees, in the order CUDA, ROCm and HIP read them.
 VISIBLE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
@@ -63,3 +63,18 @@ def ranks_per_gpu_error(
         f"rank its own GPU (--gpus-per-node {local_ranks}, and a CUDA_VISIBLE_DEVICES that lists them)"
     )
     return UsageError(message, hint)
+
+
+def requested_geometry_error(nproc_per_node: int, gpus_per_node: int, env: Mapping[str, str]) -> Optional[UsageError]:
+    """The same refusal for a job being rendered: ``--nproc-per-node`` over ``--gpus-per-node`` GPUs.
+
+    Only where GPUs are requested. The ranks' backend is NCCL unless the job's
+    environment (``--env``/``-e``) sets ``TORCHHPC_BACKEND`` to one that shares GPUs.
+    """
+    backend = env.get("TORCHHPC_BACKEND") or "nccl"
+    error = ranks_per_gpu_error(nproc_per_node, gpus_per_node, backend=backend,
+                                gpus_from="requested (--gpus-per-node)", where="each node")
+    if error is not None:
+        error.hint = (f"use --nproc-per-node {gpus_per_node} or --gpus-per-node {nproc_per_node}; ranks that do not "
+                      "use NCCL may share GPUs: say so with -e TORCHHPC_BACKEND=gloo")
+    return error
