@@ -43,11 +43,12 @@ SHELLCHECK_CODES = "SC1070,SC1133,SC1009,SC1072,SC1073,SC1078,SC1079,SC2037,SC22
 
 _RECORD = r"""
 _rec() {
-  local n=${0##*/} v
+  local n=${0##*/} v envs
+  read -ra envs <<< "${STUB_ENV:-}"
   { printf '%s\0%s\0' "$n" "$#"
     [ $# -gt 0 ] && printf '%s\0' "$@"
-    for v in ${STUB_ENV:-}; do printf '%s\0' "${!v-<unset>}"; done
-    printf '\1\0'
+    printf '%s\0' "${#envs[@]}"
+    for v in "${envs[@]}"; do printf '%s\0' "${!v-<unset>}"; done
   } >> "${STUB_LOG:?}"
 }
 """
@@ -85,18 +86,21 @@ def stub_dir() -> Path:
 
 
 def parse_records(data: bytes) -> list[list[bytes]]:
-    """The stub log: per call ``name, argc, args..., env values..., \\1``, all NUL-terminated."""
-    parts = data.split(b"\0")
+    """The stub log: per call ``name, argc, args..., envc, env values...``, all NUL-terminated."""
+    parts = data.split(b"\0")[:-1]
     out: list[list[bytes]] = []
-    cur: list[bytes] = []
-    for p in parts[:-1] if parts and parts[-1] == b"" else parts:
-        if p == b"\1":
-            out.append(cur)
-            cur = []
-        else:
-            cur.append(p)
-    if cur:
-        out.append([*cur, b"<truncated>"])
+    i = 0
+    try:
+        while i < len(parts):
+            argc = int(parts[i + 1])
+            envc = int(parts[i + 2 + argc])
+            end = i + 3 + argc + envc
+            if end > len(parts):
+                raise ValueError
+            out.append([*parts[i : i + 2 + argc], *parts[i + 3 + argc : end]])
+            i = end
+    except (ValueError, IndexError):
+        out.append([b"<unreadable stub log>", *parts[i:]])
     return out
 
 
@@ -383,7 +387,7 @@ def execute(setup: Setup, r: Rendered, workdir: Path, stub_env: str) -> tuple[li
         subprocess.run(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=30)
     except subprocess.TimeoutExpired:
-        note = "timeout"
+        note = "TIMEOUT"
     for p in workdir.rglob("*"):
         if p.name in CANARIES:
             note = f"INJECTION: {p.name} created"
@@ -559,6 +563,8 @@ def run_matrix(
                 counts.executed += 1
                 if note.startswith("INJECTION"):
                     counts.injections += 1
+                    counts.fail(f"{note} {where}")
+                elif note:
                     counts.fail(f"{note} {where}")
                 if base_records is not None:
                     want = expected(base_records, value)
