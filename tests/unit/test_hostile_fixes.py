@@ -40,6 +40,8 @@ def _run(script: str, tmp_path: Path) -> list[list[bytes]]:
     env = {
         "PATH": f"{stub_dir()}:/usr/bin:/bin", "STUB_LOG": str(log), "HOME": str(tmp_path),
         "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node1", "SLURM_NNODES": "1", "SLURM_NTASKS": "1",
+        # the torchhpc under test, also for `python -m torchhpc net detect` inside the script
+        **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}),
     }
     r = subprocess.run(["bash", str(path)], cwd=tmp_path, env=env, capture_output=True, timeout=60)
     assert r.returncode == 0, r.stderr.decode(errors="replace")
