@@ -118,7 +118,13 @@ class TensorLoader:
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         idx = self.indices()
         self.epoch += 1
-        idx = idx.to(self.tensors[0].device)
+        device = self.tensors[0].device
+        if device.type == "cuda":
+            # From pageable memory a copy to the GPU first waits for the stream to drain (an idle GPU at
+            # every epoch start); from pinned memory it is queued behind the previous steps.
+            idx = idx.pin_memory().to(device, non_blocking=True)
+        else:
+            idx = idx.to(device)
         stop = (len(idx) // self.batch_size) * self.batch_size if self.drop_last else len(idx)
         for start in range(0, stop, self.batch_size):
             sel = idx[start : start + self.batch_size]
