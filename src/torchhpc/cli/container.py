@@ -90,6 +90,7 @@ def register(sub: Any) -> None:
 
 def cmd_recipe(args: argparse.Namespace) -> int:
     from torchhpc.containers.recipe import render
+    from torchhpc.core.shell import quote
 
     recipe = render(args.base, args.requirements, args.format, args.multi_stage, args.tag)
     if not args.output:
@@ -104,7 +105,7 @@ def cmd_recipe(args: argparse.Namespace) -> int:
         print(path)
     if not os.path.exists(os.path.join(args.output, args.requirements)):
         eprint(f"note: copy {args.requirements} into {args.output} before building")
-    eprint(f"build: cd {args.output} && {recipe.build_command}")
+    eprint(f"build: cd {quote(args.output)} && {recipe.build_command}")
     return 0
 
 

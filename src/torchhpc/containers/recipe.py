@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchhpc import __version__
+from torchhpc.core.shell import join
+from torchhpc.core.validate import check_value
 from torchhpc.errors import SpecError
 
 FORMATS = ("docker", "apptainer")
@@ -79,7 +81,7 @@ def _header(base: str, reqs: str, fmt: str, multi: bool, build: str) -> list[str
 
 def _docker(base: str, reqs: str, multi: bool, tag: str) -> Recipe:
     s = _steps(reqs)
-    build = f"docker build -t {tag} .   (or: podman build -t {tag} .)"
+    build = f"{join(['docker', 'build', '-t', tag, '.'])}   (or: {join(['podman', 'build', '-t', tag, '.'])})"
     lines = _header(base, reqs, "docker", multi, build)
     if not multi:
         lines += [
@@ -109,13 +111,13 @@ def _docker(base: str, reqs: str, multi: bool, tag: str) -> Recipe:
             f" && rm -rf {PREFIX}/wheels",
             f"RUN {s['torch']}",
         ]
-    return Recipe("Dockerfile", "\n".join(lines) + "\n", {HELPER: helper_source()}, f"docker build -t {tag} .")
+    return Recipe("Dockerfile", "\n".join(lines) + "\n", {HELPER: helper_source()}, join(["docker", "build", "-t", tag, "."]))
 
 
 def _apptainer(base: str, reqs: str, multi: bool, tag: str) -> Recipe:
     s = _steps(reqs)
     sif = f"{tag.split(':')[0].split('/')[-1]}.sif"
-    build = f"apptainer build {sif} torchhpc.def"
+    build = join(["apptainer", "build", sif, "torchhpc.def"])
     lines = _header(base, reqs, "apptainer", multi, build)
     post = ["    set -e", f"    {s['freeze']}", f"    {s['install']}", f"    {s['check']}"]
     if not multi:
@@ -180,6 +182,10 @@ def render(
     """The recipe for ``fmt`` ("docker" or "apptainer") adding ``requirements`` to ``base``."""
     _check_base(base)
     _check_requirements(requirements)
+    # The tag is printed as a command and written into the recipe's comments: one word, one line.
+    check_value(tag, "--tag", line=True, word=True, empty=False)
+    if re.search(r"\s", tag):
+        raise SpecError(f"--tag {tag!r} contains whitespace", "an image tag is one word, e.g. team/img:1")
     if fmt not in FORMATS:
         raise SpecError(f"--format {fmt!r} is not a recipe format", f"choose one of: {', '.join(FORMATS)}")
     if fmt == "docker":
