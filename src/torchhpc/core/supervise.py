@@ -1,0 +1,269 @@
+"""A foreground process supervisor: N processes, their output relayed line by line, one failure stops all.
+
+The local scheduler's engine (:mod:`torchhpc.schedulers.local` builds each
+rank's environment; this module only manages processes). Every child runs in
+its own session (``start_new_session``) so ``killpg`` reaches what it forked,
+as a Slurm step's processes end with the step. Like :mod:`torchhpc.core.proc`
+it is stdlib only: the parent never imports torch.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from typing import IO, Optional
+
+from torchhpc.core.shell import join
+from torchhpc.errors import CommandNotFound, JobFailed
+
+__all__ = ["PREFIX", "Supervisor", "describe_exit", "exit_status"]
+
+PREFIX = "[rank{rank}]: "
+
+
+def describe_exit(rank: int, returncode: int) -> str:
+    """``rank 1 exited with code 3`` / ``rank 2 was killed by signal 9 (SIGKILL)``."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"rank {rank} was killed by signal {-returncode} ({name})"
+    return f"rank {rank} exited with code {returncode}"
+
+
+def exit_status(returncode: int) -> int:
+    """The shell's convention: a code as is, a signal as 128 + its number."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class _Stop(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class Supervisor:
+    """One foreground run: the processes, their output pumps, their waiters, and teardown.
+
+    A waiter thread per rank blocks in ``wait()`` and queues ``(rank, code)`` the
+    moment the rank ends, so the first failure is the first to *happen*, not
+    the lowest rank found by a later poll (a rank that dies takes its peers'
+    connections down with it a few milliseconds later).
+    """
+
+    TAIL = 20  # lines of a hidden rank's output kept to show when it fails
+
+    def __init__(
+        self,
+        argv: list[str],
+        envs: list[dict[str, str]],
+        *,
+        stdout: IO[str],
+        stderr: IO[str],
+        rank0_only: bool,
+        grace: float,
+        poll: float,
+    ) -> None:
+        self.argv = argv
+        self.envs = envs
+        self.out = stdout
+        self.err = stderr
+        self.rank0_only = rank0_only
+        self.grace = grace
+        self.poll = poll
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.codes: list[Optional[int]] = [None] * len(envs)
+        self.ended: queue.Queue[tuple[int, int]] = queue.Queue()
+        self.threads: list[threading.Thread] = []
+        self.lock = threading.Lock()
+        self.tails: list[collections.deque[str]] = [collections.deque(maxlen=self.TAIL) for _ in envs]
+        self.signal: int | None = None
+
+    # -- threads --------------------------------------------------------
+    def _pump(self, rank: int, pipe: IO[bytes], stream: IO[str]) -> None:
+        prefix = PREFIX.format(rank=rank)
+        show = rank == 0 or not self.rank0_only
+        for raw in iter(pipe.readline, b""):
+            line = prefix + raw.decode("utf-8", "replace").rstrip("\r\n") + "\n"
+            if not show:
+                self.tails[rank].append(line)
+                continue
+            with self.lock:
+                try:
+                    _write(stream, line)
+                except Exception:  # a closed or broken stream must not stop the draining
+                    show = False  # keep reading so the rank never blocks on a full pipe
+        pipe.close()
+
+    def _wait(self, rank: int, proc: subprocess.Popen[bytes]) -> None:
+        rc = proc.wait()
+        self.codes[rank] = rc
+        self.ended.put((rank, rc))
+
+    def _thread(self, target: object, *args: object) -> None:
+        t = threading.Thread(target=target, args=args, daemon=True)  # type: ignore[arg-type]
+        t.start()
+        self.threads.append(t)
+
+    # -- lifecycle ------------------------------------------------------
+    def run(self) -> int:
+        handlers = self._install_handlers()
+        failed: tuple[int, int] | None = None
+        stopped = 0
+        try:
+            try:
+                self._start()
+                failed = self._watch()
+            except _Stop as stop:
+                stopped = self._teardown()
+                name = signal.Signals(stop.signum).name
+                raise JobFailed(
+                    f"interrupted by {name}; stopped {stopped} running rank(s) of {len(self.envs)}",
+                    returncode=128 + stop.signum,
+                ) from None
+            if failed is not None:
+                stopped = self._teardown()
+        finally:
+            self._teardown()
+            self._sweep()
+            self._restore_handlers(handlers)
+            # A process that left the rank's group (setsid) may hold a pipe open: wait 2 s in all.
+            deadline = time.monotonic() + 2.0
+            for t in self.threads:
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
+        if failed is None:
+            return 0
+        rank, rc = failed
+        self._show_tail(rank)
+        others = len(self.envs) - 1
+        if stopped == others and others:
+            what = f"stopped the other {others} rank{'s' if others > 1 else ''}"
+        elif stopped:
+            what = f"stopped {stopped} other rank{'s' if stopped > 1 else ''} still running"
+        else:
+            what = "no other rank was running"
+        hidden = self.rank0_only and rank != 0
+        raise JobFailed(
+            f"{describe_exit(rank, rc)}; {what}",
+            hint=(
+                f"its last lines are above, prefixed [rank{rank}]:"
+                if hidden
+                else f"look for its traceback above, prefixed [rank{rank}]:"
+            ),
+            returncode=exit_status(rc),
+        )
+
+    def _start(self) -> None:
+        for rank, env in enumerate(self.envs):
+            if self.signal is not None:
+                raise _Stop(self.signal)
+            try:
+                proc = subprocess.Popen(
+                    self.argv,
+                    env=env,
+                    stdin=None if rank == 0 else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,  # a group per rank: killpg reaches its children too
+                )
+            except FileNotFoundError:
+                raise CommandNotFound(
+                    self.argv, "check the program name and PATH (or give a script ending in .py)"
+                ) from None
+            except OSError as e:
+                raise JobFailed(f"cannot start rank {rank}: `{join(self.argv)}`: {e.strerror}") from None
+            self.procs.append(proc)
+            self._thread(self._pump, rank, proc.stdout, self.out)
+            self._thread(self._pump, rank, proc.stderr, self.err)
+            self._thread(self._wait, rank, proc)
+
+    def _watch(self) -> tuple[int, int] | None:
+        """Wait for every rank; the first non-zero exit ends the job."""
+        remaining = len(self.procs)
+        while remaining:
+            if self.signal is not None:
+                raise _Stop(self.signal)
+            try:
+                rank, rc = self.ended.get(timeout=self.poll)
+            except queue.Empty:
+                continue
+            remaining -= 1
+            if rc != 0:
+                return rank, rc
+        return None
+
+    def _running(self) -> list[int]:
+        return [r for r in range(len(self.procs)) if self.codes[r] is None]
+
+    def _teardown(self) -> int:
+        """SIGTERM every running rank's group, SIGKILL after the grace period; how many were running."""
+        alive = self._running()
+        for r in alive:
+            _killpg(self.procs[r].pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace
+        while self._running() and time.monotonic() < deadline:
+            time.sleep(self.poll)
+        for r in self._running():
+            _killpg(self.procs[r].pid, signal.SIGKILL)
+        deadline = time.monotonic() + self.grace
+        while self._running() and time.monotonic() < deadline:
+            time.sleep(self.poll)
+        return len(alive)
+
+    def _sweep(self) -> None:
+        """Kill what a rank left behind in its group: a job's processes end with the job."""
+        for p in self.procs:
+            _killpg(p.pid, signal.SIGKILL)
+
+    def _show_tail(self, rank: int) -> None:
+        if not self.rank0_only or rank == 0 or not self.tails[rank]:
+            return
+        with self.lock:
+            try:
+                self.err.write("".join(self.tails[rank]))
+                self.err.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+
+    # -- signals --------------------------------------------------------
+    def _install_handlers(self) -> dict[int, object]:
+        """Ctrl-C / SIGTERM / SIGHUP stop every rank: they are in their own sessions, so the
+        terminal's SIGINT does not reach them. Only the main thread may set handlers."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def on_signal(signum: int, frame: object) -> None:
+            self.signal = signum
+
+        old: dict[int, object] = {}
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            old[sig] = signal.signal(sig, on_signal)
+        return old
+
+    @staticmethod
+    def _restore_handlers(old: dict[int, object]) -> None:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def _write(stream: IO[str], line: str) -> None:
+    try:
+        stream.write(line)
+    except UnicodeEncodeError:  # e.g. PYTHONIOENCODING=ascii: escape rather than lose the line
+        enc = getattr(stream, "encoding", None) or "ascii"
+        stream.write(line.encode(enc, "backslashreplace").decode(enc))
+    stream.flush()
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
