@@ -149,7 +149,9 @@ def build_spec(
 
     job_env = dict(profile.env) if profile is not None else {}
     network = v["network"].value
-    if network and network != "auto":
+    # Batch scripts apply presets themselves with setdefault semantics (network.presets.script_lines), so a
+    # variable exported at submit time still wins; the other schedulers get them as job environment here.
+    if network and scheduler not in ("slurm", "pbs"):
         from torchhpc.network.presets import preset_env
 
         for k, val in preset_env(network).items():

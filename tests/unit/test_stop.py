@@ -103,14 +103,16 @@ STUBS = {
     "getent": "echo '10.0.0.1 STREAM node1'",
     "ss": "exit 0",
     # the job step: runs until every rank would have seen the stop file, then exits with $STEP_RC
-    "srun": 'touch "$STUB_DIR/step-started"; [ -n "${STEP_PREEMPTED:-}" ] && touch "$TORCHHPC_STOP_FILE";'
+    "srun": 'echo $$ > "$STUB_DIR/step.pid"; touch "$STUB_DIR/step-started"; [ -n "${STEP_PREEMPTED:-}" ] && touch "$TORCHHPC_STOP_FILE";'
     ' for _ in $(seq 200); do [ -e "$TORCHHPC_STOP_FILE" ] && break;'
     ' [ -n "${STEP_QUICK:-}" ] && break; sleep 0.05; done; exit "${STEP_RC:-0}"',
 }
 
 
 def _run_script(tmp_path: Path, sig: str | None, *, when: str = "step-started", rc: int = 0, timeouts: int = 0,
-                quick: bool = False, extra_env: dict[str, str] | None = None) -> tuple[int, str, str]:
+                quick: bool = False, extra_env: dict[str, str] | None = None,
+                extra_stubs: dict[str, str] | None = None,
+                spec_env: tuple[tuple[str, str], ...] = ()) -> tuple[int, str, str]:
     import os
     import signal as signals
     import time
@@ -121,13 +123,13 @@ def _run_script(tmp_path: Path, sig: str | None, *, when: str = "step-started", 
     out, stubs = tmp_path / "out", tmp_path / "bin"
     out.mkdir()
     stubs.mkdir()
-    for name, body in STUBS.items():
+    for name, body in {**STUBS, **(extra_stubs or {})}.items():
         (stubs / name).write_text(f"#!/bin/bash\n{body}\n")
         (stubs / name).chmod(0o755)
     spec = JobSpec(
         entrypoint=Entrypoint.parse(["train.py"], python="python3"), nodes=1, nproc_per_node=1, scheduler="slurm",
         launcher="srun", name="t", output_dir=str(out), time="00:10:00", requeue=True, signal_before=120,
-        max_timeout_requeues=1,
+        max_timeout_requeues=1, env=spec_env,
     )
     script = tmp_path / "job.sbatch"
     script.write_text(SlurmScheduler(runner=None).render_script(spec))  # type: ignore[arg-type]
@@ -153,6 +155,46 @@ def test_warning_creates_the_stop_file_and_requeues(tmp_path: Path) -> None:
     assert "time-limit at" in text and "requeuing job 123" in text, text
     assert requeues == "requeue 123\n"
     assert (tmp_path / "out" / ".torchhpc-timeouts-123").read_text().strip() == "1"
+
+
+def test_a_step_that_ends_while_the_trap_runs_keeps_its_exit_status(tmp_path: Path) -> None:
+    """Issue 12's race, made deterministic: the trap's ``touch`` of the stop file returns only after
+    the step has seen the file, exited 0 and been reaped by the batch shell. So the step is gone
+    before the shell looks at it again; the old ``wait || _rc=$?; while kill -0 ...`` block then
+    kept wait's 128+USR2 and the job "failed" with 140 although every rank left cleanly."""
+    import shutil
+
+    real_touch = shutil.which("touch")
+    assert real_touch
+    touch = (
+        f'{real_touch} "$@"\n'
+        '[ "$1" = -- ] && [ "$2" = "$TORCHHPC_STOP_FILE" ] || exit 0\n'
+        '# the trap handler is touching the stop file: hold it until the step has ended and been reaped\n'
+        'while kill -0 "$(cat "$STUB_DIR/step.pid")" 2>/dev/null; do sleep 0.01; done\n'
+        'touch "$STUB_DIR/step-gone-before-trap-returned"'
+    )
+    rc, text, requeues = _run_script(tmp_path, "SIGUSR2", extra_stubs={"touch": touch})
+    assert (tmp_path / "step-gone-before-trap-returned").exists(), text
+    assert rc == 0, text
+    assert "step exited 0 after the time-limit stop" in text and requeues == "requeue 123\n", text
+
+
+def test_a_step_killed_by_a_signal_keeps_its_status_after_a_warning(tmp_path: Path) -> None:
+    """A wait cut short by the trap is 128+12; the step's own death by SIGKILL (137) must still be
+    reported as 137, not as the trap's status."""
+    _rc, text, _ = _run_script(tmp_path, "SIGUSR2", extra_env={"STEP_RC": "137"})
+    assert "step exited 137 after the time-limit stop" in text, text
+
+
+def test_the_scripts_own_variables_never_clobber_the_users(tmp_path: Path) -> None:
+    """The batch shell's variables carry the reserved _torchhpc_ prefix: a user's --env _hosts=...
+    (or any other name the script once used for itself) reaches the ranks unchanged."""
+    names = ("_hosts", "_try", "_stop_reason", "_timeouts_file", "_step", "_rc", "MASTER_HOST")
+    env = tuple((n, f"user{i}") for i, n in enumerate(names))
+    show = "".join(f"${{{n}}} " for n in names)
+    rc, text, _ = _run_script(tmp_path, None, spec_env=env, extra_stubs={"srun": f'echo "ranks see: {show}"'})
+    assert rc == 0, text
+    assert "ranks see: " + "".join(f"user{i} " for i in range(len(names))) in text, text
 
 
 def test_a_warning_before_the_step_starts_is_not_lost(tmp_path: Path) -> None:

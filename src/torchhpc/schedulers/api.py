@@ -17,7 +17,7 @@ from typing import ClassVar, Optional
 from torchhpc.core.proc import Runner, default_runner
 from torchhpc.core.shell import join
 from torchhpc.core.spec import JobSpec
-from torchhpc.errors import JobFailed, TorchHPCError
+from torchhpc.errors import JobFailed, SpecError, TorchHPCError
 
 __all__ = ["TERMINAL", "JobStatus", "Scheduler", "Submission"]
 
@@ -112,6 +112,20 @@ class Scheduler(ABC):
 
     def __init__(self, runner: Runner | None = None) -> None:
         self.runner = runner or default_runner()
+
+    # --opt KEY=VALUE names this backend understands, name -> help (``torchhpc options NAME``)
+    OPTIONS: ClassVar[dict[str, str]] = {}
+
+    def checked_options(self, spec: JobSpec) -> dict[str, str]:
+        """The job's ``--opt`` values; an unknown name is one error, the same for every backend."""
+        opts = spec.options_dict
+        unknown = sorted(set(opts) - set(self.OPTIONS))
+        if unknown:
+            raise SpecError(
+                f"unknown {self.name} option(s) {', '.join(unknown)} (from --opt)",
+                f"valid: {', '.join(self.OPTIONS)}; `torchhpc options {self.name}` describes them",
+            )
+        return opts
 
     @abstractmethod
     def render(self, spec: JobSpec) -> Submission: ...

@@ -22,28 +22,36 @@ import os
 import re
 from typing import ClassVar
 
-from torchhpc.core.shell import Raw, directive, join, quote
+from torchhpc.core.shell import Raw, directive, join
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import parse_size
 from torchhpc.errors import CommandError, QuotingError, SchedulerError, SpecError
-from torchhpc.launchers import SHIM_VAR, TASK_SHIM, mpirun_argv, task_argv, torchrun_argv
-from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
+from torchhpc.launchers import SHIM_VAR, mpirun_argv, task_argv
+from torchhpc.schedulers.api import JobStatus
+from torchhpc.schedulers.batch import BatchScheduler, in_container, torchrun_command
 from torchhpc.schedulers.pbs_parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
-from torchhpc.schedulers.script import (
-    default_python,
-    env_block,
-    header_lines,
-    load_record,
-    read_log,
-    save_record,
-    script_path,
-)
+from torchhpc.schedulers.script import default_python, load_record
 
 __all__ = ["PORT_EXPR", "PBSScheduler", "job_name", "pbs_size", "pbs_walltime"]
 
 # Same derivation as the Slurm backend, from the numeric part of the PBS job id.
-PORT_EXPR = "$(( 10000 + 10#${_jobnum:-0} % 20000 ))"
+PORT_EXPR = "$(( 10000 + 10#${_torchhpc_jobnum:-0} % 20000 ))"
 RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT")
+
+# Right after `set -euo pipefail`.
+PREAMBLE = r"""
+: "${PBS_NODEFILE:?not inside a PBS job: submit this script with qsub}"
+# PBS starts the script in $HOME; run where qsub was called, like sbatch does.
+cd "${PBS_O_WORKDIR:-.}"
+""".strip("\n")
+
+HOSTS = r"""
+# Rendezvous: the first host of $PBS_NODEFILE (listed once per MPI slot: deduplicate,
+# keep the order) as an IPv4 address, and a port derived from the job id's digits.
+mapfile -t _torchhpc_hosts < <(awk '!seen[$0]++' "$PBS_NODEFILE")
+NNODES=${#_torchhpc_hosts[@]}
+_torchhpc_master_host=${_torchhpc_hosts[0]}
+""".strip("\n")
 _TRUE = ("1", "true", "yes", "on")
 # qsub -N: PBS Pro allows up to 236 printable non-space characters, first one alphabetic.
 _BAD_NAME = re.compile(r"[^A-Za-z0-9_.+-]")
@@ -60,22 +68,12 @@ def pbs_size(text: str, source: str = "--mem") -> str:
 
 def _wrap(spec: JobSpec, argv: list[str]) -> list[str]:
     """Run ``argv`` inside the job's container, one container per rank (or per node for torchrun)."""
-    if spec.container is None:
-        return argv
-    if spec.container.runtime in ("pyxis", "enroot"):
+    if spec.container is not None and spec.container.runtime in ("pyxis", "enroot"):
         raise SpecError(
             f"--runtime {spec.container.runtime} is not available with --scheduler pbs",
             "pyxis needs srun; use --runtime apptainer (or singularity, charliecloud, podman)",
         )
-    from torchhpc.containers import wrap
-
-    return wrap(
-        spec.container,
-        argv,
-        gpus=spec.gpus_per_node,
-        gpu_kind=spec.gpu_kind,
-        pass_env=[*RENDEZVOUS_VARS, "NNODES", "OMPI_*", "PMIX_*", "PBS_*", "TORCHHPC_*", *spec.env_dict],
-    )
+    return in_container(spec, argv, [*RENDEZVOUS_VARS, "NNODES", "OMPI_*", "PMIX_*", "PBS_*"])
 
 
 def pbs_walltime(seconds: int) -> str:
@@ -99,9 +97,21 @@ def job_name(name: str) -> str:
     return safe if safe[:1].isalpha() else ("j" + safe)[:236]
 
 
-class PBSScheduler(Scheduler):
+class PBSScheduler(BatchScheduler):
     name = "pbs"
     submit_command = "qsub"
+    suffix = ".pbs"
+    how_to_submit = "qsub <this file>  (or: torchhpc run --scheduler pbs ...)"
+    submit_hint = "is this a PBS login node? `qstat -B` should answer"
+    no_log_hint = "PBS copies the output file back when the job ends; look in the job's -o directory"
+    job_id_ref = "$_torchhpc_jobnum"
+    job_label = "$PBS_JOBID on ${_torchhpc_hosts[*]}"
+    shim_comment = "# Per-task shim: maps OMPI_COMM_WORLD_* to RANK, WORLD_SIZE, LOCAL_RANK, ... then execs."
+    # PBS sends no warning before the walltime kill: the traps are set just before the step starts.
+    traps_first = False
+    stop_comment = "# Nothing lost: ask every rank to checkpoint and stop before the walltime (PBS gives no warning)."
+    stop_traps = (("terminated", "TERM"),)
+    launchers = ("torchrun", "mpirun")
     OPTIONS: ClassVar[dict[str, str]] = {
         "queue": "queue to submit to (#PBS -q)",
         "account": "project/allocation to charge (#PBS -A), e.g. st-alice-1-gpu on Sockeye",
@@ -118,13 +128,7 @@ class PBSScheduler(Scheduler):
 
     # rendering -----------------------------------------------------------
     def _check_options(self, spec: JobSpec) -> dict[str, str]:
-        opts = spec.options_dict
-        unknown = sorted(set(opts) - set(self.OPTIONS))
-        if unknown:
-            raise SpecError(
-                f"unknown pbs option(s) {', '.join(unknown)} (from --opt)",
-                f"valid: {', '.join(self.OPTIONS)}; `torchhpc options pbs` describes them",
-            )
+        opts = self.checked_options(spec)
         style = opts.get("select_style", "pro")
         if style not in ("pro", "torque"):
             raise SpecError(f"select_style={style!r} (from --opt) is not 'pro' or 'torque'")
@@ -136,12 +140,13 @@ class PBSScheduler(Scheduler):
                 "--requeue is not supported with --scheduler pbs (PBS requeue, qrerun, needs operator rights)",
                 "drop --requeue: the job still stops cleanly before the walltime; resubmit to resume from the checkpoint",
             )
-        if spec.launcher == "srun":
-            raise SpecError(
-                "--launcher srun needs Slurm; this job is for --scheduler pbs",
-                "use --launcher mpirun (the Sockeye way) or --launcher torchrun",
-            )
         return opts
+
+    def unsupported_launcher(self, spec: JobSpec) -> Exception:
+        return SpecError(
+            f"--launcher {spec.launcher} needs Slurm; this job is for --scheduler pbs",
+            "use --launcher mpirun (the Sockeye way) or --launcher torchrun",
+        )
 
     def _procs_per_chunk(self, spec: JobSpec) -> int:
         """MPI slots per node: one per rank for mpirun, one per node for torchrun."""
@@ -220,14 +225,7 @@ class PBSScheduler(Scheduler):
             )
             rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'))
             return [join([*mpi, *_wrap(spec, rank_cmd)])]
-        cmd = torchrun_argv(
-            spec,
-            python,
-            nnodes=Raw('"$NNODES"'),
-            rdzv_id=Raw('"$_jobnum"'),
-            endpoint=Raw('"$MASTER_ADDR:$MASTER_PORT"'),
-            extra=["--tee", "3"],
-        )
+        cmd = torchrun_command(spec, python, nnodes=Raw('"$NNODES"'), rdzv_id=Raw('"$_torchhpc_jobnum"'))
         if spec.option("per_node", "pbsdsh") == "mpirun":
             mpi = mpirun_argv(
                 Raw('"$NNODES"'), 1, export=exports, hostfile=Raw('"$PBS_NODEFILE"'),
@@ -240,121 +238,47 @@ class PBSScheduler(Scheduler):
         pbsdsh = ["pbsdsh", *(["-u"] if torque else []), "--", "env", "-C", Raw('"$PWD"'), *env_words]
         return [join([*pbsdsh, *_wrap(spec, cmd)])]
 
-    def render_script(self, spec: JobSpec) -> str:
-        lines = header_lines("#!/bin/bash", "qsub <this file>  (or: torchhpc run --scheduler pbs ...)")
-        lines += self.directives(spec)
-        lines += [
-            "",
-            "set -euo pipefail",
-            ': "${PBS_NODEFILE:?not inside a PBS job: submit this script with qsub}"',
-            "# PBS starts the script in $HOME; run where qsub was called, like sbatch does.",
-            'cd "${PBS_O_WORKDIR:-.}"',
-        ]
-        lines += env_block(spec)  # module lines run outside `set -u` (Lmod reads unset variables)
-        lines += [
-            "",
-            "# Rendezvous: the first host of $PBS_NODEFILE (listed once per MPI slot: deduplicate,",
-            "# keep the order) as an IPv4 address, and a port derived from the job id's digits.",
-            "mapfile -t _hosts < <(awk '!seen[$0]++' \"$PBS_NODEFILE\")",
-            "NNODES=${#_hosts[@]}",
-            "MASTER_HOST=${_hosts[0]}",
-            "# (|| true: under pipefail an unresolvable name must fall back to the name, not end the job)",
-            'MASTER_ADDR="${MASTER_ADDR:-$(getent ahostsv4 "$MASTER_HOST" | awk \'NR==1{print $1}\' || true)}"',
-            'MASTER_ADDR="${MASTER_ADDR:-$MASTER_HOST}"',
-            '_jobnum="${PBS_JOBID%%[!0-9]*}"',
-            f'MASTER_PORT="${{MASTER_PORT:-{PORT_EXPR}}}"',
-            "export MASTER_ADDR MASTER_PORT NNODES",
-            'echo "torchhpc: job $PBS_JOBID on ${_hosts[*]}, master $MASTER_ADDR:$MASTER_PORT, '
-            f'launcher {spec.launcher}, {spec.nodes}x{spec.nproc_per_node} ranks"',
+    def preamble_lines(self, spec: JobSpec) -> list[str]:
+        return PREAMBLE.splitlines()
+
+    def host_lines(self, spec: JobSpec) -> list[str]:
+        return HOSTS.splitlines()
+
+    def port_lines(self, spec: JobSpec) -> list[str]:
+        return ['_torchhpc_jobnum="${PBS_JOBID%%[!0-9]*}"', f'MASTER_PORT="${{MASTER_PORT:-{PORT_EXPR}}}"']
+
+    def exported(self) -> str:
+        return "MASTER_ADDR MASTER_PORT NNODES"
+
+    def check_lines(self, spec: JobSpec) -> list[str]:
+        return [
             f'if [ "$NNODES" -ne {spec.nodes} ]; then',
             f'  echo "torchhpc: expected {spec.nodes} hosts in $PBS_NODEFILE, found $NNODES" >&2',
             "fi",
-            "",
         ]
-        if spec.launcher == "mpirun":
-            lines += [
-                "# Per-task shim: maps OMPI_COMM_WORLD_* to RANK, WORLD_SIZE, LOCAL_RANK, ... then execs.",
-                f"{SHIM_VAR}={quote(TASK_SHIM)}",
-                "",
-            ]
-        if spec.stop_signal_seconds:
-            lines += self.stop_lines(spec)
-        else:
-            lines += self.launch_lines(spec)
-        return "\n".join(lines) + "\n"
 
-    def stop_lines(self, spec: JobSpec) -> list[str]:
-        """Nothing lost: a stop file ``--signal-before`` seconds ahead of the walltime.
-
-        PBS sends no warning signal before the walltime kill (SIGTERM, then
-        SIGKILL after the server's kill_delay), so the script keeps its own
-        timer. Ranks poll ``$TORCHHPC_STOP_FILE`` through
-        ``torchhpc.dist.should_stop()``, checkpoint and exit 0 -- the same file
-        protocol as the Slurm backend, seen alike under mpirun, torchrun and
-        containers.
-        """
-        out = os.path.abspath(spec.output_dir)
-        stop = os.path.join(out, ".torchhpc-stop-")
+    def before_step_lines(self, spec: JobSpec) -> list[str]:
+        """PBS sends no warning signal before the walltime kill (SIGTERM, then SIGKILL after the
+        server's kill_delay), so the script keeps its own timer, ``--signal-before`` seconds ahead
+        of the walltime. Ranks see the same stop file as under Slurm."""
         wall, before = spec.time_seconds, spec.stop_signal_seconds
-        lines = [
-            "# Nothing lost: ask every rank to checkpoint and stop before the walltime (PBS gives no warning).",
-            f'export TORCHHPC_STOP_FILE={quote(stop)}"$_jobnum"',
-            'rm -f -- "$TORCHHPC_STOP_FILE"',
-            "_torchhpc_stop() {",
-            '  echo "torchhpc: $1 at $(date +%T): asking every rank to checkpoint and stop"',
-            '  touch -- "$TORCHHPC_STOP_FILE"',
-            "}",
-            "trap '_torchhpc_stop terminated' TERM",
-        ]
-        timer = bool(wall and before)
-        if timer:
-            assert wall is not None and before is not None
-            lines += [f"( sleep {wall - before} && _torchhpc_stop time-limit ) &", "_timer=$!"]
-        lines += [
-            *(line + " &" for line in self.launch_lines(spec)),
-            "_step=$!",
-            "_rc=0",
-            'wait "$_step" || _rc=$?',
-            'while kill -0 "$_step" 2>/dev/null; do _rc=0; wait "$_step" || _rc=$?; done',
-        ]
-        if timer:
-            lines.append('kill "$_timer" 2>/dev/null || true')
-        lines.append('exit "$_rc"')
-        return lines
+        if not (wall and before):
+            return []
+        return [f"( sleep {wall - before} && _torchhpc_stop time-limit ) &", "_torchhpc_timer=$!"]
 
-    def render(self, spec: JobSpec) -> Submission:
-        script = self.render_script(spec)
-        path = script_path(spec, ".pbs")
-        return Submission(
-            scheduler=self.name,
-            spec=spec,
-            argv=("qsub", path),
-            script=script,
-            script_path=path,
-            files=((path, script),),
-        )
+    def after_step_lines(self, spec: JobSpec) -> list[str]:
+        return ['kill "$_torchhpc_timer" 2>/dev/null || true'] if self.before_step_lines(spec) else []
 
-    # talking to PBS ---------------------------------------------------------
-    def schedule(self, submission: Submission) -> str:
-        submission.write_files()
+    def submit_argv(self, path: str) -> tuple[str, ...]:
+        return ("qsub", path)
+
+    def parse_job_id(self, stdout: str) -> str:
+        job_id = stdout.strip().splitlines()[-1].strip() if stdout.strip() else ""
+        return job_id if re.match(r"^\d+(\[\d*\])?(\.\S+)?$", job_id) else ""
+
+    def record(self, spec: JobSpec) -> dict[str, object]:
         # PBS_O_WORKDIR is qsub's working directory: the script cd's there, as sbatch jobs start there.
-        done = self.runner.run(
-            list(submission.argv), hint="is this a PBS login node? `qstat -B` should answer"
-        )
-        job_id = done.stdout.strip().splitlines()[-1].strip() if done.stdout.strip() else ""
-        if not re.match(r"^\d+(\[\d*\])?(\.\S+)?$", job_id):
-            raise SchedulerError(f"qsub printed {done.stdout.strip()!r}, not a job id")
-        spec = submission.spec
-        save_record(
-            self.name,
-            job_id,
-            name=job_name(spec.name),
-            output_dir=os.path.abspath(spec.output_dir),
-            launcher=spec.launcher,
-            nproc_per_node=spec.nproc_per_node,
-            script=submission.script_path,
-        )
-        return job_id
+        return {"name": job_name(spec.name), "output_dir": os.path.abspath(spec.output_dir)}
 
     def _qstat(self, job_id: str) -> dict[str, dict[str, str]]:
         """``qstat -x -f -F json`` (PBS Pro, finished jobs included); plain ``qstat -f`` elsewhere."""
@@ -407,16 +331,7 @@ class PBSScheduler(Scheduler):
             path += f"{found[1].get('Job_Name', '')}.o{seq}"
         return [path] if path else []
 
-    def logs(self, job_id: str, rank: int | None = None) -> str:
-        paths = self.log_paths(job_id)
-        if not paths:
-            raise SchedulerError(
-                f"no log file known for pbs job {job_id}",
-                "PBS copies the output file back when the job ends; look in the job's -o directory",
-            )
-        text = read_log(paths[0])
-        if rank is None or not text:
-            return text
+    def rank_lines(self, job_id: str, text: str, rank: int) -> str:
         if load_record(self.name, job_id).get("launcher") == "torchrun":
             # c10d numbers the nodes itself, so no line says which node a torchrun rank is on.
             raise SchedulerError(

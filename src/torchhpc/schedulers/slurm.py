@@ -13,57 +13,31 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import replace
 from typing import ClassVar
 
 from torchhpc.core.proc import Runner, default_runner
 from torchhpc.core.shell import Raw, directive, join, quote
-from torchhpc.core.spec import ContainerSpec, JobSpec
+from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import format_bytes, format_walltime, parse_size
 from torchhpc.errors import CommandError, SchedulerError, SpecError
-from torchhpc.launchers import SHIM_VAR, TASK_SHIM, mpirun_argv, srun_argv, task_argv, torchrun_argv
-from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
-from torchhpc.schedulers.script import (
-    default_python,
-    env_block,
-    header_lines,
-    load_record,
-    read_log,
-    save_record,
-    script_path,
-)
+from torchhpc.launchers import SHIM_VAR, mpirun_argv, srun_argv, task_argv
+from torchhpc.schedulers.api import JobStatus
+from torchhpc.schedulers.batch import BatchScheduler, in_container, job_container, torchrun_command
+from torchhpc.schedulers.script import default_python, load_record
 
 __all__ = ["SlurmScheduler", "filter_rank", "parse_scontrol"]
 
 # The shell form of torchhpc.env's derive_port(): keep the two in step.
 PORT_EXPR = "$(( 10000 + SLURM_JOB_ID % 20000 ))"
-PORT_EXPR_TRY = "$(( 10000 + (SLURM_JOB_ID + _try * 7919) % 20000 ))"
+PORT_EXPR_TRY = "$(( 10000 + (SLURM_JOB_ID + _torchhpc_try * 7919) % 20000 ))"
 RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT")
 
 
-def _job_container(spec: JobSpec, container: ContainerSpec) -> ContainerSpec:
-    """The job's container, with the output directory bound when ranks must see the stop file there."""
-    if spec.stop_signal_seconds or spec.requeue:
-        out = os.path.abspath(spec.output_dir)
-        if not any(b.split(":")[0] == out for b in container.binds):
-            return replace(container, binds=(*container.binds, out))
-    return container
-
-
 def _wrap(spec: JobSpec, argv: list[str], interactive: bool = False) -> list[str]:
-    """Run ``argv`` inside the job's container (one container per task), if any."""
-    if spec.container is None or spec.container.runtime == "pyxis":
+    """One container per task; pyxis is not a wrapper but srun flags (:func:`_container_srun_options`)."""
+    if spec.container is not None and spec.container.runtime == "pyxis":
         return argv
-    from torchhpc.containers import wrap
-
-    return wrap(
-        _job_container(spec, spec.container),
-        argv,
-        gpus=spec.gpus_per_node,
-        gpu_kind=spec.gpu_kind,
-        pass_env=[*RENDEZVOUS_VARS, "SLURM_*", "PMIX_*", "OMPI_*", "TORCHHPC_*", *spec.env_dict],
-        interactive=interactive,
-    )
+    return in_container(spec, argv, [*RENDEZVOUS_VARS, "SLURM_*", "PMIX_*", "OMPI_*"], interactive)
 
 
 def _container_srun_options(spec: JobSpec) -> list[str]:
@@ -71,17 +45,7 @@ def _container_srun_options(spec: JobSpec) -> list[str]:
         return []
     from torchhpc.containers import srun_options
 
-    return srun_options(_job_container(spec, spec.container))
-
-
-def _container_setup(spec: JobSpec) -> list[str]:
-    if spec.container is None:
-        return []
-    try:
-        from torchhpc.containers import setup_lines
-    except ImportError:
-        return []
-    return setup_lines(spec.container)
+    return srun_options(job_container(spec, spec.container))
 
 
 def _site_runner() -> Runner:
@@ -103,9 +67,21 @@ def _site_runner() -> Runner:
     return Runner(env=state.client_env()) if state is not None else default_runner()
 
 
-class SlurmScheduler(Scheduler):
+class SlurmScheduler(BatchScheduler):
     name = "slurm"
     submit_command = "sbatch"
+    suffix = ".sbatch"
+    how_to_submit = "sbatch <this file>  (or: torchhpc run --scheduler slurm ...)"
+    submit_hint = "is this a Slurm login node? `sinfo` should answer"
+    no_log_hint = "logs are found for jobs submitted by torchhpc on this machine, or while the job is known to scontrol"
+    job_id_ref = "$SLURM_JOB_ID"
+    job_label = "$SLURM_JOB_ID on $SLURM_JOB_NODELIST"
+    shim_comment = "# Per-task shim: maps SLURM_PROCID / OMPI_COMM_WORLD_* to RANK, LOCAL_RANK, ... then execs."
+    stop_comment = (
+        "# Nothing lost: on the time-limit warning (USR2) or the job's end (TERM) ask every rank to checkpoint and stop."
+    )
+    # B: only the batch shell gets USR2 (--signal=B:USR2@N): no rank, torchrun agent or NCCL ever sees it.
+    stop_traps = (("time-limit", "USR2"), ("ended-by-slurm", "TERM"))
     OPTIONS: ClassVar[dict[str, str]] = {
         "partition": "Slurm partition (--partition)",
         "account": "account to charge (--account); mandatory on many sites",
@@ -138,13 +114,7 @@ class SlurmScheduler(Scheduler):
 
     def directives(self, spec: JobSpec) -> list[str]:
         """The ``#SBATCH`` lines, each through :func:`~torchhpc.core.shell.directive`."""
-        opts = spec.options_dict
-        unknown = sorted(set(opts) - set(self.OPTIONS))
-        if unknown:
-            raise SpecError(
-                f"unknown slurm option(s) {', '.join(unknown)} (from --opt)",
-                f"valid: {', '.join(self.OPTIONS)}; `torchhpc options slurm` describes them",
-            )
+        opts = self.checked_options(spec)
         out = os.path.abspath(spec.output_dir)
         pairs: list[tuple[str, object]] = [
             ("job-name", spec.name),
@@ -192,14 +162,7 @@ class SlurmScheduler(Scheduler):
         if spec.option("cpu_bind"):
             extra_srun = [f"--cpu-bind={spec.option('cpu_bind')}", *extra_srun]
         if spec.launcher == "torchrun":
-            cmd = torchrun_argv(
-                spec,
-                python,
-                nnodes=Raw('"$SLURM_NNODES"'),
-                rdzv_id=Raw('"$SLURM_JOB_ID"'),
-                endpoint=Raw('"$MASTER_ADDR:$MASTER_PORT"'),
-                extra=["--tee", "3"],
-            )
+            cmd = torchrun_command(spec, python, nnodes=Raw('"$SLURM_NNODES"'), rdzv_id=Raw('"$SLURM_JOB_ID"'))
             step = srun_argv(1, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
             return [join([*step, *_wrap(spec, cmd)])]
         rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'))
@@ -215,71 +178,28 @@ class SlurmScheduler(Scheduler):
         )
         return [join([*mpi, *_wrap(spec, rank_cmd)])]
 
-    def render_script(self, spec: JobSpec) -> str:
-        lines = header_lines("#!/bin/bash", "sbatch <this file>  (or: torchhpc run --scheduler slurm ...)")
-        lines += self.directives(spec)
-        lines += ["", "set -euo pipefail"]
-        stopping = bool(spec.stop_signal_seconds or spec.requeue)
-        if stopping:  # first: a warning that comes early must not kill the shell by default action
-            lines += self.stop_trap_lines(spec)
-        lines += _container_setup(spec)
-        lines += env_block(spec)
-        lines += [
-            "",
+    def host_lines(self, spec: JobSpec) -> list[str]:
+        return [
             "# Rendezvous: the first node's IPv4 and a port derived from the job id (same on every rank).",
-            '_hosts="$(scontrol show hostnames "$SLURM_JOB_NODELIST")"',
-            'MASTER_HOST="${_hosts%%$\'\\n\'*}"',
-            'MASTER_ADDR="${MASTER_ADDR:-$( (getent ahostsv4 "$MASTER_HOST" || true) | awk \'NR==1{print $1}\')}"',
-            'MASTER_ADDR="${MASTER_ADDR:-$MASTER_HOST}"',
+            '_torchhpc_hosts="$(scontrol show hostnames "$SLURM_JOB_NODELIST")"',
+            "_torchhpc_master_host=\"${_torchhpc_hosts%%$'\\n'*}\"",
+        ]
+
+    def port_lines(self, spec: JobSpec) -> list[str]:
+        return [
             "# Port: derived from the job id, moved deterministically while something listens on it here",
             "# (the batch shell runs on the first node, where the rendezvous server will listen).",
             'if [ -z "${MASTER_PORT:-}" ]; then',
-            "  for _try in 0 1 2 3 4 5 6 7; do",
+            "  for _torchhpc_try in 0 1 2 3 4 5 6 7; do",
             f"    MASTER_PORT={PORT_EXPR_TRY}",
             '    ss -Hltn "( sport = :$MASTER_PORT )" 2>/dev/null | grep -q . || break',
             "  done",
             "fi",
-            "export MASTER_ADDR MASTER_PORT",
-            *self.network_lines(spec),
-            'echo "torchhpc: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, master $MASTER_ADDR:$MASTER_PORT, '
-            f'launcher {spec.launcher}, {spec.nodes}x{spec.nproc_per_node} ranks"',
-            "",
-        ]
-        if spec.launcher != "torchrun":
-            lines += [
-                "# Per-task shim: maps SLURM_PROCID / OMPI_COMM_WORLD_* to RANK, LOCAL_RANK, ... then execs.",
-                f"{SHIM_VAR}={quote(TASK_SHIM)}",
-                "",
-            ]
-        if stopping:
-            lines += self.stop_lines(spec)
-        else:
-            lines += self.launch_lines(spec)
-        return "\n".join(lines) + "\n"
-
-    def network_lines(self, spec: JobSpec) -> list[str]:
-        """``--network auto``: detect interfaces/HCAs/GID on the first node, export what the user did not set."""
-        if spec.network is None or "auto" not in spec.network.split(","):
-            return []
-        import sys
-
-        detect = [sys.executable or "python3", "-m", "torchhpc", "net", "detect", "--export", "--master", Raw('"$MASTER_ADDR"')]
-        return [
-            "# --network auto: interfaces, InfiniBand HCAs and the RoCE v2 GID index, read from this node's sysfs.",
-            f'eval "$({join(detect)})"',
         ]
 
-    def stop_trap_lines(self, spec: JobSpec) -> list[str]:
-        """Time limit and preemption, part 1: the stop file and the traps, before anything else runs.
-
-        Why a file and not a signal: torchrun's agent turns signals into its own
-        shutdown, mpirun and container runtimes forward them differently, and
-        NCCL claims signals of its own. A file on the job's output directory is
-        seen the same way by every rank under every launcher and runtime; ranks
-        poll it with ``torchhpc.dist.should_stop()`` (one small all_reduce per
-        step, so all stop at the same step), checkpoint, and exit. Slurm may send
-        the warning up to a minute early (its timer runs every 30 s), possibly
-        before the first line of the script ran, so the traps come first: bash's
+    def stop_env_lines(self, spec: JobSpec) -> list[str]:
+        """Slurm may send the warning up to a minute early (its timer runs every 30 s), possibly
+        before the first line of the script ran, so the traps come first (``traps_first``): bash's
         default action for USR2 would end the job.
 
         SIGTERM to the batch shell means Slurm is ending the job (``scancel``,
@@ -288,104 +208,56 @@ class SlurmScheduler(Scheduler):
         Preemption's grace-time SIGTERM goes to the ranks only; they create the
         stop file themselves, and that is how the shell learns to requeue.
         """
+        return ['export TORCHHPC_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"']
+
+    def before_step_lines(self, spec: JobSpec) -> list[str]:
         out = os.path.abspath(spec.output_dir)
-        stop_file = os.path.join(out, ".torchhpc-stop-")
-        return [
-            "",
-            "# Nothing lost: on the time-limit warning (USR2) or the job's end (TERM) ask every rank to checkpoint and stop.",
-            f'export TORCHHPC_STOP_FILE={quote(stop_file)}"$SLURM_JOB_ID"',
-            'rm -f -- "$TORCHHPC_STOP_FILE"',
-            'export TORCHHPC_RESTART_COUNT="${SLURM_RESTART_COUNT:-0}"',
-            '_stop_reason=""',
-            "_torchhpc_stop() {",
-            "  _stop_reason=$1",
-            '  echo "torchhpc: $1 at $(date +%T): asking every rank to checkpoint and stop"',
-            '  touch -- "$TORCHHPC_STOP_FILE"',
-            "}",
-            "trap '_torchhpc_stop time-limit' USR2",
-            "trap '_torchhpc_stop ended-by-slurm' TERM",
-        ]
+        return [f'_torchhpc_timeouts_file={quote(os.path.join(out, ".torchhpc-timeouts-"))}"$SLURM_JOB_ID"']
 
-    def stop_lines(self, spec: JobSpec) -> list[str]:
-        """Time limit and preemption, part 2: run the step in the background, wait, requeue.
-
-        The step runs in the background so the traps fire while it runs (bash
-        defers traps until a foreground command ends). After a time-limit warning
-        or a preemption (a rank created the stop file) the batch shell, on the
-        host (``scontrol`` is rarely inside containers), requeues the job
-        whatever the step's exit status: torchrun exits 1 after a SIGTERM even
-        when its workers checkpointed and left cleanly. It requeues only a job
-        that is still RUNNING (never one being cancelled). Time-limit requeues
-        are capped (a counter file in the output directory); preemptions are not.
+    def after_step_lines(self, spec: JobSpec) -> list[str]:
+        """After a time-limit warning or a preemption (a rank created the stop file) the batch
+        shell, on the host (``scontrol`` is rarely inside containers), requeues the job whatever
+        the step's exit status: torchrun exits 1 after a SIGTERM even when its workers
+        checkpointed and left cleanly. It requeues only a job that is still RUNNING (never one
+        being cancelled). Time-limit requeues are capped (a counter file in the output
+        directory); preemptions are not.
         """
-        out = os.path.abspath(spec.output_dir)
-        count_file = os.path.join(out, ".torchhpc-timeouts-")
         lines = [
-            f'_timeouts_file={quote(count_file)}"$SLURM_JOB_ID"',
-            *(line + " &" for line in self.launch_lines(spec)),
-            "_step=$!",
-            "_rc=0",
-            'wait "$_step" || _rc=$?',
-            'while kill -0 "$_step" 2>/dev/null; do _rc=0; wait "$_step" || _rc=$?; done',
             "# A rank that got SIGTERM without the batch shell getting one: preemption's grace time.",
-            'if [ -z "$_stop_reason" ] && [ -e "$TORCHHPC_STOP_FILE" ]; then _stop_reason=preempted; fi',
+            'if [ -z "$_torchhpc_stop_reason" ] && [ -e "$TORCHHPC_STOP_FILE" ]; then _torchhpc_stop_reason=preempted; fi',
         ]
-        if spec.requeue:
-            lines += [
-                'if [ "$_stop_reason" = ended-by-slurm ]; then',
-                '  echo "torchhpc: Slurm is ending this job (scancel, time limit or its own requeue): not requeuing from here"',
-                'elif [ -n "$_stop_reason" ]; then',
-                '  _n=$(cat -- "$_timeouts_file" 2>/dev/null || echo 0)',
-                '  _state=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o "JobState=[A-Z_]*" || true)',
-                '  if [ "$_state" != JobState=RUNNING ]; then',
-                '    echo "torchhpc: not requeuing: ${_state:-the job state is unknown}"',
-                f'  elif [ "$_stop_reason" = time-limit ] && [ "$_n" -ge {int(spec.max_timeout_requeues)} ]; then',
-                f'    echo "torchhpc: not requeuing: {int(spec.max_timeout_requeues)} time-limit requeues already"',
-                "  else",
-                '    [ "$_stop_reason" = time-limit ] && echo $((_n + 1)) > "$_timeouts_file"',
-                '    echo "torchhpc: step exited $_rc after the $_stop_reason stop; requeuing job $SLURM_JOB_ID'
-                ' (restart ${SLURM_RESTART_COUNT:-0} -> $((${SLURM_RESTART_COUNT:-0} + 1)))"',
-                '    scontrol requeue "$SLURM_JOB_ID" || echo "torchhpc: scontrol requeue failed" >&2',
-                "  fi",
-                "fi",
-            ]
-        lines.append('exit "$_rc"')
-        return lines
+        if not spec.requeue:
+            return lines
+        cap = int(spec.max_timeout_requeues)
+        return [
+            *lines,
+            'if [ "$_torchhpc_stop_reason" = ended-by-slurm ]; then',
+            '  echo "torchhpc: Slurm is ending this job (scancel, time limit or its own requeue): not requeuing from here"',
+            'elif [ -n "$_torchhpc_stop_reason" ]; then',
+            '  _torchhpc_n=$(cat -- "$_torchhpc_timeouts_file" 2>/dev/null || echo 0)',
+            '  _torchhpc_state=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o "JobState=[A-Z_]*" || true)',
+            '  if [ "$_torchhpc_state" != JobState=RUNNING ]; then',
+            '    echo "torchhpc: not requeuing: ${_torchhpc_state:-the job state is unknown}"',
+            f'  elif [ "$_torchhpc_stop_reason" = time-limit ] && [ "$_torchhpc_n" -ge {cap} ]; then',
+            f'    echo "torchhpc: not requeuing: {cap} time-limit requeues already"',
+            "  else",
+            '    [ "$_torchhpc_stop_reason" = time-limit ] && echo $((_torchhpc_n + 1)) > "$_torchhpc_timeouts_file"',
+            '    echo "torchhpc: step exited $_torchhpc_rc after the $_torchhpc_stop_reason stop; requeuing job $SLURM_JOB_ID'
+            ' (restart ${SLURM_RESTART_COUNT:-0} -> $((${SLURM_RESTART_COUNT:-0} + 1)))"',
+            '    scontrol requeue "$SLURM_JOB_ID" || echo "torchhpc: scontrol requeue failed" >&2',
+            "  fi",
+            "fi",
+        ]
 
-    def render(self, spec: JobSpec) -> Submission:
-        if spec.launcher not in ("torchrun", "srun", "mpirun"):
-            raise SpecError(f"--launcher {spec.launcher!r} is not supported on slurm")
-        script = self.render_script(spec)
-        path = script_path(spec, ".sbatch")
-        return Submission(
-            scheduler=self.name,
-            spec=spec,
-            argv=("sbatch", "--parsable", path),
-            script=script,
-            script_path=path,
-            files=((path, script),),
-        )
+    def submit_argv(self, path: str) -> tuple[str, ...]:
+        return ("sbatch", "--parsable", path)
 
-    # talking to Slurm ------------------------------------------------------
-    def schedule(self, submission: Submission) -> str:
-        submission.write_files()
-        done = self.runner.run(
-            list(submission.argv), hint="is this a Slurm login node? `sinfo` should answer"
-        )
-        job_id = done.stdout.strip().split(";")[0]
-        if not job_id.isdigit():
-            raise SchedulerError(f"sbatch printed {done.stdout.strip()!r}, not a job id")
-        spec = submission.spec
-        save_record(
-            self.name,
-            job_id,
-            name=spec.name,
-            output=os.path.join(os.path.abspath(spec.output_dir), "%x-%j.out"),
-            launcher=spec.launcher,
-            nproc_per_node=spec.nproc_per_node,
-            script=submission.script_path,
-        )
-        return job_id
+    def parse_job_id(self, stdout: str) -> str:
+        job_id = stdout.strip().split(";")[0]
+        return job_id if job_id.isdigit() else ""
+
+    def record(self, spec: JobSpec) -> dict[str, object]:
+        return {"name": spec.name, "output": os.path.join(os.path.abspath(spec.output_dir), "%x-%j.out")}
 
     def status(self, job_id: str, retries: int = 5) -> JobStatus:
         """scontrol while the controller knows the job, sacct after (it forgets after MinJobAge).
@@ -445,16 +317,7 @@ class SlurmScheduler(Scheduler):
                 return []
         return [pattern.replace("%x", name).replace("%j", job_id)]
 
-    def logs(self, job_id: str, rank: int | None = None) -> str:
-        paths = self.log_paths(job_id)
-        if not paths:
-            raise SchedulerError(
-                f"no log file known for slurm job {job_id}",
-                "logs are found for jobs submitted by torchhpc on this machine, or while the job is known to scontrol",
-            )
-        text = read_log(paths[0])
-        if rank is None or not text:
-            return text
+    def rank_lines(self, job_id: str, text: str, rank: int) -> str:
         rec = load_record(self.name, job_id)
         return filter_rank(text, rank, str(rec.get("launcher", "srun")), int(str(rec.get("nproc_per_node", 1))))
 
@@ -541,8 +404,4 @@ def filter_rank(text: str, rank: int, launcher: str, nproc_per_node: int) -> str
         if pat.match(line):
             keep.append(line)
     return "".join(keep)
-
-
-def render_shell(spec: JobSpec) -> str:
-    return join(SlurmScheduler().shell_argv(spec))
 

@@ -1,0 +1,324 @@
+"""The batch-script backend: one script shape for every queueing scheduler (Slurm, PBS).
+
+A batch script is always the same story, told once here::
+
+    header -> directives -> set -euo pipefail -> (traps) -> setup + env
+    -> rendezvous (host list, MASTER_ADDR, MASTER_PORT) -> network presets/detection
+    -> per-task shim -> stop protocol -> launch -> wait -> exit status
+
+A backend (:mod:`~torchhpc.schedulers.slurm`, :mod:`~torchhpc.schedulers.pbs`)
+supplies only data and parsers: its directive prefix and lines, the variable
+holding the job id, how to list the hosts, the launch step, how it is warned
+before the end (Slurm signals the batch shell; PBS gives no warning, so the
+script keeps its own timer), the submit argv and how to read the job id back.
+
+Every variable the script uses for itself starts with ``_torchhpc_`` so that a
+user's ``--env _n=...`` (or any name) is never overwritten by the script; user
+variables with that prefix are refused where ``--env`` is parsed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import replace
+from typing import ClassVar
+
+from torchhpc.core.shell import Raw, quote
+from torchhpc.core.spec import ContainerSpec, JobSpec
+from torchhpc.errors import SchedulerError, SpecError
+from torchhpc.launchers import SHIM_VAR, TASK_SHIM, torchrun_argv
+from torchhpc.schedulers.api import Scheduler, Submission
+from torchhpc.schedulers.script import env_block, header_lines, read_log, save_record, script_path
+
+__all__ = [
+    "PREFIX",
+    "WAIT_LINES",
+    "BatchScheduler",
+    "in_container",
+    "job_container",
+    "master_addr_lines",
+    "stop_file",
+    "torchrun_command",
+]
+
+# Shell variables of the script itself (never a user's): see the module docstring.
+PREFIX = "_torchhpc_"
+
+# Run the step in the background, so traps fire while it runs (bash defers traps until a
+# foreground command ends), and wait for it. A trap interrupts `wait` with 128+signal while
+# the step may run on; bash keeps the status of a child it reaped (also one reaped while the
+# trap ran), so after a wait that a trap cut short we wait again: at once the step's own
+# status if it ended meanwhile, else until it ends. The old `while kill -0` test lost the
+# status of a step that ended between the trap and the test (issue 12: exit 140 after a
+# clean checkpoint).
+WAIT_LINES = (
+    "_torchhpc_step=$!",
+    "_torchhpc_rc=0 _torchhpc_woken=0",
+    'wait "$_torchhpc_step" || _torchhpc_rc=$?',
+    'while [ "$_torchhpc_woken" = 1 ] && [ "$_torchhpc_rc" -gt 128 ]; do',
+    "  _torchhpc_rc=0 _torchhpc_woken=0",
+    '  wait "$_torchhpc_step" || _torchhpc_rc=$?',
+    "done",
+)
+
+
+def stop_file(spec: JobSpec) -> str:
+    """The stop file's path without the job id (the script appends it)."""
+    return os.path.join(os.path.abspath(spec.output_dir), ".torchhpc-stop-")
+
+
+def job_container(spec: JobSpec, container: ContainerSpec) -> ContainerSpec:
+    """The job's container, with the output directory bound when ranks must see the stop file there."""
+    if spec.stop_signal_seconds or spec.requeue:
+        out = os.path.abspath(spec.output_dir)
+        if not any(b.split(":")[0] == out for b in container.binds):
+            return replace(container, binds=(*container.binds, out))
+    return container
+
+
+def in_container(spec: JobSpec, argv: list[str], pass_env: list[str], interactive: bool = False) -> list[str]:
+    """Run ``argv`` inside the job's container (one container per task), if any.
+
+    ``pass_env`` names the variables (globs allowed) the ranks need from the
+    batch shell; the user's ``--env`` names are always added.
+    """
+    if spec.container is None:
+        return argv
+    from torchhpc.containers import wrap
+
+    return wrap(
+        job_container(spec, spec.container),
+        argv,
+        gpus=spec.gpus_per_node,
+        gpu_kind=spec.gpu_kind,
+        pass_env=[*pass_env, "TORCHHPC_*", *spec.env_dict],
+        interactive=interactive,
+    )
+
+
+def torchrun_command(spec: JobSpec, python: str, *, nnodes: Raw, rdzv_id: Raw) -> list[str]:
+    """One torchrun per node, c10d rendezvous at the job's MASTER_ADDR:MASTER_PORT, output tagged per rank."""
+    endpoint = Raw('"$MASTER_ADDR:$MASTER_PORT"')
+    return torchrun_argv(spec, python, nnodes=nnodes, rdzv_id=rdzv_id, endpoint=endpoint, extra=["--tee", "3"])
+
+
+def master_addr_lines(host_var: str) -> list[str]:
+    """MASTER_ADDR: the first host's IPv4 (torch's TCPStore prefers an address), else its name."""
+    return [
+        "# (|| true: under pipefail an unresolvable name must fall back to the name, not end the job)",
+        f'MASTER_ADDR="${{MASTER_ADDR:-$( (getent ahostsv4 "${host_var}" || true) | awk \'NR==1{{print $1}}\')}}"',
+        f'MASTER_ADDR="${{MASTER_ADDR:-${host_var}}}"',
+    ]
+
+
+class BatchScheduler(Scheduler):
+    """The shared batch script; subclasses fill in the data and the few hooks below."""
+
+    # -- data a backend supplies ---------------------------------------------
+    suffix: ClassVar[str] = ".sh"
+    how_to_submit: ClassVar[str] = ""
+    # the job id as the script sees it (for the stop file's name)
+    job_id_ref: ClassVar[str] = ""
+    # "{spec}"-free description for the start line, e.g. "$SLURM_JOB_ID on $SLURM_JOB_NODELIST"
+    job_label: ClassVar[str] = ""
+    shim_comment: ClassVar[str] = "# Per-task shim: maps the launcher's rank variables to RANK, LOCAL_RANK, ... then execs."
+    # stop protocol: traps before anything else (a warning may come early) or just before the step
+    traps_first: ClassVar[bool] = True
+    stop_comment: ClassVar[str] = ""
+    # (reason, signal) pairs trapped by the batch shell
+    stop_traps: ClassVar[tuple[tuple[str, str], ...]] = ()
+    launchers: ClassVar[tuple[str, ...]] = ("torchrun", "srun", "mpirun")
+
+    # -- hooks -----------------------------------------------------------------
+    def check(self, spec: JobSpec) -> None:
+        """Reject what this scheduler cannot run (before anything is rendered)."""
+        if spec.launcher not in self.launchers:
+            raise self.unsupported_launcher(spec)
+
+    def unsupported_launcher(self, spec: JobSpec) -> Exception:
+        return SpecError(f"--launcher {spec.launcher!r} is not supported on {self.name}")
+
+    def directives(self, spec: JobSpec) -> list[str]:
+        raise NotImplementedError
+
+    def preamble_lines(self, spec: JobSpec) -> list[str]:
+        """Lines right after ``set -euo pipefail`` (e.g. PBS: the node file check and the cd)."""
+        return []
+
+    def host_lines(self, spec: JobSpec) -> list[str]:
+        """Rendezvous, part 1: list the hosts, set ``_torchhpc_master_host`` (and the node count)."""
+        raise NotImplementedError
+
+    def port_lines(self, spec: JobSpec) -> list[str]:
+        """Rendezvous, part 2: MASTER_PORT from the job id unless the user set it."""
+        raise NotImplementedError
+
+    def exported(self) -> str:
+        return "MASTER_ADDR MASTER_PORT"
+
+    def check_lines(self, spec: JobSpec) -> list[str]:
+        """Lines after the start line (e.g. PBS: warn when the node file has fewer hosts)."""
+        return []
+
+    def stop_env_lines(self, spec: JobSpec) -> list[str]:
+        """Extra exports of the stop protocol (e.g. Slurm's restart count)."""
+        return []
+
+    def before_step_lines(self, spec: JobSpec) -> list[str]:
+        """Lines just before the step starts in the background (e.g. PBS's walltime timer)."""
+        return []
+
+    def after_step_lines(self, spec: JobSpec) -> list[str]:
+        """Lines after the step ended, before ``exit`` (e.g. Slurm's requeue)."""
+        return []
+
+    def launch_lines(self, spec: JobSpec) -> list[str]:
+        raise NotImplementedError
+
+    def submit_argv(self, path: str) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def parse_job_id(self, stdout: str) -> str:
+        raise NotImplementedError
+
+    def record(self, spec: JobSpec) -> dict[str, object]:
+        """What ``logs``/``status`` need later, saved beside the job id."""
+        return {}
+
+    submit_hint: ClassVar[str] = ""
+    # why no log file may be known yet (the hint of the error)
+    no_log_hint: ClassVar[str] = ""
+
+    def rank_lines(self, job_id: str, text: str, rank: int) -> str:
+        """One rank's lines of the job's log (each launcher tags its lines its own way)."""
+        raise NotImplementedError
+
+    # -- the script --------------------------------------------------------------
+    @staticmethod
+    def stopping(spec: JobSpec) -> bool:
+        return bool(spec.stop_signal_seconds or spec.requeue)
+
+    def render_script(self, spec: JobSpec) -> str:
+        self.check(spec)
+        lines = header_lines("#!/bin/bash", self.how_to_submit)
+        lines += self.directives(spec)
+        lines += ["", "set -euo pipefail", *self.preamble_lines(spec)]
+        stopping = self.stopping(spec)
+        if stopping and self.traps_first:  # a warning that comes early must not kill the shell by default action
+            lines += ["", *self.stop_trap_lines(spec)]
+        lines += self.container_setup_lines(spec)
+        lines += env_block(spec)  # module lines run outside `set -u` (Lmod reads unset variables)
+        lines += [
+            "",
+            *self.host_lines(spec),
+            *master_addr_lines("_torchhpc_master_host"),
+            *self.port_lines(spec),
+            f"export {self.exported()}",
+            *self.network_lines(spec),
+            f'echo "torchhpc: job {self.job_label}, master $MASTER_ADDR:$MASTER_PORT, '
+            f'launcher {spec.launcher}, {spec.nodes}x{spec.nproc_per_node} ranks"',
+            *self.check_lines(spec),
+            "",
+        ]
+        if spec.launcher != "torchrun":
+            lines += [self.shim_comment, f"{SHIM_VAR}={quote(TASK_SHIM)}", ""]
+        if stopping:
+            lines += self.stop_lines(spec)
+        else:
+            lines += self.launch_lines(spec)
+        return "\n".join(lines) + "\n"
+
+    def container_setup_lines(self, spec: JobSpec) -> list[str]:
+        if spec.container is None:
+            return []
+        try:
+            from torchhpc.containers import setup_lines
+        except ImportError:
+            return []
+        return setup_lines(spec.container)
+
+    def network_lines(self, spec: JobSpec) -> list[str]:
+        """``--network``: the presets with setdefault semantics, then ``auto`` detection on the first node.
+
+        The batch shell runs on the host (``scontrol``/``python`` are rarely in
+        containers), with the submitting interpreter, which has torchhpc.
+        """
+        if not spec.network:
+            return []
+        from torchhpc.network.presets import script_lines
+
+        return script_lines(spec.network, python=sys.executable or "python3", master_var="MASTER_ADDR")
+
+    def stop_trap_lines(self, spec: JobSpec) -> list[str]:
+        """Time limit and preemption, part 1: the stop file and the traps.
+
+        Why a file and not a signal: torchrun's agent turns signals into its own
+        shutdown, mpirun and container runtimes forward them differently, and
+        NCCL claims signals of its own. A file on the job's output directory is
+        seen the same way by every rank under every launcher and runtime; ranks
+        poll it with ``torchhpc.dist.should_stop()`` (one small all_reduce per
+        step, so all stop at the same step), checkpoint, and exit.
+        """
+        return [
+            self.stop_comment,
+            f'export TORCHHPC_STOP_FILE={quote(stop_file(spec))}"{self.job_id_ref}"',
+            'rm -f -- "$TORCHHPC_STOP_FILE"',
+            *self.stop_env_lines(spec),
+            '_torchhpc_stop_reason="" _torchhpc_woken=0',
+            "_torchhpc_stop() {",
+            "  _torchhpc_stop_reason=$1 _torchhpc_woken=1",
+            '  echo "torchhpc: $1 at $(date +%T): asking every rank to checkpoint and stop"',
+            '  touch -- "$TORCHHPC_STOP_FILE"',
+            "}",
+            *(f"trap '_torchhpc_stop {reason}' {sig}" for reason, sig in self.stop_traps),
+        ]
+
+    def stop_lines(self, spec: JobSpec) -> list[str]:
+        """Time limit and preemption, part 2: the step in the background, the wait, what follows."""
+        lines = [] if self.traps_first else self.stop_trap_lines(spec)
+        lines += self.before_step_lines(spec)
+        lines += [line + " &" for line in self.launch_lines(spec)]
+        lines += WAIT_LINES
+        lines += self.after_step_lines(spec)
+        lines.append('exit "$_torchhpc_rc"')
+        return lines
+
+    # -- submission ----------------------------------------------------------------
+    def render(self, spec: JobSpec) -> Submission:
+        script = self.render_script(spec)
+        path = script_path(spec, self.suffix)
+        return Submission(
+            scheduler=self.name,
+            spec=spec,
+            argv=self.submit_argv(path),
+            script=script,
+            script_path=path,
+            files=((path, script),),
+        )
+
+    def schedule(self, submission: Submission) -> str:
+        submission.write_files()
+        done = self.runner.run(list(submission.argv), hint=self.submit_hint)
+        job_id = self.parse_job_id(done.stdout)
+        if not job_id:
+            raise SchedulerError(f"{self.submit_command} printed {done.stdout.strip()!r}, not a job id")
+        spec = submission.spec
+        save_record(
+            self.name,
+            job_id,
+            launcher=spec.launcher,
+            nproc_per_node=spec.nproc_per_node,
+            script=submission.script_path,
+            **self.record(spec),
+        )
+        return job_id
+
+    def logs(self, job_id: str, rank: int | None = None) -> str:
+        paths = self.log_paths(job_id)
+        if not paths:
+            raise SchedulerError(f"no log file known for {self.name} job {job_id}", self.no_log_hint)
+        text = read_log(paths[0])
+        if rank is None or not text:
+            return text
+        return self.rank_lines(job_id, text, rank)
