@@ -7,6 +7,7 @@ exit code. Every message names the offending value, where it came from, and
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 
 
@@ -58,8 +59,6 @@ class CommandError(TorchHPCError):
         hint: str | None = None,
         stdout: str = "",
     ) -> None:
-        from torchhpc.core.shell import join
-
         self.argv = list(argv)
         self.returncode = returncode
         self.stderr = stderr
@@ -68,7 +67,8 @@ class CommandError(TorchHPCError):
             hint = known_hint(stderr)
         what = "timed out" if returncode is None else f"exited with code {returncode}"
         detail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
-        msg = f"`{join(self.argv)}` {what}" + (f": {detail}" if detail else "")
+        # shlex.join quotes exactly as core.shell.join (same safe set); errors sits below core.
+        msg = f"`{shlex.join(self.argv)}` {what}" + (f": {detail}" if detail else "")
         super().__init__(msg, hint)
 
 

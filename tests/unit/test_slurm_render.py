@@ -139,3 +139,32 @@ def test_stop_file_directory_is_bound_into_containers(tmp_path: Path) -> None:
         assert needle in with_stop, runtime
         without = s.render(spec(container=c, output_dir=out)).script or ""
         assert needle not in without, runtime
+
+
+def test_a_dry_run_probes_no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dev cluster (or any site provider) is asked at the first command, never while rendering."""
+    from torchhpc import schedulers
+    from torchhpc.core.proc import Runner
+
+    asked: list[int] = []
+
+    def provider() -> dict[str, str]:
+        asked.append(1)
+        return {"PATH": "/nonexistent"}
+
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    monkeypatch.setattr(schedulers, "SITE_ENV", {"slurm": [provider]})
+    monkeypatch.setattr("os.path.exists", lambda p: False)
+    sched = SlurmScheduler()
+    sched.render(spec(launcher="srun"))
+    assert asked == []
+    assert isinstance(sched.runner, Runner) and sched.runner.env == {"PATH": "/nonexistent"}
+    assert asked == [1]
+
+
+def test_command_errors_quote_like_the_shell_module() -> None:
+    from torchhpc.core.shell import join
+    from torchhpc.errors import CommandError
+
+    argv = ["sbatch", "a b", "x'y", "", "--opt=a,b:c@d%e+f", "$(id)"]
+    assert str(CommandError(argv, 1)).startswith(f"`{join(argv)}` exited with code 1")

@@ -87,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    _use_devcluster()
     try:
         rc = args.func(args)
     except TorchHPCError as e:
@@ -100,6 +101,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     return int(rc or 0)
+
+
+def _devcluster_env() -> dict[str, str] | None:
+    from torchhpc.devcluster import load_state
+
+    state = load_state()
+    return state.client_env() if state is not None else None
+
+
+def _use_devcluster() -> None:
+    """A running `torchhpc devcluster` serves Slurm commands on a machine without Slurm of its own
+    (asked only when a command runs: a dry run probes nothing)."""
+    from torchhpc.schedulers import SITE_ENV
+
+    providers = SITE_ENV.setdefault("slurm", [])
+    if _devcluster_env not in providers:
+        providers.append(_devcluster_env)
 
 
 if __name__ == "__main__":

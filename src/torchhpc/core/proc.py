@@ -30,9 +30,31 @@ class Completed:
 class Runner:
     """Runs external commands with a timeout; raises :class:`CommandError` on failure."""
 
-    def __init__(self, env: Mapping[str, str] | None = None, timeout: float = 60.0) -> None:
-        self.env = dict(env) if env is not None else None
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        timeout: float = 60.0,
+        *,
+        env_factory: Callable[[], Mapping[str, str] | None] | None = None,
+    ) -> None:
+        """``env`` replaces ``os.environ`` for every command; ``env_factory`` computes it at the
+        first command instead (so rendering and dry runs never probe for a cluster)."""
+        self._env = dict(env) if env is not None else None
+        self._env_factory = env_factory
         self.timeout = timeout
+
+    @property
+    def env(self) -> dict[str, str] | None:
+        if self._env_factory is not None:
+            factory, self._env_factory = self._env_factory, None
+            found = factory()
+            self._env = dict(found) if found is not None else None
+        return self._env
+
+    @env.setter
+    def env(self, value: Mapping[str, str] | None) -> None:
+        self._env = dict(value) if value is not None else None
+        self._env_factory = None
 
     def run(
         self,

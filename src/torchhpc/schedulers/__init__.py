@@ -8,6 +8,7 @@ dependencies (the kubernetes client) stay optional.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from torchhpc.errors import UsageError
@@ -24,6 +25,13 @@ REGISTRY: dict[str, str] = {
     "kubernetes": "torchhpc.schedulers.kubernetes:KubernetesScheduler",
     "runai": "torchhpc.schedulers.runai:RunAIScheduler",
 }
+
+
+# Where a backend's client commands find a cluster when this machine has none of its own:
+# scheduler name -> providers of an environment (``SLURM_CONF``, ``PATH``...), tried in order at the
+# first command, never at render time. The CLI registers `torchhpc devcluster` here: the dev
+# cluster lives above this layer, so the backends cannot import it themselves.
+SITE_ENV: dict[str, list[Callable[[], Mapping[str, str] | None]]] = {}
 
 
 def scheduler_names() -> list[str]:

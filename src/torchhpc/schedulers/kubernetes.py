@@ -32,7 +32,7 @@ from torchhpc.errors import CommandError, QuotingError, SchedulerError, SpecErro
 from torchhpc.launchers import torchrun_argv
 from torchhpc.network.presets import auto_lines, wants_auto
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
-from torchhpc.schedulers.runai import RDMA_ANNOTATION, k8s_name, normalized_options
+from torchhpc.schedulers.pods import RDMA_ANNOTATION, k8s_name, normalized_options
 from torchhpc.schedulers.script import load_record, save_record
 
 __all__ = ["GROUP_PATH", "KubeAPI", "KubernetesScheduler", "manifest", "status_from_job", "to_yaml"]

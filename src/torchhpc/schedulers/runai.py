@@ -28,11 +28,11 @@ from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.launchers import torchrun_argv
 from torchhpc.network.presets import auto_lines, wants_auto
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
+from torchhpc.schedulers.pods import RDMA_ANNOTATION, k8s_name, normalized_options
 from torchhpc.schedulers.script import load_record, save_record
 
 __all__ = ["RDMA_ANNOTATION", "RunAIScheduler", "normalized_options", "pod_command", "runai_state", "second_layer"]
 
-RDMA_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 
 # RunAI job statuses (CLI `runai describe job` / `runai list jobs`) -> our vocabulary.
 _STATES: dict[str, str] = {
@@ -58,21 +58,8 @@ _STATES: dict[str, str] = {
 }
 
 
-def normalized_options(spec: JobSpec) -> dict[str, str]:
-    """Option keys with ``-`` read as ``_`` (``large-shm`` = ``large_shm``), as profiles write RunAI's flag names."""
-    return {k.replace("-", "_"): v for k, v in spec.options}
-
-
 def runai_state(text: str) -> str:
     return _STATES.get(re.sub(r"[\s_-]", "", text).lower(), "UNKNOWN")
-
-
-def k8s_name(name: str) -> str:
-    """A DNS-1123 label (what RunAI and Kubernetes accept as a job name)."""
-    safe = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:50].strip("-")
-    if not safe or not safe[0].isalpha():
-        safe = ("job-" + safe).strip("-")
-    return safe
 
 
 def second_layer(payload: str) -> str:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Mapping
 from typing import ClassVar
 
-from torchhpc.core.proc import Runner, default_runner
+from torchhpc.core.proc import Runner
 from torchhpc.core.shell import Raw, directive, join, quote
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import format_bytes, format_walltime, parse_size
@@ -48,23 +49,29 @@ def _container_srun_options(spec: JobSpec) -> list[str]:
     return srun_options(job_container(spec, spec.container))
 
 
-def _site_runner() -> Runner:
-    """The machine's own Slurm when it has one; else a running ``torchhpc devcluster``.
-
-    So that ``torchhpc devcluster up`` followed by a plain ``torchhpc run
-    --scheduler slurm`` works without exporting anything by hand.
-    """
+def _site_env() -> Mapping[str, str] | None:
+    """The machine's own Slurm when it has one; else a provider registered in ``SITE_ENV`` (the CLI
+    registers a running ``torchhpc devcluster``, so that ``devcluster up`` followed by a plain
+    ``torchhpc run --scheduler slurm`` works without exporting anything by hand)."""
     if os.environ.get("SLURM_CONF") or any(
         os.path.exists(p) for p in ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
     ):
-        return default_runner()
-    try:
-        from torchhpc.devcluster import load_state
+        return None
+    from torchhpc.schedulers import SITE_ENV
 
-        state = load_state()
-    except Exception:  # a broken state file must not break a real site
-        state = None
-    return Runner(env=state.client_env()) if state is not None else default_runner()
+    for provider in SITE_ENV.get("slurm", ()):
+        try:
+            env = provider()
+        except Exception:  # a broken dev cluster state file must not break a real site
+            env = None
+        if env is not None:
+            return env
+    return None
+
+
+def _site_runner() -> Runner:
+    """Looked up at the first command, not here: a dry run probes nothing."""
+    return Runner(env_factory=_site_env)
 
 
 class SlurmScheduler(BatchScheduler):
