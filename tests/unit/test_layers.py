@@ -1,7 +1,8 @@
 """The import layers hold: every ``import`` in src/torchhpc (lazy ones inside functions too) points down.
 
     errors  <  torchhpc/__init__ (the version)  <  core  <  env | network | containers | launchers
-    <  schedulers | dist | profiles | devcluster | doctor  <  bench | job  <  cli  <  __main__
+    <  schedulers | dist | profiles | devcluster | doctor  <  bench | config  <  resolve  <  job
+    <  cli  <  __main__
 
 A package may import itself and anything in a lower layer; packages of one
 layer do not import each other (env, network, containers and launchers stay
@@ -26,7 +27,9 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "core",
         "env network containers launchers",
         "schedulers dist profiles devcluster doctor",
-        "bench job",
+        "bench config",
+        "resolve",
+        "job",
         "cli",
         "__main__",
     )
