@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from torchhpc import __version__
-from torchhpc.core.shell import export_lines, join
+from torchhpc.core.shell import export_lines
 from torchhpc.core.spec import JobSpec
 
 __all__ = ["default_python", "env_block", "header_lines", "load_record", "read_log", "record_dir", "save_record", "script_path"]
@@ -93,7 +93,3 @@ def load_record(scheduler: str, job_id: str) -> dict[str, object]:
         return data
     except (OSError, ValueError):
         return {}
-
-
-def command_line(argv: list[str]) -> str:
-    return join(argv)
