@@ -1,7 +1,7 @@
 """The import layers hold: every ``import`` in src/torchhpc (lazy ones inside functions too) points down.
 
     errors  <  torchhpc/__init__ (the version)  <  core  <  env | network | containers | launchers
-    <  schedulers | dist | profiles | devcluster | doctor  <  bench | config  <  resolve  <  job
+    <  schedulers | dist | profiles | devcluster  <  bench | config  <  resolve | doctor  <  job
     <  cli  <  __main__
 
 A package may import itself and anything in a lower layer; packages of one
@@ -26,9 +26,9 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "__init__",
         "core",
         "env network containers launchers",
-        "schedulers dist profiles devcluster doctor",
+        "schedulers dist profiles devcluster",
         "bench config",
-        "resolve",
+        "resolve doctor",
         "job",
         "cli",
         "__main__",
