@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
 from torchhpc.core.proc import Runner, default_runner
-from torchhpc.core.shell import join
+from torchhpc.core.shell import join, quote
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import JobFailed, SpecError, TorchHPCError
 
@@ -45,13 +45,42 @@ class Submission:
     notes: tuple[str, ...] = ()
 
     def write_files(self) -> None:
-        """Write the script (and any other file) where the submit command expects it."""
-        import os
+        """Write the script (and any other file) where the submit command expects it.
 
+        Each file is written whole or not at all (a temporary file beside it, then a
+        rename): text no file can hold is an error before anything is written, and an
+        interrupted write never leaves a half script for a later ``sbatch``/``qsub``.
+        """
+        import contextlib
+        import os
+        import tempfile
+
+        from torchhpc.errors import QuotingError
+
+        encoded = []
         for path, content in self.files:
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            with open(path, "w") as f:
-                f.write(content)
+            try:
+                encoded.append((path, content.encode("utf-8")))
+            except UnicodeEncodeError as e:
+                raise QuotingError(
+                    f"{path}: the rendered text holds {content[e.start:e.end]!r}, which no file can hold as UTF-8",
+                    "a value came from undecodable bytes: pass UTF-8 text",
+                ) from None
+        umask = os.umask(0)
+        os.umask(umask)
+        for path, data in encoded:
+            directory = os.path.dirname(path) or "."
+            os.makedirs(directory, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.chmod(tmp, 0o666 & ~umask)
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
 
     def __str__(self) -> str:
         parts: list[str] = []
@@ -62,7 +91,7 @@ class Submission:
             parts.append(f"# --- {self.script_path or 'script'} ---")
             parts.append(self.script.rstrip("\n"))
         parts.append("# --- submit with ---")
-        parts.append(join(self.argv) + (" < " + self.script_path if self.stdin and self.script_path else ""))
+        parts.append(join(self.argv) + (" < " + quote(self.script_path) if self.stdin and self.script_path else ""))
         parts.extend(f"# note: {n}" for n in self.notes)
         return "\n".join(parts) + "\n"
 
