@@ -122,7 +122,6 @@ class SlurmScheduler(BatchScheduler):
     def directives(self, spec: JobSpec) -> list[str]:
         """The ``#SBATCH`` lines, each through :func:`~torchhpc.core.shell.directive`."""
         opts = self.checked_options(spec)
-        out = os.path.abspath(spec.output_dir)
         pairs: list[tuple[str, object]] = [
             ("job-name", spec.name),
             ("nodes", spec.nodes),
@@ -143,7 +142,7 @@ class SlurmScheduler(BatchScheduler):
         if opts.get("mail_user"):
             pairs.append(("mail-user", opts["mail_user"]))
             pairs.append(("mail-type", opts.get("mail_type", "END,FAIL")))
-        pairs.append(("output", os.path.join(out, "%x-%j.out")))
+        pairs.append(("output", output_pattern(spec)))
         stop = spec.stop_signal_seconds
         if stop:
             # B: only the batch shell gets it: no rank, torchrun agent or NCCL ever sees USR2.
@@ -264,7 +263,7 @@ class SlurmScheduler(BatchScheduler):
         return job_id if job_id.isdigit() else ""
 
     def record(self, spec: JobSpec) -> dict[str, object]:
-        return {"name": spec.name, "output": os.path.join(os.path.abspath(spec.output_dir), "%x-%j.out")}
+        return {"name": spec.name, "output": output_pattern(spec)}
 
     def status(self, job_id: str, retries: int = 5) -> JobStatus:
         """scontrol while the controller knows the job, sacct after (it forgets after MinJobAge).
@@ -322,7 +321,7 @@ class SlurmScheduler(BatchScheduler):
                 return [fields["StdOut"]] if fields.get("StdOut") else []
             except CommandError:
                 return []
-        return [pattern.replace("%x", name).replace("%j", job_id)]
+        return [expand_output(pattern, name, job_id)]
 
     def rank_lines(self, job_id: str, text: str, rank: int) -> str:
         rec = load_record(self.name, job_id)
@@ -359,6 +358,34 @@ class SlurmScheduler(BatchScheduler):
 
 def _transient(text: str) -> bool:
     return any(m in text for m in ("Unable to contact slurm controller", "Socket timed out", "Zero Bytes were transmitted"))
+
+
+def output_pattern(spec: JobSpec) -> str:
+    """sbatch's ``--output``: ``DIR/%x-%j.out``, where only our ``%x`` and ``%j`` are patterns.
+
+    A ``%`` in the directory is written ``%%`` (sbatch would expand ``%j`` there too); a
+    job name that ``%x`` would turn into a path or a pattern (``/``, ``../``, ``%``) is
+    written literally, made file-name safe. sbatch expands nothing in a name that holds
+    a backslash, so such a directory is refused.
+    """
+    from torchhpc.errors import QuotingError
+
+    out = os.path.abspath(spec.output_dir)
+    if "\\" in out:
+        raise QuotingError(
+            f"--output-dir {out!r} contains a backslash: sbatch would not expand %j in the log name",
+            "choose a directory without a backslash",
+        )
+    out = out.replace("%", "%%")
+    if "/" in spec.name or "%" in spec.name:
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name).lstrip(".") or "job"
+        return os.path.join(out, f"{safe}-%j.out")
+    return os.path.join(out, "%x-%j.out")
+
+
+def expand_output(pattern: str, name: str, job_id: str) -> str:
+    """The log file an :func:`output_pattern` names for one job (``%%``, ``%x``, ``%j``)."""
+    return re.sub(r"%([%xj])", lambda m: {"%": "%", "x": name, "j": job_id}[m.group(1)], pattern)
 
 
 def parse_scontrol(text: str) -> dict[str, str]:
