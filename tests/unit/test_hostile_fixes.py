@@ -148,3 +148,17 @@ def test_f3_network_auto_job_with_hostile_master_addr(tmp_path: Path) -> None:
 
 def _sq(text: str) -> str:
     return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+@pytest.mark.parametrize(("name", "out"), [("../../escape", "logs"), ("a%j/b", "logs"), ("pi", "lo%jgs")])
+def test_log_path_stays_in_the_output_dir(name: str, out: str, tmp_path: Path) -> None:
+    """'%' and '../' in names and directories: sbatch's --output must name a file in --output-dir."""
+    from torchhpc.schedulers.slurm import expand_output
+
+    out_dir = tmp_path / out
+    spec = JobSpec(entrypoint=Entrypoint.parse(["train.py"]), scheduler="slurm", name=name, output_dir=str(out_dir))
+    script = get_scheduler("slurm").render(spec).script
+    assert script is not None
+    pattern = sbatch_options(script, tmp_path)["output"]
+    log = Path(expand_output(pattern, name, "42"))
+    assert log.parent == out_dir and log.name.endswith("-42.out"), log
