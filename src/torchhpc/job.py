@@ -2,7 +2,7 @@
 
 >>> job = Job(["examples/pi.py"], nproc_per_node=2)      # local, named "pi" like the CLI names it
 >>> print(job.render())          # the dry run
->>> handle = job.submit()        # schedule(render(spec)); local jobs run in the background
+>>> handle = job.submit()        # schedule(render(spec)); a local job starts in the background
 >>> handle.wait().state
 'COMPLETED'
 
@@ -92,7 +92,10 @@ class Job:
     def submit(self) -> JobHandle:
         check_program(self.spec)
         check_gpus(self.spec, self.scheduler.runner)
-        return JobHandle(self.scheduler, self.scheduler.schedule(self.render()))
+        submission = self.render()
+        if self.spec.scheduler == "local":  # a queue-like start: status, logs, cancel, wait from any process
+            return JobHandle(self.scheduler, self.scheduler.submit_background(submission))  # type: ignore[attr-defined]
+        return JobHandle(self.scheduler, self.scheduler.schedule(submission))
 
 
 def _spec(

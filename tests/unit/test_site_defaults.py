@@ -324,3 +324,9 @@ def test_gpus_checked_against_sinfo() -> None:
     with pytest.raises(SpecError, match="partition acc has at most 4 GPUs per node"):
         check_gpus(spec.with_(gpus_per_node=8, nproc_per_node=8, options=(("partition", "acc"),)), runner)
     check_gpus(spec, FakeRunner(responses={}))  # no sinfo: sbatch judges
+
+
+def test_list_defaults_to_local(capsys: pytest.CaptureFixture[str]) -> None:
+    """`list` asked Slurm even where local is the default scheduler."""
+    rc, _, err = run_cli(["list"], capsys)
+    assert rc == 0 and "no local jobs" in err

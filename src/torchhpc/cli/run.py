@@ -96,7 +96,10 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
                 raise UsageError("--json with a local run needs --background", "a foreground run prints its ranks' output")
             run_local: Any = scheduler
             return int(run_local.run(submission, rank0_only=args.rank0_only))
-    job_id = scheduler.schedule(submission)
+    if spec.scheduler == "local":
+        job_id = scheduler.submit_background(submission)  # type: ignore[attr-defined]
+    else:
+        job_id = scheduler.schedule(submission)
     handle = f"{spec.scheduler}:{job_id}"
     if args.json and not args.wait:
         print(json.dumps({"handle": handle, "scheduler": spec.scheduler, "job_id": job_id, "name": spec.name,

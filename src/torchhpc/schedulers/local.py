@@ -26,6 +26,7 @@ from torchhpc.core.spec import JobSpec
 from torchhpc.core.supervise import Supervisor, describe_exit, exit_status
 from torchhpc.errors import JobFailed, SchedulerError, SpecError
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
+from torchhpc.schedulers.local_jobs import LocalJobs
 from torchhpc.schedulers.script import default_python
 
 __all__ = [
@@ -242,15 +243,42 @@ class LocalScheduler(Scheduler):
         self._finished[run_id] = st
         return run_id
 
+    def submit_background(self, submission: Submission) -> str:
+        """Start the job in the background with a record (``torchhpc run --background``, ``Job.submit()``).
+
+        Its id works with :meth:`status`, :meth:`logs`, :meth:`cancel`, :meth:`wait` and
+        :meth:`list_jobs` from any process (see :mod:`torchhpc.schedulers.local_jobs`).
+        """
+        _check(submission.spec)
+        self._fixed(submission.spec)
+        return LocalJobs().submit(submission)
+
     def status(self, job_id: str) -> JobStatus:
-        """The state of a run this process scheduled (local runs leave no record elsewhere)."""
+        """A foreground run this process scheduled, else a background job's record."""
         st = self._finished.get(job_id)
-        if st is None:
+        if st is not None:
+            return st
+        return LocalJobs().status(job_id)
+
+    def logs(self, job_id: str, rank: int | None = None) -> str:
+        if job_id in self._finished:
             raise SchedulerError(
-                f"local:{job_id} is not a run this process started",
-                "local jobs run in the foreground; their output and exit status are printed as they end",
+                f"local:{job_id} ran in the foreground: its output went to the terminal",
+                "start it with `torchhpc run --background` (or Job.submit()) to keep a log",
             )
-        return st
+        return LocalJobs().logs(job_id, rank=rank)
+
+    def log_paths(self, job_id: str) -> list[str]:
+        return [] if job_id in self._finished else LocalJobs().log_paths(job_id)
+
+    def cancel(self, job_id: str) -> None:
+        if job_id in self._finished:
+            return  # it has ended
+        LocalJobs().cancel(job_id)
+
+    def list_jobs(self) -> list[JobStatus]:
+        """Background jobs with a record in the state directory, oldest first."""
+        return LocalJobs().list_jobs()
 
     def run(
         self,
