@@ -54,6 +54,19 @@ def test_requested_geometry() -> None:
     assert requested_geometry_error(8, 4, {"TORCHHPC_BACKEND": "cpu:gloo,cuda:nccl"}) is not None
 
 
+def test_rendered_jobs_refuse_more_ranks_than_requested_gpus(capsys: pytest.CaptureFixture[str]) -> None:
+    """Through the CLI's dry run, for a batch script and for the local scheduler: exit 2, Error + HINT."""
+    from torchhpc.cli.main import main
+
+    for sched in ("slurm", "pbs", "local"):
+        assert main(["run", "-s", sched, "--gpus-per-node", "2", "-n", "4", "--dry-run", "train.py"]) == 2
+        err = capsys.readouterr().err
+        assert "Error: 4 ranks on each node with backend 'nccl' but 2 GPUs requested (--gpus-per-node)" in err, err
+        assert "HINT: use --nproc-per-node 2 or --gpus-per-node 4" in err
+    assert main(["run", "-s", "slurm", "--gpus-per-node", "2", "-n", "4", "-e", "TORCHHPC_BACKEND=gloo", "--dry-run", "train.py"]) == 0
+    assert "#SBATCH --gpus-per-node=2" in capsys.readouterr().out
+
+
 def test_backend_and_visibility_text() -> None:
     assert needs_gpu_per_rank("nccl") and needs_gpu_per_rank("cpu:gloo,cuda:nccl")
     assert not needs_gpu_per_rank("gloo") and not needs_gpu_per_rank("mpi")

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Optional
 
+from torchhpc.core.gpus import requested_geometry_error
 from torchhpc.core.units import parse_size, parse_walltime
 from torchhpc.core.validate import check_name, check_value
 from torchhpc.errors import SpecError
@@ -206,6 +207,10 @@ class JobSpec:
                     f"(from --launcher {self.launcher})",
                     f"drop --ntasks-per-node (torchhpc sets {expected}) or change --launcher",
                 )
+        # NCCL drives one GPU per rank: more ranks than requested GPUs fail inside every rank's NCCL init.
+        too_many = requested_geometry_error(self.nproc_per_node, self.gpus_per_node, dict(self.env))
+        if too_many is not None:
+            raise SpecError(too_many.message, too_many.hint)
 
     @property
     def stop_signal_seconds(self) -> Optional[int]:
