@@ -8,8 +8,9 @@ rendered by the real slurm and pbs backends (nothing submitted). The run on the
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -217,3 +218,44 @@ def test_run_exclude_reads_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "#SBATCH --exclude=node3,node5" in capsys.readouterr().out
     assert main(["run", "--scheduler", "slurm", "--exclude", "@missing.txt", "--dry-run", "x.py"]) == 2
     assert "HINT:" in capsys.readouterr().err
+
+
+def _state(tmp_path: Path) -> Any:
+    from torchhpc.devcluster import ClusterState
+
+    names = {"node1": "p-node1", "node2": "p-node2", "node3": "p-node3", "ctl": "p-ctl"}
+    return ClusterState(str(tmp_path), ["node1", "node2", "node3"], {}, names, "10.0.0.1", "10.0.0.0/24",
+                        "", "", "", "", False)
+
+
+def test_degrade_shapes_both_ends_of_the_nodes_veth_and_restore_removes_it(tmp_path: Path) -> None:
+    from torchhpc.devcluster import degrade as dg
+
+    shown = {"out": "qdisc noqueue 0: root refcnt 2"}
+
+    def tc(argv: Sequence[str], _input: str | None) -> str:
+        if "replace" in argv:
+            shown["out"] = "qdisc tbf 8001: root refcnt 3 rate 100Mbit burst 125000b lat 50ms"
+        if "del" in argv:
+            shown["out"] = "qdisc noqueue 0: root refcnt 2"
+        return shown["out"] if "show" in argv else ""
+
+    runner = FakeRunner(responses={"tc": tc})
+    assert dg.degrade(_state(tmp_path), "node3", "100mbit", runner) == 100e6
+    calls = [argv for argv, _ in runner.calls]
+    assert calls == [
+        ["tc", "-n", "p-ctl", "qdisc", "replace", "dev", "vn3", "root", "tbf", "rate", "100000000bit",
+         "burst", "125000", "latency", "50ms"],
+        ["tc", "-n", "p-node3", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "100000000bit",
+         "burst", "125000", "latency", "50ms"],
+    ]
+    assert dg.shaped(_state(tmp_path), runner) == {"node1": "100Mbit", "node2": "100Mbit", "node3": "100Mbit"}
+    assert dg.restore(_state(tmp_path), "node3", runner) is True
+    assert dg.restore(_state(tmp_path), "node3", runner) is False  # twice is fine
+    assert dg.parse_rate("1gbit") == 1e9 and dg.parse_rate("50mbps") == 400e6
+    for bad in ("fast", "10", "-1mbit", "1xbit"):
+        with pytest.raises(UsageError, match="is not a link rate"):
+            dg.parse_rate(bad)
+    with pytest.raises(UsageError, match="'node9' is not a node") as e:
+        dg.degrade(_state(tmp_path), "node9", "1mbit", runner)
+    assert "node1, node2, node3" in (e.value.hint or "")

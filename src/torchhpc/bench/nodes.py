@@ -47,6 +47,10 @@ PREFIX = plan.PREFIX
 # Intra-node all_reduce size: gloo's busbw plateaus from 16 MiB, and these run
 # N times one after the other where nodes share a machine.
 INTRA_BYTES = 16 << 20
+WARMUP_BYTES = 1 << 20
+# A pair round starts no new call after this many seconds once one timed call is done: with
+# the best call counting, one or two calls of a degraded link (seconds each) say enough.
+PAIR_SECONDS = 6.0
 
 
 def node_name(env: dict[str, str] | None = None) -> str:
@@ -73,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--stat", default="best", choices=("best", "median"))
-    p.add_argument("--passes", type=int, default=3, help="passes of the per-node checks (best kept)")
+    p.add_argument("--passes", type=int, default=2, help="passes of the per-node checks (best kept)")
     p.add_argument("--slow-ratio", type=float, default=0.7)
     p.add_argument("--deadline", type=float, default=0.0, help="epoch seconds after which no round starts")
     p.add_argument("--json", required=True)
@@ -115,17 +119,25 @@ class _Worker:
         if self.cuda:
             self.torch.cuda.synchronize()
 
-    def _lockstep(self, measure: Callable[[], Any] | None, steps: int, slot: int = 0, slots: int = 1) -> list[Any]:
+    def _lockstep(self, measure: Callable[[], Any] | None, steps: int, slot: int = 0, slots: int = 1,
+                  min_steps: int = 0, cap: float | None = None) -> list[Any]:
         """Run ``measure`` ``steps`` times in step with every other rank; returns what it measured.
 
         Every rank (measuring or not) meets the others at a barrier before each turn, so
         concurrent measurements (pairs of a round, nodes on separate machines) start together
         and none gets the machine to itself at the end. With ``slots`` > 1 (nodes sharing one
         kernel) the nodes take turns, each measured alone, in an order rotated every step: a
-        burst of load from elsewhere falls on all of them alike.
+        burst of load from elsewhere falls on all of them alike. With ``cap``, no step starts
+        after ``cap`` seconds once ``min_steps`` are done (a slow pair's calls take seconds each).
         """
         out: list[Any] = []
+        t0 = time.monotonic()
         for i in range(steps):
+            if cap is not None and i >= min_steps:
+                go = [time.monotonic() - t0 < cap]  # rank 0's clock decides for everyone
+                self.dist.broadcast_object_list(go, src=0)
+                if not go[0]:
+                    break
             for turn in range(slots):
                 self.dist.barrier()
                 if measure is not None and (slot - i) % slots == turn:
@@ -180,7 +192,7 @@ class _Worker:
             intra = lambda: size / call() / 1e9 * 2 * (world - 1) / world  # noqa: E731
         try:
             for _ in range(self.args.passes):
-                for figs in self._lockstep(compute, 1 + 3, slot, slots)[1:]:
+                for figs in self._lockstep(compute, 1 + 2, slot, slots)[1:]:
                     for k, v in figs.items():
                         mine[k] = max(mine.get(k, v), v)
                         self.samples.setdefault(k, []).append(round(v, 4))
@@ -209,18 +221,25 @@ class _Worker:
         torch, dist = self.torch, self.dist
         buf = torch.ones(max(1, self.size // 4), dtype=torch.float32, device=self.ctx.device)
         call = self._call_seconds(lambda: dist.all_reduce(buf, group=group))
+        # Warm-up calls (connections, buffers) need not move --size bytes: a slow link would
+        # spend seconds on each.
+        small = buf[: max(1, min(buf.numel(), WARMUP_BYTES // 4))]
+        warm = self._call_seconds(lambda: dist.all_reduce(small, group=group))
         errors: list[str] = []
+        done = [0]
 
         def measure() -> float | None:
             if errors:
                 return None
             try:
-                return call()
+                done[0] += 1
+                return warm() if done[0] <= self.args.warmup else call()
             except Exception as e:  # a broken link is a result (FAIL), not the end of the run
                 errors.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
                 return None
 
-        got = self._lockstep(measure if group is not None else None, self.args.warmup + self.args.iters)
+        got = self._lockstep(measure if group is not None else None, self.args.warmup + self.args.iters,
+                             min_steps=self.args.warmup + 1, cap=PAIR_SECONDS)
         if group is None:
             return {}
         if errors:
@@ -276,7 +295,7 @@ class _Worker:
         """Rank 0 decides whether the next round fits before the deadline; everyone follows."""
         ok = [True]
         if self.rank == 0 and self.args.deadline:
-            need = max(getattr(self, "last_round", plan.MIN_ROUND_SECONDS), plan.MIN_ROUND_SECONDS)
+            need = 1.25 * max(getattr(self, "last_round", plan.MIN_ROUND_SECONDS), plan.MIN_ROUND_SECONDS)
             ok[0] = time.time() + need < self.args.deadline
         self.dist.broadcast_object_list(ok, src=0)
         if not ok[0]:
@@ -307,11 +326,19 @@ class _Worker:
                  f"{self.ctx.backend}" + ("; the nodes share one kernel (namespaces on one machine)"
                                           if self.shared else ""))
         checks = [("matmul", "TFLOP/s" if self.cuda else "GFLOP/s"), ("copy", "GB/s"), ("intra-node", "GB/s")]
+        t0 = time.time()
         figures = self.node_checks()
+        took = time.time() - t0
+        ring = plan.ring_pairs(self.nodes)
+        rounds = plan.rounds_of(ring)
         again = [False]
         if self.rank == 0:
-            again[0] = any(r.verdict != plan.PASS for r in plan.node_rows(self.nodes, figures, checks, {},
-                                                                          self.args.slow_ratio))
+            slow = any(r.verdict != plan.PASS for r in plan.node_rows(self.nodes, figures, checks, {},
+                                                                     self.args.slow_ratio))
+            # only when the pairs still fit in the budget afterwards
+            fits = not self.args.deadline or (
+                time.time() + took + (len(rounds) + 1) * plan.MIN_ROUND_SECONDS * 2 < self.args.deadline)
+            again[0] = slow and fits
         self.dist.broadcast_object_list(again, src=0)
         if again[0]:  # a slow check is measured again before it counts; the better figure stays
             self.say("a per-node check is slow: measuring every node again")
@@ -321,8 +348,6 @@ class _Worker:
                     figures[n][k] = v if old is None or (v is not None and v > old) else old
         for n in self.nodes:
             self.say(f"node {n} " + ", ".join(f"{k} {v:.3g}" for k, v in figures[n].items() if v is not None))
-        ring = plan.ring_pairs(self.nodes)
-        rounds = plan.rounds_of(ring)
         for i, r in enumerate(rounds, 1):
             if self._go(r):
                 self.run_round(r, "ring", f"ring round {i}/{len(rounds)}")

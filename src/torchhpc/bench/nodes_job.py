@@ -30,7 +30,7 @@ __all__ = ["NodesRun", "cluster_nodes", "make_spec", "run_job", "write_outputs"]
 
 WORKER = "torchhpc.bench.nodes"
 PREFIX = plan.PREFIX
-RESERVE_SECONDS = 10.0  # of the budget, kept for writing and collecting the result
+RESERVE_SECONDS = 20.0  # of the budget, kept for ending the job and collecting the result
 
 
 @dataclass
