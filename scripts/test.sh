@@ -38,6 +38,9 @@ if [ -x .ci/build-test-image.sh ]; then
   .ci/build-test-image.sh
 fi
 
+step "soak: the batch script's requeue test 20x beside 3 busy loops (a race fails here every time, not 1 in 10)"
+./scripts/soak.sh -n 20 -P 4 --hogs 3 -k warning_creates_the_stop_file_and_requeues tests/unit/test_stop.py
+
 step "pytest"
 python -m pytest -ra "$@"
 step "done"
