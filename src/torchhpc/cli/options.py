@@ -1,4 +1,4 @@
-"""``torchhpc options SCHEDULER``: the scheduler options ``--opt KEY=VALUE`` accepts."""
+"""``torchhpc options SCHEDULER``: the typed ``--opt KEY=VALUE`` options of a scheduler."""
 
 from __future__ import annotations
 
@@ -11,17 +11,18 @@ from torchhpc.schedulers import REGISTRY
 
 
 def register(sub: Any) -> None:
-    p = add_subparser(sub, "options", "list the --opt KEY=VALUE options of a scheduler")
+    p = add_subparser(sub, "options", "list the --opt KEY=VALUE options of a scheduler (name, type, default)")
     p.add_argument("scheduler", choices=list(REGISTRY))
     p.set_defaults(func=cmd_options)
 
 
 def cmd_options(args: argparse.Namespace) -> int:
+    from torchhpc.schedulers.options import options_table
+
     mod, cls = REGISTRY[args.scheduler].split(":")
-    options: dict[str, str] = getattr(getattr(importlib.import_module(mod), cls), "OPTIONS", {})
+    options = getattr(getattr(importlib.import_module(mod), cls), "OPTIONS", {})
     if not options:
         print(f"the {args.scheduler} scheduler takes no --opt options")
-    width = max((len(k) for k in options), default=0)
-    for key, help in options.items():
-        print(f"  {key:<{width}}  {help}")
+    for line in options_table(options.values()):
+        print(line)
     return 0

@@ -1,9 +1,10 @@
 """Launchers: argv builders for torchrun, srun-direct and mpirun.
 
 The geometry each launcher needs is the users' most common failure, so it is
-stated once here: torchrun is one task per node (it forks the local workers);
-srun-direct and mpirun are one task per process. Builders take argv and return
-argv; the scheduler turns them into shell text through :mod:`torchhpc.core.shell`.
+stated once, in :mod:`torchhpc.launchers.kinds`: torchrun is one task per node
+(it forks the local workers); srun-direct and mpirun are one task per process.
+Builders take argv and return argv; the scheduler turns them into shell text
+through :mod:`torchhpc.core.shell`.
 """
 
 from __future__ import annotations
@@ -11,10 +12,24 @@ from __future__ import annotations
 from torchhpc.core.shell import TrustedScript
 from torchhpc.launchers import task as _task
 from torchhpc.launchers.builders import mpirun_argv, srun_argv, torchrun_argv
+from torchhpc.launchers.kinds import LAUNCHERS, MPIRUN, SRUN, TORCHRUN, Launcher, get_launcher
 from torchhpc.launchers.task import SHIM_VAR, task_argv
 
 # The shim is torchhpc's own multi-line code: scripts keep it as a readable single-quoted
 # block (quote() writes any other value holding a newline on one line, as $'...').
 TASK_SHIM = TrustedScript(_task.TASK_SHIM)
 
-__all__ = ["SHIM_VAR", "TASK_SHIM", "mpirun_argv", "srun_argv", "task_argv", "torchrun_argv"]
+__all__ = [
+    "LAUNCHERS",
+    "MPIRUN",
+    "SHIM_VAR",
+    "SRUN",
+    "TASK_SHIM",
+    "TORCHRUN",
+    "Launcher",
+    "get_launcher",
+    "mpirun_argv",
+    "srun_argv",
+    "task_argv",
+    "torchrun_argv",
+]

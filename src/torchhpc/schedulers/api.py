@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
 from torchhpc.core.proc import Runner, default_runner
 from torchhpc.core.shell import join, quote
 from torchhpc.core.spec import JobSpec
-from torchhpc.errors import JobFailed, SpecError, TorchHPCError
+from torchhpc.errors import JobFailed, TorchHPCError
+from torchhpc.schedulers.options import Option
+from torchhpc.schedulers.options import resolve as resolve_options
 
 __all__ = ["TERMINAL", "JobStatus", "Scheduler", "Submission"]
 
@@ -142,19 +144,12 @@ class Scheduler(ABC):
     def __init__(self, runner: Runner | None = None) -> None:
         self.runner = runner or default_runner()
 
-    # --opt KEY=VALUE names this backend understands, name -> help (``torchhpc options NAME``)
-    OPTIONS: ClassVar[dict[str, str]] = {}
+    # --opt KEY=VALUE names this backend understands, typed (``torchhpc options NAME`` lists them)
+    OPTIONS: ClassVar[dict[str, Option]] = {}
 
-    def checked_options(self, spec: JobSpec) -> dict[str, str]:
-        """The job's ``--opt`` values; an unknown name is one error, the same for every backend."""
-        opts = spec.options_dict
-        unknown = sorted(set(opts) - set(self.OPTIONS))
-        if unknown:
-            raise SpecError(
-                f"unknown {self.name} option(s) {', '.join(unknown)} (from --opt)",
-                f"valid: {', '.join(self.OPTIONS)}; `torchhpc options {self.name}` describes them",
-            )
-        return opts
+    def checked_options(self, spec: JobSpec, given: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The job's ``--opt`` values, checked: one error for an unknown name or an ill-typed value."""
+        return resolve_options(self.name, self.OPTIONS.values(), spec.options_dict if given is None else given)
 
     @abstractmethod
     def render(self, spec: JobSpec) -> Submission: ...

@@ -26,8 +26,8 @@ from typing import ClassVar
 
 from torchhpc.core.shell import Raw, quote
 from torchhpc.core.spec import ContainerSpec, JobSpec
-from torchhpc.errors import SchedulerError, SpecError
-from torchhpc.launchers import SHIM_VAR, TASK_SHIM, torchrun_argv
+from torchhpc.errors import SchedulerError
+from torchhpc.launchers import SHIM_VAR, TASK_SHIM, get_launcher, torchrun_argv
 from torchhpc.schedulers.api import Scheduler, Submission
 from torchhpc.schedulers.script import env_block, header_lines, read_log, save_record, script_path
 
@@ -128,16 +128,11 @@ class BatchScheduler(Scheduler):
     stop_comment: ClassVar[str] = ""
     # (reason, signal) pairs trapped by the batch shell
     stop_traps: ClassVar[tuple[tuple[str, str], ...]] = ()
-    launchers: ClassVar[tuple[str, ...]] = ("torchrun", "srun", "mpirun")
 
     # -- hooks -----------------------------------------------------------------
     def check(self, spec: JobSpec) -> None:
         """Reject what this scheduler cannot run (before anything is rendered)."""
-        if spec.launcher not in self.launchers:
-            raise self.unsupported_launcher(spec)
-
-    def unsupported_launcher(self, spec: JobSpec) -> Exception:
-        return SpecError(f"--launcher {spec.launcher!r} is not supported on {self.name}")
+        get_launcher(spec.launcher).check(self.name)
 
     def directives(self, spec: JobSpec) -> list[str]:
         raise NotImplementedError
@@ -221,7 +216,7 @@ class BatchScheduler(Scheduler):
             *self.check_lines(spec),
             "",
         ]
-        if spec.launcher != "torchrun":
+        if get_launcher(spec.launcher).needs_shim:
             lines += [self.shim_comment, f"{SHIM_VAR}={quote(TASK_SHIM)}", ""]
         if stopping:
             lines += self.stop_lines(spec)

@@ -17,21 +17,20 @@ from __future__ import annotations
 import json
 import os
 import re
-import ssl
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any
 
 from torchhpc.core.shell import Raw, join
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import parse_size
-from torchhpc.core.validate import check_dns_label, parse_bool
-from torchhpc.errors import CommandError, QuotingError, SchedulerError, SpecError
-from torchhpc.launchers import torchrun_argv
+from torchhpc.core.validate import check_dns_label
+from torchhpc.errors import CommandError, SchedulerError, SpecError
+from torchhpc.launchers import get_launcher, torchrun_argv
 from torchhpc.network.presets import auto_lines, wants_auto
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
+from torchhpc.schedulers.kube_io import KubeAPI, to_yaml
+from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pods import RDMA_ANNOTATION, k8s_name, normalized_options
 from torchhpc.schedulers.script import load_record, save_record
 
@@ -40,8 +39,6 @@ __all__ = ["GROUP_PATH", "KubeAPI", "KubernetesScheduler", "manifest", "status_f
 GROUP_PATH = "/apis/kubeflow.org/v1"
 CONTAINER = "pytorch"  # the operator finds the training container by this name
 PORT_NAME, PORT = "pytorchjob-port", 23456  # the operator's defaults, written out
-_TRUE = ("1", "true", "yes", "on")
-_SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 # --- the manifest --------------------------------------------------------------------
@@ -181,155 +178,11 @@ def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
     }
 
 
-# --- a tiny YAML emitter -------------------------------------------------------------
-
-# fullmatch only: ``$`` would also match before a final newline.
-_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./=+-]*(?::[A-Za-z0-9_./=+-]+)*")
-_YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"}
-
-
-def _scalar(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return json.dumps(value)
-    text = str(value)
-    if _PLAIN.fullmatch(text) and text.lower() not in _YAML_WORDS:
-        return text
-    return _double_quoted(text)
-
-
-def _double_quoted(text: str) -> str:
-    """A YAML double-quoted scalar: printable characters as they are (emoji included, never as
-    JSON's surrogate pairs, which YAML parsers reject), everything else as an escape."""
-    out = ['"']
-    for ch in text:
-        code = ord(ch)
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif 0xD800 <= code <= 0xDFFF:
-            raise QuotingError(f"{text[:40]!r} is not valid UTF-8 (a manifest holds only text)", "use UTF-8 text")
-        elif 0x20 <= code <= 0x7E or (0xA0 <= code <= 0xFFFD and code not in (0x2028, 0x2029, 0xFEFF)) or code > 0xFFFF:
-            out.append(ch)
-        elif code <= 0xFF:
-            out.append(f"\\x{code:02x}")
-        else:
-            out.append(f"\\u{code:04x}")
-    return "".join(out) + '"'
-
-
-def to_yaml(obj: Any, indent: int = 0) -> str:
-    """Block-style YAML for dicts, lists and scalars; strings that need it are JSON-quoted.
-
-    Deterministic (insertion order), so rendered manifests can be golden files.
-    """
-    pad = " " * indent
-    lines: list[str] = []
-    if isinstance(obj, Mapping):
-        for k, v in obj.items():
-            key = _scalar(str(k))
-            if isinstance(v, (Mapping, list)) and v:
-                lines.append(f"{pad}{key}:")
-                lines.append(to_yaml(v, indent + 2).rstrip("\n"))
-            elif isinstance(v, (Mapping, list)):
-                lines.append(f"{pad}{key}: {'{}' if isinstance(v, Mapping) else '[]'}")
-            else:
-                lines.append(f"{pad}{key}: {_scalar(v)}")
-    elif isinstance(obj, list):
-        for item in obj:
-            if isinstance(item, (Mapping, list)) and item:
-                inner = to_yaml(item, indent + 2).rstrip("\n")
-                lines.append(f"{pad}- {inner[indent + 2 :]}")
-            else:
-                lines.append(f"{pad}- {_scalar(item) if not isinstance(item, (Mapping, list)) else '{}'}")
-    else:
-        lines.append(pad + _scalar(obj))
-    return "\n".join(lines) + "\n"
-
-
 def _job_name(name: str) -> str:
     """A PyTorchJob name as it may appear in an API path (DNS-1123 subdomain characters only)."""
     if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?", name):
         raise SpecError(f"kubernetes job {name[:60]!r} is not a PyTorchJob name", "give NAMESPACE/NAME or NAME, e.g. default/pi")
     return name
-
-
-# --- the API client (stdlib only) -------------------------------------------------------
-
-
-class KubeAPI:
-    """Just enough of the Kubernetes REST API: JSON requests with a bearer token.
-
-    Configured from options (``api_server``, ``token_file``, ``ca_file``) or, in a
-    pod, from the service account Kubernetes mounts (``KUBERNETES_SERVICE_HOST``).
-    """
-
-    def __init__(self, server: str, token: str | None = None, ca_file: str | None = None, timeout: float = 30) -> None:
-        self.server = server.rstrip("/")
-        self.token = token
-        self.timeout = timeout
-        self.ca_file = ca_file
-
-    def _context(self) -> ssl.SSLContext | None:
-        if not self.server.startswith("https"):
-            return None
-        try:
-            return ssl.create_default_context(cafile=self.ca_file)
-        except OSError as e:
-            raise SchedulerError(
-                f"cannot load the CA bundle {self.ca_file!r}: {e.strerror}", "pass --opt ca_file=PATH"
-            ) from None
-
-    @classmethod
-    def from_options(cls, opts: Mapping[str, str], environ: Mapping[str, str] | None = None) -> KubeAPI:
-        env = os.environ if environ is None else environ
-        server = opts.get("api_server") or ""
-        token_file, ca_file = opts.get("token_file"), opts.get("ca_file")
-        if not server and env.get("KUBERNETES_SERVICE_HOST"):
-            host, port = env["KUBERNETES_SERVICE_HOST"], env.get("KUBERNETES_SERVICE_PORT", "443")
-            server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-            token_file = token_file or f"{_SA_DIR}/token"
-            ca_file = ca_file or f"{_SA_DIR}/ca.crt"
-        if not server:
-            raise SchedulerError(
-                "no kubectl and no Kubernetes API server to talk to",
-                "install kubectl, or pass --opt api_server=https://HOST:6443 --opt token_file=PATH",
-            )
-        token = None
-        if token_file:
-            try:
-                with open(token_file) as f:
-                    token = f.read().strip()
-            except OSError as e:
-                raise SchedulerError(f"cannot read token_file {token_file!r}: {e.strerror}") from None
-        return cls(server, token, ca_file)
-
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, str]:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.server + path, data=data, method=method)
-        req.add_header("Accept", "application/json, */*")
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout, context=self._context()) as resp:
-                return resp.status, resp.read().decode(errors="replace")
-        except urllib.error.HTTPError as e:
-            text = e.read().decode(errors="replace")
-            try:
-                message = json.loads(text).get("message", text)
-            except ValueError:
-                message = text
-            raise SchedulerError(
-                f"{method} {path} -> HTTP {e.code}: {message.strip()[:300]}",
-                "401/403: check the token and its RBAC; 404: check the namespace and that the "
-                "Kubeflow training-operator (PyTorchJob CRD) is installed",
-            ) from None
-        except urllib.error.URLError as e:
-            raise SchedulerError(f"cannot reach the Kubernetes API at {self.server}: {e.reason}") from None
 
 
 # --- the scheduler ------------------------------------------------------------------------
@@ -338,48 +191,31 @@ class KubeAPI:
 class KubernetesScheduler(Scheduler):
     name = "kubernetes"
     submit_command = "kubectl"
-    OPTIONS: ClassVar[dict[str, str]] = {
-        "image": "container image every pod runs; or give --container IMAGE",
-        "namespace": "namespace of the PyTorchJob (default 'default')",
-        "pvc": "PVC mounts, comma separated CLAIM:/mount/path",
-        "rdma": "RDMA network attachment (pod annotation k8s.v1.cni.cncf.io/networks), e.g. kube-system/roce",
-        "rdma_resource": "extended resource requested with rdma (default rdma/rdma=1)",
-        "annotation": "extra pod annotations, comma separated KEY=VALUE",
-        "extended_resource": "extra extended resources (limits), comma separated NAME=COUNT",
-        "large_shm": "accepted for RunAI profiles; the memory-backed /dev/shm is always mounted",
-        "shm_size": "size limit of the memory-backed /dev/shm (default: unlimited within the pod)",
-        "workdir": "container working directory",
-        "restart_policy": "pod restart policy: Never (default), OnFailure, Always or ExitCode",
-        "backoff_limit": "retries before the job is marked failed (default 0)",
-        "image_pull_policy": "IfNotPresent (default), Always or Never",
-        "service_account": "pod service account name",
-        "max_restarts": "torchrun --max-restarts (default 0: fail fast)",
-        "transport": "'auto' (kubectl if installed, else the API), 'kubectl' or 'api'",
-        "api_server": "API server URL for the 'api' transport, e.g. https://HOST:6443",
-        "token_file": "file holding the bearer token for the 'api' transport",
-        "ca_file": "CA bundle for the API server's certificate",
-    }
+    OPTIONS = declare(
+        Option("image", "container image every pod runs; or give --container IMAGE"),
+        Option("namespace", "namespace of the PyTorchJob", default="default"),
+        Option("pvc", "PVC mounts, comma separated CLAIM:/mount/path"),
+        Option("rdma", "RDMA network attachment (pod annotation k8s.v1.cni.cncf.io/networks), e.g. kube-system/roce"),
+        Option("rdma_resource", "extended resource requested with rdma", default="rdma/rdma=1"),
+        Option("annotation", "extra pod annotations, comma separated KEY=VALUE"),
+        Option("extended_resource", "extra extended resources (limits), comma separated NAME=COUNT"),
+        Option("large_shm", "accepted for RunAI profiles; the memory-backed /dev/shm is always mounted", "bool"),
+        Option("shm_size", "size limit of the memory-backed /dev/shm (default: unlimited within the pod)"),
+        Option("workdir", "container working directory"),
+        Option("restart_policy", "pod restart policy", "choice", "Never", ("Never", "OnFailure", "Always", "ExitCode")),
+        Option("backoff_limit", "retries before the job is marked failed", "int", "0"),
+        Option("image_pull_policy", "image pull policy", "choice", "IfNotPresent", ("IfNotPresent", "Always", "Never")),
+        Option("service_account", "pod service account name"),
+        Option("max_restarts", "torchrun --max-restarts (0: fail fast)", "int", "0"),
+        Option("transport", "auto: kubectl if installed, else the API", "choice", "auto", ("auto", "kubectl", "api")),
+        Option("api_server", "API server URL for the 'api' transport, e.g. https://HOST:6443"),
+        Option("token_file", "file holding the bearer token for the 'api' transport"),
+        Option("ca_file", "CA bundle for the API server's certificate"),
+    )
 
     def _check(self, spec: JobSpec) -> dict[str, str]:
-        opts = normalized_options(spec)
-        unknown = sorted(set(opts) - set(self.OPTIONS))
-        if unknown:
-            raise SpecError(
-                f"unknown kubernetes option(s) {', '.join(unknown)} (from --opt)",
-                f"valid: {', '.join(self.OPTIONS)}; `torchhpc options kubernetes` describes them",
-            )
-        if spec.launcher != "torchrun":
-            raise SpecError(
-                f"--launcher {spec.launcher} does not fit a PyTorchJob: it starts one pod per node",
-                "use --launcher torchrun (one torchrun per pod)",
-            )
-        policy = opts.get("restart_policy", "Never")
-        if policy not in ("Never", "OnFailure", "Always", "ExitCode"):
-            raise SpecError(f"restart_policy={policy!r} (from --opt) is not Never, OnFailure, Always or ExitCode")
-        if not opts.get("backoff_limit", "0").isdigit():
-            raise SpecError(f"backoff_limit={opts['backoff_limit']!r} (from --opt) is not a number")
-        if "large_shm" in opts:
-            parse_bool(opts["large_shm"], "large_shm (from --opt)")
+        opts = self.checked_options(spec, normalized_options(spec))
+        get_launcher(spec.launcher).check(self.name)
         # The namespace is part of every API path: a DNS-1123 label, nothing else (no '/', '..', '?').
         check_dns_label(opts.get("namespace", "default"), "namespace (from --opt namespace=...)")
         return opts

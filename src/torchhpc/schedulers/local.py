@@ -25,8 +25,10 @@ from torchhpc.core.shell import Raw, assignment, join
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.supervise import Supervisor, describe_exit, exit_status
 from torchhpc.errors import JobFailed, SchedulerError, SpecError
+from torchhpc.launchers import get_launcher
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.local_jobs import LocalJobs
+from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.script import default_python
 
 __all__ = [
@@ -131,11 +133,7 @@ def _check(spec: JobSpec) -> None:
             "--runtime pyxis only works through srun (it is a Slurm plugin), not with the local scheduler",
             "pick --runtime podman, apptainer or charliecloud here, or --scheduler slurm",
         )
-    if spec.launcher != "torchrun":
-        raise SpecError(
-            f"--launcher {spec.launcher} does not apply to the local scheduler",
-            "it starts the ranks itself with torchrun's contract; drop --launcher or pick --scheduler slurm",
-        )
+    get_launcher(spec.launcher).check("local")
 
 
 def worker_argv(spec: JobSpec) -> list[str]:
@@ -194,10 +192,10 @@ class LocalScheduler(Scheduler):
 
     name = "local"
     submit_command = ""
-    OPTIONS: ClassVar[dict[str, str]] = {
-        "master_port": "fixed MASTER_PORT instead of a free one (or --env MASTER_PORT=...)",
-        "grace": "seconds between SIGTERM and SIGKILL when stopping ranks (default 3)",
-    }
+    OPTIONS = declare(
+        Option("master_port", "fixed MASTER_PORT instead of a free one (or --env MASTER_PORT=...)", "int"),
+        Option("grace", "seconds between SIGTERM and SIGKILL when stopping ranks (0 to 3600)", default="3"),
+    )
     grace: float = 3.0
     poll: float = 0.02
     # Runs finished by schedule() in this process, by run id (class-wide: get_scheduler makes new instances).

@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import os
 import re
-from typing import ClassVar
 
 from torchhpc.core.shell import Raw, directive, join
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import parse_size
+from torchhpc.core.validate import parse_bool
 from torchhpc.errors import CommandError, QuotingError, SchedulerError, SpecError
-from torchhpc.launchers import SHIM_VAR, mpirun_argv, task_argv
+from torchhpc.launchers import MPIRUN, SHIM_VAR, get_launcher, mpirun_argv, task_argv
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.batch import BatchScheduler, in_container, torchrun_command
+from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pbs_parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
 from torchhpc.schedulers.script import default_python, load_record
 
@@ -52,7 +53,6 @@ mapfile -t _torchhpc_hosts < <(awk '!seen[$0]++' "$PBS_NODEFILE")
 NNODES=${#_torchhpc_hosts[@]}
 _torchhpc_master_host=${_torchhpc_hosts[0]}
 """.strip("\n")
-_TRUE = ("1", "true", "yes", "on")
 # qsub -N: PBS Pro allows up to 236 printable non-space characters, first one alphabetic.
 _BAD_NAME = re.compile(r"[^A-Za-z0-9_.+-]")
 
@@ -111,30 +111,24 @@ class PBSScheduler(BatchScheduler):
     traps_first = False
     stop_comment = "# Nothing lost: ask every rank to checkpoint and stop before the walltime (PBS gives no warning)."
     stop_traps = (("terminated", "TERM"),)
-    launchers = ("torchrun", "mpirun")
-    OPTIONS: ClassVar[dict[str, str]] = {
-        "queue": "queue to submit to (#PBS -q)",
-        "account": "project/allocation to charge (#PBS -A), e.g. st-alice-1-gpu on Sockeye",
-        "select_style": "'pro' (default: -l select=N:ncpus=..:ngpus=..) or 'torque' (-l nodes=N:ppn=P)",
-        "place": "PBS Pro chunk placement (#PBS -l place=), default 'scatter' (one chunk per host)",
-        "select_extra": "extra chunk resources appended to select, e.g. 'gpu_mem=32gb'",
-        "mail": "e-mail address for job mail (#PBS -M)",
-        "mail_events": "when to mail (#PBS -m), default 'abe' when mail is set",
-        "per_node": "how torchrun is started once per node: 'pbsdsh' (default) or 'mpirun'",
-        "mca": "OpenMPI MCA settings, comma separated, default 'pml=ob1,btl=^openib' (the seed's)",
-        "oversubscribe": "'1' (default) adds mpirun --oversubscribe; '0' drops it",
-        "max_restarts": "torchrun --max-restarts (default 0: fail fast)",
-    }
+    OPTIONS = declare(
+        Option("queue", "queue to submit to (#PBS -q)"),
+        Option("account", "project/allocation to charge (#PBS -A), e.g. st-alice-1-gpu on Sockeye"),
+        Option("select_style", "pro: -l select=N:ncpus=..:ngpus=..; torque: -l nodes=N:ppn=P", "choice", "pro",
+               ("pro", "torque")),
+        Option("place", "PBS Pro chunk placement (#PBS -l place=), one chunk per host", default="scatter"),
+        Option("select_extra", "extra chunk resources appended to select, e.g. 'gpu_mem=32gb'"),
+        Option("mail", "e-mail address for job mail (#PBS -M)"),
+        Option("mail_events", "when to mail (#PBS -m), when mail is set", default="abe"),
+        Option("per_node", "how torchrun is started once per node", "choice", "pbsdsh", ("pbsdsh", "mpirun")),
+        Option("mca", "OpenMPI MCA settings, comma separated (the seed's)", default="pml=ob1,btl=^openib"),
+        Option("oversubscribe", "mpirun --oversubscribe", "bool", "1"),
+        Option("max_restarts", "torchrun --max-restarts (0: fail fast)", "int", "0"),
+    )
 
     # rendering -----------------------------------------------------------
     def _check_options(self, spec: JobSpec) -> dict[str, str]:
         opts = self.checked_options(spec)
-        style = opts.get("select_style", "pro")
-        if style not in ("pro", "torque"):
-            raise SpecError(f"select_style={style!r} (from --opt) is not 'pro' or 'torque'")
-        per_node = opts.get("per_node", "pbsdsh")
-        if per_node not in ("pbsdsh", "mpirun"):
-            raise SpecError(f"per_node={per_node!r} (from --opt) is not 'pbsdsh' or 'mpirun'")
         if spec.requeue:
             raise SpecError(
                 "--requeue is not supported with --scheduler pbs (PBS requeue, qrerun, needs operator rights)",
@@ -142,15 +136,10 @@ class PBSScheduler(BatchScheduler):
             )
         return opts
 
-    def unsupported_launcher(self, spec: JobSpec) -> Exception:
-        return SpecError(
-            f"--launcher {spec.launcher} needs Slurm; this job is for --scheduler pbs",
-            "use --launcher mpirun (the Sockeye way) or --launcher torchrun",
-        )
 
     def _procs_per_chunk(self, spec: JobSpec) -> int:
         """MPI slots per node: one per rank for mpirun, one per node for torchrun."""
-        return spec.expected_tasks_per_node()
+        return get_launcher(spec.launcher).tasks_per_node(spec)
 
     def directives(self, spec: JobSpec) -> list[str]:
         """The ``#PBS`` lines, each through :func:`~torchhpc.core.shell.directive`."""
@@ -198,7 +187,7 @@ class PBSScheduler(BatchScheduler):
 
     def _mpirun_extra(self, spec: JobSpec) -> list[str]:
         extra: list[str] = []
-        if (spec.option("oversubscribe", "1") or "1").lower() in _TRUE:
+        if parse_bool(spec.option("oversubscribe") or "1", "oversubscribe"):
             extra.append("--oversubscribe")
         for item in (spec.option("mca", "pml=ob1,btl=^openib") or "").split(","):
             if not item.strip():
@@ -215,7 +204,7 @@ class PBSScheduler(BatchScheduler):
         exports = [*RENDEZVOUS_VARS, *(["PATH"] if spec.container is None else []), *spec.env_dict]
         if spec.stop_signal_seconds:
             exports.append("TORCHHPC_STOP_FILE")
-        if spec.launcher == "mpirun":
+        if get_launcher(spec.launcher) is MPIRUN:
             mpi = mpirun_argv(
                 str(spec.world_size),
                 spec.nproc_per_node,

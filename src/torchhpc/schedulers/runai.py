@@ -19,15 +19,15 @@ per-process RANK/WORLD_SIZE its workers see (nnodes x nproc-per-node).
 from __future__ import annotations
 
 import re
-from typing import ClassVar
 
 from torchhpc.core.shell import Raw, join, validate_env_name
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.validate import check_value, parse_bool
 from torchhpc.errors import CommandError, SchedulerError, SpecError
-from torchhpc.launchers import torchrun_argv
+from torchhpc.launchers import get_launcher, torchrun_argv
 from torchhpc.network.presets import auto_lines, wants_auto
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
+from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pods import RDMA_ANNOTATION, k8s_name, normalized_options
 from torchhpc.schedulers.script import load_record, save_record
 
@@ -103,37 +103,27 @@ def pod_command(spec: JobSpec, python: str) -> str:
 class RunAIScheduler(Scheduler):
     name = "runai"
     submit_command = "runai"
-    OPTIONS: ClassVar[dict[str, str]] = {
-        "image": "container image every pod runs (--image); or give --container IMAGE",
-        "project": "RunAI project (-p); default: the CLI's configured project",
-        "pvc": "PVC mounts, comma separated CLAIM:/mount/path (--pvc), e.g. mlo-scratch:/mloscratch",
-        "rdma": "RDMA network attachment, e.g. kube-system/roce: adds the annotation and rdma/rdma=1",
-        "rdma_resource": "extended resource requested with rdma (default rdma/rdma=1)",
-        "annotation": "extra pod annotations, comma separated KEY=VALUE (--annotation)",
-        "extended_resource": "extra extended resources, comma separated NAME=COUNT (--extended-resource)",
-        "large_shm": "'1' (default) for --large-shm: /dev/shm big enough for DataLoader workers",
-        "workdir": "directory to cd into inside the pod before starting torchrun",
-        "log_dir": "directory (on a PVC) where each pod writes JOB_UUID-podRANK.log",
-        "node_pool": "RunAI node pool(s) (--node-pools)",
-        "max_restarts": "torchrun --max-restarts (default 0: fail fast)",
-    }
+    OPTIONS = declare(
+        Option("image", "container image every pod runs (--image); or give --container IMAGE"),
+        Option("project", "RunAI project (-p); default: the CLI's configured project"),
+        Option("pvc", "PVC mounts, comma separated CLAIM:/mount/path (--pvc), e.g. mlo-scratch:/mloscratch"),
+        Option("rdma", "RDMA network attachment, e.g. kube-system/roce: adds the annotation and rdma/rdma=1"),
+        Option("rdma_resource", "extended resource requested with rdma", default="rdma/rdma=1"),
+        Option("annotation", "extra pod annotations, comma separated KEY=VALUE (--annotation)"),
+        Option("extended_resource", "extra extended resources, comma separated NAME=COUNT (--extended-resource)"),
+        Option("large_shm", "--large-shm: /dev/shm big enough for DataLoader workers", "bool", "1"),
+        Option("workdir", "directory to cd into inside the pod before starting torchrun"),
+        Option("log_dir", "directory (on a PVC) where each pod writes JOB_UUID-podRANK.log"),
+        Option("node_pool", "RunAI node pool(s) (--node-pools)"),
+        Option("max_restarts", "torchrun --max-restarts (0: fail fast)", "int", "0"),
+    )
 
     def _check(self, spec: JobSpec) -> dict[str, str]:
-        opts = normalized_options(spec)
-        unknown = sorted(set(opts) - set(self.OPTIONS))
-        if unknown:
-            raise SpecError(
-                f"unknown runai option(s) {', '.join(unknown)} (from --opt)",
-                f"valid: {', '.join(self.OPTIONS)}; `torchhpc options runai` describes them",
-            )
+        opts = self.checked_options(spec, normalized_options(spec))
         for key in ("workdir", "log_dir"):  # words of `cd`/`mkdir -p` in the pod: never an option
             if opts.get(key):
                 check_value(opts[key], f"{key} (from --opt)", word=True)
-        if spec.launcher != "torchrun":
-            raise SpecError(
-                f"--launcher {spec.launcher} does not fit RunAI: it starts one pod per node",
-                "use --launcher torchrun (one torchrun per pod, as RunAI's submit-dist pytorch expects)",
-            )
+        get_launcher(spec.launcher).check(self.name)
         return opts
 
     def image(self, spec: JobSpec) -> str:

@@ -14,16 +14,17 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from typing import ClassVar
 
 from torchhpc.core.proc import Runner
 from torchhpc.core.shell import Raw, directive, join, quote
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import format_bytes, format_walltime, parse_size
+from torchhpc.core.validate import parse_bool
 from torchhpc.errors import CommandError, SchedulerError, SpecError
-from torchhpc.launchers import SHIM_VAR, mpirun_argv, srun_argv, task_argv
+from torchhpc.launchers import SHIM_VAR, SRUN, TORCHRUN, get_launcher, mpirun_argv, srun_argv, task_argv
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.batch import BatchScheduler, in_container, job_container, torchrun_command
+from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.script import default_python, load_record
 
 __all__ = ["SlurmScheduler", "filter_rank", "parse_scontrol"]
@@ -89,35 +90,31 @@ class SlurmScheduler(BatchScheduler):
     )
     # B: only the batch shell gets USR2 (--signal=B:USR2@N): no rank, torchrun agent or NCCL ever sees it.
     stop_traps = (("time-limit", "USR2"), ("ended-by-slurm", "TERM"))
-    OPTIONS: ClassVar[dict[str, str]] = {
-        "partition": "Slurm partition (--partition)",
-        "account": "account to charge (--account); mandatory on many sites",
-        "qos": "quality of service (--qos)",
-        "reservation": "reservation name (--reservation)",
-        "constraint": "node features (--constraint)",
-        "exclusive": "'1' to request whole nodes (--exclusive)",
-        "gres": "generic resources instead of --gpus-per-node, e.g. gpu:4 (--gres)",
-        "nodelist": "run on these nodes (--nodelist)",
-        "exclude": "avoid these nodes (--exclude)",
-        "mail_user": "e-mail address (--mail-user)",
-        "mail_type": "when to mail, e.g. END,FAIL (--mail-type)",
-        "cpu_bind": "srun --cpu-bind value, e.g. mask_cpu:0xfe... (LUMI)",
-        "max_restarts": "torchrun --max-restarts (default 0: fail fast)",
-        "sbatch_extra": "extra raw sbatch flags, space separated (e.g. '--gpus-per-task=1')",
-    }
+    OPTIONS = declare(
+        Option("partition", "Slurm partition (--partition)"),
+        Option("account", "account to charge (--account); mandatory on many sites"),
+        Option("qos", "quality of service (--qos)"),
+        Option("reservation", "reservation name (--reservation)"),
+        Option("constraint", "node features (--constraint)"),
+        Option("exclusive", "request whole nodes (--exclusive)", "bool", "0"),
+        Option("gres", "generic resources instead of --gpus-per-node, e.g. gpu:4 (--gres)"),
+        Option("nodelist", "run on these nodes (--nodelist)"),
+        Option("exclude", "avoid these nodes (--exclude)"),
+        Option("mail_user", "e-mail address (--mail-user)"),
+        Option("mail_type", "when to mail (--mail-type)", default="END,FAIL"),
+        Option("cpu_bind", "srun --cpu-bind value, e.g. mask_cpu:0xfe... (LUMI)"),
+        Option("max_restarts", "torchrun --max-restarts (0: fail fast)", "int", "0"),
+        Option("sbatch_extra", "extra raw sbatch flags, space separated (e.g. '--gpus-per-task=1')"),
+    )
 
     def __init__(self, runner: Runner | None = None) -> None:
         super().__init__(runner or _site_runner())
 
     # rendering -------------------------------------------------------
-    def _cpus(self, spec: JobSpec) -> int | None:
+    @staticmethod
+    def _cpus(spec: JobSpec) -> int | None:
         """CPUs per Slurm task: per process for srun/mpirun, for all local processes for torchrun."""
-        per_proc = spec.cpus_per_task
-        if per_proc is None and spec.cpus_per_gpu and spec.gpus_per_node:
-            per_proc = spec.cpus_per_gpu * max(1, spec.gpus_per_node // spec.nproc_per_node)
-        if per_proc is None:
-            return None
-        return per_proc * spec.nproc_per_node if spec.launcher == "torchrun" else per_proc
+        return get_launcher(spec.launcher).cpus_per_task(spec)
 
     def directives(self, spec: JobSpec) -> list[str]:
         """The ``#SBATCH`` lines, each through :func:`~torchhpc.core.shell.directive`."""
@@ -125,7 +122,7 @@ class SlurmScheduler(BatchScheduler):
         pairs: list[tuple[str, object]] = [
             ("job-name", spec.name),
             ("nodes", spec.nodes),
-            ("ntasks-per-node", spec.expected_tasks_per_node()),
+            ("ntasks-per-node", get_launcher(spec.launcher).tasks_per_node(spec)),
         ]
         cpus = self._cpus(spec)
         if cpus:
@@ -152,7 +149,7 @@ class SlurmScheduler(BatchScheduler):
         lines = [directive("#SBATCH", k, v) for k, v in pairs]
         if spec.requeue:
             lines.append(directive("#SBATCH", "requeue"))
-        if opts.get("exclusive", "") in ("1", "true", "yes"):
+        if parse_bool(opts.get("exclusive") or "0", "exclusive"):
             lines.append(directive("#SBATCH", "exclusive"))
         for flag in (opts.get("sbatch_extra") or "").split():
             if not flag.startswith("--"):
@@ -167,12 +164,13 @@ class SlurmScheduler(BatchScheduler):
         extra_srun = _container_srun_options(spec)
         if spec.option("cpu_bind"):
             extra_srun = [f"--cpu-bind={spec.option('cpu_bind')}", *extra_srun]
-        if spec.launcher == "torchrun":
+        launcher = get_launcher(spec.launcher)
+        if launcher is TORCHRUN:
             cmd = torchrun_command(spec, python, nnodes=Raw('"$SLURM_NNODES"'), rdzv_id=Raw('"$SLURM_JOB_ID"'))
             step = srun_argv(1, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
             return [join([*step, *_wrap(spec, cmd)])]
         rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'))
-        if spec.launcher == "srun":
+        if launcher is SRUN:
             step = srun_argv(spec.nproc_per_node, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
             return [join([*step, *_wrap(spec, rank_cmd)])]
         # mpirun: one launcher process in the batch step, OpenMPI starts its daemons through Slurm.
@@ -338,7 +336,7 @@ class SlurmScheduler(BatchScheduler):
 
     def shell_argv(self, spec: JobSpec) -> list[str]:
         """The seeds' interactive workflow: an allocation with a shell on the first node."""
-        argv = ["salloc", f"--nodes={spec.nodes}", f"--ntasks-per-node={spec.expected_tasks_per_node()}"]
+        argv = ["salloc", f"--nodes={spec.nodes}", f"--ntasks-per-node={get_launcher(spec.launcher).tasks_per_node(spec)}"]
         cpus = self._cpus(spec)
         if cpus:
             argv.append(f"--cpus-per-task={cpus}")
