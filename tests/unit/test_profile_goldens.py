@@ -56,7 +56,7 @@ SEED_JOBS: dict[str, tuple[dict[str, str], list[str]]] = {
 @pytest.fixture(autouse=True)
 def clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for k in list(os.environ):
-        if k.startswith(("TORCHHPC_", "SBATCH_", "SLURM_", "PBS_")):
+        if k.startswith(("TORCHHPC_", "SBATCH_", "SLURM_", "PBS_")) and k != "TORCHHPC_REGEN_GOLDEN":
             monkeypatch.delenv(k)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)

@@ -62,7 +62,8 @@ def add_job_arguments(p: argparse.ArgumentParser, *, program: bool = True) -> No
     g.add_argument("--gpu-kind", choices=("nvidia", "amd"), default=None, help="GPU vendor (container flags --nv/--rocm)")
     g.add_argument("--ntasks-per-node", type=int, default=None, help="only checked: must match the launcher's geometry")
     r = p.add_argument_group("resources")
-    r.add_argument("--cpus-per-proc", type=int, default=None, help="CPUs per rank (torchhpc sets Slurm's --cpus-per-task per launcher)")
+    r.add_argument("--cpus-per-proc", type=int, default=None, help="CPUs per rank (default: the profile's cpus_per_gpu x GPUs per rank, else 1); "
+                        "Slurm's --cpus-per-task is derived per launcher (torchrun: ranks per node x this)")
     r.add_argument("--cpus-per-gpu", type=int, default=None, help="CPUs per GPU (e.g. 20 on MareNostrum5)")
     r.add_argument("--mem", default=None, help="memory per node, e.g. 64G")
     r.add_argument("-t", "--time", default=None, help="time limit: MM, HH:MM:SS or D-HH:MM:SS")

@@ -16,7 +16,10 @@ from torchhpc.core.spec import JobSpec
 from torchhpc.errors import SpecError
 from torchhpc.launchers.builders import mpirun_argv, srun_argv, torchrun_argv
 
-__all__ = ["LAUNCHERS", "MPIRUN", "SRUN", "TORCHRUN", "Launcher", "get_launcher"]
+__all__ = ["DEFAULT_CPUS_PER_PROC", "LAUNCHERS", "MPIRUN", "SRUN", "TORCHRUN", "Launcher", "get_launcher"]
+
+# CPUs per process when neither --cpus-per-proc nor a profile's cpus_per_gpu says (stated in --help).
+DEFAULT_CPUS_PER_PROC = 1
 
 
 @dataclass(frozen=True)
@@ -40,13 +43,19 @@ class Launcher:
     def tasks_per_node(self, spec: JobSpec) -> int:
         return 1 if self.per_node else spec.nproc_per_node
 
-    def cpus_per_task(self, spec: JobSpec) -> int | None:
-        """CPUs per scheduler task: per process, times the node's processes for a per-node launcher."""
+    def cpus_per_task(self, spec: JobSpec) -> int:
+        """CPUs per scheduler task: per process, times the node's processes for a per-node launcher.
+
+        Per process: ``--cpus-per-proc``, else the site's ``cpus_per_gpu`` x GPUs per
+        process, else :data:`DEFAULT_CPUS_PER_PROC`. Always a number, so it is always
+        rendered: Slurm's own default is one CPU per *task*, which leaves a torchrun
+        task's workers sharing a single core.
+        """
         per_proc = spec.cpus_per_task
         if per_proc is None and spec.cpus_per_gpu and spec.gpus_per_node:
             per_proc = spec.cpus_per_gpu * max(1, spec.gpus_per_node // spec.nproc_per_node)
         if per_proc is None:
-            return None
+            per_proc = DEFAULT_CPUS_PER_PROC
         return per_proc * spec.nproc_per_node if self.per_node else per_proc
 
     def check(self, scheduler: str) -> None:
