@@ -330,3 +330,18 @@ def test_list_defaults_to_local(capsys: pytest.CaptureFixture[str]) -> None:
     """`list` asked Slurm even where local is the default scheduler."""
     rc, _, err = run_cli(["list"], capsys)
     assert rc == 0 and "no local jobs" in err
+
+
+@pytest.mark.parametrize("argv, cpus", [
+    (["--profile", "alliance-cc", "-A", "def-pi", "--nodes", "2"], "4"),  # torchrun: 4 workers x 1
+    (["-s", "slurm", "--nproc-per-node", "3", "--launcher", "srun"], "1"),
+    (["-s", "slurm", "--nproc-per-node", "3", "--launcher", "mpirun", "--cpus-per-proc", "2"], "2"),
+    (["-s", "slurm", "--nproc-per-node", "3", "--cpus-per-proc", "2"], "6"),
+])
+def test_cpus_per_task_always_rendered(argv: list[str], cpus: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """alliance-cc rendered no --cpus-per-task: torchrun's workers shared Slurm's default of one CPU."""
+    rc, out, err = run_cli(["run", "--dry-run", *argv, "examples/pi.py"], capsys)
+    assert rc == 0, err
+    assert f"#SBATCH --cpus-per-task={cpus}" in out
+    if "mpirun" not in argv:  # one mpirun in the batch step: its ranks use the allocation's CPUs
+        assert f"--cpus-per-task={cpus} --label" in out  # and on the srun step
