@@ -94,3 +94,13 @@ def test_auto_block_runs_in_bash_and_keeps_user_values(capsys: pytest.CaptureFix
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[-1] == "mine0", r.stdout
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_preset_variables_reach_ranks_that_get_only_named_variables(
+    scheduler: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """mpirun forwards only what -x names (and pbsdsh only its env words): the presets' names are
+    listed there, as the --env names are, since they are no longer part of the job's env."""
+    script = dry_run(capsys, tmp_path, scheduler, "--network", "debug")
+    assert "-x NCCL_DEBUG" in script and "-x TORCH_DISTRIBUTED_DEBUG" in script, script

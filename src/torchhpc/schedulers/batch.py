@@ -37,6 +37,7 @@ __all__ = [
     "BatchScheduler",
     "in_container",
     "job_container",
+    "job_env_names",
     "master_addr_lines",
     "stop_file",
     "torchrun_command",
@@ -77,6 +78,18 @@ def job_container(spec: JobSpec, container: ContainerSpec) -> ContainerSpec:
     return container
 
 
+def job_env_names(spec: JobSpec) -> list[str]:
+    """The variables every rank must receive by name: the user's ``--env`` and the ``--network``
+    presets' (set by the script with setdefault, so not in the job's env). Launchers and runtimes
+    that do not pass the whole environment on (``mpirun -x``, ``pbsdsh env``, podman) list these."""
+    names = dict.fromkeys(spec.env_dict)
+    if spec.network:
+        from torchhpc.network.presets import preset_env
+
+        names.update(dict.fromkeys(preset_env(spec.network)))
+    return list(names)
+
+
 def in_container(spec: JobSpec, argv: list[str], pass_env: list[str], interactive: bool = False) -> list[str]:
     """Run ``argv`` inside the job's container (one container per task), if any.
 
@@ -92,7 +105,7 @@ def in_container(spec: JobSpec, argv: list[str], pass_env: list[str], interactiv
         argv,
         gpus=spec.gpus_per_node,
         gpu_kind=spec.gpu_kind,
-        pass_env=[*pass_env, "TORCHHPC_*", *spec.env_dict],
+        pass_env=[*pass_env, "TORCHHPC_*", *job_env_names(spec)],
         interactive=interactive,
     )
 

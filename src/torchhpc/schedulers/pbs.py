@@ -28,7 +28,7 @@ from torchhpc.core.validate import parse_bool
 from torchhpc.errors import CommandError, QuotingError, SchedulerError, SpecError
 from torchhpc.launchers import MPIRUN, SHIM_VAR, get_launcher, mpirun_argv, task_argv
 from torchhpc.schedulers.api import JobStatus
-from torchhpc.schedulers.batch import BatchScheduler, in_container, torchrun_command
+from torchhpc.schedulers.batch import BatchScheduler, in_container, job_env_names, torchrun_command
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pbs_parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
 from torchhpc.schedulers.script import default_python, load_record
@@ -201,7 +201,7 @@ class PBSScheduler(BatchScheduler):
     def launch_lines(self, spec: JobSpec) -> list[str]:
         python = default_python(spec)
         # PATH as the seed does, but not into a container: the image's own PATH must find its python.
-        exports = [*RENDEZVOUS_VARS, *(["PATH"] if spec.container is None else []), *spec.env_dict]
+        exports = [*RENDEZVOUS_VARS, *(["PATH"] if spec.container is None else []), *job_env_names(spec)]
         if spec.stop_signal_seconds:
             exports.append("TORCHHPC_STOP_FILE")
         if get_launcher(spec.launcher) is MPIRUN:

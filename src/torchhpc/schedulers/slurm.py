@@ -23,7 +23,13 @@ from torchhpc.core.validate import parse_bool
 from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.launchers import SHIM_VAR, SRUN, TORCHRUN, get_launcher, mpirun_argv, srun_argv, task_argv
 from torchhpc.schedulers.api import JobStatus
-from torchhpc.schedulers.batch import BatchScheduler, in_container, job_container, torchrun_command
+from torchhpc.schedulers.batch import (
+    BatchScheduler,
+    in_container,
+    job_container,
+    job_env_names,
+    torchrun_command,
+)
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.script import default_python, load_record
 
@@ -177,7 +183,7 @@ class SlurmScheduler(BatchScheduler):
         mpi = mpirun_argv(
             Raw('"$SLURM_NTASKS"'),
             spec.nproc_per_node,
-            export=[*RENDEZVOUS_VARS, "PATH", *spec.env_dict],
+            export=[*RENDEZVOUS_VARS, "PATH", *job_env_names(spec)],
             extra=["--tag-output"],
         )
         return [join([*mpi, *_wrap(spec, rank_cmd)])]
