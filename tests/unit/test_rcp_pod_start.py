@@ -76,3 +76,14 @@ def test_pod_exports_gid_index_from_sysfs(case: str, tmp_path: Path) -> None:
         # IPv6 only: the seed's grep for ::ffff: finds nothing; detection picks the RoCE v2 IPv6 GID.
         assert expected is None and m.group(1) == "3"
     assert m.group(2) == "mlx5"  # the profile's NCCL_IB_HCA (seed 004) wins over detection: setdefault
+
+
+def test_kubernetes_pod_detects_at_start_with_network_auto() -> None:
+    """The Kubeflow PyTorchJob path gets the same start-up detection for --network auto (or roce,auto)."""
+    spec = build_spec({"scheduler": "kubernetes", "nodes": 2, "image": "registry.example/img:1", "network": "roce,auto"},
+                      ["examples/pi.py"], {"HOME": "/nonexistent"})
+    text = str(get_scheduler("kubernetes").render(spec))
+    assert "net detect --export" in text and text.index("net detect") < text.index("torch.distributed.run")
+    plain = build_spec({"scheduler": "kubernetes", "nodes": 2, "image": "registry.example/img:1", "network": "roce"},
+                       ["examples/pi.py"], {"HOME": "/nonexistent"})
+    assert "net detect" not in str(get_scheduler("kubernetes").render(plain))
