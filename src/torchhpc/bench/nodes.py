@@ -351,13 +351,6 @@ class _Worker:
         for i, r in enumerate(rounds, 1):
             if self._go(r):
                 self.run_round(r, "ring", f"ring round {i}/{len(rounds)}")
-        # A slow ring pair between two good nodes runs again beside a reference pair of good
-        # nodes and is compared with it: a busy moment slows both alike, a slow link only its own.
-        retry = self._decide("retry", ring)
-        for i, (r, ref) in enumerate(retry, 1):
-            pairs = [(p[0], p[1]) for p in r]
-            if self._go(pairs):
-                self.run_round(pairs, "retry", f"re-measure {i}/{len(retry)}", tuple(ref) if ref else None)
         bad, confirm = self._decide("confirm", ring)
         if bad:
             self.say(f"suspects {', '.join(bad)}: {sum(len(r) for r, _ in confirm)} confirmation pair(s) "
@@ -366,6 +359,13 @@ class _Worker:
             pairs = [(p[0], p[1]) for p in r]
             if self._go(pairs):
                 self.run_round(pairs, "confirm", f"confirmation {i}/{len(confirm)}", tuple(ref) if ref else None)
+        # Then a slow pair between two good nodes (after the confirmation) runs again beside a
+        # reference pair of good nodes: a busy moment slows both alike, a slow link only its own.
+        retry = self._decide("retry", ring)
+        for i, (r, ref) in enumerate(retry, 1):
+            pairs = [(p[0], p[1]) for p in r]
+            if self._go(pairs):
+                self.run_round(pairs, "retry", f"re-measure {i}/{len(retry)}", tuple(ref) if ref else None)
         scores, _ = plan.pair_scores(self.pairs, ring)
         rows = plan.node_rows(self.nodes, figures, checks, scores, self.args.slow_ratio)
         return {

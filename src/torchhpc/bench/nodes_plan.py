@@ -7,16 +7,16 @@ The pairwise stage costs O(N) pairs, not the N(N-1)/2 of all pairs:
 
 1. **Ring**: node i with node i+1 (N pairs). Pairs that share no node run at
    the same time, so the ring takes 2 rounds (3 when N is odd).
-2. **Re-measure**: a slow ring pair between two good nodes (a possible slow
-   *link*) runs again beside a *reference pair* of two other good nodes, and is
-   compared with it: same moment, same load (a busy machine slows a healthy
-   pair; a bad link is slow every time).
-3. **Confirmation** (the bisection of a slow pair): a node whose every ring
+2. **Confirmation** (the bisection of a slow pair): a node whose every ring
    pair is slow is a *suspect*; its slow pairs are split into their two ends by
    pairing the suspect with a *known-good* node (one with a passing pair) it
    has not met yet. One round holds as many suspects as there are good nodes;
    at most ceil(log2 N) rounds are spent, so a broken half of a cluster still
    costs O(log N) rounds, not O(N). Confirmation rounds carry a reference pair too.
+3. **Re-measure** (after the confirmation): a slow ring pair between two good nodes (a possible slow
+   *link*) runs again beside a *reference pair* of two other good nodes, and is
+   compared with it: same moment, same load (a busy machine slows a healthy
+   pair; a bad link is slow every time).
 
 A node's pairwise figure is its best pair: a slow link slows every pair it is
 in, so a node with one fast pair has a good link. A slow pair between two good
@@ -119,11 +119,11 @@ def _median(values: Iterable[float | None]) -> float | None:
 
 def pair_scores(measurements: Iterable[Mapping[str, object]], ring: Sequence[Pair]) -> tuple[
         dict[Pair, tuple[float | None, float | None]], float | None]:
-    """Each pair's best (ratio, busbw) over its measurements, and the median ring pair.
+    """Each pair's best (ratio, busbw) over its measurements, and the reference busbw.
 
     A measurement taken beside a reference pair (``ref``: that pair's busbw in the
     same round) is compared with it: the same moment, the same load. Others are
-    compared with the median of the ring pairs' best runs. A pair whose every
+    compared with the median node's best ring pair. A pair whose every
     measurement failed scores (None, None): FAIL.
     """
     ms = [m for m in measurements if m.get("stage") != "reference"]
@@ -137,7 +137,12 @@ def pair_scores(measurements: Iterable[Mapping[str, object]], ring: Sequence[Pai
         v = m.get("busbw")
         if m.get("stage") == "ring" and isinstance(v, (int, float)):
             best_ring[key(m)] = max(best_ring.get(key(m), 0.0), float(v))
-    median = _median(best_ring.get(p) for p in ring)
+    # The reference is the median *node*, each node counted by its best ring pair: with a few
+    # nodes a slow node spoils half the ring pairs (2 of 4), and a median of pairs would sit
+    # between the slow and the healthy ones; a median of nodes stays with the healthy ones.
+    nodes = sorted({x for p in ring for x in p})
+    median = _median(max((best_ring[p] for p in ring if x in p and p in best_ring), default=None)
+                     for x in nodes)
     scores: dict[Pair, tuple[float | None, float | None]] = {}
     for m in ms:
         p, v, ref = key(m), m.get("busbw"), m.get("ref")
@@ -281,7 +286,7 @@ def format_table(rows: Sequence[Row]) -> str:
         if r.section != section:
             section = r.section
             out.append("# per-node checks (vs the median node)" if section == "node" else
-                       "# pairwise (vs the median ring pair, or a reference pair measured at the same time)")
+                       "# pairwise (vs the median node's best ring pair, or a reference pair run beside it)")
         fig = "-" if r.figure is None else f"{r.figure:.3g} {r.unit}"
         ratio = "-" if r.ratio is None else f"{r.ratio:.2f}"
         out.append(f"{r.node:<16} {r.check:<14} {fig:>16} {ratio:>6}  {r.verdict}" + (f"  ({r.note})" if r.note else ""))

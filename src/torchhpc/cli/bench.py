@@ -68,8 +68,9 @@ def register(sub: Any) -> None:
 NODES_DESCRIPTION = """\
 Find the slow node, GPU or link of an allocation in one job: per node a compute check (GPU matmul and
 copy, CPU matmul and copy otherwise) and an all_reduce among the node's ranks, each against the median
-node; then a ring of node pairs (2 rounds of pairs running at the same time; 3 for an odd count),
-slow pairs measured again, and every node whose pairs are all slow confirmed against a known-good node.
+node; then a ring of node pairs (2 rounds of pairs running at the same time; 3 for an odd count), every
+node whose pairs are all slow confirmed against a known-good node, a slow pair between good nodes measured
+again.
 Each pair runs a 2-node all_reduce of --size bytes; a node's pairwise figure is its best pair.
 Re-measured pairs are compared with a reference pair of good nodes measured at the same moment.
 SLOW: below --slow-ratio x the median. Exit 1 when a node is SLOW or FAIL (the table says which).
