@@ -141,7 +141,7 @@ def test_mpirun_line_has_the_seed_flags() -> None:
         "-x MASTER_ADDR -x MASTER_PORT -x PATH -x NCCL_DEBUG",
         "--bind-to none",
         "-mca pml ob1 -mca btl '^openib'",
-        'bash -c "$TORCHHPC_TASK_SHIM" torchhpc-task python3 examples/pi.py --n 1000000',
+        'bash -c "$TORCHHPC_TASK_SHIM" torchhpc-task-mpirun python3 examples/pi.py --n 1000000',
     ):
         assert piece in launch, piece
 
@@ -209,7 +209,7 @@ def test_container_wraps_each_rank() -> None:
     launch = launch_line(PBSScheduler(runner=FakeRunner()).render(CASES["sockeye_apptainer"]).script or "")
     assert launch.index("mpirun") < launch.index("apptainer") < launch.index("TORCHHPC_TASK_SHIM")
     assert "/arc/project/st-alice-1/pytorch.sif" in launch and "--nv" in launch
-    assert launch.endswith("torchhpc-task python examples/pi.py &")
+    assert launch.endswith("torchhpc-task-mpirun python examples/pi.py &")
     pyxis = ContainerSpec(image="nvcr.io#nvidia/pytorch:24.01-py3", runtime="pyxis")
     with pytest.raises(SpecError, match="pyxis needs srun"):
         PBSScheduler(runner=FakeRunner()).render(spec(container=pyxis))

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from torchhpc.core.shell import Raw
 from torchhpc.core.spec import JobSpec
+from torchhpc.launchers.task import task_argv
 
 __all__ = ["mpirun_argv", "srun_argv", "torchrun_argv"]
 
@@ -24,11 +25,16 @@ def torchrun_argv(
     endpoint: str | Raw,
     node_rank: str | Raw | None = None,
     extra: Sequence[str] = (),
+    worker_shim: str | Raw | None = None,
 ) -> list[str]:
     """``python -m torch.distributed.run`` (torchrun) with a c10d rendezvous.
 
     ``-m torch.distributed.run`` rather than ``torchrun`` so the interpreter
     that runs the workers is the one whose torch launched them (venvs, containers).
+    ``worker_shim`` (the per-task shim's text, or ``Raw('"$TORCHHPC_TASK_SHIM"')``)
+    starts every worker through it (``--no-python bash -c SHIM torchhpc-task-torchrun
+    python ...``): under srun the workers inherit the agents' one-task-per-node
+    SLURM_PROCID/SLURM_NTASKS, which the shim rewrites to each worker's rank.
     """
     argv: list[str] = [
         python,
@@ -45,7 +51,10 @@ def torchrun_argv(
         argv += ["--rdzv-backend", "c10d", "--rdzv-id", rdzv_id, "--rdzv-endpoint", endpoint]
     argv += ["--max-restarts", spec.option("max_restarts", "0") or "0"]
     argv += list(extra)
-    argv += spec.entrypoint.script_argv()
+    if worker_shim is not None:
+        argv += ["--no-python", *task_argv(spec.entrypoint.argv(python), shim=worker_shim, launcher="torchrun")]
+    else:
+        argv += spec.entrypoint.script_argv()
     return argv
 
 

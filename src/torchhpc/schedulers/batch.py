@@ -110,10 +110,17 @@ def in_container(spec: JobSpec, argv: list[str], pass_env: list[str], interactiv
     )
 
 
-def torchrun_command(spec: JobSpec, python: str, *, nnodes: Raw, rdzv_id: Raw) -> list[str]:
-    """One torchrun per node, c10d rendezvous at the job's MASTER_ADDR:MASTER_PORT, output tagged per rank."""
+def torchrun_command(
+    spec: JobSpec, python: str, *, nnodes: Raw, rdzv_id: Raw, worker_shim: Raw | None = None
+) -> list[str]:
+    """One torchrun per node, c10d rendezvous at the job's MASTER_ADDR:MASTER_PORT, output tagged per rank.
+
+    ``worker_shim``: start each worker through the per-task shim (see torchrun_argv).
+    """
     endpoint = Raw('"$MASTER_ADDR:$MASTER_PORT"')
-    return torchrun_argv(spec, python, nnodes=nnodes, rdzv_id=rdzv_id, endpoint=endpoint, extra=["--tee", "3"])
+    return torchrun_argv(
+        spec, python, nnodes=nnodes, rdzv_id=rdzv_id, endpoint=endpoint, extra=["--tee", "3"], worker_shim=worker_shim
+    )
 
 
 def master_addr_lines(host_var: str) -> list[str]:
@@ -135,6 +142,9 @@ class BatchScheduler(Scheduler):
     job_id_ref: ClassVar[str] = ""
     # "{spec}"-free description for the start line, e.g. "$SLURM_JOB_ID on $SLURM_JOB_NODELIST"
     job_label: ClassVar[str] = ""
+    # torchrun's workers go through the shim too (their agents run in a one-task-per-node step whose
+    # SLURM_* they inherit): set where the scheduler leaves such variables behind.
+    torchrun_worker_shim: ClassVar[bool] = False
     shim_comment: ClassVar[str] = "# Per-task shim: maps the launcher's rank variables to RANK, LOCAL_RANK, ... then execs."
     # stop protocol: traps before anything else (a warning may come early) or just before the step
     traps_first: ClassVar[bool] = True
@@ -229,7 +239,7 @@ class BatchScheduler(Scheduler):
             *self.check_lines(spec),
             "",
         ]
-        if get_launcher(spec.launcher).needs_shim:
+        if get_launcher(spec.launcher).needs_shim or self.torchrun_worker_shim:
             lines += [self.shim_comment, f"{SHIM_VAR}={quote(TASK_SHIM)}", ""]
         if stopping:
             lines += self.stop_lines(spec)

@@ -212,7 +212,7 @@ class PBSScheduler(BatchScheduler):
                 hostfile=Raw('"$PBS_NODEFILE"'),
                 extra=[*self._mpirun_extra(spec), "--tag-output"],
             )
-            rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'))
+            rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'), launcher="mpirun")
             return [join([*mpi, *_wrap(spec, rank_cmd)])]
         cmd = torchrun_command(spec, python, nnodes=Raw('"$NNODES"'), rdzv_id=Raw('"$_torchhpc_jobnum"'))
         if spec.option("per_node", "pbsdsh") == "mpirun":

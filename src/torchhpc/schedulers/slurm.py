@@ -90,7 +90,11 @@ class SlurmScheduler(BatchScheduler):
     no_log_hint = "logs are found for jobs submitted by torchhpc on this machine, or while the job is known to scontrol"
     job_id_ref = "$SLURM_JOB_ID"
     job_label = "$SLURM_JOB_ID on $SLURM_JOB_NODELIST"
-    shim_comment = "# Per-task shim: maps SLURM_PROCID / OMPI_COMM_WORLD_* to RANK, LOCAL_RANK, ... then execs."
+    shim_comment = (
+        "# Per-task shim (every rank, torchrun's workers too): RANK, LOCAL_RANK, ... from the launcher; SLURM_*,"
+        "\n# OMPI_* and TORCHELASTIC_* true for this rank or unset (docs/compat.md); then execs."
+    )
+    torchrun_worker_shim = True
     stop_comment = (
         "# Nothing lost: on the time-limit warning (USR2) or the job's end (TERM) ask every rank to checkpoint and stop."
     )
@@ -172,10 +176,13 @@ class SlurmScheduler(BatchScheduler):
             extra_srun = [f"--cpu-bind={spec.option('cpu_bind')}", *extra_srun]
         launcher = get_launcher(spec.launcher)
         if launcher is TORCHRUN:
-            cmd = torchrun_command(spec, python, nnodes=Raw('"$SLURM_NNODES"'), rdzv_id=Raw('"$SLURM_JOB_ID"'))
+            cmd = torchrun_command(
+                spec, python, nnodes=Raw('"$SLURM_NNODES"'), rdzv_id=Raw('"$SLURM_JOB_ID"'),
+                worker_shim=Raw(f'"${SHIM_VAR}"'),
+            )
             step = srun_argv(1, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
             return [join([*step, *_wrap(spec, cmd)])]
-        rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'))
+        rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'), launcher=spec.launcher)
         if launcher is SRUN:
             step = srun_argv(spec.nproc_per_node, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
             return [join([*step, *_wrap(spec, rank_cmd)])]
