@@ -178,3 +178,16 @@ def test_shim_names() -> None:
     with pytest.raises(ValueError, match="unknown launcher"):
         shim_name("pdsh")
     assert not [line for line in TASK_SHIM.splitlines() if line.lstrip().startswith("#")]  # #SBATCH-safe
+
+
+def test_slurm_torchrun_workers_start_through_the_shim_and_pods_do_not() -> None:
+    from torchhpc.core.spec import Entrypoint, JobSpec
+    from torchhpc.schedulers.slurm import SlurmScheduler
+
+    spec = JobSpec(entrypoint=Entrypoint.parse(["train.py", "--lr", "1"]), scheduler="slurm", launcher="torchrun",
+                   nodes=2, nproc_per_node=2)
+    script = SlurmScheduler().render(spec).script or ""
+    launch = next(line for line in script.splitlines() if "torch.distributed.run" in line)
+    assert '--no-python bash -c "$TORCHHPC_TASK_SHIM" torchhpc-task-torchrun' in launch
+    assert launch.rstrip(" &").endswith("train.py --lr 1")
+    assert script.index("TORCHHPC_TASK_SHIM=") < script.index("torch.distributed.run")
