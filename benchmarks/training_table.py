@@ -3,12 +3,10 @@
     python benchmarks/training_table.py                 # table + F5 + F6, Markdown/PNG/JSON in benchmarks/results/
     python benchmarks/training_table.py --only f6 --rounds 7
 
-Table: single process, DP (only with more than one GPU), DDP 1 node × N and DDP
-2 nodes × N (only when the dev cluster or another Slurm is reachable), for the
-MNIST CNN and ResNet-18 at 32 px on CPUs, ResNet-50 at 224 px (bf16,
-channels_last, global batch 128) on GPUs; same global batch and the same
-samples per epoch in every column. On a GPU node N is the number of visible
-GPUs (1 GPU is a valid table: its DDP row is one rank, no process group). Epoch time is the slowest rank's training time (launch and data
+Table: single, DP (more than one GPU), DDP 1 node × N, DDP 2 nodes × N (when a
+Slurm cluster is reachable); MNIST CNN and ResNet-18 (32 px) on CPUs, ResNet-50
+(224 px, bf16, batch 128) on GPUs, N = visible GPUs (1 is valid: DDP is then one
+rank); same global batch and samples per epoch in every column. Epoch time is the slowest rank's training time (launch and data
 preparation excluded), median over interleaved rounds.
 
 F5: ``examples/mnist_ddp.py``'s own epoch (its ``build``/``train_epoch``) ÷ a
@@ -406,12 +404,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     report: dict[str, Any] = {"parts": parts, "quick": args.quick, "machine": machine, "devices": ndev, "date": when}
     md: list[str] = ["# Training timing table (benchmarks/training_table.py)", "",
                      f"Measured on {socket.gethostname()}: {machine}, {when}.", ""]
-    if kind == "cuda" and ndev < (args.nproc or 2):
-        # F5/F6 run 2 ranks; NCCL needs a GPU per rank (torchhpc.dist refuses two ranks on one GPU).
-        skipped = [p for p in parts if p in ("f5", "f6")]
+    skipped = [p for p in parts if p in ("f5", "f6") and kind == "cuda" and ndev < (args.nproc or 2)]
+    if skipped:  # F5/F6 run 2 ranks, and NCCL needs a GPU per rank
         parts = [p for p in parts if p not in skipped]
-        if skipped:
-            md += [f"{'/'.join(s.upper() for s in skipped)}: skipped, they need {args.nproc or 2} GPUs and {ndev} is visible.", ""]
+        md += [f"{'/'.join(s.upper() for s in skipped)}: skipped, they need {args.nproc or 2} GPUs and {ndev} is visible.", ""]
     if "table" in parts:
         print("# table: single / DP / DDP 1 node / DDP 2 nodes", flush=True)
         rows = table(args, out)
