@@ -633,6 +633,9 @@ def _opts_ok(base: dict[str, str], got: dict[str, str], value: str, fld: Field) 
                 return False
         elif PLACEHOLDER in v:
             continue  # derived from the value (output path under --output-dir, ...)
+        elif k == "output":  # the file name follows the job name; the directory never does
+            if got[k].rsplit("/", 1)[0] != v.rsplit("/", 1)[0] or not got[k].endswith("-%j.out"):
+                return False
         elif got[k] != v:
             return False
     return True
