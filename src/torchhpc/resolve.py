@@ -195,6 +195,7 @@ def build_spec(
         signal_before=values.get("signal_before"),
         requeue=bool(values.get("requeue")),
         max_timeout_requeues=int(values["max_requeues"]) if values.get("max_requeues") is not None else 3,
+        array=values.get("array"),
     )
 
 

@@ -60,6 +60,9 @@ def add_job_arguments(p: argparse.ArgumentParser, *, program: bool = True) -> No
     g.add_argument("--ntasks", type=int, default=None, help="processes in total, divided evenly over the nodes")
     g.add_argument("--gpus-per-node", "--gpus", type=int, default=None, dest="gpus_per_node", help="GPUs per node")
     g.add_argument("--gpu-kind", choices=("nvidia", "amd"), default=None, help="GPU vendor (container flags --nv/--rocm)")
+    g.add_argument("--array", default=None, metavar="SPEC",
+                   help="job array, Slurm syntax: 0-15, 1,3,7, 0-31%%4 (at most 4 at once); each task gets "
+                        "TORCHHPC_ARRAY_INDEX/COUNT and {index} in the program's arguments (docs/arrays.md)")
     g.add_argument("--ntasks-per-node", type=int, default=None, help="only checked: must match the launcher's geometry")
     r = p.add_argument_group("resources")
     r.add_argument("--cpus-per-proc", type=int, default=None, help="CPUs per rank (default: the profile's cpus_per_gpu x GPUs per rank, else 1); "

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Optional
 
+from torchhpc.core.array import ArraySpec, parse_array
 from torchhpc.core.gpus import requested_geometry_error
 from torchhpc.core.units import parse_size, parse_walltime
 from torchhpc.core.validate import check_name, check_value
@@ -154,6 +155,9 @@ class JobSpec:
     signal_before: Optional[int] = None
     requeue: bool = False
     max_timeout_requeues: int = 3
+    # Job array (Slurm syntax, core/array.py) and a sweep's parameters: NAME -> one value per task, in index order.
+    array: Optional[str] = None
+    array_params: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -207,6 +211,16 @@ class JobSpec:
                     f"(from --launcher {self.launcher})",
                     f"drop --ntasks-per-node (torchhpc sets {expected}) or change --launcher",
                 )
+        if self.array is not None:
+            count = self.array_spec.count  # type: ignore[union-attr]
+            for pname, values in self.array_params:
+                check_name(pname, "--grid")
+                if len(values) != count:
+                    raise SpecError(f"--grid {pname} has {len(values)} values for {count} array tasks")
+                for value in values:
+                    check_value(value, f"--grid {pname}")
+        elif self.array_params:
+            raise SpecError("sweep parameters without an array", "use torchhpc sweep --grid NAME=V1,V2")
         # NCCL drives one GPU per rank: more ranks than requested GPUs fail inside every rank's NCCL init.
         too_many = requested_geometry_error(self.nproc_per_node, self.gpus_per_node, dict(self.env))
         if too_many is not None:
@@ -228,6 +242,10 @@ class JobSpec:
         if self.requeue and limit is None:
             return 300
         return None if limit is None else min(300, limit // 2)
+
+    @property
+    def array_spec(self) -> Optional[ArraySpec]:
+        return None if self.array is None else parse_array(self.array)
 
     # derived geometry -------------------------------------------------
     @property

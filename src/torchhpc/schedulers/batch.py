@@ -24,7 +24,7 @@ import sys
 from dataclasses import replace
 from typing import ClassVar
 
-from torchhpc.core.shell import Raw, quote
+from torchhpc.core.shell import Raw, join, quote
 from torchhpc.core.spec import ContainerSpec, JobSpec
 from torchhpc.errors import SchedulerError
 from torchhpc.launchers import SHIM_VAR, TASK_SHIM, get_launcher, torchrun_argv
@@ -83,6 +83,8 @@ def job_env_names(spec: JobSpec) -> list[str]:
     presets' (set by the script with setdefault, so not in the job's env). Launchers and runtimes
     that do not pass the whole environment on (``mpirun -x``, ``pbsdsh env``, podman) list these."""
     names = dict.fromkeys(spec.env_dict)
+    if spec.array is not None:
+        names.update(dict.fromkeys(("TORCHHPC_ARRAY_INDEX", "TORCHHPC_ARRAY_COUNT")))
     if spec.network:
         from torchhpc.network.presets import preset_env
 
@@ -123,6 +125,45 @@ def torchrun_command(
     )
 
 
+# {NAME} -> VALUE in every program argument, in the task itself: plain text, nothing is re-parsed
+# (the quoted pattern is literal; a replacement is never a pattern or an "&" reference).
+SUB_LINES = (
+    "_torchhpc_sub() {",
+    "  local _i _a _o",
+    '  for _i in "${!_torchhpc_args[@]}"; do',
+    '    _a=${_torchhpc_args[$_i]} _o=""',
+    '    while [[ $_a == *"{$1}"* ]]; do _o+=${_a%%"{$1}"*}$2; _a=${_a#*"{$1}"}; done',
+    '    _torchhpc_args[$_i]=$_o$_a',
+    "  done",
+    "}",
+)
+
+
+def array_lines(spec: JobSpec, index_ref: str) -> tuple[list[str], JobSpec]:
+    """A job array's task: TORCHHPC_ARRAY_INDEX/COUNT exported, and ``{index}`` (and a sweep's
+    ``{NAME}``) replaced in the program's arguments at run time. The arguments become a bash
+    array the launch expands as ``"${_torchhpc_args[@]}"`` (each element one exact argv word)."""
+    arr = spec.array_spec
+    assert arr is not None
+    lines = [
+        "# Job array: this task's index and the number of tasks, for every rank (docs/arrays.md).",
+        f"export TORCHHPC_ARRAY_INDEX={index_ref} TORCHHPC_ARRAY_COUNT={arr.count}",
+    ]
+    names = ["index", *(name for name, _ in spec.array_params)]
+    args = spec.entrypoint.args
+    lead = args[:1] if args[:1] == ("--",) else ()
+    rest = args[len(lead):]
+    if not any("{" + n + "}" in a for a in rest for n in names):
+        return lines, spec
+    for name, values in spec.array_params:
+        cells = " ".join(f"[{i}]={quote(v)}" for i, v in zip(arr.indices, values))
+        lines.append(f"_torchhpc_p_{name}=({cells})")
+    lines += [f"_torchhpc_args=({join(list(rest))})", *SUB_LINES, '_torchhpc_sub index "$TORCHHPC_ARRAY_INDEX"']
+    lines += [f'_torchhpc_sub {n} "${{_torchhpc_p_{n}[$TORCHHPC_ARRAY_INDEX]}}"' for n, _ in spec.array_params]
+    entry = replace(spec.entrypoint, args=(*lead, Raw('"${_torchhpc_args[@]}"')))
+    return lines, spec.with_(entrypoint=entry)
+
+
 def master_addr_lines(host_var: str) -> list[str]:
     """MASTER_ADDR: the first host's IPv4 (torch's TCPStore prefers an address), else its name."""
     return [
@@ -140,6 +181,8 @@ class BatchScheduler(Scheduler):
     how_to_submit: ClassVar[str] = ""
     # the job id as the script sees it (for the stop file's name)
     job_id_ref: ClassVar[str] = ""
+    # this array task's index as the batch shell sees it (Slurm: "$SLURM_ARRAY_TASK_ID")
+    array_index_ref: ClassVar[str] = ""
     # "{spec}"-free description for the start line, e.g. "$SLURM_JOB_ID on $SLURM_JOB_NODELIST"
     job_label: ClassVar[str] = ""
     # torchrun's workers go through the shim too (their agents run in a one-task-per-node step whose
@@ -227,6 +270,9 @@ class BatchScheduler(Scheduler):
             lines += ["", *self.stop_trap_lines(spec)]
         lines += self.container_setup_lines(spec)
         lines += env_block(spec)  # module lines run outside `set -u` (Lmod reads unset variables)
+        if spec.array is not None:
+            more, spec = array_lines(spec, self.array_index_ref)
+            lines += ["", *more]
         lines += [
             "",
             *self.host_lines(spec),

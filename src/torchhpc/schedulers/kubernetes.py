@@ -221,6 +221,9 @@ class KubernetesScheduler(Scheduler):
         return opts
 
     def render(self, spec: JobSpec) -> Submission:
+        from torchhpc.core.array import refuse_array
+
+        refuse_array(self.name, spec.array)
         opts = self._check(spec)
         image = opts.get("image") or (spec.container.image if spec.container else "")
         if not image:

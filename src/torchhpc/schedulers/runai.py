@@ -173,6 +173,9 @@ class RunAIScheduler(Scheduler):
         return argv
 
     def render(self, spec: JobSpec) -> Submission:
+        from torchhpc.core.array import refuse_array
+
+        refuse_array(self.name, spec.array)
         if spec.time_seconds:
             notes: tuple[str, ...] = ("RunAI has no wall-time limit flag here; --time is ignored",)
         else:

@@ -89,6 +89,7 @@ class SlurmScheduler(BatchScheduler):
     submit_hint = "is this a Slurm login node? `sinfo` should answer"
     no_log_hint = "logs are found for jobs submitted by torchhpc on this machine, or while the job is known to scontrol"
     job_id_ref = "$SLURM_JOB_ID"
+    array_index_ref = '"$SLURM_ARRAY_TASK_ID"'
     job_label = "$SLURM_JOB_ID on $SLURM_JOB_NODELIST"
     shim_comment = (
         "# Per-task shim (every rank, torchrun's workers too): RANK, LOCAL_RANK, ... from the launcher; SLURM_*,"
@@ -149,6 +150,9 @@ class SlurmScheduler(BatchScheduler):
         if opts.get("mail_user"):
             pairs.append(("mail-user", opts["mail_user"]))
             pairs.append(("mail-type", opts.get("mail_type", "END,FAIL")))
+        arr = spec.array_spec
+        if arr is not None:
+            pairs.append(("array", arr.slurm()))
         pairs.append(("output", output_pattern(spec)))
         stop = spec.stop_signal_seconds
         if stop:
@@ -323,7 +327,7 @@ class SlurmScheduler(BatchScheduler):
         self.runner.run(["scancel", job_id])
 
     def log_paths(self, job_id: str) -> list[str]:
-        rec = load_record(self.name, job_id)
+        rec = load_record(self.name, job_id) or load_record(self.name, job_id.split("_")[0])  # array task: ARRAY_TASK
         pattern = str(rec.get("output") or "")
         name = str(rec.get("name") or "")
         if not pattern:
@@ -335,7 +339,7 @@ class SlurmScheduler(BatchScheduler):
         return [expand_output(pattern, name, job_id)]
 
     def rank_lines(self, job_id: str, text: str, rank: int) -> str:
-        rec = load_record(self.name, job_id)
+        rec = load_record(self.name, job_id) or load_record(self.name, job_id.split("_")[0])
         return filter_rank(text, rank, str(rec.get("launcher", "srun")), int(str(rec.get("nproc_per_node", 1))))
 
     def list_jobs(self) -> list[JobStatus]:
@@ -388,15 +392,19 @@ def output_pattern(spec: JobSpec) -> str:
             "choose a directory without a backslash",
         )
     out = out.replace("%", "%%")
+    job = "%A_%a" if spec.array is not None else "%j"  # an array: one file per task, ARRAYJOB_TASK
     if "/" in spec.name or "%" in spec.name:
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name).lstrip(".") or "job"
-        return os.path.join(out, f"{safe}-%j.out")
-    return os.path.join(out, "%x-%j.out")
+        return os.path.join(out, f"{safe}-{job}.out")
+    return os.path.join(out, f"%x-{job}.out")
 
 
 def expand_output(pattern: str, name: str, job_id: str) -> str:
-    """The log file an :func:`output_pattern` names for one job (``%%``, ``%x``, ``%j``)."""
-    return re.sub(r"%([%xj])", lambda m: {"%": "%", "x": name, "j": job_id}[m.group(1)], pattern)
+    """The log file an :func:`output_pattern` names for one job or array task ``ARRAY_TASK``
+    (``%%``, ``%x``, ``%j``, ``%A``, ``%a``)."""
+    array_id, _, task = job_id.partition("_")
+    values = {"%": "%", "x": name, "j": job_id, "A": array_id, "a": task}
+    return re.sub(r"%([%xjAa])", lambda m: values[m.group(1)], pattern)
 
 
 def parse_scontrol(text: str) -> dict[str, str]:

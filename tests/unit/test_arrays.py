@@ -1,0 +1,87 @@
+"""Job arrays: parsing (core/array.py), rendering for Slurm/PBS, refusal elsewhere, and the
+run-time ``{index}`` substitution run by a real bash over hostile values."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from torchhpc.core.array import parse_array, substitute
+from torchhpc.core.spec import Entrypoint, JobSpec
+from torchhpc.errors import SpecError
+from torchhpc.schedulers.batch import array_lines
+from torchhpc.schedulers.slurm import expand_output, output_pattern
+
+
+@pytest.mark.parametrize(
+    "text, indices, parallel, slurm",
+    [
+        ("0-3", (0, 1, 2, 3), None, "0-3"),
+        ("1,3,7", (1, 3, 7), None, "1,3,7"),
+        ("0-31%4", tuple(range(32)), 4, "0-31%4"),
+        ("0-6:2,9", (0, 2, 4, 6, 9), None, "0,2,4,6,9"),
+        ("5", (5,), None, "5"),
+        ("2,0-1", (0, 1, 2), None, "0-2"),
+    ],
+)
+def test_parse(text: str, indices: tuple[int, ...], parallel: int | None, slurm: str) -> None:
+    arr = parse_array(text)
+    assert arr.indices == indices and arr.parallel == parallel and arr.slurm() == slurm
+
+
+@pytest.mark.parametrize("bad", ["", "a", "3-1", "0-3%0", "0-3%x", "1,,2", "-1", "0-3:0", "0-99999", "0-3 ; id"])
+def test_parse_refuses(bad: str) -> None:
+    with pytest.raises(SpecError) as e:
+        parse_array(bad)
+    assert e.value.hint
+
+
+def test_pbs_pro_range_only() -> None:
+    assert parse_array("0-14:2%3").pbs_pro() == "0-14:2%3"
+    with pytest.raises(SpecError):
+        parse_array("1,3,7").pbs_pro()
+
+
+def test_spec_validates_and_params_match() -> None:
+    ep = Entrypoint.parse(["t.py"])
+    with pytest.raises(SpecError):
+        JobSpec(ep, array="x")
+    with pytest.raises(SpecError):
+        JobSpec(ep, array="0-1", array_params=(("lr", ("1",)),))
+    assert JobSpec(ep, array="0-1", array_params=(("lr", ("1", "2")),)).array_spec.count == 2  # type: ignore[union-attr]
+
+
+def test_output_per_task(tmp_path: object) -> None:
+    spec = JobSpec(Entrypoint.parse(["t.py"]), array="0-3", output_dir=str(tmp_path), name="a")
+    pat = output_pattern(spec)
+    assert pat.endswith("%x-%A_%a.out")
+    assert expand_output(pat, "a", "12_3").endswith("/a-12_3.out")
+
+
+HOSTILE = ["a 0", 'a"=0"', "a'; echo foo", "a\\=", "x\ny", "$HOME", "$(touch pwned)", "&", "\\&", "{index}{index}", "*"]
+
+
+def test_substitution_in_real_bash(tmp_path: object) -> None:
+    """The rendered lines, run by bash, give each argument back exactly, {index}/{lr} replaced."""
+    args = ("--", "--lr", "{lr}", "pre{index}post", *HOSTILE)
+    values = tuple(HOSTILE[:3])
+    spec = JobSpec(Entrypoint.parse(["t.py", *args]), array="4,7,9", array_params=(("lr", values),))
+    lines, new = array_lines(spec, "9")
+    assert new.entrypoint.args[0] == "--"
+    script = "\n".join(["set -euo pipefail", *lines, 'printf "%s\\0" "${_torchhpc_args[@]}"'])
+    out = subprocess.run(["bash", "-c", script], cwd=str(tmp_path), capture_output=True, check=True).stdout
+    got = out.decode().split("\0")[:-1]
+    assert got == substitute(list(args[1:]), {"index": "9", "lr": values[2]})
+    assert got[1] == values[2] and got[2] == "pre9post" and "99" in got
+    assert not os.path.exists(os.path.join(str(tmp_path), "pwned"))
+
+
+def test_kubernetes_refuses_arrays() -> None:
+    from torchhpc.schedulers import get_scheduler
+
+    spec = JobSpec(Entrypoint.parse(["t.py"]), array="0-1", scheduler="kubernetes")
+    with pytest.raises(SpecError) as e:
+        get_scheduler("kubernetes").render(spec)
+    assert "no job arrays" in e.value.message
