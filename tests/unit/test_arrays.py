@@ -85,3 +85,28 @@ def test_kubernetes_refuses_arrays() -> None:
     with pytest.raises(SpecError) as e:
         get_scheduler("kubernetes").render(spec)
     assert "no job arrays" in e.value.message
+
+
+# scontrol/sacct output copied from the dev cluster (Slurm 22.05), array job 1, task 2 exited 3.
+SCONTROL = """JobId=1 ArrayJobId=1 ArrayTaskId=3 JobName=t JobState=COMPLETED Reason=None Restarts=0 ExitCode=0:0 NodeList=node1
+JobId=4 ArrayJobId=1 ArrayTaskId=2 JobName=t JobState=FAILED Reason=NonZeroExitCode Restarts=1 ExitCode=3:0 NodeList=node1
+JobId=3 ArrayJobId=1 ArrayTaskId=1 JobName=t JobState=RUNNING Reason=None Restarts=0 ExitCode=0:0 NodeList=node1
+JobId=5 ArrayJobId=1 ArrayTaskId=4-5%2 JobName=t JobState=PENDING Reason=JobArrayTaskLimit Restarts=0 ExitCode=0:0 NodeList=
+"""
+SACCT = "1_0|COMPLETED|0:0|00:00:01|node1|t\n1_2|FAILED|3:0|00:00:00|node1|t\n1_[3-4%2]|PENDING|0:0|00:00:00|None|t\n"
+
+
+def test_array_summary_from_scontrol_and_sacct() -> None:
+    from torchhpc.schedulers.slurm import _status_from_scontrol, parse_scontrol
+    from torchhpc.schedulers.slurm_array import summarise, tasks_from_sacct, tasks_from_scontrol
+
+    tasks = tasks_from_scontrol("1", SCONTROL, parse_scontrol, _status_from_scontrol)
+    assert [t.job_id for t in tasks] == ["1_1", "1_2", "1_3", "1_4", "1_5"]
+    st = summarise("1", tasks)
+    assert st.state == "RUNNING" and not st.terminal and "failed: 2 (exit 3)" in st.reason and st.restarts == 1
+    done = summarise("1", [t for t in tasks if t.terminal])
+    assert done.state == "FAILED" and done.exit_code == 3
+    assert summarise("1", [tasks[2]]).state == "COMPLETED"
+    rows = tasks_from_sacct("1", SACCT)
+    assert [(t.job_id, t.state, t.exit_code) for t in rows] == [
+        ("1_0", "COMPLETED", 0), ("1_2", "FAILED", 3), ("1_3", "PENDING", 0), ("1_4", "PENDING", 0)]

@@ -72,7 +72,10 @@ def register(sub: Any) -> None:
 
 
 def status_dict(name: str, st: JobStatus) -> dict[str, Any]:
-    return {"handle": f"{name}:{st.job_id}", **{k: v for k, v in vars(st).items() if k != "raw"}}
+    out = {"handle": f"{name}:{st.job_id}", **{k: v for k, v in vars(st).items() if k not in ("raw", "tasks")}}
+    if st.tasks:
+        out["tasks"] = [status_dict(name, t) for t in st.tasks]
+    return out
 
 
 @json_errors

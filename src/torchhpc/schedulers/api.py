@@ -111,6 +111,8 @@ class JobStatus:
     nodes: str = ""
     restarts: int = 0
     raw: dict[str, str] = field(default_factory=dict)
+    # a job array's tasks (job_id ARRAY_TASK), when this status summarises an array
+    tasks: list[JobStatus] = field(default_factory=list)
 
     @property
     def terminal(self) -> bool:

@@ -32,6 +32,7 @@ from torchhpc.schedulers.batch import (
 )
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.script import default_python, load_record
+from torchhpc.schedulers.slurm_array import summarise, tasks_from_sacct, tasks_from_scontrol
 
 __all__ = ["SlurmScheduler", "filter_rank", "parse_scontrol"]
 
@@ -289,6 +290,8 @@ class SlurmScheduler(BatchScheduler):
         for attempt in range(retries + 1):
             try:
                 done = self.runner.run(["scontrol", "show", "job", "-o", job_id], timeout=30)
+                if "_" not in job_id and f"ArrayJobId={job_id} " in done.stdout:
+                    return summarise(job_id, tasks_from_scontrol(job_id, done.stdout, parse_scontrol, _status_from_scontrol))
                 fields = parse_scontrol(done.stdout)
                 if fields.get("JobState"):
                     return _status_from_scontrol(job_id, fields)
@@ -313,6 +316,9 @@ class SlurmScheduler(BatchScheduler):
                 f"slurm job {job_id} is not known to scontrol and sacct failed ({e.message})",
                 "the job id may be wrong, or it ended more than MinJobAge ago on a cluster without accounting",
             ) from None
+        tasks = [] if "_" in job_id else tasks_from_sacct(job_id, done.stdout)
+        if tasks:
+            return summarise(job_id, tasks)
         for line in done.stdout.splitlines():
             parts = line.split("|", 5)
             if len(parts) == 6 and parts[0] == job_id:
