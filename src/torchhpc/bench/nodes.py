@@ -74,7 +74,7 @@ def _boot_id() -> str:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m torchhpc.bench.nodes")
     p.add_argument("--size", default="64M")
-    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--iters", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--stat", default="best", choices=("best", "median"))
     p.add_argument("--passes", type=int, default=2, help="passes of the per-node checks (best kept)")
@@ -308,7 +308,7 @@ class _Worker:
         if self.rank == 0:
             scores, _ = plan.pair_scores(self.pairs, ring)
             bad, good = plan.suspects(self.nodes, scores, self.args.slow_ratio)
-            limit = plan.max_confirm_rounds(len(self.nodes))
+            limit = plan.max_confirm_rounds(len(self.nodes)) + 1
             if what == "retry":
                 # Pairs of a suspect are settled by its confirmation; the others may be a slow link.
                 slow = [p for p in ring if (scores.get(p, (None, None))[0] or 0.0) < self.args.slow_ratio

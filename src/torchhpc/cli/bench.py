@@ -92,7 +92,8 @@ def _register_nodes(bsub: Any) -> None:
     g.add_argument("--nodelist", default=None, metavar="HOSTLIST", help="exactly these nodes, e.g. node[1-4] (Slurm)")
     g.add_argument("-s", "--size", type=size_arg, default=env_size("--size", "64M"),
                    help="bytes per pair all_reduce (default 64M) [TORCHHPC_SIZE]")
-    g.add_argument("--iters", type=int, default=3, help="timed calls per pair and per node check (default 3)")
+    g.add_argument("--iters", type=int, default=5,
+                   help="timed calls per pair and per node check (default 5; a slow pair stops after 6 s)")
     g.add_argument("--stat", choices=("best", "median"), default="best",
                    help="which call counts: best (default; load from elsewhere only slows a call, a bad link or GPU "
                         "is slow in every call) or median (also catches a link that is slow now and then)")
