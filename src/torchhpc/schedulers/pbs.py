@@ -105,6 +105,8 @@ class PBSScheduler(BatchScheduler):
     submit_hint = "is this a PBS login node? `qstat -B` should answer"
     no_log_hint = "PBS copies the output file back when the job ends; look in the job's -o directory"
     job_id_ref = "$_torchhpc_jobnum"
+    # PBS Pro sets PBS_ARRAY_INDEX, Torque PBS_ARRAYID
+    array_index_ref = '"${PBS_ARRAY_INDEX:-${PBS_ARRAYID:-}}"'
     job_label = "$PBS_JOBID on ${_torchhpc_hosts[*]}"
     shim_comment = "# Per-task shim: maps OMPI_COMM_WORLD_* to RANK, WORLD_SIZE, LOCAL_RANK, ... then execs."
     # PBS sends no warning before the walltime kill: the traps are set just before the step starts.
@@ -166,6 +168,10 @@ class PBSScheduler(BatchScheduler):
                 chunk.append(_word(opts["select_extra"], "select_extra"))
             lines.append(directive("#PBS", "-l", "select=" + ":".join(chunk)))
             lines.append(directive("#PBS", "-l", "place=" + _word(opts.get("place", "scatter"), "place")))
+        arr = spec.array_spec
+        if arr is not None:  # Torque -t takes Slurm's list syntax; PBS Pro -J one range X-Y[:Z][%N]
+            torque = opts.get("select_style", "pro") == "torque"
+            lines.append(directive("#PBS", "-t" if torque else "-J", arr.slurm() if torque else arr.pbs_pro()))
         if spec.time_seconds:
             lines.append(directive("#PBS", "-l", f"walltime={pbs_walltime(spec.time_seconds)}"))
         for key, flag in (("account", "-A"), ("queue", "-q")):
@@ -234,7 +240,10 @@ class PBSScheduler(BatchScheduler):
         return HOSTS.splitlines()
 
     def port_lines(self, spec: JobSpec) -> list[str]:
-        return ['_torchhpc_jobnum="${PBS_JOBID%%[!0-9]*}"', f'MASTER_PORT="${{MASTER_PORT:-{PORT_EXPR}}}"']
+        lines = ['_torchhpc_jobnum="${PBS_JOBID%%[!0-9]*}"']
+        if spec.array is not None:  # 123[4].server: every task has the number 123; make it the task's own
+            lines.append("_torchhpc_jobnum=$(( 10#${_torchhpc_jobnum:-0} * 10000 + TORCHHPC_ARRAY_INDEX ))")
+        return [*lines, f'MASTER_PORT="${{MASTER_PORT:-{PORT_EXPR}}}"']
 
     def exported(self) -> str:
         return "MASTER_ADDR MASTER_PORT NNODES"

@@ -1,0 +1,101 @@
+"""Job arrays on the real dev cluster (Slurm with accounting), and the PBS array body.
+
+Slurm part: nothing faked -- sbatch --array, srun, sacct. PBS part: no PBS server can be
+installed here, so (as in test_pbs_body.py) a Slurm allocation plays the PBS job and a
+wrapper gives the rendered script what a PBS MOM gives an array task (PBS_NODEFILE,
+PBS_JOBID ``N[I].server``, PBS_ARRAY_INDEX); the script body itself runs for real.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import PYTHON, REPO
+from torchhpc.core.proc import FakeRunner
+from torchhpc.core.spec import Entrypoint, JobSpec
+from torchhpc.schedulers.pbs import PBSScheduler
+
+pytestmark = pytest.mark.cluster("slurm")
+
+TASK = """import json, os, sys, time
+i = int(os.environ["TORCHHPC_ARRAY_INDEX"])
+print(f"task {i} of {os.environ['TORCHHPC_ARRAY_COUNT']} port {os.environ['MASTER_PORT']} "
+      f"host {os.uname().nodename} argv {json.dumps(sys.argv[1:])}", flush=True)
+time.sleep(float(os.environ.get("HOLD", "0")))
+print("RESULT " + json.dumps({"index": i}), flush=True)
+sys.exit(3 if i == 2 else 0)
+"""
+ODD = "a'b {index}&x $HOME"
+
+
+def torchhpc(cluster: Any, *args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "torchhpc", *args], env=cluster.client_env(), cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_array_on_one_node_ports_argv_and_failed_task(slurm_cluster: Any, tmp_path: Path) -> None:
+    """4 tasks, 2 at a time, all on node1: distinct ports; {index} in exact argv; task 2 exits 3 ->
+    wait exits non-zero naming task 2, the other tasks COMPLETED (sacct)."""
+    script = tmp_path / "task.py"
+    script.write_text(TASK)
+    sub = torchhpc(slurm_cluster, "run", "--scheduler", "slurm", "--launcher", "srun", "--array", "0-3%2",
+                   "--opt", "nodelist=node1", "-e", "HOLD=3", "--output-dir", str(tmp_path), "--python", PYTHON,
+                   "--", str(script), "--seed", "{index}", ODD, cwd=tmp_path)
+    assert sub.returncode == 0, sub.stderr
+    job = re.search(r"Submitted slurm:(\d+)", sub.stdout).group(1)  # type: ignore[union-attr]
+    waited = torchhpc(slurm_cluster, "wait", f"slurm:{job}", "--timeout", "200", cwd=tmp_path)
+    assert waited.returncode != 0
+    assert "failed: 2 (exit 3)" in waited.stderr and "3 COMPLETED, 1 FAILED" in waited.stderr, waited.stderr
+    ports, hosts = {}, set()
+    for i in range(4):
+        log = torchhpc(slurm_cluster, "logs", f"slurm:{job}_{i}", cwd=tmp_path).stdout
+        m = re.search(r"task (\d) of 4 port (\d+) host (\S+) argv (.*)", log)
+        assert m and int(m.group(1)) == i, log
+        ports[i] = int(m.group(2))
+        hosts.add(m.group(3))
+        assert json.loads(m.group(4)) == ["--seed", str(i), ODD.replace("{index}", str(i))]
+    print("ports per task on", hosts, ports)
+    assert hosts == {"node1"} and len(set(ports.values())) == 4, ports
+    one = torchhpc(slurm_cluster, "status", "--json", f"slurm:{job}", cwd=tmp_path)
+    tasks = {t["job_id"]: t["state"] for t in json.loads(one.stdout)["tasks"]}
+    assert tasks == {f"{job}_0": "COMPLETED", f"{job}_1": "COMPLETED", f"{job}_2": "FAILED", f"{job}_3": "COMPLETED"}
+    assert "exit=3" in torchhpc(slurm_cluster, "status", f"slurm:{job}_2", cwd=tmp_path).stdout
+
+
+WRAPPER = """#!/bin/bash
+# Stand-in for PBS: what a PBS Pro MOM gives array task 5.
+set -euo pipefail
+export PBS_NODEFILE={nodefile}
+scontrol show hostnames "$SLURM_JOB_NODELIST" > "$PBS_NODEFILE"
+export PBS_JOBID="${{SLURM_JOB_ID}}[5].pbsserver01" PBS_ARRAY_INDEX=5 PBS_O_WORKDIR={workdir} USER="${{USER:-root}}"
+unset MASTER_ADDR MASTER_PORT
+exec bash {script}
+"""
+
+
+def test_pbs_array_body_with_synthesised_index(slurm: Any, tmp_path: Path) -> None:
+    script = tmp_path / "task.py"
+    script.write_text(TASK)
+    spec = JobSpec(Entrypoint.parse([str(script), "--seed", "{index}", ODD], python=PYTHON), nodes=1,
+                   launcher="mpirun", scheduler="pbs", array="0-6:1%2", output_dir=str(tmp_path), name="arr")
+    text = PBSScheduler(runner=FakeRunner()).render(spec).script or ""
+    assert "#PBS -J 0-6%2" in text
+    (tmp_path / "job.pbs").write_text(text)
+    wrapper = tmp_path / "wrapper.sh"
+    wrapper.write_text(WRAPPER.format(nodefile=tmp_path / "nodefile", workdir=REPO, script=tmp_path / "job.pbs"))
+    out = tmp_path / "out.log"
+    job = slurm.sbatch(["-N1", f"--output={out}", "--time=5", str(wrapper)], cwd=str(tmp_path))
+    info = slurm.wait(job, timeout=200)
+    log = out.read_text(errors="replace") if out.exists() else ""
+    assert info.get("JobState") == "COMPLETED", f"{info}\n{log}"
+    m = re.search(r"task 5 of 7 port (\d+) host \S+ argv (\[[^\]]*\])", log)
+    assert m, log
+    assert json.loads(m.group(2)) == ["--seed", "5", ODD.replace("{index}", "5")]
+    assert int(m.group(1)) == 10000 + (int(job) * 10000 + 5) % 20000
