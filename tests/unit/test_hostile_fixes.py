@@ -162,3 +162,29 @@ def test_log_path_stays_in_the_output_dir(name: str, out: str, tmp_path: Path) -
     pattern = sbatch_options(script, tmp_path)["output"]
     log = Path(expand_output(pattern, name, "42"))
     assert log.parent == out_dir and log.name.endswith("-42.out"), log
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
+def test_program_leading_double_dash_reaches_the_program(launcher: str, tmp_path: Path) -> None:
+    """torchrun's parser dropped a ``--`` right after the script: ``train.py -- x`` gave the program ``x``."""
+    from tests.hostile import _torchrun_view
+
+    script = _slurm(tmp_path, ("--", "x"), launcher=launcher)
+    last = _torchrun_view(_run(script, tmp_path)[-1])
+    assert last[-3:] == [b"train.py", b"--", b"x"] and b"python" in last, last
+
+
+def test_kubernetes_yaml_keeps_non_bmp_characters(tmp_path: Path) -> None:
+    """JSON's surrogate-pair escapes (\\ud83d\\ude00) are not YAML: emoji are written as themselves."""
+    import yaml
+
+    value = "a😀b\u2028c\x7f"
+    spec = JobSpec(
+        entrypoint=Entrypoint.parse(["train.py", value]), scheduler="kubernetes", output_dir=str(tmp_path),
+        env=(("V", value),), options=(("image", "img:1"),),
+    )
+    text = get_scheduler("kubernetes").render(spec).script
+    assert text is not None and "\\ud83d" not in text
+    container = yaml.safe_load(text)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    assert {"name": "V", "value": value} in container["env"]
+    assert container["command"][-1] == value
