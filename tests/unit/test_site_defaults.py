@@ -345,3 +345,30 @@ def test_cpus_per_task_always_rendered(argv: list[str], cpus: str, capsys: pytes
     assert f"#SBATCH --cpus-per-task={cpus}" in out
     if "mpirun" not in argv:  # one mpirun in the batch step: its ranks use the allocation's CPUs
         assert f"--cpus-per-task={cpus} --label" in out  # and on the srun step
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_completion_generated_from_the_parser(shell: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+    import subprocess
+
+    rc, out, _ = run_cli(["completion", shell], capsys)
+    assert rc == 0 and "complete -o default -F _torchhpc torchhpc" in out
+    script = tmp_path / "c.sh"
+    script.write_text(out)
+    if shell == "zsh":
+        return  # zsh is not installed here; the bash function it loads through bashcompinit is checked below
+    from tests.golden_util import lint_script
+
+    lint_script(out, tmp_path)
+    assert shutil.which("bash")
+
+    def complete(*words: str) -> list[str]:
+        probe = f'source {script}; COMP_WORDS=({" ".join(words)}); COMP_CWORD={len(words) - 1}; _torchhpc; ' \
+                'printf "%s\\n" "${COMPREPLY[@]}"'
+        return subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+
+    assert set(complete("torchhpc", "con")) == {"container", "config"}
+    assert complete("torchhpc", "net", "de") == ["detect"]
+    assert "--profile" in complete("torchhpc", "run", "--pro")
+    assert "--ntasks" in complete("torchhpc", "run", "--nt") and "--no-container" in complete("torchhpc", "run", "--no")
