@@ -110,3 +110,33 @@ def test_array_summary_from_scontrol_and_sacct() -> None:
     rows = tasks_from_sacct("1", SACCT)
     assert [(t.job_id, t.state, t.exit_code) for t in rows] == [
         ("1_0", "COMPLETED", 0), ("1_2", "FAILED", 3), ("1_3", "PENDING", 0), ("1_4", "PENDING", 0)]
+
+
+def test_local_array_runs_each_task_with_its_own_port(tmp_path: object) -> None:
+    """Real processes: 3 tasks, 2 at a time, {index} in exact argv, task 2 fails and is named."""
+    import io
+    import sys
+
+    from torchhpc.errors import JobFailed
+    from torchhpc.schedulers.local import LocalScheduler
+
+    prog = os.path.join(str(tmp_path), "t.py")
+    with open(prog, "w") as f:
+        f.write("import json, os, sys\n"
+                "print(os.environ['TORCHHPC_ARRAY_INDEX'], os.environ['TORCHHPC_ARRAY_COUNT'],"
+                " os.environ['MASTER_PORT'], json.dumps(sys.argv[1:]))\n"
+                "sys.exit(3 if os.environ['TORCHHPC_ARRAY_INDEX'] == '2' else 0)\n")
+    spec = JobSpec(Entrypoint.parse([prog, "{index}", "a'{index}&$HOME"], python=sys.executable), array="0-2%2")
+    sched = LocalScheduler()
+    out = io.StringIO()
+    with pytest.raises(JobFailed) as e:
+        sched.run(sched.render(spec), stdout=out, stderr=io.StringIO())
+    assert "2 (exit 3)" in e.value.message and e.value.exit_code == 3
+    import json
+    import re
+
+    rows = {m[0]: m for m in re.findall(r"^\[task (\d)\] \[rank0\]: (\d) 3 (\d+) (.*)$", out.getvalue(), re.M)}
+    assert sorted(rows) == ["0", "1", "2"]
+    for i, (task, index, _port, argv) in rows.items():
+        assert task == index == i and json.loads(argv) == [i, f"a'{i}&$HOME"]
+    assert len({r[2] for r in rows.values()}) == 3

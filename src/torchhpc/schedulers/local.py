@@ -211,6 +211,9 @@ class LocalScheduler(Scheduler):
         ]
         if "MASTER_PORT" not in fixed:
             notes.append("MASTER_PORT is a free port picked by binding when the job starts")
+        if spec.array_spec is not None:
+            notes.append(f"array {spec.array}: one such run per task, {spec.array_spec.parallel or 1} at a time, "
+                         "with TORCHHPC_ARRAY_INDEX/COUNT set and {index} replaced in the arguments")
         return Submission(
             scheduler=self.name,
             spec=spec,
@@ -289,6 +292,10 @@ class LocalScheduler(Scheduler):
     ) -> int:
         """Start every rank, relay its output, stop all when one fails; 0 or :class:`JobFailed`."""
         spec = submission.spec
+        if spec.array is not None:  # one run per task (schedulers/local_array.py)
+            from torchhpc.schedulers.local_array import run_array
+
+            return run_array(self, submission, rank0_only=rank0_only, stdout=stdout, stderr=stderr)
         _check(spec)
         fixed = self._fixed(spec)
         port = fixed.get("MASTER_PORT") or str(free_port())
