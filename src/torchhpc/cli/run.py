@@ -25,6 +25,9 @@ DESCRIPTION = """Run or submit a distributed job.
 The local scheduler (the default) runs the ranks here in the foreground, like torchrun;
 slurm, pbs, kubernetes and runai submit the job and print its handle (--wait follows it
 to its end and prints its log). --dry-run prints exactly what would run or be submitted.
+
+Every value comes from, first found: the command line, its TORCHHPC_* variable, the profile,
+~/.config/torchhpc/config.toml, the built-in default (`torchhpc config show` lists them).
 """
 
 EXAMPLES = """examples:
