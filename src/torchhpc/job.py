@@ -25,7 +25,7 @@ from torchhpc.errors import SpecError
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 
-__all__ = ["Job", "JobHandle", "check_gpus", "check_program", "visible_gpus"]
+__all__ = ["Job", "JobHandle", "TaskHandle", "check_gpus", "check_program", "visible_gpus"]
 
 # Keywords that are scheduler options (like --account), not JobSpec fields.
 _OPTION_KEYWORDS = ("partition", "account", "qos", "queue", "image")
@@ -58,6 +58,49 @@ class JobHandle:
 
     def cancel(self) -> None:
         self.scheduler.cancel(self.job_id)
+
+    def tasks(self) -> list[TaskHandle]:
+        """An array job's tasks as handles with ``state``, ``logs()`` and ``result()``."""
+        return tasks_of(self.scheduler, self.job_id, [int(t.job_id.rsplit("_", 1)[1]) for t in self.status().tasks])
+
+
+@dataclass
+class TaskHandle:
+    """One task of an array job (``JOB_I``): ``state``, ``status()``, ``logs()``, ``result()`` (its last RESULT line)."""
+
+    scheduler: Scheduler
+    job_id: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.scheduler.name}:{self.job_id}"
+
+    def status(self) -> JobStatus:
+        return self.scheduler.status(self.job_id)
+
+    @property
+    def state(self) -> str:
+        return self.status().state
+
+    def logs(self, rank: int | None = None) -> str:
+        return self.scheduler.logs(self.job_id, rank=rank)
+
+    def result(self) -> dict[str, Any] | None:
+        from torchhpc.core.array import last_result
+        from torchhpc.errors import SchedulerError
+
+        try:
+            return last_result(self.logs())
+        except SchedulerError:
+            return None
+
+
+def tasks_of(scheduler: Scheduler, job_id: str, indices: Sequence[int]) -> list[TaskHandle]:
+    """Per-task handles of an array job (``JOB_I`` on Slurm; local arrays prefix lines ``[task I]`` instead)."""
+    if scheduler.name != "slurm":
+        raise SpecError(f"per-task handles are kept for slurm arrays, not {scheduler.name}",
+                        "local arrays print each task's lines prefixed [task I]")
+    return [TaskHandle(scheduler, f"{job_id}_{i}", i) for i in indices]
 
 
 class Job:

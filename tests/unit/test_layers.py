@@ -30,6 +30,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "bench config",
         "resolve doctor",
         "job",
+        "sweep",
         "cli",
         "__main__",
     )

@@ -19,6 +19,7 @@ from torchhpc.errors import TorchHPCError
 # Subcommand modules, in --help order. Each has register(subparsers).
 COMMANDS: tuple[str, ...] = (
     "run",
+    "sweep",
     "jobs",
     "logs",
     "shell",
@@ -82,6 +83,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from torchhpc.cli import run as run_cli
 
         args = argparse.Namespace(func=run_cli.cmd_run, _parser=_subparser(parser, "run"), _argv=argv[1:])
+    elif argv[:1] == ["sweep"] and argv[1:2] and argv[1] not in ("status", "report", "-h", "--help"):
+        # `sweep` (not its status/report) splits its line like `run`: the program's flags are its own.
+        from torchhpc.cli import sweep as sweep_cli
+
+        sweep_parser = _subparser(build_parser(only="sweep"), "sweep")
+        args = argparse.Namespace(func=sweep_cli.cmd_sweep, _parser=sweep_parser, _argv=argv[1:])
     else:
         args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -8,13 +8,14 @@ and ``TORCHHPC_ARRAY_COUNT`` (how many tasks), and replaces ``{index}`` (and a s
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from torchhpc.errors import SpecError
 
-__all__ = ["MAX_TASKS", "ArraySpec", "parse_array", "substitute"]
+__all__ = ["MAX_TASKS", "ArraySpec", "last_result", "parse_array", "refuse_array", "substitute"]
 
 MAX_TASKS = 10000
 _HINT = "write Slurm's array syntax: 0-15, 1,3,7, 0-31:2 or 0-31%4 (at most 4 at once)"
@@ -114,3 +115,19 @@ def refuse_array(scheduler: str, array: Optional[str]) -> None:
             f"the {scheduler} scheduler has no job arrays (--array {array})",
             "submit one job per task (torchhpc run with -e TORCHHPC_ARRAY_INDEX=I in a loop), or use slurm, pbs or local",
         )
+
+
+_RESULT = re.compile(r"RESULT (\{.*\})\s*$")
+
+
+def last_result(text: str) -> Optional[dict[str, Any]]:
+    """The last ``RESULT {json}`` line of a log (any prefix: ``0: ``, ``[rank0]: ``), parsed."""
+    for line in reversed(text.splitlines()):
+        m = _RESULT.search(line)
+        if m:
+            try:
+                value = json.loads(m.group(1))
+            except ValueError:
+                continue
+            return value if isinstance(value, dict) else None
+    return None
