@@ -79,6 +79,11 @@ KNOWN_HINTS: tuple[tuple[str, str], ...] = (
         "this machine has no Slurm configuration: run on the cluster's login node, or point SLURM_CONF "
         "at its slurm.conf (for the dev cluster: `torchhpc devcluster exec -- torchhpc ...`)",
     ),
+    *(
+        (needle, "Slurm cannot read its slurm.conf: check that $SLURM_CONF (or /etc/slurm/slurm.conf) exists "
+                 "and is readable")
+        for needle in ("Unable to process configuration file", "s_p_parse_file: cannot stat file")
+    ),
 )
 
 

@@ -372,3 +372,22 @@ def test_completion_generated_from_the_parser(shell: str, tmp_path: Path, capsys
     assert complete("torchhpc", "net", "de") == ["detect"]
     assert "--profile" in complete("torchhpc", "run", "--pro")
     assert "--ntasks" in complete("torchhpc", "run", "--nt") and "--no-container" in complete("torchhpc", "run", "--no")
+
+
+def test_slurm_without_configuration_gets_a_hint(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm's "Could not establish a configuration source" came with no HINT."""
+    from torchhpc.errors import CommandError
+
+    e = CommandError(["squeue"], 1, "squeue: fatal: Could not establish a configuration source\n")
+    assert e.hint is not None and "SLURM_CONF" in e.hint
+    assert CommandError(["squeue"], 1, "other").hint is None
+    e = CommandError(["sbatch"], 1, "sbatch: error: s_p_parse_file: cannot stat file /x/slurm.conf: No such file\n"
+                     "sbatch: fatal: Unable to process configuration file\n")
+    assert e.hint is not None and "SLURM_CONF" in e.hint
+    import shutil
+
+    if shutil.which("scontrol"):  # the real client, with no configuration to find
+        monkeypatch.delenv("SLURM_CONF", raising=False)  # and no /etc/slurm here: the issue's situation
+        rc, out, _ = run_cli(["status", "--json", "slurm:1"], capsys)
+        data = json.loads(out)
+        assert rc == 1 and data["hint"] and "SLURM_CONF" in data["hint"], data
