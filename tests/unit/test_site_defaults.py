@@ -386,7 +386,10 @@ def test_slurm_without_configuration_gets_a_hint(capsys: pytest.CaptureFixture[s
     assert e.hint is not None and "SLURM_CONF" in e.hint
     import shutil
 
-    if shutil.which("scontrol"):  # the real client, with no configuration to find
+    import os
+
+    no_conf = not any(os.path.exists(p) for p in ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf"))
+    if shutil.which("scontrol") and no_conf:  # the real client, with no configuration to find
         monkeypatch.delenv("SLURM_CONF", raising=False)  # and no /etc/slurm here: the situation
         rc, out, _ = run_cli(["status", "--json", "slurm:1"], capsys)
         data = json.loads(out)
