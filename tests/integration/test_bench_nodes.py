@@ -24,13 +24,19 @@ from torchhpc.devcluster.degrade import restore
 from torchhpc.devcluster.netns import netns_path
 
 BUDGET = 180  # seconds, the "<= 3 min on this machine", queue and start-up included
+# Healthy pairs on this machine differ by up to 2x from one call to the next (every rank of every
+# node shares the same 2 cores with everything else running); node3 degraded to 1/10 of the link
+# measures at 0.05-0.3 of the healthy pairs. 0.5 separates the two here; the default 0.7 is for
+# nodes with cores of their own.
+SLOW_RATIO = "0.5"
 
 
 def bench(state: ClusterState, out: Path, *extra: str, timeout: float = BUDGET + 60) -> tuple[int, dict[str, Any], str, float]:
     t0 = time.monotonic()
     r = subprocess.run(
         [PYTHON, "-m", "torchhpc", "bench", "nodes", "--scheduler", "slurm", "--nodes", "4",
-         "--budget", str(BUDGET), "--out", str(out), "--json", str(out / "result.json"), *extra],
+         "--budget", str(BUDGET), "--slow-ratio", SLOW_RATIO, "--out", str(out), "--json", str(out / "result.json"),
+         *extra],
         env=state.client_env(), cwd=out.parent, capture_output=True, text=True, timeout=timeout,
     )
     took = time.monotonic() - t0

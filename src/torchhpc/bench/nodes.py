@@ -216,8 +216,11 @@ class _Worker:
         return figures
 
     # pairs -------------------------------------------------------------------
-    def _pair(self, group: Any) -> dict[str, Any]:
-        """Every rank calls this (in step); the two ends of a pair pass their group, the others None."""
+    def _pair(self, group: Any, slot: int = 0, slots: int = 1) -> dict[str, Any]:
+        """Every rank calls this (in step); the two ends of a pair pass their group, the others None.
+
+        ``slots`` > 1: the pairs of the round take turns call by call (nodes sharing one machine).
+        """
         torch, dist = self.torch, self.dist
         buf = torch.ones(max(1, self.size // 4), dtype=torch.float32, device=self.ctx.device)
         call = self._call_seconds(lambda: dist.all_reduce(buf, group=group))
@@ -239,7 +242,7 @@ class _Worker:
                 return None
 
         got = self._lockstep(measure if group is not None else None, self.args.warmup + self.args.iters,
-                             min_steps=self.args.warmup + 1, cap=PAIR_SECONDS)
+                             slot, slots, min_steps=self.args.warmup + 1, cap=PAIR_SECONDS * slots)
         if group is None:
             return {}
         if errors:
@@ -272,7 +275,11 @@ class _Worker:
         everything = [*pairs, *([ref] if ref else [])]
         groups = {p: dist.new_group([self.leader[p[0]], self.leader[p[1]]], timeout=timeout) for p in everything}
         mine = next((p for p in everything if self.node in p), None) if self.rank == self.leader[self.node] else None
-        res = self._pair(groups[mine] if mine is not None else None)
+        # Pairs of a round run side by side; on nodes sharing one machine they would only fight
+        # for its cores, so there they take turns, call by call (the same rounds, the same plan).
+        slots = len(everything) if self.shared else 1
+        slot = everything.index(mine) if mine is not None and self.shared else 0
+        res = self._pair(groups[mine] if mine is not None else None, slot, slots)
         result = (mine, res) if mine is not None and self.node == mine[0] else None  # the first node reports
         everyone: list[Any] = [None] * self.ctx.world_size
         dist.all_gather_object(everyone, result)

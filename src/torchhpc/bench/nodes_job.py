@@ -26,7 +26,7 @@ from torchhpc.core import hostlist
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import CommandError, JobFailed, UsageError
 
-__all__ = ["NodesRun", "cluster_nodes", "make_spec", "run_job", "write_outputs"]
+__all__ = ["NodesRun", "cluster_nodes", "make_spec", "run_job", "slow_links", "summary", "write_outputs"]
 
 WORKER = "torchhpc.bench.nodes"
 PREFIX = plan.PREFIX
@@ -203,8 +203,14 @@ def write_outputs(run: NodesRun, json_out: str | None, exclude_file: str | None)
     return bad
 
 
+def slow_links(run: NodesRun) -> list[str]:
+    return [r.node for r in run.rows if r.check == "link" and r.verdict != plan.PASS]
+
+
 def summary(run: NodesRun, bad: Sequence[str]) -> str:
     r = run.report
     pairs = len(r.get("pairs", []))
+    links = slow_links(run)
+    verdict = (f"; SLOW/FAIL: {', '.join(bad)}" if bad else "") + (f"; slow link(s): {', '.join(links)}" if links else "")
     return (f"{len(r['nodes'])} node(s), {pairs} pair measurement(s) of {r['size'] / 2**20:g} MiB, "
-            f"job {run.job}, {run.seconds:.0f}s in all" + (f"; SLOW/FAIL: {', '.join(bad)}" if bad else "; all PASS"))
+            f"job {run.job}, {run.seconds:.0f}s in all" + (verdict or "; all PASS"))

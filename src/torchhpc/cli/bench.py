@@ -205,6 +205,11 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         raise JobFailed(f"SLOW or FAIL: {', '.join(bad)}" + (f"; {late}" if late else ""),
                         "drain it (scontrol update nodename=NODE state=drain reason=slow), keep it out with "
                         "--exclude, report it to the admins; docs/nodes.md explains the table")
+    links = nodes_job.slow_links(run)
+    if links:
+        raise JobFailed(f"slow link(s) between nodes that are fine otherwise: {', '.join(links)}" +
+                        (f"; {late}" if late else ""),
+                        "a route or switch port between them; run again to confirm, then report it with --json")
     if late:
         raise JobFailed(late, f"give a larger --budget than {args.budget:g}s")
     return 0
