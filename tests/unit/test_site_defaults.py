@@ -384,9 +384,8 @@ def test_slurm_without_configuration_gets_a_hint(capsys: pytest.CaptureFixture[s
     e = CommandError(["sbatch"], 1, "sbatch: error: s_p_parse_file: cannot stat file /x/slurm.conf: No such file\n"
                      "sbatch: fatal: Unable to process configuration file\n")
     assert e.hint is not None and "SLURM_CONF" in e.hint
-    import shutil
-
     import os
+    import shutil
 
     no_conf = not any(os.path.exists(p) for p in ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf"))
     if shutil.which("scontrol") and no_conf:  # the real client, with no configuration to find
