@@ -131,9 +131,9 @@ SUB_LINES = (
     "_torchhpc_sub() {",
     "  local _i _a _o",
     '  for _i in "${!_torchhpc_args[@]}"; do',
-    '    _a=${_torchhpc_args[$_i]} _o=""',
+    '    _a=${_torchhpc_args[_i]} _o=""',
     '    while [[ $_a == *"{$1}"* ]]; do _o+=${_a%%"{$1}"*}$2; _a=${_a#*"{$1}"}; done',
-    '    _torchhpc_args[$_i]=$_o$_a',
+    '    _torchhpc_args[_i]=$_o$_a',
     "  done",
     "}",
 )
