@@ -44,10 +44,23 @@ def parse_grid(items: Sequence[str]) -> list[tuple[str, list[str]]]:
             raise UsageError(f"--grid {item[:60]!r} is not NAME=V1,V2,...", "e.g. --grid lr=1e-3,3e-4 (NAME: letters, digits, _)")
         if name == "index" or name in dict(out):
             raise UsageError(f"--grid {name} is given twice or is the reserved name 'index'", "one --grid per name")
-        out.append((name, values.split(",")))
+        out.append((name, _values(name, values)))
     if not out:
         raise UsageError("a sweep needs at least one --grid NAME=V1,V2", "e.g. torchhpc sweep --grid lr=0.5,1.0 -- train.py --lr {lr}")
     return out
+
+
+def _values(name: str, text: str) -> list[str]:
+    """``a,b`` -> ["a", "b"]; a JSON list (``["a,b", 1e-3]``) for values holding commas."""
+    if not text.startswith("["):
+        return text.split(",")
+    try:
+        values = json.loads(text)
+    except ValueError as e:
+        raise UsageError(f"--grid {name}: {text[:60]!r} is not a JSON list ({e})", 'e.g. --grid \'tag=["a,b", "c"]\'') from None
+    if not isinstance(values, list) or not values or not all(isinstance(v, (str, int, float)) for v in values):
+        raise UsageError(f"--grid {name}: give a non-empty JSON list of strings or numbers", 'e.g. --grid \'tag=["a,b", "c"]\'')
+    return [v if isinstance(v, str) else json.dumps(v) for v in values]
 
 
 def grid_rows(grid: Sequence[tuple[str, Sequence[object]]]) -> list[dict[str, str]]:

@@ -50,3 +50,10 @@ def test_dry_run_prints_script_and_manifest(tmp_path: Path) -> None:
     assert [t["params"] for t in tasks] == [{"lr": "0.5", "seed": "1"}, {"lr": "0.5", "seed": "2"},
                                             {"lr": odd, "seed": "1"}, {"lr": odd, "seed": "2"}]
     assert not os.path.exists(tmp_path / "sw") and not os.path.exists(tmp_path / "pwned")
+
+
+def test_grid_json_list_for_values_with_commas() -> None:
+    assert parse_grid(['t=["a,b", "c", 0.001]']) == [("t", ["a,b", "c", "0.001"])]
+    for bad in ['t=[', "t=[]", 't=[{"a": 1}]']:
+        with pytest.raises(UsageError):
+            parse_grid([bad])

@@ -35,7 +35,8 @@ def register(sub: Any) -> None:
     p.epilog = EXAMPLES
     add_job_arguments(p)
     p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
-                   help="a parameter and its values (repeatable: the tasks are every combination)")
+                   help="a parameter and its values (repeatable: the tasks are every combination); "
+                        "values with commas as a JSON list: NAME='[\"a,b\", \"c\"]'")
     p.add_argument("--array-parallelism", "--parallel", type=int, default=None, metavar="K",
                    help="at most K tasks at once (Slurm %%K)")
     p.add_argument("--dry-run", action="store_true", help="print the rendered array job and the manifest; submit nothing")
