@@ -110,6 +110,11 @@ def test_preflight_refuses_with_the_right_launcher(row: str, scheduler: str, lau
     assert right in (e.value.hint or "")
 
 
+def test_idr_torch_is_fine_under_any_torchrun() -> None:
+    assert preflight(spec_for(COMPAT / "idr_torch_env.py", "local", "torchrun")) == []
+    assert preflight(spec_for(COMPAT / "idr_torch_env.py", "pbs", "torchrun")) == []
+
+
 @pytest.mark.parametrize("row", ["ompi_vars", "mpi4py_world", "slurm_vars", "submitit_env", "lightning_fabric"])
 def test_preflight_passes_what_mpirun_on_slurm_provides(row: str) -> None:
     assert preflight(spec_for(COMPAT / f"{row}.py", "slurm", "mpirun")) == []
@@ -157,3 +162,19 @@ def test_env_explain_lists_the_disagreements() -> None:
     assert "variables that disagree with rank 3 of 4 (openmpi):" in r.stdout
     assert "SLURM_PROCID=1 but this process is rank 3: Lightning's SLURMEnvironment" in r.stdout
     assert "HINT: start each rank through torchhpc's per-task shim" in r.stdout
+
+
+def test_committed_compat_table_matches_the_expected_matrix() -> None:
+    """docs/compat.md is written by the cluster test; here (no cluster) its cells must say what the matrix expects."""
+    from tests.integration.compat.matrix import COLUMNS, ROWS, expected
+
+    text = (REPO / "docs" / "compat.md").read_text()
+    table = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| script |")]
+    by_title = {line.split(" | ")[0][2:]: [c.strip() for c in line.strip("| \n").split(" | ")[1:]] for line in table}
+    mark = {"ok": "✔", "refused": "refused", "n/a": "—"}
+    for row in ROWS:
+        cells = by_title[row.title]
+        assert len(cells) == len(COLUMNS), row.title
+        for col, cell in zip(COLUMNS, cells):
+            assert cell.startswith(mark[expected(row, col)]), (row.name, col.key, cell)
+    assert "[docs/compat.md](docs/compat.md)" in (REPO / "README.md").read_text()
