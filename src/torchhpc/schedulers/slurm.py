@@ -33,6 +33,8 @@ from torchhpc.schedulers.batch import (
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.script import default_python, load_record
 from torchhpc.schedulers.slurm_array import summarise, tasks_from_sacct, tasks_from_scontrol
+from torchhpc.schedulers.slurm_parse import filter_rank, parse_scontrol, transient
+from torchhpc.schedulers.slurm_parse import status_from_scontrol as _status_from_scontrol
 
 __all__ = ["SlurmScheduler", "filter_rank", "parse_scontrol"]
 
@@ -300,7 +302,7 @@ class SlurmScheduler(BatchScheduler):
                 text = e.stderr + e.stdout
                 if "Invalid job id" in text:
                     break
-                if attempt == retries or not _transient(text):
+                if attempt == retries or not transient(text):
                     raise
                 time.sleep(min(2.0 * (attempt + 1), 10.0))
         return self._status_from_sacct(job_id)
@@ -377,10 +379,6 @@ class SlurmScheduler(BatchScheduler):
         return argv + inner
 
 
-def _transient(text: str) -> bool:
-    return any(m in text for m in ("Unable to contact slurm controller", "Socket timed out", "Zero Bytes were transmitted"))
-
-
 def output_pattern(spec: JobSpec) -> str:
     """sbatch's ``--output``: ``DIR/%x-%j.out``, where only our ``%x`` and ``%j`` are patterns.
 
@@ -411,56 +409,3 @@ def expand_output(pattern: str, name: str, job_id: str) -> str:
     array_id, _, task = job_id.partition("_")
     values = {"%": "%", "x": name, "j": job_id, "A": array_id, "a": task}
     return re.sub(r"%([%xjAa])", lambda m: values[m.group(1)], pattern)
-
-
-def parse_scontrol(text: str) -> dict[str, str]:
-    """``scontrol show job -o`` -> fields. The last occurrence of a key wins, so a
-    job name containing ``JobState=...`` (it comes first) cannot spoof the state."""
-    fields: dict[str, str] = {}
-    for m in re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z_:/]*)=(\S*)", text.strip()):
-        fields[m.group(1)] = m.group(2)
-    return fields
-
-
-def _status_from_scontrol(job_id: str, f: dict[str, str]) -> JobStatus:
-    code = f.get("ExitCode", "")
-    rc: int | None = None
-    if ":" in code:
-        status, signal = code.split(":", 1)
-        rc = int(status) if status.isdigit() else None
-        if rc == 0 and signal.isdigit() and int(signal):
-            rc = 128 + int(signal)
-    restarts = f.get("Restarts", "0")
-    return JobStatus(
-        job_id=job_id,
-        state=f.get("JobState", "UNKNOWN"),
-        exit_code=rc,
-        reason=f.get("Reason", ""),
-        elapsed=f.get("RunTime", ""),
-        name=f.get("JobName", ""),
-        nodes=f.get("NodeList", ""),
-        restarts=int(restarts) if restarts.isdigit() else 0,
-        raw=f,
-    )
-
-
-def filter_rank(text: str, rank: int, launcher: str, nproc_per_node: int) -> str:
-    """Keep one rank's lines from a job log.
-
-    srun ``--label`` prefixes ``TASK: ``; under torchrun the task is the node and
-    torchrun's ``--tee`` adds ``[defaultLOCAL]:``; mpirun ``--tag-output`` adds
-    ``[JOB,RANK]<stdout>:``.
-    """
-    keep: list[str] = []
-    if launcher == "torchrun":
-        node, local = divmod(rank, max(1, nproc_per_node))
-        pat = re.compile(rf"^\s*{node}: \[default{local}\]:")
-    elif launcher == "mpirun":
-        pat = re.compile(rf"^\[\d+,{rank}\]<std(?:out|err)>:")
-    else:
-        pat = re.compile(rf"^\s*{rank}: ")
-    for line in text.splitlines(keepends=True):
-        if pat.match(line):
-            keep.append(line)
-    return "".join(keep)
-
