@@ -51,7 +51,11 @@ def not_pass(report: dict[str, Any], section: str) -> list[tuple[str, str, str]]
 
 
 def link_rate(state: ClusterState) -> float:
-    """iperf3 node2 -> node1, 2 s, bits per second."""
+    """iperf3 node2 -> node1, the best of three 1-s runs, bits per second (load only lowers it)."""
+    return max(_iperf(state) for _ in range(3))
+
+
+def _iperf(state: ClusterState) -> float:
     port = "5201"
     server = subprocess.Popen(["nsenter", "--net=" + netns_path(state.netns("node1")), "iperf3", "-s", "-1", "-p", port],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -59,7 +63,7 @@ def link_rate(state: ClusterState) -> float:
         for _ in range(20):
             time.sleep(0.25)
             done = subprocess.run(["nsenter", "--net=" + netns_path(state.netns("node2")), "iperf3", "-c",
-                                   state.node_ip("node1"), "-p", port, "-t", "2", "-J"],
+                                   state.node_ip("node1"), "-p", port, "-t", "1", "-J"],
                                   capture_output=True, text=True, timeout=30)
             if done.returncode == 0:
                 return float(json.loads(done.stdout)["end"]["sum_received"]["bits_per_second"])

@@ -243,7 +243,7 @@ class _Worker:
                 return None
 
         got = self._lockstep(measure if group is not None else None, self.args.warmup + self.args.iters,
-                             slot, slots, min_steps=self.args.warmup + 1, cap=PAIR_SECONDS * slots)
+                             slot, slots, min_steps=self.args.warmup + 1, cap=PAIR_SECONDS)
         if group is None:
             return {}
         if errors:
