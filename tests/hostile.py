@@ -56,6 +56,7 @@ _rec() {
 STUBS: dict[str, str] = {
     # srun records, then runs the task command (the first word that is not an option)
     "srun": _RECORD + '_rec "$@"\nwhile [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done\n'
+    "export SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NODEID=0 SLURM_STEP_NUM_TASKS=1 SLURM_STEP_TASKS_PER_NODE=1\n"
     '[ $# -gt 0 ] && exec "$@"\nexit 0\n',
     "scontrol": _RECORD + 'if [ "${1:-}" = show ] && [ "${2:-}" = hostnames ]; then echo node1; exit 0; fi\n_rec "$@"\n',
     "getent": "#!/bin/bash\necho '10.0.0.1        STREAM node1'\n",
@@ -208,6 +209,7 @@ class Field:
     exact: bool = True  # the value must arrive verbatim (else: only where the placeholder was)
     stub_env: str = ""  # variables the stubs record
     varies: bool = False  # the value picks a code path (an image file needs no `enroot import`): compare the launch only
+    command: str = "run"  # the torchhpc command rendering it (`sweep` for --grid)
 
 
 def _flags(*flags: str) -> Callable[[str], tuple[list[str], list[str], dict[str, str]]]:
@@ -243,6 +245,10 @@ FIELDS: list[Field] = [
     Field("bind", _flags("--bind", "/data/{V}:/mnt"), needs="container"),
     Field("container-env", _flags("--container-env", "CV={V}"), needs="container",
           stub_env="CV APPTAINERENV_CV SINGULARITYENV_CV"),
+    # Job arrays (issue 15): {index} replaced in the task (task 1 here), a --grid value reaching the program.
+    Field("array-arg", lambda v: (["--array", "0-2"], ["train.py", "--seed", "{index}", v + "{index}"], {})),
+    Field("grid", lambda v: (["--grid", "p=" + json.dumps(["a", v])], ["train.py", "--lr", "{p}"], {}),
+          command="sweep"),
 ]
 
 
@@ -298,8 +304,8 @@ class Rendered:
     submit: str = ""
 
 
-def render(args: Sequence[str], env: dict[str, str]) -> Rendered:
-    """``torchhpc run ARGS --dry-run`` in this process; an escaping exception is a traceback."""
+def render(args: Sequence[str], env: dict[str, str], command: str = "run") -> Rendered:
+    """``torchhpc COMMAND --dry-run ARGS`` in this process; an escaping exception is a traceback."""
     from torchhpc.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
@@ -309,7 +315,7 @@ def render(args: Sequence[str], env: dict[str, str]) -> Rendered:
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                code = main(["run", "--dry-run", *args])
+                code = main([command, "--dry-run", *args])
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else 2
     except Exception:
@@ -378,11 +384,12 @@ def execute(setup: Setup, r: Rendered, workdir: Path, stub_env: str) -> tuple[li
         argv = ["bash", str(path)]
         if setup.kind == "slurm":
             env.update({"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node1", "SLURM_NNODES": "1",
-                        "SLURM_NTASKS": "1"})
+                        "SLURM_NTASKS": "1", "SLURM_ARRAY_TASK_ID": "1"})
         elif setup.kind == "pbs":
             nodefile = workdir / "nodefile"
             nodefile.write_text("node1\n")
-            env.update({"PBS_NODEFILE": str(nodefile), "PBS_JOBID": "42.server", "PBS_O_WORKDIR": str(workdir)})
+            env.update({"PBS_NODEFILE": str(nodefile), "PBS_JOBID": "42.server", "PBS_O_WORKDIR": str(workdir),
+                        "PBS_ARRAY_INDEX": "1"})
     note = ""
     try:
         subprocess.run(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -394,6 +401,14 @@ def execute(setup: Setup, r: Rendered, workdir: Path, stub_env: str) -> tuple[li
             note = f"INJECTION: {p.name} created"
     records = parse_records(log.read_bytes()) if log.exists() else []
     return [_torchrun_view(_runai_view(rec)) for rec in records], note
+
+
+# What a rank's command looks like in the records: the program, torchrun, a container runtime, or mpirun/pbsdsh
+# (which start the ranks themselves and are only recorded here).
+_RANK_COMMANDS = {
+    b"python", b"python3", b"<torchrun>", b"<torchrun rejects>", b"apptainer", b"singularity", b"enroot",
+    b"docker", b"podman", b"ch-run", b"mpirun", b"pbsdsh",
+}
 
 
 def _runai_view(rec: list[bytes]) -> list[bytes]:
@@ -536,11 +551,17 @@ def run_matrix(
             if not applicable(setup, fld):
                 continue
             base_args = _case_args(setup, fld, PLACEHOLDER, common_out)
-            base = render(*base_args)
+            base = render(*base_args, command=fld.command)
             base_records: list[list[bytes]] | None = None
             base_opts: dict[str, str] | None = None
             if base.code == 0:
                 base_records, _ = execute(setup, base, root / "run", fld.stub_env)
+                # (--python/command: the placeholder program is no stub; the launcher's record carries the value)
+                if fld.name not in ("python", "command") and not any(
+                    rec[:1] and rec[0] in _RANK_COMMANDS for rec in base_records
+                ):
+                    counts.argv_mismatches += 1  # the placeholder job never reached a rank: the check would be empty
+                    counts.fail(f"BASE {setup.name}/{fld.name}: no rank command ran: {base_records!r}"[:800])
                 if setup.kind == "slurm" and shutil.which("sbatch"):
                     base_opts = sbatch_options(script_of(setup, base), root)
             n_case = 0
@@ -550,7 +571,7 @@ def run_matrix(
                 counts.cases += 1
                 n_case += 1
                 where = f"{setup.name}/{fld.name}/{value[:40]!r}"
-                r = render(*_case_args(setup, fld, value, common_out))
+                r = render(*_case_args(setup, fld, value, common_out), command=fld.command)
                 if r.traceback or r.code not in (0, 2):
                     counts.tracebacks += 1
                     counts.fail(f"TRACEBACK {where}: code {r.code} {r.traceback.strip().splitlines()[-1:] or r.err[-200:]}")
@@ -634,7 +655,7 @@ def _opts_ok(base: dict[str, str], got: dict[str, str], value: str, fld: Field) 
         elif PLACEHOLDER in v:
             continue  # derived from the value (output path under --output-dir, ...)
         elif k == "output":  # the file name follows the job name; the directory never does
-            if got[k].rsplit("/", 1)[0] != v.rsplit("/", 1)[0] or not got[k].endswith("-%j.out"):
+            if got[k].rsplit("/", 1)[0] != v.rsplit("/", 1)[0] or not got[k].endswith(("-%j.out", "-%A_%a.out")):
                 return False
         elif got[k] != v:
             return False
