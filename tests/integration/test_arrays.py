@@ -99,3 +99,60 @@ def test_pbs_array_body_with_synthesised_index(slurm: Any, tmp_path: Path) -> No
     assert m, log
     assert json.loads(m.group(2)) == ["--seed", "5", ODD.replace("{index}", "5")]
     assert int(m.group(1)) == 10000 + (int(job) * 10000 + 5) % 20000
+
+
+def test_sweep_mnist_grid_two_at_a_time_report(slurm_cluster: Any, tmp_path: Path) -> None:
+    """The issue's acceptance: a 2x2 grid of 2-node MNIST DDP trainings as one array, at most 2
+    tasks at once; `sweep report` has 4 rows, each with the accuracy from its task's RESULT line."""
+    out = tmp_path / "sw"
+    sub = torchhpc(slurm_cluster, "sweep", "--scheduler", "slurm", "--grid", "lr=0.5,1.0", "--grid", "seed=1,2",
+                   "--nodes", "2", "--nproc-per-node", "1", "--launcher", "srun", "--array-parallelism", "2",
+                   "--output-dir", str(out), "--python", PYTHON, "--", str(REPO / "examples" / "mnist_ddp.py"),
+                   "--epochs", "1", "--lr", "{lr}", "--seed", "{seed}", "--train-size", "256", "--test-size", "128",
+                   cwd=tmp_path)
+    assert sub.returncode == 0, sub.stderr
+    job = re.search(r"Submitted slurm:(\d+)", sub.stdout).group(1)  # type: ignore[union-attr]
+    most = 0
+    for _ in range(600):
+        st = json.loads(torchhpc(slurm_cluster, "status", "--json", f"slurm:{job}", cwd=tmp_path).stdout)
+        most = max(most, sum(t["state"] == "RUNNING" for t in st.get("tasks", [])))
+        if st["state"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+            break
+        __import__("time").sleep(1)
+    assert st["state"] == "COMPLETED", st
+    assert most <= 2, most
+    rep = torchhpc(slurm_cluster, "sweep", "report", str(out), cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    rows = json.loads(torchhpc(slurm_cluster, "sweep", "status", "--json", str(out), cwd=tmp_path).stdout)
+    assert [(r["lr"], r["seed"], r["state"]) for r in rows] == [
+        ("0.5", "1", "COMPLETED"), ("0.5", "2", "COMPLETED"), ("1.0", "1", "COMPLETED"), ("1.0", "2", "COMPLETED")]
+    assert all(0.0 <= r["result.accuracy"] <= 1.0 and r["result.world_size"] == 2 for r in rows), rows
+    assert (out / "report.md").read_text().count("| COMPLETED |") == 4 and (out / "report.csv").exists()
+
+
+def test_requeue_of_one_task_resumes_it_alone(slurm_cluster: Any, slurm: Any, tmp_path: Path) -> None:
+    """`scontrol requeue ARRAY_1` (what Slurm does on preemption with requeue) sends task 1 alone
+    back to the queue; it resumes from its own checkpoint ({index} in --ckpt); task 0 is untouched."""
+    train = str(REPO / "tests" / "integration" / "scripts" / "ckpt_train.py")
+    sub = torchhpc(slurm_cluster, "run", "--scheduler", "slurm", "--launcher", "torchrun", "--requeue",
+                   "--array", "0-1", "--name", "rq", "--output-dir", str(tmp_path), "--python", PYTHON, "--", train,
+                   "--ckpt", str(tmp_path / "ckpt-{index}"), "--out", str(tmp_path / "final-{index}.pt"),
+                   "--steps", "30", "--sleep", "0.5", "--sleep-first-attempt-only", "--ckpt-every", "5", cwd=tmp_path)
+    assert sub.returncode == 0, sub.stderr
+    job = re.search(r"Submitted slurm:(\d+)", sub.stdout).group(1)  # type: ignore[union-attr]
+    log1 = tmp_path / f"rq-{job}_1.out"
+    deadline = __import__("time").monotonic() + 240
+    while not re.search(r"\bstep (?:[5-9]|[12]\d) restart=0", log1.read_text() if log1.exists() else ""):
+        assert __import__("time").monotonic() < deadline, log1.read_text() if log1.exists() else "no log"
+        __import__("time").sleep(0.3)
+    slurm.run(["scontrol", "requeue", f"{job}_1"])
+    waited = torchhpc(slurm_cluster, "wait", f"slurm:{job}", "--timeout", "400", cwd=tmp_path, timeout=420)
+    assert waited.returncode == 0, waited.stderr
+    st = json.loads(torchhpc(slurm_cluster, "status", "--json", f"slurm:{job}", cwd=tmp_path).stdout)
+    restarts = {t["job_id"]: t["restarts"] for t in st["tasks"]}
+    assert restarts == {f"{job}_0": 0, f"{job}_1": 1}, st
+    text1 = log1.read_text()
+    starts = [int(s) for s in re.findall(r"START step=(\d+) .*?restart=1", text1)]
+    assert starts and starts[0] >= 5, text1  # resumed from a checkpoint, not from step 0
+    assert "DONE step=30 restart=1" in text1, text1
+    assert "restart=1" not in (tmp_path / f"rq-{job}_0.out").read_text()
