@@ -57,3 +57,17 @@ def test_grid_json_list_for_values_with_commas() -> None:
     for bad in ['t=[', "t=[]", 't=[{"a": 1}]']:
         with pytest.raises(UsageError):
             parse_grid([bad])
+
+
+def test_python_api_array_and_sweep_render(tmp_path: Path) -> None:
+    from torchhpc.core.proc import FakeRunner
+    from torchhpc.job import Job
+    from torchhpc.sweep import Sweep
+
+    job = Job(["t.py", "--seed", "{index}"], scheduler="slurm", array="0-7%2", output_dir=str(tmp_path), runner=FakeRunner())
+    assert "#SBATCH --array=0-7%2" in (job.render().script or "")
+    sw = Sweep(["t.py", "--lr", "{lr}"], grid={"lr": [0.5, 1.0], "seed": [1, 2, 3]}, parallel=2, scheduler="pbs",
+               output_dir=str(tmp_path), runner=FakeRunner())
+    assert sw.spec.array == "0-5%2" and "#PBS -J 0-5%2" in (sw.render().script or "")
+    man = sw.manifest()
+    assert man["params"] == ["lr", "seed"] and man["tasks"][5] == {"index": 5, "params": {"lr": "1.0", "seed": "3"}}
