@@ -79,7 +79,8 @@ def results(text: str) -> list[dict[str, object]]:
 def per_rank(command: list[str], ranks_dir: Path) -> list[str]:
     """``command`` run by torchhpc's per-rank log wrapper (each mpirun rank writes its own file):
     mpirun forwards all ranks through one pipe and splices their lines, the files keep them whole."""
-    return log_argv(command, str(ranks_dir), RANK_VARS["mpirun"])
+    ranks_dir.mkdir(exist_ok=True)
+    return ["env", f"TORCHHPC_RANKS_DIR={ranks_dir}", *log_argv(command, RANK_VARS["mpirun"])]
 
 
 def rank_text(ranks_dir: Path) -> str:

@@ -122,20 +122,25 @@ def test_chained_traceback_is_one_block() -> None:
 def test_log_wrapper_sends_each_rank_to_its_own_file(tmp_path: Path) -> None:
     """The wrapper run by a real bash: stdout and stderr appended to rank-N@HOST.log, the command exec'd."""
     ranks = tmp_path / "ranks"
-    env = {**os.environ, "RANK": "7"}
+    ranks.mkdir()
+    env = {**os.environ, "RANK": "7", "TORCHHPC_RANKS_DIR": str(ranks)}
     env.pop("PYTHONUNBUFFERED", None)
-    cmd = log_argv(["bash", "-c", 'echo out; echo err >&2; echo "$PYTHONUNBUFFERED"; exit 3'], str(ranks))
+    cmd = log_argv(["bash", "-c", 'echo out; echo err >&2; echo "$PYTHONUNBUFFERED"; exit 3'])
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert done.returncode == 3 and done.stdout == "" and done.stderr == ""
     (path, node), = rank_files(str(ranks)).values()
     assert Path(path).read_text() == "out\nerr\n1\n"
     assert node and "." not in node
     # the first set variable of the list names the rank (mpirun's before a stale RANK)
-    subprocess.run(log_argv(["true"], str(ranks), "OMPI_COMM_WORLD_RANK RANK"), env={**env, "OMPI_COMM_WORLD_RANK": "2"}, check=True)
-    subprocess.run(log_argv(["true"], str(ranks), "PMI_RANK"), env=env, check=True)
+    subprocess.run(log_argv(["true"], "OMPI_COMM_WORLD_RANK RANK"), env={**env, "OMPI_COMM_WORLD_RANK": "2"}, check=True)
+    subprocess.run(log_argv(["true"], "PMI_RANK"), env=env, check=True)
     assert sorted(rank_files(str(ranks))) == [0, 2, 7]
-    # an unwritable directory: the output stays on the launcher's stream, with a warning
-    bad = subprocess.run(["bash", "-c", LOG_WRAPPER, "x", "/proc/no/such", "RANK", "echo", "hi"], env=env, capture_output=True, text=True)
+    # no directory (a script submitted by hand): the output stays on the launcher's stream, silently
+    gone = subprocess.run(log_argv(["echo", "hi"]), env={**env, "TORCHHPC_RANKS_DIR": str(tmp_path / "none")}, capture_output=True, text=True)
+    assert (gone.stdout, gone.stderr) == ("hi\n", "")
+    assert not (tmp_path / "none").exists()
+    # a directory that cannot be written: said on stderr, output kept
+    bad = subprocess.run(["bash", "-c", LOG_WRAPPER, "x", "RANK", "echo", "hi"], env={**env, "TORCHHPC_RANKS_DIR": "/proc"}, capture_output=True, text=True)
     assert bad.stdout == "hi\n" and "cannot write" in bad.stderr
 
 
@@ -181,11 +186,11 @@ def test_cli_bad_filters(flag: str, value: str, capsys: pytest.CaptureFixture[st
 
 
 def test_torchrun_workers_go_through_the_wrapper() -> None:
-    torchrun = ["python", "-m", "torch.distributed.run", "--nnodes", "2", "--tee", "3", "train.py", "--lr", "1"]
-    argv = torchrun_per_rank(torchrun, ["train.py", "--lr", "1"], ["python", "-u", "train.py", "--lr", "1"], "/j/ranks")
+    torchrun = ["python", "-m", "torch.distributed.run", "--nnodes", "2", "--tee", "3", "--no-python", "bash", "-c", "SHIM", "t", "python", "train.py"]
+    argv = torchrun_per_rank(torchrun)
     assert argv[:5] == ["python", "-m", "torch.distributed.run", "--nnodes", "2"]
     assert argv[5:8] == ["--no-python", "bash", "-c"]
-    assert argv[9:] == ["torchhpc-log", "/j/ranks", "RANK", "python", "-u", "train.py", "--lr", "1"]
+    assert argv[9:] == ["torchhpc-log", "RANK", "bash", "-c", "SHIM", "t", "python", "train.py"]
 
 
 def test_ranks_dir_ref_expands_in_bash(tmp_path: Path) -> None:

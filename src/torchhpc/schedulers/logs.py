@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 __all__ = [
+    "LOG_DIR_VAR",
     "LOG_WRAPPER",
     "RANKS_DIR",
     "RANK_VARS",
@@ -51,21 +52,26 @@ __all__ = [
 
 RANKS_DIR = "ranks"
 
-# Runs each rank's program with its stdout and stderr appended to its own file, then execs
-# it (signals reach the program directly). The rank comes from the first set variable of
-# a list the launcher decides (RANK_VARS): srun and mpirun run it before the task shim and
-# outside any container, torchrun around each worker. PYTHONUNBUFFERED (only defaulted):
-# a file is block-buffered otherwise and `logs -f` would see lines minutes late. If the
-# file cannot be written, the output stays on the launcher's stream (labelled there)
-# rather than being lost. The node is the kernel's host name: $HOSTNAME is inherited from
-# the batch shell (Slurm sets it there), so every rank would claim the first node.
+# Runs each rank's program with its stdout and stderr appended to its own file in
+# $TORCHHPC_RANKS_DIR (exported by the batch script; not an argument, so no job name or path
+# is in the launch command), then execs it: signals reach the program directly. The rank
+# comes from the first set variable of a list the launcher decides (RANK_VARS): srun and
+# mpirun run the wrapper before the task shim and outside any container, torchrun around each
+# worker. PYTHONUNBUFFERED (only defaulted): a file is block-buffered otherwise and `logs -f`
+# would see lines minutes late. Without the directory (a script submitted by hand, where
+# torchhpc did not create it) the output stays on the launcher's stream, labelled there as
+# before; a directory that exists but cannot be written is said once per rank. The node is the
+# kernel's host name: $HOSTNAME is inherited from the batch shell (Slurm sets it there).
+LOG_DIR_VAR = "TORCHHPC_RANKS_DIR"
 LOG_WRAPPER = r"""_torchhpc_rank=0
-for _torchhpc_v in $2; do if [ -n "${!_torchhpc_v:-}" ]; then _torchhpc_rank=${!_torchhpc_v}; break; fi; done
-read -r _torchhpc_host </proc/sys/kernel/hostname 2>/dev/null || _torchhpc_host=${SLURMD_NODENAME:-${HOSTNAME:-}}
-_torchhpc_log="$1/rank-$_torchhpc_rank@${_torchhpc_host%%.*}.log"; shift 2
-mkdir -p -- "${_torchhpc_log%/*}" 2>/dev/null || true
-if : >>"$_torchhpc_log" 2>/dev/null; then exec >>"$_torchhpc_log" 2>&1
-else echo "torchhpc: cannot write $_torchhpc_log; rank $_torchhpc_rank's output stays here" >&2; fi
+for _torchhpc_v in $1; do if [ -n "${!_torchhpc_v:-}" ]; then _torchhpc_rank=${!_torchhpc_v}; break; fi; done
+shift
+if [ -d "${TORCHHPC_RANKS_DIR:-}" ]; then
+  read -r _torchhpc_host </proc/sys/kernel/hostname 2>/dev/null || _torchhpc_host=${SLURMD_NODENAME:-${HOSTNAME:-}}
+  _torchhpc_log="$TORCHHPC_RANKS_DIR/rank-$_torchhpc_rank@${_torchhpc_host%%.*}.log"
+  if : >>"$_torchhpc_log" 2>/dev/null; then exec >>"$_torchhpc_log" 2>&1
+  else echo "torchhpc: cannot write $_torchhpc_log; rank $_torchhpc_rank's output stays here" >&2; fi
+fi
 unset _torchhpc_rank _torchhpc_v _torchhpc_host _torchhpc_log
 : "${PYTHONUNBUFFERED:=1}"; export PYTHONUNBUFFERED
 exec "$@"
@@ -79,9 +85,9 @@ RANK_VARS = {
 }
 
 
-def log_argv(command: Sequence[str], ranks_dir: str, rank_vars: str = "RANK") -> list[str]:
-    """``bash -c LOG_WRAPPER torchhpc-log DIR VARS CMD...``: CMD's output into ``DIR/rank-N@NODE.log``."""
-    return ["bash", "-c", LOG_WRAPPER, "torchhpc-log", ranks_dir, rank_vars, *command]
+def log_argv(command: Sequence[str], rank_vars: str = "RANK") -> list[str]:
+    """``bash -c LOG_WRAPPER torchhpc-log VARS CMD...``: CMD's output into ``$TORCHHPC_RANKS_DIR/rank-N@NODE.log``."""
+    return ["bash", "-c", LOG_WRAPPER, "torchhpc-log", rank_vars, *command]
 
 
 @dataclass(frozen=True)
@@ -375,18 +381,19 @@ def ranks_dir_ref(script_path: str, job_id_ref: str) -> str:
     return f'{quote(os.path.splitext(script_path)[0] + "-")}"{job_id_ref}"/{RANKS_DIR}'
 
 
-def torchrun_per_rank(torchrun: Sequence[str], script_argv: Sequence[str], worker: Sequence[str], ranks_dir: str) -> list[str]:
-    """torchrun's argv with each worker run through :data:`LOG_WRAPPER` (``--no-python bash ...``).
+def torchrun_per_rank(torchrun: Sequence[str]) -> list[str]:
+    """torchrun's argv with each worker run through :data:`LOG_WRAPPER`.
 
-    ``script_argv`` is the tail torchrun was given (replaced), ``worker`` the
-    full command of one worker (its interpreter included). ``--tee`` goes: the
-    workers' output is in their files, not on torchrun's pipe.
+    The workers must already be a command (``--no-python ...``, the task shim):
+    the wrapper goes right after ``--no-python``. ``--tee`` goes: the workers'
+    output is in their files, not on torchrun's pipe.
     """
-    head = list(torchrun[: len(torchrun) - len(script_argv)])
+    head = list(torchrun)
     if "--tee" in head:
         i = head.index("--tee")
         del head[i : i + 2]
-    return [*head, "--no-python", *log_argv(worker, ranks_dir, RANK_VARS["torchrun"])]
+    i = head.index("--no-python") + 1
+    return [*head[:i], *log_argv(head[i:], RANK_VARS["torchrun"])]
 
 
 def log_text(log: JobLog, rank: Optional[int] = None) -> str:
