@@ -55,7 +55,7 @@ def test_array_on_one_node_ports_argv_and_failed_task(slurm_cluster: Any, tmp_pa
     assert "failed: 2 (exit 3)" in waited.stderr and "3 COMPLETED, 1 FAILED" in waited.stderr, waited.stderr
     ports, hosts = {}, set()
     for i in range(4):
-        log = torchhpc(slurm_cluster, "logs", f"slurm:{job}_{i}", cwd=tmp_path).stdout
+        log = torchhpc(slurm_cluster, "logs", f"slurm:{job}_{i}", "--rank", "0", cwd=tmp_path).stdout
         m = re.search(r"task (\d) of 4 port (\d+) host (\S+) argv (.*)", log)
         assert m and int(m.group(1)) == i, log
         ports[i] = int(m.group(2))
