@@ -111,6 +111,7 @@ class JobStatus:
     nodes: str = ""
     restarts: int = 0
     raw: dict[str, str] = field(default_factory=dict)
+    log_dir: str = ""  # the job's directory (script, scheduler output, per-rank logs), when known
     # a job array's tasks (job_id ARRAY_TASK), when this status summarises an array
     tasks: list[JobStatus] = field(default_factory=list)
 
@@ -134,6 +135,8 @@ class JobStatus:
             bits.append(f"nodes={self.nodes}")
         if self.restarts:
             bits.append(f"restarts={self.restarts}")
+        if self.log_dir:
+            bits.append(f"dir={self.log_dir}")
         return " ".join(bits)
 
 

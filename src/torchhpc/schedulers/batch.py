@@ -70,8 +70,9 @@ def stop_file(spec: JobSpec) -> str:
 
 
 def job_container(spec: JobSpec, container: ContainerSpec) -> ContainerSpec:
-    """The job's container, with the output directory bound when ranks must see the stop file there."""
-    if spec.stop_signal_seconds or spec.requeue:
+    """The job's container, with the output directory bound when ranks must see the stop file there,
+    or write their log files from inside (torchrun's workers; pyxis runs the whole task inside)."""
+    if spec.stop_signal_seconds or spec.requeue or spec.launcher == "torchrun" or container.runtime == "pyxis":
         out = os.path.abspath(spec.output_dir)
         if not any(b.split(":")[0] == out for b in container.binds):
             return replace(container, binds=(*container.binds, out))
@@ -255,6 +256,10 @@ class BatchScheduler(Scheduler):
         """One rank's lines of the job's log (each launcher tags its lines its own way)."""
         raise NotImplementedError
 
+    def log_lines(self, spec: JobSpec) -> list[str]:
+        """Where each rank's output goes (``$TORCHHPC_RANKS_DIR``), if this backend keeps per-rank files."""
+        return []
+
     # -- the script --------------------------------------------------------------
     @staticmethod
     def stopping(spec: JobSpec) -> bool:
@@ -283,6 +288,7 @@ class BatchScheduler(Scheduler):
             f'echo "torchhpc: job {self.job_label}, master $MASTER_ADDR:$MASTER_PORT, '
             f'launcher {spec.launcher}, {spec.nodes}x{spec.nproc_per_node} ranks"',
             *self.check_lines(spec),
+            *self.log_lines(spec),
             "",
         ]
         if get_launcher(spec.launcher).needs_shim or self.torchrun_worker_shim:
@@ -379,6 +385,12 @@ class BatchScheduler(Scheduler):
         return job_id
 
     def logs(self, job_id: str, rank: int | None = None) -> str:
+        """The job's log: its output file and per-rank files (``[rankN]: ``), or one rank's lines."""
+        from torchhpc.schedulers.logs import job_log, log_text
+
+        log = job_log(self.name, job_id)
+        if log is not None and log.ranks_dir:
+            return log_text(log, rank)
         paths = self.log_paths(job_id)
         if not paths:
             raise SchedulerError(f"no log file known for {self.name} job {job_id}", self.no_log_hint)

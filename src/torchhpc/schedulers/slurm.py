@@ -14,6 +14,7 @@ import os
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 
 from torchhpc.core.proc import Runner
 from torchhpc.core.shell import Raw, directive, join, quote
@@ -22,7 +23,7 @@ from torchhpc.core.units import format_bytes, format_walltime, parse_size
 from torchhpc.core.validate import parse_bool
 from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.launchers import SHIM_VAR, SRUN, TORCHRUN, get_launcher, mpirun_argv, srun_argv, task_argv
-from torchhpc.schedulers.api import JobStatus
+from torchhpc.schedulers.api import JobStatus, Submission
 from torchhpc.schedulers.batch import (
     BatchScheduler,
     in_container,
@@ -30,8 +31,17 @@ from torchhpc.schedulers.batch import (
     job_env_names,
     torchrun_command,
 )
+from torchhpc.schedulers.logs import (
+    LOG_DIR_VAR,
+    RANK_VARS,
+    RANKS_DIR,
+    job_dir,
+    log_argv,
+    ranks_dir_ref,
+    torchrun_per_rank,
+)
 from torchhpc.schedulers.options import Option, declare
-from torchhpc.schedulers.script import default_python, load_record
+from torchhpc.schedulers.script import default_python, load_record, save_record, script_path
 from torchhpc.schedulers.slurm_array import summarise, tasks_from_sacct, tasks_from_scontrol
 from torchhpc.schedulers.slurm_parse import filter_rank, parse_scontrol, transient
 from torchhpc.schedulers.slurm_parse import status_from_scontrol as _status_from_scontrol
@@ -49,6 +59,12 @@ def _wrap(spec: JobSpec, argv: list[str], interactive: bool = False) -> list[str
     if spec.container is not None and spec.container.runtime == "pyxis":
         return argv
     return in_container(spec, argv, [*RENDEZVOUS_VARS, "SLURM_*", "PMIX_*", "OMPI_*"], interactive)
+
+
+def _per_rank(spec: JobSpec, argv: list[str], launcher: str) -> list[str]:
+    """Each rank's output into its own file (:mod:`torchhpc.schedulers.logs`). The wrapper runs
+    before the task shim and outside the container (with pyxis the whole task is inside it)."""
+    return log_argv(argv, RANK_VARS[launcher])
 
 
 def _container_srun_options(spec: JobSpec) -> list[str]:
@@ -187,20 +203,68 @@ class SlurmScheduler(BatchScheduler):
                 spec, python, nnodes=Raw('"$SLURM_NNODES"'), rdzv_id=Raw('"$SLURM_JOB_ID"'),
                 worker_shim=Raw(f'"${SHIM_VAR}"'),
             )
+            cmd = torchrun_per_rank(cmd)
             step = srun_argv(1, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
             return [join([*step, *_wrap(spec, cmd)])]
         rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'), launcher=spec.launcher)
         if launcher is SRUN:
             step = srun_argv(spec.nproc_per_node, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
-            return [join([*step, *_wrap(spec, rank_cmd)])]
+            return [join([*step, *_per_rank(spec, _wrap(spec, rank_cmd), "srun")])]
         # mpirun: one launcher process in the batch step, OpenMPI starts its daemons through Slurm.
         mpi = mpirun_argv(
             Raw('"$SLURM_NTASKS"'),
             spec.nproc_per_node,
             export=[*RENDEZVOUS_VARS, "PATH", *job_env_names(spec)],
-            extra=["--tag-output"],
+            extra=["--tag-output", "-x", LOG_DIR_VAR],
         )
-        return [join([*mpi, *_wrap(spec, rank_cmd)])]
+        return [join([*mpi, *_per_rank(spec, _wrap(spec, rank_cmd), "mpirun")])]
+
+    def log_lines(self, spec: JobSpec) -> list[str]:
+        if spec.array is not None:  # one job id per task: no directory made at submission (see docs/logs.md)
+            return []
+        return [
+            "# Each rank's stdout and stderr go to its own file, written by the rank itself (whole lines,",
+            "# whatever the launcher does with its pipes): <job dir>/ranks/rank-N@NODE.log. `torchhpc logs`.",
+            "# (torchhpc creates it when it submits; by hand, `sbatch FILE`, the output stays in Slurm's file)",
+            f"export {LOG_DIR_VAR}={ranks_dir_ref(script_path(spec, self.suffix), '$SLURM_JOB_ID')}",
+            f'if [ -d "${LOG_DIR_VAR}" ]; then echo "torchhpc: rank output in ${LOG_DIR_VAR}"; fi',
+        ]
+
+    def render(self, spec: JobSpec) -> Submission:
+        """Submitted held, with its output in the job's directory (made once the id is known)."""
+        sub = super().render(spec)
+        if spec.array is not None or not sub.script_path:
+            return sub
+        path = sub.script_path
+        out = job_dir(path, "").replace("%", "%%") + "%j/slurm.out"  # overrides the script's own (for `sbatch FILE`)
+        note = (
+            f"job directory: {job_dir(path, '<job id>')}/ (job.sbatch, slurm.out, ranks/rank-N@NODE.log);"
+            " torchhpc creates it while the job is held, then runs `scontrol release <job id>`"
+        )
+        return replace(sub, argv=(*sub.argv[:-1], "--hold", f"--output={out}", sub.argv[-1]), notes=(*sub.notes, note))
+
+    def schedule(self, submission: Submission) -> str:
+        """Submit held, make the job's directory (its name needs the id), move the script in, release.
+
+        Slurm does not create an output file's directory, and a job may start the
+        moment ``sbatch`` returns: hence ``--hold``. The job is released whatever happens.
+        """
+        job_id = super().schedule(submission)
+        if "--hold" not in submission.argv:
+            return job_id
+        try:
+            path = submission.script_path or ""
+            where = job_dir(path, job_id)
+            os.makedirs(os.path.join(where, RANKS_DIR), exist_ok=True)
+            script = os.path.join(where, "job.sbatch")
+            if os.path.exists(path):
+                os.replace(path, script)
+            rec = {k: v for k, v in load_record(self.name, job_id).items() if k not in ("scheduler", "job_id", "submitted")}
+            rec.update(job_dir=where, output_path=os.path.join(where, "slurm.out"), script=script)
+            save_record(self.name, job_id, **rec)
+        finally:
+            self.runner.run(["scontrol", "release", job_id], hint="release it by hand: scontrol release " + job_id)
+        return job_id
 
     def host_lines(self, spec: JobSpec) -> list[str]:
         return [
@@ -296,7 +360,7 @@ class SlurmScheduler(BatchScheduler):
                     return summarise(job_id, tasks_from_scontrol(job_id, done.stdout, parse_scontrol, _status_from_scontrol))
                 fields = parse_scontrol(done.stdout)
                 if fields.get("JobState"):
-                    return _status_from_scontrol(job_id, fields)
+                    return self._with_dir(_status_from_scontrol(job_id, fields))
                 break
             except CommandError as e:
                 text = e.stderr + e.stdout
@@ -305,7 +369,11 @@ class SlurmScheduler(BatchScheduler):
                 if attempt == retries or not transient(text):
                     raise
                 time.sleep(min(2.0 * (attempt + 1), 10.0))
-        return self._status_from_sacct(job_id)
+        return self._with_dir(self._status_from_sacct(job_id))
+
+    def _with_dir(self, st: JobStatus) -> JobStatus:
+        st.log_dir = str(load_record(self.name, st.job_id).get("job_dir") or "")
+        return st
 
     def _status_from_sacct(self, job_id: str) -> JobStatus:
         try:
@@ -336,6 +404,8 @@ class SlurmScheduler(BatchScheduler):
 
     def log_paths(self, job_id: str) -> list[str]:
         rec = load_record(self.name, job_id) or load_record(self.name, job_id.split("_")[0])  # array task: ARRAY_TASK
+        if rec.get("output_path"):
+            return [str(rec["output_path"])]
         pattern = str(rec.get("output") or "")
         name = str(rec.get("name") or "")
         if not pattern:
