@@ -123,6 +123,9 @@ class RunAIScheduler(Scheduler):
         for key in ("workdir", "log_dir"):  # words of `cd`/`mkdir -p` in the pod: never an option
             if opts.get(key):
                 check_value(opts[key], f"{key} (from --opt)", word=True)
+        for key in ("pvc", "annotation", "extended_resource"):  # comma lists whose items are stripped
+            if re.search(r"[\x00-\x1f\x7f]", opts.get(key) or ""):
+                raise SpecError(f"{key}={opts[key]!r} (from --opt) contains a control character", "write plain text")
         get_launcher(spec.launcher).check(self.name)
         return opts
 
