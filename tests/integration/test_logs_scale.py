@@ -3,9 +3,9 @@
 64 ranks print 200 lines each, fast, on stdout and stderr, then a Python
 traceback, all at the same time. The CI cluster has 4 nodes; this module brings
 up its own 16-node dev cluster (a temporary state dir, its own job records) and
-takes it down at the end. srun and mpirun run 16 nodes x 4 ranks; torchrun runs
-4 nodes x 16 (each node's agent imports torch, which costs ~2 s of the 2 shared
-cores per node). The program is torch-free. Every rank prints its traceback
+takes it down at the end. Every launcher runs 16 nodes x 4 ranks (a dev cluster
+node has 4 CPUs, and torchrun's one task per node asks for all its ranks' CPUs);
+under torchrun that is 16 agents importing torch (~30 s here). The program is torch-free. Every rank prints its traceback
 before any rank exits (they meet at a barrier of files): the first exit ends the
 step (``--kill-on-bad-exit``, mpirun's abort), and the test wants all 64.
 
@@ -95,7 +95,7 @@ def _submit(env: dict[str, str], cwd: Path, *args: str) -> str:
     return m.group(1)
 
 
-@pytest.mark.parametrize(("launcher", "nodes", "per_node"), [("srun", 16, 4), ("mpirun", 16, 4), ("torchrun", 4, 16)])
+@pytest.mark.parametrize(("launcher", "nodes", "per_node"), [("srun", 16, 4), ("mpirun", 16, 4), ("torchrun", 16, 4)])
 def test_64_ranks_every_line_whole_and_attributed(
     big: tuple[dict[str, str], Path], launcher: str, nodes: int, per_node: int
 ) -> None:
