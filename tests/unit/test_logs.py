@@ -35,6 +35,7 @@ from torchhpc.schedulers.logs import (
         ("  3: [rank13]: hello", "torchrun", 4, 13, "hello"),
         ("3: [default1]:hello", "torchrun", 4, 13, "hello"),
         ("3: W1123 torch/distributed/elastic ...", "torchrun", 4, None, "W1123 torch/distributed/elastic ..."),
+        ("1: [1]:", "torchrun", 4, None, "[1]:"),  # torchrun's failure summary, not a rank's line
         ("[1,12]<stdout>:hello", "mpirun", 4, 12, "hello"),
         ("[1,7]<stderr>: Traceback", "mpirun", 4, 7, "Traceback"),
         ("[rank5]: hello", "srun", 1, 5, "hello"),

@@ -105,7 +105,7 @@ class Line:
 
 _RANK_FILE = re.compile(r"^rank-(\d+)(?:@(.*))?\.log$")
 _TORCHRUN_RANK = re.compile(r"^\s*(\d+): \[rank(\d+)\]: ?")
-_TORCHRUN_LOCAL = re.compile(r"^\s*(\d+): \[[A-Za-z_]*?(\d+)\]: ?")
+_TORCHRUN_LOCAL = re.compile(r"^\s*(\d+): \[[A-Za-z_]+?(\d+)\]: ?")  # [default1]: (not the failure summary's [1]:)
 _SRUN = re.compile(r"^\s*(\d+): ")
 _MPI = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>: ?")
 _LOCAL = re.compile(r"^\[rank(\d+)\]: ")
