@@ -73,7 +73,9 @@ def test_sweep_in_a_container(slurm_cluster: Any, tmp_path: Path) -> None:
         env=env, cwd=REPO, capture_output=True, text=True, timeout=900,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "ch-run" in (out / "bench-all_reduce-2n.sbatch").read_text()
+    scripts = sorted(out.glob("bench-all_reduce-2n-*/job.sbatch"))  # the job's own directory, <name>-<id>/
+    assert len(scripts) == 1, sorted(p.name for p in out.iterdir())
+    assert "ch-run" in scripts[0].read_text()
     data = json.loads((out / "bench-2n.json").read_text())
     assert (data["nodes"], data["world_size"], data["wrong"]) == (2, 2, 0)
     assert (out / "report.md").exists() and (out / "busbw.png").exists()

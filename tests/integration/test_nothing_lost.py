@@ -67,8 +67,14 @@ def submit(cluster: Any, out: Path, name: str, flags: list[str], train: list[str
 
 
 def log_of(out: Path, name: str, job: str) -> str:
-    path = out / f"{name}-{job}.out"
-    return path.read_text(errors="replace") if path.exists() else ""
+    """The job's whole output: the batch shell's ``slurm.out`` then every rank's own file.
+
+    Each job has one directory, ``<output-dir>/<name>-<id>/`` (docs/logs.md); a requeued job
+    keeps it and its files are appended to. Events carry their own time stamps, so the order
+    of the files does not matter to :func:`events`."""
+    job_dir = out / f"{name}-{job}"
+    paths = [job_dir / "slurm.out", *sorted((job_dir / "ranks").glob("rank-*.log"))]
+    return "".join(p.read_text(errors="replace") for p in paths if p.exists())
 
 
 def events(text: str) -> list[tuple[str, int, int, float]]:

@@ -390,6 +390,8 @@ def test_slurm_without_configuration_gets_a_hint(capsys: pytest.CaptureFixture[s
     no_conf = not any(os.path.exists(p) for p in ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf"))
     if shutil.which("scontrol") and no_conf:  # the real client, with no configuration to find
         monkeypatch.delenv("SLURM_CONF", raising=False)  # and no /etc/slurm here: the situation
+        # and no dev cluster to fall back on (CI runs one: the CLI would talk to it)
+        monkeypatch.setenv("TORCHHPC_DEVCLUSTER_DIR", "/nonexistent/torchhpc-devcluster")
         rc, out, _ = run_cli(["status", "--json", "slurm:1"], capsys)
         data = json.loads(out)
         assert rc == 1 and data["hint"] and "SLURM_CONF" in data["hint"], data

@@ -188,6 +188,9 @@ def test_slurm_torchrun_workers_start_through_the_shim_and_pods_do_not() -> None
                    nodes=2, nproc_per_node=2)
     script = SlurmScheduler().render(spec).script or ""
     launch = next(line for line in script.splitlines() if "torch.distributed.run" in line)
-    assert '--no-python bash -c "$TORCHHPC_TASK_SHIM" torchhpc-task-torchrun' in launch
+    # each worker: the log wrapper (its own file per rank), then the task shim, then the program
+    assert "--no-python bash -c" in launch
+    assert 'torchhpc-log RANK bash -c "$TORCHHPC_TASK_SHIM" torchhpc-task-torchrun' in launch
+    assert launch.index("--no-python") < launch.index("torchhpc-log RANK")
     assert launch.rstrip(" &").endswith("train.py --lr 1")
     assert script.index("TORCHHPC_TASK_SHIM=") < script.index("torch.distributed.run")

@@ -247,11 +247,13 @@ class SlurmScheduler(BatchScheduler):
         """Submit held, make the job's directory (its name needs the id), move the script in, release.
 
         Slurm does not create an output file's directory, and a job may start the
-        moment ``sbatch`` returns: hence ``--hold``. The job is released whatever happens.
+        moment ``sbatch`` returns: hence ``--hold``. The job is released whatever happens,
+        unless the user asked for a held job themselves (``--opt sbatch_extra=--hold``).
         """
         job_id = super().schedule(submission)
         if "--hold" not in submission.argv:
             return job_id
+        user_hold = "#SBATCH --hold" in (submission.script or "").splitlines()
         try:
             path = submission.script_path or ""
             where = job_dir(path, job_id)
@@ -263,7 +265,8 @@ class SlurmScheduler(BatchScheduler):
             rec.update(job_dir=where, output_path=os.path.join(where, "slurm.out"), script=script)
             save_record(self.name, job_id, **rec)
         finally:
-            self.runner.run(["scontrol", "release", job_id], hint="release it by hand: scontrol release " + job_id)
+            if not user_hold:
+                self.runner.run(["scontrol", "release", job_id], hint="release it by hand: scontrol release " + job_id)
         return job_id
 
     def host_lines(self, spec: JobSpec) -> list[str]:
