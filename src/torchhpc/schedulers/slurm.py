@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Mapping
 from dataclasses import replace
 
@@ -21,9 +20,9 @@ from torchhpc.core.shell import Raw, directive, join, quote
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import format_bytes, format_walltime, parse_size
 from torchhpc.core.validate import parse_bool
-from torchhpc.errors import CommandError, SchedulerError, SpecError
+from torchhpc.errors import SpecError
 from torchhpc.launchers import SHIM_VAR, SRUN, TORCHRUN, get_launcher, mpirun_argv, srun_argv, task_argv
-from torchhpc.schedulers.api import JobStatus, Submission
+from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.batch import (
     BatchScheduler,
     in_container,
@@ -42,11 +41,10 @@ from torchhpc.schedulers.logs import (
 )
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.script import default_python, load_record, save_record, script_path
-from torchhpc.schedulers.slurm_array import summarise, tasks_from_sacct, tasks_from_scontrol
-from torchhpc.schedulers.slurm_parse import filter_rank, parse_scontrol, transient
-from torchhpc.schedulers.slurm_parse import status_from_scontrol as _status_from_scontrol
+from torchhpc.schedulers.slurm_parse import filter_rank, parse_scontrol
+from torchhpc.schedulers.slurm_status import SlurmQueries, expand_output
 
-__all__ = ["SlurmScheduler", "filter_rank", "parse_scontrol"]
+__all__ = ["SlurmScheduler", "expand_output", "filter_rank", "parse_scontrol"]
 
 # The shell form of torchhpc.env's derive_port(): keep the two in step.
 PORT_EXPR = "$(( 10000 + SLURM_JOB_ID % 20000 ))"
@@ -100,7 +98,7 @@ def _site_runner() -> Runner:
     return Runner(env_factory=_site_env)
 
 
-class SlurmScheduler(BatchScheduler):
+class SlurmScheduler(SlurmQueries, BatchScheduler):
     name = "slurm"
     submit_command = "sbatch"
     suffix = ".sbatch"
@@ -350,88 +348,6 @@ class SlurmScheduler(BatchScheduler):
     def record(self, spec: JobSpec) -> dict[str, object]:
         return {"name": spec.name, "output": output_pattern(spec)}
 
-    def status(self, job_id: str, retries: int = 5) -> JobStatus:
-        """scontrol while the controller knows the job, sacct after (it forgets after MinJobAge).
-
-        A controller that is briefly unreachable (restart, failover) is retried
-        rather than reported: a wait of hours must not die on one dropped poll.
-        """
-        for attempt in range(retries + 1):
-            try:
-                done = self.runner.run(["scontrol", "show", "job", "-o", job_id], timeout=30)
-                if "_" not in job_id and f"ArrayJobId={job_id} " in done.stdout:
-                    return summarise(job_id, tasks_from_scontrol(job_id, done.stdout, parse_scontrol, _status_from_scontrol))
-                fields = parse_scontrol(done.stdout)
-                if fields.get("JobState"):
-                    return self._with_dir(_status_from_scontrol(job_id, fields))
-                break
-            except CommandError as e:
-                text = e.stderr + e.stdout
-                if "Invalid job id" in text:
-                    break
-                if attempt == retries or not transient(text):
-                    raise
-                time.sleep(min(2.0 * (attempt + 1), 10.0))
-        return self._with_dir(self._status_from_sacct(job_id))
-
-    def _with_dir(self, st: JobStatus) -> JobStatus:
-        st.log_dir = str(load_record(self.name, st.job_id).get("job_dir") or "")
-        return st
-
-    def _status_from_sacct(self, job_id: str) -> JobStatus:
-        try:
-            done = self.runner.run(
-                ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State,ExitCode,Elapsed,NodeList,JobName"],
-                timeout=30,
-            )
-        except CommandError as e:
-            raise SchedulerError(
-                f"slurm job {job_id} is not known to scontrol and sacct failed ({e.message})",
-                "the job id may be wrong, or it ended more than MinJobAge ago on a cluster without accounting",
-            ) from None
-        tasks = [] if "_" in job_id else tasks_from_sacct(job_id, done.stdout)
-        if tasks:
-            return summarise(job_id, tasks)
-        for line in done.stdout.splitlines():
-            parts = line.split("|", 5)
-            if len(parts) == 6 and parts[0] == job_id:
-                state = parts[1].split()[0] if parts[1] else "UNKNOWN"
-                code = parts[2].split(":")[0]
-                return JobStatus(
-                    job_id, state, int(code) if code.isdigit() else None, "", parts[3], parts[5], parts[4]
-                )
-        raise SchedulerError(f"slurm job {job_id} is unknown to scontrol and sacct", "check the job id")
-
-    def cancel(self, job_id: str) -> None:
-        self.runner.run(["scancel", job_id])
-
-    def log_paths(self, job_id: str) -> list[str]:
-        rec = load_record(self.name, job_id) or load_record(self.name, job_id.split("_")[0])  # array task: ARRAY_TASK
-        if rec.get("output_path"):
-            return [str(rec["output_path"])]
-        pattern = str(rec.get("output") or "")
-        name = str(rec.get("name") or "")
-        if not pattern:
-            try:
-                fields = parse_scontrol(self.runner.run(["scontrol", "show", "job", "-o", job_id]).stdout)
-                return [fields["StdOut"]] if fields.get("StdOut") else []
-            except CommandError:
-                return []
-        return [expand_output(pattern, name, job_id)]
-
-    def rank_lines(self, job_id: str, text: str, rank: int) -> str:
-        rec = load_record(self.name, job_id) or load_record(self.name, job_id.split("_")[0])
-        return filter_rank(text, rank, str(rec.get("launcher", "srun")), int(str(rec.get("nproc_per_node", 1))))
-
-    def list_jobs(self) -> list[JobStatus]:
-        done = self.runner.run(["squeue", "--me", "-h", "-o", "%i|%T|%M|%D|%R|%j"])
-        out = []
-        for line in done.stdout.splitlines():
-            parts = line.split("|", 5)
-            if len(parts) == 6:
-                out.append(JobStatus(parts[0], parts[1], None, parts[4], parts[2], parts[5], parts[3]))
-        return out
-
     def shell_argv(self, spec: JobSpec) -> list[str]:
         """The seeds' interactive workflow: an allocation with a shell on the first node."""
         argv = ["salloc", f"--nodes={spec.nodes}", f"--ntasks-per-node={get_launcher(spec.launcher).tasks_per_node(spec)}"]
@@ -474,11 +390,3 @@ def output_pattern(spec: JobSpec) -> str:
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name).lstrip(".") or "job"
         return os.path.join(out, f"{safe}-{job}.out")
     return os.path.join(out, f"%x-{job}.out")
-
-
-def expand_output(pattern: str, name: str, job_id: str) -> str:
-    """The log file an :func:`output_pattern` names for one job or array task ``ARRAY_TASK``
-    (``%%``, ``%x``, ``%j``, ``%A``, ``%a``)."""
-    array_id, _, task = job_id.partition("_")
-    values = {"%": "%", "x": name, "j": job_id, "A": array_id, "a": task}
-    return re.sub(r"%([%xjAa])", lambda m: values[m.group(1)], pattern)

@@ -1,0 +1,118 @@
+"""Asking Slurm about jobs: status (scontrol, then sacct), cancel, logs, the queue.
+
+The status/parse half of the Slurm backend (schedulers/slurm.py renders and submits);
+a mixin over :class:`~torchhpc.schedulers.api.Scheduler`'s ``runner`` and ``name``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import ClassVar
+
+from torchhpc.core.proc import Runner
+from torchhpc.errors import CommandError, SchedulerError
+from torchhpc.schedulers.api import JobStatus
+from torchhpc.schedulers.script import load_record
+from torchhpc.schedulers.slurm_array import summarise, tasks_from_sacct, tasks_from_scontrol
+from torchhpc.schedulers.slurm_parse import filter_rank, parse_scontrol, transient
+from torchhpc.schedulers.slurm_parse import status_from_scontrol as _status_from_scontrol
+
+__all__ = ["SlurmQueries", "expand_output"]
+
+
+class SlurmQueries:
+    """status, cancel, log_paths, rank_lines and list_jobs for :class:`SlurmScheduler`."""
+
+    name: ClassVar[str]
+    runner: Runner
+
+    def status(self, job_id: str, retries: int = 5) -> JobStatus:
+        """scontrol while the controller knows the job, sacct after (it forgets after MinJobAge).
+
+        A controller that is briefly unreachable (restart, failover) is retried
+        rather than reported: a wait of hours must not die on one dropped poll.
+        """
+        for attempt in range(retries + 1):
+            try:
+                done = self.runner.run(["scontrol", "show", "job", "-o", job_id], timeout=30)
+                if "_" not in job_id and f"ArrayJobId={job_id} " in done.stdout:
+                    return summarise(job_id, tasks_from_scontrol(job_id, done.stdout, parse_scontrol, _status_from_scontrol))
+                fields = parse_scontrol(done.stdout)
+                if fields.get("JobState"):
+                    return self._with_dir(_status_from_scontrol(job_id, fields))
+                break
+            except CommandError as e:
+                text = e.stderr + e.stdout
+                if "Invalid job id" in text:
+                    break
+                if attempt == retries or not transient(text):
+                    raise
+                time.sleep(min(2.0 * (attempt + 1), 10.0))
+        return self._with_dir(self._status_from_sacct(job_id))
+
+    def _with_dir(self, st: JobStatus) -> JobStatus:
+        st.log_dir = str(load_record(self.name, st.job_id).get("job_dir") or "")
+        return st
+
+    def _status_from_sacct(self, job_id: str) -> JobStatus:
+        try:
+            done = self.runner.run(
+                ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State,ExitCode,Elapsed,NodeList,JobName"],
+                timeout=30,
+            )
+        except CommandError as e:
+            raise SchedulerError(
+                f"slurm job {job_id} is not known to scontrol and sacct failed ({e.message})",
+                "the job id may be wrong, or it ended more than MinJobAge ago on a cluster without accounting",
+            ) from None
+        tasks = [] if "_" in job_id else tasks_from_sacct(job_id, done.stdout)
+        if tasks:
+            return summarise(job_id, tasks)
+        for line in done.stdout.splitlines():
+            parts = line.split("|", 5)
+            if len(parts) == 6 and parts[0] == job_id:
+                state = parts[1].split()[0] if parts[1] else "UNKNOWN"
+                code = parts[2].split(":")[0]
+                return JobStatus(
+                    job_id, state, int(code) if code.isdigit() else None, "", parts[3], parts[5], parts[4]
+                )
+        raise SchedulerError(f"slurm job {job_id} is unknown to scontrol and sacct", "check the job id")
+
+    def cancel(self, job_id: str) -> None:
+        self.runner.run(["scancel", job_id])
+
+    def log_paths(self, job_id: str) -> list[str]:
+        rec = load_record(self.name, job_id) or load_record(self.name, job_id.split("_")[0])  # array task: ARRAY_TASK
+        if rec.get("output_path"):
+            return [str(rec["output_path"])]
+        pattern = str(rec.get("output") or "")
+        name = str(rec.get("name") or "")
+        if not pattern:
+            try:
+                fields = parse_scontrol(self.runner.run(["scontrol", "show", "job", "-o", job_id]).stdout)
+                return [fields["StdOut"]] if fields.get("StdOut") else []
+            except CommandError:
+                return []
+        return [expand_output(pattern, name, job_id)]
+
+    def rank_lines(self, job_id: str, text: str, rank: int) -> str:
+        rec = load_record(self.name, job_id) or load_record(self.name, job_id.split("_")[0])
+        return filter_rank(text, rank, str(rec.get("launcher", "srun")), int(str(rec.get("nproc_per_node", 1))))
+
+    def list_jobs(self) -> list[JobStatus]:
+        done = self.runner.run(["squeue", "--me", "-h", "-o", "%i|%T|%M|%D|%R|%j"])
+        out = []
+        for line in done.stdout.splitlines():
+            parts = line.split("|", 5)
+            if len(parts) == 6:
+                out.append(JobStatus(parts[0], parts[1], None, parts[4], parts[2], parts[5], parts[3]))
+        return out
+
+
+def expand_output(pattern: str, name: str, job_id: str) -> str:
+    """The log file an :func:`output_pattern` names for one job or array task ``ARRAY_TASK``
+    (``%%``, ``%x``, ``%j``, ``%A``, ``%a``)."""
+    array_id, _, task = job_id.partition("_")
+    values = {"%": "%", "x": name, "j": job_id, "A": array_id, "a": task}
+    return re.sub(r"%([%xjAa])", lambda m: values[m.group(1)], pattern)
