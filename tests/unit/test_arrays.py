@@ -97,9 +97,9 @@ SACCT = "1_0|COMPLETED|0:0|00:00:01|node1|t\n1_2|FAILED|3:0|00:00:00|node1|t\n1_
 
 
 def test_array_summary_from_scontrol_and_sacct() -> None:
+    from torchhpc.schedulers.slurm_array import summarise, tasks_from_sacct, tasks_from_scontrol
     from torchhpc.schedulers.slurm_parse import parse_scontrol
     from torchhpc.schedulers.slurm_parse import status_from_scontrol as _status_from_scontrol
-    from torchhpc.schedulers.slurm_array import summarise, tasks_from_sacct, tasks_from_scontrol
 
     tasks = tasks_from_scontrol("1", SCONTROL, parse_scontrol, _status_from_scontrol)
     assert [t.job_id for t in tasks] == ["1_1", "1_2", "1_3", "1_4", "1_5"]
