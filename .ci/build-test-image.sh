@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build (once) and cache the container images the container integration tests run:
-#   - a root filesystem: Debian bookworm minbase + python3 + bash + torch==2.13.0 (CPU),
+#   - a root filesystem: Debian bookworm minbase + python3 + bash + Open MPI's libraries + torch==2.13.0 (CPU)
+#     and the frameworks of the compatibility matrix (lightning, submitit, idr-torch, mpi4py),
 #     which is also the Charliecloud image directory (ch-run takes a directory);
 #   - the same tree imported into podman as IMAGE_TAG (no registry is reachable here,
 #     so the base comes from debootstrap, never from a pull);
@@ -15,8 +16,10 @@
 set -euo pipefail
 
 CACHE=${TORCHHPC_TEST_IMAGE_CACHE:-/var/tmp/torchhpc-test-image}
-VERSION=5  # bump when the recipe below changes
+VERSION=6  # bump when the recipe below changes
 TORCH=${TORCHHPC_TEST_TORCH:-torch==2.13.0}
+COMPAT=(lightning submitit idr-torch mpi4py)
+DEBS=python3,python-is-python3,hostname,procps,libopenmpi3
 IMAGE_TAG=localhost/torchhpc-test:bookworm-py311
 ROOTFS=$CACHE/rootfs
 STAMP=$CACHE/stamp
@@ -29,7 +32,7 @@ mkdir -p "$(dirname "$CACHE")"
 exec 9>"$CACHE.lock"
 flock 9
 
-want="$VERSION $TORCH $IMAGE_TAG"
+want="$VERSION $TORCH ${COMPAT[*]} $DEBS $IMAGE_TAG"
 # ch-run binds only onto directories that exist in the (read-only) image: make the
 # checkout's path one, so the working directory can be bound at the same place.
 [[ -d $ROOTFS/usr ]] && mkdir -p "$ROOTFS$HERE"
@@ -110,34 +113,39 @@ WRAP
 chmod +x "$CACHE/bin/podman"
 
 # --- the root filesystem --------------------------------------------------------------
-if [[ ! -x $ROOTFS/usr/bin/python3 || ! -f $CACHE/rootfs.ok ]]; then
+if [[ ! -x $ROOTFS/usr/bin/python3 || $(cat "$CACHE/rootfs.ok" 2>/dev/null) != "$DEBS" ]]; then
   rm -rf "$ROOTFS" "$CACHE/rootfs.ok"
   # The mirror is whatever this machine's apt already uses (no host name in the project).
   mirror=$(sed -n 's/^URIs: *\([^ ]*\/debian\)$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
   [[ -z $mirror ]] && mirror=$(awk '$1=="deb" && $2 ~ /\/debian\/?$/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
   log "debootstrap bookworm (minbase) from ${mirror:-the default mirror}"
-  debootstrap --variant=minbase --include=python3,python-is-python3,hostname,procps \
+  debootstrap --variant=minbase --include=$DEBS \
     bookworm "$ROOTFS" ${mirror:+"$mirror"} >"$CACHE/debootstrap.log" 2>&1 \
     || { tail -n 20 "$CACHE/debootstrap.log" >&2; exit 1; }
   rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/*
-  touch "$CACHE/rootfs.ok"
+  echo "$DEBS" >"$CACHE/rootfs.ok"
 fi
 site=$ROOTFS/usr/local/lib/python3.11/dist-packages
-if [[ ! -f $site/.torchhpc-$TORCH ]]; then
+if [[ ! -f $site/.torchhpc-$VERSION-$TORCH ]]; then
   # Install from the host (same CPython minor as the image: 3.11), never over the network
   # from inside the image. pip's own config on this machine finds the local torch wheel.
   py=$HERE/.venv/bin/python
   [[ -x $py ]] || py=python3
-  log "pip install --target (image) $TORCH numpy"
+  # The compatibility matrix's frameworks too (docs/compat.md: every container cell runs), resolved in
+  # one command with torch pinned so none of them moves it. mpi4py's wheel loads the image's libmpi
+  # (libopenmpi3, the same Open MPI 4.1 as the host's mpirun that starts the ranks).
+  log "pip install --target (image) $TORCH numpy ${COMPAT[*]}"
   mkdir -p "$site"
-  "$py" -m pip install -q --no-warn-script-location --target "$site" "$TORCH" numpy >&2
-  touch "$site/.torchhpc-$TORCH"
+  "$py" -m pip install -q --no-warn-script-location --target "$site" "$TORCH" numpy "${COMPAT[@]}" >&2
+  touch "$site/.torchhpc-$VERSION-$TORCH"
 fi
 mkdir -p "$ROOTFS$HERE" "$ROOTFS/var/tmp"
 "$ROOTFS/usr/bin/python3" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' 2>/dev/null \
   || chroot "$ROOTFS" python3 -c 'import sys; assert sys.version_info[:2] == (3, 11)'
 
 # --- the podman image -----------------------------------------------------------------
+# A rebuild (the stamp did not match) replaces an image imported from an older recipe.
+"$CACHE/bin/podman" image rm -f "$IMAGE_TAG" >/dev/null 2>&1 || true
 if ! "$CACHE/bin/podman" image exists "$IMAGE_TAG" 2>/dev/null; then
   log "podman import -> $IMAGE_TAG"
   tar -C "$ROOTFS" --numeric-owner -cf - . \

@@ -27,7 +27,7 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
 WORKER = r'''
-import json, sys
+import json, os, sys
 import torch, torch.distributed as dist
 import torchhpc.dist as thd
 
@@ -35,12 +35,15 @@ ctx = thd.init()
 t = torch.tensor([float(ctx.rank)])
 if ctx.distributed:
     dist.all_reduce(t)
-print("RESULT " + json.dumps({
+# One write(2) for the whole line: bare torchrun and mpirun give every rank the same pipe, and an
+# unbuffered print() writes a line in pieces that another rank's pieces can land between.
+sys.stdout.flush()
+os.write(1, ("RESULT " + json.dumps({
     "rank": ctx.rank, "world": ctx.world_size, "local_rank": ctx.local_rank,
     "local_world": ctx.local_world_size, "node_rank": ctx.node_rank, "source": ctx.env.source,
     "sum": t.item(), "backend": ctx.backend, "device": str(ctx.device), "is_main": ctx.is_main,
     "distributed": ctx.distributed, "group_world": dist.get_world_size() if ctx.distributed else 1,
-}), flush=True)
+}) + "\n").encode())
 ctx.print("MAIN_ONLY")
 thd.cleanup()
 '''

@@ -52,11 +52,11 @@ def torchhpc(cluster: Any, *args: str, cwd: Path, timeout: float = 120) -> subpr
     )
 
 
-def submit(cluster: Any, out: Path, name: str, flags: list[str], train: list[str]) -> str:
+def submit(cluster: Any, out: Path, name: str, flags: list[str], train: list[str], launcher: str = "torchrun") -> str:
     """``torchhpc run --scheduler slurm`` of ckpt_train.py; returns the job id."""
     out.mkdir(parents=True, exist_ok=True)
     r = torchhpc(
-        cluster, "run", "--scheduler", "slurm", "--launcher", "torchrun", "--name", name,
+        cluster, "run", "--scheduler", "slurm", "--launcher", launcher, "--name", name,
         "--output-dir", str(out), *flags, TRAIN, "--ckpt", str(out / "ckpt"), "--out", str(out / "final.pt"),
         *train, cwd=out,
     )
@@ -206,37 +206,46 @@ def _clock(text: str, pattern: str) -> float | None:
 
 
 # 1. time limit ----------------------------------------------------------------
+LAUNCHERS = ("torchrun", "srun", "mpirun")
+
+
 def test_time_limit_checkpoints_requeues_and_resumes_bit_identical(
     slurm_cluster: Any, slurm: SlurmClient, reference: Path, tmp_path: Path
 ) -> None:
-    """--time 1 with --signal-before 10 --requeue: USR2 reaches only the batch shell, which
-    relays it through the stop file; torchrun's workers agree on the step, checkpoint, exit 0;
-    the shell requeues; the next attempt (fast) resumes and finishes, bit for bit."""
-    out = tmp_path
-    job = submit(
-        slurm_cluster, out, "tl", ["-N", "2", "--nproc-per-node", "1", "--time", "1", "--signal-before", "10", "--requeue", "--max-requeues", "5"],
-        ["--steps", str(STEPS), "--sleep", "1.0", "--sleep-first-attempt-only"],
-    )
-    wait_until(lambda: "STOPPED" in log_of(out, "tl", job), 240, "the ranks to stop before the time limit")
-    t_gone = wait_gone(str(out / "ckpt"), 60)  # the first attempt's processes (the next starts >2 min later)
-    info = wait_job(slurm, job, 600)
-    text = log_of(out, "tl", job)
-    assert info["JobState"] == "COMPLETED", text
-    assert "torchhpc: time-limit at" in text and "requeuing job" in text, text
-    assert int(info.get("Restarts", "0")) >= 1
-    lost, repeated, to_resume = check_resumed_run(text)
-    assert (lost, repeated) == (0, 0)
-    assert_bit_identical(out / "final.pt", reference)
-    st = torchhpc(slurm_cluster, "status", f"slurm:{job}", "--json", cwd=out)
-    assert '"restarts": ' in st.stdout and '"restarts": 0' not in st.stdout, st.stdout
-    t_fault = _clock(text, "torchhpc: time-limit")
-    assert t_fault is not None
-    stop = next(e for e in events(text) if e[0] == "STOPPED")
-    report(
-        "time-limit", signal_to_checkpointed_s=stop[3] - t_fault, signal_to_all_gone_s=t_gone - t_fault,
-        signal_to_resumed_s=stop[3] - t_fault + to_resume, restarts=info.get("Restarts"), steps_lost=lost,
-        steps_repeated=repeated,
-    )
+    """--time 1 with --signal-before 10 --requeue, under each launcher (the three jobs side by side):
+    USR2 reaches only the batch shell, which relays it through the stop file; the ranks (torchrun's
+    workers, srun's tasks, mpirun's processes) agree on the step, checkpoint, exit 0; the shell
+    requeues; the next attempt (fast) resumes and finishes, bit for bit."""
+    jobs = {
+        launcher: submit(
+            slurm_cluster, tmp_path / launcher, "tl", ["-N", "2", "--nproc-per-node", "1", "--time", "1", "--signal-before", "10",
+                                                       "--requeue", "--max-requeues", "5"],
+            ["--steps", str(STEPS), "--sleep", "1.0", "--sleep-first-attempt-only"], launcher=launcher,
+        )
+        for launcher in LAUNCHERS
+    }
+    infos = {launcher: wait_job(slurm, job, 900) for launcher, job in jobs.items()}
+    for launcher, job in jobs.items():
+        out = tmp_path / launcher
+        info = infos[launcher]
+        text = log_of(out, "tl", job)
+        assert info["JobState"] == "COMPLETED", f"{launcher}: {text}"
+        assert "STOPPED" in text, f"{launcher}: the ranks never stopped before the time limit:\n{text}"
+        assert "torchhpc: time-limit at" in text and "requeuing job" in text, f"{launcher}: {text}"
+        assert int(info.get("Restarts", "0")) >= 1, f"{launcher}: {info}"
+        lost, repeated, to_resume = check_resumed_run(text)
+        assert (lost, repeated) == (0, 0), launcher
+        assert_bit_identical(out / "final.pt", reference)
+        st = torchhpc(slurm_cluster, "status", f"slurm:{job}", "--json", cwd=out)
+        assert '"restarts": ' in st.stdout and '"restarts": 0' not in st.stdout, st.stdout
+        t_fault = _clock(text, "torchhpc: time-limit")
+        assert t_fault is not None, launcher
+        stop = next(e for e in events(text) if e[0] == "STOPPED")
+        report(
+            f"time-limit ({launcher})", signal_to_checkpointed_s=stop[3] - t_fault,
+            signal_to_resumed_s=stop[3] - t_fault + to_resume, restarts=info.get("Restarts"), steps_lost=lost,
+            steps_repeated=repeated,
+        )
 
 
 # 2. preemption-style interruptions ------------------------------------------------

@@ -52,8 +52,9 @@ LAUNCHERS = ("torchrun", "srun", "mpirun")
 RUNTIME = "charliecloud"
 COLUMNS: tuple[Column, ...] = (*(Column(launcher) for launcher in LAUNCHERS), *(Column(la, RUNTIME) for la in LAUNCHERS))
 
-# Rows that run inside the container: the test image (.ci/build-test-image.sh) holds Debian's python and torch only.
-IN_IMAGE = frozenset({"torch_env", "slurm_vars", "ompi_vars"})
+# Rows that run inside the container: the test image (.ci/build-test-image.sh) holds Debian's python, Open MPI's
+# libraries, torch and every framework of the rows, so all of them.
+IN_IMAGE = frozenset(row.name for row in ROWS)
 NOT_IN_IMAGE = "not in the image"
 
 # (row, launcher) refused before launch, and the launcher the HINT must name.
@@ -164,10 +165,10 @@ def render_markdown(outcomes: dict[tuple[str, str], Outcome]) -> str:
         "Each ✔ cell ran the unmodified script (tests/integration/compat/): every rank reported world size",
         f"{WORLD} with ranks 0..{WORLD - 1} distinct, and a collective summed to {SUM}; the word after ✔ is what the",
         "framework detected. *Refused* cells stop at `torchhpc run` with `Error: ...` and the HINT shown",
-        "(`TORCHHPC_COMPAT=warn` launches anyway). Container columns run the rows whose packages are in",
-        "the test image (Debian's python + torch only, built by .ci/build-test-image.sh); the other frameworks",
-        "read the same variables, which the shim sets inside the container exactly as on the host (it runs",
-        "there, after the runtime passed the environment in).",
+        "(`TORCHHPC_COMPAT=warn` launches anyway). Container columns run every row inside the test image",
+        "(Debian's python and Open MPI libraries, torch and the frameworks, built by .ci/build-test-image.sh):",
+        "the host's srun, torchrun or mpirun starts one container per rank, and the shim sets the variables",
+        "inside it exactly as on the host (it runs there, after the runtime passed the environment in).",
         "",
         "| script | " + " | ".join(c.title for c in COLUMNS) + " |",
         "|---|" + "---|" * len(COLUMNS),
