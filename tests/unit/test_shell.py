@@ -17,7 +17,6 @@ from torchhpc.core.shell import (
     export_lines,
     join,
     quote,
-    splice_vars,
 )
 from torchhpc.errors import QuotingError
 
@@ -47,17 +46,6 @@ def test_raw_expands_and_quote_does_not(tmp_path: Path) -> None:
     assert out.strip() == "expanded $X"
     assert repr(Raw("$X")) == "Raw('$X')"
     assert isinstance(Raw("a"), str)
-
-
-def test_splice_vars_expands_only_named(tmp_path: Path) -> None:
-    text = "out-$SLURM_JOB_ID-$HOME-$(touch pwned)`touch p2`.log"
-    env = {**os.environ, "SLURM_JOB_ID": "42"}
-    out = subprocess.run(
-        ["bash", "-c", "printf %s " + splice_vars(text, ["SLURM_JOB_ID"])],
-        env=env, cwd=tmp_path, capture_output=True, text=True, check=True,
-    ).stdout
-    assert out == "out-42-$HOME-$(touch pwned)`touch p2`.log"
-    assert not list(tmp_path.iterdir())
 
 
 def test_f1_trailing_newline_is_never_a_safe_word(tmp_path: Path) -> None:

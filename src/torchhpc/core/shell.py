@@ -1,8 +1,9 @@
-"""The only module that produces shell text.
+"""The one quoting rule for generated shell text.
 
-Every value that reaches a generated script passes through :func:`quote`,
-:func:`join` or :func:`directive`. Deliberate expansion (``$SLURM_JOB_ID``) is
-marked with :class:`Raw`, a real ``str`` subclass: a bare type alias as a
+The renderers (schedulers/batch.py and its backends, launchers, containers) assemble
+script lines, but every value that reaches a generated script passes through
+:func:`quote`, :func:`join`, :func:`assignment` or :func:`directive` here.
+Deliberate expansion (``$SLURM_JOB_ID``) is marked with :class:`Raw`, a real ``str`` subclass: a bare type alias as a
 "don't quote" marker silently quotes nothing, which is the bug we avoid.
 """
 
@@ -22,7 +23,6 @@ __all__ = [
     "export_lines",
     "join",
     "quote",
-    "splice_vars",
     "validate_env_name",
 ]
 
@@ -113,31 +113,6 @@ def ansi_c(text: str) -> str:
 def join(argv: Iterable[object]) -> str:
     """Join an argv into one shell command line, each word quoted."""
     return " ".join(quote(a) for a in argv)
-
-
-def splice_vars(text: str, names: Iterable[str]) -> str:
-    """Quote ``text`` for a double-quoted context but keep ``$NAME`` expansions of the given names.
-
-    ``splice_vars("out-$SLURM_JOB_ID.log", ["SLURM_JOB_ID"])`` gives
-    ``"out-${SLURM_JOB_ID}.log"``: the job id expands, nothing else can.
-    """
-    allowed = set(names)
-    out: list[str] = []
-    pos = 0
-    pattern = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
-    for m in pattern.finditer(text):
-        name = m.group(1) or m.group(2)
-        if name not in allowed:
-            continue
-        out.append(_dq_escape(text[pos : m.start()]))
-        out.append("${" + name + "}")
-        pos = m.end()
-    out.append(_dq_escape(text[pos:]))
-    return '"' + "".join(out) + '"'
-
-
-def _dq_escape(text: str) -> str:
-    return re.sub(r'([\\"$`])', r"\\\1", text)
 
 
 def validate_env_name(name: str, source: str = "environment variable") -> str:

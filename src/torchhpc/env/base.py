@@ -62,8 +62,11 @@ def _job_number(job_id: str) -> int:
 def derive_port(job_id: str, step: str | None = None) -> int:
     """MASTER_PORT from the job id, so every rank agrees without talking.
 
-    Job level (the default, and what the rendered Slurm scripts compute as
-    ``$(( 10000 + SLURM_JOB_ID % 20000 ))``): ``10000 + job % 20000``.
+    Job level (the default): ``10000 + job % 20000``. The rendered Slurm scripts start
+    from the same value, ``$(( 10000 + (SLURM_JOB_ID + try * 7919) % 20000 ))`` with
+    ``try`` 0, and move to ``try`` 1..7 only while something listens on it on the first
+    node (schedulers/slurm.py ``port_lines``). Each array task has its own
+    ``SLURM_JOB_ID``, so two tasks on one node get different ports.
 
     ``step`` gives a step-aware variant for several concurrent ``srun`` steps
     in one allocation: the step number shifts the port by a large odd stride,
