@@ -384,7 +384,7 @@ def execute(setup: Setup, r: Rendered, workdir: Path, stub_env: str) -> tuple[li
         argv = ["bash", str(path)]
         if setup.kind == "slurm":
             env.update({"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node1", "SLURM_NNODES": "1",
-                        "SLURM_NTASKS": "1", "SLURM_ARRAY_TASK_ID": "1"})
+                        "SLURM_NTASKS": "1", "SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_JOB_ID": "41"})
         elif setup.kind == "pbs":
             nodefile = workdir / "nodefile"
             nodefile.write_text("node1\n")

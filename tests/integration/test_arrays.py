@@ -40,12 +40,15 @@ def torchhpc(cluster: Any, *args: str, cwd: Path, timeout: float = 240) -> subpr
                           capture_output=True, text=True, timeout=timeout)
 
 
-def test_array_on_one_node_ports_argv_and_failed_task(slurm_cluster: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["srun", "mpirun", "torchrun"])
+def test_array_on_one_node_ports_argv_and_failed_task(slurm_cluster: Any, tmp_path: Path, launcher: str) -> None:
     """4 tasks, 2 at a time, all on node1: distinct ports; {index} in exact argv; task 2 exits 3 ->
-    wait exits non-zero naming task 2, the other tasks COMPLETED (sacct)."""
+    wait exits non-zero naming task 2, the other tasks COMPLETED (sacct). Each task's ranks write
+    their own files in <output-dir>/<name>-ARRAY_TASK/ranks/ (made by the task's batch shell), so
+    `logs slurm:ARRAY_TASK --rank 0` gives the rank's lines under every launcher."""
     script = tmp_path / "task.py"
     script.write_text(TASK)
-    sub = torchhpc(slurm_cluster, "run", "--scheduler", "slurm", "--launcher", "srun", "--array", "0-3%2",
+    sub = torchhpc(slurm_cluster, "run", "--scheduler", "slurm", "--launcher", launcher, "--array", "0-3%2",
                    "--opt", "nodelist=node1", "-e", "HOLD=3", "--output-dir", str(tmp_path), "--python", PYTHON,
                    "--", str(script), "--seed", "{index}", ODD, cwd=tmp_path)
     assert sub.returncode == 0, sub.stderr
@@ -58,11 +61,17 @@ def test_array_on_one_node_ports_argv_and_failed_task(slurm_cluster: Any, tmp_pa
         log = torchhpc(slurm_cluster, "logs", f"slurm:{job}_{i}", "--rank", "0", cwd=tmp_path).stdout
         m = re.search(r"task (\d) of 4 port (\d+) host (\S+) argv (.*)", log)
         assert m and int(m.group(1)) == i, log
+        assert log.splitlines()[0].startswith("task "), log  # the rank's own line, whole, no prefix
         ports[i] = int(m.group(2))
         hosts.add(m.group(3))
         assert json.loads(m.group(4)) == ["--seed", str(i), ODD.replace("{index}", str(i))]
-    print("ports per task on", hosts, ports)
-    assert hosts == {"node1"} and len(set(ports.values())) == 4, ports
+        assert (tmp_path / f"task-{job}_{i}" / "ranks" / "rank-0@node1.log").exists()
+    print(launcher, "ports per task on", hosts, ports)
+    assert hosts == {"node1"}
+    if launcher != "torchrun":  # torchrun's workers get the agent's own store port, not the rendezvous port
+        assert len(set(ports.values())) == 4, ports
+    whole = torchhpc(slurm_cluster, "logs", f"slurm:{job}", cwd=tmp_path)
+    assert whole.returncode == 2 and f"slurm:{job}_0" in whole.stderr, whole.stderr  # an array: name a task
     one = torchhpc(slurm_cluster, "status", "--json", f"slurm:{job}", cwd=tmp_path)
     tasks = {t["job_id"]: t["state"] for t in json.loads(one.stdout)["tasks"]}
     assert tasks == {f"{job}_0": "COMPLETED", f"{job}_1": "COMPLETED", f"{job}_2": "FAILED", f"{job}_3": "COMPLETED"}

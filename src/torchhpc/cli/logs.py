@@ -20,6 +20,7 @@ from torchhpc.errors import SchedulerError, UsageError
 from torchhpc.schedulers import get_scheduler, parse_handle
 from torchhpc.schedulers.api import Scheduler
 from torchhpc.schedulers.logs import JobLog, Line, first_tracebacks, job_log, parse_ranks, select
+from torchhpc.schedulers.script import load_record
 
 # How often -f looks for new lines and asks the scheduler whether the job ended.
 FOLLOW_POLL = 0.25
@@ -93,6 +94,11 @@ def _node_of(sched: Scheduler, job: str, log: JobLog) -> dict[int, str]:
 def cmd_logs(args: argparse.Namespace) -> int:
     ranks, nodes, grep = _ranks(args.rank), _nodes(args.node), _grep(args.grep)
     name, job = parse_handle(args.job, args.scheduler)
+    if "_" not in job and load_record(name, job).get("array"):
+        raise UsageError(
+            f"{name}:{job} is a job array: each task has its own log",
+            f"name one task: torchhpc logs {name}:{job}_0 (torchhpc status {name}:{job} lists the tasks)",
+        )
     sched = get_scheduler(name)
     log = _find(sched, name, job)
     if log is None:  # kubernetes, runai, or a job submitted elsewhere: the scheduler's own text

@@ -19,6 +19,7 @@ from torchhpc.env.compat import preflight
 from torchhpc.errors import UsageError
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
+from torchhpc.schedulers.script import load_record
 
 DESCRIPTION = """Run or submit a distributed job.
 
@@ -110,6 +111,9 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
         return 0
     print(f"Submitted {handle} ({spec.name}: {spec.nodes} node(s) x {spec.nproc_per_node} rank(s), {spec.launcher})",
           file=sys.stderr if args.json else sys.stdout)
+    where = load_record(spec.scheduler, job_id).get("job_dir")
+    if where:
+        print(f"Job directory: {where}/ (script, scheduler output, ranks/)", file=sys.stderr if args.json else sys.stdout)
     if not args.wait:
         print(f"Follow it with: torchhpc wait {handle}; torchhpc logs {handle}")
         return 0

@@ -59,7 +59,7 @@ class ArraySpec:
         if len(idx) < 2 or any(b - a != step for a, b in zip(idx, idx[1:])):
             raise SpecError(
                 f"PBS Pro arrays (-J) take one range X-Y[:STEP] of at least two indices, not {self.slurm()!r}",
-                "give --array as a range such as 0-7 or 0-14:2, or use --opt pbs_flavor=torque (-t takes lists)",
+                "give --array as a range such as 0-7 or 0-14:2, or use --opt select_style=torque (Torque's -t takes lists)",
             )
         text = f"{idx[0]}-{idx[-1]}" + (f":{step}" if step != 1 else "")
         return text + (f"%{self.parallel}" if self.parallel else "")

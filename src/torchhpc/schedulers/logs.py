@@ -47,6 +47,7 @@ __all__ = [
     "rank_files",
     "ranks_dir_ref",
     "select",
+    "task_record",
     "torchrun_per_rank",
 ]
 
@@ -347,9 +348,7 @@ def job_log(scheduler: str, job_id: str, output: Optional[str] = None) -> Option
     ``output`` is the scheduler's output file when the caller knows it better
     (e.g. from ``scontrol``); the record's ``job_dir`` holds ``ranks/``.
     """
-    from torchhpc.schedulers.script import load_record
-
-    rec = load_record(scheduler, job_id)
+    rec = task_record(scheduler, job_id)
     job_dir = str(rec.get("job_dir") or "")
     out = str(rec.get("output_path") or "") or output
     if not out and not job_dir:
@@ -364,6 +363,21 @@ def job_log(scheduler: str, job_id: str, output: Optional[str] = None) -> Option
         launcher=str(rec.get("launcher") or "srun"),
         nproc_per_node=nproc,
     )
+
+
+def task_record(scheduler: str, job_id: str) -> dict[str, object]:
+    """The record of a job, or of one array task ``ARRAY_TASK``: its array's record, with the
+    task's own directory (``<output-dir>/<name>-ARRAY_TASK``, made by the task's batch shell)."""
+    from torchhpc.schedulers.script import load_record
+
+    rec = load_record(scheduler, job_id)
+    array_id, _, task = job_id.partition("_")
+    if rec or not task:
+        return rec
+    rec = dict(load_record(scheduler, array_id))
+    if rec.get("array") and rec.get("script"):
+        rec["job_dir"] = job_dir(str(rec["script"]), job_id)
+    return rec
 
 
 # -- wiring into batch scripts -------------------------------------------------------

@@ -218,8 +218,17 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         return [join([*mpi, *_per_rank(spec, _wrap(spec, rank_cmd), "mpirun")])]
 
     def log_lines(self, spec: JobSpec) -> list[str]:
-        if spec.array is not None:  # one job id per task: no directory made at submission (see docs/logs.md)
-            return []
+        if spec.array is not None:
+            # Every task is its own job (ARRAY_TASK): the submitter cannot make the task directories, so
+            # the batch shell makes its own. Slurm's output stays in <output-dir>/<name>-ARRAY_TASK.out.
+            ref = "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+            return [
+                "# Each rank's stdout and stderr go to its own file, written by the rank itself (whole lines,",
+                "# whatever the launcher does with its pipes): <output-dir>/<name>-<array id>_<task>/ranks/rank-N@NODE.log.",
+                f"export {LOG_DIR_VAR}={ranks_dir_ref(script_path(spec, self.suffix), ref)}",
+                f'if mkdir -p -- "${LOG_DIR_VAR}" 2>/dev/null; then echo "torchhpc: rank output in ${LOG_DIR_VAR}"',
+                f'else echo "torchhpc: cannot create ${LOG_DIR_VAR}; rank output stays here" >&2; fi',
+            ]
         return [
             "# Each rank's stdout and stderr go to its own file, written by the rank itself (whole lines,",
             "# whatever the launcher does with its pipes): <job dir>/ranks/rank-N@NODE.log. `torchhpc logs`.",
@@ -231,8 +240,15 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     def render(self, spec: JobSpec) -> Submission:
         """Submitted held, with its output in the job's directory (made once the id is known)."""
         sub = super().render(spec)
-        if spec.array is not None or not sub.script_path:
+        if not sub.script_path:
             return sub
+        if spec.array is not None:
+            note = (
+                f"task directories: {job_dir(sub.script_path, '<array id>_<task>')}/ranks/rank-N@NODE.log"
+                " (each task's batch shell makes its own); Slurm's output per task: "
+                + expand_output(output_pattern(spec), spec.name, "<array id>_<task>")
+            )
+            return replace(sub, notes=(*sub.notes, note))
         path = sub.script_path
         out = job_dir(path, "").replace("%", "%%") + "%j/slurm.out"  # overrides the script's own (for `sbatch FILE`)
         note = (
@@ -346,7 +362,10 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         return job_id if job_id.isdigit() else ""
 
     def record(self, spec: JobSpec) -> dict[str, object]:
-        return {"name": spec.name, "output": output_pattern(spec)}
+        rec: dict[str, object] = {"name": spec.name, "output": output_pattern(spec)}
+        if spec.array is not None:  # its tasks' directories: <output-dir>/<name>-ARRAY_TASK (log_lines)
+            rec["array"] = True
+        return rec
 
     def shell_argv(self, spec: JobSpec) -> list[str]:
         """The seeds' interactive workflow: an allocation with a shell on the first node."""

@@ -13,7 +13,7 @@ from typing import ClassVar
 from torchhpc.core.proc import Runner
 from torchhpc.errors import CommandError, SchedulerError
 from torchhpc.schedulers.api import JobStatus
-from torchhpc.schedulers.script import load_record
+from torchhpc.schedulers.logs import task_record
 from torchhpc.schedulers.slurm_array import summarise, tasks_from_sacct, tasks_from_scontrol
 from torchhpc.schedulers.slurm_parse import filter_rank, parse_scontrol, transient
 from torchhpc.schedulers.slurm_parse import status_from_scontrol as _status_from_scontrol
@@ -52,7 +52,7 @@ class SlurmQueries:
         return self._with_dir(self._status_from_sacct(job_id))
 
     def _with_dir(self, st: JobStatus) -> JobStatus:
-        st.log_dir = str(load_record(self.name, st.job_id).get("job_dir") or "")
+        st.log_dir = str(task_record(self.name, st.job_id).get("job_dir") or "")
         return st
 
     def _status_from_sacct(self, job_id: str) -> JobStatus:
@@ -83,7 +83,7 @@ class SlurmQueries:
         self.runner.run(["scancel", job_id])
 
     def log_paths(self, job_id: str) -> list[str]:
-        rec = load_record(self.name, job_id) or load_record(self.name, job_id.split("_")[0])  # array task: ARRAY_TASK
+        rec = task_record(self.name, job_id)  # an array task: its array's record
         if rec.get("output_path"):
             return [str(rec["output_path"])]
         pattern = str(rec.get("output") or "")
@@ -97,7 +97,7 @@ class SlurmQueries:
         return [expand_output(pattern, name, job_id)]
 
     def rank_lines(self, job_id: str, text: str, rank: int) -> str:
-        rec = load_record(self.name, job_id) or load_record(self.name, job_id.split("_")[0])
+        rec = task_record(self.name, job_id)
         return filter_rank(text, rank, str(rec.get("launcher", "srun")), int(str(rec.get("nproc_per_node", 1))))
 
     def list_jobs(self) -> list[JobStatus]:
