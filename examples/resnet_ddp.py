@@ -51,23 +51,42 @@ DEVICE_DEFAULTS: dict[str, tuple[Any, Any]] = {
 }
 
 
+def _int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``low``, else argparse's one-line usage error (not a tensor error later)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} must be at least {low}")
+        return value
+
+    return parse
+
+
+positive_int = _int_at_least(1)
+non_negative_int = _int_at_least(0)
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arch", choices=sorted(ARCHS), default=None, help="default: resnet50 on CUDA, resnet18 on CPU")
     p.add_argument("--model-source", choices=SOURCES, default="auto", help="torchvision's ResNet (auto: if it imports) or the built-in one")
     p.add_argument("--mode", choices=("single", "dp", "ddp"), default="ddp")
     p.add_argument("--data", default="synthetic", help="'synthetic', 'digits' (built-in) or a directory of MNIST IDX files")
-    p.add_argument("--samples", type=int, default=None, help="synthetic/digits: training samples (default 4096 on CUDA, 2048 on CPU)")
-    p.add_argument("--image-size", type=int, default=None, help="synthetic: image side (default 224 on CUDA, 32 on CPU)")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=None, help="per rank (ddp) or per step (single/dp); default 128 on CUDA, 64 on CPU")
+    p.add_argument("--samples", type=positive_int, default=None, help="synthetic/digits: training samples (default 4096 on CUDA, 2048 on CPU)")
+    p.add_argument("--image-size", type=positive_int, default=None, help="synthetic: image side (default 224 on CUDA, 32 on CPU)")
+    p.add_argument("--epochs", type=positive_int, default=1)
+    p.add_argument("--batch-size", type=positive_int, default=None, help="per rank (ddp) or per step (single/dp); default 128 on CUDA, 64 on CPU")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None, help="mixed precision (default: on with CUDA)")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None, help="NHWC (default: on with CUDA)")
-    p.add_argument("--max-steps", type=int, default=None, help="stop each epoch after this many steps")
-    p.add_argument("--warmup-steps", type=int, default=2, help="untimed steps before the first epoch")
-    p.add_argument("--num-classes", type=int, default=None, help="synthetic: classes (default 1000 from 64 px, else 10)")
+    p.add_argument("--max-steps", type=positive_int, default=None, help="stop each epoch after this many steps")
+    p.add_argument("--warmup-steps", type=non_negative_int, default=2, help="untimed steps before the first epoch")
+    p.add_argument("--num-classes", type=positive_int, default=None, help="synthetic: classes (default 1000 from 64 px, else 10)")
     p.add_argument("--cache", default=None, help="built-in digits cache directory")
     return p.parse_args(argv)
 

@@ -67,12 +67,15 @@ def load_config(environ: Mapping[str, str] | None = None) -> dict[str, str]:
                 "fix the path or unset TORCHHPC_CONFIG",
             )
         return {}
-    from torchhpc.profiles import _toml_loads
+    from torchhpc.profiles import _not_utf8, _toml_loads
 
     try:
-        data = _toml_loads(path.read_text(), str(path))
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(_not_utf8(path, e), "save it as UTF-8 (TOML files are UTF-8)") from None
+    data = _toml_loads(text, str(path))
     out: dict[str, str] = {}
     for key, value in data.items():
         if key not in CONFIG_KEYS:

@@ -8,6 +8,9 @@
 
 ``Job(..., profile="mn5", account="bsc98", ...)`` applies a site profile with the
 CLI's precedence (keyword > ``TORCHHPC_*`` > profile > config file > default).
+``container="img.sif"`` (with ``runtime=``, ``bind=``, ``container_env=``,
+``cleanenv=``) and ``no_container=True`` mean what ``--container IMAGE`` and
+``--no-container`` mean on the command line.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any, Callable
 
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import ContainerSpec, JobSpec
-from torchhpc.errors import SpecError
+from torchhpc.errors import SpecError, UsageError
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 
@@ -29,6 +32,8 @@ __all__ = ["Job", "JobHandle", "TaskHandle", "check_gpus", "check_program", "vis
 
 # Keywords that are scheduler options (like --account), not JobSpec fields.
 _OPTION_KEYWORDS = ("partition", "account", "qos", "queue", "image")
+# Keywords that go with container="IMAGE", as the CLI's --runtime, --bind, --container-env, --cleanenv.
+_CONTAINER_KEYWORDS = ("runtime", "bind", "container_env", "cleanenv")
 # Where the values builder and JobSpec name a field differently.
 _RENAMED = {"max_timeout_requeues": "max_requeues"}
 # Applied to the built spec as given (no flag of that name).
@@ -109,6 +114,13 @@ class Job:
     Keywords are JobSpec fields (``nodes``, ``nproc_per_node``, ``launcher``,
     ``scheduler``, ``time``...), scheduler options (``account``, ``partition``,
     ``qos``, ``queue``, ``image``) and ``profile``.
+
+    ``container`` is an image (``"img.sif"``, ``"docker://..."``, a name or a
+    directory: the CLI's ``--container IMAGE``, its runtime from ``runtime=``,
+    else the profile's, else apptainer; ``bind``, ``container_env`` and
+    ``cleanenv`` as the CLI's flags) or a ready :class:`ContainerSpec`, used as
+    given. ``no_container=True`` runs on the host even when the profile names a
+    container runtime (``--no-container``).
     """
 
     def __init__(
@@ -117,7 +129,8 @@ class Job:
         *,
         module: str | None = None,
         env: dict[str, str] | None = None,
-        container: ContainerSpec | None = None,
+        container: ContainerSpec | str | os.PathLike[str] | None = None,
+        no_container: bool = False,
         options: dict[str, str] | None = None,
         runner: Runner | None = None,
         profile: str | None = None,
@@ -126,7 +139,7 @@ class Job:
         if isinstance(program, JobSpec):
             self.spec = program
         else:
-            self.spec = _spec(list(program), module, env, container, options, profile, fields)
+            self.spec = _spec(list(program), module, env, container, no_container, options, profile, fields)
         self.scheduler = get_scheduler(self.spec.scheduler, runner=runner)
 
     def render(self) -> Submission:
@@ -145,24 +158,36 @@ def _spec(
     program: list[str],
     module: str | None,
     env: dict[str, str] | None,
-    container: ContainerSpec | None,
+    container: ContainerSpec | str | os.PathLike[str] | None,
+    no_container: bool,
     options: dict[str, str] | None,
     profile: str | None,
     given: dict[str, Any],
 ) -> JobSpec:
     from torchhpc.resolve import build_spec
 
-    known = {f.name for f in dc_fields(JobSpec)} | set(_OPTION_KEYWORDS)
+    known = {f.name for f in dc_fields(JobSpec)} | set(_OPTION_KEYWORDS) | set(_CONTAINER_KEYWORDS)
     unknown = sorted(set(given) - known - {"entrypoint", "container", "env", "options"})
     if unknown:
         raise TypeError(f"Job() got unexpected keyword argument(s): {', '.join(unknown)}")
     values: dict[str, Any] = {_RENAMED.get(k, k): v for k, v in given.items() if k not in _DIRECT}
+    for key in ("bind", "container_env"):
+        if isinstance(values.get(key), str):
+            values[key] = [values[key]]  # one bind, not one per character
     values.update(profile=profile, module=module, env=env or {}, opt=dict(options or {}))
-    if container is not None:
+    if isinstance(container, ContainerSpec):
+        if no_container:
+            raise UsageError("container= and no_container=True contradict each other", "give one of them")
         values["no_container"] = True  # given as an object: set below, not resolved from a profile
+    elif container is None or isinstance(container, (str, os.PathLike)):
+        # An image, as the CLI's --container IMAGE: build_spec picks the runtime (runtime=, the profile's, apptainer).
+        values["container"] = None if container is None else os.fspath(container)
+        values["no_container"] = no_container
+    else:
+        raise TypeError(f"Job(container=...) takes an image name or a ContainerSpec, not {type(container).__name__}")
     spec = build_spec(values, program)
     direct = {k: given[k] for k in _DIRECT if k in given}
-    if container is not None:
+    if isinstance(container, ContainerSpec):
         direct["container"] = container
     return spec.with_(**direct) if direct else spec
 

@@ -115,7 +115,11 @@ def build_spec(
         )
     per_node = long_ if long_ is not None else short
     if total is not None:
-        if total < 1 or total % nodes:
+        if total < 1:
+            raise UsageError(f"--ntasks {total} must be at least 1", "give the number of processes in total, e.g. --ntasks 4")
+        if nodes < 1:  # before dividing by it
+            raise UsageError(f"--nodes {nodes} must be at least 1", "give the number of nodes, e.g. --nodes 2")
+        if total % nodes:
             raise UsageError(
                 f"--ntasks {total} cannot be divided evenly over --nodes {nodes}",
                 f"give a multiple of {nodes}, or --nproc-per-node N for N per node",

@@ -13,9 +13,11 @@ import pytest
 from torchhpc.cli.main import main
 from torchhpc.schedulers.logs import (
     LOG_WRAPPER,
+    MAX_RANKS,
     JobLog,
     Line,
     first_tracebacks,
+    format_ranks,
     job_dir,
     log_argv,
     log_text,
@@ -54,6 +56,34 @@ def test_parse_ranks() -> None:
     for bad in ("", "a", "3,", "1-", "-1"):
         with pytest.raises(ValueError):
             parse_ranks(bad)
+
+
+def test_parse_ranks_refuses_absurd_ranges_before_expanding_them() -> None:
+    assert parse_ranks(f"0-{MAX_RANKS - 1}")[-1] == MAX_RANKS - 1
+    assert parse_ranks("5-5") == [5]
+    for bad, why in [
+        ("0-999999999", "spans 1000000000 ranks"),
+        ("3-1", "ends before it starts"),
+        (f"0-{MAX_RANKS - 1},{MAX_RANKS}", f"more than {MAX_RANKS} ranks"),
+        ("0-" + "9" * 40, "more than"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            parse_ranks(bad)
+
+
+def test_format_ranks_inverts_parse_ranks() -> None:
+    assert format_ranks([]) == ""
+    assert format_ranks([8, 0, 1, 2, 2]) == "0-2,8"
+    assert format_ranks([3, 5, 6]) == "3,5-6"
+    assert parse_ranks(format_ranks([0, 1, 2, 8, 10, 11])) == [0, 1, 2, 8, 10, 11]
+
+
+@pytest.mark.parametrize(("value", "why"), [("0-999999999", "spans"), ("3-1", "ends before it starts")])
+def test_cli_absurd_rank_range_is_a_usage_error(value: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["logs", "local:nosuchjob", "--rank", value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"Error: --rank {value!r} is not a rank list: ") and why in err
+    assert "HINT: " in err and "Traceback" not in err
 
 
 def _ranks_dir(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -205,3 +235,46 @@ def test_log_text(tmp_path: Path) -> None:
     d = _ranks_dir(tmp_path, {"rank-0@n1.log": "a\n", "rank-1@n1.log": "b\nc"})
     assert log_text(JobLog(ranks_dir=str(d))) == "[rank0]: a\n[rank1]: b\n[rank1]: c\n"
     assert log_text(JobLog(ranks_dir=str(d)), rank=1) == "b\nc\n"
+
+
+def test_cli_rank_or_node_not_in_the_log_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "job"
+    _ranks_dir(tmp_path, {"rank-0@node1.log": "a0\n", "rank-1@node2.log": "a1\n"})
+    (job / "slurm.out").write_text("torchhpc: job 42\n")
+    _record(tmp_path, monkeypatch, job_dir=str(job), output_path=str(job / "slurm.out"), launcher="srun")
+
+    def refused(*argv: str) -> list[str]:
+        assert main(["logs", "slurm:42", *argv]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and "Traceback" not in err
+        return err.splitlines()
+
+    assert refused("--rank", "5") == ["Error: the log of slurm:42 has no line from rank 5", "HINT: the log has ranks 0-1"]
+    assert refused("--rank", "2-4,9")[0] == "Error: the log of slurm:42 has no line from ranks 2-4,9"
+    assert refused("--node", "node9") == [
+        "Error: the log of slurm:42 has no line from any rank on node9",
+        "HINT: the log has ranks 0-1 on node1,node2",
+    ]
+    assert refused("--rank", "0", "--node", "node2")[0] == "Error: the log of slurm:42 has no line from rank 0 on node2"
+    # some of the asked ranks are there: their lines, as before
+    assert main(["logs", "slurm:42", "--rank", "1,5"]) == 0
+    assert capsys.readouterr().out == "[rank1]: a1\n"
+    # a --grep that matches nothing in ranks that exist is no error
+    assert main(["logs", "slurm:42", "--rank", "0", "--grep", "zzz"]) == 0
+    assert capsys.readouterr().out == ""
+    # --errors keeps its own answer
+    assert main(["logs", "slurm:42", "--rank", "5", "--errors"]) == 0
+    assert "No traceback" in capsys.readouterr().err
+
+
+def test_cli_rank_filter_on_a_log_without_rank_lines_prints_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "slurm.out").write_text("torchhpc: job 42\nsrun: error: something\n")
+    _record(tmp_path, monkeypatch, job_dir=str(job), output_path=str(job / "slurm.out"), launcher="srun")
+    assert main(["logs", "slurm:42", "--rank", "5"]) == 0
+    assert capsys.readouterr().out == ""

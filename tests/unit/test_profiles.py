@@ -132,6 +132,24 @@ def test_ill_typed_values(tmp_path: Path, text: str, needle: str) -> None:
     assert needle in str(e.value)
 
 
+def test_profiles_file_not_utf8_is_a_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchhpc.cli.main import main
+
+    path = tmp_path / "profiles.toml"
+    path.write_bytes('[x]\naccount = "caf\u00e9"\n'.encode("latin-1"))
+    env = {"TORCHHPC_PROFILES": str(path), "HOME": str(tmp_path)}
+    with pytest.raises(ConfigError) as e:
+        list_profiles(env)
+    assert str(path) in e.value.message and "not UTF-8" in e.value.message and "0xe9 on line 2" in e.value.message
+    assert "UTF-8" in (e.value.hint or "")
+    monkeypatch.setenv("TORCHHPC_PROFILES", str(path))
+    assert main(["profiles", "list"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"Error: {path} is not UTF-8 text") and "HINT: save it as UTF-8" in err and "Traceback" not in err
+
+
 def test_unknown_profile_lists_names(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as e:
         get_profile("marenostrum", {"HOME": str(tmp_path)})

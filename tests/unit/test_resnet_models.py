@@ -131,3 +131,22 @@ def test_fewer_samples_than_a_batch_is_one_line_error() -> None:
         "Error: --samples 64 gives 64 sample(s) per rank, fewer than one batch of --batch-size 128 (1 rank(s))",
         "HINT: use --samples 128 or more, or a smaller --batch-size",
     ], cp.stderr
+
+
+@pytest.mark.parametrize("flag", ["--samples", "--image-size", "--epochs", "--batch-size", "--max-steps", "--num-classes"])
+@pytest.mark.parametrize("value", ["-5", "0", "x"])
+def test_sizes_are_positive_ints(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad size is argparse's one-line error (exit 2), not `negative dimension` from inside torch."""
+    with pytest.raises(SystemExit) as e:
+        resnet_ddp.parse_args([flag, value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"error: argument {flag}: " in err
+    assert ("must be at least 1" if value != "x" else "is not an integer") in err
+
+
+def test_size_flags_accept_good_values() -> None:
+    args = resnet_ddp.parse_args(["--samples", "8", "--batch-size", "4", "--epochs", "1", "--warmup-steps", "0"])
+    assert (args.samples, args.batch_size, args.epochs, args.warmup_steps) == (8, 4, 1, 0)
+    with pytest.raises(SystemExit):
+        resnet_ddp.parse_args(["--warmup-steps", "-1"])

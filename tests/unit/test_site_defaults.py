@@ -183,6 +183,16 @@ def test_config_file_errors(clean_home: Path, capsys: pytest.CaptureFixture[str]
     assert rc == 2 and "not a scheduler" in err
 
 
+def test_config_file_not_utf8_is_a_config_error(clean_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = clean_home / ".config" / "torchhpc"
+    cfg.mkdir(parents=True)
+    (cfg / "config.toml").write_bytes(b'scheduler = "slurm"\npartition = "gpu\xff"\n')
+    rc, _, err = run_cli(["config", "show"], capsys)
+    assert rc == 2 and "Traceback" not in err
+    assert err.startswith(f"Error: {cfg / 'config.toml'} is not UTF-8 text (byte 0xff on line 2)")
+    assert "HINT: save it as UTF-8" in err
+
+
 # --- lifecycle CLI ----------------------------------------------------------------------------
 
 

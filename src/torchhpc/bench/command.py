@@ -181,7 +181,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     md, png = write_report(args.paths, args.out, collective=args.collective)
     with open(md) as fh:
         sys.stdout.write(fh.read())
-    print(f"\nReport: {md}\nPlot:   {png}")
+    print(f"\nReport: {md}" + (f"\nPlot:   {png}" if png else ""))
     return 0
 
 

@@ -12,6 +12,7 @@ compute nodes (a shared file system), as job logs already are.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -113,8 +114,14 @@ def run_sweep(
 
 def write_report(
     paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str] | None = None, collective: str | None = None
-) -> tuple[str, str]:
-    """Markdown table + PNG from every bench JSON under ``paths``; returns their paths."""
+) -> tuple[str, str | None]:
+    """Markdown table + PNG from every bench JSON under ``paths``; returns their paths.
+
+    Without matplotlib the Markdown is still written (without the image link) and
+    the PNG is skipped with a one-line note on stderr: its path comes back as None.
+    """
+    from torchhpc.bench import plot
+
     results = load_results(paths)
     if out is None:
         first = Path(paths[0])
@@ -123,15 +130,24 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     md_path = out_dir / REPORT_MD
     png_path = out_dir / REPORT_PNG
+    try:
+        plot.check_available()
+        can_plot = True
+    except UsageError:
+        can_plot = False
     text = sweep_markdown(results, collective)
-    text += f"\n![busbw by size]({REPORT_PNG})\n"
+    if can_plot:
+        text += f"\n![busbw by size]({REPORT_PNG})\n"
     md_path.write_text(text)
-    from torchhpc.bench.plot import plot_results
+    if not can_plot:
+        print(f"Note: {REPORT_PNG} not written: matplotlib is not installed "
+              "(pip install 'torchhpc[plot]', then run `torchhpc bench report` again)", file=sys.stderr)
+        return str(md_path), None
 
     chosen = results
     if collective:
         chosen = [replace(r, results=[c for c in r.results if c.collective == collective]) for r in results]
     names = sorted({c.collective for r in chosen for c in r.results})
     backends = sorted({r.backend for r in chosen})
-    plot_results(chosen, png_path, title=f"busbw by size: {', '.join(names)} ({', '.join(backends)})")
+    plot.plot_results(chosen, png_path, title=f"busbw by size: {', '.join(names)} ({', '.join(backends)})")
     return str(md_path), str(png_path)

@@ -148,7 +148,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         md, png = write_report(done, args.out, collective=None)
         with open(md) as fh:
             sys.stdout.write(fh.read())
-        print(f"\nReport: {md}\nPlot:   {png}")
+        print(f"\nReport: {md}" + (f"\nPlot:   {png}" if png else ""))
     if failed:
         hint = f"their logs are in {args.out}; `torchhpc logs SCHEDULER:JOBID` shows one"
         if base.container is not None:

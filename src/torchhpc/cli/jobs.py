@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from torchhpc.cli.common import add_subparser, eprint, json_errors
-from torchhpc.errors import UsageError
+from torchhpc.errors import CommandNotFound, UsageError
 from torchhpc.schedulers import get_scheduler, parse_handle
 from torchhpc.schedulers.api import JobStatus, Scheduler
 
@@ -112,7 +112,13 @@ def cmd_list(args: argparse.Namespace) -> int:
             f"torchhpc cannot list {name} jobs",
             _LIST_ELSEWHERE.get(name, "ask the scheduler itself") + f"; `torchhpc status {name}:ID` follows one",
         )
-    jobs = sched.list_jobs()
+    try:
+        jobs = sched.list_jobs()
+    except CommandNotFound as e:
+        if not e.hint:  # never a bare "command not found": say where the command lives
+            e.hint = getattr(sched, "submit_hint", "") or (
+                f"`{e.argv[0]}` is not on PATH here: run this where the {name} commands are")
+        raise
     if args.json:
         print(json.dumps([status_dict(name, st) for st in jobs]))
         return 0

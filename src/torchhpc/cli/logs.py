@@ -19,7 +19,16 @@ from torchhpc.cli.common import add_subparser, env_default
 from torchhpc.errors import SchedulerError, UsageError
 from torchhpc.schedulers import get_scheduler, parse_handle
 from torchhpc.schedulers.api import Scheduler
-from torchhpc.schedulers.logs import JobLog, Line, first_tracebacks, job_log, parse_ranks, select
+from torchhpc.schedulers.logs import (
+    MAX_RANKS,
+    JobLog,
+    Line,
+    first_tracebacks,
+    format_ranks,
+    job_log,
+    parse_ranks,
+    select,
+)
 from torchhpc.schedulers.script import load_record
 
 # How often -f looks for new lines and asks the scheduler whether the job ended.
@@ -44,8 +53,11 @@ def _ranks(spec: Optional[str]) -> Optional[list[int]]:
         return None
     try:
         return parse_ranks(spec)
-    except ValueError:
-        raise UsageError(f"--rank {spec!r} is not a rank list", "give ranks like 3, 3,7 or 0-3,8") from None
+    except ValueError as e:
+        raise UsageError(
+            f"--rank {spec!r} is not a rank list: {e}",
+            f"give ranks like 3, 3,7 or 0-3,8 (ranges low-high, at most {MAX_RANKS} ranks)",
+        ) from None
 
 
 def _nodes(spec: Optional[str]) -> Optional[list[str]]:
@@ -122,7 +134,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
         sys.stdout.write(tbs.render())
         return 0
     if not args.follow:
-        emit(log.read(final=True))
+        lines = log.read(final=True)
+        if ranks is not None or nodes is not None:
+            _check_present(f"{name}:{job}", lines, ranks, nodes, node_of, args.node)
+        emit(lines)
         return 0
     ended = threading.Event()
 
@@ -143,6 +158,35 @@ def cmd_logs(args: argparse.Namespace) -> int:
     time.sleep(FOLLOW_POLL)  # the last writes of a rank may land just after the job ends
     emit(log.read(final=True))
     return 0
+
+
+def _check_present(
+    handle: str,
+    lines: Sequence[Line],
+    ranks: Optional[list[int]],
+    nodes: Optional[list[str]],
+    node_of: dict[int, str],
+    node_spec: Optional[str],
+) -> None:
+    """Refuse a --rank/--node filter that matches no rank of a log that has rank lines.
+
+    A log without rank lines (nothing attributed yet, or a launcher torchhpc cannot
+    parse) prints as before: empty.
+    """
+    present = sorted({ln.rank for ln in lines if ln.rank is not None})
+    if not present or select(lines, ranks, nodes, node_of):
+        return
+    asked = "any rank"
+    if ranks is not None:
+        asked = ("rank " if len(ranks) == 1 else "ranks ") + format_ranks(ranks)
+    if nodes is not None:
+        asked += f" on {node_spec}"
+    has = ("rank " if len(present) == 1 else "ranks ") + format_ranks(present)
+    if nodes is not None:
+        on = sorted({ln.node or node_of.get(ln.rank, "") for ln in lines if ln.rank is not None} - {""})
+        if on:
+            has += " on " + ",".join(on)
+    raise UsageError(f"the log of {handle} has no line from {asked}", f"the log has {has}")
 
 
 def _scheduler_text(sched: Scheduler, job: str, ranks: Optional[list[int]], follow: bool) -> int:

@@ -162,10 +162,14 @@ class JobSpec:
     def __post_init__(self) -> None:
         if self.nodes < 1:
             raise SpecError(f"--nodes={self.nodes} must be at least 1")
+        # GPUs first: processes per node default to them, so a bad --gpus-per-node must be named as itself.
+        if self.gpus_per_node < 0:
+            raise SpecError(
+                f"--gpus-per-node={self.gpus_per_node} must not be negative",
+                "give the GPUs each node uses (0, or leave it out, for a CPU job)",
+            )
         if self.nproc_per_node < 1:
             raise SpecError(f"--nproc-per-node={self.nproc_per_node} must be at least 1")
-        if self.gpus_per_node < 0:
-            raise SpecError(f"--gpus-per-node={self.gpus_per_node} must not be negative")
         if self.launcher not in LAUNCHERS:
             raise SpecError(
                 f"--launcher {self.launcher!r} is not a launcher",

@@ -70,6 +70,12 @@ def _toml_loads(text: str, source: str) -> dict[str, Any]:
         raise ConfigError(f"{source} is not valid TOML: {e}", "fix the line it names") from None
 
 
+def _not_utf8(path: object, e: UnicodeDecodeError) -> str:
+    """The message for a TOML file that is not UTF-8 text: the first bad byte and its line."""
+    line = e.object[: e.start].count(b"\n") + 1
+    return f"{path} is not UTF-8 text (byte {e.object[e.start]:#04x} on line {line})"
+
+
 def load_user_profiles(environ: Mapping[str, str] | None = None) -> dict[str, Profile]:
     """The user's profiles, unresolved (``extends`` not applied yet)."""
     env = os.environ if environ is None else environ
@@ -84,9 +90,11 @@ def load_user_profiles(environ: Mapping[str, str] | None = None) -> dict[str, Pr
                 )
             continue
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as e:
             raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(_not_utf8(path, e), "save it as UTF-8 (TOML files are UTF-8)") from None
         for name, table in _toml_loads(text, str(path)).items():
             if not isinstance(table, dict):
                 raise ConfigError(

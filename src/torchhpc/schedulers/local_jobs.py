@@ -49,17 +49,37 @@ def job_dir(job_id: str) -> Path:
     return jobs_root() / job_id
 
 
+_UNREADABLE_HINT = "torchhpc writes that file itself: if the job is over, remove {d}"
+
+
 def _read(d: Path) -> dict[str, Any]:
+    """The job's record: a JSON object. SchedulerError when it is missing, unreadable or anything else."""
     try:
-        data: dict[str, Any] = json.loads((d / RECORD).read_text())
-        return data
+        data = json.loads((d / RECORD).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SchedulerError(
             f"local:{d.name} is not a local job here (no record in {d})",
             "`torchhpc list` shows local jobs started with --background or Job.submit()",
         ) from None
-    except (OSError, ValueError) as e:
-        raise SchedulerError(f"the record of local:{d.name} cannot be read: {e}") from None
+    except (OSError, ValueError) as e:  # ValueError: bad JSON, or bytes that are not UTF-8
+        raise SchedulerError(f"the record of local:{d.name} cannot be read: {e}", _UNREADABLE_HINT.format(d=d)) from None
+    if not isinstance(data, dict):
+        raise SchedulerError(
+            f"the record of local:{d.name} cannot be read: {d / RECORD} holds a JSON {type(data).__name__}, not an object",
+            _UNREADABLE_HINT.format(d=d),
+        )
+    return data
+
+
+def _pid(rec: dict[str, Any], d: Path) -> int:
+    """The supervisor's process id in a record (0: none yet)."""
+    try:
+        return int(rec.get("pid") or 0)
+    except (TypeError, ValueError):
+        raise SchedulerError(
+            f"the record of local:{d.name} cannot be read: pid {rec.get('pid')!r} is not a process id",
+            _UNREADABLE_HINT.format(d=d),
+        ) from None
 
 
 def _write(d: Path, data: dict[str, Any]) -> None:
@@ -125,7 +145,7 @@ class LocalJobs:
         rec = _read(d)
         state = str(rec.get("state", "PENDING"))
         if state in ("PENDING", "RUNNING"):
-            pid = int(rec.get("pid") or 0)
+            pid = _pid(rec, d)
             if pid and not _alive(pid):
                 rec = _read(d)  # it may have written its state just before exiting
                 state = str(rec.get("state", "PENDING"))
@@ -133,9 +153,15 @@ class LocalJobs:
                     state, rec["reason"] = "FAILED", "the supervisor process ended without recording a state"
         end = rec.get("ended") or time.time()
         start = rec.get("started") or rec.get("submitted") or end
+        try:
+            elapsed = max(0.0, float(end) - float(start))
+        except (TypeError, ValueError):
+            raise SchedulerError(
+                f"the record of local:{job_id} cannot be read: its times are not numbers", _UNREADABLE_HINT.format(d=d)
+            ) from None
         return JobStatus(
             job_id=job_id, state=state, exit_code=rec.get("exit_code"), reason=str(rec.get("reason", "")),
-            elapsed=f"{max(0.0, float(end) - float(start)):.1f}s", name=str(rec.get("name", "")), nodes="localhost",
+            elapsed=f"{elapsed:.1f}s", name=str(rec.get("name", "")), nodes="localhost",
         )
 
     def logs(self, job_id: str, rank: int | None = None) -> str:
@@ -160,7 +186,7 @@ class LocalJobs:
         st = self.status(job_id)
         if st.terminal:
             return
-        pid = int(_read(d).get("pid") or 0)
+        pid = _pid(_read(d), d)
         if pid and _alive(pid):
             try:
                 os.killpg(pid, signal.SIGTERM)  # the supervisor leads its own session
@@ -172,11 +198,22 @@ class LocalJobs:
             _write(d, rec)
 
     def list_jobs(self, include_finished: bool = True) -> list[JobStatus]:
+        """Every local job with a record, oldest first; a record that cannot be read is skipped, said on stderr."""
         root = jobs_root()
         if not root.is_dir():
             return []
-        dirs = sorted((p for p in root.iterdir() if (p / RECORD).exists()), key=lambda p: (p / RECORD).stat().st_mtime)
-        out = [self.status(p.name) for p in dirs]
+        dirs: list[tuple[float, Path]] = []
+        for p in root.iterdir():
+            try:
+                dirs.append(((p / RECORD).stat().st_mtime, p))
+            except OSError:  # no record (not a job directory), or removed meanwhile
+                continue
+        out = []
+        for _mtime, p in sorted(dirs):
+            try:
+                out.append(self.status(p.name))
+            except SchedulerError as e:
+                print(f"Warning: skipped local:{p.name}: {e.message}", file=sys.stderr)
         return out if include_finished else [s for s in out if not s.terminal]
 
 

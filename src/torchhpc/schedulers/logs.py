@@ -32,12 +32,14 @@ from typing import Optional
 __all__ = [
     "LOG_DIR_VAR",
     "LOG_WRAPPER",
+    "MAX_RANKS",
     "RANKS_DIR",
     "RANK_VARS",
     "JobLog",
     "Line",
     "Tracebacks",
     "first_tracebacks",
+    "format_ranks",
     "job_dir",
     "job_log",
     "log_argv",
@@ -142,16 +144,48 @@ def parse_line(line: str, launcher: str = "srun", nproc_per_node: int = 1) -> Li
     return Line(None, line)
 
 
+# The most ranks a rank list may name: far more than any job has, far less than fills memory.
+MAX_RANKS = 1_000_000
+
+
 def parse_ranks(spec: str) -> list[int]:
-    """``3``, ``3,7`` or ``0-3,8`` -> sorted ranks. ValueError on anything else."""
+    """``3``, ``3,7`` or ``0-3,8`` -> sorted ranks. ValueError on anything else.
+
+    A range that ends before it starts (``3-1``) and lists of more than
+    :data:`MAX_RANKS` ranks are refused, before any range is expanded.
+    """
     out: set[int] = set()
     for part in spec.split(","):
         part = part.strip()
         lo, sep, hi = part.partition("-")
         if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise ValueError(part or spec)
-        out.update(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+            raise ValueError(f"{part or spec!r} is not a rank or a range of ranks")
+        first = int(lo)
+        last = int(hi) if sep else first
+        if last < first:
+            raise ValueError(f"the range {part!r} ends before it starts")
+        if last - first + 1 > MAX_RANKS:
+            raise ValueError(f"the range {part!r} spans {last - first + 1} ranks, more than {MAX_RANKS}")
+        out.update(range(first, last + 1))
+        if len(out) > MAX_RANKS:
+            raise ValueError(f"{spec!r} names more than {MAX_RANKS} ranks")
     return sorted(out)
+
+
+def format_ranks(ranks: Iterable[int]) -> str:
+    """The inverse of :func:`parse_ranks`: ``[0, 1, 2, 8]`` -> ``0-2,8``."""
+    parts: list[str] = []
+    run: list[int] = []
+    for r in sorted(set(ranks)):
+        if run and r == run[-1] + 1:
+            run[-1] = r
+            continue
+        if run:
+            parts.append(str(run[0]) if run[0] == run[1] else f"{run[0]}-{run[1]}")
+        run = [r, r]
+    if run:
+        parts.append(str(run[0]) if run[0] == run[1] else f"{run[0]}-{run[1]}")
+    return ",".join(parts)
 
 
 def rank_files(ranks_dir: str) -> dict[int, tuple[str, str]]:

@@ -25,7 +25,7 @@ from torchhpc.core.shell import Raw, directive, join
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import parse_size
 from torchhpc.core.validate import parse_bool
-from torchhpc.errors import CommandError, QuotingError, SchedulerError, SpecError
+from torchhpc.errors import CommandError, CommandNotFound, QuotingError, SchedulerError, SpecError
 from torchhpc.launchers import MPIRUN, SHIM_VAR, get_launcher, mpirun_argv, task_argv
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.batch import BatchScheduler, in_container, job_env_names, torchrun_command
@@ -103,6 +103,7 @@ class PBSScheduler(BatchScheduler):
     suffix = ".pbs"
     how_to_submit = "qsub <this file>  (or: torchhpc run --scheduler pbs ...)"
     submit_hint = "is this a PBS login node? `qstat -B` should answer"
+    query_hint = "is this a PBS login node? `qstat` should answer"
     no_log_hint = "PBS copies the output file back when the job ends; look in the job's -o directory"
     job_id_ref = "$_torchhpc_jobnum"
     # PBS Pro sets PBS_ARRAY_INDEX, Torque PBS_ARRAYID
@@ -281,14 +282,16 @@ class PBSScheduler(BatchScheduler):
     def _qstat(self, job_id: str) -> dict[str, dict[str, str]]:
         """``qstat -x -f -F json`` (PBS Pro, finished jobs included); plain ``qstat -f`` elsewhere."""
         try:
-            done = self.runner.run(["qstat", "-x", "-f", "-F", "json", job_id], timeout=30)
+            done = self.runner.run(["qstat", "-x", "-f", "-F", "json", job_id], timeout=30, hint=self.query_hint)
             return parse_qstat_json(done.stdout)
+        except CommandNotFound:
+            raise  # no qstat at all: the fallback below would not find it either
         except CommandError as e:
             if _unknown_job(e):
                 raise self._unknown(job_id) from None
             # Torque and old PBS have neither -x nor -F json: fall back to the plain listing.
         try:
-            done = self.runner.run(["qstat", "-f", job_id], timeout=30)
+            done = self.runner.run(["qstat", "-f", job_id], timeout=30, hint=self.query_hint)
         except CommandError as e:
             if _unknown_job(e):
                 raise self._unknown(job_id) from None
@@ -341,10 +344,14 @@ class PBSScheduler(BatchScheduler):
 
     def list_jobs(self) -> list[JobStatus]:
         """This user's jobs (``Job_Owner`` is ``user@host``); qstat's ``-u`` does not combine with ``-f``."""
+        hint = self.query_hint
         try:
-            jobs = parse_qstat_json(self.runner.run(["qstat", "-f", "-F", "json"], timeout=30).stdout)
+            jobs = parse_qstat_json(self.runner.run(["qstat", "-f", "-F", "json"], timeout=30, hint=hint).stdout)
+        except CommandNotFound:
+            raise  # no qstat at all: the fallback below would not find it either
         except CommandError:
-            jobs = parse_qstat_full(self.runner.run(["qstat", "-f"], timeout=30).stdout)
+            # Torque and old PBS have no -F json.
+            jobs = parse_qstat_full(self.runner.run(["qstat", "-f"], timeout=30, hint=hint).stdout)
         user = os.environ.get("USER", "")
         return [
             status_from_attrs(jid, attrs)

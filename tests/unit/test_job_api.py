@@ -1,0 +1,75 @@
+"""The Python API's container keywords mean what the CLI's flags mean (Job(container="x.sif") used to crash)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from torchhpc.core.spec import ContainerSpec
+from torchhpc.errors import UsageError
+from torchhpc.job import Job
+from torchhpc.resolve import build_spec
+
+PROFILE = {"profile": "mn5", "account": "bsc98", "qos": "acc_debug", "time": "00:30:00"}
+
+
+@pytest.fixture(autouse=True)
+def clean_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in list(os.environ):
+        if k.startswith(("TORCHHPC_", "SBATCH_")):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+
+
+def test_container_as_an_image_string_renders() -> None:
+    job = Job(["examples/pi.py"], scheduler="slurm", container="x.sif")
+    assert job.spec.container == ContainerSpec("x.sif", runtime="apptainer")  # the CLI's default runtime
+    assert "apptainer exec" in (job.render().script or "")
+
+
+def test_container_string_is_the_same_spec_as_the_cli() -> None:
+    api = Job(["examples/pi.py"], scheduler="slurm", container="x.sif", runtime="podman",
+              bind="/data:/data:ro", container_env=["WANDB_API_KEY"], cleanenv=True).spec
+    cli = build_spec({"scheduler": "slurm", "container": "x.sif", "runtime": "podman", "bind": ["/data:/data:ro"],
+                      "container_env": ["WANDB_API_KEY"], "cleanenv": True}, ["examples/pi.py"])
+    assert api == cli
+    assert api.container is not None and api.container.binds == ("/data:/data:ro",)
+    assert Job(["examples/pi.py"], scheduler="slurm", container=Path("x.sif")).spec.container == ContainerSpec("x.sif")
+
+
+def test_container_string_takes_the_profiles_runtime() -> None:
+    job = Job(["examples/pi.py"], container="mn5.sif", **PROFILE)
+    assert job.spec.container is not None and job.spec.container.runtime == "singularity"
+    assert job.spec.setup == build_spec({**PROFILE, "container": "mn5.sif"}, ["examples/pi.py"]).setup
+    assert "singularity exec --nv" in (job.render().script or "")
+
+
+def test_no_container_mirrors_the_cli_flag() -> None:
+    with pytest.raises(UsageError) as e:
+        Job(["examples/pi.py"], **PROFILE)  # mn5 runs every rank in singularity: an image is needed
+    assert "--no-container" in (e.value.hint or "")
+    job = Job(["examples/pi.py"], no_container=True, **PROFILE)
+    assert job.spec.container is None and "singularity exec" not in (job.render().script or "")
+    with pytest.raises(UsageError):
+        Job(["examples/pi.py"], scheduler="slurm", container="x.sif", no_container=True)
+    with pytest.raises(UsageError):
+        Job(["examples/pi.py"], scheduler="slurm", container=ContainerSpec("x.sif"), no_container=True)
+
+
+def test_container_spec_object_is_used_as_given() -> None:
+    given = ContainerSpec("mn5.sif", runtime="podman", binds=("/a:/b",))
+    assert Job(["examples/pi.py"], container=given, **PROFILE).spec.container == given
+
+
+def test_bad_container_keywords() -> None:
+    with pytest.raises(TypeError):
+        Job(["examples/pi.py"], container=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Job(["examples/pi.py"], runtimes="podman")
+    with pytest.raises(UsageError) as e:
+        Job(["examples/pi.py"], scheduler="slurm", runtime="podman")
+    assert "needs an image" in e.value.message
