@@ -27,6 +27,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from torchhpc.core.gpus import VISIBLE_VARIABLES, needs_gpu_per_rank, ranks_per_gpu_error, visible_devices
+from torchhpc.dist.teardown import gloo_workers_settle, settle_at_exit
 from torchhpc.env import DistEnv, detect, export
 from torchhpc.errors import EnvironmentDetectionError, TorchHPCError, UsageError
 
@@ -233,6 +234,7 @@ def init(
             _preflight(dist_env, chosen, dev, environ)
             _start_group(dist_env, chosen, timeout, environ)
             owns = True
+            settle_at_exit()  # gloo's threads may still drop a work after the script ends (dist/teardown.py)
     _CONTEXT = DistContext(
         rank=rank,
         world_size=world,
@@ -336,9 +338,9 @@ def cleanup(barrier: bool = True) -> None:
     """Destroy the process group ``init()`` started (not one the user started). Idempotent.
 
     With ``barrier`` (the normal end of a run) every rank first meets the
-    others: a rank that tears its gloo pairs down while a peer still sends on
-    them can abort in C++ at exit ("terminate called without an active
-    exception") after all its work was done.
+    others, so no rank tears its gloo pairs down while a peer still sends on
+    them. Then it waits for gloo's worker threads to settle: a work they drop
+    after Python began to shut down aborts the process (dist/teardown.py).
     """
     global _CONTEXT
     ctx, _CONTEXT = _CONTEXT, None
@@ -353,6 +355,7 @@ def cleanup(barrier: bool = True) -> None:
             except Exception:  # a peer already gone: tear down anyway
                 pass
         dist.destroy_process_group()
+        gloo_workers_settle()
 
 
 def _rank() -> int:
