@@ -51,3 +51,16 @@ def missing(reason: str) -> None:
     if in_ci():
         pytest.fail(f"{reason} (CI=true makes this mandatory)")
     pytest.skip(reason)
+
+
+@pytest.fixture
+def clean_user_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No TORCHHPC_*/SBATCH_* variables, no user config (HOME is the test's tmp dir), job state in
+    the tmp dir too, and the repository as the working directory (examples/pi.py resolves)."""
+    for k in list(os.environ):
+        if k.startswith(("TORCHHPC_", "SBATCH_")):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setenv("TORCHHPC_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.chdir(REPO)

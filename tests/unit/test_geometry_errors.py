@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from torchhpc.cli.main import main
@@ -12,15 +9,7 @@ from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import SpecError, UsageError
 from torchhpc.resolve import build_spec
 
-
-@pytest.fixture(autouse=True)
-def clean_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for k in list(os.environ):
-        if k.startswith(("TORCHHPC_", "SBATCH_")):
-            monkeypatch.delenv(k)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
-    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+pytestmark = pytest.mark.usefixtures("clean_user_env")
 
 
 def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -15,14 +14,7 @@ from torchhpc.resolve import build_spec
 PROFILE = {"profile": "mn5", "account": "bsc98", "qos": "acc_debug", "time": "00:30:00"}
 
 
-@pytest.fixture(autouse=True)
-def clean_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for k in list(os.environ):
-        if k.startswith(("TORCHHPC_", "SBATCH_")):
-            monkeypatch.delenv(k)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
-    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+pytestmark = pytest.mark.usefixtures("clean_user_env")
 
 
 def test_container_as_an_image_string_renders() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +14,7 @@ from torchhpc.errors import CommandNotFound
 from torchhpc.schedulers.pbs import PBSScheduler
 from torchhpc.schedulers.slurm import SlurmScheduler
 
-
-@pytest.fixture(autouse=True)
-def clean_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for k in list(os.environ):
-        if k.startswith(("TORCHHPC_", "SBATCH_")):
-            monkeypatch.delenv(k)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
-    monkeypatch.setenv("TORCHHPC_STATE_DIR", str(tmp_path / "state"))
+pytestmark = pytest.mark.usefixtures("clean_user_env")
 
 
 def test_pbs_list_without_qstat_hints_at_the_login_node() -> None:
