@@ -57,6 +57,9 @@ def run_body(slurm: Any, tmp_path: Path, spec: JobSpec, slots: int) -> str:
     )
     info = slurm.wait(job, timeout=300)
     text = out.read_text(errors="replace") if out.exists() else ""
+    # under mpirun each rank writes its own file in <output-dir>/<name>-<job number>/ranks/
+    for path in sorted(Path(spec.output_dir).glob(f"{spec.name}-{job}/ranks/rank-*.log")):
+        text += path.read_text(errors="replace")
     assert info.get("JobState") == "COMPLETED", f"{info}\n{text}"
     return text
 
@@ -85,10 +88,12 @@ def spec(**kw: object) -> JobSpec:
 
 
 def test_sockeye_mpirun_body_runs_pi_on_two_nodes(slurm: Any, tmp_path: Path) -> None:
-    text = run_body(slurm, tmp_path, spec(), slots=2)
-    # mpirun --tag-output: each line carries [jobid,rank]; the script's own banner names both hosts
+    text = run_body(slurm, tmp_path, spec(output_dir=str(tmp_path)), slots=2)
+    # the script's own banner names both hosts; each rank's lines are whole in its own file
     assert re.search(r"torchhpc: job \d+\.pbsserver01 on \S+ \S+, master [0-9.]+:\d+", text), text
-    assert re.search(r"\[\d+,3\]<stdout>:rank 3/4", text), text
+    ranks = sorted(tmp_path.glob("pi-pbs-*/ranks/rank-*.log"))
+    assert [p.name.split("@")[0] for p in ranks] == ["rank-0", "rank-1", "rank-2", "rank-3"], ranks
+    assert re.search(r"^rank 3/4 on ", ranks[3].read_text(), re.M), ranks[3].read_text()
     check_pi(text)
 
 

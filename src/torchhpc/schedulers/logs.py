@@ -44,6 +44,7 @@ __all__ = [
     "job_log",
     "log_argv",
     "log_text",
+    "make_ranks_dir_lines",
     "parse_line",
     "parse_ranks",
     "rank_files",
@@ -427,6 +428,19 @@ def ranks_dir_ref(script_path: str, job_id_ref: str) -> str:
     from torchhpc.core.shell import quote
 
     return f'{quote(os.path.splitext(script_path)[0] + "-")}"{job_id_ref}"/{RANKS_DIR}'
+
+
+def make_ranks_dir_lines(script_path: str, job_id_ref: str) -> list[str]:
+    """Script lines that export ``$TORCHHPC_RANKS_DIR`` and make it at run time.
+
+    For jobs whose directory the submitter cannot make beforehand (a Slurm array task's
+    id, a PBS job number known only once the job runs): the batch shell makes its own.
+    If it cannot, the ranks' output stays on the launcher's stream, with a warning."""
+    return [
+        f"export {LOG_DIR_VAR}={ranks_dir_ref(script_path, job_id_ref)}",
+        f'if mkdir -p -- "${LOG_DIR_VAR}" 2>/dev/null; then echo "torchhpc: rank output in ${LOG_DIR_VAR}"',
+        f'else echo "torchhpc: cannot create ${LOG_DIR_VAR}; rank output stays here" >&2; fi',
+    ]
 
 
 def torchrun_per_rank(torchrun: Sequence[str]) -> list[str]:

@@ -27,11 +27,12 @@ from torchhpc.core.units import parse_size
 from torchhpc.core.validate import parse_bool
 from torchhpc.errors import CommandError, CommandNotFound, QuotingError, SchedulerError, SpecError
 from torchhpc.launchers import MPIRUN, SHIM_VAR, get_launcher, mpirun_argv, task_argv
-from torchhpc.schedulers.api import JobStatus
+from torchhpc.schedulers.api import JobStatus, Submission
 from torchhpc.schedulers.batch import BatchScheduler, in_container, job_env_names, torchrun_command
+from torchhpc.schedulers.logs import LOG_DIR_VAR, RANK_VARS, job_dir, log_argv, make_ranks_dir_lines
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pbs_parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
-from torchhpc.schedulers.script import default_python, load_record
+from torchhpc.schedulers.script import default_python, load_record, save_record, script_path
 
 __all__ = ["PORT_EXPR", "PBSScheduler", "job_name", "pbs_size", "pbs_walltime"]
 
@@ -217,10 +218,11 @@ class PBSScheduler(BatchScheduler):
                 spec.nproc_per_node,
                 export=exports,
                 hostfile=Raw('"$PBS_NODEFILE"'),
-                extra=[*self._mpirun_extra(spec), "--tag-output"],
+                extra=[*self._mpirun_extra(spec), "--tag-output", "-x", LOG_DIR_VAR],
             )
             rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'), launcher="mpirun")
-            return [join([*mpi, *_wrap(spec, rank_cmd)])]
+            # each rank's output into its own file (schedulers/logs.py), before the shim and the container
+            return [join([*mpi, *log_argv(_wrap(spec, rank_cmd), RANK_VARS["mpirun"])])]
         cmd = torchrun_command(spec, python, nnodes=Raw('"$NNODES"'), rdzv_id=Raw('"$_torchhpc_jobnum"'))
         if spec.option("per_node", "pbsdsh") == "mpirun":
             mpi = mpirun_argv(
@@ -245,6 +247,31 @@ class PBSScheduler(BatchScheduler):
         if spec.array is not None:  # 123[4].server: every task has the number 123; make it the task's own
             lines.append("_torchhpc_jobnum=$(( 10#${_torchhpc_jobnum:-0} * 10000 + TORCHHPC_ARRAY_INDEX ))")
         return [*lines, f'MASTER_PORT="${{MASTER_PORT:-{PORT_EXPR}}}"']
+
+    def log_lines(self, spec: JobSpec) -> list[str]:
+        """mpirun's ranks write their own files (whole lines; ``--tag-output`` splices them) in
+        ``<output-dir>/<name>-<job number>/ranks/``, made here: PBS copies only the ``-o`` file back,
+        so the directory must be on a filesystem the nodes share, as for any job output."""
+        if get_launcher(spec.launcher) is not MPIRUN or spec.array is not None:
+            return []
+        return [
+            "# Each rank's stdout and stderr go to its own file, written by the rank itself: whole lines,",
+            "# whatever mpirun does with its pipes (docs/logs.md). `torchhpc logs pbs:ID --rank N`.",
+            *make_ranks_dir_lines(script_path(spec, self.suffix), "$_torchhpc_jobnum"),
+        ]
+
+    def schedule(self, submission: Submission) -> str:
+        """qsub, then remember the job's directory (its name holds the job number) for ``logs``."""
+        job_id = super().schedule(submission)
+        spec = submission.spec
+        if get_launcher(spec.launcher) is MPIRUN and spec.array is None and submission.script_path:
+            rec = {k: v for k, v in load_record(self.name, job_id).items() if k not in ("scheduler", "job_id", "submitted")}
+            seq = re.match(r"\d+", job_id)
+            if seq:
+                rec["job_dir"] = job_dir(submission.script_path, seq.group(0))
+                rec["output_path"] = self.log_paths(job_id)[0]
+                save_record(self.name, job_id, **rec)
+        return job_id
 
     def exported(self) -> str:
         return "MASTER_ADDR MASTER_PORT NNODES"

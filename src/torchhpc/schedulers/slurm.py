@@ -36,6 +36,7 @@ from torchhpc.schedulers.logs import (
     RANKS_DIR,
     job_dir,
     log_argv,
+    make_ranks_dir_lines,
     ranks_dir_ref,
     torchrun_per_rank,
 )
@@ -225,9 +226,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             return [
                 "# Each rank's stdout and stderr go to its own file, written by the rank itself (whole lines,",
                 "# whatever the launcher does with its pipes): <output-dir>/<name>-<array id>_<task>/ranks/rank-N@NODE.log.",
-                f"export {LOG_DIR_VAR}={ranks_dir_ref(script_path(spec, self.suffix), ref)}",
-                f'if mkdir -p -- "${LOG_DIR_VAR}" 2>/dev/null; then echo "torchhpc: rank output in ${LOG_DIR_VAR}"',
-                f'else echo "torchhpc: cannot create ${LOG_DIR_VAR}; rank output stays here" >&2; fi',
+                *make_ranks_dir_lines(script_path(spec, self.suffix), ref),
             ]
         return [
             "# Each rank's stdout and stderr go to its own file, written by the rank itself (whole lines,",
