@@ -20,7 +20,8 @@ import pytest
 
 from tests.conftest import PYTHON, REPO, missing
 from torchhpc.core.shell import join
-from torchhpc.schedulers.logs import RANK_VARS, log_argv, rank_files
+from torchhpc.schedulers.log_wiring import RANK_VARS, log_argv
+from torchhpc.schedulers.logs import rank_files
 
 pytest.importorskip("torch")
 # Each rank imports torch (~2 s on the shared 2-core machines): every test here takes seconds.

@@ -11,22 +11,18 @@ from pathlib import Path
 import pytest
 
 from torchhpc.cli.main import main
+from torchhpc.schedulers.log_wiring import LOG_WRAPPER, job_dir, log_argv, ranks_dir_ref, torchrun_per_rank
 from torchhpc.schedulers.logs import (
-    LOG_WRAPPER,
     MAX_RANKS,
     JobLog,
     Line,
     first_tracebacks,
     format_ranks,
-    job_dir,
-    log_argv,
     log_text,
     parse_line,
     parse_ranks,
     rank_files,
-    ranks_dir_ref,
     select,
-    torchrun_per_rank,
 )
 
 

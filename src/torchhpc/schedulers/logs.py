@@ -29,69 +29,23 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
+from torchhpc.schedulers.log_wiring import RANKS_DIR, job_dir
+
 __all__ = [
-    "LOG_DIR_VAR",
-    "LOG_WRAPPER",
     "MAX_RANKS",
-    "RANKS_DIR",
-    "RANK_VARS",
     "JobLog",
     "Line",
     "Tracebacks",
     "first_tracebacks",
     "format_ranks",
-    "job_dir",
     "job_log",
-    "log_argv",
     "log_text",
-    "make_ranks_dir_lines",
     "parse_line",
     "parse_ranks",
     "rank_files",
-    "ranks_dir_ref",
     "select",
     "task_record",
-    "torchrun_per_rank",
 ]
-
-RANKS_DIR = "ranks"
-
-# Runs each rank's program with its stdout and stderr appended to its own file in
-# $TORCHHPC_RANKS_DIR (exported by the batch script; not an argument, so no job name or path
-# is in the launch command), then execs it: signals reach the program directly. The rank
-# comes from the first set variable of a list the launcher decides (RANK_VARS): srun and
-# mpirun run the wrapper before the task shim and outside any container, torchrun around each
-# worker. PYTHONUNBUFFERED (only defaulted): a file is block-buffered otherwise and `logs -f`
-# would see lines minutes late. Without the directory (a script submitted by hand, where
-# torchhpc did not create it) the output stays on the launcher's stream, labelled there as
-# before; a directory that exists but cannot be written is said once per rank. The node is the
-# kernel's host name: $HOSTNAME is inherited from the batch shell (Slurm sets it there).
-LOG_DIR_VAR = "TORCHHPC_RANKS_DIR"
-LOG_WRAPPER = r"""_torchhpc_rank=0
-for _torchhpc_v in $1; do if [ -n "${!_torchhpc_v:-}" ]; then _torchhpc_rank=${!_torchhpc_v}; break; fi; done
-shift
-if [ -d "${TORCHHPC_RANKS_DIR:-}" ]; then
-  read -r _torchhpc_host </proc/sys/kernel/hostname 2>/dev/null || _torchhpc_host=${SLURMD_NODENAME:-${HOSTNAME:-}}
-  _torchhpc_log="$TORCHHPC_RANKS_DIR/rank-$_torchhpc_rank@${_torchhpc_host%%.*}.log"
-  if : >>"$_torchhpc_log" 2>/dev/null; then exec >>"$_torchhpc_log" 2>&1
-  else echo "torchhpc: cannot write $_torchhpc_log; rank $_torchhpc_rank's output stays here" >&2; fi
-fi
-unset _torchhpc_rank _torchhpc_v _torchhpc_host _torchhpc_log
-: "${PYTHONUNBUFFERED:=1}"; export PYTHONUNBUFFERED
-exec "$@"
-"""
-
-# Where the wrapper reads the rank, per launcher (first set wins; the task shim's order for MPI).
-RANK_VARS = {
-    "srun": "SLURM_PROCID",
-    "mpirun": "OMPI_COMM_WORLD_RANK PMI_RANK PMIX_RANK",
-    "torchrun": "RANK",
-}
-
-
-def log_argv(command: Sequence[str], rank_vars: str = "RANK") -> list[str]:
-    """``bash -c LOG_WRAPPER torchhpc-log VARS CMD...``: CMD's output into ``$TORCHHPC_RANKS_DIR/rank-N@NODE.log``."""
-    return ["bash", "-c", LOG_WRAPPER, "torchhpc-log", rank_vars, *command]
 
 
 @dataclass(frozen=True)
@@ -413,49 +367,6 @@ def task_record(scheduler: str, job_id: str) -> dict[str, object]:
     if rec.get("array") and rec.get("script"):
         rec["job_dir"] = job_dir(str(rec["script"]), job_id)
     return rec
-
-
-# -- wiring into batch scripts -------------------------------------------------------
-
-
-def job_dir(script_path: str, job_id: str) -> str:
-    """``<output-dir>/<name>-<id>``: the job's directory, beside where its script was rendered."""
-    return f"{os.path.splitext(script_path)[0]}-{job_id}"
-
-
-def ranks_dir_ref(script_path: str, job_id_ref: str) -> str:
-    """The shell words for ``<job dir>/ranks`` inside the script (the id expands at run time)."""
-    from torchhpc.core.shell import quote
-
-    return f'{quote(os.path.splitext(script_path)[0] + "-")}"{job_id_ref}"/{RANKS_DIR}'
-
-
-def make_ranks_dir_lines(script_path: str, job_id_ref: str) -> list[str]:
-    """Script lines that export ``$TORCHHPC_RANKS_DIR`` and make it at run time.
-
-    For jobs whose directory the submitter cannot make beforehand (a Slurm array task's
-    id, a PBS job number known only once the job runs): the batch shell makes its own.
-    If it cannot, the ranks' output stays on the launcher's stream, with a warning."""
-    return [
-        f"export {LOG_DIR_VAR}={ranks_dir_ref(script_path, job_id_ref)}",
-        f'if mkdir -p -- "${LOG_DIR_VAR}" 2>/dev/null; then echo "torchhpc: rank output in ${LOG_DIR_VAR}"',
-        f'else echo "torchhpc: cannot create ${LOG_DIR_VAR}; rank output stays here" >&2; fi',
-    ]
-
-
-def torchrun_per_rank(torchrun: Sequence[str]) -> list[str]:
-    """torchrun's argv with each worker run through :data:`LOG_WRAPPER`.
-
-    The workers must already be a command (``--no-python ...``, the task shim):
-    the wrapper goes right after ``--no-python``. ``--tee`` goes: the workers'
-    output is in their files, not on torchrun's pipe.
-    """
-    head = list(torchrun)
-    if "--tee" in head:
-        i = head.index("--tee")
-        del head[i : i + 2]
-    i = head.index("--no-python") + 1
-    return [*head[:i], *log_argv(head[i:], RANK_VARS["torchrun"])]
 
 
 def log_text(log: JobLog, rank: Optional[int] = None) -> str:

@@ -29,7 +29,7 @@ from torchhpc.errors import CommandError, CommandNotFound, QuotingError, Schedul
 from torchhpc.launchers import MPIRUN, SHIM_VAR, get_launcher, mpirun_argv, task_argv
 from torchhpc.schedulers.api import JobStatus, Submission
 from torchhpc.schedulers.batch import BatchScheduler, in_container, job_env_names, torchrun_command
-from torchhpc.schedulers.logs import LOG_DIR_VAR, RANK_VARS, job_dir, log_argv, make_ranks_dir_lines
+from torchhpc.schedulers.log_wiring import LOG_DIR_VAR, RANK_VARS, job_dir, log_argv, make_ranks_dir_lines
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pbs_parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
 from torchhpc.schedulers.script import default_python, load_record, save_record, script_path

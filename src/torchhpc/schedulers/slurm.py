@@ -30,7 +30,7 @@ from torchhpc.schedulers.batch import (
     job_env_names,
     torchrun_command,
 )
-from torchhpc.schedulers.logs import (
+from torchhpc.schedulers.log_wiring import (
     LOG_DIR_VAR,
     RANK_VARS,
     RANKS_DIR,
