@@ -32,7 +32,7 @@ from torchhpc.schedulers.batch import BatchScheduler, in_container, job_env_name
 from torchhpc.schedulers.log_wiring import LOG_DIR_VAR, RANK_VARS, job_dir, log_argv, make_ranks_dir_lines
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pbs_parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
-from torchhpc.schedulers.script import default_python, load_record, save_record, script_path
+from torchhpc.schedulers.script import default_python, load_record, script_path, update_record
 
 __all__ = ["PORT_EXPR", "PBSScheduler", "job_name", "pbs_size", "pbs_walltime"]
 
@@ -265,12 +265,10 @@ class PBSScheduler(BatchScheduler):
         job_id = super().schedule(submission)
         spec = submission.spec
         if get_launcher(spec.launcher) is MPIRUN and spec.array is None and submission.script_path:
-            rec = {k: v for k, v in load_record(self.name, job_id).items() if k not in ("scheduler", "job_id", "submitted")}
             seq = re.match(r"\d+", job_id)
             if seq:
-                rec["job_dir"] = job_dir(submission.script_path, seq.group(0))
-                rec["output_path"] = self.log_paths(job_id)[0]
-                save_record(self.name, job_id, **rec)
+                update_record(self.name, job_id, job_dir=job_dir(submission.script_path, seq.group(0)),
+                              output_path=self.log_paths(job_id)[0])
         return job_id
 
     def exported(self) -> str:

@@ -86,6 +86,12 @@ def save_record(scheduler: str, job_id: str, **fields: object) -> None:
         pass  # a read-only home must not fail a submission
 
 
+def update_record(scheduler: str, job_id: str, **fields: object) -> None:
+    """Add ``fields`` to the record :func:`save_record` wrote for the job (once its id is known)."""
+    rec = {k: v for k, v in load_record(scheduler, job_id).items() if k not in ("scheduler", "job_id", "submitted")}
+    save_record(scheduler, job_id, **{**rec, **fields})
+
+
 def load_record(scheduler: str, job_id: str) -> dict[str, object]:
     p = record_dir() / f"{scheduler}-{job_id}.json"
     try:

@@ -41,7 +41,7 @@ from torchhpc.schedulers.log_wiring import (
     torchrun_per_rank,
 )
 from torchhpc.schedulers.options import Option, declare
-from torchhpc.schedulers.script import default_python, load_record, save_record, script_path
+from torchhpc.schedulers.script import default_python, script_path, update_record
 from torchhpc.schedulers.slurm_parse import filter_rank, parse_scontrol
 from torchhpc.schedulers.slurm_status import SlurmQueries, expand_output
 
@@ -274,9 +274,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             script = os.path.join(where, "job.sbatch")
             if os.path.exists(path):
                 os.replace(path, script)
-            rec = {k: v for k, v in load_record(self.name, job_id).items() if k not in ("scheduler", "job_id", "submitted")}
-            rec.update(job_dir=where, output_path=os.path.join(where, "slurm.out"), script=script)
-            save_record(self.name, job_id, **rec)
+            update_record(self.name, job_id, job_dir=where, output_path=os.path.join(where, "slurm.out"), script=script)
         finally:
             if not user_hold:
                 self.runner.run(["scontrol", "release", job_id], hint="release it by hand: scontrol release " + job_id)
