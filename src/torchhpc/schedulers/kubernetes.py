@@ -1,7 +1,10 @@
-"""The Kubernetes backend: a Kubeflow ``PyTorchJob`` (training-operator, ``kubeflow.org/v1``).
+"""The Kubernetes backend: a Kubeflow Trainer v2 ``TrainJob`` by default, a ``PyTorchJob`` on request.
 
-One Master pod plus ``nodes - 1`` Worker pods; each pod runs torchrun once with
-``--nproc-per-node`` processes. The operator sets ``MASTER_ADDR``/``MASTER_PORT``
+``--opt api=trainjob`` (the default; :mod:`torchhpc.schedulers.trainjob`)
+renders ``trainer.kubeflow.org/v1alpha1``. ``--opt api=pytorchjob`` keeps the
+training-operator v1 render (``kubeflow.org/v1``) for clusters that still run
+it: one Master pod plus ``nodes - 1`` Worker pods; each pod runs torchrun once
+with ``--nproc-per-node`` processes. The operator sets ``MASTER_ADDR``/``MASTER_PORT``
 and, per pod, ``RANK`` (the pod's index; newer operators also ``PET_NODE_RANK``).
 Its ``WORLD_SIZE`` counts pods in older releases and processes in newer ones,
 so we never read it: ``--nnodes`` is written in at render time.
@@ -17,22 +20,23 @@ from __future__ import annotations
 import json
 import os
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from torchhpc.core.shell import Raw, join
 from torchhpc.core.spec import JobSpec
-from torchhpc.core.units import parse_size
 from torchhpc.core.validate import check_dns_label
 from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.launchers import get_launcher, torchrun_argv
 from torchhpc.network.presets import auto_lines, wants_auto
+from torchhpc.schedulers import trainjob as tj
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.kube_io import KubeAPI, to_yaml
 from torchhpc.schedulers.options import Option, declare
-from torchhpc.schedulers.pods import RDMA_ANNOTATION, k8s_name, normalized_options
-from torchhpc.schedulers.script import load_record, save_record
+from torchhpc.schedulers.pods import RDMA_ANNOTATION, k8s_name, normalized_options, pairs, volume_claims
+from torchhpc.schedulers.script import load_record, record_dir, save_record
 
 __all__ = ["GROUP_PATH", "KubeAPI", "KubernetesScheduler", "manifest", "status_from_job", "to_yaml"]
 
@@ -40,17 +44,16 @@ GROUP_PATH = "/apis/kubeflow.org/v1"
 CONTAINER = "pytorch"  # the operator finds the training container by this name
 PORT_NAME, PORT = "pytorchjob-port", 23456  # the operator's defaults, written out
 
+# Per API: (kubectl resource, API group path, plural, container to read logs from, how to check the cluster has it).
+APIS: dict[str, tuple[str, str, str, str, str]] = {
+    "trainjob": (tj.CRD, tj.GROUP_PATH, "trainjobs", "node",
+                 f"`kubectl get crd {tj.CRD}` and `kubectl get clustertrainingruntimes` (Kubeflow Trainer v2)"),
+    "pytorchjob": ("pytorchjobs.kubeflow.org", GROUP_PATH, "pytorchjobs", CONTAINER,
+                   "`kubectl get crd pytorchjobs.kubeflow.org` (Kubeflow training-operator v1)"),
+}
 
-# --- the manifest --------------------------------------------------------------------
 
-
-def _quantity(text: str) -> str:
-    """``32G`` -> ``32Gi``: Kubernetes binary quantities (our sizes are binary, like Slurm's)."""
-    n = parse_size(text, "--mem")
-    for unit, f in (("Ti", 1024**4), ("Gi", 1024**3), ("Mi", 1024**2), ("Ki", 1024)):
-        if n >= f and n % f == 0:
-            return f"{n // f}{unit}"
-    return str(n)
+# --- the PyTorchJob manifest ------------------------------------------------------------
 
 
 def pod_script(spec: JobSpec, python: str) -> str:
@@ -78,59 +81,24 @@ def _lead(spec: JobSpec) -> tuple[str, ...]:
     return ("--",) if spec.entrypoint.args[:1] == ("--",) else ()
 
 
-def _pvcs(spec: JobSpec) -> list[tuple[str, str]]:
-    out = []
-    for item in (spec.option("pvc") or "").split(","):
-        if not item.strip():
-            continue
-        claim, sep, path = item.strip().partition(":")
-        if not sep or not claim or not path.startswith("/"):
-            raise SpecError(f"pvc {item!r} (from --opt pvc=...) is not CLAIM:/mount/path")
-        out.append((claim, path))
-    return out
-
-
-def _pairs(opts: Mapping[str, str], key: str) -> list[tuple[str, str]]:
-    out = []
-    for item in (opts.get(key) or "").split(","):
-        if item.strip():
-            name, sep, value = item.strip().partition("=")
-            if not sep or not name:
-                raise SpecError(f"{key} {item!r} (from --opt {key}=...) is not NAME=VALUE")
-            out.append((name, value))
-    return out
-
-
 def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
     """The PyTorchJob object, as plain data (the same dict is YAML for kubectl and JSON for the API)."""
     opts = normalized_options(spec)
     spec = spec.with_(options=tuple(opts.items()))
-    if spec.entrypoint.kind != "script":
-        raise SpecError(
-            "the kubernetes scheduler runs a Python script in each pod",
-            "give train.py (a path inside the image or on a mounted PVC)",
-        )
     python = spec.entrypoint.python or "python"
-    limits: dict[str, Any] = {}
-    if spec.gpus_per_node:
-        limits["amd.com/gpu" if spec.gpu_kind == "amd" else "nvidia.com/gpu"] = spec.gpus_per_node
-    if opts.get("rdma"):
-        res, _, count = opts.get("rdma_resource", "rdma/rdma=1").partition("=")
-        limits[res] = int(count) if count.isdigit() else 1
-    for res, count in _pairs(opts, "extended_resource"):
-        limits[res] = int(count) if count.isdigit() else count
-    if spec.cpus_per_task:
-        limits["cpu"] = spec.cpus_per_task * spec.nproc_per_node
-    if spec.mem:
-        limits["memory"] = _quantity(spec.mem)
+    limits = tj.resources(spec, opts)
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     shm: dict[str, Any] = {"medium": "Memory"}
     if opts.get("shm_size"):
-        shm["sizeLimit"] = _quantity(opts["shm_size"])
+        shm["sizeLimit"] = tj.quantity(opts["shm_size"], "shm_size (from --opt)")
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
-    for i, (claim, path) in enumerate(_pvcs(spec)):
-        mounts.append({"name": f"pvc-{i}", "mountPath": path})
-        volumes.append({"name": f"pvc-{i}", "persistentVolumeClaim": {"claimName": claim}})
+    for i, c in enumerate(volume_claims(spec, opts)):
+        mount: dict[str, Any] = {"name": f"pvc-{i}", "mountPath": c.path}
+        claim: dict[str, Any] = {"claimName": c.claim}
+        if c.read_only:
+            mount["readOnly"] = claim["readOnly"] = True
+        mounts.append(mount)
+        volumes.append({"name": f"pvc-{i}", "persistentVolumeClaim": claim})
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
@@ -149,7 +117,11 @@ def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {"containers": [container], "volumes": volumes}
     if opts.get("service_account"):
         pod_spec["serviceAccountName"] = opts["service_account"]
-    annotations = dict(_pairs(opts, "annotation"))
+    if opts.get("node_selector"):
+        pod_spec["nodeSelector"] = dict(pairs(opts, "node_selector"))
+    if opts.get("toleration"):
+        pod_spec["tolerations"] = tj.tolerations(opts)
+    annotations = dict(pairs(opts, "annotation"))
     if opts.get("rdma"):
         annotations[RDMA_ANNOTATION] = opts["rdma"]
     template: dict[str, Any] = {"spec": pod_spec}
@@ -162,14 +134,13 @@ def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
     run_policy: dict[str, Any] = {"cleanPodPolicy": "None", "backoffLimit": int(opts.get("backoff_limit", "0"))}
     if spec.time_seconds:
         run_policy["activeDeadlineSeconds"] = spec.time_seconds
+    labels = {"app.kubernetes.io/managed-by": "torchhpc"}
+    if opts.get("queue"):
+        labels[tj.QUEUE_LABEL] = opts["queue"]
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": {
-            "name": k8s_name(spec.name),
-            "namespace": namespace,
-            "labels": {"app.kubernetes.io/managed-by": "torchhpc"},
-        },
+        "metadata": {"name": k8s_name(spec.name), "namespace": namespace, "labels": labels},
         "spec": {
             "nprocPerNode": str(spec.nproc_per_node),
             "runPolicy": run_policy,
@@ -179,9 +150,9 @@ def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
 
 
 def _job_name(name: str) -> str:
-    """A PyTorchJob name as it may appear in an API path (DNS-1123 subdomain characters only)."""
+    """A job name as it may appear in an API path (DNS-1123 subdomain characters only)."""
     if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?", name):
-        raise SpecError(f"kubernetes job {name[:60]!r} is not a PyTorchJob name", "give NAMESPACE/NAME or NAME, e.g. default/pi")
+        raise SpecError(f"kubernetes job {name[:60]!r} is not a TrainJob/PyTorchJob name", "give NAMESPACE/NAME or NAME, e.g. default/pi")
     return name
 
 
@@ -192,19 +163,26 @@ class KubernetesScheduler(Scheduler):
     name = "kubernetes"
     submit_command = "kubectl"
     OPTIONS = declare(
+        Option("api", "what to render: a Kubeflow Trainer v2 TrainJob, or a training-operator v1 PyTorchJob",
+               "choice", "trainjob", ("trainjob", "pytorchjob")),
+        Option("runtime", "TrainJob: the ClusterTrainingRuntime to run (runtimeRef)", default=tj.DEFAULT_RUNTIME),
         Option("image", "container image every pod runs; or give --container IMAGE"),
-        Option("namespace", "namespace of the PyTorchJob", default="default"),
-        Option("pvc", "PVC mounts, comma separated CLAIM:/mount/path"),
+        Option("namespace", "namespace of the job", default="default"),
+        Option("queue", "Kueue LocalQueue (label kueue.x-k8s.io/queue-name); or give --queue NAME"),
+        Option("pvc", "PVC mounts, comma separated CLAIM:/mount/path[:ro] (as --bind CLAIM:/mount/path)"),
+        Option("bind", "PVC mounts given as --bind without --container (CLAIM:/mount/path[:ro], comma separated)"),
         Option("rdma", "RDMA network attachment (pod annotation k8s.v1.cni.cncf.io/networks), e.g. kube-system/roce"),
         Option("rdma_resource", "extended resource requested with rdma", default="rdma/rdma=1"),
         Option("annotation", "extra pod annotations, comma separated KEY=VALUE"),
         Option("extended_resource", "extra extended resources (limits), comma separated NAME=COUNT"),
+        Option("node_selector", "pod nodeSelector, comma separated KEY=VALUE"),
+        Option("toleration", "pod tolerations, comma separated KEY[=VALUE][:EFFECT]"),
         Option("large_shm", "accepted for RunAI profiles; the memory-backed /dev/shm is always mounted", "bool"),
         Option("shm_size", "size limit of the memory-backed /dev/shm (default: unlimited within the pod)"),
-        Option("workdir", "container working directory"),
-        Option("restart_policy", "pod restart policy", "choice", "Never", ("Never", "OnFailure", "Always", "ExitCode")),
-        Option("backoff_limit", "retries before the job is marked failed", "int", "0"),
-        Option("image_pull_policy", "image pull policy", "choice", "IfNotPresent", ("IfNotPresent", "Always", "Never")),
+        Option("workdir", "container working directory (TrainJob: a cd before torchrun)"),
+        Option("restart_policy", "PyTorchJob pod restart policy", "choice", "Never", ("Never", "OnFailure", "Always", "ExitCode")),
+        Option("backoff_limit", "PyTorchJob: retries before the job is marked failed", "int", "0"),
+        Option("image_pull_policy", "PyTorchJob: image pull policy", "choice", "IfNotPresent", ("IfNotPresent", "Always", "Never")),
         Option("service_account", "pod service account name"),
         Option("max_restarts", "torchrun --max-restarts (0: fail fast)", "int", "0"),
         Option("transport", "auto: kubectl if installed, else the API", "choice", "auto", ("auto", "kubectl", "api")),
@@ -215,22 +193,47 @@ class KubernetesScheduler(Scheduler):
 
     def _check(self, spec: JobSpec) -> dict[str, str]:
         opts = self.checked_options(spec, normalized_options(spec))
+        if opts.get("api", "trainjob") == "trainjob" and spec.launcher != "torchrun":
+            raise SpecError(
+                f"--launcher {spec.launcher}: a TrainJob's torch runtime starts torchrun in each pod, nothing else",
+                "drop --launcher (torchrun is the default), or use --scheduler slurm/pbs for srun/mpirun",
+            )
         get_launcher(spec.launcher).check(self.name)
         # The namespace is part of every API path: a DNS-1123 label, nothing else (no '/', '..', '?').
         check_dns_label(opts.get("namespace", "default"), "namespace (from --opt namespace=...)")
+        if spec.entrypoint.kind != "script":
+            raise SpecError(
+                "the kubernetes scheduler runs a Python script in each pod",
+                "give train.py (a path inside the image or on a mounted PVC)",
+            )
         return opts
+
+    def _image(self, spec: JobSpec, opts: Mapping[str, str]) -> str:
+        image = opts.get("image") or (spec.container.image if spec.container else "")
+        if not image:
+            raise SpecError("the kubernetes scheduler needs a container image", "add --image REGISTRY/IMAGE:TAG")
+        return str(image)
+
+    def build(self, spec: JobSpec) -> tuple[str, dict[str, Any]]:
+        """(api, object) for the job: what render prints and schedule sends."""
+        opts = self._check(spec)
+        api, image, ns = opts.get("api", "trainjob"), self._image(spec, opts), opts.get("namespace", "default")
+        if api == "pytorchjob":
+            return api, manifest(spec, image, ns)
+        return api, tj.trainjob(spec, image, ns, opts)
 
     def render(self, spec: JobSpec) -> Submission:
         from torchhpc.core.array import refuse_array
 
         refuse_array(self.name, spec.array)
-        opts = self._check(spec)
-        image = opts.get("image") or (spec.container.image if spec.container else "")
-        if not image:
-            raise SpecError("the kubernetes scheduler needs a container image", "add --image REGISTRY/IMAGE:TAG")
-        obj = manifest(spec, image, opts.get("namespace", "default"))
+        api, obj = self.build(spec)
         text = to_yaml(obj)
-        path = os.path.join(os.path.abspath(spec.output_dir), f"{obj['metadata']['name']}.pytorchjob.yaml")
+        path = os.path.join(os.path.abspath(spec.output_dir), f"{obj['metadata']['name']}.{api}.yaml")
+        if api == "pytorchjob":
+            shape = f"{spec.nodes} pods (1 Master + {spec.nodes - 1} Worker) x {spec.nproc_per_node} processes"
+        else:
+            shape = (f"{spec.nodes} node pod(s) x {spec.nproc_per_node} processes (runtime "
+                     f"{obj['spec']['runtimeRef']['name']}): world size {spec.world_size}")
         return Submission(
             scheduler=self.name,
             spec=spec,
@@ -239,7 +242,7 @@ class KubernetesScheduler(Scheduler):
             script_path=path,
             files=((path, text),),
             stdin=text,
-            notes=(f"{spec.nodes} pods (1 Master + {spec.nodes - 1} Worker) x {spec.nproc_per_node} processes",),
+            notes=(shape, f"targets {obj['apiVersion']} {obj['kind']}; check the cluster has it: {APIS[api][4]}"),
         )
 
     # talking to Kubernetes ----------------------------------------------------------------
@@ -259,6 +262,12 @@ class KubernetesScheduler(Scheduler):
             ns = str(rec.get("namespace") or "default")
         return check_dns_label(ns, "namespace (from the job id)"), name, rec
 
+    @staticmethod
+    def _kind(rec: Mapping[str, object]) -> str:
+        """The record's API; a record from before TrainJob (no 'api', but a namespace) is a PyTorchJob."""
+        api = str(rec.get("api") or ("pytorchjob" if rec.get("namespace") else "trainjob"))
+        return api if api in APIS else "trainjob"
+
     def _api(self, rec: Mapping[str, object]) -> KubeAPI | None:
         raw = rec.get("options")
         opts = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
@@ -268,54 +277,85 @@ class KubernetesScheduler(Scheduler):
         spec = submission.spec
         opts = normalized_options(spec)
         submission.write_files()
-        obj = manifest(spec, opts.get("image") or (spec.container.image if spec.container else ""),
-                       opts.get("namespace", "default"))
+        api, obj = self.build(spec)
+        _, group, plural, _, check = APIS[api]
         ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         if self._use_kubectl(opts):
-            self.runner.run(list(submission.argv), input=submission.stdin,
-                            hint="`kubectl get crd pytorchjobs.kubeflow.org` checks the training-operator")
+            self.runner.run(list(submission.argv), input=submission.stdin, hint=f"{check} shows whether it is installed")
         else:
-            KubeAPI.from_options(opts).request("POST", f"{GROUP_PATH}/namespaces/{ns}/pytorchjobs", obj)
+            KubeAPI.from_options(opts).request("POST", f"{group}/namespaces/{ns}/{plural}", obj)
         keep = {k: v for k, v in opts.items() if k in ("transport", "api_server", "token_file", "ca_file")}
-        save_record(self.name, name, namespace=ns, nodes=spec.nodes,
+        save_record(self.name, name, namespace=ns, nodes=spec.nodes, api=api,
                     nproc_per_node=spec.nproc_per_node, options=keep)
         return name
 
     def get(self, job_id: str) -> dict[str, Any]:
         ns, name, rec = self._locate(job_id)
+        resource, group, plural, _, _ = APIS[self._kind(rec)]
         api = self._api(rec)
         if api is None:
             try:
-                done = self.runner.run(["kubectl", "get", "pytorchjob", name, "-n", ns, "-o", "json"], timeout=60)
+                done = self.runner.run(["kubectl", "get", resource, name, "-n", ns, "-o", "json"], timeout=60)
             except CommandError as e:
                 if "NotFound" in e.stderr or "not found" in e.stderr:
-                    raise SchedulerError(f"PyTorchJob {ns}/{name} not found", "`kubectl get pytorchjobs -A`") from None
+                    raise SchedulerError(f"{resource} {ns}/{name} not found", f"`kubectl get {plural} -A`") from None
                 raise
             text = done.stdout
         else:
-            text = api.request("GET", f"{GROUP_PATH}/namespaces/{ns}/pytorchjobs/{name}")[1]
+            text = api.request("GET", f"{group}/namespaces/{ns}/{plural}/{name}")[1]
         data: dict[str, Any] = json.loads(text)
         return data
 
     def status(self, job_id: str) -> JobStatus:
-        return status_from_job(job_id, self.get(job_id))
+        obj = self.get(job_id)
+        if obj.get("kind") == "TrainJob" or str(obj.get("apiVersion", "")).startswith("trainer."):
+            return tj.status_from_trainjob(job_id, obj)
+        return status_from_job(job_id, obj)
 
     def cancel(self, job_id: str) -> None:
         ns, name, rec = self._locate(job_id)
+        resource, group, plural, _, _ = APIS[self._kind(rec)]
         api = self._api(rec)
         if api is None:
-            self.runner.run(["kubectl", "delete", "pytorchjob", name, "-n", ns])
+            self.runner.run(["kubectl", "delete", resource, name, "-n", ns])
         else:
-            api.request("DELETE", f"{GROUP_PATH}/namespaces/{ns}/pytorchjobs/{name}")
+            api.request("DELETE", f"{group}/namespaces/{ns}/{plural}/{name}")
 
     def pods(self, job_id: str) -> list[str]:
-        """Pod names as the operator makes them: ``NAME-master-0``, ``NAME-worker-I``."""
-        _, name, rec = self._locate(job_id)
-        nodes = int(str(rec.get("nodes") or 1))
-        return [f"{name}-master-0", *(f"{name}-worker-{i}" for i in range(nodes - 1))]
+        """The job's pods in node-rank order.
+
+        PyTorchJob: named by the operator, ``NAME-master-0``, ``NAME-worker-I``.
+        TrainJob: JobSet pods have random suffixes, so they are listed by the label
+        ``jobset.sigs.k8s.io/jobset-name=NAME`` and ordered by the Job completion
+        index (= ``PET_NODE_RANK``); of several tries of one index, the newest.
+        """
+        ns, name, rec = self._locate(job_id)
+        if self._kind(rec) == "pytorchjob":
+            nodes = int(str(rec.get("nodes") or 1))
+            return [f"{name}-master-0", *(f"{name}-worker-{i}" for i in range(nodes - 1))]
+        selector = f"{tj.JOBSET_LABEL}={name}"
+        api = self._api(rec)
+        if api is None:
+            text = self.runner.run(["kubectl", "get", "pods", "-n", ns, "-l", selector, "-o", "json"], timeout=60).stdout
+        else:
+            query = urllib.parse.urlencode({"labelSelector": selector})
+            text = api.request("GET", f"/api/v1/namespaces/{ns}/pods?{query}")[1]
+        newest: dict[int, tuple[str, str]] = {}
+        for item in json.loads(text).get("items") or []:
+            meta = item.get("metadata") or {}
+            index = str((meta.get("labels") or {}).get(tj.INDEX_LABEL, "0"))
+            key = int(index) if index.isdigit() else 0
+            stamp = str(meta.get("creationTimestamp") or "")
+            if key not in newest or stamp >= newest[key][0]:
+                newest[key] = (stamp, str(meta.get("name")))
+        if not newest:
+            raise SchedulerError(f"no pods with label {selector} in namespace {ns} (yet)",
+                                 f"`kubectl get trainjob {name} -n {ns} -o yaml` shows why (queued? suspended?)")
+        return [newest[k][1] for k in sorted(newest)]
 
     def logs(self, job_id: str, rank: int | None = None) -> str:
         ns, _, rec = self._locate(job_id)
+        container = APIS[self._kind(rec)][3]
         pods = self.pods(job_id)
         if rank is not None:
             node = rank // max(1, int(str(rec.get("nproc_per_node") or 1)))
@@ -326,11 +366,38 @@ class KubernetesScheduler(Scheduler):
         parts = []
         for pod in pods:
             if api is None:
-                text = self.runner.run(["kubectl", "logs", pod, "-n", ns, "-c", CONTAINER], timeout=120).stdout
+                text = self.runner.run(["kubectl", "logs", pod, "-n", ns, "-c", container], timeout=120).stdout
             else:
-                text = api.request("GET", f"/api/v1/namespaces/{ns}/pods/{pod}/log?container={CONTAINER}")[1]
+                text = api.request("GET", f"/api/v1/namespaces/{ns}/pods/{pod}/log?container={container}")[1]
             parts.append(text if len(pods) == 1 else f"==> {pod} <==\n{text}")
         return "".join(parts)
+
+    def list_jobs(self) -> list[JobStatus]:
+        """torchhpc's TrainJobs and PyTorchJobs (label ``app.kubernetes.io/managed-by=torchhpc``).
+
+        Listed per namespace our records name (``default`` without records), with
+        each record's transport, so no cluster-wide permission is needed.
+        """
+        where: dict[tuple[str, str], dict[str, object]] = {}
+        for path in sorted(record_dir().glob(f"{self.name}-*.json")):
+            rec = load_record(self.name, path.stem[len(self.name) + 1:])
+            where.setdefault((self._kind(rec), str(rec.get("namespace") or "default")), rec)
+        if not where:
+            where[("trainjob", "default")] = {}
+        out: list[JobStatus] = []
+        selector = "app.kubernetes.io/managed-by=torchhpc"
+        for (kind, ns), rec in sorted(where.items()):
+            resource, group, plural, _, _ = APIS[kind]
+            api = self._api(rec)
+            if api is None:
+                text = self.runner.run(["kubectl", "get", resource, "-n", ns, "-l", selector, "-o", "json"], timeout=60).stdout
+            else:
+                query = urllib.parse.urlencode({"labelSelector": selector})
+                text = api.request("GET", f"{group}/namespaces/{ns}/{plural}?{query}")[1]
+            for item in json.loads(text).get("items") or []:
+                job = f"{ns}/{(item.get('metadata') or {}).get('name', '')}"
+                out.append(tj.status_from_trainjob(job, item) if kind == "trainjob" else status_from_job(job, item))
+        return out
 
 
 def status_from_job(job_id: str, obj: Mapping[str, Any]) -> JobStatus:
