@@ -85,6 +85,10 @@ NODEFILE = "nodeA\nnodeA\nnodeB\nnodeB\n"
 K8S = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "HOSTNAME": "job-worker-1"}
 
 
+# What Kubeflow Trainer v2.3.0's torch plugin injects into node 1 of TrainJob "pi" (2 nodes x 4 processes):
+# PET_NODE_RANK from the Job completion index, PET_MASTER_ADDR = NAME-node-0-0.NAME, port 29500.
+TRAINJOB_POD = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "4", "PET_NODE_RANK": "1",
+                "PET_MASTER_ADDR": "pi-node-0-0.pi", "PET_MASTER_PORT": "29500"}
 @dataclass
 class Case:
     id: str
@@ -186,6 +190,21 @@ CASES = [
         "torchrun", 5, 8, (1, 4), (1, 2), ("10.77.0.11", 29400), scheduler="kubernetes",
     ),
     Case(
+        "trainjob-pod-nproc1",  # Kubeflow Trainer v2: only PET_* (the controller's five), no RANK/MASTER_ADDR
+        {**K8S, **TRAINJOB_POD, "PET_NPROC_PER_NODE": "1"},
+        "trainjob", 1, 2, (0, 1), (1, 2), ("pi-node-0-0.pi", 29500), scheduler="kubernetes",
+    ),
+    Case(
+        "trainjob-pod-torchrun-worker",  # torchrun inside the TrainJob pod: its worker's ranks win
+        {**K8S, **TRAINJOB_POD, **TORCHRUN},
+        "torchrun", 5, 8, (1, 4), (1, 2), ("10.77.0.11", 29400), scheduler="kubernetes",
+    ),
+    Case(
+        "trainjob-pod-with-local-rank",  # a worker started by hand with LOCAL_RANK: node 1, local 3 of 4
+        {**K8S, **TRAINJOB_POD, "LOCAL_RANK": "3"},
+        "trainjob", 7, 8, (3, 4), (1, 2), ("pi-node-0-0.pi", 29500), scheduler="kubernetes",
+    ),
+    Case(
         "runai-pods",  # seed 004: WORLD_SIZE/RANK count pods
         {**K8S, "RUNAI_JOB_NAME": "my-first-distributed-app", "MASTER_ADDR": "10.0.0.5",
          "MASTER_PORT": "29500", "WORLD_SIZE": "4", "RANK": "3"},
@@ -262,6 +281,12 @@ ERRORS = [
          "PET_NPROC_PER_NODE": "4", "PET_NODE_RANK": "1", "PET_NNODES": "2"},
         "pod's index",
     ),
+    (
+        "trainjob-pod-4-procs-no-local-rank",  # the pod's shell is not a rank; the message still names its place
+        {**K8S, **TRAINJOB_POD},
+        "node 1 of 2, 4 processes per node (world size 8), master pi-node-0-0.pi:29500",
+    ),
+    ("trainjob-auto-nproc", {**K8S, **TRAINJOB_POD, "PET_NPROC_PER_NODE": "auto"}, "decided by torchrun"),
     ("kubeflow-elastic-range", {**K8S, "RANK": "0", "WORLD_SIZE": "2", "PET_NNODES": "1:3"}, "elastic"),
     ("kubeflow-no-master", {**K8S, "RANK": "0", "WORLD_SIZE": "2"}, "MASTER_ADDR"),
     (

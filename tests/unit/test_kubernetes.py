@@ -1,4 +1,6 @@
-"""Kubernetes backend: PyTorchJob manifests validated against the real CRD schema, and the API calls.
+"""Kubernetes backend, ``--opt api=pytorchjob``: PyTorchJob manifests validated against the real CRD schema, and the API calls.
+
+(The default TrainJob render has its own tests: tests/unit/test_trainjob.py.)
 
 What is real: every rendered manifest is parsed back by PyYAML and validated
 with ``jsonschema`` against the Kubeflow training-operator's PyTorchJob CRD
@@ -8,7 +10,7 @@ check that no field we emit would be pruned by the API server as unknown. The
 pod command is run by a real bash with a stand-in ``python``.
 
 What is fake: the Kubernetes API server. None can run here, so a small local
-HTTP server (``FakeKubeAPI`` below, on 127.0.0.1) implements the few endpoints
+HTTP server (``FakeKubeAPI`` in tests/unit/kube_fake.py, on 127.0.0.1) implements the few endpoints
 we call -- create/get/delete a PyTorchJob, read a pod's log -- checks the bearer
 token, and validates what it receives against the same CRD schema, as a real
 API server would. The kubectl path answers through a FakeRunner.
@@ -18,11 +20,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
+from tests.unit.kube_fake import PYTORCHJOB_SCHEMA, FakeKubeAPI, unknown_fields, validate_pytorchjob
 from tests.unit.test_pbs import check_golden
 from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
@@ -38,11 +38,10 @@ from torchhpc.errors import SchedulerError, SpecError
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.kubernetes import KubeAPI, KubernetesScheduler, manifest, status_from_job, to_yaml
 
-SCHEMA = json.loads((REPO / "tests" / "data" / "kubernetes" / "pytorchjob-v1-openapi.json").read_text())[
-    "openAPIV3Schema"
-]
+SCHEMA = PYTORCHJOB_SCHEMA
 GOLDEN = REPO / "tests" / "golden" / "kubernetes"
 IMAGE = "nvcr.io/nvidia/pytorch:24.01-py3"
+PJ = ("api", "pytorchjob")  # this file tests the PyTorchJob render; the default TrainJob: test_trainjob.py
 
 
 def spec(**kw: object) -> JobSpec:
@@ -54,7 +53,7 @@ def spec(**kw: object) -> JobSpec:
         name="pi",
         output_dir="/work/out",
         scheduler="kubernetes",
-        options=(("image", IMAGE),),
+        options=(PJ, ("image", IMAGE)),
     )
     base.update(kw)
     return JobSpec(**base)  # type: ignore[arg-type]
@@ -68,6 +67,7 @@ CASES: dict[str, JobSpec] = {
         cpus_per_task=8,
         env=(("NCCL_IB_HCA", "mlx5"), ("NCCL_SOCKET_NTHREADS", "4")),
         options=(
+            PJ,
             ("image", "registry.rcp.epfl.ch/meditron-ddx/basic:latest"),
             ("namespace", "runai-mlo"),
             ("pvc", "mlo-scratch:/mloscratch"),
@@ -76,35 +76,12 @@ CASES: dict[str, JobSpec] = {
             ("workdir", "/mloscratch/homes/alice"),
         ),
     ),
-    "single_node_cpu": spec(nodes=1, gpus_per_node=0, options=(("image", IMAGE), ("restart_policy", "OnFailure"))),
+    "single_node_cpu": spec(nodes=1, gpus_per_node=0, options=(PJ, ("image", IMAGE), ("restart_policy", "OnFailure"))),
 }
 
 
-def unknown_fields(obj: Any, schema: dict[str, Any], path: str = "") -> list[str]:
-    """Fields the API server would prune: not declared under ``properties`` of a structural schema."""
-    out: list[str] = []
-    if isinstance(obj, dict):
-        if schema.get("x-kubernetes-preserve-unknown-fields"):
-            return out
-        props = schema.get("properties")
-        extra = schema.get("additionalProperties")
-        for k, v in obj.items():
-            if props is not None and k in props:
-                out += unknown_fields(v, props[k], f"{path}.{k}")
-            elif isinstance(extra, dict):
-                out += unknown_fields(v, extra, f"{path}.{k}")
-            elif props is not None or extra is False:
-                out.append(f"{path}.{k}")
-    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
-        for i, v in enumerate(obj):
-            out += unknown_fields(v, schema["items"], f"{path}[{i}]")
-    return out
-
-
 def validate(obj: dict[str, Any]) -> None:
-    jsonschema.Draft4Validator(SCHEMA).validate(obj)
-    # apiVersion/kind/metadata are the API server's own; spec must be fully declared by the CRD.
-    assert unknown_fields(obj["spec"], SCHEMA["properties"]["spec"], "spec") == []
+    validate_pytorchjob(obj)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -188,17 +165,17 @@ def test_pod_command_runs_in_bash(tmp_path: Path, hostile: str) -> None:
 def test_errors() -> None:
     k = KubernetesScheduler(runner=FakeRunner())
     with pytest.raises(SpecError, match="needs a container image"):
-        k.render(spec(options=()))
+        k.render(spec(options=(PJ,)))
     with pytest.raises(SpecError, match="unknown kubernetes option"):
-        k.render(spec(options=(("image", "i"), ("queue", "q"))))
+        k.render(spec(options=(PJ, ("image", "i"), ("partition", "q"))))
     with pytest.raises(SpecError, match="one pod per node"):
         k.render(spec(launcher="mpirun"))
     with pytest.raises(SpecError, match="restart_policy"):
-        k.render(spec(options=(("image", "i"), ("restart_policy", "Sometimes"))))
+        k.render(spec(options=(PJ, ("image", "i"), ("restart_policy", "Sometimes"))))
     with pytest.raises(SpecError, match="CLAIM:/mount/path"):
-        k.render(spec(options=(("image", "i"), ("pvc", "scratch"))))
+        k.render(spec(options=(PJ, ("image", "i"), ("pvc", "scratch"))))
     c = ContainerSpec(image="docker.io/library/python:3.11", runtime="docker")
-    assert "docker.io/library/python:3.11" in (k.render(spec(options=(), container=c)).script or "")
+    assert "docker.io/library/python:3.11" in (k.render(spec(options=(PJ,), container=c)).script or "")
 
 
 def test_status_from_conditions() -> None:
@@ -216,83 +193,7 @@ def test_status_from_conditions() -> None:
     assert (failed.state, failed.restarts, failed.reason) == ("FAILED", 1, "PyTorchJob pi is failed.")
 
 
-# --- a fake API server ------------------------------------------------------------------
-
-
-class FakeKubeAPI:
-    """A few Kubernetes API endpoints on 127.0.0.1, with CRD validation like the real server's."""
-
-    TOKEN = "s3cret-token"
-
-    def __init__(self) -> None:
-        self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
-        self.requests: list[tuple[str, str]] = []
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _send(self, code: int, body: Any, ctype: str = "application/json") -> None:
-                data = (body if isinstance(body, str) else json.dumps(body)).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _status(self, code: int, reason: str, message: str) -> None:
-                self._send(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                  "reason": reason, "message": message, "code": code})
-
-            def _route(self, method: str) -> None:
-                api.requests.append((method, self.path))
-                if self.headers.get("Authorization") != f"Bearer {api.TOKEN}":
-                    return self._status(401, "Unauthorized", "Unauthorized")
-                path = self.path.split("?")[0]
-                m = re.match(r"^/apis/kubeflow.org/v1/namespaces/([^/]+)/pytorchjobs(?:/([^/]+))?$", path)
-                if m:
-                    ns, name = m.group(1), m.group(2)
-                    if method == "POST" and name is None:
-                        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                        try:
-                            validate(body)
-                        except (jsonschema.ValidationError, AssertionError) as e:
-                            return self._status(422, "Invalid", str(e)[:200])
-                        key = (ns, body["metadata"]["name"])
-                        if key in api.jobs:
-                            return self._status(409, "AlreadyExists", f'pytorchjobs.kubeflow.org "{key[1]}" already exists')
-                        body["status"] = {"conditions": [{"type": "Created", "status": "True"}]}
-                        api.jobs[key] = body
-                        return self._send(201, body)
-                    if (ns, name) not in api.jobs:
-                        return self._status(404, "NotFound", f'pytorchjobs.kubeflow.org "{name}" not found')
-                    if method == "GET":
-                        return self._send(200, api.jobs[(ns, name)])
-                    if method == "DELETE":
-                        del api.jobs[(ns, name)]
-                        return self._send(200, {"kind": "Status", "status": "Success"})
-                m = re.match(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/log$", path)
-                if m and method == "GET":
-                    return self._send(200, f"log of {m.group(2)}\n", "text/plain")
-                return self._status(404, "NotFound", "the server could not find the requested resource")
-
-            def do_GET(self) -> None:
-                self._route("GET")
-
-            def do_POST(self) -> None:
-                self._route("POST")
-
-            def do_DELETE(self) -> None:
-                self._route("DELETE")
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+# --- through the fake API server (tests/unit/kube_fake.py) ------------------------------------
 
 
 @pytest.fixture
@@ -307,7 +208,7 @@ def fake_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[
 
 def test_submit_status_logs_cancel_over_http(fake_api: tuple[FakeKubeAPI, Path], tmp_path: Path) -> None:
     api, token = fake_api
-    opts = (("image", IMAGE), ("namespace", "team-a"), ("api_server", api.url), ("token_file", str(token)))
+    opts = (PJ, ("image", IMAGE), ("namespace", "team-a"), ("api_server", api.url), ("token_file", str(token)))
     sched = KubernetesScheduler(runner=FakeRunner(present=set()))  # no kubectl: the HTTP path
     job = sched.submit(spec(options=opts, output_dir=str(tmp_path / "out")))
     assert job == "pi" and ("team-a", "pi") in api.jobs
@@ -317,8 +218,9 @@ def test_submit_status_logs_cancel_over_http(fake_api: tuple[FakeKubeAPI, Path],
         {"type": "Running", "status": "False"}, {"type": "Succeeded", "status": "True"}]
     assert sched.wait(job, poll=0.01).state == "COMPLETED"
     assert sched.status("team-a/pi").state == "COMPLETED"
-    assert sched.logs(job, rank=5) == "log of pi-worker-0\n"
-    assert sched.logs(job) == "==> pi-master-0 <==\nlog of pi-master-0\n==> pi-worker-0 <==\nlog of pi-worker-0\n"
+    assert sched.logs(job, rank=5) == "log of pi-worker-0 (pytorch)\n"
+    assert sched.logs(job) == ("==> pi-master-0 <==\nlog of pi-master-0 (pytorch)\n"
+                               "==> pi-worker-0 <==\nlog of pi-worker-0 (pytorch)\n")
     with pytest.raises(SchedulerError, match="409"):
         sched.submit(spec(options=opts, output_dir=str(tmp_path / "out")))
     sched.cancel(job)
@@ -331,7 +233,7 @@ def test_http_rejects_bad_token_and_missing_server(fake_api: tuple[FakeKubeAPI, 
     api, _ = fake_api
     wrong = tmp_path / "wrong"
     wrong.write_text("nope")
-    opts = (("image", IMAGE), ("api_server", api.url), ("token_file", str(wrong)))
+    opts = (PJ, ("image", IMAGE), ("api_server", api.url), ("token_file", str(wrong)))
     with pytest.raises(SchedulerError, match="401"):
         KubernetesScheduler(runner=FakeRunner(present=set())).submit(spec(options=opts, output_dir=str(tmp_path)))
     with pytest.raises(SchedulerError, match="no kubectl and no Kubernetes API server"):
@@ -345,17 +247,17 @@ def test_kubectl_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     got = {"status": {"conditions": [{"type": "Running", "status": "True"}]}, "metadata": {"name": "pi"}}
     runner = FakeRunner(responses={"kubectl": lambda argv, _i: json.dumps(got) if argv[1] == "get" else "ok\n"})
     sched = KubernetesScheduler(runner=runner)
-    s = spec(options=(("image", IMAGE), ("namespace", "ml")), output_dir=str(tmp_path))
+    s = spec(options=(PJ, ("image", IMAGE), ("namespace", "ml")), output_dir=str(tmp_path))
     job = sched.submit(s)
     argv, stdin = runner.calls[0]
     assert argv == ["kubectl", "apply", "-f", "-"] and stdin is not None
     validate(yaml.safe_load(stdin))
     assert sched.status(job).state == "RUNNING"
-    assert runner.calls[-1][0] == ["kubectl", "get", "pytorchjob", "pi", "-n", "ml", "-o", "json"]
+    assert runner.calls[-1][0] == ["kubectl", "get", "pytorchjobs.kubeflow.org", "pi", "-n", "ml", "-o", "json"]
     sched.logs(job, rank=0)
     assert runner.calls[-1][0] == ["kubectl", "logs", "pi-master-0", "-n", "ml", "-c", "pytorch"]
     sched.cancel(job)
-    assert runner.calls[-1][0] == ["kubectl", "delete", "pytorchjob", "pi", "-n", "ml"]
+    assert runner.calls[-1][0] == ["kubectl", "delete", "pytorchjobs.kubeflow.org", "pi", "-n", "ml"]
 
 
 def test_registered() -> None:
@@ -364,6 +266,7 @@ def test_registered() -> None:
 
 def test_profile_style_annotation_and_resources() -> None:
     s = spec(options=(
+        PJ,
         ("image", IMAGE),
         ("annotation", "k8s.v1.cni.cncf.io/networks=kube-system/roce"),
         ("extended-resource", "rdma/rdma=1"),
@@ -381,7 +284,7 @@ def test_cli_dry_run_prints_valid_manifest(capsys: pytest.CaptureFixture[str], t
     from torchhpc.cli.main import main
 
     rc = main(["run", "--scheduler", "kubernetes", "--nodes", "2", "--gpus-per-node", "4", "--image", IMAGE,
-               "--output-dir", str(tmp_path), "--dry-run", "examples/pi.py"])
+               "--output-dir", str(tmp_path), "--opt", "api=pytorchjob", "--dry-run", "examples/pi.py"])
     out = capsys.readouterr().out
     assert rc == 0
     text = out.split(" ---\n", 1)[1].split("# --- submit with ---")[0]

@@ -22,6 +22,7 @@ from torchhpc.env.jobs import (
     PBSDetector,
     RunAIDetector,
     SlurmDetector,
+    TrainJobDetector,
 )
 from torchhpc.env.launchers import MPICH, MVAPICH, OPENMPI, MPIDetector, TorchrunDetector
 
@@ -45,6 +46,11 @@ PRIORITY: tuple[tuple[Detector, str], ...] = (
         SlurmDetector(),
         "srun-direct: one task per process; only a real srun step (SLURM_STEP_NUM_TASKS) counts, "
         "so a batch script is never taken for rank 0 of N",
+    ),
+    (
+        TrainJobDetector(),
+        "pods after process launchers (torchrun's workers in a TrainJob pod carry LOCAL_RANK); before "
+        "RunAI/Kubeflow v1: PET_MASTER_ADDR is set only by Kubeflow Trainer v2, which sets no RANK or MASTER_ADDR",
     ),
     (
         RunAIDetector(),

@@ -24,6 +24,7 @@ __all__ = [
     "PBSDetector",
     "RunAIDetector",
     "SlurmDetector",
+    "TrainJobDetector",
     "tasks_per_node",
 ]
 
@@ -216,6 +217,61 @@ class KubeflowDetector(Detector):
             pod_rank * nproc + local_rank, pods * nproc, local_rank, nproc, pod_rank, pods, addr, port,
             source=self.name, job_id=None, scheduler=self.scheduler, notes=tuple(notes),
         ).validate("RANK/PET_NODE_RANK/WORLD_SIZE/PET_NNODES/PET_NPROC_PER_NODE")
+
+
+class TrainJobDetector(Detector):
+    """A Kubeflow Trainer v2 ``TrainJob`` pod: only ``PET_*`` variables, one set per node.
+
+    The v2 controller injects PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK (the
+    pod's Job completion index), PET_MASTER_ADDR and PET_MASTER_PORT, and no
+    MASTER_ADDR/RANK/WORLD_SIZE. PET_MASTER_ADDR is the v2 marker: v1's
+    PyTorchJob sets the first three PET_* names but MASTER_ADDR instead. The node
+    rank, node count, world size and master follow; the process rank needs
+    LOCAL_RANK, which only torchrun's workers have, so a pod with several
+    processes and no LOCAL_RANK is an error that still names the node's place.
+    """
+
+    name = "trainjob"
+    variables = (*(f"PET_{n}" for n in ("NNODES", "NPROC_PER_NODE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")),
+                 "LOCAL_RANK")
+
+    def probe(self, env: Mapping[str, str], ctx: JobContext) -> Verdict:
+        if not first_set(env, "PET_MASTER_ADDR"):
+            return self.miss("PET_MASTER_ADDR not set (Kubeflow Trainer v2 sets it in TrainJob pods)")
+        missing = [n for n in ("PET_NNODES", "PET_NODE_RANK") if not first_set(env, n)]
+        if missing:
+            return self.miss(f"PET_MASTER_ADDR set but {' and '.join(missing)} not")
+        reason = f"Kubeflow Trainer v2 TrainJob pod (PET_MASTER_ADDR={env['PET_MASTER_ADDR'].strip()}): PET_* count nodes"
+        return self.hit(reason, lambda: self.build(env))
+
+    def build(self, env: Mapping[str, str]) -> DistEnv:
+        node_rank, nodes = need_int(env, "PET_NODE_RANK"), need_int(env, "PET_NNODES")
+        raw = (env.get("PET_NPROC_PER_NODE") or "1").strip()
+        if not raw.isdigit():
+            raise EnvironmentDetectionError(
+                f"PET_NPROC_PER_NODE={raw!r}: the processes per node are decided by torchrun at start",
+                "set trainer.numProcPerNode in the TrainJob (torchhpc always does)",
+            )
+        nproc = int(raw)
+        addr = env["PET_MASTER_ADDR"].strip()
+        port = get_int(env, "PET_MASTER_PORT")
+        notes = [f"node {node_rank} of {nodes}, {nproc} process(es) per node: world size {nodes * nproc} (PET_*)"]
+        if port is None:
+            port = DEFAULT_PORT
+            notes.append(f"PET_MASTER_PORT not set: torch default {DEFAULT_PORT}")
+        local_rank = get_int(env, "LOCAL_RANK")
+        if local_rank is None:
+            if nproc > 1:
+                raise EnvironmentDetectionError(
+                    f"TrainJob pod: node {node_rank} of {nodes}, {nproc} processes per node (world size "
+                    f"{nodes * nproc}), master {addr}:{port}; but no LOCAL_RANK, so this process is the pod, not a rank",
+                    "start the processes with torchrun (it reads the PET_* variables and sets each worker's rank)",
+                )
+            local_rank = 0
+        return DistEnv(
+            node_rank * nproc + local_rank, nodes * nproc, local_rank, nproc, node_rank, nodes, addr, port,
+            source=self.name, job_id=None, scheduler="kubernetes", notes=tuple(notes),
+        ).validate("PET_NODE_RANK/PET_NNODES/PET_NPROC_PER_NODE/LOCAL_RANK")
 
 
 class RunAIDetector(KubeflowDetector):
