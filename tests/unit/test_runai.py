@@ -1,4 +1,4 @@
-"""RunAI backend: the seed's ``runai submit-dist pytorch`` command, its two quoting layers, and the CLI calls.
+"""RunAI backend, ``--opt cli=v1``: the seed's ``runai submit-dist pytorch`` command, its two quoting layers, and the CLI calls.
 
 What is real: the rendered command line is parsed by a real bash, and the
 command after ``--`` is parsed again by a real ``sh`` and run by a real
@@ -43,6 +43,8 @@ def spec(**kw: object) -> JobSpec:
         options=(("image", IMAGE),),
     )
     base.update(kw)
+    if not any(k == "cli" for k, _ in base["options"]):  # type: ignore[attr-defined]
+        base["options"] = (*base["options"], ("cli", "v1"))  # type: ignore[misc]  # this file: CLI v1
     return JobSpec(**base)  # type: ignore[arg-type]
 
 
@@ -257,7 +259,7 @@ def test_cli_dry_run_prints_seed_shape(capsys: pytest.CaptureFixture[str]) -> No
     from torchhpc.cli.main import main
 
     rc = main(["run", "--scheduler", "runai", "--nodes", "2", "--gpus-per-node", "4", "--image", IMAGE,
-               "--dry-run", "examples/pi.py"])
+               "--opt", "cli=v1", "--dry-run", "examples/pi.py"])
     out = capsys.readouterr().out
     assert rc == 0
     assert f"runai submit-dist pytorch --name pi --image {IMAGE} --workers 1 --gpu 4" in out

@@ -94,6 +94,7 @@ BUILTIN: dict[str, Profile] = {
             # `net detect` at pod start for the seed's key step: NCCL_IB_GID_INDEX from sysfs.
             network="roce,auto",
             options=(
+                ("cli", "v1"),  # seed 004 documents `runai submit-dist`; --opt cli=v2 for the current CLI
                 ("annotation", "k8s.v1.cni.cncf.io/networks=kube-system/roce"),
                 ("extended-resource", "rdma/rdma=1"),
                 ("large-shm", "true"),

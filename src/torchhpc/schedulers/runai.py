@@ -1,4 +1,5 @@
-"""The RunAI backend: ``runai submit-dist pytorch`` as the EPFL RCP guide uses it (seed 004).
+"""The RunAI backend: the current ``runai training pytorch submit`` (:mod:`.runai_cli`), or, with
+``--opt cli=v1`` (the rcp profile), ``runai submit-dist pytorch`` as the EPFL RCP guide uses it (seed 004).
 
 Two traps from the seed are handled here so users stop falling into them:
 
@@ -28,7 +29,8 @@ from torchhpc.launchers import get_launcher, torchrun_argv
 from torchhpc.network.presets import auto_lines, wants_auto
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.options import Option, declare
-from torchhpc.schedulers.pods import RDMA_ANNOTATION, k8s_name, normalized_options
+from torchhpc.schedulers.pods import RDMA_ANNOTATION, k8s_name, normalized_options, volume_claims
+from torchhpc.schedulers.runai_cli import LIFECYCLE, refuse_v1_only, submit_argv_v2
 from torchhpc.schedulers.script import load_record, save_record
 
 __all__ = ["RDMA_ANNOTATION", "RunAIScheduler", "normalized_options", "pod_command", "runai_state", "second_layer"]
@@ -104,9 +106,13 @@ class RunAIScheduler(Scheduler):
     name = "runai"
     submit_command = "runai"
     OPTIONS = declare(
+        Option("cli", "which runai CLI: v2 (`runai training pytorch submit`) or v1 (`runai submit-dist pytorch`)",
+               "choice", "v2", ("v2", "v1")),
         Option("image", "container image every pod runs (--image); or give --container IMAGE"),
         Option("project", "RunAI project (-p); default: the CLI's configured project"),
-        Option("pvc", "PVC mounts, comma separated CLAIM:/mount/path (--pvc), e.g. mlo-scratch:/mloscratch"),
+        Option("pvc", "PVC mounts, comma separated CLAIM:/mount/path[:ro] (--existing-pvc; v1: --pvc), e.g. mlo-scratch:/mloscratch"),
+        Option("bind", "PVC mounts given as --bind without --container (CLAIM:/mount/path[:ro], comma separated)"),
+        Option("preemptibility", "v2 --preemptibility", "choice", None, ("preemptible", "non-preemptible")),
         Option("rdma", "RDMA network attachment, e.g. kube-system/roce: adds the annotation and rdma/rdma=1"),
         Option("rdma_resource", "extended resource requested with rdma", default="rdma/rdma=1"),
         Option("annotation", "extra pod annotations, comma separated KEY=VALUE (--annotation)"),
@@ -123,7 +129,7 @@ class RunAIScheduler(Scheduler):
         for key in ("workdir", "log_dir"):  # words of `cd`/`mkdir -p` in the pod: never an option
             if opts.get(key):
                 check_value(opts[key], f"{key} (from --opt)", word=True)
-        for key in ("pvc", "annotation", "extended_resource"):  # comma lists whose items are stripped
+        for key in ("pvc", "bind", "annotation", "extended_resource"):  # comma lists whose items are stripped
             if re.search(r"[\x00-\x1f\x7f]", opts.get(key) or ""):
                 raise SpecError(f"{key}={opts[key]!r} (from --opt) contains a control character", "write plain text")
         get_launcher(spec.launcher).check(self.name)
@@ -140,6 +146,11 @@ class RunAIScheduler(Scheduler):
 
     def submit_argv(self, spec: JobSpec) -> list[str]:
         opts = self._check(spec)
+        python = spec.entrypoint.python or "python"
+        if opts.get("cli", "v2") == "v2":
+            command = pod_command(spec.with_(options=tuple(opts.items())), python)
+            return submit_argv_v2(spec, opts, self.image(spec), command)
+        refuse_v1_only(opts)
         argv = ["runai", "submit-dist", "pytorch", "--name", k8s_name(spec.name), "--image", self.image(spec)]
         if opts.get("project"):
             argv += ["-p", opts["project"]]
@@ -151,11 +162,8 @@ class RunAIScheduler(Scheduler):
             argv += ["--memory", spec.mem]
         if opts.get("node_pool"):
             argv += ["--node-pools", opts["node_pool"]]
-        for item in (opts.get("pvc") or "").split(","):
-            if item.strip():
-                if ":" not in item:
-                    raise SpecError(f"pvc {item!r} (from --opt pvc=...) is not CLAIM:/mount/path")
-                argv += ["--pvc", item.strip()]
+        for c in volume_claims(spec, opts):
+            argv += ["--pvc", f"{c.claim}:{c.path}" + (":ro" if c.read_only else "")]
         if opts.get("rdma"):
             argv += ["--annotation", f"{RDMA_ANNOTATION}={opts['rdma']}"]
             argv += ["--extended-resource", opts.get("rdma_resource", "rdma/rdma=1")]
@@ -171,7 +179,6 @@ class RunAIScheduler(Scheduler):
             argv += ["-e", f"{validate_env_name(k, '--env')}={v}"]
         if parse_bool(opts.get("large_shm", "1"), "large_shm (from --opt)"):
             argv.append("--large-shm")
-        python = spec.entrypoint.python or "python"
         argv += ["--", "bash", "-c", second_layer(pod_command(spec.with_(options=tuple(opts.items())), python))]
         return argv
 
@@ -183,6 +190,9 @@ class RunAIScheduler(Scheduler):
             notes: tuple[str, ...] = ("RunAI has no wall-time limit flag here; --time is ignored",)
         else:
             notes = ()
+        if normalized_options(spec).get("cli", "v2") == "v2":  # (v1 renders stay as seed 004 shows them)
+            notes += ("targets the current CLI, `runai training pytorch submit` (`runai version` tells which CLI "
+                      "a machine has; --opt cli=v1 renders `runai submit-dist`)",)
         return Submission(
             scheduler=self.name,
             spec=spec,
@@ -199,19 +209,24 @@ class RunAIScheduler(Scheduler):
         project = load_record(self.name, job_id).get("project")
         return ["-p", str(project)] if project else []
 
+    def _verb(self, verb: str, job_id: str) -> list[str]:
+        """The lifecycle command of the CLI the job was submitted with (records without 'cli': v1)."""
+        cli = str(load_record(self.name, job_id).get("cli") or "v1")
+        return [*LIFECYCLE.get(cli, LIFECYCLE["v1"])[verb], job_id, *self._project(job_id)]
+
     def schedule(self, submission: Submission) -> str:
         self.runner.run(list(submission.argv), hint="is the runai CLI installed and logged in? `runai whoami`")
         job = k8s_name(submission.spec.name)
         spec = submission.spec
         save_record(
             self.name, job, name=job, project=spec.option("project") or "",
-            nproc_per_node=spec.nproc_per_node, nodes=spec.nodes,
+            nproc_per_node=spec.nproc_per_node, nodes=spec.nodes, cli=normalized_options(spec).get("cli", "v2"),
         )
         return job
 
     def status(self, job_id: str) -> JobStatus:
         try:
-            done = self.runner.run(["runai", "describe", "job", job_id, *self._project(job_id)], timeout=60)
+            done = self.runner.run(self._verb("describe", job_id), timeout=60)
         except CommandError as e:
             if "not found" in (e.stderr + e.stdout).lower():
                 raise SchedulerError(f"runai job {job_id} not found", "`runai list jobs` shows the names") from None
@@ -219,7 +234,7 @@ class RunAIScheduler(Scheduler):
         return parse_describe(job_id, done.stdout)
 
     def logs(self, job_id: str, rank: int | None = None) -> str:
-        argv = ["runai", "logs", job_id, *self._project(job_id)]
+        argv = self._verb("logs", job_id)
         if rank is not None:
             rec = load_record(self.name, job_id)
             node = rank // max(1, int(str(rec.get("nproc_per_node", 1))))
@@ -227,7 +242,7 @@ class RunAIScheduler(Scheduler):
         return self.runner.run(argv, timeout=120).stdout
 
     def cancel(self, job_id: str) -> None:
-        self.runner.run(["runai", "delete", "job", job_id, *self._project(job_id)])
+        self.runner.run(self._verb("delete", job_id))
 
 
 def parse_describe(job_id: str, text: str) -> JobStatus:

@@ -163,7 +163,7 @@ def pod_script(spec: JobSpec, python: str, opts: Mapping[str, str]) -> str:
         lines.append(join(["cd", workdir]))  # runtimePatches cannot set the node container's workingDir
     lines += list(spec.setup)
     if spec.network and wants_auto(spec.network):
-        lines += [ln for ln in auto_lines(python) if not ln.startswith("#")]
+        lines += [ln for ln in auto_lines(python, "PET_MASTER_ADDR") if not ln.startswith("#")]
     lines.append("exec " + join([*argv, Raw('"$@"')]))
     return "; ".join(lines)
 

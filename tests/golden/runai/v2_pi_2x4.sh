@@ -1,0 +1,2 @@
+#!/bin/bash
+runai training pytorch submit my-first-distributed-app -i registry.rcp.epfl.ch/meditron-ddx/basic:latest-solergib --workers 1 --gpu-devices-request 4 --master-gpu-devices-request 4 -e TORCHHPC_NPROC_PER_NODE=4 --master-environment-variable TORCHHPC_NPROC_PER_NODE=4 --large-shm --command -- bash -c 'exec python -m torch.distributed.run --nnodes "$WORLD_SIZE" --nproc-per-node 4 --node-rank "$RANK" --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" --max-restarts 0 --tee 3 examples/pi.py'
