@@ -11,7 +11,7 @@ nothing else changes. No ``CANARY`` file may appear. Slurm scripts are also read
 the real ``sbatch -v --test-only`` (stopped once it printed the options it parsed;
 a throw-away slurm.conf, no controller), whose options must be the intended ones.
 Kubernetes manifests are parsed by PyYAML and their pod command run the same way;
-RunAI's command line runs with a stub ``runai`` that replays the pod's second shell.
+RunAI's command line runs with a stub ``runai`` that replays the pod (CLI v1: its second shell).
 
 What is fake: the stub commands (we check what would run, not run a cluster), the
 Kubernetes API server and the RunAI CLI (neither can run here).
@@ -61,9 +61,11 @@ STUBS: dict[str, str] = {
     "scontrol": _RECORD + 'if [ "${1:-}" = show ] && [ "${2:-}" = hostnames ]; then echo node1; exit 0; fi\n_rec "$@"\n',
     "getent": "#!/bin/bash\necho '10.0.0.1        STREAM node1'\n",
     "ss": "#!/bin/bash\nexit 0\n",
-    # RunAI: record, then what its pod does: the words after `--` joined and read by a shell again
-    "runai": _RECORD + '_rec "$@"\nwhile [ $# -gt 0 ] && [ "$1" != -- ]; do shift; done\nshift\n'
-    'RANK=0 WORLD_SIZE=1 MASTER_ADDR=10.0.0.1 MASTER_PORT=23456 exec bash -c "$*"\n',
+    # RunAI: record, then what its pod does. CLI v1 (submit-dist): the words after `--` joined and read by a
+    # shell again; the current CLI with --command: the words after `--` are the container's argv.
+    "runai": _RECORD + '_rec "$@"\ncmd=0\nwhile [ $# -gt 0 ] && [ "$1" != -- ]; do [ "$1" = --command ] && cmd=1; '
+    'shift; done\nshift\nexport RANK=0 WORLD_SIZE=1 MASTER_ADDR=10.0.0.1 MASTER_PORT=23456\n'
+    '[ "$cmd" = 1 ] && exec "$@"\nexec bash -c "$*"\n',
 }
 RECORDERS = (
     "python", "python3", "mpirun", "pbsdsh", "apptainer", "singularity", "enroot", "docker", "podman",
@@ -376,7 +378,8 @@ def execute(setup: Setup, r: Rendered, workdir: Path, stub_env: str) -> tuple[li
     if setup.kind == "kubernetes":
         argv, pod_env = _pod(r)
         env.update(pod_env)
-        env.update({"RANK": "0", "PET_NODE_RANK": "0", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "23456"})
+        env.update({"RANK": "0", "PET_NODE_RANK": "0", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "23456",
+                    "PET_NNODES": "1", "PET_MASTER_ADDR": "10.0.0.1", "PET_MASTER_PORT": "23456"})
     else:
         script = script_of(setup, r)
         path = workdir / "job.sh"
@@ -419,6 +422,8 @@ def _runai_view(rec: list[bytes]) -> list[bytes]:
         if b"--name" in rec:  # a Kubernetes name derived from --name or the program
             j = rec.index(b"--name")
             rec = [*rec[: j + 1], b"<name>", *rec[j + 2 :]]
+        elif rec[2:5] == [b"training", b"pytorch", b"submit"]:  # the current CLI: the name is positional
+            rec = [*rec[:5], b"<name>", *rec[6:]]
     return rec
 
 
@@ -427,7 +432,10 @@ def _pod(r: Rendered) -> tuple[list[str], dict[str, str]]:
 
     text = next(t for p, t in r.files.items() if p.endswith(".yaml"))
     obj = yaml.safe_load(text)
-    container = obj["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    if obj["kind"] == "TrainJob":  # the node container's command and env are trainer fields
+        container = obj["spec"]["trainer"]
+    else:
+        container = obj["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container.get("env", [])}
     return list(container["command"]), env
 

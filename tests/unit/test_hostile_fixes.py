@@ -185,6 +185,6 @@ def test_kubernetes_yaml_keeps_non_bmp_characters(tmp_path: Path) -> None:
     )
     text = get_scheduler("kubernetes").render(spec).script
     assert text is not None and "\\ud83d" not in text
-    container = yaml.safe_load(text)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    container = yaml.safe_load(text)["spec"]["trainer"]  # a TrainJob: command and env are trainer fields
     assert {"name": "V", "value": value} in container["env"]
     assert container["command"][-1] == value

@@ -196,12 +196,22 @@ def test_config_file_not_utf8_is_a_config_error(clean_home: Path, capsys: pytest
 # --- lifecycle CLI ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sched, native", [("kubernetes", "kubectl get pytorchjobs"), ("runai", "runai list jobs")])
+@pytest.mark.parametrize("sched, native", [("runai", "runai list jobs")])
 def test_list_never_returns_silently(sched: str, native: str, capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = run_cli(["list", "-s", sched], capsys)
     assert rc == 2 and native in err
     rc, out, _ = run_cli(["list", "-s", sched, "--json"], capsys)
     assert rc == 2 and native in json.loads(out)["hint"]
+
+
+def test_kubernetes_list_without_a_cluster_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """`list -s kubernetes` asks the cluster (tests/unit/test_trainjob.py lists through a fake API); with no
+    cluster reachable here (no kubectl, or one with no context) it fails naming kubectl, never silently."""
+    rc, out, err = run_cli(["list", "-s", "kubernetes"], capsys)
+    assert rc != 0 and "kubectl" in err and "Traceback" not in err
+    rc, out, _ = run_cli(["list", "-s", "kubernetes", "--json"], capsys)
+    data = json.loads(out)
+    assert rc != 0 and "kubectl" in f"{data['error']} {data['hint']}"
 
 
 def test_status_json_error_is_json(capsys: pytest.CaptureFixture[str]) -> None:

@@ -390,7 +390,8 @@ class KubernetesScheduler(Scheduler):
             resource, group, plural, _, _ = APIS[kind]
             api = self._api(rec)
             if api is None:
-                text = self.runner.run(["kubectl", "get", resource, "-n", ns, "-l", selector, "-o", "json"], timeout=60).stdout
+                text = self.runner.run(["kubectl", "get", resource, "-n", ns, "-l", selector, "-o", "json"], timeout=60,
+                                       hint=f"`kubectl config current-context` names the cluster; {APIS[kind][4]}").stdout
             else:
                 query = urllib.parse.urlencode({"labelSelector": selector})
                 text = api.request("GET", f"{group}/namespaces/{ns}/{plural}?{query}")[1]
