@@ -434,3 +434,26 @@ def test_kubectl_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert runner.calls[-1][0][:3] == ["kubectl", "get", "trainjobs.trainer.kubeflow.org"]
     sched.cancel(job)
     assert runner.calls[-1][0] == ["kubectl", "delete", "trainjobs.trainer.kubeflow.org", "pi", "-n", "ml"]
+
+
+def test_profile_keys_choose_api_and_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A site profile (the user's profiles.toml) can keep PyTorchJob, or name its ClusterTrainingRuntime."""
+    from torchhpc.cli.main import main
+
+    (tmp_path / "torchhpc").mkdir()
+    (tmp_path / "torchhpc" / "profiles.toml").write_text(
+        '[oldkf]\nscheduler = "kubernetes"\noptions = { api = "pytorchjob" }\n\n'
+        '[newkf]\nscheduler = "kubernetes"\noptions = { runtime = "torch-cuda-251", queue = "lq" }\n')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(REPO)
+    argv = ["run", "--image", "reg/img:1", "--output-dir", str(tmp_path), "--dry-run", "examples/pi.py"]
+    assert main(["run", "--profile", "oldkf", *argv[1:]]) == 0
+    out = capsys.readouterr().out
+    assert "kind: PyTorchJob" in out and "kubectl get crd pytorchjobs.kubeflow.org" in out
+    assert main(["run", "--profile", "newkf", *argv[1:]]) == 0
+    obj = yaml.safe_load(capsys.readouterr().out.split(" ---\n", 1)[1].split("# --- submit with ---")[0])
+    validate_trainjob(obj)
+    assert obj["spec"]["runtimeRef"] == {"name": "torch-cuda-251"}
+    assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "lq"

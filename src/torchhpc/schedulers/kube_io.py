@@ -1,6 +1,6 @@
 """Kubernetes I/O without the kubernetes package: a deterministic YAML emitter and a stdlib REST client.
 
-Used by :mod:`torchhpc.schedulers.kubernetes` (PyTorchJob manifests, ``submit``
+Used by :mod:`torchhpc.schedulers.kubernetes` (TrainJob/PyTorchJob manifests, ``submit``
 without kubectl). Both are small on purpose: PyYAML and the ``kubernetes``
 client are never runtime dependencies.
 """
@@ -160,8 +160,8 @@ class KubeAPI:
                 message = text
             raise SchedulerError(
                 f"{method} {path} -> HTTP {e.code}: {message.strip()[:300]}",
-                "401/403: check the token and its RBAC; 404: check the namespace and that the "
-                "Kubeflow training-operator (PyTorchJob CRD) is installed",
+                "401/403: check the token and its RBAC; 404: check the namespace and that the CRD is installed "
+                "(`kubectl get crd trainjobs.trainer.kubeflow.org`; with --opt api=pytorchjob, pytorchjobs.kubeflow.org)",
             ) from None
         except urllib.error.URLError as e:
             raise SchedulerError(f"cannot reach the Kubernetes API at {self.server}: {e.reason}") from None
