@@ -172,6 +172,8 @@ def test_errors() -> None:
         k.render(spec(launcher="mpirun"))
     with pytest.raises(SpecError, match="restart_policy"):
         k.render(spec(options=(PJ, ("image", "i"), ("restart_policy", "Sometimes"))))
+    with pytest.raises(SpecError, match="no training runtime"):
+        k.render(spec(options=(PJ, ("image", "i"), ("runtime", "torch-distributed"))))
     with pytest.raises(SpecError, match="CLAIM:/mount/path"):
         k.render(spec(options=(PJ, ("image", "i"), ("pvc", "scratch"))))
     c = ContainerSpec(image="docker.io/library/python:3.11", runtime="docker")

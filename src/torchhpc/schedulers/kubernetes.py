@@ -219,6 +219,9 @@ class KubernetesScheduler(Scheduler):
         opts = self._check(spec)
         api, image, ns = opts.get("api", "trainjob"), self._image(spec, opts), opts.get("namespace", "default")
         if api == "pytorchjob":
+            if "runtime" in opts:
+                raise SpecError(f"--opt runtime={opts['runtime']}: a PyTorchJob has no training runtime",
+                                "drop it, or drop --opt api=pytorchjob to render a TrainJob")
             return api, manifest(spec, image, ns)
         return api, tj.trainjob(spec, image, ns, opts)
 
