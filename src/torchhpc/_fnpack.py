@@ -140,6 +140,8 @@ def _fails(obj: Any) -> Optional[str]:
         dumps(obj)
     except RecursionError:
         return "too deeply nested to pickle"
+    except UsageError:
+        raise
     except Exception as e:
         return f"{type(e).__name__}: {e}"
     return None
@@ -214,6 +216,7 @@ def _describe(obj: Any) -> str:
 
 def check_picklable(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], items: Optional[list[Any]]) -> None:
     """Refuse, naming the object, what cannot travel to the ranks (before anything is submitted)."""
+    load_cloudpickle()  # missing: its own error, not "cannot send" for every object
     fname = getattr(fn, "__qualname__", None) or type(fn).__name__
     parts: list[tuple[str, Any]] = [(fname, fn)]
     parts += [(f"argument {i}", a) for i, a in enumerate(args)]

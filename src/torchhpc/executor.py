@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
-from torchhpc._fnpack import FunctionDir, check_picklable, dumps, submit_versions
+from torchhpc._fnpack import FunctionDir, atomic_write, check_picklable, dumps, submit_versions
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import JobFailed, SpecError
 from torchhpc.job import Job, JobHandle
@@ -40,6 +40,7 @@ from torchhpc.schedulers.api import JobStatus, Submission
 __all__ = ["Executor", "FunctionJob"]
 
 RUNNER = "torchhpc._fnrun"
+POD_SCRIPT = "run.py"
 # After a rank's failure is recorded, how long the launcher gets to end the job by itself before cancel().
 FAILED_JOB_GRACE = 30.0
 _POD_SCHEDULERS = ("kubernetes", "runai")
@@ -95,7 +96,10 @@ class Executor:
             keywords.setdefault("requeue", True)  # a checkpointable function means: come back after the stop
         spec = self._job(["-"], keywords).spec
         fdir = FunctionDir.new(spec.output_dir, spec.name)
-        entry = Entrypoint("module", RUNNER, (str(fdir.path),), spec.entrypoint.python)
+        if spec.scheduler in _POD_SCHEDULERS:  # pods run a script: a two-line one beside the pickle, on the PVC
+            entry = Entrypoint("script", str(fdir.path / POD_SCRIPT), (), spec.entrypoint.python)
+        else:
+            entry = Entrypoint("module", RUNNER, (str(fdir.path),), spec.entrypoint.python)
         spec = spec.with_(entrypoint=entry)
         if items is not None:
             last = len(items) - 1
@@ -120,6 +124,8 @@ class Executor:
             "created": time.time(),
         }
         fdir.write(payload, meta)
+        if spec.scheduler in _POD_SCHEDULERS:
+            atomic_write(fdir.path / POD_SCRIPT, _pod_script(fdir).encode())
         try:
             handle = Job(spec, runner=self.job_keywords.get("runner")).submit()
         except BaseException:
@@ -137,6 +143,11 @@ class Executor:
 def _job_name(fn: Callable[..., Any]) -> str:
     name = getattr(fn, "__name__", "") or type(fn).__name__
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "function"
+
+
+def _pod_script(fdir: FunctionDir) -> str:
+    """``python -m torchhpc._fnrun DIR`` as the script a pod runs (the path is repr'd: any character survives)."""
+    return f"import sys\nfrom torchhpc._fnrun import main\n\nsys.exit(main([{str(fdir.path)!r}]))\n"
 
 
 def _visible_in_container(spec: JobSpec, fdir: FunctionDir) -> JobSpec:

@@ -74,7 +74,7 @@ def stop_parameter(fn: Callable[..., Any]) -> Optional[str]:
         return None
     for p in params:
         ann = p.annotation
-        if ann is Stop or (isinstance(ann, str) and ann.replace(" ", "").split(".")[-1] in ("Stop", "Optional[Stop]")):
+        if ann is Stop or (isinstance(ann, str) and ann.strip("'\" ").split(".")[-1] == "Stop"):
             return p.name
     return None
 
