@@ -218,13 +218,15 @@ def test_kubernetes_render_names_the_pvc_or_refuses(tmp_path: Path) -> None:
 
 # --- checkpointable functions --------------------------------------------------------------------------
 def test_stop_parameter_is_found_by_annotation_or_mark() -> None:
-    from torchhpc.requeue import stop_parameter
+    from torchhpc.requeue import Stop, stop_parameter
 
     def annotated(lr: float, stop: torchhpc.Stop) -> float:
         return lr
 
-    def as_text(lr: float, halt: "torchhpc.Stop") -> float:
+    def as_text(lr: float, halt: Stop) -> float:  # a string under `from __future__ import annotations`
         return lr
+
+    annotated.__annotations__["stop"] = torchhpc.Stop  # as without the __future__ import: the class itself
 
     @torchhpc.checkpointable("s")
     def marked(lr: float, s: Any) -> float:
@@ -252,7 +254,7 @@ def test_checkpoint_is_kept_per_rank_and_the_next_call_resumes_from_it(tmp_path:
     (kept in the function directory), the second starts from it and returns the value."""
     monkeypatch.setenv("TORCHHPC_STOP_FILE", str(tmp_path / "stop"))
     ex = ex_local(tmp_path)
-    spec, fdir, stop_param = ex._prepare(counting, (6,), {}, None, None)
+    _, fdir, stop_param = ex._prepare(counting, (6,), {}, None, None)
     from torchhpc._fnpack import dumps, submit_versions
 
     fdir.write(dumps({"fn": counting, "args": (6,), "kwargs": {}, "items": None, "stop_param": stop_param}),
