@@ -76,6 +76,10 @@ def main(argv: list[str]) -> int:
                 "run the ranks with the same Python minor, cloudpickle and torch as the submitting "
                 "session (the same venv or container image), or submit from inside that environment",
             )
+        if _already_returned(fdir, task, int(meta.get("world_size") or 0)):
+            print(f"torchhpc: rank {rank}: the function already returned on every rank (this attempt was "
+                  "requeued after it finished); nothing to do", file=sys.stderr, flush=True)
+            return 0
         cloudpickle = load_cloudpickle()
         with open(fdir.pickle_path, "rb") as f:
             call = cloudpickle.load(f)
@@ -88,6 +92,15 @@ def main(argv: list[str]) -> int:
         traceback.print_exc()
         return EXIT_REFUSED
     return _call(fdir, rank, task, call, cloudpickle)
+
+
+def _already_returned(fdir: FunctionDir, task: Optional[int], world_size: int) -> bool:
+    """Every rank's value is recorded: a time-limit warning that came as the function returned still
+    requeues the job (the batch shell cannot tell), and that attempt must not run it a second time."""
+    if world_size < 1:
+        return False
+    records = fdir.records(task)
+    return all(records.get(r, {}).get("ok") for r in range(world_size))
 
 
 def submit_versions_here() -> dict[str, Optional[str]]:

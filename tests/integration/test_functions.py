@@ -28,7 +28,7 @@ import pytest
 
 import torchhpc
 from tests.conftest import REPO, missing
-from tests.integration.test_nothing_lost import STEPS, check_resumed_run, procs, report, steps_lost
+from tests.integration.test_nothing_lost import STEPS, check_resumed_run, events, procs, report, steps_lost
 
 pytestmark = pytest.mark.cluster("slurm")
 LAUNCHERS = ("torchrun", "srun", "mpirun")
@@ -191,11 +191,13 @@ def test_time_limit_checkpointable_function_loses_nothing_and_matches_an_uninter
     """A function taking torchhpc.Stop, 2 nodes x 1 rank, --time 1 --signal-before 10 (requeue is implied),
     under each launcher side by side: it returns a checkpoint at the warning, the job requeues, the
     next attempt resumes at that step; 0 steps lost or repeated; the final parameters equal an
-    uninterrupted run's exactly."""
+    uninterrupted run's exactly. With a 1-minute limit Slurm's warning may come at any moment of an
+    attempt (its timer has a 60 s resolution), even as the function returns: the batch shell then
+    requeues a finished job, and that attempt must not call the function again (no START after DONE)."""
     common = {"scheduler": "slurm", "nodes": 2, "nproc_per_node": 1}
     ref = torchhpc.Executor(**common, output_dir=str(tmp_path / "ref")).submit(ckpt_train, STEPS, 0.0)
     jobs = {
-        L: torchhpc.Executor(**common, launcher=L, time="1", signal_before=10, max_timeout_requeues=5,
+        L: torchhpc.Executor(**common, launcher=L, time="1", signal_before=10, max_timeout_requeues=8,
                              output_dir=str(tmp_path / L)).submit(ckpt_train, STEPS, 1.0)
         for L in LAUNCHERS
     }
@@ -203,13 +205,23 @@ def test_time_limit_checkpointable_function_loses_nothing_and_matches_an_uninter
     for L, job in jobs.items():
         final = job.result(timeout=900)
         st = job.status()
-        text = job.logs()
+        text = _every_attempt(st.log_dir)
         assert st.state == "COMPLETED" and st.restarts >= 1, f"{L}: {st}\n{text}"
         lost, repeated, to_resume = check_resumed_run(text)
         assert (lost, repeated) == (0, 0) and steps_lost(text) == (0, 0), L
         assert final == reference, f"{L}: the resumed run's parameters differ from the uninterrupted run's"
+        done = max(e[3] for e in events(text) if e[0] == "DONE")
+        assert not [e for e in events(text) if e[0] == "START" and e[3] > done], f"{L}: ran again after DONE:\n{text}"
         report(f"function time-limit ({L})", restarts=st.restarts, steps_lost=lost, steps_repeated=repeated,
                stopped_to_resumed_s=to_resume)
+
+
+def _every_attempt(job_dir: str) -> str:
+    """The batch shell's output and every rank file of every attempt (a requeued attempt may run on other
+    nodes, so a rank's lines can be in several files; the events carry their own times)."""
+    d = Path(job_dir)
+    paths = [d / "slurm.out", *sorted((d / "ranks").glob("*.log"))]
+    return "".join(p.read_text(errors="replace") for p in paths if p.exists())
 
 
 # 5. containers ---------------------------------------------------------------------------------------

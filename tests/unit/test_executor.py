@@ -271,3 +271,26 @@ def test_checkpoint_is_kept_per_rank_and_the_next_call_resumes_from_it(tmp_path:
 
     record = fdir.records()[0]
     assert cloudpickle.loads(record["value"]) == (6, 3, True)
+    # A third attempt (the warning came as the function returned, so the job was requeued once more)
+    # must not run the function again: every rank's value is recorded.
+    fdir.meta_path.write_text(json.dumps({**fdir.meta(), "world_size": 1}))
+    third = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120)
+    assert third.returncode == 0 and "already returned on every rank" in third.stderr, third.stderr
+    assert fdir.records()[0]["time"] == record["time"]
+
+
+@pytest.mark.slow
+def test_docs_notebook_example_runs_and_prints_the_table(tmp_path: Path) -> None:
+    """docs/functions.md's notebook cell, with the local scheduler instead of Slurm (the only change)."""
+    import re
+
+    text = (REPO / "docs" / "functions.md").read_text()
+    cell = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "map_array(train, lrs" in b)
+    slurm = 'scheduler="slurm", nodes=1, nproc_per_node=2, time="00:10:00"'
+    assert slurm in cell
+    (tmp_path / "cell.py").write_text(cell.replace(slurm, 'scheduler="local", nproc_per_node=2'))
+    r = subprocess.run([sys.executable, "cell.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = re.findall(r"^\| (0\.\d+) \| (\d+\.\d{4}) \|$", r.stdout, re.M)
+    assert [lr for lr, _ in rows] == ["0.001", "0.01", "0.03", "0.1"], r.stdout
+    assert float(rows[0][1]) > float(rows[-1][1])  # the larger rate trains further in 200 steps
