@@ -55,6 +55,13 @@ def train(lr: float) -> tuple[float, int, str]:
     return total.item(), dist.get_rank(), host()
 
 
+def train_inside(lr: float) -> tuple[float, int, str, str, str]:
+    """train(), plus the interpreter that ran it (the image's, not the submitter's)."""
+    import platform
+
+    return (*train(lr), sys.executable, platform.python_version())
+
+
 def fail_on_rank_3(lr: float) -> float:
     import torch.distributed as dist
 
@@ -188,17 +195,19 @@ def test_map_array_four_items_parallelism_two_one_array_job(slurm_env: None, tmp
 def test_time_limit_checkpointable_function_loses_nothing_and_matches_an_uninterrupted_run(
     slurm_env: None, tmp_path: Path
 ) -> None:
-    """A function taking torchhpc.Stop, 2 nodes x 1 rank, --time 1 --signal-before 10 (requeue is implied),
+    """A function taking torchhpc.Stop, 2 nodes x 1 rank, --time 2 --signal-before 10 (requeue is implied),
     under each launcher side by side: it returns a checkpoint at the warning, the job requeues, the
     next attempt resumes at that step; 0 steps lost or repeated; the final parameters equal an
-    uninterrupted run's exactly. With a 1-minute limit Slurm's warning may come at any moment of an
-    attempt (its timer has a 60 s resolution), even as the function returns: the batch shell then
-    requeues a finished job, and that attempt must not call the function again (no START after DONE)."""
+    uninterrupted run's exactly. Slurm's warning may come up to 60 s early (its timer's resolution):
+    with a 1-minute limit it came ~10 s into every attempt, before torchrun's ranks had started, so the
+    limit is 2 minutes and the first attempt's 60 steps take 120 s (the next attempts do not sleep, and
+    finish before the earliest warning). A warning as the function returns still requeues a finished
+    job; that attempt must not call the function again (no START after DONE)."""
     common = {"scheduler": "slurm", "nodes": 2, "nproc_per_node": 1}
     ref = torchhpc.Executor(**common, output_dir=str(tmp_path / "ref")).submit(ckpt_train, STEPS, 0.0)
     jobs = {
-        L: torchhpc.Executor(**common, launcher=L, time="1", signal_before=10, max_timeout_requeues=8,
-                             output_dir=str(tmp_path / L)).submit(ckpt_train, STEPS, 1.0)
+        L: torchhpc.Executor(**common, launcher=L, time="2", signal_before=10, max_timeout_requeues=5,
+                             output_dir=str(tmp_path / L)).submit(ckpt_train, STEPS, 2.0)
         for L in LAUNCHERS
     }
     reference = ref.result(timeout=300)
@@ -238,6 +247,21 @@ def images() -> dict[str, str]:
 
 
 @pytest.fixture
+def by_value() -> Iterator[None]:
+    """Pickle this module's functions by value: the image has no pytest to import this module with,
+    as a user's notebook functions travel by value. torchhpc comes from the bound checkout (PYTHONPATH)."""
+    import cloudpickle
+
+    module = sys.modules[__name__]
+    cloudpickle.register_pickle_by_value(module)
+    yield
+    cloudpickle.unregister_pickle_by_value(module)
+
+
+SOURCE = {"PYTHONPATH": str(REPO / "src")}  # torchhpc inside the image: the checkout, bound at the same path
+
+
+@pytest.fixture
 def in_checkout(tmp_path: Path) -> Iterator[Path]:
     """An output directory under the working directory, which every runtime binds at the same path
     (Charliecloud binds only onto directories that exist in the image: the checkout's path does)."""
@@ -249,7 +273,7 @@ def in_checkout(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.mark.parametrize("runtime", ["podman", "charliecloud"])
 def test_two_nodes_in_containers(slurm_env: None, images: dict[str, str], runtime: str, in_checkout: Path,
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+                                 by_value: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each rank runs the function inside the image (its Python is Debian's 3.11.2: the submitter's
     3.11 minor, so the pickle is accepted)."""
     for k, v in images.items():
@@ -257,18 +281,25 @@ def test_two_nodes_in_containers(slurm_env: None, images: dict[str, str], runtim
     monkeypatch.setenv("USER", os.environ.get("USER", "root"))
     image = images["TORCHHPC_TEST_PODMAN_IMAGE" if runtime == "podman" else "TORCHHPC_TEST_CH_IMAGE"]
     ex = torchhpc.Executor(scheduler="slurm", nodes=2, nproc_per_node=2, launcher="srun", runtime=runtime,
-                           container=image, output_dir=str(in_checkout))
-    job = ex.submit(train, lr=0.1)
-    values = job.results(timeout=300)
+                           container=image, output_dir=str(in_checkout), env=SOURCE)
+    values = ex.submit(train_inside, lr=0.1).results(timeout=300)
     assert [(round(v[0], 12), v[1]) for v in values] == [(1.0, r) for r in range(4)]
     assert len({v[2] for v in values}) == 2
-    assert "/usr/bin/python" in job.logs() or job.status().ok
+    assert {v[3:] for v in values} == {("/usr/bin/python", _image_python(images))}, values
 
 
 def test_local_scheduler_in_podman(images: dict[str, str], in_checkout: Path, clean_user_env: None,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
+                                   by_value: None, monkeypatch: pytest.MonkeyPatch) -> None:
     for k, v in images.items():
         monkeypatch.setenv(k, v)
     ex = torchhpc.Executor(scheduler="local", nproc_per_node=2, runtime="podman",
-                           container=images["TORCHHPC_TEST_PODMAN_IMAGE"], output_dir=str(in_checkout))
-    assert [(round(v[0], 12), v[1]) for v in ex.submit(train, lr=0.1).results(timeout=300)] == [(0.3, 0), (0.3, 1)]
+                           container=images["TORCHHPC_TEST_PODMAN_IMAGE"], output_dir=str(in_checkout), env=SOURCE)
+    values = ex.submit(train_inside, lr=0.1).results(timeout=300)
+    assert [(round(v[0], 12), v[1]) for v in values] == [(0.3, 0), (0.3, 1)]
+    assert {v[3:] for v in values} == {("/usr/bin/python", _image_python(images))}, values
+
+
+def _image_python(images: dict[str, str]) -> str:
+    exe = Path(images["TORCHHPC_TEST_CH_IMAGE"]) / "usr" / "bin" / "python3"
+    return subprocess.run([str(exe), "-c", "import platform; print(platform.python_version())"],
+                          capture_output=True, text=True).stdout.strip()

@@ -213,6 +213,9 @@ def test_kubernetes_render_names_the_pvc_or_refuses(tmp_path: Path) -> None:
     ok = torchhpc.Executor(**common, output_dir="/mnt/shared/runs", options={"pvc": "team-data:/mnt/shared"})
     text = str(ok.render(print, 1))
     assert "function pickle: /mnt/shared/runs/print-fn-" in text and "on PVC team-data mounted at /mnt/shared" in text
+    runai = torchhpc.Executor(scheduler="runai", nodes=2, image=common["image"], output_dir="/mnt/s/runs",
+                              options={"pvc": "scratch:/mnt/s"})
+    assert "on PVC scratch mounted at /mnt/s" in str(runai.render(print, 1))
     assert "claimName: team-data" in text and "/mnt/shared/runs/print-fn-" in text and "run.py" in text
 
 
