@@ -16,9 +16,10 @@
 set -euo pipefail
 
 CACHE=${TORCHHPC_TEST_IMAGE_CACHE:-/var/tmp/torchhpc-test-image}
-VERSION=6  # bump when the recipe below changes
+VERSION=7  # bump when the recipe below changes
 TORCH=${TORCHHPC_TEST_TORCH:-torch==2.13.0}
-COMPAT=(lightning submitit idr-torch mpi4py)
+# cloudpickle: the function extra (torchhpc.Executor), pinned as pyproject pins it
+COMPAT=(lightning submitit idr-torch mpi4py cloudpickle==3.1.3)
 DEBS=python3,python-is-python3,hostname,procps,libopenmpi3
 IMAGE_TAG=localhost/torchhpc-test:bookworm-py311
 ROOTFS=$CACHE/rootfs

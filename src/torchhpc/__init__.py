@@ -2,13 +2,36 @@
 
 ``import torchhpc`` is cheap and never imports torch: the CLI renders and submits
 jobs from login nodes where torch may be absent. Training-side helpers live in
-:mod:`torchhpc.dist` and import torch only there.
+:mod:`torchhpc.dist` and import torch only there. ``torchhpc.Executor`` (functions
+as jobs) is loaded on first use.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
 
-from torchhpc.errors import TorchHPCError
+from torchhpc.errors import JobFailed, TorchHPCError
 
-__all__ = ["TorchHPCError", "__version__"]
+# name -> module defining it, imported on first attribute access (keeps ``import torchhpc`` light).
+_LAZY = {
+    "Executor": "torchhpc.executor",
+    "FunctionJob": "torchhpc.executor",
+    "Stop": "torchhpc.requeue",
+    "Checkpoint": "torchhpc.requeue",
+    "checkpointable": "torchhpc.requeue",
+}
+
+__all__ = ["JobFailed", "TorchHPCError", "__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'torchhpc' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

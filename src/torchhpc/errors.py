@@ -106,11 +106,28 @@ class SchedulerError(TorchHPCError):
 
 
 class JobFailed(TorchHPCError):
-    """A job (or one of its ranks) ended unsuccessfully."""
+    """A job (or one of its ranks) ended unsuccessfully.
 
-    def __init__(self, message: str, hint: str | None = None, returncode: int = 1) -> None:
+    For a submitted function (``torchhpc.Executor``), ``rank`` is the first rank that
+    raised, ``host`` its node and ``remote_traceback`` the traceback's text there
+    (None for program jobs, and when no rank could say why).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        hint: str | None = None,
+        returncode: int = 1,
+        *,
+        rank: int | None = None,
+        host: str | None = None,
+        remote_traceback: str | None = None,
+    ) -> None:
         super().__init__(message, hint)
         self.exit_code = returncode if 0 < returncode < 256 else 1
+        self.rank = rank
+        self.host = host
+        self.remote_traceback = remote_traceback
 
 
 class EnvironmentDetectionError(TorchHPCError):

@@ -1,0 +1,320 @@
+"""Functions as jobs: ``Executor(**job keywords).submit(fn, *args, **kwargs)`` -> :class:`FunctionJob`.
+
+>>> ex = torchhpc.Executor(scheduler="slurm", nodes=2, nproc_per_node=2, launcher="srun")
+>>> job = ex.submit(train, lr=0.1)       # fn's own keywords; the job's were given to Executor
+>>> job.result()                         # rank 0's return value (results(): every rank's)
+
+The job keywords are exactly :class:`torchhpc.job.Job`'s (scheduler, profile,
+nodes, nproc_per_node, launcher, container, time, requeue...), and the job is a
+program job underneath: every rank runs ``python -m torchhpc._fnrun DIR`` under
+the job's launcher, container and scheduler, which starts the process group and
+calls the function (see :mod:`torchhpc._fnrun`). The function, its arguments and
+the submitting side's versions go to a function directory under the job's output
+directory (:mod:`torchhpc._fnpack`), which the ranks must see at the same path:
+the output directory is shared for the logs already; on Kubernetes it must lie on
+a PVC (``options={"pvc": "CLAIM:/mnt/x"}``, ``output_dir="/mnt/x/..."``).
+
+A rank's exception comes back as :class:`torchhpc.JobFailed` with ``rank`` (the
+first that raised), ``host`` and ``remote_traceback``. A function taking a
+:class:`torchhpc.Stop` checkpoints and is requeued (:mod:`torchhpc.requeue`).
+Nothing here imports torch; cloudpickle is imported at submit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterable
+from typing import Any, Callable, Optional
+
+from torchhpc._fnpack import FunctionDir, atomic_write, check_picklable, dumps, submit_versions
+from torchhpc.core.spec import Entrypoint, JobSpec
+from torchhpc.errors import JobFailed, SpecError
+from torchhpc.job import Job, JobHandle
+from torchhpc.requeue import stop_parameter
+from torchhpc.schedulers.api import JobStatus, Submission
+
+__all__ = ["Executor", "FunctionJob"]
+
+RUNNER = "torchhpc._fnrun"
+POD_SCRIPT = "run.py"
+# After a rank's failure is recorded, how long the launcher gets to end the job by itself before cancel().
+FAILED_JOB_GRACE = 30.0
+_POD_SCHEDULERS = ("kubernetes", "runai")
+
+
+class Executor:
+    """Submits Python functions as distributed jobs; keywords are :class:`~torchhpc.job.Job`'s."""
+
+    def __init__(self, **job_keywords: Any) -> None:
+        if "program" in job_keywords or "module" in job_keywords:
+            raise TypeError("Executor() takes job keywords only: the program is the function given to submit()")
+        self.job_keywords = dict(job_keywords)
+        self._job(["-"])  # unknown keywords and bad values fail here, not at the first submit
+
+    def update_parameters(self, **job_keywords: Any) -> None:
+        """Change job keywords for later submissions (submitit's spelling)."""
+        merged = {**self.job_keywords, **job_keywords}
+        self._job(["-"], merged)
+        self.job_keywords = merged
+
+    # --- submission ---------------------------------------------------------------------------------
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FunctionJob:
+        """Run ``fn(*args, **kwargs)`` on every rank; the handle's ``result()`` is rank 0's value."""
+        return self._submit(fn, args, kwargs, None, None)[0]
+
+    def map_array(self, fn: Callable[..., Any], iterable: Iterable[Any], parallelism: Optional[int] = None) -> list[FunctionJob]:
+        """One array job whose task i calls ``fn(items[i])``; one handle per task, in order.
+
+        ``parallelism``: at most this many tasks at once (Slurm ``%K``, PBS ``%K``, local K at a time).
+        """
+        items = list(iterable)
+        if not items:
+            return []
+        if parallelism is not None and parallelism < 1:
+            raise SpecError(f"map_array(parallelism={parallelism}) must be at least 1", "give a positive number, or None for no cap")
+        return self._submit(fn, (), {}, items, parallelism)
+
+    def render(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Submission:
+        """The dry run of ``submit(fn, ...)``: what would be submitted, and where the pickle would live. Writes nothing."""
+        spec, fdir, _ = self._prepare(fn, args, kwargs, None, None)
+        return _with_note(Job(spec).render(), spec, fdir)
+
+    def _prepare(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], items: Optional[list[Any]],
+        parallelism: Optional[int],
+    ) -> tuple[JobSpec, FunctionDir, Optional[str]]:
+        if not callable(fn):
+            raise TypeError(f"submit() needs a function, not {type(fn).__name__}")
+        stop_param = stop_parameter(fn)
+        keywords = dict(self.job_keywords)
+        keywords.setdefault("name", _job_name(fn))
+        if stop_param and keywords.get("scheduler", "local") in ("slurm", "pbs"):
+            keywords.setdefault("requeue", True)  # a checkpointable function means: come back after the stop
+        spec = self._job(["-"], keywords).spec
+        fdir = FunctionDir.new(spec.output_dir, spec.name)
+        if spec.scheduler in _POD_SCHEDULERS:  # pods run a script: a two-line one beside the pickle, on the PVC
+            entry = Entrypoint("script", str(fdir.path / POD_SCRIPT), (), spec.entrypoint.python)
+        else:
+            entry = Entrypoint("module", RUNNER, (str(fdir.path),), spec.entrypoint.python)
+        spec = spec.with_(entrypoint=entry)
+        if items is not None:
+            last = len(items) - 1
+            spec = spec.with_(array=(f"0-{last}" if last else "0") + (f"%{parallelism}" if parallelism else ""))
+        spec = _visible_in_container(spec, fdir)
+        if spec.scheduler in _POD_SCHEDULERS:
+            _on_pvc(spec, fdir)
+        return spec, fdir, stop_param
+
+    def _submit(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], items: Optional[list[Any]],
+        parallelism: Optional[int],
+    ) -> list[FunctionJob]:
+        spec, fdir, stop_param = self._prepare(fn, args, kwargs, items, parallelism)
+        check_picklable(fn, args, kwargs, items)
+        payload = dumps({"fn": fn, "args": args, "kwargs": kwargs, "items": items, "stop_param": stop_param})
+        meta = {
+            "versions": submit_versions(),
+            "function": getattr(fn, "__qualname__", repr(fn)),
+            "world_size": spec.world_size,
+            "tasks": None if items is None else len(items),
+            "created": time.time(),
+        }
+        fdir.write(payload, meta)
+        if spec.scheduler in _POD_SCHEDULERS:
+            atomic_write(fdir.path / POD_SCRIPT, _pod_script(fdir).encode())
+        try:
+            handle = Job(spec, runner=self.job_keywords.get("runner")).submit()
+        except BaseException:
+            shutil.rmtree(fdir.path, ignore_errors=True)
+            raise
+        if items is None:
+            return [FunctionJob(handle, fdir, spec.world_size)]
+        return [FunctionJob(handle, fdir, spec.world_size, task=i) for i in range(len(items))]
+
+    def _job(self, program: list[str], keywords: Optional[dict[str, Any]] = None) -> Job:
+        kw = dict(self.job_keywords if keywords is None else keywords)
+        return Job(program, module=RUNNER, **kw)
+
+
+def _job_name(fn: Callable[..., Any]) -> str:
+    name = getattr(fn, "__name__", "") or type(fn).__name__
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "function"
+
+
+def _pod_script(fdir: FunctionDir) -> str:
+    """``python -m torchhpc._fnrun DIR`` as the script a pod runs (the path is repr'd: any character survives)."""
+    return f"import sys\nfrom torchhpc._fnrun import main\n\nsys.exit(main([{str(fdir.path)!r}]))\n"
+
+
+def _visible_in_container(spec: JobSpec, fdir: FunctionDir) -> JobSpec:
+    """Bind the function directory into the container when the working directory's bind does not cover it."""
+    c = spec.container
+    if c is None or spec.scheduler in _POD_SCHEDULERS:
+        return spec
+    path = str(fdir.path)
+    covered = [os.getcwd(), *(b.split(":", 1)[0] for b in c.binds)]
+    if any(path == d or path.startswith(d.rstrip("/") + "/") for d in covered):
+        return spec
+    return spec.with_(container=dataclasses.replace(c, binds=(*c.binds, path)))
+
+
+def _pvcs(spec: JobSpec) -> list[tuple[str, str]]:
+    out = []
+    for item in (spec.option("pvc") or "").split(","):
+        claim, sep, path = item.strip().partition(":")
+        if sep and claim and path.startswith("/"):
+            out.append((claim, path.rstrip("/") or "/"))
+    return out
+
+
+def _on_pvc(spec: JobSpec, fdir: FunctionDir) -> tuple[str, str]:
+    """The (claim, mount) holding the function directory; a pod sees nothing else of this machine's files."""
+    path = str(fdir.path)
+    for claim, mount in _pvcs(spec):
+        if path == mount or path.startswith(mount.rstrip("/") + "/"):
+            return claim, mount
+    raise SpecError(
+        f"the function's pickle would be written to {path}, which the {spec.scheduler} pods cannot see "
+        f"(output_dir={spec.output_dir!r} is on no PVC of options pvc={spec.option('pvc') or '(none)'!r})",
+        "mount a PVC here and in the pods at the same path, then give it: "
+        "Executor(..., options={'pvc': 'CLAIM:/mnt/shared'}, output_dir='/mnt/shared/runs')",
+    )
+
+
+def _with_note(sub: Submission, spec: JobSpec, fdir: FunctionDir) -> Submission:
+    where = f"function pickle: {fdir.pickle_path} (written at submit; results in {fdir.path}/results)"
+    if spec.scheduler in _POD_SCHEDULERS:
+        claim, mount = _on_pvc(spec, fdir)
+        where += f", on PVC {claim} mounted at {mount} in every pod"
+    return dataclasses.replace(sub, notes=(*sub.notes, where))
+
+
+# --- the handle -------------------------------------------------------------------------------------
+class FunctionJob:
+    """A submitted function (or one task of ``map_array``): ``result``, ``results``, ``done``, ``wait``,
+    ``cancel``, ``logs``, like a program job's handle."""
+
+    def __init__(self, handle: JobHandle, fdir: FunctionDir, world_size: int, task: Optional[int] = None,
+                 poll: float = 0.5) -> None:
+        self.handle = handle
+        self.function_dir = fdir
+        self.world_size = world_size
+        self.task = task
+        self.poll = poll
+
+    @property
+    def job_id(self) -> str:
+        return self._own_id()
+
+    def __str__(self) -> str:
+        own = f"{self.handle.scheduler.name}:{self._own_id()}"
+        return own if self.task is None or own.endswith(f"_{self.task}") else f"{own}[task {self.task}]"
+
+    def __repr__(self) -> str:
+        return f"FunctionJob({self}, dir={str(self.function_dir.path)!r})"
+
+    def _own_id(self) -> str:
+        if self.task is not None and self.handle.scheduler.name == "slurm":
+            return f"{self.handle.job_id}_{self.task}"  # Slurm knows each task by itself
+        return self.handle.job_id
+
+    def status(self) -> JobStatus:
+        st = self.handle.scheduler.status(self._own_id())
+        if self.task is not None and not st.terminal and self._complete(self.function_dir.records(self.task)):
+            st = dataclasses.replace(st, state="COMPLETED")  # a local array task: its records say it ended
+        return st
+
+    def done(self) -> bool:
+        return self.status().terminal
+
+    def wait(self, timeout: Optional[float] = None) -> JobStatus:
+        return self._settle(timeout)[0]
+
+    def cancel(self) -> None:
+        self.handle.scheduler.cancel(self._own_id())
+
+    def logs(self, rank: Optional[int] = None) -> str:
+        return self.handle.scheduler.logs(self._own_id(), rank=rank)
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        """Rank 0's return value; a rank's exception as :class:`JobFailed` (``.rank``, ``.host``, ``.remote_traceback``)."""
+        return self.results(timeout)[0]
+
+    def results(self, timeout: Optional[float] = None) -> list[Any]:
+        """Every rank's return value, in rank order."""
+        from torchhpc._fnpack import load_cloudpickle
+
+        st, records = self._settle(timeout)
+        failures = sorted((r for r in records.values() if not r.get("ok")), key=lambda r: (r.get("time", 0), r["rank"]))
+        if failures:
+            raise _failed(self, failures[0], st)
+        if not self._complete(records):
+            raise self._no_result(st, records)
+        cloudpickle = load_cloudpickle()
+        return [cloudpickle.loads(records[r]["value"]) for r in range(self.world_size)]
+
+    # --- waiting ------------------------------------------------------------------------------------
+    def _complete(self, records: dict[int, dict[str, Any]]) -> bool:
+        return all(r in records and records[r].get("ok") for r in range(self.world_size))
+
+    def _settle(self, timeout: Optional[float]) -> tuple[JobStatus, dict[int, dict[str, Any]]]:
+        """Wait for the job's end; a job whose rank failed but that lingers is cancelled (nothing left running)."""
+        start = time.monotonic()
+        failed_at: Optional[float] = None
+        while True:
+            st = self.status()
+            records = self.function_dir.records(self.task)
+            if st.terminal:
+                return st, self._final_records(st, records)
+            now = time.monotonic()
+            if failed_at is None and any(not r.get("ok") for r in records.values()):
+                failed_at = now
+            if failed_at is not None and now - failed_at > FAILED_JOB_GRACE:
+                self.cancel()
+                return self.handle.scheduler.wait(self._own_id(), timeout=60, poll=self.poll), self.function_dir.records(self.task)
+            if timeout is not None and now - start > timeout:
+                raise JobFailed(
+                    f"{self} still {st.state} after {timeout:.0f}s",
+                    f"call result() again to keep waiting, or cancel() it; its logs: {self}.logs()",
+                )
+            time.sleep(self.poll)
+
+    def _final_records(self, st: JobStatus, records: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+        """A shared filesystem may show a rank's record a moment after the scheduler shows the end."""
+        deadline = time.monotonic() + (5.0 if st.ok else 2.0)
+        while not self._complete(records) and not any(not r.get("ok") for r in records.values()):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+            records = self.function_dir.records(self.task)
+        return records
+
+    def _no_result(self, st: JobStatus, records: dict[int, dict[str, Any]]) -> JobFailed:
+        missing = [r for r in range(self.world_size) if r not in records]
+        shown = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
+        checkpointed = self.function_dir.state_path(0, self.task).exists()
+        hint = (
+            "the function returned a checkpoint but the job was not requeued: submit with requeue=True "
+            "(and time=..., signal_before=...) or resubmit, which resumes from it"
+            if checkpointed and st.state == "COMPLETED" else
+            f"read the ranks' output: {self!r}.logs() (torchhpc logs {self})"
+        )
+        tail = (st.reason or "").strip()
+        return JobFailed(
+            f"{self} ended {st.state}" + (f" ({tail})" if tail and tail not in ("None", "(null)") else "")
+            + f" without a result from rank(s) {shown}", hint, rank=missing[0] if missing else None,
+        )
+
+
+def _failed(job: FunctionJob, rec: dict[str, Any], st: JobStatus) -> JobFailed:
+    tb = str(rec.get("traceback") or "")
+    last = next((line for line in reversed(tb.splitlines()) if line.strip()), f"{rec.get('type')}: {rec.get('message')}")
+    return JobFailed(
+        f"{job}: rank {rec['rank']} on {rec.get('host')} failed: {last} (job {st.state})",
+        "the rank's traceback is in .remote_traceback; every rank's output: .logs()",
+        rank=int(rec["rank"]), host=rec.get("host"), remote_traceback=tb,
+    )
