@@ -156,4 +156,18 @@ def follow(scheduler: Scheduler, job_id: str, timeout: float | None = None, prin
         return 0
     code = st.exit_code if st.exit_code and 0 < st.exit_code < 256 else 1
     eprint(f"Error: job {job_id} ended {st.state}" + (f" with exit code {st.exit_code}" if st.exit_code else ""))
+    _print_verdict(scheduler, job_id)
     return code
+
+
+def _print_verdict(scheduler: Scheduler, job_id: str) -> None:
+    """The failure's verdict (at most 8 lines) after the job's output: which rank, where, why."""
+    from torchhpc.schedulers.diagnose import diagnose, gather
+
+    try:
+        verdict = diagnose(gather(scheduler, scheduler.name, job_id))
+    except Exception as e:  # the verdict is a courtesy; the exit code above is the answer
+        eprint(f"(no diagnosis: {e})")
+        return
+    if not verdict.ok:
+        sys.stderr.write(verdict.render())
