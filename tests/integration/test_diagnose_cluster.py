@@ -57,7 +57,7 @@ def test_exception_on_rank_2_is_named_first(slurm_cluster: Any, launcher: str, t
 @pytest.mark.cluster("slurm")
 @pytest.mark.parametrize("launcher", ["torchrun", "srun", "mpirun"])
 def test_abort_is_named_with_sigabrt_not_the_launchers_code(slurm_cluster: Any, launcher: str, tmp_path: Path) -> None:
-    r, job = _run(slurm_cluster, launcher, tmp_path, "abort", "3")
+    r, _job = _run(slurm_cluster, launcher, tmp_path, "abort", "3")
     assert r.returncode != 0
     text = "\n".join(r.stderr.splitlines()[-8:])
     assert "native-crash" in text and "first failed: rank 3 on node2, SIGABRT" in text, r.stderr

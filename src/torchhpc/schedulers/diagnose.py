@@ -30,7 +30,10 @@ from typing import Optional
 
 from torchhpc.schedulers.logs import Line, format_ranks
 
-__all__ = ["CLASSES", "Evidence", "RankFailure", "Verdict", "classify_text", "diagnose", "launcher_events"]
+__all__ = [
+    "CLASSES", "Evidence", "RankFailure", "Verdict", "classify_text", "diagnose", "gather", "launcher_events",
+    "native_crashes",
+]
 
 # class -> (what it means, one suggested next step). The keys are the verdict's vocabulary.
 CLASSES: dict[str, tuple[str, str]] = {
@@ -230,6 +233,16 @@ def classify_text(texts: Sequence[str]) -> tuple[str, str, str]:
         klass = "lost-peer"
         error = next(t.strip() for t in texts if _LOST_PEER.search(t))
     return klass, error, where
+
+
+def native_crashes(lines: Sequence[Line]) -> list[tuple[int, str]]:
+    """(rank, line) of each rank's first native-crash message, for ranks that printed no traceback."""
+    pattern = dict(_RANK_PATTERNS)["native-crash"]
+    out: dict[int, str] = {}
+    for ln in lines:
+        if ln.rank is not None and ln.rank not in out and pattern.search(ln.text):
+            out[ln.rank] = ln.text
+    return sorted(out.items())
 
 
 def _expand_tasks(spec: str) -> list[int]:
