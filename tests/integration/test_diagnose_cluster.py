@@ -86,3 +86,50 @@ def test_local_scheduler_gives_the_same_verdict(clean_user_env: None, tmp_path: 
     assert w.returncode != 0
     text = "\n".join(w.stderr.splitlines()[-8:])
     assert "user-exception" in text and "first failed: rank 2" in text and "ValueError: planted failure" in text, w.stderr
+
+
+HANG = str(REPO / "tests" / "integration" / "scripts" / "planted_hang.py")
+
+
+def _hang_line() -> int:
+    return next(i for i, t in enumerate(Path(HANG).read_text().splitlines(), 1) if "time.sleep(3600)" in t)
+
+
+def _assert_hang_named(out: str, host: str) -> None:
+    assert f"torchhpc: hang: rank 3 on {host} is not in a collective" in out, out
+    assert f"planted_hang.py:{_hang_line()}" in out, out
+    assert "wait in all_reduce" in out, out
+    assert "diagnosis: hang" in out and "culprit: rank 3" in out, out
+
+
+@pytest.mark.cluster("slurm")
+@pytest.mark.parametrize("launcher", ["torchrun", "srun", "mpirun"])
+def test_planted_hang_is_named_and_cancelled(slurm_cluster: Any, launcher: str, tmp_path: Path) -> None:
+    """Rank 3 sleeps before an all_reduce: within 90 s of the hang the job is named, stacked and cancelled."""
+    import time
+
+    t0 = time.monotonic()
+    r = torchhpc(
+        slurm_cluster.client_env(), "run", "--scheduler", "slurm", "--nodes", "2", "--nproc-per-node", "2",
+        "--launcher", launcher, "--output-dir", str(tmp_path), "--name", f"hang-{launcher}", "--hang-timeout", "20",
+        HANG, "3", "--wait", cwd=tmp_path, timeout=400,
+    )
+    assert r.returncode != 0
+    _assert_hang_named(r.stderr, "node2")
+    assert time.monotonic() - t0 < 240  # queue + start + 20 s quiet + probe; far from the 3600 s sleep
+    job = re.search(r"Submitted slurm:(\d+)", r.stdout).group(1)  # type: ignore[union-attr]
+    assert (tmp_path / f"hang-{launcher}-{job}" / "hang.json").is_file()
+    # nothing left running: no process of the job on any node
+    left = subprocess.run(["pgrep", "-f", HANG], capture_output=True, text=True)
+    assert left.stdout.strip() == "", left.stdout
+
+
+def test_planted_hang_local(clean_user_env: None, tmp_path: Path) -> None:
+    import os
+
+    env = dict(os.environ)
+    sub = torchhpc(env, "run", "-n", "4", "--background", HANG, "3", cwd=tmp_path)
+    handle = re.search(r"Submitted (local:\S+)", sub.stdout).group(1)  # type: ignore[union-attr]
+    w = torchhpc(env, "wait", handle, "--hang-timeout", "10", cwd=tmp_path, timeout=200)
+    assert w.returncode != 0
+    _assert_hang_named(w.stderr, "localhost")

@@ -137,6 +137,7 @@ class Evidence:
     state: str = ""  # the scheduler's final state (sacct State)
     exit_code: Optional[int] = None  # the job's exit code
     job: str = ""  # "slurm:123", for the suggested commands
+    hang: Optional[Mapping[str, object]] = None  # the hang watch's saved diagnosis (hang.json)
 
 
 @dataclass(frozen=True)
@@ -164,14 +165,16 @@ class Verdict:
         if f is not None:
             at = f" on {f.host}" if f.host else ""
             own = f", {f.exit}" if f.exit else ""
-            out.append(f"  first failed: rank {f.rank}{at}{own}")
+            out.append(f"  {'culprit' if self.klass == 'hang' else 'first failed'}: rank {f.rank}{at}{own}")
             if f.error:
                 out.append(f"  {f.error[:200]}")
             if f.where:
                 out.append(f"  at {f.where}")
             if f.log:
                 out.append(f"  log: {f.log}")
-        if self.consequences:
+        if self.consequences and self.klass == "hang":
+            out.append(f"  ranks {format_ranks(self.consequences)} waited for it in a collective")
+        elif self.consequences:
             out.append(f"  then ranks {format_ranks(self.consequences)} failed as a consequence (lost their peer)")
         out.append(f"  next: {self.next_step}")
         return "\n".join(out[:8]) + "\n"
@@ -328,6 +331,8 @@ def diagnose(ev: Evidence) -> Verdict:
             per_rank.setdefault(ln.rank, []).append(ln.text)
     logs_cmd = f"`torchhpc logs {ev.job}`" if ev.job else "`torchhpc logs JOB`"
     seen: list[str] = []
+    if ev.hang:
+        return _hang_verdict(ev)
 
     # 1. the scheduler's verdict on the whole job
     job_class = _JOB_STATES.get(ev.state.split()[0] if ev.state else "", "")
@@ -410,12 +415,40 @@ def diagnose(ev: Evidence) -> Verdict:
     return Verdict(klass, meaning, first, consequences, step, ev.job, ev.state, ev.exit_code, tuple(seen))
 
 
+def _hang_verdict(ev: Evidence) -> Verdict:
+    """The verdict from the hang watch's record: the culprit rank, its stack, the ranks that waited."""
+    from torchhpc.schedulers.hang import user_frame
+
+    h = ev.hang or {}
+    stacks = {int(s["rank"]): s for s in h.get("stacks", ()) if isinstance(s, dict)}  # type: ignore[attr-defined]
+    culprits = [int(r) for r in h.get("culprits", ())]  # type: ignore[attr-defined]
+    waiting = tuple(sorted(int(r) for r in h.get("waiting", ())))  # type: ignore[attr-defined]
+    first = None
+    if culprits:
+        s = stacks.get(culprits[0], {})
+        frames = [tuple(f) for f in s.get("frames", ())]
+        top = frames[0][0] if frames else ""
+        first = RankFailure(
+            rank=culprits[0], host=str(s.get("host", "")), klass="hang",
+            error=f"not in a collective ({top})" if top else str(s.get("error", "")),
+            where=user_frame(frames), log=ev.rank_logs.get(culprits[0], ""),  # type: ignore[arg-type]
+        )
+    meaning, step = CLASSES["hang"]
+    quiet = h.get("quiet_s")
+    summary = meaning + (f" for {float(quiet):.0f}s" if isinstance(quiet, (int, float)) else "")  # type: ignore[arg-type]
+    if waiting:
+        summary += "; the others wait in a collective"
+    return Verdict("hang", summary, first, waiting, step, ev.job, ev.state, ev.exit_code, ("hang.json",))
+
+
 def gather(scheduler: object, name: str, job_id: str) -> Evidence:
     """Collect a job's evidence: its record's log files and the scheduler's final state.
 
     ``scheduler`` is the scheduler object (``status`` and ``log_paths``); a scheduler that cannot
     answer leaves that part empty, and the verdict says what it saw.
     """
+    import os
+
     from torchhpc.schedulers.logs import job_log, rank_files
 
     state, code, reason, hosts = "", None, "", ""
@@ -440,7 +473,12 @@ def gather(scheduler: object, name: str, job_id: str) -> Evidence:
     nodes = {r: n for r, (_p, n) in files.items()}
     if not nodes and hosts and "," not in hosts and "[" not in hosts:  # one node: every rank is on it
         nodes = {ln.rank: hosts for ln in lines if ln.rank is not None}
+    from torchhpc.schedulers.hang import load as load_hang
+
+    where = os.path.dirname(log.ranks_dir) if log.ranks_dir else os.path.dirname(log.output or "")
+    hang = load_hang(where) if where else None
     return Evidence(
+        hang=hang,
         lines=lines,
         failed_at=log.failure_order(),
         rank_logs={r: p for r, (p, _n) in files.items()},
@@ -451,3 +489,23 @@ def gather(scheduler: object, name: str, job_id: str) -> Evidence:
         exit_code=code,
         job=f"{name}:{job_id}",
     )
+
+
+def progress_lines(ranks_dir: str, now: float, quiet_after: float = 60.0) -> list[str]:
+    """Per node, the seconds since each rank last wrote a line (its log file's last write).
+
+    What a user reads before any hang timeout fires: the rank that went quiet first stands out.
+    """
+    import os
+
+    from torchhpc.schedulers.logs import rank_files
+
+    by_node: dict[str, list[str]] = {}
+    for rank, (path, node) in sorted(rank_files(ranks_dir).items()):
+        try:
+            age = max(0.0, now - os.stat(path).st_mtime)
+        except OSError:
+            continue
+        mark = " (quiet)" if age >= quiet_after else ""
+        by_node.setdefault(node or "?", []).append(f"rank {rank} {age:.0f}s{mark}")
+    return [f"  {node}: last output " + ", ".join(items) for node, items in sorted(by_node.items())]
