@@ -193,14 +193,14 @@ def _hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang:
         else:
             scheduler.cancel(job_id)
 
-    def nnodes() -> int:
+    def nnodes() -> int:  # asked when probing: a pending job's "nodes" is only a count
         try:
             return max(1, len(expand(scheduler.status(job_id).nodes)))
         except Exception:
             return 1
 
     return HangWatch(scheduler.name, job_id, hang_timeout, on_hang, log.ranks_dir or "", job_dir,
-                     nnodes() if scheduler.name != "local" else 1, act, eprint,
+                     nnodes if scheduler.name != "local" else (lambda: 1), act, eprint,
                      env=getattr(getattr(scheduler, "runner", None), "env", None), output=log.output or "")
 
 

@@ -259,7 +259,10 @@ def load(job_dir: str) -> Optional[dict[str, object]]:
     return d if isinstance(d, dict) else None
 
 
-def probe_job(scheduler: str, job_id: str, nnodes: int, env: Optional[Mapping[str, str]] = None) -> list[RankStack]:
+def probe_job(
+    scheduler: str, job_id: str, nnodes: int, env: Optional[Mapping[str, str]] = None,
+    notes: Optional[list[str]] = None,
+) -> list[RankStack]:
     """Every node's probe for one job: through ``srun --overlap`` once per node (Slurm), or here (local).
 
     ``env`` is the environment the scheduler's own commands run with (it names the cluster).
@@ -270,6 +273,13 @@ def probe_job(scheduler: str, job_id: str, nnodes: int, env: Optional[Mapping[st
             "--ntasks-per-node=1", "--kill-on-bad-exit=0", sys.executable, "-m", "torchhpc.schedulers.hang",
             f"SLURM_JOB_ID={job_id}"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=dict(env) if env else None)
+    if done.returncode != 0 or not done.stdout.strip():
+        detail = done.stderr.strip().splitlines()
+        raise RuntimeError(f"the per-node probe ({' '.join(argv[:6])} ...) answered {done.returncode}: "
+                           + (detail[-1] if detail else "no output"))
+    if notes is not None:
+        notes.extend(ln if ln.startswith("torchhpc: hang:") else f"torchhpc: hang: probe: {ln}"
+                     for ln in done.stderr.splitlines() if ln.strip())
     out = []
     for line in done.stdout.splitlines():
         try:
@@ -285,7 +295,7 @@ class HangWatch:
     """Called on every poll of a running job: after ``timeout`` quiet seconds, probe, judge, act once."""
 
     def __init__(self, scheduler: str, job_id: str, timeout: float, on_hang: str, ranks_dir: str, job_dir: str,
-                 nnodes: int, act: Callable[[str], None], say: Callable[[str], None],
+                 nnodes: Callable[[], int], act: Callable[[str], None], say: Callable[[str], None],
                  env: Optional[Mapping[str, str]] = None, output: str = "") -> None:
         self.scheduler, self.job_id, self.timeout, self.on_hang = scheduler, job_id, timeout, on_hang
         self.ranks_dir, self.job_dir, self.nnodes = ranks_dir, job_dir, nnodes
@@ -300,7 +310,14 @@ class HangWatch:
         quiet = quiet_for(self.ranks_dir, now, self.output)
         if quiet is None or quiet < self.timeout or now < self._next_probe:
             return None
-        stacks = probe_job(self.scheduler, self.job_id, self.nnodes, self.env)
+        notes: list[str] = []
+        try:
+            stacks = probe_job(self.scheduler, self.job_id, self.nnodes(), self.env, notes)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+            self.say(f"torchhpc: hang: probe failed: {e}")
+            stacks = []
+        for n in notes:
+            self.say(n)
         busy = [s.rank for s in stacks if s.cpu_s >= 0.1]
         if not stacks or busy:  # silent but computing (or gone): not a hang; look again later
             self._next_probe = now + max(10.0, self.timeout / 2)
@@ -321,8 +338,11 @@ def _main(argv: Sequence[str]) -> int:
     host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     if "SLURM_JOB_ID" in match and os.environ.get("SLURMD_NODENAME"):
         match["SLURMD_NODENAME"] = os.environ["SLURMD_NODENAME"]  # /proc may show other nodes' ranks
-    for s in probe(match, host):
+    stacks = probe(match, host)
+    for s in stacks:
         print(json.dumps(asdict(s)), flush=True)
+    if not stacks:  # said on stderr, which the watch passes on: a node with no rank is worth knowing
+        print(f"torchhpc: hang: no rank process of {match} found on {host}", file=sys.stderr, flush=True)
     return 0
 
 
