@@ -26,6 +26,13 @@ def torchhpc(env: dict[str, str], *args: str, cwd: Path, timeout: float = 300) -
                           text=True, timeout=timeout)
 
 
+def host_of(tmp_path: Path, rank: int) -> str:
+    """The node a rank ran on, from its own log file's name (ranks/rank-N@NODE.log)."""
+    found = list(tmp_path.glob(f"*/ranks/rank-{rank}@*.log"))
+    assert len(found) == 1, found
+    return found[0].name.split("@", 1)[1][: -len(".log")]
+
+
 def _run(cluster: Any, launcher: str, tmp_path: Path, *fault: str) -> tuple[subprocess.CompletedProcess[str], str]:
     r = torchhpc(
         cluster.client_env(), "run", "--scheduler", "slurm", "--nodes", "2", "--nproc-per-node", "2",
@@ -44,13 +51,14 @@ def test_exception_on_rank_2_is_named_first(slurm_cluster: Any, launcher: str, t
     assert r.returncode != 0
     tail = r.stderr.splitlines()[-8:]  # the verdict is the last thing printed, 8 lines at most
     text = "\n".join(tail)
-    assert "user-exception" in text and "first failed: rank 2 on node2" in text, r.stderr
+    host = host_of(tmp_path, 2)
+    assert "user-exception" in text and f"first failed: rank 2 on {host}" in text, r.stderr
     assert "ValueError: planted failure on rank 2" in text and "planted_fault.py:" in text
     assert "ranks 0-1,3" in text
     d = torchhpc(slurm_cluster.client_env(), "diagnose", f"slurm:{job}", "--json", cwd=tmp_path)
     assert d.returncode == 1, d.stderr
     v = json.loads(d.stdout)
-    assert v["class"] == "user-exception" and v["first"]["rank"] == 2 and v["first"]["host"] == "node2"
+    assert v["class"] == "user-exception" and v["first"]["rank"] == 2 and v["first"]["host"] == host
     assert v["consequences"] == [0, 1, 3]
 
 
@@ -60,7 +68,7 @@ def test_abort_is_named_with_sigabrt_not_the_launchers_code(slurm_cluster: Any, 
     r, _job = _run(slurm_cluster, launcher, tmp_path, "abort", "3")
     assert r.returncode != 0
     text = "\n".join(r.stderr.splitlines()[-8:])
-    assert "native-crash" in text and "first failed: rank 3 on node2, SIGABRT" in text, r.stderr
+    assert "native-crash" in text and f"first failed: rank 3 on {host_of(tmp_path, 3)}, SIGABRT" in text, r.stderr
 
 
 @pytest.mark.cluster("slurm")
@@ -115,7 +123,7 @@ def test_planted_hang_is_named_and_cancelled(slurm_cluster: Any, launcher: str, 
         HANG, "3", "--wait", cwd=tmp_path, timeout=400,
     )
     assert r.returncode != 0
-    _assert_hang_named(r.stderr, "node2")
+    _assert_hang_named(r.stderr, host_of(tmp_path, 3))
     assert time.monotonic() - t0 < 240  # queue + start + 20 s quiet + probe; far from the 3600 s sleep
     job = re.search(r"Submitted slurm:(\d+)", r.stdout).group(1)  # type: ignore[union-attr]
     assert (tmp_path / f"hang-{launcher}-{job}" / "hang.json").is_file()
