@@ -10,7 +10,15 @@ import os
 import time
 from pathlib import Path
 
-from torchhpc.schedulers.hang import RankStack, culprit, in_collective, parse_py_spy, quiet_for, render, user_frame
+from torchhpc.schedulers.hang import (
+    RankStack,
+    culprit,
+    in_collective,
+    parse_py_spy,
+    quiet_for,
+    render,
+    user_frame,
+)
 
 WAITING = """Process 4242: /opt/venv/bin/python planted_hang.py 3
 Python v3.11.7 (/usr/bin/python3.11)
