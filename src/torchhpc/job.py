@@ -20,13 +20,16 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import fields as dc_fields
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import ContainerSpec, JobSpec
 from torchhpc.errors import SpecError, UsageError
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
+
+if TYPE_CHECKING:
+    from torchhpc.schedulers.diagnose import Verdict
 
 __all__ = ["Job", "JobHandle", "TaskHandle", "check_gpus", "check_program", "visible_gpus"]
 
@@ -63,6 +66,12 @@ class JobHandle:
 
     def cancel(self) -> None:
         self.scheduler.cancel(self.job_id)
+
+    def diagnose(self) -> Verdict:
+        """Why the job failed: the class, the first rank that failed, its host, error and file:line."""
+        from torchhpc.schedulers.diagnose import diagnose, gather
+
+        return diagnose(gather(self.scheduler, self.scheduler.name, self.job_id))
 
     def tasks(self) -> list[TaskHandle]:
         """An array job's tasks as handles with ``state``, ``logs()`` and ``result()``."""

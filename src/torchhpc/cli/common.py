@@ -83,3 +83,22 @@ def add_subparser(sub: Any, name: str, help: str, description: str | None = None
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     return p
+
+
+def add_hang_arguments(p: Any) -> None:
+    """--hang-timeout / --on-hang, for commands that follow a job (run --wait, wait)."""
+
+    def seconds(v: str) -> float:
+        try:
+            f = float(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{v!r} is not a number of seconds") from None
+        if f < 5:
+            raise argparse.ArgumentTypeError(f"{v}: a hang timeout under 5 seconds would call slow steps hangs")
+        return f
+
+    p.add_argument("--hang-timeout", type=seconds, default=env_default("--hang-timeout", None, float), metavar="SECONDS",
+                   help="while waiting: when no rank has printed or used CPU for this long, read every rank's stack "
+                        "(py-spy), name the culprit, then --on-hang [TORCHHPC_HANG_TIMEOUT]")
+    p.add_argument("--on-hang", choices=("cancel", "requeue"), default=env_default("--on-hang", "cancel"),
+                   help="what to do with a hung job after its diagnosis is saved (default: cancel)")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
-from torchhpc.cli.common import add_subparser, eprint, json_errors
+from torchhpc.cli.common import add_hang_arguments, add_subparser, eprint, json_errors
 from torchhpc.errors import CommandNotFound, UsageError
 from torchhpc.schedulers import get_scheduler, parse_handle
 from torchhpc.schedulers.api import JobStatus, Scheduler
@@ -62,6 +63,7 @@ def register(sub: Any) -> None:
     _handle_arg(p)
     p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
     p.add_argument("--logs", action="store_true", help="print the job's log at the end")
+    add_hang_arguments(p)
     p.set_defaults(func=cmd_wait)
 
     p = add_subparser(sub, "list", "list your jobs (local: those started in the background; others: queued and running)")
@@ -86,7 +88,22 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(status_dict(name, st)))
     else:
         print(f"{name}:{st.line()}")
+        if st.state == "RUNNING":
+            _print_progress(name, job)
     return 0
+
+
+def _print_progress(name: str, job: str) -> None:
+    """Per node, how long ago each rank last printed: the quiet rank shows before a hang timeout."""
+    import time
+
+    from torchhpc.schedulers.diagnose import progress_lines
+    from torchhpc.schedulers.logs import job_log
+
+    log = job_log(name, job)
+    if log is not None and log.ranks_dir and os.path.isdir(log.ranks_dir):
+        for line in progress_lines(log.ranks_dir, time.time()):
+            print(line)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -100,7 +117,8 @@ def cmd_wait(args: argparse.Namespace) -> int:
     from torchhpc.cli.run import follow
 
     name, job = handle_of(args)
-    return follow(get_scheduler(name), job, timeout=args.timeout, print_logs=args.logs)
+    return follow(get_scheduler(name), job, timeout=args.timeout, print_logs=args.logs,
+                  hang_timeout=args.hang_timeout, on_hang=args.on_hang)
 
 
 @json_errors

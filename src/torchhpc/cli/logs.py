@@ -19,6 +19,7 @@ from torchhpc.cli.common import add_subparser, env_default
 from torchhpc.errors import SchedulerError, UsageError
 from torchhpc.schedulers import get_scheduler, parse_handle
 from torchhpc.schedulers.api import Scheduler
+from torchhpc.schedulers.diagnose import native_crashes
 from torchhpc.schedulers.logs import (
     MAX_RANKS,
     JobLog,
@@ -129,6 +130,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
         lines = log.read(final=True)
         tbs = first_tracebacks(select(lines, ranks, nodes, node_of), log.failure_order())
         if not tbs:
+            crashes = native_crashes(select(lines, ranks, nodes, node_of))
+            if crashes:  # `terminate called ...`, a segfault: no Python traceback, but the cause
+                sys.stdout.write("".join(f"=== rank {r} ===\n{t}\n" for r, t in crashes))
+                print(f"(no Python traceback; which rank crashed first: torchhpc diagnose {name}:{job})", file=sys.stderr)
+                return 0
             print("No traceback in this job's log.", file=sys.stderr)
             return 0
         sys.stdout.write(tbs.render())

@@ -22,6 +22,7 @@ COMMANDS: tuple[str, ...] = (
     "sweep",
     "jobs",
     "logs",
+    "diagnose",
     "shell",
     "env",
     "exec",

@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from torchhpc.cli.common import Progress, add_subparser, eprint, json_errors
+from torchhpc.cli.common import Progress, add_hang_arguments, add_subparser, eprint, json_errors
 from torchhpc.cli.jobargs import add_job_arguments, spec_from_args, split_program
 from torchhpc.env.compat import preflight
 from torchhpc.errors import UsageError
@@ -52,6 +52,7 @@ def register(sub: Any) -> None:
     add_job_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="print what would run or be submitted; touch nothing")
     p.add_argument("--wait", action="store_true", help="wait for a submitted job to end and print its log")
+    add_hang_arguments(p)
     p.add_argument("--rank0-only", action="store_true", help="local: show only rank 0's output")
     p.add_argument("--background", action="store_true",
                    help="local: start the job in the background and print its handle (status, logs, cancel, wait)")
@@ -123,7 +124,7 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
 
         print(json.dumps(status_dict(spec.scheduler, scheduler.status(job_id))))
         return code
-    return follow(scheduler, job_id)
+    return follow(scheduler, job_id, hang_timeout=args.hang_timeout, on_hang=args.on_hang)
 
 
 def _submission_dict(sub: Submission) -> dict[str, Any]:
@@ -133,13 +134,23 @@ def _submission_dict(sub: Submission) -> dict[str, Any]:
     }
 
 
-def follow(scheduler: Scheduler, job_id: str, timeout: float | None = None, print_logs: bool = True) -> int:
-    """Wait with progress, print the log, exit non-zero when the job failed."""
+def follow(
+    scheduler: Scheduler, job_id: str, timeout: float | None = None, print_logs: bool = True,
+    hang_timeout: float | None = None, on_hang: str = "cancel",
+) -> int:
+    """Wait with progress, print the log, exit non-zero when the job failed.
+
+    With ``hang_timeout``, a job whose ranks all went quiet and idle for that long gets its
+    stacks read and its culprit named, then is cancelled or requeued (torchhpc.schedulers.hang).
+    """
     progress = Progress()
+    watch = _hang_watch(scheduler, job_id, hang_timeout, on_hang) if hang_timeout else None
 
     def show(st: JobStatus, elapsed: float) -> None:
         reason = f" ({st.reason})" if st.reason and st.reason not in ("None", "(null)") else ""
         progress.update(f"{scheduler.name}:{job_id} {st.state}{reason} elapsed {elapsed:.0f}s")
+        if watch is not None:
+            watch.check(st.state)
 
     st = scheduler.wait(job_id, poll=1.0, timeout=timeout, progress=show)
     progress.done()
@@ -156,4 +167,51 @@ def follow(scheduler: Scheduler, job_id: str, timeout: float | None = None, prin
         return 0
     code = st.exit_code if st.exit_code and 0 < st.exit_code < 256 else 1
     eprint(f"Error: job {job_id} ended {st.state}" + (f" with exit code {st.exit_code}" if st.exit_code else ""))
+    _print_verdict(scheduler, job_id)
     return code
+
+
+def _hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang: str) -> Any:
+    """The hang watch for a job torchhpc submitted (None when its per-rank files are unknown)."""
+    from torchhpc.core.hostlist import expand
+    from torchhpc.schedulers.hang import HangWatch
+    from torchhpc.schedulers.logs import job_log
+
+    log = job_log(scheduler.name, job_id)
+    if log is None or not (log.ranks_dir or log.output):
+        eprint(f"torchhpc: --hang-timeout: no log files known for {scheduler.name}:{job_id}; not watching")
+        return None
+    import os
+
+    job_dir = os.path.dirname(log.ranks_dir) if log.ranks_dir else os.path.dirname(log.output or "")
+
+    def act(what: str) -> None:
+        if what == "requeue":
+            import subprocess
+
+            subprocess.run(["scontrol", "requeue", job_id], capture_output=True, timeout=60)
+        else:
+            scheduler.cancel(job_id)
+
+    def nnodes() -> int:  # asked when probing: a pending job's "nodes" is only a count
+        try:
+            return max(1, len(expand(scheduler.status(job_id).nodes)))
+        except Exception:
+            return 1
+
+    return HangWatch(scheduler.name, job_id, hang_timeout, on_hang, log.ranks_dir or "", job_dir,
+                     nnodes if scheduler.name != "local" else (lambda: 1), act, eprint,
+                     env=getattr(getattr(scheduler, "runner", None), "env", None), output=log.output or "")
+
+
+def _print_verdict(scheduler: Scheduler, job_id: str) -> None:
+    """The failure's verdict (at most 8 lines) after the job's output: which rank, where, why."""
+    from torchhpc.schedulers.diagnose import diagnose, gather
+
+    try:
+        verdict = diagnose(gather(scheduler, scheduler.name, job_id))
+    except Exception as e:  # the verdict is a courtesy; the exit code above is the answer
+        eprint(f"(no diagnosis: {e})")
+        return
+    if not verdict.ok:
+        sys.stderr.write(verdict.render())

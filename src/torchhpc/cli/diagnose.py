@@ -1,0 +1,37 @@
+"""``torchhpc diagnose``: why a job failed, as a short verdict, then the evidence it came from."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from torchhpc.cli.common import add_subparser, env_default
+from torchhpc.schedulers import get_scheduler, parse_handle
+
+
+def register(sub: Any) -> None:
+    p = add_subparser(
+        sub, "diagnose",
+        "why a job failed: the class, the first rank that failed (host, own exit, error, file:line), the next step",
+    )
+    p.add_argument("job", help="job handle, e.g. slurm:123 (a bare id uses --scheduler)")
+    p.add_argument("-s", "--scheduler", default=env_default("--scheduler", "slurm"), help="scheduler for a bare id [TORCHHPC_SCHEDULER]")
+    p.add_argument("--json", action="store_true", help="the verdict as JSON")
+    p.set_defaults(func=cmd_diagnose)
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from torchhpc.schedulers.diagnose import diagnose, gather
+
+    name, job = parse_handle(args.job, args.scheduler)
+    verdict = diagnose(gather(get_scheduler(name), name, job))
+    if args.json:
+        json.dump(verdict.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(verdict.render())
+        if verdict.evidence:
+            sys.stdout.write("evidence: " + "; ".join(verdict.evidence) + "\n")
+    return 0 if verdict.ok else 1

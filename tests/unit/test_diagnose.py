@@ -1,0 +1,123 @@
+"""The failure verdict from a job's evidence (torchhpc.schedulers.diagnose).
+
+The ``exception-*`` and ``abort-*`` cases in tests/data/diagnose are real: slurm.out and the
+per-rank files of 2-node x 2-rank jobs on the dev cluster under each launcher (rank 2 raises
+ValueError; rank 3 calls os.abort() after its last collective), paths replaced. The messages in
+tests/data/diagnose/messages are transcribed from torch's and NCCL's message formats (no GPU here):
+see its README.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from torchhpc.schedulers.diagnose import Evidence, classify_text, diagnose, launcher_events
+from torchhpc.schedulers.logs import JobLog, rank_files
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "diagnose"
+LAUNCHERS = ("srun", "torchrun", "mpirun")
+
+
+def _evidence(case: str, launcher: str, tmp_path: Path, state: str = "FAILED", code: int = 143) -> Evidence:
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for f in (DATA / case).glob("rank-*.log"):
+        shutil.copy(f, ranks / f.name)
+    log = JobLog(output=str(DATA / case / "slurm.out"), ranks_dir=str(ranks), launcher=launcher, nproc_per_node=2)
+    files = rank_files(str(ranks))
+    return Evidence(
+        lines=log.read(final=True), rank_logs={r: p for r, (p, _n) in files.items()},
+        nodes={r: n for r, (_p, n) in files.items()}, launcher=launcher, nproc_per_node=2,
+        state=state, exit_code=code, job="slurm:7",
+    )
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_exception_on_rank_2_is_named_first_and_the_rest_are_consequences(launcher: str, tmp_path: Path) -> None:
+    v = diagnose(_evidence(f"exception-{launcher}", launcher, tmp_path))
+    assert v.klass == "user-exception"
+    assert v.first is not None and v.first.rank == 2 and v.first.host == "node2"
+    assert v.first.exit == "exit 1"  # the rank's own status, not the launcher's 143
+    assert v.first.error == "ValueError: planted failure on rank 2"
+    assert v.first.where.endswith("fail2.py:6")
+    assert v.consequences == (0, 1, 3)
+    text = v.render()
+    assert len(text.splitlines()) <= 8
+    assert "rank 2 on node2" in text and "ranks 0-1,3" in text and "--rank 2" in text
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_abort_after_the_last_collective_is_named_with_sigabrt(launcher: str, tmp_path: Path) -> None:
+    v = diagnose(_evidence(f"abort-{launcher}", launcher, tmp_path, code=134))
+    assert v.klass == "native-crash"
+    assert v.first is not None and v.first.rank == 3 and v.first.host == "node2"
+    assert v.first.exit == "SIGABRT"
+
+
+def test_torchrun_root_cause_blocks_order_agents_by_time() -> None:
+    texts = (DATA / "exception-torchrun" / "slurm.out").read_text().splitlines()
+    events = launcher_events(texts, "torchrun")
+    assert events[0][:2] == (2, "node2")  # rank 2 failed first; node1's agent only saw rank 1 die after
+
+
+@pytest.mark.parametrize(
+    ("message", "klass", "error"),
+    [
+        ("cuda-oom", "cuda-oom", "torch.OutOfMemoryError: CUDA out of memory."),
+        ("nccl-system-error", "network", "torch.distributed.DistBackendError: NCCL error"),
+        ("nccl-watchdog-timeout", "network", "[Rank 3] Watchdog caught collective operation timeout"),
+        ("rendezvous-timeout", "network", "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"),
+        ("import-error", "environment", "ModuleNotFoundError: No module named 'torchvision'"),
+    ],
+)
+def test_messages_are_classified(message: str, klass: str, error: str) -> None:
+    got_class, got_error, _where = classify_text((DATA / "messages" / f"{message}.log").read_text().splitlines())
+    assert got_class == klass
+    assert error in got_error
+
+
+def test_user_frame_skips_library_frames() -> None:
+    _c, _e, where = classify_text((DATA / "messages" / "cuda-oom.log").read_text().splitlines())
+    assert where == "/home/user/train.py:88"
+
+
+@pytest.mark.parametrize(
+    ("state", "klass"),
+    [("TIMEOUT", "time-limit"), ("OUT_OF_MEMORY", "host-oom"), ("NODE_FAIL", "node-failure"),
+     ("PREEMPTED", "preempted"), ("CANCELLED by 0", "cancelled")],
+)
+def test_the_schedulers_state_explains_every_ranks_death(state: str, klass: str, tmp_path: Path) -> None:
+    v = diagnose(_evidence("exception-srun", "srun", tmp_path, state=state))
+    assert v.klass == klass
+    assert 2 in v.consequences or (v.first is not None and v.first.rank == 2)
+
+
+def test_time_limit_banner_without_accounting(tmp_path: Path) -> None:
+    from torchhpc.schedulers.logs import Line
+
+    banner = "slurmstepd: error: *** JOB 9 ON node1 CANCELLED AT 2026-11-25T13:00:00 DUE TO TIME LIMIT ***"
+    v = diagnose(Evidence(lines=[Line(None, banner)], state="", launcher="srun"))
+    assert v.klass == "time-limit" and "--time" in v.next_step
+
+
+def test_completed_job_has_no_failure() -> None:
+    v = diagnose(Evidence(state="COMPLETED", exit_code=0))
+    assert v.ok and v.render().startswith("diagnosis: no failure")
+
+
+def test_local_supervisor_reason_names_the_rank() -> None:
+    from torchhpc.schedulers.logs import Line
+
+    lines = [Line(None, "rank 1 was killed by signal 6 (SIGABRT); stopped the other 1 ranks"),
+             Line(0, "RuntimeError: Connection closed by peer [127.0.0.1]:1")]
+    v = diagnose(Evidence(lines=lines, launcher="local", state="FAILED", exit_code=134))
+    assert v.klass == "native-crash" and v.first is not None and v.first.rank == 1 and v.first.exit == "SIGABRT"
+    assert v.consequences == (0,)
+
+
+def test_json_has_the_same_verdict(tmp_path: Path) -> None:
+    d = diagnose(_evidence("exception-mpirun", "mpirun", tmp_path)).to_json()
+    assert d["class"] == "user-exception" and d["first"]["rank"] == 2 and d["first"]["class"] == "user-exception"

@@ -1,0 +1,88 @@
+"""The hang watch's pure parts: py-spy's dump format, the culprit rule, quietness from log files.
+
+The py-spy text below is the format py-spy 0.4 prints for `py-spy dump --pid` (recorded from a
+real dump of a rank waiting in all_reduce on the dev cluster, paths replaced).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from torchhpc.schedulers.hang import (
+    RankStack,
+    culprit,
+    in_collective,
+    parse_py_spy,
+    quiet_for,
+    render,
+    user_frame,
+)
+
+WAITING = """Process 4242: /opt/venv/bin/python planted_hang.py 3
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 4242 (idle): "MainThread"
+    all_reduce (torch/distributed/distributed_c10d.py:3252)
+    wrapper (torch/distributed/c10d_logger.py:83)
+    <module> (planted_hang.py:18)
+Thread 4250 (idle): "pt_gloo_runloop"
+    run (threading.py:982)
+"""
+SLEEPING = """Process 4243: /opt/venv/bin/python planted_hang.py 3
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 4243 (idle): "MainThread"
+    <module> (planted_hang.py:16)
+"""
+
+
+def test_py_spy_main_thread_frames_innermost_first() -> None:
+    frames = parse_py_spy(WAITING)
+    assert frames[0] == ("all_reduce", "torch/distributed/distributed_c10d.py", 3252)
+    assert frames[-1] == ("<module>", "planted_hang.py", 18)
+    assert all(fn != "run" for fn, _p, _l in frames)  # other threads are not the rank's stack
+
+
+def test_culprit_is_the_rank_outside_a_collective() -> None:
+    stacks = [RankStack(r, "node1" if r < 2 else "node2", 100 + r, 0.0, parse_py_spy(WAITING)) for r in range(3)]
+    stacks.append(RankStack(3, "node2", 103, 0.0, parse_py_spy(SLEEPING)))
+    assert in_collective(stacks[0].frames) and not in_collective(stacks[3].frames)
+    v = culprit(stacks)
+    assert v.culprits == (3,) and v.waiting == (0, 1, 2)
+    text = "\n".join(render(v, 21.0))
+    assert "rank 3 on node2 is not in a collective: <module> at planted_hang.py:16" in text
+    assert "ranks 0-2 wait in all_reduce" in text
+
+
+def test_every_rank_in_a_collective_says_so() -> None:
+    v = culprit([RankStack(r, "n", r, 0.0, parse_py_spy(WAITING)) for r in range(2)])
+    assert v.culprits == () and "every rank waits in a collective" in v.note
+
+
+def test_no_stack_says_why() -> None:
+    v = culprit([RankStack(0, "n", 1, 0.0, (), "py-spy is not installed here (pip install py-spy)")])
+    assert v.culprits == (0,) and "py-spy" in v.note
+
+
+def test_user_frame_skips_installed_packages() -> None:
+    frames = (("wait", "/opt/venv/lib/python3.11/site-packages/torch/x.py", 1), ("train", "/home/u/t.py", 9))
+    assert user_frame(frames) == "/home/u/t.py:9"
+
+
+def test_quiet_for_reads_the_newest_rank_file(tmp_path: Path) -> None:
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    now = time.time()
+    for r, age in ((0, 50), (1, 30)):
+        f = ranks / f"rank-{r}@node1.log"
+        f.write_text("x\n")
+        os.utime(f, (now - age, now - age))
+    q = quiet_for(str(ranks), now)
+    assert q is not None and 29 <= q <= 31
+    out = tmp_path / "job.out"
+    out.write_text("x\n")
+    os.utime(out, (now - 7, now - 7))
+    q2 = quiet_for(str(tmp_path / "none"), now, str(out))
+    assert q2 is not None and 6 <= q2 <= 8
