@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from torchhpc import __version__
+from torchhpc.cli.parser import Parser
 from torchhpc.errors import TorchHPCError
 
 # Subcommand modules, in --help order. Each has register(subparsers).
@@ -39,7 +40,7 @@ COMMANDS: tuple[str, ...] = (
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The full parser, or (``only``) one subcommand's: a job launch should not import all of them."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="torchhpc",
         description=(
             "Distributed PyTorch on real clusters: one job description rendered for "

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from torchhpc.cli.common import Progress, add_subparser, eprint, json_errors
-from torchhpc.cli.jobargs import add_job_arguments, spec_from_args, split_program
+from torchhpc.cli.jobargs import add_job_arguments, misplaced_flags, spec_from_args, split_program
 from torchhpc.env.compat import preflight
 from torchhpc.errors import UsageError
 from torchhpc.schedulers import get_scheduler
@@ -49,6 +49,7 @@ exit codes: 0 done; 1 the job or a command (sbatch...) failed; 2 bad input (HINT
 def register(sub: Any) -> None:
     p = add_subparser(sub, "run", "run or submit a distributed job", DESCRIPTION)
     p.epilog = EXAMPLES
+    p.short_usage = "usage: torchhpc run [FLAGS] PROGRAM [ARGS...]  (or -m MODULE [ARGS...], or -- COMMAND...)"  # type: ignore[attr-defined]
     add_job_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="print what would run or be submitted; touch nothing")
     p.add_argument("--wait", action="store_true", help="wait for a submitted job to end and print its log")
@@ -67,7 +68,13 @@ def parse_run(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argpars
 
 def cmd_run(args: argparse.Namespace) -> int:
     # argparse saw the whole line as one blob (REMAINDER); re-split it our way.
-    args, program = parse_run(args._parser, args._argv)
+    parser, argv = args._parser, args._argv
+    args, program = parse_run(parser, argv)
+    stray = misplaced_flags(parser, argv, program)
+    if stray:
+        verb = "goes" if len(stray) == 1 else "go"
+        eprint(f"Warning: {' '.join(stray)} after {program[0]} {verb} to the program, not to torchhpc "
+               "(put torchhpc's flags before the program; only --wait, --dry-run, --rank0-only may follow it)")
     return _run(args, program)
 
 
