@@ -38,7 +38,8 @@ def scheduler_names() -> list[str]:
     return list(REGISTRY)
 
 
-def get_scheduler(name: str, runner: Runner | None = None) -> Scheduler:
+def scheduler_class(name: str) -> type[Scheduler]:
+    """The backend's class, for its declared capabilities (``supports_*``, ``runs_here``...) without an instance."""
     if name not in REGISTRY:
         raise UsageError(
             f"--scheduler {name!r} is not a scheduler", f"choose one of: {', '.join(REGISTRY)}"
@@ -50,8 +51,12 @@ def get_scheduler(name: str, runner: Runner | None = None) -> Scheduler:
         if e.name == mod:
             raise UsageError(f"the {name} scheduler is not available in this build") from None
         raise
-    scheduler: Scheduler = getattr(module, cls)(runner=runner)
-    return scheduler
+    found: type[Scheduler] = getattr(module, cls)
+    return found
+
+
+def get_scheduler(name: str, runner: Runner | None = None) -> Scheduler:
+    return scheduler_class(name)(runner=runner)
 
 
 def parse_handle(handle: str, default: str = "slurm") -> tuple[str, str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Optional
 
 from torchhpc.core.proc import Runner, default_runner
@@ -98,6 +98,21 @@ class Submission:
         return "\n".join(parts) + "\n"
 
 
+def _checked_render(render: Callable[[Scheduler, JobSpec], Submission]) -> Callable[[Scheduler, JobSpec], Submission]:
+    """``render`` after the capability check: the converted spec is rendered, its notes join the dry run's."""
+    import functools
+
+    @functools.wraps(render)
+    def checked(self: Scheduler, spec: JobSpec) -> Submission:
+        spec, notes = self.supported(spec)
+        sub = render(self, spec)
+        extra = tuple(n for n in notes if n not in sub.notes)
+        return replace(sub, notes=(*sub.notes, *extra)) if extra else sub
+
+    checked._checks_capabilities = True  # type: ignore[attr-defined]
+    return checked
+
+
 @dataclass
 class JobStatus:
     """A job's state, normalised to Slurm's vocabulary."""
@@ -141,10 +156,47 @@ class JobStatus:
 
 
 class Scheduler(ABC):
-    """A backend fills in a few small methods; facts live in class attributes."""
+    """A backend fills in a few small methods; facts live in class attributes.
+
+    What a backend can honour is declared below as ``supports_*`` attributes (the
+    defaults are a batch scheduler's), read by the one check in
+    :mod:`torchhpc.schedulers.capabilities`; ``render`` of every subclass runs that
+    check first, so no caller can skip it. The other attributes say how the backend
+    runs a job, so that callers ask it instead of comparing names.
+    """
 
     name: ClassVar[str] = ""
     submit_command: ClassVar[str] = ""
+
+    # What the backend honours (docs/capabilities.md). Without one, the flag is refused or converted.
+    supports_multi_node: ClassVar[bool] = True
+    supports_time_limit: ClassVar[bool] = True
+    supports_requeue: ClassVar[bool] = False
+    supports_arrays: ClassVar[bool] = False
+    supports_gpus: ClassVar[bool] = True
+    supports_memory: ClassVar[bool] = True
+    supports_cpus: ClassVar[bool] = True
+    supports_cpus_per_gpu: ClassVar[bool] = True
+    supports_container_options: ClassVar[bool] = True
+    supports_setup: ClassVar[bool] = True
+    supports_interactive_shell: ClassVar[bool] = False
+    # How it runs a job.
+    runs_here: ClassVar[bool] = False  # on this machine, in the foreground (or --background): no queue
+    runs_in_pods: ClassVar[bool] = False  # an image in pods: the cluster's runtime, the image's files
+    renders_script: ClassVar[bool] = False  # a batch script (network presets applied in the script)
+    default_launcher: ClassVar[str] = "torchrun"
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("render")
+        if own is not None and not getattr(own, "_checks_capabilities", False):
+            setattr(cls, "render", _checked_render(own))  # noqa: B010 (mypy refuses assigning a method)
+
+    def supported(self, spec: JobSpec) -> tuple[JobSpec, tuple[str, ...]]:
+        """``spec`` as this scheduler can run it, with a note per conversion; refusals raise (see capabilities)."""
+        from torchhpc.schedulers.capabilities import check
+
+        return check(self, spec)
 
     def __init__(self, runner: Runner | None = None) -> None:
         self.runner = runner or default_runner()

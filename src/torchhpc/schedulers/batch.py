@@ -177,6 +177,11 @@ def master_addr_lines(host_var: str) -> list[str]:
 class BatchScheduler(Scheduler):
     """The shared batch script; subclasses fill in the data and the few hooks below."""
 
+    # capabilities (schedulers/capabilities.py): a batch script can requeue itself and run arrays
+    supports_requeue = True
+    supports_arrays = True
+    renders_script = True
+
     # -- data a backend supplies ---------------------------------------------
     suffix: ClassVar[str] = ".sh"
     how_to_submit: ClassVar[str] = ""

@@ -191,6 +191,11 @@ def _job_name(name: str) -> str:
 class KubernetesScheduler(Scheduler):
     name = "kubernetes"
     submit_command = "kubectl"
+    # capabilities (schedulers/capabilities.py): a deadline (activeDeadlineSeconds), no arrays, the cluster's runtime
+    supports_cpus_per_gpu = False
+    supports_container_options = False
+    supports_setup = False
+    runs_in_pods = True
     OPTIONS = declare(
         Option("image", "container image every pod runs; or give --container IMAGE"),
         Option("namespace", "namespace of the PyTorchJob", default="default"),

@@ -192,6 +192,14 @@ class LocalScheduler(Scheduler):
 
     name = "local"
     submit_command = ""
+    # capabilities (schedulers/capabilities.py): this machine, no queue; --cpus-per-proc becomes OMP_NUM_THREADS
+    supports_multi_node = False
+    supports_time_limit = False
+    supports_arrays = True
+    supports_memory = False
+    supports_cpus = False
+    supports_cpus_per_gpu = False
+    runs_here = True
     OPTIONS = declare(
         Option("master_port", "fixed MASTER_PORT instead of a free one (or --env MASTER_PORT=...)", "int"),
         Option("grace", "seconds between SIGTERM and SIGKILL when stopping ranks (0 to 3600)", default="3"),

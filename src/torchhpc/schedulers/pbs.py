@@ -101,6 +101,7 @@ def job_name(name: str) -> str:
 class PBSScheduler(BatchScheduler):
     name = "pbs"
     submit_command = "qsub"
+    default_launcher = "mpirun"
     suffix = ".pbs"
     how_to_submit = "qsub <this file>  (or: torchhpc run --scheduler pbs ...)"
     submit_hint = "is this a PBS login node? `qstat -B` should answer"

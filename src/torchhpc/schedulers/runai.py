@@ -25,7 +25,8 @@ from torchhpc.core.spec import JobSpec
 from torchhpc.core.validate import check_value, parse_bool
 from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.launchers import get_launcher, torchrun_argv
-from torchhpc.network.presets import auto_lines, wants_auto
+from torchhpc.network.gid_sh import one_line
+from torchhpc.network.presets import wants_auto
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pods import RDMA_ANNOTATION, k8s_name, normalized_options
@@ -87,8 +88,8 @@ def pod_command(spec: JobSpec, python: str) -> str:
         lines.append(join(["cd", spec.option("workdir")]))
     if spec.network and wants_auto(spec.network):
         # --network auto at pod start: seed 004's `grep 'RoCE v2' ... gids` for NCCL_IB_GID_INDEX,
-        # done by `net detect` from this pod's sysfs (needs torchhpc in the image).
-        lines += [ln for ln in auto_lines(python) if not ln.startswith("#")]
+        # net detect's rule in POSIX shell: the image needs nothing (seed 004's image has no torchhpc).
+        lines.append(one_line())
     cmd = "exec " + join(argv)
     log_dir = spec.option("log_dir")
     if log_dir:
@@ -103,6 +104,12 @@ def pod_command(spec: JobSpec, python: str) -> str:
 class RunAIScheduler(Scheduler):
     name = "runai"
     submit_command = "runai"
+    # capabilities (schedulers/capabilities.py): no wall-time flag, no arrays, the cluster's runtime
+    supports_time_limit = False
+    supports_cpus_per_gpu = False
+    supports_container_options = False
+    supports_setup = False
+    runs_in_pods = True
     OPTIONS = declare(
         Option("image", "container image every pod runs (--image); or give --container IMAGE"),
         Option("project", "RunAI project (-p); default: the CLI's configured project"),
@@ -180,9 +187,18 @@ class RunAIScheduler(Scheduler):
 
         refuse_array(self.name, spec.array)
         if spec.time_seconds:
-            notes: tuple[str, ...] = ("RunAI has no wall-time limit flag here; --time is ignored",)
-        else:
-            notes = ()
+            # `runai submit-dist pytorch` has no wall-time flag: a limit silently dropped is a job that
+            # runs (and holds its GPUs) past what the user asked for.
+            raise SpecError(
+                "--time has no RunAI equivalent: runai submit-dist pytorch jobs run until the program ends",
+                "drop --time (and unset time in the config file or $TORCHHPC_TIME); "
+                "to bound the run, let the program stop itself, or `runai delete job NAME` it",
+            )
+        notes: tuple[str, ...] = ()
+        if spec.nodes == 1:
+            # Seed 004: pods = --workers + 1; with --workers 0 RunAI's PyTorchJob has a master pod only
+            # (no worker pods; KAI-Scheduler issue #141 on Run:ai single-node PyTorchJobs).
+            notes = ("--nodes 1: --workers 0, RunAI runs the master pod only (WORLD_SIZE 1, RANK 0)",)
         return Submission(
             scheduler=self.name,
             spec=spec,

@@ -102,6 +102,7 @@ def _site_runner() -> Runner:
 class SlurmScheduler(SlurmQueries, BatchScheduler):
     name = "slurm"
     submit_command = "sbatch"
+    supports_interactive_shell = True  # salloc (torchhpc shell)
     suffix = ".sbatch"
     how_to_submit = "sbatch <this file>  (or: torchhpc run --scheduler slurm ...)"
     submit_hint = "is this a Slurm login node? `sinfo` should answer"
