@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from torchhpc.cli.common import add_subparser, eprint, json_errors
+from torchhpc.cli.follow import follow, status_dict
 from torchhpc.errors import CommandError, CommandNotFound, TorchHPCError, UsageError
 from torchhpc.schedulers import get_scheduler, parse_handle
 from torchhpc.schedulers.api import JobStatus, Scheduler
@@ -71,13 +72,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_list)
 
 
-def status_dict(name: str, st: JobStatus) -> dict[str, Any]:
-    out = {"handle": f"{name}:{st.job_id}", **{k: v for k, v in vars(st).items() if k not in ("raw", "tasks")}}
-    if st.tasks:
-        out["tasks"] = [status_dict(name, t) for t in st.tasks]
-    return out
-
-
 @json_errors
 def cmd_status(args: argparse.Namespace) -> int:
     name, job = handle_of(args)
@@ -119,7 +113,6 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    from torchhpc.cli.run import follow
 
     name, job = handle_of(args)
     return follow(get_scheduler(name), job, timeout=args.timeout, print_logs=args.logs)

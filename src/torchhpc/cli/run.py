@@ -13,12 +13,13 @@ import json
 import sys
 from typing import Any
 
-from torchhpc.cli.common import Progress, add_subparser, eprint, json_errors
+from torchhpc.cli.common import add_subparser, eprint, json_errors
+from torchhpc.cli.follow import follow, status_dict, task_index  # noqa: F401 (task_index: re-exported)
 from torchhpc.cli.jobargs import add_job_arguments, misplaced_flags, spec_from_args, split_program
 from torchhpc.env.compat import preflight
 from torchhpc.errors import UsageError
 from torchhpc.schedulers import get_scheduler
-from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
+from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.script import load_record
 
 DESCRIPTION = """Run or submit a distributed job.
@@ -126,7 +127,6 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
         return 0
     if args.json:
         code = follow(scheduler, job_id, print_logs=False)
-        from torchhpc.cli.jobs import status_dict
 
         print(json.dumps(status_dict(spec.scheduler, scheduler.status(job_id))))
         return code
@@ -139,28 +139,3 @@ def _submission_dict(sub: Submission) -> dict[str, Any]:
         "files": dict(sub.files), "notes": list(sub.notes),
     }
 
-
-def follow(scheduler: Scheduler, job_id: str, timeout: float | None = None, print_logs: bool = True) -> int:
-    """Wait with progress, print the log, exit non-zero when the job failed."""
-    progress = Progress()
-
-    def show(st: JobStatus, elapsed: float) -> None:
-        reason = f" ({st.reason})" if st.reason and st.reason not in ("None", "(null)") else ""
-        progress.update(f"{scheduler.name}:{job_id} {st.state}{reason} elapsed {elapsed:.0f}s")
-
-    st = scheduler.wait(job_id, poll=1.0, timeout=timeout, progress=show)
-    progress.done()
-    if print_logs:
-        try:
-            text = scheduler.logs(job_id)
-        except Exception as e:  # logs are a courtesy here; the state is the answer
-            text = ""
-            eprint(f"(no log: {e})")
-        if text:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    eprint(f"{scheduler.name}:{job_id} {st.line()}")
-    if st.ok:
-        return 0
-    code = st.exit_code if st.exit_code and 0 < st.exit_code < 256 else 1
-    eprint(f"Error: job {job_id} ended {st.state}" + (f" with exit code {st.exit_code}" if st.exit_code else ""))
-    return code

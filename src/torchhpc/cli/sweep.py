@@ -60,7 +60,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace, program: list[str]) -> int:
-    from torchhpc.cli.run import follow
+    from torchhpc.cli.follow import follow
     from torchhpc.schedulers import get_scheduler
     from torchhpc.sweep import manifest, parse_grid, sweep_spec, write_manifest
 

@@ -90,7 +90,9 @@ class Supervisor:
         prefix = PREFIX.format(rank=rank)
         show = rank == 0 or not self.rank0_only
         for raw in iter(pipe.readline, b""):
-            line = prefix + raw.decode("utf-8", "replace").rstrip("\r\n") + "\n"
+            text = raw.decode("utf-8", "replace").rstrip("\r\n")
+            # torch prefixes a rank's own error lines ([rank2]: Traceback...): not twice.
+            line = (text if text.startswith(prefix.rstrip()) else prefix + text) + "\n"
             if not show:
                 self.tails[rank].append(line)
                 continue

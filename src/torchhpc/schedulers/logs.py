@@ -57,8 +57,11 @@ class Line:
     node: str = ""
 
     def show(self) -> str:
-        """The line as ``torchhpc logs`` prints it: ``[rankN]: text`` (job lines unprefixed)."""
-        return self.text if self.rank is None else f"[rank{self.rank}]: {self.text}"
+        """The line as ``torchhpc logs`` prints it: ``[rankN]: text`` (job lines unprefixed; a line torch
+        already prefixed with its rank, as it does a failing rank's traceback, is not prefixed twice)."""
+        if self.rank is None or self.text.startswith(f"[rank{self.rank}]:"):
+            return self.text
+        return f"[rank{self.rank}]: {self.text}"
 
 
 _RANK_FILE = re.compile(r"^rank-(\d+)(?:@(.*))?\.log$")
