@@ -149,7 +149,10 @@ def build_spec(
         options[str(k)] = str(val)
     time = v["time"].value
     if profile is not None:
-        _check_requirements(profile, scheduler, {**options, "time": time, "mem": v["mem"].value}, env)
+        given = {**options, "time": time, "mem": v["mem"].value}
+        if values.get("interactive_shell"):  # torchhpc shell: what the site's salloc may leave out
+            given.update({req: "(not needed by a shell)" for req in profile.shell_optional})
+        _check_requirements(profile, scheduler, given, env)
 
     job_env = dict(profile.env) if profile is not None else {}
     network = v["network"].value

@@ -33,6 +33,9 @@ BUILTIN: dict[str, Profile] = {
             container_runtime="singularity",
             network="infiniband",
             require=("account", "qos", "time"),  # "Both parameters must be configured"; time "is mandatory"
+            # ...for batch jobs; the seed's `salloc -q acc_debug --account bsc98 --gres=gpu:2
+            # --cpus-per-task 40` gives no --time (the QoS has a default limit).
+            shell_optional=("time",),
             gpu_kind="nvidia",
         ),
         Profile(

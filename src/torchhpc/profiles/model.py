@@ -39,11 +39,12 @@ FIELD_DOCS: dict[str, str] = {
     "options": "scheduler options (as for --option KEY=VALUE)",
     "setup": "shell lines at the top of the batch script (after module loads)",
     "require": "options the user must give (e.g. account, qos)",
+    "shell_optional": "of require, those an interactive `torchhpc shell` may leave out (e.g. time: the QoS has a default)",
     "gpu_kind": "nvidia or amd",
 }
 
 _INT = ("gpus_per_node", "cpus_per_gpu")
-_TUPLE = ("modules", "container_setup", "setup", "require")
+_TUPLE = ("modules", "container_setup", "setup", "require", "shell_optional")
 _PAIRS = ("env", "options", "container_options")
 _BOOL = ("container_optional",)
 _CHOICES = {
@@ -87,6 +88,7 @@ class Profile:
     options: tuple[tuple[str, str], ...] = ()
     setup: tuple[str, ...] = ()
     require: tuple[str, ...] = ()
+    shell_optional: tuple[str, ...] = ()
     gpu_kind: Optional[str] = None
 
     @classmethod

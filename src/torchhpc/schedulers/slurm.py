@@ -380,9 +380,16 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         for key in ("partition", "account", "qos", "reservation"):
             if spec.option(key):
                 argv.append(f"--{key}={spec.option(key)}")
-        inner = ["srun", "--pty", *_container_srun_options(spec)]
-        inner += _wrap(spec, ["bash", "-i"], interactive=True) if spec.container else ["bash", "-i"]
-        return argv + inner
+        # --overlap (Slurm >= 20.11): the shell's step shares its CPUs, so an srun (or a torchhpc
+        # run) typed inside the shell starts at once instead of waiting for the shell to end.
+        inner = ["srun", "--overlap", "--pty", *_container_srun_options(spec)]
+        shell = _wrap(spec, ["bash", "-i"], interactive=True) if spec.container else ["bash", "-i"]
+        loads = [line for line in spec.setup if line.startswith("module ")]
+        if loads:
+            # The profile's modules load on the compute node (LUMI picks its partition/G modules
+            # there), before the runtime they provide starts and before $SIF, which they set, expands.
+            shell = ["bash", "-c", " && ".join([*loads, "exec " + join(shell)])]
+        return argv + inner + shell
 
 
 def output_pattern(spec: JobSpec) -> str:
