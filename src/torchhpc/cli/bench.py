@@ -58,6 +58,7 @@ def register(sub: Any) -> None:
                    help="collective(s) for every job (default all_reduce)")
     s.add_argument("--out", default="bench-sweep", help="folder for JSON, logs and the report (default bench-sweep)")
     s.add_argument("--timeout", type=float, default=None, help="seconds to wait for each job (default: no limit)")
+    s.add_argument("--dry-run", action="store_true", help="print every job the sweep would submit; submit nothing")
     s.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then bench flags for every job")
     s.set_defaults(func=cmd_sweep)
 
@@ -140,6 +141,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                          "give --scheduler slurm (or pbs, kubernetes) for a sweep over node counts")
     jobs = plan(base, nodes, args.sweep_collective, rest, args.out)
     scheduler = get_scheduler(base.scheduler)
+    if args.dry_run:  # every job, as `run --dry-run` shows one; nothing written, nothing submitted
+        for i, job in enumerate(jobs, 1):
+            print(f"# === sweep job {i} of {len(jobs)}: {job.nodes} node(s), result {job.json_path} ===")
+            sys.stdout.write(str(scheduler.render(job.spec)))
+        print(f"# then: wait for each, write {os.path.join(args.out, 'report.md')} and busbw.png from the results")
+        return 0
     progress = Progress()
     failed = run_sweep(jobs, scheduler, timeout=args.timeout, progress=progress.update)
     progress.done()
