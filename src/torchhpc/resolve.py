@@ -78,10 +78,29 @@ def resolve_values(
     p("cpus_per_gpu", "--cpus-per-gpu", None, int)
     p("mem", "--mem")
     p("time", "--time")
+    _defaults_where_honoured(str(scheduler), out)
     p("network", "--network")
     for key in _OPTION_KEYS:
         p(key, f"--{key}")
     return profile, out
+
+
+def _defaults_where_honoured(scheduler: str, out: dict[str, Value]) -> None:
+    """A default (profile, config file) the scheduler cannot honour is not applied, and says so.
+
+    ``time = "01:00:00"`` in config.toml is meant for the batch schedulers: it must not make every
+    local run fail. Given on the command line or as ``$TORCHHPC_TIME``, the same value is a request,
+    and the capability check refuses it (docs/capabilities.md).
+    """
+    from torchhpc.schedulers import REGISTRY, scheduler_class
+
+    if scheduler not in REGISTRY:
+        return  # get_scheduler names the mistake later
+    cls = scheduler_class(scheduler)
+    for key, capability in (("time", "supports_time_limit"), ("mem", "supports_memory")):
+        v = out[key]
+        if v.value is not None and v.source.startswith(("profile", "config file")) and not getattr(cls, capability):
+            out[key] = Value(None, f"not applied: the {scheduler} scheduler has none ({key} {v.value} from {v.source})")
 
 
 def build_spec(

@@ -81,13 +81,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 @json_errors
 def _run(args: argparse.Namespace, program: list[str]) -> int:
-    from torchhpc.job import check_gpus, check_program, visible_gpus
+    from torchhpc.job import check_gpus, check_program, no_gpu_warning
 
     spec = spec_from_args(args, program)
     # Before anything renders: a script reading variables this launcher never sets is refused (docs/compat.md).
     for warning in preflight(spec):
         eprint(f"Warning: {warning}")
     scheduler = get_scheduler(spec.scheduler)
+    if args.rank0_only and not scheduler.runs_here:  # a capability of the local run (docs/capabilities.md)
+        raise UsageError(
+            f"--rank0-only: the {spec.scheduler} scheduler's ranks print to the job's log, not here",
+            f"drop --rank0-only; `torchhpc logs {spec.scheduler}:ID --rank 0` shows rank 0's output",
+        )
     submission = scheduler.render(spec)
     if args.dry_run:
         if args.json:
@@ -98,11 +103,9 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
     check_program(spec)
     check_gpus(spec, scheduler.runner)
     if spec.scheduler == "local":
-        if spec.gpus_per_node and visible_gpus(spec.gpu_kind) == 0:
-            eprint(
-                f"Warning: --gpus-per-node {spec.gpus_per_node} but this machine shows no {spec.gpu_kind} GPU: "
-                "the ranks run on CPU"
-            )
+        gpu_warning = no_gpu_warning(spec)
+        if gpu_warning:
+            eprint(gpu_warning)
         if not args.background:
             if args.json:
                 raise UsageError("--json with a local run needs --background", "a foreground run prints its ranks' output")

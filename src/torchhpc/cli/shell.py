@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from torchhpc.cli.common import add_subparser
@@ -24,8 +25,11 @@ def cmd_shell(args: argparse.Namespace) -> int:
     spec = spec_from_args(args, ["bash"])
     args.interactive_shell = True  # a profile's shell_optional requirements (mn5: time) may be left out
     sched: Any = get_scheduler(spec.scheduler)
-    if not hasattr(sched, "shell_argv"):
+    if not sched.supports_interactive_shell:
         raise UsageError(f"the {spec.scheduler} scheduler has no interactive shell", "use --scheduler slurm")
+    spec, notes = sched.supported(spec)  # the capability check every render runs (docs/capabilities.md)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     argv = sched.shell_argv(spec)
     if args.dry_run:
         print(join(argv))

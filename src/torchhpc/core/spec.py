@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Optional
 
-from torchhpc.core.array import ArraySpec, parse_array
+from torchhpc.core.array import ArraySpec, check_placeholders, parse_array
 from torchhpc.core.gpus import requested_geometry_error
 from torchhpc.core.units import parse_size, parse_walltime
 from torchhpc.core.validate import check_name, check_value
@@ -223,6 +223,7 @@ class JobSpec:
                     raise SpecError(f"--grid {pname} has {len(values)} values for {count} array tasks")
                 for value in values:
                     check_value(value, f"--grid {pname}")
+            check_placeholders(self.entrypoint.args, ["index", *(n for n, _ in self.array_params)])
         elif self.array_params:
             raise SpecError("sweep parameters without an array", "use torchhpc sweep --grid NAME=V1,V2")
         # NCCL drives one GPU per rank: more ranks than requested GPUs fail inside every rank's NCCL init.

@@ -188,3 +188,18 @@ def check(scheduler: type[Scheduler] | Scheduler, spec: JobSpec) -> tuple[JobSpe
         raise SpecError(message, hint)
     return spec, tuple(notes)
 
+
+
+def markdown() -> str:
+    """docs/capabilities.md's two tables, from the classes' attributes and :data:`RULES` (a test compares them)."""
+    from torchhpc.schedulers import REGISTRY, scheduler_class
+
+    classes = [scheduler_class(n) for n in REGISTRY]
+    lines = ["| capability | " + " | ".join(REGISTRY) + " |", "|---|" + "---|" * len(classes)]
+    for attr, meaning in CAPABILITIES.items():
+        cells = ["yes" if getattr(c, attr) else "**no**" for c in classes]
+        lines.append(f"| `{attr}`: {meaning} | " + " | ".join(cells) + " |")
+    lines += ["", "| flag | needs | without it |", "|---|---|---|"]
+    for rule in RULES:
+        lines.append(f"| `{rule.flag}` | `{rule.capability}` | {rule.otherwise} |")
+    return "\n".join(lines) + "\n"
