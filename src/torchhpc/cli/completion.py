@@ -37,10 +37,10 @@ def commands(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, tup
     return out
 
 
-def script(shell: str) -> str:
-    from torchhpc.cli.main import build_parser
-
-    table = commands(build_parser())
+def script(shell: str, parser: argparse.ArgumentParser) -> str:
+    """The completion script of ``parser`` (the whole CLI's: main hands it in, so that this module,
+    which main imports, never imports main back)."""
+    table = commands(parser)
     cases = []
     for path, (subs, opts) in sorted(table.items()):
         words = " ".join(subs + opts)
@@ -73,5 +73,5 @@ _torchhpc_words() {{
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    print(script(args.shell), end="")
+    print(script(args.shell, args._build_parser()), end="")
     return 0

@@ -96,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     _use_devcluster()
+    args._build_parser = build_parser  # the whole parser, for `completion` (cli modules never import main)
     try:
         rc = args.func(args)
     except TorchHPCError as e:

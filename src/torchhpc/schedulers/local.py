@@ -303,7 +303,10 @@ class LocalScheduler(Scheduler):
         if spec.array is not None:  # one run per task (schedulers/local_array.py)
             from torchhpc.schedulers.local_array import run_array
 
-            return run_array(self, submission, rank0_only=rank0_only, stdout=stdout, stderr=stderr)
+            def task(one: JobSpec, out: IO[str], err: IO[str]) -> object:
+                return self.run(self.render(one), rank0_only=rank0_only, stdout=out, stderr=err)
+
+            return run_array(task, submission, stdout=stdout, stderr=stderr)
         _check(spec)
         fixed = self._fixed(spec)
         port = fixed.get("MASTER_PORT") or str(free_port())
