@@ -72,6 +72,9 @@ BUILTIN: dict[str, Profile] = {
             scheduler="slurm",
             launcher="torchrun",
             gpus_per_node=4,
+            # The Alliance's default is 256 MB per core ("Running jobs"): without a request a ResNet
+            # job is OOM-killed. Its PyTorch guide asks memory per node with --mem; 8G per GPU here.
+            mem="32G",
             modules=("StdEnv/2020", "gcc/11.3.0", "cuda/11.7", "nccl/2.12.12", "python/3.8.10"),
             require=("account",),  # def-<pi> allocations
             gpu_kind="nvidia",
