@@ -166,6 +166,7 @@ def build_spec(
         else:
             k, val = item.split("=", 1)
         options[str(k)] = str(val)
+    _check_masks_per_task(options.get("cpu_bind", ""), str(v["launcher"].value), profile)
     time = v["time"].value
     if profile is not None:
         given = {**options, "time": time, "mem": v["mem"].value}
@@ -192,6 +193,11 @@ def build_spec(
             raise
         preview(e)
         container = None
+    own_image = not values.get("container") and not env.get("TORCHHPC_CONTAINER")  # the profile's default image
+    if preview is not None and container is not None and profile is not None and profile.image_without_torchhpc and own_image:
+        notice = _imports_torchhpc(entry, str(profile.container_image), profile.name)
+        if notice is not None:
+            preview(notice)
     setup: tuple[str, ...] = ()
     if profile is not None:
         setup = tuple(profile.setup)
@@ -222,6 +228,46 @@ def build_spec(
         requeue=bool(values.get("requeue")),
         max_timeout_requeues=int(values["max_requeues"]) if values.get("max_requeues") is not None else 3,
         array=values.get("array"),
+    )
+
+
+class Notice(UsageError):
+    """A dry-run warning about something that may still work (not a refusal)."""
+
+
+def _imports_torchhpc(entry: Entrypoint, image: str, profile: str) -> Notice | None:
+    """The program imports torchhpc unconditionally (a top-level import, not one in a try/except
+    fallback as examples/pi.py has) while the profile's image does not carry it: the ranks would
+    stop at ``import torchhpc`` (LUMI's PyTorch container, seed 002)."""
+    script = entry.target if entry.kind == "script" else None
+    if not script or not os.path.isfile(script):
+        return None
+    try:
+        with open(script, encoding="utf-8", errors="replace") as f:
+            text = f.read(200_000)
+    except OSError:
+        return None
+    if not re.search(r"^(import torchhpc|from torchhpc[. ])", text, re.M):
+        return None
+    return Notice(
+        f"{script} imports torchhpc, which the image of profile {profile!r} ({image}) does not carry",
+        "install it into the image's Python (e.g. a venv on top of the container: pip install torchhpc), "
+        "or bind a torchhpc checkout and add it to PYTHONPATH with --env",
+    )
+
+
+def _check_masks_per_task(cpu_bind: str, launcher: str, profile: Any) -> None:
+    """A mask list binds one task per GPU: torchrun's one task per node would squeeze all its workers
+    into the first mask (LUMI: 8 workers on 7 cores), so it is refused, naming the launchers that fit."""
+    from torchhpc.launchers import get_launcher
+
+    if not cpu_bind.startswith("mask_cpu:") or "," not in cpu_bind or not get_launcher(launcher).per_node:
+        return
+    where = f"profile {profile.name!r}" if profile is not None and profile.cpu_bind else "--opt cpu_bind"
+    raise UsageError(
+        f"--launcher {launcher} with the CPU masks of {where} (one per task, one task per GPU): "
+        "torchrun's single task per node cannot give each worker its own mask",
+        "use --launcher srun (the seed's way: one task per GPU, each with its mask and its GPU), or mpirun",
     )
 
 

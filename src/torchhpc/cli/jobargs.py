@@ -179,7 +179,10 @@ def spec_from_args(args: argparse.Namespace, program: Sequence[str]) -> JobSpec:
     from torchhpc.resolve import build_spec
 
     def warn(e: UsageError) -> None:
-        print(f"Warning: {e.message} (submitting would stop here)", file=sys.stderr)
+        from torchhpc.resolve import Notice
+
+        stop = "" if isinstance(e, Notice) else " (submitting would stop here)"
+        print(f"Warning: {e.message}{stop}", file=sys.stderr)
         if e.hint:
             print(f"HINT: {e.hint}", file=sys.stderr)
 

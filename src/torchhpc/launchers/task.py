@@ -127,6 +127,15 @@ if [ "$_torchhpc_launcher" != srun ] && [ -n "${SLURM_PROCID:-}" ]; then
     unset SLURM_TASKS_PER_NODE SLURM_STEP_TASKS_PER_NODE SLURM_GTIDS
   fi
 fi
+if [ -n "${TORCHHPC_GPU_PER_TASK:-}" ] && [ "${_torchhpc_launcher:-${0#torchhpc-task-}}" != torchrun ]; then
+  IFS=, read -ra _torchhpc_l <<< "${!TORCHHPC_GPU_PER_TASK:-}"
+  export "$TORCHHPC_GPU_PER_TASK=${_torchhpc_l[$LOCAL_RANK]:-$LOCAL_RANK}"
+fi
+if [ -n "${TORCHHPC_CPU_MASKS:-}" ] && [ "${_torchhpc_launcher:-${0#torchhpc-task-}}" = mpirun ]; then
+  IFS=, read -ra _torchhpc_l <<< "$TORCHHPC_CPU_MASKS"
+  taskset -p "${_torchhpc_l[$((LOCAL_RANK % ${#_torchhpc_l[@]}))]}" $$ >/dev/null 2>&1 \
+    || echo "torchhpc-task: rank $RANK: taskset could not apply a mask of TORCHHPC_CPU_MASKS" >&2
+fi
 : "${MASTER_ADDR:=127.0.0.1}" "${MASTER_PORT:=29500}"
 export RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
 export NODE_RANK=$GROUP_RANK

@@ -53,8 +53,16 @@ BUILTIN: dict[str, Profile] = {
             # The seed runs `singularity exec $SIFPYTORCH` with no --rocm: the image brings its
             # own ROCm, and --rocm would bind the host's over it.
             container_options=(("gpu", "none"),),
+            image_without_torchhpc=True,  # the EasyBuild PyTorch container: torch, torchvision, no torchhpc
             network="lumi-slingshot",
             cpu_bind="mask_cpu:" + LUMI_CPU_MASKS,
+            env=(
+                # Seed 002's runscript: "each task uses the proper GPU", ROCR_VISIBLE_DEVICES from the
+                # local id (GCD i for task i, matching mask i above); done by the task shim, which also
+                # applies mask i under mpirun (srun applies cpu_bind itself).
+                ("TORCHHPC_GPU_PER_TASK", "ROCR_VISIBLE_DEVICES"),
+                ("TORCHHPC_CPU_MASKS", LUMI_CPU_MASKS),
+            ),
             setup=(
                 # MIOpen's default cache on Lustre breaks (file locking): a per-node /tmp cache.
                 'export MIOPEN_USER_DB_PATH="/tmp/${USER:-$(id -un)}-miopen-cache-${SLURM_JOB_ID:-0}"',

@@ -33,6 +33,7 @@ FIELD_DOCS: dict[str, str] = {
     "container_setup": "shell lines run before the container starts",
     "container_options": "runtime options (as in `torchhpc options`), e.g. gpu = \"none\" for a container that brings its own ROCm",
     "container_optional": "true: without an image, ranks run on the host (otherwise a profile naming a runtime refuses)",
+    "image_without_torchhpc": "true: the profile's default image has no torchhpc; a dry run warns when the program imports it",
     "network": "network preset for --network (see `torchhpc net presets`)",
     "cpu_bind": "srun --cpu-bind value, e.g. mask_cpu:0xfe,...",
     "env": "extra environment variables (NAME = value)",
@@ -46,7 +47,7 @@ FIELD_DOCS: dict[str, str] = {
 _INT = ("gpus_per_node", "cpus_per_gpu")
 _TUPLE = ("modules", "container_setup", "setup", "require", "shell_optional")
 _PAIRS = ("env", "options", "container_options")
-_BOOL = ("container_optional",)
+_BOOL = ("container_optional", "image_without_torchhpc")
 _CHOICES = {
     "scheduler": ("local", "slurm", "pbs", "kubernetes", "runai"),
     "launcher": ("torchrun", "srun", "mpirun"),
@@ -82,6 +83,7 @@ class Profile:
     container_setup: tuple[str, ...] = ()
     container_options: tuple[tuple[str, str], ...] = ()
     container_optional: bool = False
+    image_without_torchhpc: bool = False
     network: Optional[str] = None
     cpu_bind: Optional[str] = None
     env: tuple[tuple[str, str], ...] = ()
