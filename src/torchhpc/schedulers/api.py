@@ -18,6 +18,7 @@ from torchhpc.core.proc import Runner, default_runner
 from torchhpc.core.shell import join, quote
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import JobFailed, TorchHPCError
+from torchhpc.schedulers.files import Written
 from torchhpc.schedulers.options import Option
 from torchhpc.schedulers.options import resolve as resolve_options
 
@@ -46,43 +47,16 @@ class Submission:
     stdin: Optional[str] = None
     notes: tuple[str, ...] = ()
 
-    def write_files(self) -> None:
-        """Write the script (and any other file) where the submit command expects it.
+    def write_files(self, private: bool = False) -> Written:
+        """Write the script (and any other file), never over a file that exists (schedulers/files.py).
 
-        Each file is written whole or not at all (a temporary file beside it, then a
-        rename): text no file can hold is an error before anything is written, and an
-        interrupted write never leaves a half script for a later ``sbatch``/``qsub``.
+        ``private``: to new hidden files beside their paths, for a submit command that is given
+        that name (the batch schedulers); otherwise each file takes its path when free, else
+        ``NAME.N.EXT``. The answer says which, and ``remove()`` undoes it all.
         """
-        import contextlib
-        import os
-        import tempfile
+        from torchhpc.schedulers.files import write_new
 
-        from torchhpc.errors import QuotingError
-
-        encoded = []
-        for path, content in self.files:
-            try:
-                encoded.append((path, content.encode("utf-8")))
-            except UnicodeEncodeError as e:
-                raise QuotingError(
-                    f"{path}: the rendered text holds {content[e.start:e.end]!r}, which no file can hold as UTF-8",
-                    "a value came from undecodable bytes: pass UTF-8 text",
-                ) from None
-        umask = os.umask(0)
-        os.umask(umask)
-        for path, data in encoded:
-            directory = os.path.dirname(path) or "."
-            os.makedirs(directory, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.chmod(tmp, 0o666 & ~umask)
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+        return write_new(self.files, private=private)
 
     def __str__(self) -> str:
         parts: list[str] = []

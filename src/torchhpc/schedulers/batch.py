@@ -20,6 +20,7 @@ variables with that prefix are refused where ``--env`` is parsed.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import replace
 from typing import ClassVar
@@ -29,6 +30,8 @@ from torchhpc.core.spec import ContainerSpec, JobSpec
 from torchhpc.errors import SchedulerError
 from torchhpc.launchers import SHIM_VAR, TASK_SHIM, get_launcher, torchrun_argv
 from torchhpc.schedulers.api import Scheduler, Submission
+from torchhpc.schedulers.files import keep, make_dirs
+from torchhpc.schedulers.log_wiring import job_dir
 from torchhpc.schedulers.script import env_block, header_lines, read_log, save_record, script_path
 
 __all__ = [
@@ -373,21 +376,46 @@ class BatchScheduler(Scheduler):
         )
 
     def schedule(self, submission: Submission) -> str:
-        submission.write_files()
-        done = self.runner.run(list(submission.argv), hint=self.submit_hint)
-        job_id = self.parse_job_id(done.stdout)
-        if not job_id:
-            raise SchedulerError(f"{self.submit_command} printed {done.stdout.strip()!r}, not a job id")
+        """Submit the script from a private file, then give it its place in the job's directory.
+
+        The script's display name (``<output-dir>/<name>.sbatch``) may be the user's own file:
+        it is never written (schedulers/files.py). A submission that fails removes what it made.
+        """
+        written = submission.write_files(private=True)
+        path = submission.script_path or ""
+        tmp = written.paths.get(path, path)
+        argv = list(submission.argv)
+        if path and argv and argv[-1] == path:
+            argv[-1] = tmp
+        try:
+            done = self.runner.run(argv, hint=self.submit_hint)
+            job_id = self.parse_job_id(done.stdout)
+            if not job_id:
+                raise SchedulerError(f"{self.submit_command} printed {done.stdout.strip()!r}, not a job id")
+        except BaseException:
+            written.remove()
+            raise
+        script = self.place_script(submission, job_id, tmp) if path else ""
         spec = submission.spec
         save_record(
             self.name,
             job_id,
             launcher=spec.launcher,
             nproc_per_node=spec.nproc_per_node,
-            script=submission.script_path,
+            script=script,
             **self.record(spec),
         )
         return job_id
+
+    def place_script(self, submission: Submission, job_id: str, tmp: str) -> str:
+        """Where the submitted script is kept: ``job<suffix>`` in the job's directory ``<name>-<id>/``.
+
+        The directory is made if missing; a file already there stays, and the script keeps its
+        private name beside the display name.
+        """
+        where = job_dir(submission.script_path or "", re.sub(r"[^0-9A-Za-z_]", "", job_id.split(".")[0]))
+        make_dirs(where)
+        return keep(tmp, os.path.join(where, "job" + self.suffix))
 
     def logs(self, job_id: str, rank: int | None = None) -> str:
         """The job's log: its output file and per-rank files (``[rankN]: ``), or one rank's lines."""

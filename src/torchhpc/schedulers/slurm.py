@@ -10,6 +10,7 @@ and two jobs on one node do not collide.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Mapping
@@ -20,7 +21,7 @@ from torchhpc.core.shell import Raw, directive, join, quote
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import format_bytes, format_walltime, parse_size
 from torchhpc.core.validate import parse_bool
-from torchhpc.errors import SpecError
+from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.launchers import SHIM_VAR, SRUN, TORCHRUN, get_launcher, mpirun_argv, srun_argv, task_argv
 from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.batch import (
@@ -30,6 +31,7 @@ from torchhpc.schedulers.batch import (
     job_env_names,
     torchrun_command,
 )
+from torchhpc.schedulers.files import keep
 from torchhpc.schedulers.log_wiring import (
     LOG_DIR_VAR,
     RANK_VARS,
@@ -258,7 +260,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         return replace(sub, argv=(*sub.argv[:-1], "--hold", f"--output={out}", sub.argv[-1]), notes=(*sub.notes, note))
 
     def schedule(self, submission: Submission) -> str:
-        """Submit held, make the job's directory (its name needs the id), move the script in, release.
+        """Submit held, make the job's directory (its name needs the id), put the script in, release.
 
         Slurm does not create an output file's directory, and a job may start the
         moment ``sbatch`` returns: hence ``--hold``. The job is released whatever happens,
@@ -269,17 +271,34 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             return job_id
         user_hold = "#SBATCH --hold" in (submission.script or "").splitlines()
         try:
-            path = submission.script_path or ""
-            where = job_dir(path, job_id)
-            os.makedirs(os.path.join(where, RANKS_DIR), exist_ok=True)
-            script = os.path.join(where, "job.sbatch")
-            if os.path.exists(path):
-                os.replace(path, script)
-            update_record(self.name, job_id, job_dir=where, output_path=os.path.join(where, "slurm.out"), script=script)
+            where = job_dir(submission.script_path or "", job_id)
+            update_record(self.name, job_id, job_dir=where, output_path=os.path.join(where, "slurm.out"))
         finally:
             if not user_hold:
                 self.runner.run(["scontrol", "release", job_id], hint="release it by hand: scontrol release " + job_id)
         return job_id
+
+    def place_script(self, submission: Submission, job_id: str, tmp: str) -> str:
+        """A held job's directory is made here, and must be new: an old one (a job id used again
+        after a cluster was rebuilt, or the user's own) is never written into; the job is cancelled
+        before it runs, and the submission refused."""
+        if "--hold" not in submission.argv:
+            return super().place_script(submission, job_id, tmp)
+        where = job_dir(submission.script_path or "", job_id)
+        try:
+            os.mkdir(where)
+        except FileExistsError:
+            with contextlib.suppress(CommandError):
+                self.runner.run(["scancel", job_id], timeout=60)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise SchedulerError(
+                f"the job directory {where} already exists: job {job_id} was cancelled before it ran, "
+                "so that nothing writes into it",
+                "give the job another --name or --output-dir, or move that directory away",
+            ) from None
+        os.mkdir(os.path.join(where, RANKS_DIR))
+        return keep(tmp, os.path.join(where, "job.sbatch"))
 
     def host_lines(self, spec: JobSpec) -> list[str]:
         return [
