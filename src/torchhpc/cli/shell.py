@@ -22,8 +22,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
-    spec = spec_from_args(args, ["bash"])
     args.interactive_shell = True  # a profile's shell_optional requirements (mn5: time) may be left out
+    spec = spec_from_args(args, ["bash"])
     sched: Any = get_scheduler(spec.scheduler)
     if not sched.supports_interactive_shell:
         raise UsageError(f"the {spec.scheduler} scheduler has no interactive shell", "use --scheduler slurm")
