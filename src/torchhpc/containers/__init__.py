@@ -25,6 +25,7 @@ from torchhpc.errors import SpecError
 
 __all__ = [
     "MODULES",
+    "per_node_lines",
     "runtime_options",
     "sbatch_directives",
     "setup_lines",
@@ -92,6 +93,12 @@ def setup_lines(container: ContainerSpec) -> list[str]:
     """
     out: list[str] = _module(container.runtime).setup_lines(container)
     return out
+
+
+def per_node_lines(container: ContainerSpec) -> list[str]:
+    """Those of :func:`setup_lines` that every node must run once (enroot create), as one shell line each."""
+    lines: list[str] = list(getattr(_module(container.runtime), "per_node_lines", lambda _c: [])(container))
+    return lines
 
 
 def runtime_options(runtime: str) -> dict[str, str]:

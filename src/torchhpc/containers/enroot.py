@@ -66,19 +66,26 @@ def import_uri(image: str) -> str:
 
 
 def setup_lines(container: ContainerSpec) -> list[str]:
-    opts = c.options(container, OPTIONS)
     sqsh = squashfs(container)
     lines = []
     if not c.is_image_file(container.image):
         lines.append(
             f"[ -f {join([sqsh])} ] || {join(['enroot', 'import', '--output', sqsh, import_uri(container.image)])}"
         )
-    if c.flag(opts, "create", True):
-        name = container_name(container)
-        lines.append(
-            f"enroot list | grep -qxF {join([name])} || {join(['enroot', 'create', '--name', name, sqsh])}"
-        )
+    lines += per_node_lines(container)
     return lines
+
+
+def per_node_lines(container: ContainerSpec) -> list[str]:
+    """``enroot create`` writes the container into the node's ``ENROOT_DATA_PATH`` (node-local on
+    most sites): every node of the job needs its own, made before the launch. A batch scheduler
+    that can run a command once per node (Slurm: ``srun --ntasks-per-node=1``) runs these there;
+    in :func:`setup_lines` they run once, where the script runs."""
+    opts = c.options(container, OPTIONS)
+    if not c.flag(opts, "create", True):
+        return []
+    name = container_name(container)
+    return [f"enroot list | grep -qxF {join([name])} || {join(['enroot', 'create', '--name', name, squashfs(container)])}"]
 
 
 def wrap(
