@@ -45,14 +45,6 @@ def eprint(*args: object) -> None:
     print(*args, file=sys.stderr, flush=True)
 
 
-def announce_target(scheduler: Any) -> str | None:
-    """Say on stderr, in one line, when jobs go to a dev cluster rather than the site's own scheduler."""
-    line: str | None = scheduler.target()
-    if line:
-        eprint(f"torchhpc: {line}")
-    return line
-
-
 class Progress:
     """One status line on a TTY (rewritten in place), plain lines otherwise, only on change."""
 
