@@ -30,6 +30,8 @@ def sections() -> dict[str, list[str]]:
         if m:
             name = m.group(1)
             out[name] = []
+        elif line.startswith("## "):  # a section that is not one profile's table
+            name = ""
         elif name and line.startswith("| ") and not line.startswith(("| seed |", "|---")):
             cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
             if len(cells) >= 2:
