@@ -22,7 +22,7 @@ from torchhpc.bench.command import (
     env_size,
     size_arg,
 )
-from torchhpc.cli.common import add_subparser
+from torchhpc.cli.common import add_subparser, announce_target
 from torchhpc.errors import JobFailed, UsageError
 
 EXAMPLES = """examples:
@@ -141,6 +141,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                          "give --scheduler slurm (or pbs, kubernetes) for a sweep over node counts")
     jobs = plan(base, nodes, args.sweep_collective, rest, args.out)
     scheduler = get_scheduler(base.scheduler)
+    announce_target(scheduler, dry_run=args.dry_run)
     if args.dry_run:  # every job, as `run --dry-run` shows one; nothing written, nothing submitted
         for i, job in enumerate(jobs, 1):
             print(f"# === sweep job {i} of {len(jobs)}: {job.nodes} node(s), result {job.json_path} ===")
@@ -189,6 +190,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     if args.launcher is None and base.scheduler == "slurm":
         base = base.with_(launcher="srun")  # the quickest start: no torchrun agent importing torch per node
     scheduler = get_scheduler(base.scheduler)
+    target = announce_target(scheduler, dry_run=args.dry_run)
     n, names, in_alloc = nodes_job.resolve_nodes(scheduler, args.nodes, args.nodelist)
     spec, json_path = nodes_job.make_spec(
         base, n, names, size=args.size, iters=args.iters, slow_ratio=args.slow_ratio, budget=args.budget,
@@ -198,6 +200,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         return 0
     run = nodes_job.run_job(scheduler, spec, json_path, budget=args.budget, started=started,
                             in_allocation=in_alloc, say=lambda t: print(t, flush=True))
+    run.report["target"] = target  # --json says where it ran (a dev cluster, or null: the site's own)
     bad = nodes_job.write_outputs(run, args.json, args.exclude_file)
     print()
     print(plan.format_table(run.rows))

@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from torchhpc.cli.common import add_subparser, eprint, json_errors
+from torchhpc.cli.common import add_subparser, announce_target, eprint, json_errors
 from torchhpc.cli.follow import follow, status_dict, task_index  # noqa: F401 (task_index: re-exported)
 from torchhpc.cli.jobargs import add_job_arguments, misplaced_flags, spec_from_args, split_program
 from torchhpc.env.compat import preflight
@@ -95,12 +95,14 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
         )
     submission = scheduler.render(spec)
     if args.dry_run:
+        target = announce_target(scheduler, dry_run=True)  # in the JSON only: a dry run touches no cluster
         if args.json:
-            print(json.dumps(_submission_dict(submission), indent=1))
+            print(json.dumps({**_submission_dict(submission), "target": target}, indent=1))
         else:
             sys.stdout.write(str(submission))
         return 0
     check_program(spec)
+    target = announce_target(scheduler)  # before the first Slurm command (check_gpus asks sinfo)
     check_gpus(spec, scheduler.runner)
     if spec.scheduler == "local":
         gpu_warning = no_gpu_warning(spec)
@@ -118,7 +120,8 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
     handle = f"{spec.scheduler}:{job_id}"
     if args.json and not args.wait:
         print(json.dumps({"handle": handle, "scheduler": spec.scheduler, "job_id": job_id, "name": spec.name,
-                          "nodes": spec.nodes, "nproc_per_node": spec.nproc_per_node, "launcher": spec.launcher}))
+                          "nodes": spec.nodes, "nproc_per_node": spec.nproc_per_node, "launcher": spec.launcher,
+                          "target": target}))
         return 0
     print(f"Submitted {handle} ({spec.name}: {spec.nodes} node(s) x {spec.nproc_per_node} rank(s), {spec.launcher})",
           file=sys.stderr if args.json else sys.stdout)
@@ -131,7 +134,7 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
     if args.json:
         code = follow(scheduler, job_id, print_logs=False)
 
-        print(json.dumps(status_dict(spec.scheduler, scheduler.status(job_id))))
+        print(json.dumps({**status_dict(spec.scheduler, scheduler.status(job_id)), "target": target}))
         return code
     return follow(scheduler, job_id)
 

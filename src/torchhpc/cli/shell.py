@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from torchhpc.cli.common import add_subparser
+from torchhpc.cli.common import add_subparser, announce_target
 from torchhpc.cli.jobargs import add_job_arguments, spec_from_args
 from torchhpc.core.shell import join
 from torchhpc.errors import UsageError
@@ -31,6 +31,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     argv = sched.shell_argv(spec)
+    announce_target(sched, dry_run=args.dry_run)
     if args.dry_run:
         print(join(argv))
         return 0

@@ -166,6 +166,13 @@ class Scheduler(ABC):
         if own is not None and not getattr(own, "_checks_capabilities", False):
             setattr(cls, "render", _checked_render(own))  # noqa: B010 (mypy refuses assigning a method)
 
+    def target(self) -> Optional[str]:
+        """One line saying where jobs go when that is not the site's own scheduler (a dev cluster), else None.
+
+        ``torchhpc run``, ``shell`` and ``bench`` print it on stderr and put it in their JSON.
+        """
+        return None
+
     def supported(self, spec: JobSpec) -> tuple[JobSpec, tuple[str, ...]]:
         """``spec`` as this scheduler can run it, with a note per conversion; refusals raise (see capabilities)."""
         from torchhpc.schedulers.capabilities import check

@@ -76,13 +76,18 @@ def _container_srun_options(spec: JobSpec) -> list[str]:
     return srun_options(job_container(spec, spec.container))
 
 
+# Where a site's own Slurm configuration lives when $SLURM_CONF does not say (Slurm's default, Debian's).
+SITE_CONFS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
+
+
 def _site_env() -> Mapping[str, str] | None:
     """The machine's own Slurm when it has one; else a provider registered in ``SITE_ENV`` (the CLI
     registers a running ``torchhpc devcluster``, so that ``devcluster up`` followed by a plain
-    ``torchhpc run --scheduler slurm`` works without exporting anything by hand)."""
-    if os.environ.get("SLURM_CONF") or any(
-        os.path.exists(p) for p in ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
-    ):
+    ``torchhpc run --scheduler slurm`` works without exporting anything by hand).
+
+    The site's configuration wins: with ``$SLURM_CONF`` set or a ``slurm.conf`` in its default
+    place, no provider is asked, even if a dev cluster runs (docs/slurm-target.md says the rule)."""
+    if os.environ.get("SLURM_CONF") or any(os.path.exists(p) for p in SITE_CONFS):
         return None
     from torchhpc.schedulers import SITE_ENV
 
@@ -94,6 +99,15 @@ def _site_env() -> Mapping[str, str] | None:
         if env is not None:
             return env
     return None
+
+
+def dev_target() -> str | None:
+    """One line naming the stand-in that Slurm commands go to (a dev cluster), or None for the site's own Slurm."""
+    env = _site_env()
+    if env is None:
+        return None
+    return (f"Slurm target: the torchhpc dev cluster (SLURM_CONF={env.get('SLURM_CONF', '?')}), "
+            "as this machine has no Slurm configuration of its own ($SLURM_CONF unset, no /etc/slurm/slurm.conf)")
 
 
 def _site_runner() -> Runner:
@@ -140,7 +154,12 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     )
 
     def __init__(self, runner: Runner | None = None) -> None:
+        self._site = runner is None  # its commands go where _site_env says (a given runner: where it says)
         super().__init__(runner or _site_runner())
+
+    def target(self) -> str | None:
+        return dev_target() if self._site else None
+
 
     # rendering -------------------------------------------------------
     @staticmethod
