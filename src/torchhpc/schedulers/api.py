@@ -19,7 +19,7 @@ from torchhpc.core.shell import join, quote
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import JobFailed, TorchHPCError
 from torchhpc.schedulers.files import Written
-from torchhpc.schedulers.options import Option
+from torchhpc.schedulers.options import Option, with_defaults
 from torchhpc.schedulers.options import resolve as resolve_options
 
 __all__ = ["TERMINAL", "JobStatus", "Scheduler", "Submission"]
@@ -159,6 +159,8 @@ class Scheduler(ABC):
     runs_in_pods: ClassVar[bool] = False  # an image in pods: the cluster's runtime, the image's files
     renders_script: ClassVar[bool] = False  # a batch script (network presets applied in the script)
     default_launcher: ClassVar[str] = "torchrun"
+    # --opt names the submit command reads from its own environment when not given (sbatch: $SBATCH_ACCOUNT)
+    env_options: ClassVar[Mapping[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -188,6 +190,11 @@ class Scheduler(ABC):
     def checked_options(self, spec: JobSpec, given: Mapping[str, str] | None = None) -> dict[str, str]:
         """The job's ``--opt`` values, checked: one error for an unknown name or an ill-typed value."""
         return resolve_options(self.name, self.OPTIONS.values(), spec.options_dict if given is None else given)
+
+    def settings(self, spec: JobSpec, given: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The checked ``--opt`` values over the declared defaults: a default is written once, in its
+        :class:`~torchhpc.schedulers.options.Option`, never again where it is used."""
+        return with_defaults(self.OPTIONS.values(), self.checked_options(spec, given))
 
     @abstractmethod
     def render(self, spec: JobSpec) -> Submission: ...
