@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, missing
+from tests.script_text import helpers, lines
 from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.errors import CommandError, QuotingError, SchedulerError, SpecError
@@ -129,7 +130,7 @@ def test_torque_nodes_ppn_and_total_memory() -> None:
 
 
 def launch_line(script: str) -> str:
-    return next(line for line in script.splitlines() if line.startswith(("mpirun ", "pbsdsh ")))
+    return next(line for line in lines(script) if line.startswith(("mpirun ", "pbsdsh ")))
 
 
 def test_mpirun_line_has_the_seed_flags() -> None:
@@ -141,7 +142,7 @@ def test_mpirun_line_has_the_seed_flags() -> None:
         "-x MASTER_ADDR -x MASTER_PORT -x PATH -x NCCL_DEBUG",
         "--bind-to none",
         "-mca pml ob1 -mca btl '^openib'",
-        'bash -c "$TORCHHPC_TASK_SHIM" torchhpc-task-mpirun python3 examples/pi.py --n 1000000',
+        'bash -c "$_torchhpc_task_shim" torchhpc-task-mpirun python3 examples/pi.py --n 1000000',
     ):
         assert piece in launch, piece
 
@@ -174,10 +175,10 @@ def test_hostile_values_rejected_or_carried(hostile: str, tmp_path: Path) -> Non
     for line in script.splitlines():
         if line.startswith("#PBS -N"):
             assert "\n" not in line and " " not in line.split(" ", 2)[2]
-    exports = [line for line in script.splitlines() if line.startswith("export TORCHHPC_T=")]
+    exports = [line for line in script.splitlines() if line.startswith("  export TORCHHPC_T=")]
     # export lines may span lines (a newline in the value): cut the env block out by its markers
     start = script.index(exports[0])
-    end = script.index("\n# Rendezvous")
+    end = script.index("\n  # Rendezvous")
     block = script[start:end]
     r = subprocess.run(
         ["bash", "-c", block + '\nprintf %s "$TORCHHPC_T"'], capture_output=True, text=True, cwd=tmp_path
@@ -189,7 +190,7 @@ def test_hostile_values_rejected_or_carried(hostile: str, tmp_path: Path) -> Non
 def test_preamble_runs_in_bash(tmp_path: Path) -> None:
     """The rendezvous block, run by bash with a made-up nodefile: first host, deduplicated, port from job id."""
     script = PBSScheduler(runner=FakeRunner()).render(spec()).script or ""
-    pre = script[script.index("mapfile") : script.index("# Per-task shim")]
+    pre = helpers(script) + script[script.index("mapfile") : script.index("  # Launch:")]
     nodefile = tmp_path / "nodes"
     nodefile.write_text("se007\nse007\nse003\nse007\nse003\n")
     env = {"PATH": os.environ["PATH"], "PBS_NODEFILE": str(nodefile), "PBS_JOBID": "4711.pbsserver01"}
@@ -207,7 +208,7 @@ def test_preamble_runs_in_bash(tmp_path: Path) -> None:
 
 def test_container_wraps_each_rank() -> None:
     launch = launch_line(PBSScheduler(runner=FakeRunner()).render(CASES["sockeye_apptainer"]).script or "")
-    assert launch.index("mpirun") < launch.index("apptainer") < launch.index("TORCHHPC_TASK_SHIM")
+    assert launch.index("mpirun") < launch.index("apptainer") < launch.index("_torchhpc_task_shim")
     assert "/arc/project/st-alice-1/pytorch.sif" in launch and "--nv" in launch
     assert launch.endswith("torchhpc-task-mpirun python examples/pi.py &")
     pyxis = ContainerSpec(image="nvcr.io#nvidia/pytorch:24.01-py3", runtime="pyxis")

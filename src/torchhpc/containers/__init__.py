@@ -20,7 +20,6 @@ import importlib
 from collections.abc import Sequence
 from types import ModuleType
 
-from torchhpc.containers._common import Wrapping
 from torchhpc.core.spec import RUNTIMES, ContainerSpec
 from torchhpc.errors import SpecError
 
@@ -67,8 +66,9 @@ def wrap(
     lists variable names and ``PREFIX*`` patterns that must reach the process inside;
     ``interactive`` asks for a terminal (``torchhpc shell``: docker/podman ``-it``).
     """
-    how = Wrapping(gpus=gpus, gpu_kind=gpu_kind, pass_env=tuple(pass_env), interactive=interactive)
-    out: list[str] = _module(container.runtime).wrap(container, list(argv), how)
+    out: list[str] = _module(container.runtime).wrap(
+        container, list(argv), gpus=gpus, gpu_kind=gpu_kind, pass_env=tuple(pass_env), interactive=interactive
+    )
     return out
 
 

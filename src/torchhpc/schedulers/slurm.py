@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any, ClassVar
 
 from torchhpc.core.proc import Runner
 from torchhpc.core.shell import Raw, directive, join, quote
@@ -22,7 +23,7 @@ from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import format_bytes, format_walltime, parse_size
 from torchhpc.core.validate import parse_bool
 from torchhpc.errors import CommandError, SchedulerError, SpecError
-from torchhpc.launchers import SHIM_VAR, SRUN, TORCHRUN, get_launcher, mpirun_argv, srun_argv, task_argv
+from torchhpc.launchers import SHIM_VAR, launcher_of, mpirun_argv, srun_argv, task_argv
 from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.batch import (
     BatchScheduler,
@@ -34,7 +35,7 @@ from torchhpc.schedulers.batch import (
 from torchhpc.schedulers.files import keep
 from torchhpc.schedulers.log_wiring import (
     LOG_DIR_VAR,
-    RANK_VARS,
+    LOG_REF,
     RANKS_DIR,
     job_dir,
     log_argv,
@@ -42,9 +43,11 @@ from torchhpc.schedulers.log_wiring import (
     ranks_dir_ref,
     torchrun_per_rank,
 )
+from torchhpc.schedulers.logs import filter_rank
 from torchhpc.schedulers.options import Option, declare
-from torchhpc.schedulers.script import default_python, script_path, update_record
-from torchhpc.schedulers.slurm_parse import filter_rank, parse_scontrol
+from torchhpc.schedulers.record import update_record
+from torchhpc.schedulers.script import default_python, script_path
+from torchhpc.schedulers.slurm_parse import parse_scontrol
 from torchhpc.schedulers.slurm_status import SlurmQueries, expand_output
 
 __all__ = ["SlurmScheduler", "expand_output", "filter_rank", "parse_scontrol"]
@@ -62,10 +65,10 @@ def _wrap(spec: JobSpec, argv: list[str], interactive: bool = False) -> list[str
     return in_container(spec, argv, [*RENDEZVOUS_VARS, "SLURM_*", "PMIX_*", "OMPI_*"], interactive)
 
 
-def _per_rank(spec: JobSpec, argv: list[str], launcher: str) -> list[str]:
+def _per_rank(spec: JobSpec, argv: list[str]) -> list[str]:
     """Each rank's output into its own file (:mod:`torchhpc.schedulers.logs`). The wrapper runs
     before the task shim and outside the container (with pyxis the whole task is inside it)."""
-    return log_argv(argv, RANK_VARS[launcher])
+    return log_argv(argv, launcher_of(spec).rank_vars, wrapper=LOG_REF)
 
 
 def _container_srun_options(spec: JobSpec) -> list[str]:
@@ -119,6 +122,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     name = "slurm"
     submit_command = "sbatch"
     supports_interactive_shell = True  # salloc (torchhpc shell)
+    env_options: ClassVar[Mapping[str, str]] = {"account": "SBATCH_ACCOUNT"}
     suffix = ".sbatch"
     how_to_submit = "sbatch <this file>  (or: torchhpc run --scheduler slurm ...)"
     submit_hint = "is this a Slurm login node? `sinfo` should answer"
@@ -160,25 +164,21 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     def target(self) -> str | None:
         return dev_target() if self._site else None
 
-
     # rendering -------------------------------------------------------
     @staticmethod
     def _cpus(spec: JobSpec) -> int | None:
         """CPUs per Slurm task: per process for srun/mpirun, for all local processes for torchrun."""
-        return get_launcher(spec.launcher).cpus_per_task(spec)
+        return launcher_of(spec).cpus_per_task(spec)
 
-    def directives(self, spec: JobSpec) -> list[str]:
-        """The ``#SBATCH`` lines, each through :func:`~torchhpc.core.shell.directive`."""
-        opts = self.checked_options(spec)
+    def allocation(self, spec: JobSpec, opts: Mapping[str, str]) -> list[tuple[str, object]]:
+        """What the job asks Slurm for, as (flag, value) pairs (value None: a bare flag): the one
+        source of ``#SBATCH`` resource lines and of ``salloc``'s flags (``torchhpc shell``)."""
         pairs: list[tuple[str, object]] = [
-            ("job-name", spec.name),
             ("nodes", spec.nodes),
-            ("ntasks-per-node", get_launcher(spec.launcher).tasks_per_node(spec)),
+            ("ntasks-per-node", launcher_of(spec).tasks_per_node(spec)),
+            ("cpus-per-task", self._cpus(spec)),
         ]
-        cpus = self._cpus(spec)
-        if cpus:
-            pairs.append(("cpus-per-task", cpus))
-        if spec.gpus_per_node and "gres" not in opts:
+        if spec.gpus_per_node and not opts.get("gres"):
             pairs.append(("gpus-per-node", spec.gpus_per_node))
         if spec.mem:
             pairs.append(("mem", format_bytes(parse_size(spec.mem, "--mem"))))
@@ -187,9 +187,15 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         for key in ("partition", "account", "qos", "reservation", "constraint", "gres", "nodelist", "exclude"):
             if opts.get(key):
                 pairs.append((key, opts[key]))
+        return pairs
+
+    def directives(self, spec: JobSpec) -> list[str]:
+        """The ``#SBATCH`` lines, each through :func:`~torchhpc.core.shell.directive`."""
+        opts = self.settings(spec)
+        pairs: list[tuple[str, object]] = [("job-name", spec.name), *self.allocation(spec, opts)]
         if opts.get("mail_user"):
             pairs.append(("mail-user", opts["mail_user"]))
-            pairs.append(("mail-type", opts.get("mail_type", "END,FAIL")))
+            pairs.append(("mail-type", opts["mail_type"]))
         arr = spec.array_spec
         if arr is not None:
             pairs.append(("array", arr.slurm()))
@@ -203,7 +209,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         lines = [directive("#SBATCH", k, v) for k, v in pairs]
         if spec.requeue:
             lines.append(directive("#SBATCH", "requeue"))
-        if parse_bool(opts.get("exclusive") or "0", "exclusive"):
+        if parse_bool(opts["exclusive"], "exclusive"):
             lines.append(directive("#SBATCH", "exclusive"))
         for flag in (opts.get("sbatch_extra") or "").split():
             if not flag.startswith("--"):
@@ -218,8 +224,8 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         extra_srun = _container_srun_options(spec)
         if spec.option("cpu_bind"):
             extra_srun = [f"--cpu-bind={spec.option('cpu_bind')}", *extra_srun]
-        launcher = get_launcher(spec.launcher)
-        if launcher is TORCHRUN:
+        launcher = launcher_of(spec)
+        if launcher.per_node:
             cmd = torchrun_command(
                 spec, python, nnodes=Raw('"$SLURM_NNODES"'), rdzv_id=Raw('"$SLURM_JOB_ID"'),
                 worker_shim=Raw(f'"${SHIM_VAR}"'),
@@ -228,9 +234,9 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             step = srun_argv(1, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
             return [join([*step, *_wrap(spec, cmd)])]
         rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'), launcher=spec.launcher)
-        if launcher is SRUN:
+        if launcher.own_step:
             step = srun_argv(spec.nproc_per_node, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
-            return [join([*step, *_per_rank(spec, _wrap(spec, rank_cmd), "srun")])]
+            return [join([*step, *_per_rank(spec, _wrap(spec, rank_cmd))])]
         # mpirun: one launcher process in the batch step, OpenMPI starts its daemons through Slurm.
         mpi = mpirun_argv(
             Raw('"$SLURM_NTASKS"'),
@@ -238,7 +244,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             export=[*RENDEZVOUS_VARS, "PATH", *job_env_names(spec)],
             extra=["--tag-output", "-x", LOG_DIR_VAR],
         )
-        return [join([*mpi, *_per_rank(spec, _wrap(spec, rank_cmd), "mpirun")])]
+        return [join([*mpi, *_per_rank(spec, _wrap(spec, rank_cmd))])]
 
     def log_lines(self, spec: JobSpec) -> list[str]:
         if spec.array is not None:
@@ -327,15 +333,19 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         ]
 
     def port_lines(self, spec: JobSpec) -> list[str]:
+        return ["_torchhpc_master_port"]
+
+    def helper_lines(self, spec: JobSpec) -> list[str]:
         return [
-            "# Port: derived from the job id, moved deterministically while something listens on it here",
-            "# (the batch shell runs on the first node, where the rendezvous server will listen).",
-            'if [ -z "${MASTER_PORT:-}" ]; then',
+            "# MASTER_PORT unless set: derived from the job id, moved deterministically while something listens",
+            "# on it here (the batch shell runs on the first node, where the rendezvous server will listen).",
+            "_torchhpc_master_port() {",
+            '  if [ -n "${MASTER_PORT:-}" ]; then return; fi',
             "  for _torchhpc_try in 0 1 2 3 4 5 6 7; do",
             f"    MASTER_PORT={PORT_EXPR_TRY}",
             '    ss -Hltn "( sport = :$MASTER_PORT )" 2>/dev/null | grep -q . || break',
             "  done",
-            "fi",
+            "}",
         ]
 
     def stop_env_lines(self, spec: JobSpec) -> list[str]:
@@ -397,8 +407,8 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         job_id = stdout.strip().split(";")[0]
         return job_id if job_id.isdigit() else ""
 
-    def record(self, spec: JobSpec) -> dict[str, object]:
-        rec: dict[str, object] = {"name": spec.name, "output": output_pattern(spec)}
+    def record(self, spec: JobSpec) -> dict[str, Any]:
+        rec: dict[str, Any] = {"name": spec.name, "output": output_pattern(spec)}
         if spec.array is not None:  # its tasks' directories: <output-dir>/<name>-ARRAY_TASK (log_lines)
             rec["array"] = True
         return rec
@@ -420,19 +430,11 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
 
     def shell_argv(self, spec: JobSpec) -> list[str]:
         """The seeds' interactive workflow: an allocation with a shell on the first node."""
-        argv = ["salloc", f"--nodes={spec.nodes}", f"--ntasks-per-node={get_launcher(spec.launcher).tasks_per_node(spec)}"]
-        cpus = self._cpus(spec)
-        if cpus:
-            argv.append(f"--cpus-per-task={cpus}")
-        if spec.gpus_per_node:
-            argv.append(f"--gpus-per-node={spec.gpus_per_node}")
-        if spec.time_seconds:
-            argv.append(f"--time={format_walltime(spec.time_seconds)}")
-        if spec.mem:
-            argv.append(f"--mem={format_bytes(parse_size(spec.mem, '--mem'))}")
-        for key in ("partition", "account", "qos", "reservation"):
-            if spec.option(key):
-                argv.append(f"--{key}={spec.option(key)}")
+        self.check(spec)
+        opts = self.settings(spec)
+        argv = ["salloc", *(f"--{key}={value}" for key, value in self.allocation(spec, opts))]
+        if parse_bool(opts["exclusive"], "exclusive"):
+            argv.append("--exclusive")
         # --overlap (Slurm >= 20.11): the shell's step shares its CPUs, so an srun (or a torchhpc
         # run) typed inside the shell starts at once instead of waiting for the shell to end.
         inner = ["srun", "--overlap", "--pty", *_container_srun_options(spec)]
