@@ -153,7 +153,7 @@ class Job:
         warning = no_gpu_warning(self.spec)
         if warning:
             print(warning, file=sys.stderr)
-        if self.spec.scheduler == "local":  # a queue-like start: status, logs, cancel, wait from any process
+        if self.scheduler.runs_here:  # a queue-like start: status, logs, cancel, wait from any process
             return JobHandle(self.scheduler, self.scheduler.submit_background(submission))  # type: ignore[attr-defined]
         return JobHandle(self.scheduler, self.scheduler.schedule(submission))
 
@@ -206,7 +206,10 @@ def check_program(spec: JobSpec) -> None:
     runai) run the image's files: nothing to check here. A command run
     locally must be on PATH.
     """
-    if spec.scheduler in ("kubernetes", "runai"):
+    from torchhpc.schedulers import scheduler_class
+
+    runs = scheduler_class(spec.scheduler)
+    if runs.runs_in_pods:
         return
     entry = spec.entrypoint
     if entry.kind == "script":
@@ -221,7 +224,7 @@ def check_program(spec: JobSpec) -> None:
             f"the program {target!r} does not exist (from {os.getcwd()})",
             "check the path: scripts are found relative to the directory you submit from",
         )
-    if entry.kind == "command" and spec.container is None and spec.scheduler == "local":
+    if entry.kind == "command" and spec.container is None and runs.runs_here:
         if shutil.which(entry.target) is None:
             raise SpecError(f"the command {entry.target!r} is not on PATH", "give its full path, or a script.py")
 

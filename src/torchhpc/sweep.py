@@ -128,7 +128,7 @@ class Sweep:
         check_program(self.spec)
         check_manifest_free(self.spec.output_dir)
         sub = self.render()
-        if self.spec.scheduler == "local":
+        if self.scheduler.runs_here:
             job_id = self.scheduler.submit_background(sub)  # type: ignore[attr-defined]
         else:
             job_id = self.scheduler.schedule(sub)

@@ -162,3 +162,27 @@ def test_write_files_takes_a_free_name(tmp_path: Path) -> None:
     assert (tmp_path / "m.yaml").read_text() == "mine\n" and (tmp_path / "m.1.yaml").read_text() == "new\n"
     w.remove()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.yaml"]
+
+
+def test_bench_sweep_refuses_an_out_dir_with_results(tmp_path: Path) -> None:
+    from torchhpc.bench.sweep import plan, run_sweep
+    from torchhpc.core.spec import Entrypoint, JobSpec
+    from torchhpc.errors import UsageError
+    from torchhpc.schedulers import get_scheduler
+
+    out = tmp_path / "bench-sweep"
+    out.mkdir()
+    (out / "bench-2n.json").write_text('{"mine": 1}\n')
+    jobs = plan(JobSpec(Entrypoint("module", "torchhpc.bench")), [1, 2], "all_reduce", [], str(out))
+    with pytest.raises(UsageError, match=r"already holds bench-2n.json"):
+        run_sweep(jobs, get_scheduler("local"))
+    assert sorted(p.name for p in out.iterdir()) == ["bench-2n.json"]
+    assert (out / "bench-2n.json").read_text() == '{"mine": 1}\n'
+
+
+def test_bench_nodes_takes_a_fresh_json_name(tmp_path: Path) -> None:
+    from torchhpc.bench.nodes_job import _fresh
+
+    (tmp_path / "bench-nodes.json").write_text("old\n")
+    assert _fresh(str(tmp_path / "bench-nodes.json")) == str(tmp_path / "bench-nodes.2.json")
+    assert (tmp_path / "bench-nodes.json").read_text() == "old\n"

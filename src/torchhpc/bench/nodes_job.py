@@ -25,6 +25,7 @@ from torchhpc.bench import nodes_plan as plan
 from torchhpc.core import hostlist
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import CommandError, JobFailed, UsageError
+from torchhpc.schedulers import scheduler_class
 
 __all__ = ["NodesRun", "cluster_nodes", "make_spec", "run_job", "slow_links", "summary", "write_outputs"]
 
@@ -104,7 +105,7 @@ def make_spec(base: JobSpec, n: int, names: list[str] | None, *, size: int, iter
         "output_dir": out,
         "options": tuple(options.items()),
     }
-    if base.time is None and base.scheduler != "local":
+    if base.time is None and scheduler_class(base.scheduler).supports_time_limit:
         changes["time"] = str(math.ceil(budget / 60) + 1)  # Slurm/PBS stop a stuck run
     return base.with_(**changes), json_path
 
@@ -139,7 +140,7 @@ def run_job(scheduler: Any, spec: JobSpec, json_path: str, *, budget: float, sta
     """Submit (or run in the allocation), relay progress, stop at the budget, read the JSON."""
     Path(spec.output_dir).mkdir(parents=True, exist_ok=True)
     submission = scheduler.render(spec)
-    if scheduler.name == "local":
+    if scheduler.runs_here:
         job = "local:" + scheduler.schedule(submission)  # foreground; the ranks' lines are relayed as they come
         st = scheduler.status(job.split(":", 1)[1])
         if not st.ok:

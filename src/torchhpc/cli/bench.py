@@ -120,7 +120,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from torchhpc.bench.sweep import parse_nodes, plan, run_sweep, write_report
     from torchhpc.cli.common import Progress
     from torchhpc.cli.jobargs import spec_from_args
-    from torchhpc.schedulers import get_scheduler
+    from torchhpc.schedulers import get_scheduler, scheduler_class
 
     rest = list(args.bench_args)
     if rest and rest[0] == "--":
@@ -136,7 +136,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if base_args.name is None:
         base_args.name = "bench-" + args.sweep_collective.replace(",", "-")
     base = spec_from_args(base_args, [])
-    if base.scheduler == "local" and max(nodes) > 1:
+    if max(nodes) > 1 and not scheduler_class(base.scheduler).supports_multi_node:
         raise UsageError(f"--nodes {args.nodes} with the local scheduler (one machine)",
                          "give --scheduler slurm (or pbs, kubernetes) for a sweep over node counts")
     jobs = plan(base, nodes, args.sweep_collective, rest, args.out)
@@ -172,6 +172,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     from torchhpc.bench import nodes_job
     from torchhpc.bench import nodes_plan as plan
     from torchhpc.cli.jobargs import spec_from_args
+    from torchhpc.launchers import SRUN
     from torchhpc.schedulers import get_scheduler
 
     started = time.time()
@@ -187,7 +188,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     if getattr(args, "nproc_per_node", None) is None and getattr(args, "nproc_short", None) is None \
             and not base.gpus_per_node:
         base = base.with_(nproc_per_node=2)  # two ranks per node: the intra-node all_reduce needs a peer
-    if args.launcher is None and base.scheduler == "slurm":
+    if args.launcher is None and base.scheduler in SRUN.schedulers:
         base = base.with_(launcher="srun")  # the quickest start: no torchrun agent importing torch per node
     scheduler = get_scheduler(base.scheduler)
     target = announce_target(scheduler, dry_run=args.dry_run)

@@ -20,7 +20,7 @@ from torchhpc.env.compat import preflight
 from torchhpc.errors import UsageError
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import Submission
-from torchhpc.schedulers.script import load_record
+from torchhpc.schedulers.record import read_record
 
 DESCRIPTION = """Run or submit a distributed job.
 
@@ -104,7 +104,7 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
     check_program(spec)
     target = announce_target(scheduler)  # before the first Slurm command (check_gpus asks sinfo)
     check_gpus(spec, scheduler.runner)
-    if spec.scheduler == "local":
+    if scheduler.runs_here:
         gpu_warning = no_gpu_warning(spec)
         if gpu_warning:
             eprint(gpu_warning)
@@ -113,7 +113,7 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
                 raise UsageError("--json with a local run needs --background", "a foreground run prints its ranks' output")
             run_local: Any = scheduler
             return int(run_local.run(submission, rank0_only=args.rank0_only))
-    if spec.scheduler == "local":
+    if scheduler.runs_here:
         job_id = scheduler.submit_background(submission)  # type: ignore[attr-defined]
     else:
         job_id = scheduler.schedule(submission)
@@ -125,7 +125,7 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
         return 0
     print(f"Submitted {handle} ({spec.name}: {spec.nodes} node(s) x {spec.nproc_per_node} rank(s), {spec.launcher})",
           file=sys.stderr if args.json else sys.stdout)
-    where = load_record(spec.scheduler, job_id).get("job_dir")
+    where = read_record(spec.scheduler, job_id).job_dir
     if where:
         print(f"Job directory: {where}/ (script, scheduler output, ranks/)", file=sys.stderr if args.json else sys.stdout)
     if not args.wait:

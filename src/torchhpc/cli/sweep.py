@@ -88,7 +88,7 @@ def _sweep(args: argparse.Namespace, program: list[str]) -> int:
 
     check_program(spec)
     check_manifest_free(spec.output_dir)
-    if spec.scheduler == "local":
+    if scheduler.runs_here:
         job_id = scheduler.submit_background(submission)  # type: ignore[attr-defined]
     else:
         job_id = scheduler.schedule(submission)

@@ -20,6 +20,7 @@ import importlib
 from collections.abc import Sequence
 from types import ModuleType
 
+from torchhpc.containers._common import Wrapping
 from torchhpc.core.spec import RUNTIMES, ContainerSpec
 from torchhpc.errors import SpecError
 
@@ -66,9 +67,8 @@ def wrap(
     lists variable names and ``PREFIX*`` patterns that must reach the process inside;
     ``interactive`` asks for a terminal (``torchhpc shell``: docker/podman ``-it``).
     """
-    out: list[str] = _module(container.runtime).wrap(
-        container, list(argv), gpus=gpus, gpu_kind=gpu_kind, pass_env=tuple(pass_env), interactive=interactive
-    )
+    how = Wrapping(gpus=gpus, gpu_kind=gpu_kind, pass_env=tuple(pass_env), interactive=interactive)
+    out: list[str] = _module(container.runtime).wrap(container, list(argv), how)
     return out
 
 

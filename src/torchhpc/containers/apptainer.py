@@ -62,28 +62,20 @@ def cached_sif(container: ContainerSpec) -> Raw | None:
     return Raw(f'"{cache}"/{join([name])}')
 
 
-def wrap(
-    container: ContainerSpec,
-    argv: Sequence[str],
-    *,
-    gpus: int = 0,
-    gpu_kind: str = "nvidia",
-    pass_env: Sequence[str] = (),
-    interactive: bool = False,
-) -> list[str]:
+def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAIN) -> list[str]:
     opts = c.options(container, OPTIONS)
     exe = c.binary(container, opts, container.runtime)
     cmd = [exe, "exec"]
     gpu_flag = opts.get("gpu", "auto")
     if gpu_flag not in ("auto", "none"):
         raise SpecError(f"apptainer option gpu={gpu_flag!r} is not auto or none", "e.g. gpu=none")
-    if gpus > 0 and gpu_flag == "auto":
-        if gpu_kind == "nvidia":
+    if how.gpus > 0 and gpu_flag == "auto":
+        if how.gpu_kind == "nvidia":
             cmd.append("--nv")
-        elif gpu_kind == "amd":
+        elif how.gpu_kind == "amd":
             cmd.append("--rocm")
         else:
-            raise SpecError(f"GPU kind {gpu_kind!r} is not nvidia or amd", "set --gpu-kind nvidia|amd")
+            raise SpecError(f"GPU kind {how.gpu_kind!r} is not nvidia or amd", "set --gpu-kind nvidia|amd")
     if container.cleanenv:
         cmd.append("--cleanenv")
     if c.flag(opts, "containall"):
@@ -115,7 +107,7 @@ def wrap(
     if container.cleanenv:
         # Without --cleanenv the host environment passes anyway; with it, the rank and
         # scheduler variables must be re-exported under the prefix when the task starts.
-        patterns = c.all_patterns(container, pass_env)
+        patterns = c.all_patterns(container, how.pass_env)
         if patterns:
             cmd = c.env_expand_argv("export", prefix, patterns, [], cmd)
     return cmd

@@ -49,15 +49,7 @@ exec "${pre[@]}" "${flags[@]}" "$@"
 _AMD_DEVICES = ("/dev/kfd", "/dev/dri")
 
 
-def wrap(
-    container: ContainerSpec,
-    argv: Sequence[str],
-    *,
-    gpus: int = 0,
-    gpu_kind: str = "nvidia",
-    pass_env: Sequence[str] = (),
-    interactive: bool = False,
-) -> list[str]:
+def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAIN) -> list[str]:
     podman = container.runtime == "podman"
     opts = c.options(container, OPTIONS)
     for key in ("podman_root", "podman_runroot", "podman_args") if not podman else ("docker_args",):
@@ -76,16 +68,16 @@ def wrap(
     else:
         head += c.split_args(opts, "docker_args")
     head += ["run", "--rm"]
-    if interactive:
+    if how.interactive:
         head.append("-it")  # a shell needs a terminal; the other runtimes keep the caller's
-    nvidia = gpus > 0 and gpu_kind == "nvidia"  # flags added when the task starts (GPU_PRELUDE)
-    if gpus > 0 and not nvidia:
-        if gpu_kind == "amd":
+    nvidia = how.gpus > 0 and how.gpu_kind == "nvidia"  # flags added when the task starts (GPU_PRELUDE)
+    if how.gpus > 0 and not nvidia:
+        if how.gpu_kind == "amd":
             for dev in _AMD_DEVICES:
                 head += ["--device", dev]
             head += ["--group-add", "keep-groups" if podman else "video"]
         else:
-            raise SpecError(f"GPU kind {gpu_kind!r} is not nvidia or amd", "set --gpu-kind nvidia|amd")
+            raise SpecError(f"GPU kind {how.gpu_kind!r} is not nvidia or amd", "set --gpu-kind nvidia|amd")
     head += [f"--ipc={opts.get('ipc', 'host')}", f"--network={opts.get('network', 'host')}", "--uts=host"]
     for limit in filter(None, (u.strip() for u in opts.get("ulimits", DEFAULT_ULIMITS).split(","))):
         head += ["--ulimit", limit]
@@ -108,7 +100,7 @@ def wrap(
 
     # Environment: nothing passes by default. NAME takes the host's value; podman also
     # understands PREFIX* itself, docker needs the names found when the task starts.
-    patterns = c.all_patterns(container, pass_env)
+    patterns = c.all_patterns(container, how.pass_env)
     exact = [p for p in patterns if podman or not p.endswith("*")]
     wild = [p for p in patterns if not podman and p.endswith("*")]
     for name in exact:

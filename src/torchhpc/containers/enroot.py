@@ -88,15 +88,7 @@ def per_node_lines(container: ContainerSpec) -> list[str]:
     return [f"enroot list | grep -qxF {join([name])} || {join(['enroot', 'create', '--name', name, squashfs(container)])}"]
 
 
-def wrap(
-    container: ContainerSpec,
-    argv: Sequence[str],
-    *,
-    gpus: int = 0,
-    gpu_kind: str = "nvidia",
-    pass_env: Sequence[str] = (),
-    interactive: bool = False,
-) -> list[str]:
+def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAIN) -> list[str]:
     # GPUs need no flag: enroot's nvidia hook follows NVIDIA_VISIBLE_DEVICES, which
     # the patterns below pass when the caller includes it.
     opts = c.options(container, OPTIONS)
@@ -115,7 +107,7 @@ def wrap(
         if b.readonly:
             spec += ":none:x-create=auto,rbind,ro"
         head += ["--mount", spec]
-    patterns = c.all_patterns(container, pass_env)
+    patterns = c.all_patterns(container, how.pass_env)
     exact = [p for p in patterns if not p.endswith("*")]
     wild = [p for p in patterns if p.endswith("*")]
     for name in exact:

@@ -30,9 +30,9 @@ from torchhpc.launchers import get_launcher, torchrun_argv
 from torchhpc.network.presets import auto_lines, wants_auto
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.kube_io import KubeAPI, to_yaml
-from torchhpc.schedulers.options import Option, declare
+from torchhpc.schedulers.options import Option, declare, with_defaults
 from torchhpc.schedulers.pods import RDMA_ANNOTATION, k8s_name, normalized_options
-from torchhpc.schedulers.script import load_record, save_record
+from torchhpc.schedulers.record import JobRecord, new_record, read_record, save_record
 
 __all__ = ["GROUP_PATH", "KubeAPI", "KubernetesScheduler", "manifest", "status_from_job", "to_yaml"]
 
@@ -103,8 +103,8 @@ def _pairs(opts: Mapping[str, str], key: str) -> list[tuple[str, str]]:
 
 def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
     """The PyTorchJob object, as plain data (the same dict is YAML for kubectl and JSON for the API)."""
-    opts = normalized_options(spec)
-    spec = spec.with_(options=tuple(opts.items()))
+    spec = spec.with_(options=tuple(normalized_options(spec).items()))
+    opts = _settings(spec)
     if spec.entrypoint.kind != "script":
         raise SpecError(
             "the kubernetes scheduler runs a Python script in each pod",
@@ -115,7 +115,7 @@ def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
     if spec.gpus_per_node:
         limits["amd.com/gpu" if spec.gpu_kind == "amd" else "nvidia.com/gpu"] = spec.gpus_per_node
     if opts.get("rdma"):
-        res, _, count = opts.get("rdma_resource", "rdma/rdma=1").partition("=")
+        res, _, count = opts["rdma_resource"].partition("=")
         limits[res] = int(count) if count.isdigit() else 1
     for res, count in _pairs(opts, "extended_resource"):
         limits[res] = int(count) if count.isdigit() else count
@@ -134,7 +134,7 @@ def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
-        "imagePullPolicy": opts.get("image_pull_policy", "IfNotPresent"),
+        "imagePullPolicy": opts["image_pull_policy"],
         "command": ["bash", "-c", pod_script(spec, python), "torchhpc-pod", *spec.entrypoint.args[len(_lead(spec)):]],
     }
     if opts.get("workdir"):
@@ -155,11 +155,11 @@ def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
     template: dict[str, Any] = {"spec": pod_spec}
     if annotations:
         template = {"metadata": {"annotations": annotations}, "spec": pod_spec}
-    restart = opts.get("restart_policy", "Never")
+    restart = opts["restart_policy"]
     replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": restart, "template": template}}
     if spec.nodes > 1:
         replicas["Worker"] = {"replicas": spec.nodes - 1, "restartPolicy": restart, "template": template}
-    run_policy: dict[str, Any] = {"cleanPodPolicy": "None", "backoffLimit": int(opts.get("backoff_limit", "0"))}
+    run_policy: dict[str, Any] = {"cleanPodPolicy": "None", "backoffLimit": int(opts["backoff_limit"])}
     if spec.time_seconds:
         run_policy["activeDeadlineSeconds"] = spec.time_seconds
     return {
@@ -176,6 +176,11 @@ def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
             "pytorchReplicaSpecs": replicas,
         },
     }
+
+
+def _settings(spec: JobSpec) -> dict[str, str]:
+    """The job's options (``-`` read as ``_``) over the declared defaults (KubernetesScheduler.OPTIONS)."""
+    return with_defaults(KubernetesScheduler.OPTIONS.values(), normalized_options(spec))
 
 
 def _job_name(name: str) -> str:
@@ -219,10 +224,10 @@ class KubernetesScheduler(Scheduler):
     )
 
     def _check(self, spec: JobSpec) -> dict[str, str]:
-        opts = self.checked_options(spec, normalized_options(spec))
+        opts = self.settings(spec, normalized_options(spec))
         get_launcher(spec.launcher).check(self.name)
         # The namespace is part of every API path: a DNS-1123 label, nothing else (no '/', '..', '?').
-        check_dns_label(opts.get("namespace", "default"), "namespace (from --opt namespace=...)")
+        check_dns_label(opts["namespace"], "namespace (from --opt namespace=...)")
         return opts
 
     def render(self, spec: JobSpec) -> Submission:
@@ -233,7 +238,7 @@ class KubernetesScheduler(Scheduler):
         image = opts.get("image") or (spec.container.image if spec.container else "")
         if not image:
             raise SpecError("the kubernetes scheduler needs a container image", "add --image REGISTRY/IMAGE:TAG")
-        obj = manifest(spec, image, opts.get("namespace", "default"))
+        obj = manifest(spec, image, opts["namespace"])
         text = to_yaml(obj)
         path = os.path.join(os.path.abspath(spec.output_dir), f"{obj['metadata']['name']}.pytorchjob.yaml")
         return Submission(
@@ -249,32 +254,30 @@ class KubernetesScheduler(Scheduler):
 
     # talking to Kubernetes ----------------------------------------------------------------
     def _use_kubectl(self, opts: Mapping[str, str]) -> bool:
-        transport = opts.get("transport", "auto")
+        transport = with_defaults(self.OPTIONS.values(), opts)["transport"]
         if transport not in ("auto", "kubectl", "api"):
             raise SpecError(f"transport={transport!r} (from --opt) is not auto, kubectl or api")
         return transport == "kubectl" or (transport == "auto" and self.runner.which("kubectl") is not None)
 
-    def _locate(self, job_id: str) -> tuple[str, str, dict[str, object]]:
+    def _locate(self, job_id: str) -> tuple[str, str, JobRecord]:
         """``ns/name`` or ``name`` (namespace from our record, else 'default')."""
         if "/" in job_id:
             ns, name = job_id.split("/", 1)
-            rec = load_record(self.name, _job_name(name))
+            rec = read_record(self.name, _job_name(name))
         else:
-            name, rec = job_id, load_record(self.name, _job_name(job_id))
-            ns = str(rec.get("namespace") or "default")
+            name, rec = job_id, read_record(self.name, _job_name(job_id))
+            ns = rec.namespace or "default"
         return check_dns_label(ns, "namespace (from the job id)"), name, rec
 
-    def _api(self, rec: Mapping[str, object]) -> KubeAPI | None:
-        raw = rec.get("options")
-        opts = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+    def _api(self, rec: JobRecord) -> KubeAPI | None:
+        opts = rec.options
         return None if self._use_kubectl(opts) else KubeAPI.from_options(opts)
 
     def schedule(self, submission: Submission) -> str:
         spec = submission.spec
-        opts = normalized_options(spec)
+        opts = _settings(spec)
         submission.write_files()
-        obj = manifest(spec, opts.get("image") or (spec.container.image if spec.container else ""),
-                       opts.get("namespace", "default"))
+        obj = manifest(spec, opts.get("image") or (spec.container.image if spec.container else ""), opts["namespace"])
         ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         if self._use_kubectl(opts):
             self.runner.run(list(submission.argv), input=submission.stdin,
@@ -282,8 +285,8 @@ class KubernetesScheduler(Scheduler):
         else:
             KubeAPI.from_options(opts).request("POST", f"{GROUP_PATH}/namespaces/{ns}/pytorchjobs", obj)
         keep = {k: v for k, v in opts.items() if k in ("transport", "api_server", "token_file", "ca_file")}
-        save_record(self.name, name, namespace=ns, nodes=spec.nodes,
-                    nproc_per_node=spec.nproc_per_node, options=keep)
+        save_record(new_record(self.name, name, namespace=ns, nodes=spec.nodes,
+                               nproc_per_node=spec.nproc_per_node, options=keep))
         return name
 
     def get(self, job_id: str) -> dict[str, Any]:
@@ -316,14 +319,14 @@ class KubernetesScheduler(Scheduler):
     def pods(self, job_id: str) -> list[str]:
         """Pod names as the operator makes them: ``NAME-master-0``, ``NAME-worker-I``."""
         _, name, rec = self._locate(job_id)
-        nodes = int(str(rec.get("nodes") or 1))
+        nodes = rec.nodes
         return [f"{name}-master-0", *(f"{name}-worker-{i}" for i in range(nodes - 1))]
 
     def logs(self, job_id: str, rank: int | None = None) -> str:
         ns, _, rec = self._locate(job_id)
         pods = self.pods(job_id)
         if rank is not None:
-            node = rank // max(1, int(str(rec.get("nproc_per_node") or 1)))
+            node = rank // max(1, rec.nproc_per_node)
             if node >= len(pods):
                 raise SchedulerError(f"rank {rank} is not in job {job_id} ({len(pods)} pods)")
             pods = [pods[node]]

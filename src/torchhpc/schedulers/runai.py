@@ -30,7 +30,7 @@ from torchhpc.network.presets import wants_auto
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pods import RDMA_ANNOTATION, k8s_name, normalized_options
-from torchhpc.schedulers.script import load_record, save_record
+from torchhpc.schedulers.record import new_record, read_record, save_record
 
 __all__ = ["RDMA_ANNOTATION", "RunAIScheduler", "normalized_options", "pod_command", "runai_state", "second_layer"]
 
@@ -126,7 +126,7 @@ class RunAIScheduler(Scheduler):
     )
 
     def _check(self, spec: JobSpec) -> dict[str, str]:
-        opts = self.checked_options(spec, normalized_options(spec))
+        opts = self.settings(spec, normalized_options(spec))
         for key in ("workdir", "log_dir"):  # words of `cd`/`mkdir -p` in the pod: never an option
             if opts.get(key):
                 check_value(opts[key], f"{key} (from --opt)", word=True)
@@ -165,7 +165,7 @@ class RunAIScheduler(Scheduler):
                 argv += ["--pvc", item.strip()]
         if opts.get("rdma"):
             argv += ["--annotation", f"{RDMA_ANNOTATION}={opts['rdma']}"]
-            argv += ["--extended-resource", opts.get("rdma_resource", "rdma/rdma=1")]
+            argv += ["--extended-resource", opts["rdma_resource"]]
         for flag, key in (("--annotation", "annotation"), ("--extended-resource", "extended_resource")):
             for item in (opts.get(key) or "").split(","):
                 if item.strip():
@@ -176,7 +176,7 @@ class RunAIScheduler(Scheduler):
         argv += ["-e", f"TORCHHPC_NPROC_PER_NODE={spec.nproc_per_node}"]
         for k, v in spec.env:
             argv += ["-e", f"{validate_env_name(k, '--env')}={v}"]
-        if parse_bool(opts.get("large_shm", "1"), "large_shm (from --opt)"):
+        if parse_bool(opts["large_shm"], "large_shm (from --opt)"):
             argv.append("--large-shm")
         python = spec.entrypoint.python or "python"
         argv += ["--", "bash", "-c", second_layer(pod_command(spec.with_(options=tuple(opts.items())), python))]
@@ -212,17 +212,17 @@ class RunAIScheduler(Scheduler):
 
     # talking to RunAI ----------------------------------------------------------
     def _project(self, job_id: str) -> list[str]:
-        project = load_record(self.name, job_id).get("project")
+        project = read_record(self.name, job_id).project
         return ["-p", str(project)] if project else []
 
     def schedule(self, submission: Submission) -> str:
         self.runner.run(list(submission.argv), hint="is the runai CLI installed and logged in? `runai whoami`")
         job = k8s_name(submission.spec.name)
         spec = submission.spec
-        save_record(
+        save_record(new_record(
             self.name, job, name=job, project=spec.option("project") or "",
             nproc_per_node=spec.nproc_per_node, nodes=spec.nodes,
-        )
+        ))
         return job
 
     def status(self, job_id: str) -> JobStatus:
@@ -237,8 +237,7 @@ class RunAIScheduler(Scheduler):
     def logs(self, job_id: str, rank: int | None = None) -> str:
         argv = ["runai", "logs", job_id, *self._project(job_id)]
         if rank is not None:
-            rec = load_record(self.name, job_id)
-            node = rank // max(1, int(str(rec.get("nproc_per_node", 1))))
+            node = rank // max(1, read_record(self.name, job_id).nproc_per_node)
             argv += ["--pod", f"{job_id}-master-0" if node == 0 else f"{job_id}-worker-{node - 1}"]
         return self.runner.run(argv, timeout=120).stdout
 
