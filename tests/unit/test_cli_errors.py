@@ -100,3 +100,15 @@ def test_cancel_of_a_finished_local_job_says_so_and_exits_0(capsys: pytest.Captu
     assert f"{handle} had already finished (COMPLETED, exit code 0): nothing to cancel" in out, out
     assert "Cancelled" not in out
     assert main(["status", handle]) == 0 and "COMPLETED" in capsys.readouterr().out  # not turned into CANCELLED
+
+
+@pytest.mark.usefixtures("clean_user_env")
+@pytest.mark.parametrize(("flag", "value", "near"), [
+    ("--scheduler", "slrum", "did you mean slurm?"),
+    ("--profile", "lumii", "did you mean lumi?"),
+])
+def test_mistyped_scheduler_and_profile_names(flag: str, value: str, near: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", flag, value, "--dry-run", "examples/pi.py"]) == 2
+    err = capsys.readouterr().err
+    assert f"{value!r}" in err and f"HINT: {near}" in err and len(err.splitlines()) == 2, err

@@ -41,8 +41,11 @@ def scheduler_names() -> list[str]:
 def scheduler_class(name: str) -> type[Scheduler]:
     """The backend's class, for its declared capabilities (``supports_*``, ``runs_here``...) without an instance."""
     if name not in REGISTRY:
+        from torchhpc.core.suggest import did_you_mean
+
+        near = did_you_mean(name, REGISTRY)
         raise UsageError(
-            f"--scheduler {name!r} is not a scheduler", f"choose one of: {', '.join(REGISTRY)}"
+            f"--scheduler {name!r} is not a scheduler", (f"{near} " if near else "") + f"choose one of: {', '.join(REGISTRY)}"
         )
     mod, cls = REGISTRY[name].split(":")
     try:
