@@ -72,7 +72,7 @@ def resolve_values(
         return v
 
     scheduler = p("scheduler", "--scheduler", "local").value
-    p("launcher", "--launcher", "mpirun" if scheduler == "pbs" else "torchrun")
+    p("launcher", "--launcher", _declared(str(scheduler), "default_launcher", "torchrun"))
     p("gpus_per_node", "--gpus-per-node", 0, int)
     p("gpu_kind", "--gpu-kind", "nvidia")
     p("cpus_per_gpu", "--cpus-per-gpu", None, int)
@@ -101,6 +101,14 @@ def _defaults_where_honoured(scheduler: str, out: dict[str, Value]) -> None:
         v = out[key]
         if v.value is not None and v.source.startswith(("profile", "config file")) and not getattr(cls, capability):
             out[key] = Value(None, f"not applied: the {scheduler} scheduler has none ({key} {v.value} from {v.source})")
+
+
+def _declared(scheduler: str, attribute: str, default: Any) -> Any:
+    """What the scheduler's class declares (``default_launcher``, ``runs_in_pods``, ``env_options``...),
+    asked instead of comparing names; ``default`` for a name that is no scheduler (named later)."""
+    from torchhpc.schedulers import REGISTRY, scheduler_class
+
+    return getattr(scheduler_class(scheduler), attribute) if scheduler in REGISTRY else default
 
 
 def build_spec(
@@ -178,7 +186,7 @@ def build_spec(
     network = v["network"].value
     # Batch scripts apply presets themselves with setdefault semantics (network.presets.script_lines), so a
     # variable exported at submit time still wins; the other schedulers get them as job environment here.
-    if network and scheduler not in ("slurm", "pbs"):
+    if network and not _declared(scheduler, "renders_script", False):
         from torchhpc.network.presets import preset_env
 
         for k, val in preset_env(network).items():
@@ -279,8 +287,9 @@ def _check_requirements(profile: Any, scheduler: str, given: Mapping[str, Any], 
     for req in profile.require:
         if given.get(req):
             continue
-        if req == "account" and scheduler == "slurm" and env.get("SBATCH_ACCOUNT"):
-            continue  # sbatch reads it itself, as seed 002 does
+        var = _declared(scheduler, "env_options", {}).get(req)
+        if var and env.get(var):
+            continue  # the submit command reads it itself (sbatch: $SBATCH_ACCOUNT, as seed 002 does)
         flag = FLAGS.get(req, f"--opt {req}=VALUE")
         also = ""
         if req in ("account", "partition", "qos", "queue", "time"):
@@ -304,7 +313,7 @@ def _container(
     runtime = values.get("runtime") or env.get("TORCHHPC_RUNTIME") or (
         profile.container_runtime if profile is not None else None
     )
-    pod_scheduler = scheduler in ("kubernetes", "runai")
+    pod_scheduler = bool(_declared(scheduler, "runs_in_pods", False))
     if not image and profile is not None and options.get("image") is None:
         image = profile.container_image
     if not image:
