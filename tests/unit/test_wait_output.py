@@ -5,6 +5,7 @@ tests/integration/test_wait_output.py."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -33,3 +34,18 @@ def test_local_run_prefixes_once(capfd: pytest.CaptureFixture[str]) -> None:
 
 def test_task_index_of_slurm_and_pbs_ids() -> None:
     assert task_index("29_3") == "3" and task_index("29[12].pbs01") == "12" and task_index("29") == "29"
+
+
+@pytest.mark.parametrize("kept_in_job_dir", [True, False])
+def test_array_task_directory_beside_the_array_whatever_holds_the_script(
+    kept_in_job_dir: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task's ranks/ is <output-dir>/<name>-ARRAY_TASK (made by the task's batch shell), also when the
+    submitted script is kept in the array's own directory (<output-dir>/<name>-ARRAY/job.sbatch)."""
+    from torchhpc.schedulers.logs import task_record
+    from torchhpc.schedulers.record import JobRecord, save_record
+
+    monkeypatch.setenv("TORCHHPC_STATE_DIR", str(tmp_path / "state"))
+    script = tmp_path / "out" / ("idx-7/job.sbatch" if kept_in_job_dir else "idx.sbatch")
+    save_record(JobRecord(scheduler="slurm", job_id="7", name="idx", script=str(script), array=True))
+    assert task_record("slurm", "7_3").job_dir == str(tmp_path / "out" / "idx-7_3")

@@ -350,7 +350,12 @@ def task_record(scheduler: str, job_id: str) -> JobRecord:
         return rec or read_record(scheduler, job_id)
     rec = read_record(scheduler, array_id)
     if rec.array and rec.script:
-        rec = rec.with_(job_dir=job_dir(rec.script, job_id))
+        script = rec.script
+        home = os.path.dirname(script)
+        if os.path.basename(home) == f"{rec.name}-{array_id}":
+            # the script is kept in the array's own directory; the tasks' are its siblings
+            script = os.path.join(os.path.dirname(home), rec.name + os.path.splitext(script)[1])
+        rec = rec.with_(job_dir=job_dir(script, job_id))
     return rec
 
 
