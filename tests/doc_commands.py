@@ -55,6 +55,9 @@ SKIPS: list[tuple[str, str, str]] = [
      "needs a 16- or 32-node cluster of its own, or minutes per size on CPU ranks (1 GiB messages)"),
     ("after-big", r"bench report sweep/", "reads the results of the 1 GiB sweep above (skipped)"),
 ]
+# Commands that measure the cluster's links: they run last, alone, once every other job of the test
+# has ended (beside them, a pair of busy nodes reads SLOW, which is what the command is meant to find).
+EXCLUSIVE = re.compile(r"bench nodes --scheduler slurm")
 # A block that starts like this is a script shown, not commands to type.
 EXCERPT = re.compile(r"^(#!|#SBATCH|#PBS)")
 _FENCE = re.compile(r"^```(sh|bash|console)\n(.*?)^```", re.S | re.M)

@@ -7,7 +7,8 @@ on the command's text; a dry run always runs). A runnable command runs as a read
 examples/ and benchmarks/, the venv first on PATH, no torchhpc configuration, a HOME of its own.
 Commands of one block run in order (a later line may read what an earlier one wrote); blocks run
 side by side. Each must exit 0 within its time limit. A submission that returned before its job
-ended (an array, a sweep) is then waited for: its tasks must complete too.
+ended (an array, a sweep) is then waited for: its tasks must complete too. Last, alone on the
+cluster, the commands that measure its links (``EXCLUSIVE``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO
-from tests.doc_commands import FIXTURES, LINKED, DocCommand, all_commands
+from tests.doc_commands import EXCLUSIVE, FIXTURES, LINKED, DocCommand, all_commands
 
 pytestmark = pytest.mark.cluster("slurm")
 
@@ -74,9 +75,13 @@ def test_every_doc_command_runs(slurm_cluster: Any, tmp_path: Path) -> None:
     assert len(runnable) >= 35, "fewer documented commands run than when this test was written: a rule too wide?"
     blocks: dict[str, list[DocCommand]] = defaultdict(list)
     for c in runnable:
-        blocks[c.block].append(c)
+        if not EXCLUSIVE.search(c.command):
+            blocks[c.block].append(c)
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
         results = [r for rs in pool.map(lambda kv: _run_block(tmp_path, *kv), blocks.items()) for r in rs]
+    _wait_for_submitted(results, tmp_path)
+    alone = [c for c in runnable if EXCLUSIVE.search(c.command)]
+    results += _run_block(tmp_path, "exclusive", alone)
 
     report = [f"ran {len(runnable)}, skipped {len(commands) - len(runnable)}:"]
     report += [f"  {rc:>3} {secs:5.1f}s {c.where}: {c.command[:100]}" for c, rc, _out, secs in results]
@@ -85,6 +90,8 @@ def test_every_doc_command_runs(slurm_cluster: Any, tmp_path: Path) -> None:
     failed = [f"{c.where}: `{c.command}` exited {rc}:\n{out[-3000:]}" for c, rc, out, _s in results if rc != 0]
     assert not failed, "\n\n".join(failed)
 
+
+def _wait_for_submitted(results: list[tuple[DocCommand, int, str, float]], tmp_path: Path) -> None:
     # What was submitted and not waited for must end well too (the docs promise these jobs work);
     # whatever is left when the time is up is cancelled: the dev cluster is shared.
     pending = sorted({h for _c, _rc, out, _s in results for h in re.findall(r"Submitted (slurm:\d+)", out)})
