@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import fields as dc_fields
@@ -158,7 +159,10 @@ class Job:
         check_program(self.spec)
         check_gpus(self.spec, self.scheduler.runner)
         submission = self.render()
-        if self.spec.scheduler == "local":  # a queue-like start: status, logs, cancel, wait from any process
+        warning = no_gpu_warning(self.spec)
+        if warning:
+            print(warning, file=sys.stderr)
+        if self.scheduler.runs_here:  # a queue-like start: status, logs, cancel, wait from any process
             return JobHandle(self.scheduler, self.scheduler.submit_background(submission))  # type: ignore[attr-defined]
         return JobHandle(self.scheduler, self.scheduler.schedule(submission))
 
@@ -211,7 +215,10 @@ def check_program(spec: JobSpec) -> None:
     runai) run the image's files: nothing to check here. A command run
     locally must be on PATH.
     """
-    if spec.scheduler in ("kubernetes", "runai"):
+    from torchhpc.schedulers import scheduler_class
+
+    runs = scheduler_class(spec.scheduler)
+    if runs.runs_in_pods:
         return
     entry = spec.entrypoint
     if entry.kind == "script":
@@ -226,7 +233,7 @@ def check_program(spec: JobSpec) -> None:
             f"the program {target!r} does not exist (from {os.getcwd()})",
             "check the path: scripts are found relative to the directory you submit from",
         )
-    if entry.kind == "command" and spec.container is None and spec.scheduler == "local":
+    if entry.kind == "command" and spec.container is None and runs.runs_here:
         if shutil.which(entry.target) is None:
             raise SpecError(f"the command {entry.target!r} is not on PATH", "give its full path, or a script.py")
 
@@ -245,6 +252,20 @@ def visible_gpus(kind: str = "nvidia", root: str = "/") -> int:
         return n
     found = glob.glob(os.path.join(root, "proc/driver/nvidia/gpus/*")) or glob.glob(os.path.join(root, "dev/nvidia[0-9]*"))
     return len(found)
+
+
+def no_gpu_warning(spec: JobSpec) -> str | None:
+    """The one warning line of a local run that asks for GPUs this machine does not show (it runs on CPU).
+
+    Run, not refused: the same command is often tried here before it goes to a GPU cluster
+    (docs/capabilities.md).
+    """
+    from torchhpc.schedulers import scheduler_class
+
+    if not spec.gpus_per_node or not scheduler_class(spec.scheduler).runs_here or visible_gpus(spec.gpu_kind):
+        return None
+    return (f"Warning: --gpus-per-node {spec.gpus_per_node} but this machine shows no {spec.gpu_kind} GPU: "
+            "the ranks run on CPU")
 
 
 def _gres_gpus(gres: str) -> int:

@@ -72,16 +72,43 @@ def resolve_values(
         return v
 
     scheduler = p("scheduler", "--scheduler", "local").value
-    p("launcher", "--launcher", "mpirun" if scheduler == "pbs" else "torchrun")
+    p("launcher", "--launcher", _declared(str(scheduler), "default_launcher", "torchrun"))
     p("gpus_per_node", "--gpus-per-node", 0, int)
     p("gpu_kind", "--gpu-kind", "nvidia")
     p("cpus_per_gpu", "--cpus-per-gpu", None, int)
     p("mem", "--mem")
     p("time", "--time")
+    _defaults_where_honoured(str(scheduler), out)
     p("network", "--network")
     for key in _OPTION_KEYS:
         p(key, f"--{key}")
     return profile, out
+
+
+def _defaults_where_honoured(scheduler: str, out: dict[str, Value]) -> None:
+    """A default (profile, config file) the scheduler cannot honour is not applied, and says so.
+
+    ``time = "01:00:00"`` in config.toml is meant for the batch schedulers: it must not make every
+    local run fail. Given on the command line or as ``$TORCHHPC_TIME``, the same value is a request,
+    and the capability check refuses it (docs/capabilities.md).
+    """
+    from torchhpc.schedulers import REGISTRY, scheduler_class
+
+    if scheduler not in REGISTRY:
+        return  # get_scheduler names the mistake later
+    cls = scheduler_class(scheduler)
+    for key, capability in (("time", "supports_time_limit"), ("mem", "supports_memory")):
+        v = out[key]
+        if v.value is not None and v.source.startswith(("profile", "config file")) and not getattr(cls, capability):
+            out[key] = Value(None, f"not applied: the {scheduler} scheduler has none ({key} {v.value} from {v.source})")
+
+
+def _declared(scheduler: str, attribute: str, default: Any) -> Any:
+    """What the scheduler's class declares (``default_launcher``, ``runs_in_pods``, ``env_options``...),
+    asked instead of comparing names; ``default`` for a name that is no scheduler (named later)."""
+    from torchhpc.schedulers import REGISTRY, scheduler_class
+
+    return getattr(scheduler_class(scheduler), attribute) if scheduler in REGISTRY else default
 
 
 def build_spec(
@@ -147,15 +174,19 @@ def build_spec(
         else:
             k, val = item.split("=", 1)
         options[str(k)] = str(val)
+    _check_masks_per_task(options.get("cpu_bind", ""), str(v["launcher"].value), profile)
     time = v["time"].value
     if profile is not None:
-        _check_requirements(profile, scheduler, {**options, "time": time, "mem": v["mem"].value}, env)
+        given = {**options, "time": time, "mem": v["mem"].value}
+        if values.get("interactive_shell"):  # torchhpc shell: what the site's salloc may leave out
+            given.update({req: "(not needed by a shell)" for req in profile.shell_optional})
+        _check_requirements(profile, scheduler, given, env)
 
     job_env = dict(profile.env) if profile is not None else {}
     network = v["network"].value
     # Batch scripts apply presets themselves with setdefault semantics (network.presets.script_lines), so a
     # variable exported at submit time still wins; the other schedulers get them as job environment here.
-    if network and scheduler not in ("slurm", "pbs"):
+    if network and not _declared(scheduler, "renders_script", False):
         from torchhpc.network.presets import preset_env
 
         for k, val in preset_env(network).items():
@@ -173,6 +204,11 @@ def build_spec(
             raise
         preview(e)
         container = None
+    own_image = not values.get("container") and not env.get("TORCHHPC_CONTAINER")  # the profile's default image
+    if preview is not None and container is not None and profile is not None and profile.image_without_torchhpc and own_image:
+        notice = _imports_torchhpc(entry, str(profile.container_image), profile.name)
+        if notice is not None:
+            preview(notice)
     setup: tuple[str, ...] = ()
     if profile is not None:
         setup = tuple(profile.setup)
@@ -206,6 +242,46 @@ def build_spec(
     )
 
 
+class Notice(UsageError):
+    """A dry-run warning about something that may still work (not a refusal)."""
+
+
+def _imports_torchhpc(entry: Entrypoint, image: str, profile: str) -> Notice | None:
+    """The program imports torchhpc unconditionally (a top-level import, not one in a try/except
+    fallback as examples/pi.py has) while the profile's image does not carry it: the ranks would
+    stop at ``import torchhpc`` (LUMI's PyTorch container, seed 002)."""
+    script = entry.target if entry.kind == "script" else None
+    if not script or not os.path.isfile(script):
+        return None
+    try:
+        with open(script, encoding="utf-8", errors="replace") as f:
+            text = f.read(200_000)
+    except OSError:
+        return None
+    if not re.search(r"^(import torchhpc|from torchhpc[. ])", text, re.M):
+        return None
+    return Notice(
+        f"{script} imports torchhpc, which the image of profile {profile!r} ({image}) does not carry",
+        "install it into the image's Python (e.g. a venv on top of the container: pip install torchhpc), "
+        "or bind a torchhpc checkout and add it to PYTHONPATH with --env",
+    )
+
+
+def _check_masks_per_task(cpu_bind: str, launcher: str, profile: Any) -> None:
+    """A mask list binds one task per GPU: torchrun's one task per node would squeeze all its workers
+    into the first mask (LUMI: 8 workers on 7 cores), so it is refused, naming the launchers that fit."""
+    from torchhpc.launchers import get_launcher
+
+    if not cpu_bind.startswith("mask_cpu:") or "," not in cpu_bind or not get_launcher(launcher).per_node:
+        return
+    where = f"profile {profile.name!r}" if profile is not None and profile.cpu_bind else "--opt cpu_bind"
+    raise UsageError(
+        f"--launcher {launcher} with the CPU masks of {where} (one per task, one task per GPU): "
+        "torchrun's single task per node cannot give each worker its own mask",
+        "use --launcher srun (the seed's way: one task per GPU, each with its mask and its GPU), or mpirun",
+    )
+
+
 class _NoImage(UsageError):
     """A profile's container runtime without an image: refused when submitting, a warning in a dry run."""
 
@@ -214,8 +290,9 @@ def _check_requirements(profile: Any, scheduler: str, given: Mapping[str, Any], 
     for req in profile.require:
         if given.get(req):
             continue
-        if req == "account" and scheduler == "slurm" and env.get("SBATCH_ACCOUNT"):
-            continue  # sbatch reads it itself, as seed 002 does
+        var = _declared(scheduler, "env_options", {}).get(req)
+        if var and env.get(var):
+            continue  # the submit command reads it itself (sbatch: $SBATCH_ACCOUNT, as seed 002 does)
         flag = FLAGS.get(req, f"--opt {req}=VALUE")
         also = ""
         if req in ("account", "partition", "qos", "queue", "time"):
@@ -239,7 +316,7 @@ def _container(
     runtime = values.get("runtime") or env.get("TORCHHPC_RUNTIME") or (
         profile.container_runtime if profile is not None else None
     )
-    pod_scheduler = scheduler in ("kubernetes", "runai")
+    pod_scheduler = bool(_declared(scheduler, "runs_in_pods", False))
     if not image and profile is not None and options.get("image") is None:
         image = profile.container_image
     if not image:

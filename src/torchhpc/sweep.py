@@ -126,8 +126,9 @@ class Sweep:
 
     def submit(self) -> SweepHandle:
         check_program(self.spec)
+        check_manifest_free(self.spec.output_dir)
         sub = self.render()
-        if self.spec.scheduler == "local":
+        if self.scheduler.runs_here:
             job_id = self.scheduler.submit_background(sub)  # type: ignore[attr-defined]
         else:
             job_id = self.scheduler.schedule(sub)
@@ -148,13 +149,36 @@ def manifest(spec: JobSpec) -> dict[str, Any]:
     }
 
 
+def check_manifest_free(directory: str) -> None:
+    """Before submitting: a directory that already holds a sweep's manifest is another sweep (or the user's)."""
+    path = os.path.join(os.path.abspath(directory), MANIFEST)
+    if os.path.lexists(path):
+        from torchhpc.errors import UsageError
+
+        raise UsageError(
+            f"--output-dir {directory} already holds {MANIFEST}: torchhpc never writes over an existing file",
+            "give a new --output-dir (or none: a fresh NAME-sweep-TIMESTAMP/ is made)",
+        )
+
+
+def free_directory(base: str) -> str:
+    """``base``, or ``base-2``, ``base-3``... : the first name nothing has (a default must not join a user's directory)."""
+    name, n = base, 1
+    while os.path.lexists(name):
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
 def write_manifest(directory: str, data: Mapping[str, Any]) -> str:
-    os.makedirs(directory, exist_ok=True)
+    """Write ``sweep.json`` whole, as a new file: an existing one is never replaced."""
+    from torchhpc.schedulers.files import keep, write_new
+
     path = os.path.join(directory, MANIFEST)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)
+    written = write_new([(path, json.dumps(data, indent=1))], private=True)
+    if keep(written.paths[path], path) != path:
+        written.remove()
+        check_manifest_free(directory)
     return path
 
 

@@ -63,11 +63,12 @@ def test_corrupted_result_counts_wrong_and_fails(tmp_path: Path) -> None:
               "--json", "bad.json", env={"TORCHHPC_BENCH_CORRUPT_RANK": "1"})
     out = r.stdout + r.stderr
     assert r.returncode != 0, out
-    assert "# Out of bounds values : 2 FAILED" in out  # one element, two sizes
+    assert "# Out of bounds values : 4 FAILED" in out  # one element, two sizes, both placements
     assert "wrong value(s)" in out
     data = json.loads((tmp_path / "bad.json").read_text())
-    assert data["wrong"] == 2
-    assert [row["in_place"]["wrong"] for row in data["results"][0]["rows"]] == [1, 1]
+    assert data["wrong"] == 4
+    for place in ("out_of_place", "in_place"):
+        assert [row[place]["wrong"] for row in data["results"][0]["rows"]] == [1, 1]
 
 
 def test_min_bw_fails_the_run(tmp_path: Path) -> None:

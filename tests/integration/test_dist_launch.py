@@ -20,7 +20,8 @@ import pytest
 
 from tests.conftest import PYTHON, REPO, missing
 from torchhpc.core.shell import join
-from torchhpc.schedulers.log_wiring import RANK_VARS, log_argv
+from torchhpc.launchers import MPIRUN
+from torchhpc.schedulers.log_wiring import log_argv
 from torchhpc.schedulers.logs import rank_files
 
 pytest.importorskip("torch")
@@ -84,7 +85,7 @@ def per_rank(command: list[str], ranks_dir: Path) -> list[str]:
     """``command`` run by torchhpc's per-rank log wrapper (each mpirun rank writes its own file):
     mpirun forwards all ranks through one pipe and splices their lines, the files keep them whole."""
     ranks_dir.mkdir(exist_ok=True)
-    return ["env", f"TORCHHPC_RANKS_DIR={ranks_dir}", *log_argv(command, RANK_VARS["mpirun"])]
+    return ["env", f"TORCHHPC_RANKS_DIR={ranks_dir}", *log_argv(command, MPIRUN.rank_vars)]
 
 
 def rank_text(ranks_dir: Path) -> str:

@@ -33,7 +33,7 @@ def dry_run(capsys: pytest.CaptureFixture[str], tmp_path: Path, scheduler: str, 
 
 def network_block(script: str) -> list[str]:
     """The lines the network step adds: after the rendezvous exports, before the start line."""
-    lines = script.splitlines()
+    lines = [line.strip() for line in script.splitlines()]  # the job's lines are indented inside main()
     start = next(i for i, line in enumerate(lines) if line.startswith("export MASTER_ADDR MASTER_PORT"))
     end = next(i for i, line in enumerate(lines) if line.startswith('echo "torchhpc: job'))
     return lines[start + 1 : end]

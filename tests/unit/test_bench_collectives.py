@@ -75,7 +75,7 @@ def test_layouts(name: str, n: int, size: int, count: int, send: int, recv: int)
 def test_placements_follow_torch_api() -> None:
     inplace_only = {n for n, c in COLLECTIVES.items() if c.in_place and not c.out_of_place}
     oop_only = {n for n, c in COLLECTIVES.items() if c.out_of_place and not c.in_place}
-    assert inplace_only == {"all_reduce", "broadcast", "reduce"}
+    assert inplace_only == set()  # all_reduce, broadcast, reduce: out-of-place is copy + collective
     assert oop_only == {"all_to_all", "sendrecv"}
 
 

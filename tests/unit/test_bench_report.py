@@ -49,7 +49,7 @@ def test_table_has_nccl_tests_shape() -> None:
     assert head[1:6] == ["size", "count", "type", "redop", "root"]
     assert head[6:10] == ["time", "algbw", "busbw", "#wrong"] == head[10:14]
     row = next(line for line in lines if line.split()[0] == "4096" and "sum" in line).split()
-    # out-of-place is n/a for all_reduce (torch has no separate output), in-place measured
+    # a row without an out-of-place measure (JSON from before it was timed) reads n/a there
     assert row[:5] == ["4096", "1024", "float", "sum", "-1"]
     assert row[5:9] == ["n/a"] * 4 and row[9:13] == ["200.00", "0.02", "0.03", "0"]
     assert row[13:] == ["n/a", "150.00"]

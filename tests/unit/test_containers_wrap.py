@@ -22,6 +22,7 @@ from tests.golden_util import assert_golden, lint_script
 from torchhpc.containers import MODULES, runtime_options, sbatch_directives, setup_lines, srun_options, wrap
 from torchhpc.containers._common import enroot_ref
 from torchhpc.containers.apptainer import image_uri
+from torchhpc.containers.docker import GPU_PRELUDE
 from torchhpc.core.shell import join
 from torchhpc.core.spec import RUNTIMES, ContainerSpec
 from torchhpc.errors import ConfigError, QuotingError, SpecError, TorchHPCError
@@ -161,7 +162,9 @@ def test_seed000_singularity_command() -> None:
 def test_seed000_docker_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     argv = wrap(ContainerSpec("mn5", "docker", options=(("mount_cwd", "false"),)), ["bash"], gpus=1)
     text = join(argv)
-    assert text.startswith("docker run --rm --gpus all --ipc=host --network=host --uts=host ")
+    # The GPUs are added when the task starts (test_containers_allocation.py): never --gpus all.
+    assert argv[:5] == ["bash", "-c", GPU_PRELUDE, "torchhpc-gpus", "docker"]
+    assert " docker run --rm --ipc=host --network=host --uts=host " in text and "all" not in argv
     assert "--ulimit memlock=-1 --ulimit stack=67108864" in text
     assert argv[-2:] == ["mn5", "bash"]
     assert "-v" not in argv and "-w" not in argv
@@ -169,9 +172,10 @@ def test_seed000_docker_flags(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_podman_uses_cdi_and_wildcards() -> None:
     argv = wrap(ContainerSpec("img", "podman"), ["true"], gpus=2, pass_env=["SLURM_*", "RANK"])
-    assert argv[0] == "podman"  # podman understands PREFIX* itself: no bash prelude
-    assert ["--device", "nvidia.com/gpu=all"] == argv[argv.index("--device") : argv.index("--device") + 2]
-    assert "SLURM_*" in argv and "--gpus" not in argv
+    assert argv[:5] == ["bash", "-c", GPU_PRELUDE, "torchhpc-gpus", "podman"]  # the GPUs, at task start
+    assert argv[6] == "podman"  # podman understands PREFIX* itself: no env prelude
+    assert "SLURM_*" in argv and "--gpus" not in argv and "nvidia.com/gpu=all" not in argv
+    assert wrap(ContainerSpec("img", "podman"), ["true"], gpus=0, pass_env=["RANK"])[0] == "podman"
 
 
 def test_apptainer_gpu_flags() -> None:

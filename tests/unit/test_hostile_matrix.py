@@ -22,7 +22,10 @@ KINDS = ("local", "slurm", "pbs", "kubernetes", "runai")
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_hostile_matrix(kind: str, tmp_path: Path) -> None:
+def test_hostile_matrix(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A relative value (--output-dir q7ph) resolves against the working directory, and the rendered
+    # scripts really run: from the repository root they once left q7ph/train-42/ranks/ in a commit.
+    monkeypatch.chdir(tmp_path)
     for tool in ("sbatch", "shellcheck"):
         if not shutil.which(tool):
             missing(f"{tool} is not installed: the hostile matrix needs its parser")

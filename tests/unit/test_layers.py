@@ -43,13 +43,46 @@ def unit(parts: tuple[str, ...]) -> str:
     return parts[0] if parts else "__init__"
 
 
-def imports(path: Path, root: Path = SRC) -> list[tuple[int, tuple[str, ...]]]:
-    """(line, module path below torchhpc) for every torchhpc import in ``path``, at any depth."""
+def dynamic_target(node: ast.AST) -> str | None:
+    """The module an ``importlib.import_module(...)`` call names: a string literal, or an f-string's
+    constant head (``f"torchhpc.cli.{name}"`` -> ``torchhpc.cli.``: some module of that package)."""
+    if not (isinstance(node, ast.Call) and node.args):
+        return None
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if name != "import_module":
+        return None
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+        return str(arg.values[0].value)
+    return None
+
+
+def imports(path: Path, root: Path = SRC, names_too: bool = False) -> list[tuple[int, tuple[str, ...]]]:
+    """(line, module path below torchhpc) for every torchhpc import in ``path``, at any depth, and
+    every ``importlib.import_module`` target it names (a package's ``torchhpc.x.`` prefix ends in "").
+    ``names_too``: ``from torchhpc.a import b`` also yields ``a.b`` (b may be a module)."""
     package = path.relative_to(root).parts[:-1]  # a module's package; an __init__'s own package
     found: list[tuple[int, tuple[str, ...]]] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    # `if TYPE_CHECKING:` imports never run: they are for the type checker, not a dependency
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         names: list[str] = []
-        if isinstance(node, ast.Import):
+        target = dynamic_target(node)
+        if target is not None:
+            names = [target]
+        elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
@@ -57,6 +90,8 @@ def imports(path: Path, root: Path = SRC) -> list[tuple[int, tuple[str, ...]]]:
                 names = [".".join([*base, *([node.module] if node.module else [])])]
             else:
                 names = [node.module or ""]
+            if names_too:
+                names += [f"{names[0]}.{a.name}" for a in node.names]
         for name in names:
             parts = name.split(".")
             if parts[0] == "torchhpc":
@@ -83,8 +118,68 @@ def violations(root: Path = SRC) -> list[str]:
     return bad
 
 
+def module_of(path: Path, root: Path = SRC) -> tuple[str, ...]:
+    """``schedulers/local.py`` -> ``("schedulers", "local")``; a package's ``__init__`` is the package."""
+    parts = path.relative_to(root).with_suffix("").parts
+    return parts[:-1] if parts[-1] == "__init__" else parts
+
+
+def circles(root: Path = SRC) -> list[str]:
+    """Import circles between modules of one package (lazy imports and import_module targets count).
+
+    A target like ``("cli", "")`` (an f-string's package prefix) stands for every module of
+    that package. Importing a package's ``__init__`` from one of its modules is an edge too.
+    """
+    paths = sorted(root.rglob("*.py"))
+    modules = {module_of(p, root) for p in paths}
+    graph: dict[tuple[str, ...], set[tuple[str, ...]]] = {m: set() for m in modules}
+    for path in paths:
+        here = module_of(path, root)
+        for _line, target in imports(path, root, names_too=True):
+            if target and target[-1] == "":
+                found = {m for m in modules if m[: len(target) - 1] == target[:-1] and len(m) == len(target)}
+            else:
+                # "from torchhpc.a import b" names a module a.b or an attribute of a: the longest module
+                found = {max((target[:i] for i in range(len(target), 0, -1) if target[:i] in modules), key=len, default=())}
+            for there in found - {(), here}:
+                if there[:-1] == here[:-1] or there == here[:-1]:  # same package, or the package itself
+                    graph[here].add(there)
+    bad: list[str] = []
+    seen: set[frozenset[tuple[str, ...]]] = set()
+
+    def walk(node: tuple[str, ...], trail: list[tuple[str, ...]]) -> None:
+        for nxt in sorted(graph[node]):
+            if nxt in trail:
+                loop = trail[trail.index(nxt):]
+                if frozenset(loop) not in seen:
+                    seen.add(frozenset(loop))
+                    bad.append(" -> ".join(".".join(m) for m in [*loop, nxt]))
+            elif len(trail) < 12:
+                walk(nxt, [*trail, nxt])
+
+    for module in sorted(graph):
+        walk(module, [module])
+    return bad
+
+
 def test_every_import_points_down() -> None:
     assert violations() == []
+
+
+def test_no_import_circle_inside_a_package() -> None:
+    assert circles() == []
+
+
+def test_a_planted_circle_fails(tmp_path: Path) -> None:
+    """Lazy imports and importlib.import_module targets (literal and f-string) close a circle too."""
+    tree = tmp_path / "torchhpc"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "__init__.py").write_text("")
+    (tree / "pkg" / "a.py").write_text("def f():\n    from torchhpc.pkg import b\n")
+    (tree / "pkg" / "b.py").write_text("import importlib\nM = importlib.import_module('torchhpc.pkg.a')\n")
+    (tree / "pkg" / "c.py").write_text("import importlib\ndef g(n):\n    return importlib.import_module(f'torchhpc.pkg.{n}')\n")
+    (tree / "pkg" / "d.py").write_text("from torchhpc.pkg.c import g\n")
+    assert circles(tree) == ["pkg.a -> pkg.b -> pkg.a", "pkg.c -> pkg.d -> pkg.c"], circles(tree)
 
 
 def test_a_planted_import_against_the_layers_fails(tmp_path: Path) -> None:

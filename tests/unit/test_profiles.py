@@ -9,6 +9,7 @@ import pytest
 from torchhpc.errors import ConfigError, UsageError
 from torchhpc.network.presets import preset_env
 from torchhpc.profiles import BUILTIN, Profile, get_profile, list_profiles, user_profile_paths
+from torchhpc.profiles.builtin import LUMI_CPU_MASKS
 from torchhpc.profiles.model import FIELD_DOCS
 
 
@@ -95,7 +96,8 @@ env = { NCCL_DEBUG = "INFO", X = 1 }
 """)
     lumi = get_profile("lumi", env)
     assert lumi.account == "project_465001726" and lumi.partition == "standard-g"
-    assert lumi.env_dict == {"MIOPEN_DEBUG": "0"}
+    assert lumi.env_dict == {"TORCHHPC_GPU_PER_TASK": "ROCR_VISIBLE_DEVICES", "TORCHHPC_CPU_MASKS": LUMI_CPU_MASKS,
+                             "MIOPEN_DEBUG": "0"}  # the user's table adds to the built-in env
     child = get_profile("child", env)
     assert (child.qos, child.account, child.time, child.gpus_per_node) == ("acc_bsccs", "bsc98", "00:30:00", 4)
     assert child.env_dict == {"NCCL_DEBUG": "INFO", "X": "1"}

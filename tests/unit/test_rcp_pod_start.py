@@ -2,8 +2,8 @@
 
 What runs is exactly what RunAI would hand the pod: the rendered ``bash -c
 '"..."'`` argument parsed by a real bash (the pod's shell), then the payload
-(``net detect --export`` evaluated, then a real torchrun, here with one pod).
-Only sysfs is recorded: TORCHHPC_SYSFS points ``net detect`` at the fake
+(the POSIX-shell GID detector, then a real torchrun, here with one pod).
+Only sysfs is recorded: TORCHHPC_SYSFS points the detector at the fake
 ConnectX trees under tests/data/sysfs (no RDMA hardware here), and RunAI's
 per-pod variables (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK) are set by hand.
 The expected index is the seed's own one-liner run over the same tree.
@@ -32,8 +32,10 @@ def render_rcp(program: list[str]) -> list[str]:
 def test_rcp_renders_detection_before_torchrun() -> None:
     argv = render_rcp(["examples/pi.py"])
     payload = argv[-1]
-    assert "net detect --export" in payload
-    assert payload.index("net detect") < payload.index("torch.distributed.run")
+    # Seed 004's image has no torchhpc: the pod command must not need it (issue 27).
+    assert "python -m torchhpc" not in payload and "torchhpc net" not in payload
+    assert "NCCL_IB_GID_INDEX" in payload
+    assert payload.index("_th_gid_detect") < payload.index("torch.distributed.run")
     # The seed's other exports come from the roce preset, as RunAI -e variables.
     envs = [argv[i + 1] for i, a in enumerate(argv) if a == "-e"]
     assert "NCCL_IB_HCA=mlx5" in envs and "NCCL_SOCKET_NTHREADS=4" in envs and "NCCL_NSOCKS_PERTHREAD=8" in envs
@@ -59,7 +61,7 @@ def test_pod_exports_gid_index_from_sysfs(case: str, tmp_path: Path) -> None:
         **{k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "TORCHHPC_"))},
         **pod_env,
         "PATH": f"{bindir}:{os.environ['PATH']}",
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"),
+        "PYTHONPATH": "",  # no torchhpc in the pod: the image needs nothing of ours
         "TORCHHPC_SYSFS": str(TREES / case),
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "1", "RANK": "0",
     }
@@ -87,3 +89,21 @@ def test_kubernetes_pod_detects_at_start_with_network_auto() -> None:
     plain = build_spec({"scheduler": "kubernetes", "nodes": 2, "image": "registry.example/img:1", "network": "roce"},
                        ["examples/pi.py"], {"HOME": "/nonexistent"})
     assert "net detect" not in str(get_scheduler("kubernetes").render(plain))
+
+
+def test_one_node_is_the_master_pod_only() -> None:
+    """Seed 004: pods = --workers + 1, so --nodes 1 is --workers 0, a PyTorchJob with its master pod only."""
+    spec = build_spec({"profile": "rcp", "nodes": 1, "image": "registry/img:1"}, ["examples/pi.py"], {"HOME": "/nonexistent"})
+    sub = get_scheduler("runai").render(spec)
+    argv = list(sub.argv)
+    assert argv[argv.index("--workers") + 1] == "0"
+    assert any("master pod only" in n for n in sub.notes)
+
+
+def test_time_is_refused_not_dropped() -> None:
+    from torchhpc.errors import SpecError
+
+    spec = build_spec({"profile": "rcp", "nodes": 2, "image": "registry/img:1"}, ["examples/pi.py"], {"HOME": "/nonexistent"})
+    with pytest.raises(SpecError) as e:
+        get_scheduler("runai").render(spec.with_(time="01:00:00"))
+    assert "--time" in str(e.value)

@@ -13,7 +13,8 @@ import subprocess
 import pytest
 
 from tests.conftest import missing
-from torchhpc.launchers.task import TASK_SHIM, shim_name, task_argv
+from tests.script_text import lines
+from torchhpc.launchers.task import TASK_SHIM, shim_for, shim_name, task_argv
 
 PRINT = "env -0"
 
@@ -63,11 +64,15 @@ SLURM_OWN = ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NODELI
 def run_shim(env: dict[str, str], launcher: str | None) -> dict[str, str]:
     if shutil.which("bash") is None:
         missing("bash is not installed")
-    argv = task_argv(["bash", "-c", PRINT], launcher=launcher)
-    done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, timeout=30, check=False)
-    assert done.returncode == 0, done.stderr.decode()
-    out = dict(item.split("=", 1) for item in done.stdout.decode().split("\0") if "=" in item)
-    return out
+    outs = []
+    # a named launcher: the whole shim and the one branch a batch script carries (shim_for) must agree
+    for shim in (TASK_SHIM, *([shim_for(launcher)] if launcher else [])):
+        argv = task_argv(["bash", "-c", PRINT], shim=shim, launcher=launcher)
+        done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, timeout=30, check=False)
+        assert done.returncode == 0, done.stderr.decode()
+        outs.append(dict(item.split("=", 1) for item in done.stdout.decode().split("\0") if "=" in item))
+    assert all(out == outs[0] for out in outs), outs
+    return outs[0]
 
 
 def assert_rank3(out: dict[str, str]) -> None:
@@ -168,9 +173,10 @@ def test_no_launcher_is_one_process() -> None:
     ],
 )
 def test_a_named_launcher_without_its_variables_fails_clearly(launcher: str, env: dict[str, str], needle: str) -> None:
-    argv = task_argv(["true"], launcher=launcher)
-    done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True, timeout=30)
-    assert done.returncode == 2 and needle in done.stderr
+    for shim in (TASK_SHIM, shim_for(launcher)):
+        argv = task_argv(["true"], shim=shim, launcher=launcher)
+        done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 2 and needle in done.stderr
 
 
 def test_shim_names() -> None:
@@ -187,10 +193,12 @@ def test_slurm_torchrun_workers_start_through_the_shim_and_pods_do_not() -> None
     spec = JobSpec(entrypoint=Entrypoint.parse(["train.py", "--lr", "1"]), scheduler="slurm", launcher="torchrun",
                    nodes=2, nproc_per_node=2)
     script = SlurmScheduler().render(spec).script or ""
-    launch = next(line for line in script.splitlines() if "torch.distributed.run" in line)
+    launch = next(line for line in lines(script) if "torch.distributed.run" in line)
     # each worker: the log wrapper (its own file per rank), then the task shim, then the program
     assert "--no-python bash -c" in launch
-    assert 'torchhpc-log RANK bash -c "$TORCHHPC_TASK_SHIM" torchhpc-task-torchrun' in launch
+    assert 'torchhpc-log RANK bash -c "$_torchhpc_task_shim" torchhpc-task-torchrun' in launch
     assert launch.index("--no-python") < launch.index("torchhpc-log RANK")
     assert launch.rstrip(" &").endswith("train.py --lr 1")
-    assert script.index("TORCHHPC_TASK_SHIM=") < script.index("torch.distributed.run")
+    # the script carries torchrun's branch of the shim only, defined in the helpers after main()
+    shim = script[script.index("_torchhpc_task_shim='") :]
+    assert "TORCHELASTIC_RUN_ID" in shim and "SLURM_STEP_TASKS_PER_NODE:-" not in shim and "OMPI_COMM_WORLD_LOCAL_RANK" not in shim

@@ -19,9 +19,12 @@ broadcast, reduce  1
 sendrecv           1
 =================  ==============
 
-torch's API decides which of nccl-tests' two placements exist: all_reduce,
-broadcast and reduce are in-place only in ``torch.distributed`` (there is no
-separate output buffer to pass), all_to_all and sendrecv only out-of-place
+Placements, as nccl-tests: out-of-place reads one buffer and writes another,
+in-place works in one buffer. ``torch.distributed``'s all_reduce, broadcast and
+reduce take a single buffer, so their out-of-place call is what a torch program
+writes for it: copy the input into the output buffer, then the collective on the
+output (the copy is timed too: a device copy, small beside the collective at the
+sizes that measure bandwidth). all_to_all and sendrecv are out-of-place only
 (the same buffer would race).
 """
 
@@ -112,7 +115,7 @@ def _ring(n: int) -> float:
 COLLECTIVES: dict[str, Collective] = {
     c.name: c
     for c in (
-        Collective("all_reduce", lambda n: 2 * (n - 1) / n, False, True, False, False, True,
+        Collective("all_reduce", lambda n: 2 * (n - 1) / n, False, True, False, True, True,
                    "every rank ends with the reduction of all ranks' buffers"),
         Collective("all_gather", _ring, True, False, False, True, True,
                    "every rank ends with the concatenation of all ranks' buffers"),
@@ -120,9 +123,9 @@ COLLECTIVES: dict[str, Collective] = {
                    "every rank ends with its slice of the reduction"),
         Collective("all_to_all", _ring, True, False, False, True, False,
                    "every rank sends a distinct slice to every other rank"),
-        Collective("broadcast", lambda n: 1.0, False, False, True, False, True,
+        Collective("broadcast", lambda n: 1.0, False, False, True, True, True,
                    "the root's buffer is copied to every rank"),
-        Collective("reduce", lambda n: 1.0, False, True, True, False, True,
+        Collective("reduce", lambda n: 1.0, False, True, True, True, True,
                    "the root ends with the reduction of all ranks' buffers"),
         Collective("sendrecv", lambda n: 1.0, False, False, False, True, False,
                    "each rank sends to rank+1 and receives from rank-1 at once"),

@@ -51,7 +51,7 @@ def fill_send(name: str, send: Any, recv: Any, count: int, op: str, root: int, r
 
     prod = op == "prod" and name in REDUCING
     dev = send.device
-    if name in ("all_to_all", "sendrecv", "all_gather") or (name == "reduce_scatter" and not in_place):
+    if not in_place or name == "all_gather":  # in-place reduce_scatter: recv is a slice of send
         recv.zero_()
     if name == "broadcast" and rank != root:
         send.zero_()

@@ -48,9 +48,10 @@ plateaus, not single sizes; use -b 8 -e 1G -f 2 for the whole curve.
         `Out of bounds values : N OK|FAILED` totals it.
 
 Placements: out-of-place passes separate input and output buffers, in-place
-one buffer. torch.distributed's all_reduce, broadcast and reduce exist only
-in-place and all_to_all and sendrecv only out-of-place, so the other column
-reads n/a. `Avg bus bandwidth` is the mean busbw over every size and
+one buffer. torch.distributed's all_reduce, broadcast and reduce take one
+buffer: their out-of-place call copies the input into the output, then runs
+the collective there (the copy is in the time, as in a torch program).
+all_to_all and sendrecv are out-of-place only: their in-place column reads n/a. `Avg bus bandwidth` is the mean busbw over every size and
 placement shown; --min-bw GBPS fails the run when it is below GBPS.
 """
 

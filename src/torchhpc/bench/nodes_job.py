@@ -25,6 +25,7 @@ from torchhpc.bench import nodes_plan as plan
 from torchhpc.core import hostlist
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import CommandError, JobFailed, UsageError
+from torchhpc.schedulers import scheduler_class
 
 __all__ = ["NodesRun", "cluster_nodes", "make_spec", "run_job", "slow_links", "summary", "write_outputs"]
 
@@ -92,7 +93,7 @@ def make_spec(base: JobSpec, n: int, names: list[str] | None, *, size: int, iter
     """The job: ``n`` nodes (or exactly ``names``), the worker as its program; returns it and the JSON path."""
     plan.check_budget(budget, n)
     out = os.path.abspath(out_dir)
-    json_path = os.path.join(out, "bench-nodes.json")
+    json_path = _fresh(os.path.join(out, "bench-nodes.json"))  # an earlier run's result stays (and cannot pass for this one)
     args = ("--size", str(size), "--iters", str(iters), "--slow-ratio", str(slow_ratio), "--stat", stat,
             "--deadline", f"{deadline:.0f}", "--json", json_path)
     options = dict(base.options)
@@ -104,9 +105,19 @@ def make_spec(base: JobSpec, n: int, names: list[str] | None, *, size: int, iter
         "output_dir": out,
         "options": tuple(options.items()),
     }
-    if base.time is None and base.scheduler != "local":
+    if base.time is None and scheduler_class(base.scheduler).supports_time_limit:
         changes["time"] = str(math.ceil(budget / 60) + 1)  # Slurm/PBS stop a stuck run
     return base.with_(**changes), json_path
+
+
+def _fresh(path: str) -> str:
+    """``path``, or ``NAME.N.EXT`` for the first N that no file has: torchhpc never overwrites or deletes one."""
+    stem, ext = os.path.splitext(path)
+    n, name = 1, path
+    while os.path.lexists(name):
+        n += 1
+        name = f"{stem}.{n}{ext}"
+    return name
 
 
 def _relay(path: str, offset: int, say: Callable[[str], None]) -> int:
@@ -128,10 +139,8 @@ def run_job(scheduler: Any, spec: JobSpec, json_path: str, *, budget: float, sta
             in_allocation: bool = False, say: Callable[[str], None] = print, poll: float = 1.0) -> NodesRun:
     """Submit (or run in the allocation), relay progress, stop at the budget, read the JSON."""
     Path(spec.output_dir).mkdir(parents=True, exist_ok=True)
-    if os.path.exists(json_path):
-        os.remove(json_path)  # a stale file must not pass for this run's verdict
     submission = scheduler.render(spec)
-    if scheduler.name == "local":
+    if scheduler.runs_here:
         job = "local:" + scheduler.schedule(submission)  # foreground; the ranks' lines are relayed as they come
         st = scheduler.status(job.split(":", 1)[1])
         if not st.ok:
@@ -139,10 +148,11 @@ def run_job(scheduler: Any, spec: JobSpec, json_path: str, *, budget: float, sta
         return _finish(job, json_path, started)
     proc = None
     if in_allocation:
-        submission.write_files()
-        log = os.path.join(spec.output_dir, f"{spec.name}-step.out")
-        with open(log, "w") as fh:
-            proc = subprocess.Popen(["bash", str(submission.script_path)], stdout=fh, stderr=subprocess.STDOUT,
+        written = submission.write_files()  # beside a file of the same name, never over it
+        script = written.paths.get(str(submission.script_path), str(submission.script_path))
+        log = _fresh(os.path.join(spec.output_dir, f"{spec.name}-step.out"))
+        with open(log, "x") as fh:
+            proc = subprocess.Popen(["bash", script], stdout=fh, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         job, logs = f"allocation {os.environ.get('SLURM_JOB_ID', '?')}", [log]
     else:

@@ -88,7 +88,8 @@ class _Case:
         root = cfg.root
         c = count
         if name in ("all_reduce", "broadcast", "reduce"):
-            self.send = self.recv = torch.empty(c, dtype=dtype, device=dev)
+            self.send = torch.empty(c, dtype=dtype, device=dev)
+            self.recv = self.send if in_place else torch.empty(c, dtype=dtype, device=dev)
         elif name == "all_gather":
             self.recv = torch.empty(c * n, dtype=dtype, device=dev)
             self.send = self.recv.narrow(0, r * c, c) if in_place else torch.empty(c, dtype=dtype, device=dev)
@@ -110,10 +111,23 @@ class _Case:
         # Newer torch names them *_single (the *_tensor names warn); older releases have only *_tensor.
         gather = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
         scatter = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+        # torch's all_reduce/broadcast/reduce have one buffer: out-of-place is copy-then-collective on the
+        # output (broadcast: only the root has an input to copy), as a torch program writes it.
+        copy_in = send is not recv and (name != "broadcast" or r == root)
+
+        def into_recv(collective: Callable[[], Any]) -> Callable[[], Any]:
+            if not copy_in:
+                return collective
+
+            def call() -> Any:
+                recv.copy_(send)
+                return collective()
+            return call
+
         calls: dict[str, Callable[[], Any]] = {
-            "all_reduce": lambda: dist.all_reduce(send, op=op),
-            "broadcast": lambda: dist.broadcast(send, src=root),
-            "reduce": lambda: dist.reduce(send, dst=root, op=op),
+            "all_reduce": into_recv(lambda: dist.all_reduce(recv, op=op)),
+            "broadcast": into_recv(lambda: dist.broadcast(recv, src=root)),
+            "reduce": into_recv(lambda: dist.reduce(recv, dst=root, op=op)),
             "all_gather": lambda: gather(recv, send),
             "reduce_scatter": lambda: scatter(recv, send, op=op),
             "all_to_all": lambda: dist.all_to_all_single(recv, send),

@@ -89,10 +89,18 @@ def run_sweep(
 
     assert isinstance(scheduler, Scheduler)
     say = progress or (lambda _t: None)
+    # An earlier sweep's results are never deleted or overwritten (and a stale one cannot pass for a new one).
+    taken = [j.json_path for j in jobs if os.path.lexists(j.json_path)]
+    if jobs and os.path.lexists(os.path.join(jobs[0].spec.output_dir, REPORT_MD)):
+        taken.append(os.path.join(jobs[0].spec.output_dir, REPORT_MD))
+    if taken:
+        raise UsageError(
+            f"--out {jobs[0].spec.output_dir} already holds {', '.join(os.path.basename(t) for t in taken)} "
+            "(an earlier sweep): torchhpc does not overwrite results",
+            "give a new --out DIR, or move the old one away",
+        )
     failed: list[str] = []
     for i, job in enumerate(jobs, 1):
-        if os.path.exists(job.json_path):
-            os.remove(job.json_path)  # a stale file must not pass for this run's result
         Path(job.spec.output_dir).mkdir(parents=True, exist_ok=True)
         job_id = scheduler.submit(job.spec)
         tag = f"[{i}/{len(jobs)}] {job.nodes} node(s) {scheduler.name}:{job_id}"

@@ -22,7 +22,7 @@ from torchhpc.bench.command import (
     env_size,
     size_arg,
 )
-from torchhpc.cli.common import add_subparser
+from torchhpc.cli.common import add_subparser, announce_target
 from torchhpc.errors import JobFailed, UsageError
 
 EXAMPLES = """examples:
@@ -58,6 +58,7 @@ def register(sub: Any) -> None:
                    help="collective(s) for every job (default all_reduce)")
     s.add_argument("--out", default="bench-sweep", help="folder for JSON, logs and the report (default bench-sweep)")
     s.add_argument("--timeout", type=float, default=None, help="seconds to wait for each job (default: no limit)")
+    s.add_argument("--dry-run", action="store_true", help="print every job the sweep would submit; submit nothing")
     s.add_argument("bench_args", nargs=argparse.REMAINDER, help="-- then bench flags for every job")
     s.set_defaults(func=cmd_sweep)
 
@@ -119,7 +120,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from torchhpc.bench.sweep import parse_nodes, plan, run_sweep, write_report
     from torchhpc.cli.common import Progress
     from torchhpc.cli.jobargs import spec_from_args
-    from torchhpc.schedulers import get_scheduler
+    from torchhpc.schedulers import get_scheduler, scheduler_class
 
     rest = list(args.bench_args)
     if rest and rest[0] == "--":
@@ -135,11 +136,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if base_args.name is None:
         base_args.name = "bench-" + args.sweep_collective.replace(",", "-")
     base = spec_from_args(base_args, [])
-    if base.scheduler == "local" and max(nodes) > 1:
+    if max(nodes) > 1 and not scheduler_class(base.scheduler).supports_multi_node:
         raise UsageError(f"--nodes {args.nodes} with the local scheduler (one machine)",
                          "give --scheduler slurm (or pbs, kubernetes) for a sweep over node counts")
     jobs = plan(base, nodes, args.sweep_collective, rest, args.out)
     scheduler = get_scheduler(base.scheduler)
+    announce_target(scheduler, dry_run=args.dry_run)
+    if args.dry_run:  # every job, as `run --dry-run` shows one; nothing written, nothing submitted
+        for i, job in enumerate(jobs, 1):
+            print(f"# === sweep job {i} of {len(jobs)}: {job.nodes} node(s), result {job.json_path} ===")
+            sys.stdout.write(str(scheduler.render(job.spec)))
+        print(f"# then: wait for each, write {os.path.join(args.out, 'report.md')} and busbw.png from the results")
+        return 0
     progress = Progress()
     failed = run_sweep(jobs, scheduler, timeout=args.timeout, progress=progress.update)
     progress.done()
@@ -164,6 +172,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     from torchhpc.bench import nodes_job
     from torchhpc.bench import nodes_plan as plan
     from torchhpc.cli.jobargs import spec_from_args
+    from torchhpc.launchers import SRUN
     from torchhpc.schedulers import get_scheduler
 
     started = time.time()
@@ -179,9 +188,10 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     if getattr(args, "nproc_per_node", None) is None and getattr(args, "nproc_short", None) is None \
             and not base.gpus_per_node:
         base = base.with_(nproc_per_node=2)  # two ranks per node: the intra-node all_reduce needs a peer
-    if args.launcher is None and base.scheduler == "slurm":
+    if args.launcher is None and base.scheduler in SRUN.schedulers:
         base = base.with_(launcher="srun")  # the quickest start: no torchrun agent importing torch per node
     scheduler = get_scheduler(base.scheduler)
+    target = announce_target(scheduler, dry_run=args.dry_run)
     n, names, in_alloc = nodes_job.resolve_nodes(scheduler, args.nodes, args.nodelist)
     spec, json_path = nodes_job.make_spec(
         base, n, names, size=args.size, iters=args.iters, slow_ratio=args.slow_ratio, budget=args.budget,
@@ -191,6 +201,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         return 0
     run = nodes_job.run_job(scheduler, spec, json_path, budget=args.budget, started=started,
                             in_allocation=in_alloc, say=lambda t: print(t, flush=True))
+    run.report["target"] = target  # --json says where it ran (a dev cluster, or null: the site's own)
     bad = nodes_job.write_outputs(run, args.json, args.exclude_file)
     print()
     print(plan.format_table(run.rows))

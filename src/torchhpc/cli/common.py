@@ -45,6 +45,18 @@ def eprint(*args: object) -> None:
     print(*args, file=sys.stderr, flush=True)
 
 
+def announce_target(scheduler: Any, dry_run: bool = False) -> str | None:
+    """Say on stderr, in one line, when jobs go to a dev cluster rather than the site's own scheduler.
+
+    A dry run says nothing there (its output is the render; it touches no cluster), but its JSON
+    carries the line too (docs/slurm-target.md).
+    """
+    line: str | None = scheduler.target()
+    if line and not dry_run:
+        eprint(f"torchhpc: {line}")
+    return line
+
+
 class Progress:
     """One status line on a TTY (rewritten in place), plain lines otherwise, only on change."""
 

@@ -46,6 +46,7 @@ def register(sub: Any) -> None:
     r.add_argument("--tag", default="my-image", help="image name used in the build command shown")
     r.add_argument("--output", "-o", metavar="DIR",
                    help="write the recipe and its helper into DIR (default: print the recipe)")
+    r.add_argument("--force", action="store_true", help="with --output: replace files of the same names already there")
     r.set_defaults(func=cmd_recipe)
 
     c = add_subparser(csub, "constraints", "print pip constraints pinning every package of this environment")
@@ -97,9 +98,17 @@ def cmd_recipe(args: argparse.Namespace) -> int:
         sys.stdout.write(recipe.text)
         eprint(f"# also needs {', '.join(recipe.files)} beside it: use --output DIR to write both")
         return 0
+    files = {os.path.join(args.output, name): text for name, text in {recipe.filename: recipe.text, **recipe.files}.items()}
+    taken = [path for path in files if os.path.lexists(path)]
+    if taken and not args.force:  # a Dockerfile in a project directory is usually the user's own
+        from torchhpc.errors import UsageError
+
+        raise UsageError(
+            f"--output {args.output}: {', '.join(taken)} already exist(s); torchhpc does not overwrite them",
+            "give another --output DIR, or add --force to replace them",
+        )
     os.makedirs(args.output, exist_ok=True)
-    for name, text in {recipe.filename: recipe.text, **recipe.files}.items():
-        path = os.path.join(args.output, name)
+    for path, text in files.items():
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         print(path)

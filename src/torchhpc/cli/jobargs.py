@@ -151,6 +151,25 @@ def split_program(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple
     return head, program
 
 
+def misplaced_flags(parser: argparse.ArgumentParser, argv: Sequence[str], program: Sequence[str]) -> list[str]:
+    """torchhpc's own long flags that follow the program (``run train.py --nodes 2``): they go to the
+    program, as with torchrun, but a user who meant them for torchhpc deserves one warning line.
+
+    None when the program came after an explicit ``--`` (the user said where ours end), and none for
+    ``-m torchhpc...`` (our own tools take flags of the same name: ``torchhpc.bench --json``). Short
+    flags (``-n``, ``-e``) are left alone: programs use them for their own things far too often.
+    """
+    argv = list(argv)
+    if "--" in argv[: len(argv) - len(program)]:
+        return []
+    module = next((argv[i + 1] for i, w in enumerate(argv[:-1]) if w in ("-m", "--module")), "")
+    if module.startswith("torchhpc"):
+        return []
+    ours = {o for a in parser._actions for o in a.option_strings if o.startswith("--")} - set(TRAILING_FLAGS)
+    ours.discard("--help")
+    return [w for w in program[1:] if w.split("=", 1)[0] in ours]
+
+
 def spec_from_args(args: argparse.Namespace, program: Sequence[str]) -> JobSpec:
     """Typed config from parsed flags (+ TORCHHPC_* variables, profile, config file): see :mod:`torchhpc.resolve`.
 
@@ -160,7 +179,10 @@ def spec_from_args(args: argparse.Namespace, program: Sequence[str]) -> JobSpec:
     from torchhpc.resolve import build_spec
 
     def warn(e: UsageError) -> None:
-        print(f"Warning: {e.message} (submitting would stop here)", file=sys.stderr)
+        from torchhpc.resolve import Notice
+
+        stop = "" if isinstance(e, Notice) else " (submitting would stop here)"
+        print(f"Warning: {e.message}{stop}", file=sys.stderr)
         if e.hint:
             print(f"HINT: {e.hint}", file=sys.stderr)
 

@@ -8,7 +8,8 @@ import os
 from typing import Any
 
 from torchhpc.cli.common import add_hang_arguments, add_subparser, eprint, json_errors
-from torchhpc.errors import CommandNotFound, UsageError
+from torchhpc.cli.follow import follow, status_dict
+from torchhpc.errors import CommandError, CommandNotFound, TorchHPCError, UsageError
 from torchhpc.schedulers import get_scheduler, parse_handle
 from torchhpc.schedulers.api import JobStatus, Scheduler
 
@@ -73,13 +74,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_list)
 
 
-def status_dict(name: str, st: JobStatus) -> dict[str, Any]:
-    out = {"handle": f"{name}:{st.job_id}", **{k: v for k, v in vars(st).items() if k not in ("raw", "tasks")}}
-    if st.tasks:
-        out["tasks"] = [status_dict(name, t) for t in st.tasks]
-    return out
-
-
 @json_errors
 def cmd_status(args: argparse.Namespace) -> int:
     name, job = handle_of(args)
@@ -106,15 +100,36 @@ def _print_progress(name: str, job: str) -> None:
             print(line)
 
 
+def _finished(sched: Scheduler, job: str) -> JobStatus | None:
+    """The job's status when it has ended; None while it runs, or when the scheduler cannot say."""
+    try:
+        st = sched.status(job)
+    except TorchHPCError:
+        return None  # unknown here: cancel itself gives the scheduler's answer
+    return st if st.terminal else None
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
+    """Cancel; a job that has already ended is said so (exit 0), never reported as cancelled."""
     name, job = handle_of(args)
-    get_scheduler(name).cancel(job)
+    sched = get_scheduler(name)
+    done = _finished(sched, job)
+    if done is None:
+        try:
+            sched.cancel(job)
+        except CommandError:
+            done = _finished(sched, job)  # it ended between the two questions (scancel: already completing)
+            if done is None:
+                raise
+    if done is not None:
+        code = f", exit code {done.exit_code}" if done.exit_code is not None else ""
+        print(f"{name}:{job} had already finished ({done.state}{code}): nothing to cancel")
+        return 0
     print(f"Cancelled {name}:{job}")
     return 0
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    from torchhpc.cli.run import follow
 
     name, job = handle_of(args)
     return follow(get_scheduler(name), job, timeout=args.timeout, print_logs=args.logs,

@@ -30,7 +30,7 @@ from torchhpc.schedulers.logs import (
     parse_ranks,
     select,
 )
-from torchhpc.schedulers.script import load_record
+from torchhpc.schedulers.record import read_record
 
 # How often -f looks for new lines and asks the scheduler whether the job ended.
 FOLLOW_POLL = 0.25
@@ -107,7 +107,7 @@ def _node_of(sched: Scheduler, job: str, log: JobLog) -> dict[int, str]:
 def cmd_logs(args: argparse.Namespace) -> int:
     ranks, nodes, grep = _ranks(args.rank), _nodes(args.node), _grep(args.grep)
     name, job = parse_handle(args.job, args.scheduler)
-    if "_" not in job and load_record(name, job).get("array"):
+    if "_" not in job and read_record(name, job).array:
         raise UsageError(
             f"{name}:{job} is a job array: each task has its own log",
             f"name one task: torchhpc logs {name}:{job}_0 (torchhpc status {name}:{job} lists the tasks)",

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from torchhpc import __version__
+from torchhpc.cli.parser import Parser
 from torchhpc.errors import TorchHPCError
 
 # Subcommand modules, in --help order. Each has register(subparsers).
@@ -40,7 +41,7 @@ COMMANDS: tuple[str, ...] = (
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The full parser, or (``only``) one subcommand's: a job launch should not import all of them."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="torchhpc",
         description=(
             "Distributed PyTorch on real clusters: one job description rendered for "
@@ -96,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     _use_devcluster()
+    args._build_parser = build_parser  # the whole parser, for `completion` (cli modules never import main)
     try:
         rc = args.func(args)
     except TorchHPCError as e:

@@ -13,13 +13,14 @@ import json
 import sys
 from typing import Any
 
-from torchhpc.cli.common import Progress, add_hang_arguments, add_subparser, eprint, json_errors
-from torchhpc.cli.jobargs import add_job_arguments, spec_from_args, split_program
+from torchhpc.cli.common import add_hang_arguments, add_subparser, announce_target, eprint, json_errors
+from torchhpc.cli.follow import follow, status_dict, task_index  # noqa: F401 (task_index: re-exported)
+from torchhpc.cli.jobargs import add_job_arguments, misplaced_flags, spec_from_args, split_program
 from torchhpc.env.compat import preflight
 from torchhpc.errors import UsageError
 from torchhpc.schedulers import get_scheduler
-from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
-from torchhpc.schedulers.script import load_record
+from torchhpc.schedulers.api import Submission
+from torchhpc.schedulers.record import read_record
 
 DESCRIPTION = """Run or submit a distributed job.
 
@@ -49,6 +50,7 @@ exit codes: 0 done; 1 the job or a command (sbatch...) failed; 2 bad input (HINT
 def register(sub: Any) -> None:
     p = add_subparser(sub, "run", "run or submit a distributed job", DESCRIPTION)
     p.epilog = EXAMPLES
+    p.short_usage = "usage: torchhpc run [FLAGS] PROGRAM [ARGS...]  (or -m MODULE [ARGS...], or -- COMMAND...)"  # type: ignore[attr-defined]
     add_job_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="print what would run or be submitted; touch nothing")
     p.add_argument("--wait", action="store_true", help="wait for a submitted job to end and print its log")
@@ -68,51 +70,63 @@ def parse_run(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argpars
 
 def cmd_run(args: argparse.Namespace) -> int:
     # argparse saw the whole line as one blob (REMAINDER); re-split it our way.
-    args, program = parse_run(args._parser, args._argv)
+    parser, argv = args._parser, args._argv
+    args, program = parse_run(parser, argv)
+    stray = misplaced_flags(parser, argv, program)
+    if stray:
+        verb = "goes" if len(stray) == 1 else "go"
+        eprint(f"Warning: {' '.join(stray)} after {program[0]} {verb} to the program, not to torchhpc "
+               "(put torchhpc's flags before the program; only --wait, --dry-run, --rank0-only may follow it)")
     return _run(args, program)
 
 
 @json_errors
 def _run(args: argparse.Namespace, program: list[str]) -> int:
-    from torchhpc.job import check_gpus, check_program, visible_gpus
+    from torchhpc.job import check_gpus, check_program, no_gpu_warning
 
     spec = spec_from_args(args, program)
     # Before anything renders: a script reading variables this launcher never sets is refused (docs/compat.md).
     for warning in preflight(spec):
         eprint(f"Warning: {warning}")
     scheduler = get_scheduler(spec.scheduler)
+    if args.rank0_only and not scheduler.runs_here:  # a capability of the local run (docs/capabilities.md)
+        raise UsageError(
+            f"--rank0-only: the {spec.scheduler} scheduler's ranks print to the job's log, not here",
+            f"drop --rank0-only; `torchhpc logs {spec.scheduler}:ID --rank 0` shows rank 0's output",
+        )
     submission = scheduler.render(spec)
     if args.dry_run:
+        target = announce_target(scheduler, dry_run=True)  # in the JSON only: a dry run touches no cluster
         if args.json:
-            print(json.dumps(_submission_dict(submission), indent=1))
+            print(json.dumps({**_submission_dict(submission), "target": target}, indent=1))
         else:
             sys.stdout.write(str(submission))
         return 0
     check_program(spec)
+    target = announce_target(scheduler)  # before the first Slurm command (check_gpus asks sinfo)
     check_gpus(spec, scheduler.runner)
-    if spec.scheduler == "local":
-        if spec.gpus_per_node and visible_gpus(spec.gpu_kind) == 0:
-            eprint(
-                f"Warning: --gpus-per-node {spec.gpus_per_node} but this machine shows no {spec.gpu_kind} GPU: "
-                "the ranks run on CPU"
-            )
+    if scheduler.runs_here:
+        gpu_warning = no_gpu_warning(spec)
+        if gpu_warning:
+            eprint(gpu_warning)
         if not args.background:
             if args.json:
                 raise UsageError("--json with a local run needs --background", "a foreground run prints its ranks' output")
             run_local: Any = scheduler
             return int(run_local.run(submission, rank0_only=args.rank0_only))
-    if spec.scheduler == "local":
+    if scheduler.runs_here:
         job_id = scheduler.submit_background(submission)  # type: ignore[attr-defined]
     else:
         job_id = scheduler.schedule(submission)
     handle = f"{spec.scheduler}:{job_id}"
     if args.json and not args.wait:
         print(json.dumps({"handle": handle, "scheduler": spec.scheduler, "job_id": job_id, "name": spec.name,
-                          "nodes": spec.nodes, "nproc_per_node": spec.nproc_per_node, "launcher": spec.launcher}))
+                          "nodes": spec.nodes, "nproc_per_node": spec.nproc_per_node, "launcher": spec.launcher,
+                          "target": target}))
         return 0
     print(f"Submitted {handle} ({spec.name}: {spec.nodes} node(s) x {spec.nproc_per_node} rank(s), {spec.launcher})",
           file=sys.stderr if args.json else sys.stdout)
-    where = load_record(spec.scheduler, job_id).get("job_dir")
+    where = read_record(spec.scheduler, job_id).job_dir
     if where:
         print(f"Job directory: {where}/ (script, scheduler output, ranks/)", file=sys.stderr if args.json else sys.stdout)
     if not args.wait:
@@ -120,9 +134,8 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
         return 0
     if args.json:
         code = follow(scheduler, job_id, print_logs=False)
-        from torchhpc.cli.jobs import status_dict
 
-        print(json.dumps(status_dict(spec.scheduler, scheduler.status(job_id))))
+        print(json.dumps({**status_dict(spec.scheduler, scheduler.status(job_id)), "target": target}))
         return code
     return follow(scheduler, job_id, hang_timeout=args.hang_timeout, on_hang=args.on_hang)
 
@@ -132,86 +145,3 @@ def _submission_dict(sub: Submission) -> dict[str, Any]:
         "scheduler": sub.scheduler, "argv": list(sub.argv), "script": sub.script, "script_path": sub.script_path,
         "files": dict(sub.files), "notes": list(sub.notes),
     }
-
-
-def follow(
-    scheduler: Scheduler, job_id: str, timeout: float | None = None, print_logs: bool = True,
-    hang_timeout: float | None = None, on_hang: str = "cancel",
-) -> int:
-    """Wait with progress, print the log, exit non-zero when the job failed.
-
-    With ``hang_timeout``, a job whose ranks all went quiet and idle for that long gets its
-    stacks read and its culprit named, then is cancelled or requeued (torchhpc.schedulers.hang).
-    """
-    progress = Progress()
-    watch = _hang_watch(scheduler, job_id, hang_timeout, on_hang) if hang_timeout else None
-
-    def show(st: JobStatus, elapsed: float) -> None:
-        reason = f" ({st.reason})" if st.reason and st.reason not in ("None", "(null)") else ""
-        progress.update(f"{scheduler.name}:{job_id} {st.state}{reason} elapsed {elapsed:.0f}s")
-        if watch is not None:
-            watch.check(st.state)
-
-    st = scheduler.wait(job_id, poll=1.0, timeout=timeout, progress=show)
-    progress.done()
-    if print_logs:
-        try:
-            text = scheduler.logs(job_id)
-        except Exception as e:  # logs are a courtesy here; the state is the answer
-            text = ""
-            eprint(f"(no log: {e})")
-        if text:
-            sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    eprint(f"{scheduler.name}:{job_id} {st.line()}")
-    if st.ok:
-        return 0
-    code = st.exit_code if st.exit_code and 0 < st.exit_code < 256 else 1
-    eprint(f"Error: job {job_id} ended {st.state}" + (f" with exit code {st.exit_code}" if st.exit_code else ""))
-    _print_verdict(scheduler, job_id)
-    return code
-
-
-def _hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang: str) -> Any:
-    """The hang watch for a job torchhpc submitted (None when its per-rank files are unknown)."""
-    from torchhpc.core.hostlist import expand
-    from torchhpc.schedulers.hang import HangWatch
-    from torchhpc.schedulers.logs import job_log
-
-    log = job_log(scheduler.name, job_id)
-    if log is None or not (log.ranks_dir or log.output):
-        eprint(f"torchhpc: --hang-timeout: no log files known for {scheduler.name}:{job_id}; not watching")
-        return None
-    import os
-
-    job_dir = os.path.dirname(log.ranks_dir) if log.ranks_dir else os.path.dirname(log.output or "")
-
-    def act(what: str) -> None:
-        if what == "requeue":
-            import subprocess
-
-            subprocess.run(["scontrol", "requeue", job_id], capture_output=True, timeout=60)
-        else:
-            scheduler.cancel(job_id)
-
-    def nnodes() -> int:  # asked when probing: a pending job's "nodes" is only a count
-        try:
-            return max(1, len(expand(scheduler.status(job_id).nodes)))
-        except Exception:
-            return 1
-
-    return HangWatch(scheduler.name, job_id, hang_timeout, on_hang, log.ranks_dir or "", job_dir,
-                     nnodes if scheduler.name != "local" else (lambda: 1), act, eprint,
-                     env=getattr(getattr(scheduler, "runner", None), "env", None), output=log.output or "")
-
-
-def _print_verdict(scheduler: Scheduler, job_id: str) -> None:
-    """The failure's verdict (at most 8 lines) after the job's output: which rank, where, why."""
-    from torchhpc.schedulers.diagnose import diagnose, gather
-
-    try:
-        verdict = diagnose(gather(scheduler, scheduler.name, job_id))
-    except Exception as e:  # the verdict is a courtesy; the exit code above is the answer
-        eprint(f"(no diagnosis: {e})")
-        return
-    if not verdict.ok:
-        sys.stderr.write(verdict.render())

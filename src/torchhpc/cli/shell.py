@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
-from torchhpc.cli.common import add_subparser
+from torchhpc.cli.common import add_subparser, announce_target
 from torchhpc.cli.jobargs import add_job_arguments, spec_from_args
 from torchhpc.core.shell import join
 from torchhpc.errors import UsageError
@@ -21,11 +22,16 @@ def register(sub: Any) -> None:
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
+    args.interactive_shell = True  # a profile's shell_optional requirements (mn5: time) may be left out
     spec = spec_from_args(args, ["bash"])
     sched: Any = get_scheduler(spec.scheduler)
-    if not hasattr(sched, "shell_argv"):
+    if not sched.supports_interactive_shell:
         raise UsageError(f"the {spec.scheduler} scheduler has no interactive shell", "use --scheduler slurm")
+    spec, notes = sched.supported(spec)  # the capability check every render runs (docs/capabilities.md)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     argv = sched.shell_argv(spec)
+    announce_target(sched, dry_run=args.dry_run)
     if args.dry_run:
         print(join(argv))
         return 0

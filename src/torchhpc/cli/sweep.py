@@ -60,14 +60,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace, program: list[str]) -> int:
-    from torchhpc.cli.run import follow
+    from torchhpc.cli.follow import follow
     from torchhpc.schedulers import get_scheduler
-    from torchhpc.sweep import manifest, parse_grid, sweep_spec, write_manifest
+    from torchhpc.sweep import (
+        check_manifest_free,
+        free_directory,
+        manifest,
+        parse_grid,
+        sweep_spec,
+        write_manifest,
+    )
 
     grid = parse_grid(args.grid)
     if args.output_dir is None and program:
         stem = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.splitext(os.path.basename(program[0]))[0]) or "sweep"
-        args.output_dir = f"{stem}-sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+        args.output_dir = free_directory(f"{stem}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     spec = sweep_spec(spec_from_args(args, program), grid, args.array_parallelism)
     scheduler = get_scheduler(spec.scheduler)
     submission = scheduler.render(spec)
@@ -80,7 +87,8 @@ def _sweep(args: argparse.Namespace, program: list[str]) -> int:
     from torchhpc.job import check_program
 
     check_program(spec)
-    if spec.scheduler == "local":
+    check_manifest_free(spec.output_dir)
+    if scheduler.runs_here:
         job_id = scheduler.submit_background(submission)  # type: ignore[attr-defined]
     else:
         job_id = scheduler.schedule(submission)

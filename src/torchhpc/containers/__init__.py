@@ -20,11 +20,13 @@ import importlib
 from collections.abc import Sequence
 from types import ModuleType
 
+from torchhpc.containers._common import Wrapping
 from torchhpc.core.spec import RUNTIMES, ContainerSpec
 from torchhpc.errors import SpecError
 
 __all__ = [
     "MODULES",
+    "per_node_lines",
     "runtime_options",
     "sbatch_directives",
     "setup_lines",
@@ -65,9 +67,8 @@ def wrap(
     lists variable names and ``PREFIX*`` patterns that must reach the process inside;
     ``interactive`` asks for a terminal (``torchhpc shell``: docker/podman ``-it``).
     """
-    out: list[str] = _module(container.runtime).wrap(
-        container, list(argv), gpus=gpus, gpu_kind=gpu_kind, pass_env=tuple(pass_env), interactive=interactive
-    )
+    how = Wrapping(gpus=gpus, gpu_kind=gpu_kind, pass_env=tuple(pass_env), interactive=interactive)
+    out: list[str] = _module(container.runtime).wrap(container, list(argv), how)
     return out
 
 
@@ -92,6 +93,12 @@ def setup_lines(container: ContainerSpec) -> list[str]:
     """
     out: list[str] = _module(container.runtime).setup_lines(container)
     return out
+
+
+def per_node_lines(container: ContainerSpec) -> list[str]:
+    """Those of :func:`setup_lines` that every node must run once (enroot create), as one shell line each."""
+    lines: list[str] = list(getattr(_module(container.runtime), "per_node_lines", lambda _c: [])(container))
+    return lines
 
 
 def runtime_options(runtime: str) -> dict[str, str]:

@@ -63,6 +63,21 @@ class Bind:
         return cls(src, dst, mode == "ro")
 
 
+@dataclass(frozen=True)
+class Wrapping:
+    """How a rank's command enters its container, the same for every runtime: ``gpus`` > 0 asks for
+    the node's GPUs of ``gpu_kind`` ("nvidia" or "amd"); ``pass_env`` lists the variable names and
+    ``PREFIX*`` patterns that must reach the process inside; ``interactive`` asks for a terminal."""
+
+    gpus: int = 0
+    gpu_kind: str = "nvidia"
+    pass_env: tuple[str, ...] = ()
+    interactive: bool = False
+
+
+PLAIN = Wrapping()
+
+
 def binds(container: ContainerSpec, *, absolute: bool = False) -> list[Bind]:
     return [Bind.parse(b, absolute=absolute) for b in container.binds]
 

@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 
 from torchhpc.containers import _common as c
+from torchhpc.core.shell import Raw, join
 from torchhpc.core.spec import ContainerSpec
 from torchhpc.errors import SpecError
 
@@ -22,7 +23,13 @@ OPTIONS: dict[str, str] = {
     "writable_tmpfs": "true: --writable-tmpfs (a scratch overlay, lost at exit)",
     "no_home": "true: --no-home (do not mount $HOME)",
     "gpu": "none: no --nv/--rocm even with GPUs (an image that brings its own GPU stack, as LUMI's PyTorch images do)",
+    "sif_cache": "directory where a docker:// image is built into a SIF once, before the launch "
+    "(default ${TORCHHPC_SIF_CACHE:-$HOME/.cache/torchhpc/sif}; 'none': every rank pulls it itself)",
 }
+
+# A docker:// image is converted once, by the batch script before any rank starts: every rank
+# pulling and converting the same layers at once is minutes of start-up and a registry's rate limit.
+DEFAULT_SIF_CACHE = "${TORCHHPC_SIF_CACHE:-$HOME/.cache/torchhpc/sif}"
 
 # A reference like "nvcr.io/nvidia/pytorch:24.03-py3" or "ubuntu:22.04": no scheme,
 # a tag or digest. Apptainer would take it for a file; it means docker://.
@@ -38,28 +45,37 @@ def image_uri(image: str) -> str:
     return image
 
 
-def wrap(
-    container: ContainerSpec,
-    argv: Sequence[str],
-    *,
-    gpus: int = 0,
-    gpu_kind: str = "nvidia",
-    pass_env: Sequence[str] = (),
-    interactive: bool = False,
-) -> list[str]:
+def cached_sif(container: ContainerSpec) -> Raw | None:
+    """Where the batch script builds the SIF of a ``docker://`` image (``None``: not a docker:// image,
+    or ``sif_cache=none``). A shell word: the cache directory expands when the job runs."""
+    opts = c.options(container, OPTIONS)
+    if c.is_variable(container.image) or opts.get("sif_cache", "") == "none":
+        return None
+    uri = image_uri(c.image_word(container.image))
+    if not uri.startswith("docker://"):
+        return None
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", uri[len("docker://"):]) + ".sif"
+    cache = opts.get("sif_cache") or DEFAULT_SIF_CACHE
+    if cache != DEFAULT_SIF_CACHE:
+        c.check_value(cache, "apptainer option sif_cache", line=True, word=True)
+        return Raw(join([cache]) + "/" + join([name]))
+    return Raw(f'"{cache}"/{join([name])}')
+
+
+def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAIN) -> list[str]:
     opts = c.options(container, OPTIONS)
     exe = c.binary(container, opts, container.runtime)
     cmd = [exe, "exec"]
     gpu_flag = opts.get("gpu", "auto")
     if gpu_flag not in ("auto", "none"):
         raise SpecError(f"apptainer option gpu={gpu_flag!r} is not auto or none", "e.g. gpu=none")
-    if gpus > 0 and gpu_flag == "auto":
-        if gpu_kind == "nvidia":
+    if how.gpus > 0 and gpu_flag == "auto":
+        if how.gpu_kind == "nvidia":
             cmd.append("--nv")
-        elif gpu_kind == "amd":
+        elif how.gpu_kind == "amd":
             cmd.append("--rocm")
         else:
-            raise SpecError(f"GPU kind {gpu_kind!r} is not nvidia or amd", "set --gpu-kind nvidia|amd")
+            raise SpecError(f"GPU kind {how.gpu_kind!r} is not nvidia or amd", "set --gpu-kind nvidia|amd")
     if container.cleanenv:
         cmd.append("--cleanenv")
     if c.flag(opts, "containall"):
@@ -79,7 +95,8 @@ def wrap(
     if container.workdir:
         cmd += ["--pwd", container.workdir]
     cmd += c.split_args(opts)
-    cmd += [image_uri(c.image_word(container.image)), *argv]
+    sif = cached_sif(container)
+    cmd += [sif if sif is not None else image_uri(c.image_word(container.image)), *argv]
 
     # Values go in as <PREFIX>NAME variables of the apptainer process: they survive
     # --cleanenv and, unlike --env, need no escaping of commas.
@@ -90,7 +107,7 @@ def wrap(
     if container.cleanenv:
         # Without --cleanenv the host environment passes anyway; with it, the rank and
         # scheduler variables must be re-exported under the prefix when the task starts.
-        patterns = c.all_patterns(container, pass_env)
+        patterns = c.all_patterns(container, how.pass_env)
         if patterns:
             cmd = c.env_expand_argv("export", prefix, patterns, [], cmd)
     return cmd
@@ -101,4 +118,20 @@ def srun_options(container: ContainerSpec) -> list[str]:
 
 
 def setup_lines(container: ContainerSpec) -> list[str]:
-    return []
+    """``docker://`` images: build the SIF once into the cache (atomically: a half-built file is
+    never taken for the image), skipped when it is already there."""
+    sif = cached_sif(container)
+    if sif is None:
+        return []
+    opts = c.options(container, OPTIONS)
+    exe = c.binary(container, opts, container.runtime)
+    uri = image_uri(c.image_word(container.image))
+    return [
+        f"_torchhpc_sif={sif}",
+        'if [ ! -f "$_torchhpc_sif" ]; then',
+        '  mkdir -p "${_torchhpc_sif%/*}"',
+        f'  {join([exe, "build"])} "$_torchhpc_sif.$$.tmp" {join([uri])} '
+        f"|| {{ echo {join([f'torchhpc: {exe} build of {uri} failed'])} >&2; exit 1; }}",
+        '  mv -f "$_torchhpc_sif.$$.tmp" "$_torchhpc_sif"',
+        "fi",
+    ]

@@ -21,15 +21,7 @@ OPTIONS: dict[str, str] = {
 }
 
 
-def wrap(
-    container: ContainerSpec,
-    argv: Sequence[str],
-    *,
-    gpus: int = 0,
-    gpu_kind: str = "nvidia",
-    pass_env: Sequence[str] = (),
-    interactive: bool = False,
-) -> list[str]:
+def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAIN) -> list[str]:
     opts = c.options(container, OPTIONS)
     cmd = [c.binary(container, opts, "ch-run")]
     if container.cleanenv:

@@ -2,8 +2,10 @@
 
 The flags follow seed 000 (``--ipc=host --ulimit memlock=-1 --ulimit stack=67108864``)
 plus what a rank needs to reach its peers: the host network and UTS namespaces, so
-MASTER_ADDR and hostnames mean the same inside. GPUs are ``--gpus all`` on Docker and
-the CDI device ``nvidia.com/gpu=all`` on Podman. Podman runs for real here under Slurm
+MASTER_ADDR and hostnames mean the same inside. GPUs are exactly those the scheduler
+gave this task or node, read when the task starts (:data:`GPU_PRELUDE`): ``--gpus
+'"device=I,J"'`` on Docker, one CDI device ``nvidia.com/gpu=I`` each on Podman. Never
+``all``: the daemon (or CDI) sees every GPU of the node, including another job's. Podman runs for real here under Slurm
 (tests/integration); Docker has no engine on this machine, so its rendering is
 golden-tested against docs.docker.com/reference/cli/docker/container/run/.
 """
@@ -30,18 +32,24 @@ OPTIONS: dict[str, str] = {
 }
 
 DEFAULT_ULIMITS = "memlock=-1,stack=67108864"
+
+# The GPU flags, from the allocation when the task starts: Slurm's SLURM_STEP_GPUS / SLURM_JOB_GPUS
+# hold the node's physical indices (what the Docker daemon and CDI count), CUDA_VISIBLE_DEVICES is
+# the fallback off Slurm. $1 is the runtime, $2 how many words precede the image; the flags go there.
+GPU_PRELUDE = r"""rt=$1 n=$2; shift 2; pre=("${@:1:n}"); shift "$n"
+g=${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-${CUDA_VISIBLE_DEVICES:-}}}
+if [ -z "$g" ] || [ "$g" = NoDevFiles ]; then
+  echo "torchhpc: $rt: no GPU allocated to this task (SLURM_STEP_GPUS, SLURM_JOB_GPUS and CUDA_VISIBLE_DEVICES are empty)" >&2; exit 2
+fi
+flags=()
+if [ "$rt" = podman ]; then IFS=, read -ra ids <<< "$g"; for i in "${ids[@]}"; do flags+=(--device "nvidia.com/gpu=$i"); done
+else flags=(--gpus "\"device=$g\""); fi
+exec "${pre[@]}" "${flags[@]}" "$@"
+"""
 _AMD_DEVICES = ("/dev/kfd", "/dev/dri")
 
 
-def wrap(
-    container: ContainerSpec,
-    argv: Sequence[str],
-    *,
-    gpus: int = 0,
-    gpu_kind: str = "nvidia",
-    pass_env: Sequence[str] = (),
-    interactive: bool = False,
-) -> list[str]:
+def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAIN) -> list[str]:
     podman = container.runtime == "podman"
     opts = c.options(container, OPTIONS)
     for key in ("podman_root", "podman_runroot", "podman_args") if not podman else ("docker_args",):
@@ -60,17 +68,16 @@ def wrap(
     else:
         head += c.split_args(opts, "docker_args")
     head += ["run", "--rm"]
-    if interactive:
+    if how.interactive:
         head.append("-it")  # a shell needs a terminal; the other runtimes keep the caller's
-    if gpus > 0:
-        if gpu_kind == "nvidia":
-            head += ["--device", "nvidia.com/gpu=all"] if podman else ["--gpus", "all"]
-        elif gpu_kind == "amd":
+    nvidia = how.gpus > 0 and how.gpu_kind == "nvidia"  # flags added when the task starts (GPU_PRELUDE)
+    if how.gpus > 0 and not nvidia:
+        if how.gpu_kind == "amd":
             for dev in _AMD_DEVICES:
                 head += ["--device", dev]
             head += ["--group-add", "keep-groups" if podman else "video"]
         else:
-            raise SpecError(f"GPU kind {gpu_kind!r} is not nvidia or amd", "set --gpu-kind nvidia|amd")
+            raise SpecError(f"GPU kind {how.gpu_kind!r} is not nvidia or amd", "set --gpu-kind nvidia|amd")
     head += [f"--ipc={opts.get('ipc', 'host')}", f"--network={opts.get('network', 'host')}", "--uts=host"]
     for limit in filter(None, (u.strip() for u in opts.get("ulimits", DEFAULT_ULIMITS).split(","))):
         head += ["--ulimit", limit]
@@ -93,7 +100,7 @@ def wrap(
 
     # Environment: nothing passes by default. NAME takes the host's value; podman also
     # understands PREFIX* itself, docker needs the names found when the task starts.
-    patterns = c.all_patterns(container, pass_env)
+    patterns = c.all_patterns(container, how.pass_env)
     exact = [p for p in patterns if podman or not p.endswith("*")]
     wild = [p for p in patterns if not podman and p.endswith("*")]
     for name in exact:
@@ -103,9 +110,11 @@ def wrap(
         head += ["-e", f"{k}={v}"]
     head += c.split_args(opts)
     tail = [c.image_word(container.image), *argv]
-    if wild:
-        return c.env_expand_argv("flag", "-e", wild, head, tail)
-    return head + tail
+    full = c.env_expand_argv("flag", "-e", wild, head, tail) if wild else head + tail
+    if nvidia:
+        pre = full[: len(full) - len(tail)]
+        return ["bash", "-c", GPU_PRELUDE, "torchhpc-gpus", container.runtime, str(len(pre)), *pre, *tail]
+    return full
 
 
 def srun_options(container: ContainerSpec) -> list[str]:

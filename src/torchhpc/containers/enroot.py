@@ -66,30 +66,29 @@ def import_uri(image: str) -> str:
 
 
 def setup_lines(container: ContainerSpec) -> list[str]:
-    opts = c.options(container, OPTIONS)
     sqsh = squashfs(container)
     lines = []
     if not c.is_image_file(container.image):
         lines.append(
             f"[ -f {join([sqsh])} ] || {join(['enroot', 'import', '--output', sqsh, import_uri(container.image)])}"
         )
-    if c.flag(opts, "create", True):
-        name = container_name(container)
-        lines.append(
-            f"enroot list | grep -qxF {join([name])} || {join(['enroot', 'create', '--name', name, sqsh])}"
-        )
+    lines += per_node_lines(container)
     return lines
 
 
-def wrap(
-    container: ContainerSpec,
-    argv: Sequence[str],
-    *,
-    gpus: int = 0,
-    gpu_kind: str = "nvidia",
-    pass_env: Sequence[str] = (),
-    interactive: bool = False,
-) -> list[str]:
+def per_node_lines(container: ContainerSpec) -> list[str]:
+    """``enroot create`` writes the container into the node's ``ENROOT_DATA_PATH`` (node-local on
+    most sites): every node of the job needs its own, made before the launch. A batch scheduler
+    that can run a command once per node (Slurm: ``srun --ntasks-per-node=1``) runs these there;
+    in :func:`setup_lines` they run once, where the script runs."""
+    opts = c.options(container, OPTIONS)
+    if not c.flag(opts, "create", True):
+        return []
+    name = container_name(container)
+    return [f"enroot list | grep -qxF {join([name])} || {join(['enroot', 'create', '--name', name, squashfs(container)])}"]
+
+
+def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAIN) -> list[str]:
     # GPUs need no flag: enroot's nvidia hook follows NVIDIA_VISIBLE_DEVICES, which
     # the patterns below pass when the caller includes it.
     opts = c.options(container, OPTIONS)
@@ -108,7 +107,7 @@ def wrap(
         if b.readonly:
             spec += ":none:x-create=auto,rbind,ro"
         head += ["--mount", spec]
-    patterns = c.all_patterns(container, pass_env)
+    patterns = c.all_patterns(container, how.pass_env)
     exact = [p for p in patterns if not p.endswith("*")]
     wild = [p for p in patterns if p.endswith("*")]
     for name in exact:

@@ -39,15 +39,7 @@ _TOGGLES = {
 }
 
 
-def wrap(
-    container: ContainerSpec,
-    argv: Sequence[str],
-    *,
-    gpus: int = 0,
-    gpu_kind: str = "nvidia",
-    pass_env: Sequence[str] = (),
-    interactive: bool = False,
-) -> list[str]:
+def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAIN) -> list[str]:
     """Unchanged: srun (through pyxis) enters the container; srun's environment passes in."""
     srun_options(container)  # validate early, whoever renders first
     return list(argv)

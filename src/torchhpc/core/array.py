@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from torchhpc.errors import SpecError
 
-__all__ = ["MAX_TASKS", "ArraySpec", "last_result", "parse_array", "refuse_array", "substitute"]
+__all__ = ["MAX_TASKS", "ArraySpec", "check_placeholders", "last_result", "parse_array", "refuse_array", "substitute"]
 
 MAX_TASKS = 10000
 _HINT = "write Slurm's array syntax: 0-15, 1,3,7, 0-31:2 or 0-31%4 (at most 4 at once)"
@@ -106,6 +106,26 @@ def substitute(args: tuple[str, ...] | list[str], values: dict[str, str]) -> lis
             arg = arg.replace("{" + name + "}", val)
         out.append(arg)
     return out
+
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def check_placeholders(args: tuple[str, ...] | list[str], names: list[str]) -> None:
+    """Refuse a ``{NAME}`` in an array task's arguments that no task defines (``{idx}``, a grid name not given).
+
+    Left alone, it would reach every task unreplaced: N identical tasks after a queue wait.
+    """
+    for arg in args:
+        for m in _PLACEHOLDER.finditer(arg):
+            if m.group(1) not in names:
+                defined = ", ".join("{" + n + "}" for n in names)
+                raise SpecError(
+                    f"program argument {arg[:80]!r}: {{{m.group(1)}}} is not a placeholder of this array "
+                    f"(defined: {defined})",
+                    f"write one of {defined}, or add --grid {m.group(1)}=V1,V2 to a sweep; "
+                    "braces meant for the program itself go in a file or an --env value",
+                )
 
 
 def refuse_array(scheduler: str, array: Optional[str]) -> None:

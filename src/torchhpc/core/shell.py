@@ -154,3 +154,80 @@ def directive(prefix: str, key: str, value: object | None = None) -> str:
         escaped = f'"{escaped}"'
     sep = "=" if flag.startswith("--") else " "
     return f"{prefix} {flag}{sep}{escaped}"
+
+
+def split_words(line: str) -> list[str]:
+    """The words of a command line that :func:`join` wrote, each exactly as written (quotes kept).
+
+    Splits at spaces outside ``'...'``, ``"..."`` and ``$'...'``; for :func:`wrap_command`.
+    """
+    words: list[str] = []
+    cur: list[str] = []
+    i, n = 0, len(line)
+    while i < n:
+        ch = line[i]
+        if ch == " ":
+            if cur:
+                words.append("".join(cur))
+                cur = []
+            i += 1
+            continue
+        if ch == "\\":
+            cur.append(line[i : i + 2])
+            i += 2
+            continue
+        if ch == "'" or (ch == "$" and line[i + 1 : i + 2] == "'"):
+            ansi = ch == "$"
+            j = i + (2 if ansi else 1)
+            while j < n and line[j] != "'":
+                j += 2 if ansi and line[j] == "\\" else 1
+            cur.append(line[i : j + 1])
+            i = j + 1
+            continue
+        if ch == '"':
+            j = i + 1
+            while j < n and line[j] != '"':
+                j += 2 if line[j] == "\\" else 1
+            cur.append(line[i : j + 1])
+            i = j + 1
+            continue
+        cur.append(ch)
+        i += 1
+    if cur:
+        words.append("".join(cur))
+    return words
+
+
+def wrap_command(line: str, breaks: Iterable[int] = (), width: int = 100, indent: str = "  ") -> list[str]:
+    """One command line as lines a person can read: `` \\`` at argument boundaries.
+
+    A new line starts before each word index in ``breaks`` (where a new command of a
+    wrapper chain begins) and wherever the line would pass ``width``; an option and
+    its value (``-x NAME``) stay together. Only the spaces between words change, so
+    the command is the same.
+    """
+    words = split_words(line)
+    starts = set(breaks)
+    # units: an option with its value, or one word
+    units: list[tuple[int, str]] = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if (w.startswith("-") and "=" not in w and i + 1 < len(words) and i + 1 not in starts
+                and not words[i + 1].startswith("-")):
+            units.append((i, f"{w} {words[i + 1]}"))
+            i += 2
+        else:
+            units.append((i, w))
+            i += 1
+    out: list[str] = []
+    cur = ""
+    for index, text in units:
+        if cur and (index in starts or len(indent) + len(cur) + 1 + len(text) > width):
+            out.append(cur)
+            cur = text
+        else:
+            cur = f"{cur} {text}" if cur else text
+    if cur:
+        out.append(cur)
+    return [(indent if k == 0 else indent + "  ") + part + (" \\" if k < len(out) - 1 else "") for k, part in enumerate(out)]

@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal, Optional
+from enum import Enum
+from typing import Literal, Optional, Union
 
-from torchhpc.core.array import ArraySpec, parse_array
+from torchhpc.core.array import ArraySpec, check_placeholders, parse_array
 from torchhpc.core.gpus import requested_geometry_error
 from torchhpc.core.units import parse_size, parse_walltime
 from torchhpc.core.validate import check_name, check_value
@@ -25,9 +26,42 @@ __all__ = [
     "ContainerSpec",
     "Entrypoint",
     "JobSpec",
+    "LauncherKind",
 ]
 
-LAUNCHERS = ("torchrun", "srun", "mpirun")
+
+class LauncherKind(str, Enum):
+    """Which launcher starts the ranks: the typed value a :class:`JobSpec` carries.
+
+    A ``str`` enum, so records and job scripts still read ``srun``; the CLI and the
+    API take plain strings and convert once, here (:meth:`parse`). What each launcher
+    *does* lives in :mod:`torchhpc.launchers` (``get_launcher(spec.launcher)``); the one
+    fact stated here is the geometry, because :class:`JobSpec` validates it.
+    """
+
+    TORCHRUN = "torchrun"
+    SRUN = "srun"
+    MPIRUN = "mpirun"
+
+    def __str__(self) -> str:  # f"{kind}" is "srun" on every Python, not "LauncherKind.SRUN"
+        return str(self.value)
+
+    @property
+    def per_node(self) -> bool:
+        """One task per node that forks the node's processes (torchrun), else one task per process."""
+        return self is LauncherKind.TORCHRUN
+
+    @classmethod
+    def parse(cls, value: Union[str, LauncherKind], source: str = "--launcher") -> LauncherKind:
+        try:
+            return cls(value)
+        except ValueError:
+            raise SpecError(
+                f"{source} {value!r} is not a launcher", f"choose one of: {', '.join(k.value for k in cls)}"
+            ) from None
+
+
+LAUNCHERS = tuple(k.value for k in LauncherKind)
 RUNTIMES = ("apptainer", "singularity", "pyxis", "enroot", "docker", "podman", "charliecloud")
 EntryKind = Literal["script", "module", "command"]
 
@@ -142,7 +176,8 @@ class JobSpec:
     name: str = "torchhpc"
     output_dir: str = "."
     env: tuple[tuple[str, str], ...] = ()
-    launcher: str = "torchrun"
+    # a plain string ("srun") is accepted and converted in __post_init__
+    launcher: LauncherKind = LauncherKind.TORCHRUN
     container: Optional[ContainerSpec] = None
     scheduler: str = "local"
     options: tuple[tuple[str, str], ...] = ()
@@ -170,11 +205,7 @@ class JobSpec:
             )
         if self.nproc_per_node < 1:
             raise SpecError(f"--nproc-per-node={self.nproc_per_node} must be at least 1")
-        if self.launcher not in LAUNCHERS:
-            raise SpecError(
-                f"--launcher {self.launcher!r} is not a launcher",
-                f"choose one of: {', '.join(LAUNCHERS)}",
-            )
+        object.__setattr__(self, "launcher", LauncherKind.parse(self.launcher))
         if self.time is not None:
             parse_walltime(self.time, "--time")
         if self.mem is not None:
@@ -207,7 +238,7 @@ class JobSpec:
             expected = self.expected_tasks_per_node()
             if self.ntasks_per_node != expected:
                 why = (
-                    "torchrun's one task per node" if self.launcher == "torchrun" else
+                    f"{self.launcher}'s one task per node" if self.launcher.per_node else
                     f"{self.launcher}'s one task per process ({self.nproc_per_node} per node)"
                 )
                 raise SpecError(
@@ -223,6 +254,7 @@ class JobSpec:
                     raise SpecError(f"--grid {pname} has {len(values)} values for {count} array tasks")
                 for value in values:
                     check_value(value, f"--grid {pname}")
+            check_placeholders(self.entrypoint.args, ["index", *(n for n, _ in self.array_params)])
         elif self.array_params:
             raise SpecError("sweep parameters without an array", "use torchhpc sweep --grid NAME=V1,V2")
         # NCCL drives one GPU per rank: more ranks than requested GPUs fail inside every rank's NCCL init.
@@ -258,7 +290,7 @@ class JobSpec:
 
     def expected_tasks_per_node(self) -> int:
         """torchrun starts one task per node that forks the workers; srun/mpirun one per process."""
-        return 1 if self.launcher == "torchrun" else self.nproc_per_node
+        return 1 if self.launcher.per_node else self.nproc_per_node
 
     @property
     def time_seconds(self) -> Optional[int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import os
 import queue
+import re
 import signal
 import subprocess
 import threading
@@ -57,7 +58,7 @@ class Supervisor:
     connections down with it a few milliseconds later).
     """
 
-    TAIL = 20  # lines of a hidden rank's output kept to show when it fails
+    TAIL = 20  # last lines of each rank: a hidden rank's are shown when it fails, all say what the HINT points at
 
     def __init__(
         self,
@@ -90,9 +91,11 @@ class Supervisor:
         prefix = PREFIX.format(rank=rank)
         show = rank == 0 or not self.rank0_only
         for raw in iter(pipe.readline, b""):
-            line = prefix + raw.decode("utf-8", "replace").rstrip("\r\n") + "\n"
+            text = raw.decode("utf-8", "replace").rstrip("\r\n")
+            # torch prefixes a rank's own error lines ([rank2]: Traceback...): not twice.
+            line = (text if text.startswith(prefix.rstrip()) else prefix + text) + "\n"
+            self.tails[rank].append(line)  # the failure's HINT says what the rank left: a traceback, an error
             if not show:
-                self.tails[rank].append(line)
                 continue
             with self.lock:
                 try:
@@ -148,16 +151,21 @@ class Supervisor:
             what = f"stopped {stopped} other rank{'s' if stopped > 1 else ''} still running"
         else:
             what = "no other rank was running"
-        hidden = self.rank0_only and rank != 0
-        raise JobFailed(
-            f"{describe_exit(rank, rc)}; {what}",
-            hint=(
-                f"its last lines are above, prefixed [rank{rank}]:"
-                if hidden
-                else f"look for its traceback above, prefixed [rank{rank}]:"
-            ),
-            returncode=exit_status(rc),
-        )
+        raise JobFailed(f"{describe_exit(rank, rc)}; {what}", hint=self._failure_hint(rank),
+                        returncode=exit_status(rc))
+
+    def _failure_hint(self, rank: int) -> str:
+        """Point at what the failed rank really left above, never at a traceback that is not there
+        (a torchhpc tool inside the job ends with ``Error: ...`` and ``HINT: ...``, no traceback)."""
+        where = f"above, prefixed [rank{rank}]:"
+        tail = "".join(self.tails[rank])
+        if "Traceback (most recent call last)" in tail or re.search(r"^\[rank\d+\]: (\w+\.)*\w+(Error|Exception): ", tail, re.M):
+            return f"look for its traceback {where}"
+        if re.search(r"^\[rank\d+\]: (Error|HINT): ", tail, re.M):
+            return f"its error and HINT are {where}"
+        if tail:
+            return f"its last lines are {where}"
+        return "it printed nothing: run the program alone, or add prints to see how far it gets"
 
     def _start(self) -> None:
         for rank, env in enumerate(self.envs):

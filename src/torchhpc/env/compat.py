@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from torchhpc.core.spec import JobSpec
+from torchhpc.core.spec import JobSpec, LauncherKind
 from torchhpc.env.base import DistEnv
 from torchhpc.errors import SpecError
 
@@ -67,6 +67,9 @@ PROVIDES: dict[tuple[str, str], frozenset[str]] = {
     ("slurm", "torchrun"): frozenset({"slurm", "idr_torch"}),
     ("pbs", "mpirun"): frozenset({"openmpi", "mpi4py"}),
 }
+
+# Schedulers that start the ranks themselves: a --launcher means nothing there (the local scheduler).
+STARTS_ITS_RANKS = frozenset({"local"})
 
 # What each family needs, for the HINT.
 _RIGHT_LAUNCHER = {
@@ -224,8 +227,8 @@ def preflight(spec: JobSpec, read_text: bool = True) -> list[str]:
     except OSError:
         return []
     # Any torchrun (local, pbsdsh, pods) sets TORCHELASTIC_RUN_ID, which idr_torch recognises.
-    have = PROVIDES.get((spec.scheduler, spec.launcher), frozenset({"idr_torch"} if spec.launcher == "torchrun" else ()))
-    where = f"--scheduler {spec.scheduler}" + ("" if spec.scheduler == "local" else f" --launcher {spec.launcher}")
+    have = PROVIDES.get((spec.scheduler, spec.launcher), frozenset({"idr_torch"} if spec.launcher is LauncherKind.TORCHRUN else ()))
+    where = f"--scheduler {spec.scheduler}" + ("" if spec.scheduler in STARTS_ITS_RANKS else f" --launcher {spec.launcher}")
     warnings: list[str] = []
     refusals: list[tuple[str, str]] = []
     seen: set[str] = set()

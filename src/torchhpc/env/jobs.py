@@ -346,6 +346,10 @@ class ManualEnvDetector(Detector):
         return self.hit(reason, build)
 
 
+# A single process inside a job but outside any step of it: what that usually is, per scheduler.
+_OUTSIDE_A_STEP = {"slurm": "a batch script or salloc shell, not an srun step"}
+
+
 class LocalDetector(Detector):
     """The fallback: one process, no launcher. Always matches."""
 
@@ -353,10 +357,9 @@ class LocalDetector(Detector):
     variables = ()
 
     def probe(self, env: Mapping[str, str], ctx: JobContext) -> Verdict:
-        if ctx.scheduler == "slurm":
-            reason = f"single process inside {ctx.describe()} (a batch script or salloc shell, not an srun step)"
-        elif ctx.scheduler:
-            reason = f"single process inside {ctx.describe()}"
+        if ctx.scheduler:
+            where = _OUTSIDE_A_STEP.get(ctx.scheduler)
+            reason = f"single process inside {ctx.describe()}" + (f" ({where})" if where else "")
         else:
             reason = "fallback: a single process"
 

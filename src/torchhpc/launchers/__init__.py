@@ -12,7 +12,7 @@ from __future__ import annotations
 from torchhpc.core.shell import TrustedScript
 from torchhpc.launchers import task as _task
 from torchhpc.launchers.builders import mpirun_argv, srun_argv, torchrun_argv
-from torchhpc.launchers.kinds import LAUNCHERS, MPIRUN, SRUN, TORCHRUN, Launcher, get_launcher
+from torchhpc.launchers.kinds import LAUNCHERS, MPIRUN, SRUN, TORCHRUN, Launcher, get_launcher, launcher_of
 from torchhpc.launchers.task import SHIM_VAR, task_argv
 
 # The shim is torchhpc's own multi-line code: scripts keep it as a readable single-quoted
@@ -28,6 +28,7 @@ __all__ = [
     "TORCHRUN",
     "Launcher",
     "get_launcher",
+    "launcher_of",
     "mpirun_argv",
     "srun_argv",
     "task_argv",

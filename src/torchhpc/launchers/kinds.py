@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from torchhpc.core.spec import JobSpec
+from torchhpc.core.spec import JobSpec, LauncherKind
 from torchhpc.errors import SpecError
 from torchhpc.launchers.builders import mpirun_argv, srun_argv, torchrun_argv
+from torchhpc.launchers.tags import Tag, mpirun_tag, srun_tag, torchrun_tag
+from torchhpc.launchers.task import shim_for
 
-__all__ = ["DEFAULT_CPUS_PER_PROC", "LAUNCHERS", "MPIRUN", "SRUN", "TORCHRUN", "Launcher", "get_launcher"]
+__all__ = ["DEFAULT_CPUS_PER_PROC", "LAUNCHERS", "MPIRUN", "SRUN", "TORCHRUN", "Launcher", "get_launcher", "launcher_of"]
 
 # CPUs per process when neither --cpus-per-proc nor a profile's cpus_per_gpu says (stated in --help).
 DEFAULT_CPUS_PER_PROC = 1
@@ -24,21 +26,41 @@ DEFAULT_CPUS_PER_PROC = 1
 
 @dataclass(frozen=True)
 class Launcher:
-    name: str
+    kind: LauncherKind
     summary: str
-    # one task per node that starts the node's processes itself (torchrun), or one task per process
-    per_node: bool
     # schedulers it runs under
     schedulers: frozenset[str]
     # builds the launcher's own argv (see torchhpc.launchers.builders)
     argv: Callable[..., list[str]]
+    # the variables that hold a process's rank where the per-rank log wrapper runs, first set wins
+    # (srun and mpirun: before the task shim, their own; torchrun: around each worker, torch's RANK)
+    rank_vars: str
+    # its output tag's parser (torchhpc.launchers.tags): (rank, text), or None for a line without its tag
+    parse_tag: Callable[[str, int], Tag]
     # what to use instead, said when a scheduler cannot run it
     instead: str = ""
+    # the scheduler starts every rank as a task of a step of its own (srun); else the launcher is one
+    # process (torchrun: one per node) that starts the ranks itself
+    own_step: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.kind.value
+
+    @property
+    def per_node(self) -> bool:
+        """One task per node that starts the node's processes itself (torchrun), or one task per process."""
+        return self.kind.per_node
 
     @property
     def needs_shim(self) -> bool:
         """Processes started one per rank see only their launcher's variables: the shim maps them."""
         return not self.per_node
+
+    @property
+    def task_shim(self) -> str:
+        """The task shim a batch script carries for this launcher: its own branch only (launchers/task.py)."""
+        return shim_for(self.name)
 
     def tasks_per_node(self, spec: JobSpec) -> int:
         return 1 if self.per_node else spec.nproc_per_node
@@ -58,6 +80,10 @@ class Launcher:
             per_proc = DEFAULT_CPUS_PER_PROC
         return per_proc * spec.nproc_per_node if self.per_node else per_proc
 
+    def cpus_per_node(self, spec: JobSpec) -> int:
+        """CPUs each node gives the job: the same total whatever the launcher (PBS's ``ncpus`` of a chunk)."""
+        return self.cpus_per_task(spec) * self.tasks_per_node(spec)
+
     def check(self, scheduler: str) -> None:
         if scheduler not in self.schedulers:
             raise SpecError(
@@ -68,33 +94,43 @@ class Launcher:
 
 
 TORCHRUN = Launcher(
-    "torchrun",
+    LauncherKind.TORCHRUN,
     "one torchrun per node; it forks --nproc-per-node workers (c10d rendezvous)",
-    per_node=True,
     schedulers=frozenset({"local", "slurm", "pbs", "kubernetes", "runai"}),
     argv=torchrun_argv,
+    rank_vars="RANK",
+    parse_tag=torchrun_tag,
 )
 SRUN = Launcher(
-    "srun",
+    LauncherKind.SRUN,
     "srun-direct: Slurm starts one task per process",
-    per_node=False,
     schedulers=frozenset({"slurm"}),
     argv=srun_argv,
+    rank_vars="SLURM_PROCID",
+    parse_tag=srun_tag,
+    own_step=True,
     instead="srun needs Slurm: elsewhere use --launcher torchrun (or mpirun on PBS, the Sockeye way)",
 )
 MPIRUN = Launcher(
-    "mpirun",
+    LauncherKind.MPIRUN,
     "one mpirun over the allocation; each MPI process is one rank",
-    per_node=False,
     schedulers=frozenset({"slurm", "pbs"}),
     argv=mpirun_argv,
+    rank_vars="OMPI_COMM_WORLD_RANK PMI_RANK PMIX_RANK",
+    parse_tag=mpirun_tag,
     instead="kubernetes and runai start one pod per node, the local scheduler its ranks itself: use --launcher torchrun",
 )
 LAUNCHERS: dict[str, Launcher] = {x.name: x for x in (TORCHRUN, SRUN, MPIRUN)}
 
 
-def get_launcher(name: str) -> Launcher:
+def get_launcher(name: str | LauncherKind) -> Launcher:
+    """The launcher object of a kind (or of its name, as records and the CLI give it)."""
     try:
         return LAUNCHERS[name]
     except KeyError:
         raise SpecError(f"--launcher {name!r} is not a launcher", f"choose one of: {', '.join(LAUNCHERS)}") from None
+
+
+def launcher_of(spec: JobSpec) -> Launcher:
+    """The launcher a job runs with: what schedulers ask instead of comparing names."""
+    return LAUNCHERS[spec.launcher]

@@ -41,53 +41,55 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["LAUNCHERS", "SHIM_VAR", "TASK_SHIM", "shim_name", "task_argv"]
+__all__ = ["BRANCHES", "LAUNCHERS", "SHIM_VAR", "TASK_SHIM", "shim_for", "shim_name", "task_argv"]
 
 # The launchers the shim knows by name ($0 = torchhpc-task-NAME).
 LAUNCHERS = ("srun", "mpirun", "torchrun")
 
-TASK_SHIM = r"""set -e
-case $0 in
+# The shim in parts, so a batch script carries only its launcher's branch (:func:`shim_for`):
+# how each launcher names this process's rank (the branches), then what every launcher does.
+_DETECT = r"""case $0 in
   torchhpc-task-*) _torchhpc_launcher=${0#torchhpc-task-} ;;
   *) if [ -n "${OMPI_COMM_WORLD_RANK:-}" ] || [ -n "${PMI_RANK:-}" ]; then _torchhpc_launcher=mpirun
      elif [ -n "${SLURM_PROCID:-}" ]; then _torchhpc_launcher=srun
      else _torchhpc_launcher=none; fi ;;
 esac
-case $_torchhpc_launcher in
-torchrun)
-  if [ -z "${TORCHELASTIC_RUN_ID:-}" ] || [ -z "${LOCAL_RANK:-}" ] || [ -z "${RANK:-}" ]; then
-    echo "torchhpc-task: started for torchrun, but RANK/LOCAL_RANK/TORCHELASTIC_RUN_ID are not set" >&2; exit 2
-  fi
-  : "${LOCAL_WORLD_SIZE:=1}" "${GROUP_RANK:=$((RANK / LOCAL_WORLD_SIZE))}" ;;
-mpirun)
-  if [ -n "${OMPI_COMM_WORLD_RANK:-}" ]; then
-    RANK=$OMPI_COMM_WORLD_RANK WORLD_SIZE=$OMPI_COMM_WORLD_SIZE
-    LOCAL_RANK=${OMPI_COMM_WORLD_LOCAL_RANK:-0} LOCAL_WORLD_SIZE=${OMPI_COMM_WORLD_LOCAL_SIZE:-1}
-  elif [ -n "${PMI_RANK:-}" ]; then
-    RANK=$PMI_RANK WORLD_SIZE=$PMI_SIZE
-    LOCAL_RANK=${MPI_LOCALRANKID:-${PALS_LOCAL_RANKID:-0}} LOCAL_WORLD_SIZE=${MPI_LOCALNRANKS:-${PALS_LOCAL_SIZE:-1}}
-  else
-    echo "torchhpc-task: started for mpirun, but neither OMPI_COMM_WORLD_RANK nor PMI_RANK is set" >&2; exit 2
-  fi
-  GROUP_RANK=$((RANK / LOCAL_WORLD_SIZE)) ;;
-srun)
-  if [ -z "${SLURM_PROCID:-}" ]; then echo "torchhpc-task: started for srun, but SLURM_PROCID is not set" >&2; exit 2; fi
-  RANK=$SLURM_PROCID WORLD_SIZE=${SLURM_STEP_NUM_TASKS:-${SLURM_NTASKS:-1}} LOCAL_RANK=${SLURM_LOCALID:-0}
-  LOCAL_WORLD_SIZE=1 _torchhpc_i=0
-  IFS=, read -ra _torchhpc_groups <<< "${SLURM_STEP_TASKS_PER_NODE:-${SLURM_TASKS_PER_NODE:-1}}"
-  for _torchhpc_g in "${_torchhpc_groups[@]}"; do
-    _torchhpc_n=${_torchhpc_g%%(*} _torchhpc_r=1
-    case $_torchhpc_g in *"(x"*) _torchhpc_r=${_torchhpc_g#*(x} _torchhpc_r=${_torchhpc_r%)} ;; esac
-    if [ "${SLURM_NODEID:-0}" -lt $((_torchhpc_i + _torchhpc_r)) ]; then LOCAL_WORLD_SIZE=$_torchhpc_n; break; fi
-    _torchhpc_i=$((_torchhpc_i + _torchhpc_r))
-  done
-  GROUP_RANK=${SLURM_NODEID:-$((RANK / LOCAL_WORLD_SIZE))} ;;
-none)
-  RANK=${RANK:-0} WORLD_SIZE=${WORLD_SIZE:-1} LOCAL_RANK=${LOCAL_RANK:-0} LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE:-1}
-  GROUP_RANK=$((RANK / LOCAL_WORLD_SIZE)) ;;
-*) echo "torchhpc-task: unknown launcher '$_torchhpc_launcher' (srun, mpirun or torchrun)" >&2; exit 2 ;;
-esac
-if [ -n "${OMPI_COMM_WORLD_RANK:-}${OMPI_COMM_WORLD_SIZE:-}" ] \
+"""
+BRANCHES = {
+    "torchrun": r"""if [ -z "${TORCHELASTIC_RUN_ID:-}" ] || [ -z "${LOCAL_RANK:-}" ] || [ -z "${RANK:-}" ]; then
+  echo "torchhpc-task: started for torchrun, but RANK/LOCAL_RANK/TORCHELASTIC_RUN_ID are not set" >&2; exit 2
+fi
+: "${LOCAL_WORLD_SIZE:=1}" "${GROUP_RANK:=$((RANK / LOCAL_WORLD_SIZE))}"
+""",
+    "mpirun": r"""if [ -n "${OMPI_COMM_WORLD_RANK:-}" ]; then
+  RANK=$OMPI_COMM_WORLD_RANK WORLD_SIZE=$OMPI_COMM_WORLD_SIZE
+  LOCAL_RANK=${OMPI_COMM_WORLD_LOCAL_RANK:-0} LOCAL_WORLD_SIZE=${OMPI_COMM_WORLD_LOCAL_SIZE:-1}
+elif [ -n "${PMI_RANK:-}" ]; then
+  RANK=$PMI_RANK WORLD_SIZE=$PMI_SIZE
+  LOCAL_RANK=${MPI_LOCALRANKID:-${PALS_LOCAL_RANKID:-0}} LOCAL_WORLD_SIZE=${MPI_LOCALNRANKS:-${PALS_LOCAL_SIZE:-1}}
+else
+  echo "torchhpc-task: started for mpirun, but neither OMPI_COMM_WORLD_RANK nor PMI_RANK is set" >&2; exit 2
+fi
+GROUP_RANK=$((RANK / LOCAL_WORLD_SIZE))
+""",
+    "srun": r"""if [ -z "${SLURM_PROCID:-}" ]; then echo "torchhpc-task: started for srun, but SLURM_PROCID is not set" >&2; exit 2; fi
+RANK=$SLURM_PROCID WORLD_SIZE=${SLURM_STEP_NUM_TASKS:-${SLURM_NTASKS:-1}} LOCAL_RANK=${SLURM_LOCALID:-0}
+LOCAL_WORLD_SIZE=1 _torchhpc_i=0
+IFS=, read -ra _torchhpc_groups <<< "${SLURM_STEP_TASKS_PER_NODE:-${SLURM_TASKS_PER_NODE:-1}}"
+for _torchhpc_g in "${_torchhpc_groups[@]}"; do
+  _torchhpc_n=${_torchhpc_g%%(*} _torchhpc_r=1
+  case $_torchhpc_g in *"(x"*) _torchhpc_r=${_torchhpc_g#*(x} _torchhpc_r=${_torchhpc_r%)} ;; esac
+  if [ "${SLURM_NODEID:-0}" -lt $((_torchhpc_i + _torchhpc_r)) ]; then LOCAL_WORLD_SIZE=$_torchhpc_n; break; fi
+  _torchhpc_i=$((_torchhpc_i + _torchhpc_r))
+done
+GROUP_RANK=${SLURM_NODEID:-$((RANK / LOCAL_WORLD_SIZE))}
+""",
+    "none": r"""RANK=${RANK:-0} WORLD_SIZE=${WORLD_SIZE:-1} LOCAL_RANK=${LOCAL_RANK:-0} LOCAL_WORLD_SIZE=${LOCAL_WORLD_SIZE:-1}
+GROUP_RANK=$((RANK / LOCAL_WORLD_SIZE))
+""",
+}
+# MPI worlds that are not this rank's: unset (every launcher).
+_MPI_UNSET = r"""if [ -n "${OMPI_COMM_WORLD_RANK:-}${OMPI_COMM_WORLD_SIZE:-}" ] \
    && [ "${OMPI_COMM_WORLD_RANK:-}:${OMPI_COMM_WORLD_SIZE:-}" != "$RANK:$WORLD_SIZE" ]; then
   for _torchhpc_v in "${!OMPI_COMM_WORLD_@}"; do unset "$_torchhpc_v"; done
 fi
@@ -98,11 +100,13 @@ if [ -n "${MV2_COMM_WORLD_RANK:-}${MV2_COMM_WORLD_SIZE:-}" ] \
    && [ "${MV2_COMM_WORLD_RANK:-}:${MV2_COMM_WORLD_SIZE:-}" != "$RANK:$WORLD_SIZE" ]; then
   for _torchhpc_v in "${!MV2_COMM_WORLD_@}"; do unset "$_torchhpc_v"; done
 fi
-if [ "$_torchhpc_launcher" != torchrun ]; then
-  for _torchhpc_v in "${!TORCHELASTIC_@}"; do unset "$_torchhpc_v"; done
-  unset ROLE_RANK ROLE_NAME ROLE_WORLD_SIZE GROUP_WORLD_SIZE
-fi
-if [ "$_torchhpc_launcher" != srun ] && [ -n "${SLURM_PROCID:-}" ]; then
+"""
+# An elastic agent that is not there (every launcher but torchrun).
+_ELASTIC_UNSET = r"""for _torchhpc_v in "${!TORCHELASTIC_@}"; do unset "$_torchhpc_v"; done
+unset ROLE_RANK ROLE_NAME ROLE_WORLD_SIZE GROUP_WORLD_SIZE
+"""
+# The srun step of mpirun's daemons or torchrun's agents, rewritten to this rank (every launcher but srun).
+_SLURM_REWRITE = r"""if [ -n "${SLURM_PROCID:-}" ]; then
   SLURM_PROCID=$RANK SLURM_LOCALID=$LOCAL_RANK SLURM_NODEID=$GROUP_RANK
   SLURM_NTASKS=$WORLD_SIZE SLURM_STEP_NUM_TASKS=$WORLD_SIZE SLURM_NTASKS_PER_NODE=$LOCAL_WORLD_SIZE
   export SLURM_PROCID SLURM_LOCALID SLURM_NODEID SLURM_NTASKS SLURM_STEP_NUM_TASKS SLURM_NTASKS_PER_NODE
@@ -127,6 +131,16 @@ if [ "$_torchhpc_launcher" != srun ] && [ -n "${SLURM_PROCID:-}" ]; then
     unset SLURM_TASKS_PER_NODE SLURM_STEP_TASKS_PER_NODE SLURM_GTIDS
   fi
 fi
+"""
+_TAIL = r"""if [ -n "${TORCHHPC_GPU_PER_TASK:-}" ] && [ "${_torchhpc_launcher:-${0#torchhpc-task-}}" != torchrun ]; then
+  IFS=, read -ra _torchhpc_l <<< "${!TORCHHPC_GPU_PER_TASK:-}"
+  export "$TORCHHPC_GPU_PER_TASK=${_torchhpc_l[$LOCAL_RANK]:-$LOCAL_RANK}"
+fi
+if [ -n "${TORCHHPC_CPU_MASKS:-}" ] && [ "${_torchhpc_launcher:-${0#torchhpc-task-}}" = mpirun ]; then
+  IFS=, read -ra _torchhpc_l <<< "$TORCHHPC_CPU_MASKS"
+  taskset -p "${_torchhpc_l[$((LOCAL_RANK % ${#_torchhpc_l[@]}))]}" $$ >/dev/null 2>&1 \
+    || echo "torchhpc-task: rank $RANK: taskset could not apply a mask of TORCHHPC_CPU_MASKS" >&2
+fi
 : "${MASTER_ADDR:=127.0.0.1}" "${MASTER_PORT:=29500}"
 export RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
 export NODE_RANK=$GROUP_RANK
@@ -134,8 +148,47 @@ exec "$@"
 """
 
 
-# Batch scripts define the shim once under this name and pass "$TORCHHPC_TASK_SHIM".
-SHIM_VAR = "TORCHHPC_TASK_SHIM"
+def _indent(text: str, by: str = "  ") -> str:
+    return "".join(by + line if line.strip() else line for line in text.splitlines(keepends=True))
+
+
+def _guarded(text: str, condition: str) -> str:
+    return f"if {condition}; then\n{_indent(text)}fi\n"
+
+
+# The whole shim: the launcher from $0 (or guessed), every branch.
+TASK_SHIM = (
+    "set -e\n"
+    + _DETECT
+    + "case $_torchhpc_launcher in\n"
+    + "".join(f"{name})\n{_indent(body).rstrip()} ;;\n" for name, body in BRANCHES.items())
+    + """*) echo "torchhpc-task: unknown launcher '$_torchhpc_launcher' (srun, mpirun or torchrun)" >&2; exit 2 ;;\n"""
+    + "esac\n"
+    + _MPI_UNSET
+    + _guarded(_ELASTIC_UNSET, '[ "$_torchhpc_launcher" != torchrun ]')
+    + _SLURM_REWRITE.replace('if [ -n "${SLURM_PROCID:-}" ]', 'if [ "$_torchhpc_launcher" != srun ] && [ -n "${SLURM_PROCID:-}" ]', 1)
+    + _TAIL
+)
+
+
+def shim_for(launcher: str) -> str:
+    """The shim a batch script carries for one launcher: its branch only, the same rules after it.
+
+    ``$0`` no longer picks the branch (it still names the process, ``torchhpc-task-LAUNCHER``).
+    """
+    if launcher not in BRANCHES or launcher == "none":
+        raise ValueError(f"unknown launcher {launcher!r} for the task shim (one of {', '.join(LAUNCHERS)})")
+    text = "set -e\n" + BRANCHES[launcher] + _MPI_UNSET
+    if launcher != "torchrun":
+        text += _ELASTIC_UNSET
+    if launcher != "srun":
+        text += _SLURM_REWRITE
+    return text + _TAIL
+
+
+# Batch scripts define the shim once, in their generated helpers, under this name and pass
+# "$_torchhpc_task_shim" (the reserved prefix: no --env can replace it before the launch).
+SHIM_VAR = "_torchhpc_task_shim"
 
 
 def shim_name(launcher: str | None = None) -> str:
@@ -150,7 +203,7 @@ def shim_name(launcher: str | None = None) -> str:
 def task_argv(command: Sequence[str], shim: str = TASK_SHIM, launcher: str | None = None) -> list[str]:
     """Wrap one rank's command in the shim: ``bash -c SHIM torchhpc-task[-LAUNCHER] CMD...``.
 
-    Pass ``shim=Raw('"$TORCHHPC_TASK_SHIM"')`` when the script defines it once.
+    Pass ``shim=Raw('"$_torchhpc_task_shim"')`` when the script defines it once.
     Name the ``launcher`` so stale variables of another launcher can never win.
     """
     return ["bash", "-c", shim, shim_name(launcher), *command]

@@ -165,8 +165,8 @@ def verdict(rep: NcclReport, expect: str = "fabric") -> Verdict:
             "fail",
             f"NCCL used TCP sockets ({where}), not the RDMA fabric",
             "check `torchhpc net detect`: NCCL_IB_HCA must name an ACTIVE port, RoCE needs the RoCE v2 "
-            "NCCL_IB_GID_INDEX, containers need /dev/infiniband (--network roce/infiniband sets NCCL_NET=IB "
-            "so a fallback becomes an error)",
+            "NCCL_IB_GID_INDEX, containers need /dev/infiniband (NCCL_NET=IB "
+            "makes a fallback an error, at the cost of bypassing an external net plugin)",
         )
     if expect == "socket" and fabric != "socket":
         return Verdict("warn", f"expected sockets but NCCL used {fabric} ({where})")

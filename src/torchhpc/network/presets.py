@@ -64,10 +64,11 @@ PRESETS: dict[str, Preset] = {
         ),
         Preset(
             "infiniband",
-            "InfiniBand verbs; fail loudly instead of silently falling back to TCP sockets.",
+            "InfiniBand verbs, allowed even where a site sets NCCL_IB_DISABLE=1 (`net check` catches a socket fallback).",
             (
+                # No NCCL_NET=IB: no seed or site guide sets it, and it would bypass an external net
+                # plugin (the SHARP/CollNet plugin registers as IBext) where the site installs one.
                 ("NCCL_IB_DISABLE", "0", "allow the IB transport (undo a site-wide NCCL_IB_DISABLE=1)"),
-                ("NCCL_NET", "IB", "NCCL errors out when IB cannot be used instead of using sockets at 1/5 the speed"),
             ),
         ),
         Preset(
@@ -75,7 +76,6 @@ PRESETS: dict[str, Preset] = {
             "RoCE v2 over ConnectX (EPFL RCP, seed 004): IB verbs on Ethernet with the right GID.",
             (
                 ("NCCL_IB_DISABLE", "0", "allow the IB transport, which is what RoCE uses"),
-                ("NCCL_NET", "IB", "fail instead of falling back to sockets"),
                 ("NCCL_IB_HCA", "mlx5", "ConnectX devices (seed 004); `net detect` narrows it to the active ports"),
                 ("NCCL_IB_ROCE_VERSION_NUM", "2", "RoCE v2 (routable UDP); NCCL >= 2.21 then picks the GID itself"),
                 ("NCCL_IB_ADDR_FAMILY", "AF_INET", "the IPv4-mapped GID, as seed 004's grep for ::ffff: does"),

@@ -133,10 +133,13 @@ def _resolve(
     if mine is None:
         if name in BUILTIN:
             return BUILTIN[name]
+        from torchhpc.core.suggest import did_you_mean
+
         valid = list(BUILTIN) + [n for n in user if n not in BUILTIN]
+        near = did_you_mean(name, valid)
         raise UsageError(
             f"--profile {name!r} is not a known profile",
-            f"choose from: {', '.join(valid)} (or add [{name}] to {user_profile_paths()[0]})",
+            (f"{near} " if near else "") + f"choose from: {', '.join(valid)} (or add [{name}] to {user_profile_paths()[0]})",
         )
     parent = mine.extends or (name if name in BUILTIN else None)
     if parent is None:

@@ -33,6 +33,9 @@ BUILTIN: dict[str, Profile] = {
             container_runtime="singularity",
             network="infiniband",
             require=("account", "qos", "time"),  # "Both parameters must be configured"; time "is mandatory"
+            # ...for batch jobs; the seed's `salloc -q acc_debug --account bsc98 --gres=gpu:2
+            # --cpus-per-task 40` gives no --time (the QoS has a default limit).
+            shell_optional=("time",),
             gpu_kind="nvidia",
         ),
         Profile(
@@ -50,8 +53,16 @@ BUILTIN: dict[str, Profile] = {
             # The seed runs `singularity exec $SIFPYTORCH` with no --rocm: the image brings its
             # own ROCm, and --rocm would bind the host's over it.
             container_options=(("gpu", "none"),),
+            image_without_torchhpc=True,  # the EasyBuild PyTorch container: torch, torchvision, no torchhpc
             network="lumi-slingshot",
             cpu_bind="mask_cpu:" + LUMI_CPU_MASKS,
+            env=(
+                # Seed 002's runscript: "each task uses the proper GPU", ROCR_VISIBLE_DEVICES from the
+                # local id (GCD i for task i, matching mask i above); done by the task shim, which also
+                # applies mask i under mpirun (srun applies cpu_bind itself).
+                ("TORCHHPC_GPU_PER_TASK", "ROCR_VISIBLE_DEVICES"),
+                ("TORCHHPC_CPU_MASKS", LUMI_CPU_MASKS),
+            ),
             setup=(
                 # MIOpen's default cache on Lustre breaks (file locking): a per-node /tmp cache.
                 'export MIOPEN_USER_DB_PATH="/tmp/${USER:-$(id -un)}-miopen-cache-${SLURM_JOB_ID:-0}"',
@@ -69,6 +80,9 @@ BUILTIN: dict[str, Profile] = {
             scheduler="slurm",
             launcher="torchrun",
             gpus_per_node=4,
+            # The Alliance's default is 256 MB per core ("Running jobs"): without a request a ResNet
+            # job is OOM-killed. Its PyTorch guide asks memory per node with --mem; 8G per GPU here.
+            mem="32G",
             modules=("StdEnv/2020", "gcc/11.3.0", "cuda/11.7", "nccl/2.12.12", "python/3.8.10"),
             require=("account",),  # def-<pi> allocations
             gpu_kind="nvidia",

@@ -33,19 +33,21 @@ FIELD_DOCS: dict[str, str] = {
     "container_setup": "shell lines run before the container starts",
     "container_options": "runtime options (as in `torchhpc options`), e.g. gpu = \"none\" for a container that brings its own ROCm",
     "container_optional": "true: without an image, ranks run on the host (otherwise a profile naming a runtime refuses)",
+    "image_without_torchhpc": "true: the profile's default image has no torchhpc; a dry run warns when the program imports it",
     "network": "network preset for --network (see `torchhpc net presets`)",
     "cpu_bind": "srun --cpu-bind value, e.g. mask_cpu:0xfe,...",
     "env": "extra environment variables (NAME = value)",
     "options": "scheduler options (as for --option KEY=VALUE)",
     "setup": "shell lines at the top of the batch script (after module loads)",
     "require": "options the user must give (e.g. account, qos)",
+    "shell_optional": "of require, those an interactive `torchhpc shell` may leave out (e.g. time: the QoS has a default)",
     "gpu_kind": "nvidia or amd",
 }
 
 _INT = ("gpus_per_node", "cpus_per_gpu")
-_TUPLE = ("modules", "container_setup", "setup", "require")
+_TUPLE = ("modules", "container_setup", "setup", "require", "shell_optional")
 _PAIRS = ("env", "options", "container_options")
-_BOOL = ("container_optional",)
+_BOOL = ("container_optional", "image_without_torchhpc")
 _CHOICES = {
     "scheduler": ("local", "slurm", "pbs", "kubernetes", "runai"),
     "launcher": ("torchrun", "srun", "mpirun"),
@@ -81,12 +83,14 @@ class Profile:
     container_setup: tuple[str, ...] = ()
     container_options: tuple[tuple[str, str], ...] = ()
     container_optional: bool = False
+    image_without_torchhpc: bool = False
     network: Optional[str] = None
     cpu_bind: Optional[str] = None
     env: tuple[tuple[str, str], ...] = ()
     options: tuple[tuple[str, str], ...] = ()
     setup: tuple[str, ...] = ()
     require: tuple[str, ...] = ()
+    shell_optional: tuple[str, ...] = ()
     gpu_kind: Optional[str] = None
 
     @classmethod

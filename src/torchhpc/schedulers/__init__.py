@@ -38,10 +38,14 @@ def scheduler_names() -> list[str]:
     return list(REGISTRY)
 
 
-def get_scheduler(name: str, runner: Runner | None = None) -> Scheduler:
+def scheduler_class(name: str) -> type[Scheduler]:
+    """The backend's class, for its declared capabilities (``supports_*``, ``runs_here``...) without an instance."""
     if name not in REGISTRY:
+        from torchhpc.core.suggest import did_you_mean
+
+        near = did_you_mean(name, REGISTRY)
         raise UsageError(
-            f"--scheduler {name!r} is not a scheduler", f"choose one of: {', '.join(REGISTRY)}"
+            f"--scheduler {name!r} is not a scheduler", (f"{near} " if near else "") + f"choose one of: {', '.join(REGISTRY)}"
         )
     mod, cls = REGISTRY[name].split(":")
     try:
@@ -50,14 +54,29 @@ def get_scheduler(name: str, runner: Runner | None = None) -> Scheduler:
         if e.name == mod:
             raise UsageError(f"the {name} scheduler is not available in this build") from None
         raise
-    scheduler: Scheduler = getattr(module, cls)(runner=runner)
-    return scheduler
+    found: type[Scheduler] = getattr(module, cls)
+    return found
+
+
+def get_scheduler(name: str, runner: Runner | None = None) -> Scheduler:
+    return scheduler_class(name)(runner=runner)
 
 
 def parse_handle(handle: str, default: str = "slurm") -> tuple[str, str]:
-    """``slurm:123`` -> ("slurm", "123"); a bare ``123`` uses ``default``."""
+    """``slurm:123`` -> ("slurm", "123"); a bare ``123`` uses ``default``.
+
+    No scheduler's job id holds a colon (Slurm ``123_4``, PBS ``123.server``, local hex, Kubernetes
+    names), so ``slrum:1`` is a mistyped scheduler, said so with the nearest names.
+    """
     if ":" in handle:
         sched, job = handle.split(":", 1)
         if sched in REGISTRY:
             return sched, job
+        from torchhpc.core.suggest import closest
+
+        near = closest(sched, REGISTRY, limit=1)
+        raise UsageError(
+            f"{handle}: {sched!r} is not a scheduler (known: {', '.join(REGISTRY)})",
+            f"did you mean {near[0]}:{job}?" if near else f"write SCHEDULER:ID, e.g. slurm:{job}",
+        )
     return default, handle

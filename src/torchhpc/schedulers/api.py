@@ -11,14 +11,15 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Optional
 
 from torchhpc.core.proc import Runner, default_runner
 from torchhpc.core.shell import join, quote
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import JobFailed, TorchHPCError
-from torchhpc.schedulers.options import Option
+from torchhpc.schedulers.files import Written
+from torchhpc.schedulers.options import Option, with_defaults
 from torchhpc.schedulers.options import resolve as resolve_options
 
 __all__ = ["TERMINAL", "JobStatus", "Scheduler", "Submission"]
@@ -46,43 +47,16 @@ class Submission:
     stdin: Optional[str] = None
     notes: tuple[str, ...] = ()
 
-    def write_files(self) -> None:
-        """Write the script (and any other file) where the submit command expects it.
+    def write_files(self, private: bool = False) -> Written:
+        """Write the script (and any other file), never over a file that exists (schedulers/files.py).
 
-        Each file is written whole or not at all (a temporary file beside it, then a
-        rename): text no file can hold is an error before anything is written, and an
-        interrupted write never leaves a half script for a later ``sbatch``/``qsub``.
+        ``private``: to new hidden files beside their paths, for a submit command that is given
+        that name (the batch schedulers); otherwise each file takes its path when free, else
+        ``NAME.N.EXT``. The answer says which, and ``remove()`` undoes it all.
         """
-        import contextlib
-        import os
-        import tempfile
+        from torchhpc.schedulers.files import write_new
 
-        from torchhpc.errors import QuotingError
-
-        encoded = []
-        for path, content in self.files:
-            try:
-                encoded.append((path, content.encode("utf-8")))
-            except UnicodeEncodeError as e:
-                raise QuotingError(
-                    f"{path}: the rendered text holds {content[e.start:e.end]!r}, which no file can hold as UTF-8",
-                    "a value came from undecodable bytes: pass UTF-8 text",
-                ) from None
-        umask = os.umask(0)
-        os.umask(umask)
-        for path, data in encoded:
-            directory = os.path.dirname(path) or "."
-            os.makedirs(directory, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.chmod(tmp, 0o666 & ~umask)
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+        return write_new(self.files, private=private)
 
     def __str__(self) -> str:
         parts: list[str] = []
@@ -96,6 +70,21 @@ class Submission:
         parts.append(join(self.argv) + (" < " + quote(self.script_path) if self.stdin and self.script_path else ""))
         parts.extend(f"# note: {n}" for n in self.notes)
         return "\n".join(parts) + "\n"
+
+
+def _checked_render(render: Callable[[Scheduler, JobSpec], Submission]) -> Callable[[Scheduler, JobSpec], Submission]:
+    """``render`` after the capability check: the converted spec is rendered, its notes join the dry run's."""
+    import functools
+
+    @functools.wraps(render)
+    def checked(self: Scheduler, spec: JobSpec) -> Submission:
+        spec, notes = self.supported(spec)
+        sub = render(self, spec)
+        extra = tuple(n for n in notes if n not in sub.notes)
+        return replace(sub, notes=(*sub.notes, *extra)) if extra else sub
+
+    checked._checks_capabilities = True  # type: ignore[attr-defined]
+    return checked
 
 
 @dataclass
@@ -141,10 +130,56 @@ class JobStatus:
 
 
 class Scheduler(ABC):
-    """A backend fills in a few small methods; facts live in class attributes."""
+    """A backend fills in a few small methods; facts live in class attributes.
+
+    What a backend can honour is declared below as ``supports_*`` attributes (the
+    defaults are a batch scheduler's), read by the one check in
+    :mod:`torchhpc.schedulers.capabilities`; ``render`` of every subclass runs that
+    check first, so no caller can skip it. The other attributes say how the backend
+    runs a job, so that callers ask it instead of comparing names.
+    """
 
     name: ClassVar[str] = ""
     submit_command: ClassVar[str] = ""
+
+    # What the backend honours (docs/capabilities.md). Without one, the flag is refused or converted.
+    supports_multi_node: ClassVar[bool] = True
+    supports_time_limit: ClassVar[bool] = True
+    supports_requeue: ClassVar[bool] = False
+    supports_arrays: ClassVar[bool] = False
+    supports_gpus: ClassVar[bool] = True
+    supports_memory: ClassVar[bool] = True
+    supports_cpus: ClassVar[bool] = True
+    supports_cpus_per_gpu: ClassVar[bool] = True
+    supports_container_options: ClassVar[bool] = True
+    supports_setup: ClassVar[bool] = True
+    supports_interactive_shell: ClassVar[bool] = False
+    # How it runs a job.
+    runs_here: ClassVar[bool] = False  # on this machine, in the foreground (or --background): no queue
+    runs_in_pods: ClassVar[bool] = False  # an image in pods: the cluster's runtime, the image's files
+    renders_script: ClassVar[bool] = False  # a batch script (network presets applied in the script)
+    default_launcher: ClassVar[str] = "torchrun"
+    # --opt names the submit command reads from its own environment when not given (sbatch: $SBATCH_ACCOUNT)
+    env_options: ClassVar[Mapping[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("render")
+        if own is not None and not getattr(own, "_checks_capabilities", False):
+            setattr(cls, "render", _checked_render(own))  # noqa: B010 (mypy refuses assigning a method)
+
+    def target(self) -> Optional[str]:
+        """One line saying where jobs go when that is not the site's own scheduler (a dev cluster), else None.
+
+        ``torchhpc run``, ``shell`` and ``bench`` print it on stderr and put it in their JSON.
+        """
+        return None
+
+    def supported(self, spec: JobSpec) -> tuple[JobSpec, tuple[str, ...]]:
+        """``spec`` as this scheduler can run it, with a note per conversion; refusals raise (see capabilities)."""
+        from torchhpc.schedulers.capabilities import check
+
+        return check(self, spec)
 
     def __init__(self, runner: Runner | None = None) -> None:
         self.runner = runner or default_runner()
@@ -155,6 +190,11 @@ class Scheduler(ABC):
     def checked_options(self, spec: JobSpec, given: Mapping[str, str] | None = None) -> dict[str, str]:
         """The job's ``--opt`` values, checked: one error for an unknown name or an ill-typed value."""
         return resolve_options(self.name, self.OPTIONS.values(), spec.options_dict if given is None else given)
+
+    def settings(self, spec: JobSpec, given: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The checked ``--opt`` values over the declared defaults: a default is written once, in its
+        :class:`~torchhpc.schedulers.options.Option`, never again where it is used."""
+        return with_defaults(self.OPTIONS.values(), self.checked_options(spec, given))
 
     @abstractmethod
     def render(self, spec: JobSpec) -> Submission: ...

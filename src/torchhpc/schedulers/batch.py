@@ -20,16 +20,27 @@ variables with that prefix are refused where ``--env`` is parsed.
 from __future__ import annotations
 
 import os
+import re
 import sys
+from abc import abstractmethod
 from dataclasses import replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from torchhpc.core.shell import Raw, join, quote
+from torchhpc.core.shell import Raw, TrustedScript, join, quote, split_words, wrap_command
 from torchhpc.core.spec import ContainerSpec, JobSpec
 from torchhpc.errors import SchedulerError
-from torchhpc.launchers import SHIM_VAR, TASK_SHIM, get_launcher, torchrun_argv
+from torchhpc.launchers import SHIM_VAR, launcher_of, torchrun_argv
 from torchhpc.schedulers.api import Scheduler, Submission
-from torchhpc.schedulers.script import env_block, header_lines, read_log, save_record, script_path
+from torchhpc.schedulers.files import keep, make_dirs
+from torchhpc.schedulers.log_wiring import LOG_VAR, LOG_WRAPPER, job_dir
+from torchhpc.schedulers.record import new_record, save_record
+from torchhpc.schedulers.script import (
+    default_python,
+    env_block,
+    header_lines,
+    read_log,
+    script_path,
+)
 
 __all__ = [
     "PREFIX",
@@ -38,7 +49,7 @@ __all__ = [
     "in_container",
     "job_container",
     "job_env_names",
-    "master_addr_lines",
+    "launch_breaks",
     "stop_file",
     "torchrun_command",
 ]
@@ -53,6 +64,10 @@ PREFIX = "_torchhpc_"
 # status if it ended meanwhile, else until it ends. The old `while kill -0` test lost the
 # status of a step that ended between the trap and the test (issue 12: exit 140 after a
 # clean checkpoint).
+WAIT_COMMENT = (
+    "# Wait for the step (in the background, so traps fire while it runs); a trap cuts `wait` short with",
+    "# 128+signal while the step runs on: wait again for the step's own status.",
+)
 WAIT_LINES = (
     "_torchhpc_step=$!",
     "_torchhpc_rc=0 _torchhpc_woken=0",
@@ -72,7 +87,7 @@ def stop_file(spec: JobSpec) -> str:
 def job_container(spec: JobSpec, container: ContainerSpec) -> ContainerSpec:
     """The job's container, with the output directory bound when ranks must see the stop file there,
     or write their log files from inside (torchrun's workers; pyxis runs the whole task inside)."""
-    if spec.stop_signal_seconds or spec.requeue or spec.launcher == "torchrun" or container.runtime == "pyxis":
+    if spec.stop_signal_seconds or spec.requeue or launcher_of(spec).per_node or container.runtime == "pyxis":
         out = os.path.abspath(spec.output_dir)
         if not any(b.split(":")[0] == out for b in container.binds):
             return replace(container, binds=(*container.binds, out))
@@ -165,17 +180,60 @@ def array_lines(spec: JobSpec, index_ref: str) -> tuple[list[str], JobSpec]:
     return lines, spec.with_(entrypoint=entry)
 
 
-def master_addr_lines(host_var: str) -> list[str]:
-    """MASTER_ADDR: the first host's IPv4 (torch's TCPStore prefers an address), else its name."""
-    return [
-        "# (|| true: under pipefail an unresolvable name must fall back to the name, not end the job)",
-        f'MASTER_ADDR="${{MASTER_ADDR:-$( (getent ahostsv4 "${host_var}" || true) | awk \'NR==1{{print $1}}\')}}"',
-        f'MASTER_ADDR="${{MASTER_ADDR:-${host_var}}}"',
-    ]
+# MASTER_ADDR, defined once in every script's helpers and called as `_torchhpc_master_addr HOST`.
+MASTER_ADDR_LINES = (
+    "# MASTER_ADDR unless set: the host's IPv4 (torch's TCPStore prefers an address), else its name",
+    "# (|| true: under pipefail an unresolvable name must fall back to the name, not end the job).",
+    "_torchhpc_master_addr() {",
+    '  MASTER_ADDR="${MASTER_ADDR:-$( (getent ahostsv4 "$1" || true) | awk \'NR==1{print $1}\')}"',
+    '  MASTER_ADDR="${MASTER_ADDR:-$1}"',
+    "}",
+)
+
+LOG_COMMENT = (
+    "# Each rank's stdout and stderr into its own file, $TORCHHPC_RANKS_DIR/rank-N@NODE.log, written by the",
+    "# rank itself (whole lines); the rank from the first set variable named in $1. Then it execs the rest.",
+)
+
+
+def _indent(lines: list[str], by: str = "  ") -> list[str]:
+    return [by + line if line else line for line in lines]
+
+
+def launch_breaks(line: str, spec: JobSpec) -> list[int]:
+    """Where the launch command's lines start: each command of the wrapper chain on a line of its own
+    (the log wrapper, a container runtime, torchrun, the task shim, the program)."""
+    words = split_words(line)
+    program = [quote(w) for w in spec.entrypoint.argv(default_python(spec))]
+    script = [quote(w) for w in spec.entrypoint.script_argv()]
+    out: list[int] = []
+    for i, w in enumerate(words):
+        if i == 0:
+            continue
+        nxt = words[i + 1 : i + 3]
+        if (w == "bash" and nxt[:1] == ["-c"]) or nxt == ["-m", "torch.distributed.run"] or w in RUNTIMES:
+            out.append(i)
+        elif i >= 2 and words[i - 2] == "torchhpc-log":
+            out.append(i)
+    for prog in (program, script):
+        n = len(prog)
+        if n and words[-n:] == prog and len(words) - n not in out:
+            out.append(len(words) - n)
+            break
+    return sorted(out)
+
+
+# container runtimes' commands: a launch line breaks before them
+RUNTIMES = frozenset({"apptainer", "singularity", "ch-run", "podman", "docker", "enroot"})
 
 
 class BatchScheduler(Scheduler):
     """The shared batch script; subclasses fill in the data and the few hooks below."""
+
+    # capabilities (schedulers/capabilities.py): a batch script can requeue itself and run arrays
+    supports_requeue = True
+    supports_arrays = True
+    renders_script = True
 
     # -- data a backend supplies ---------------------------------------------
     suffix: ClassVar[str] = ".sh"
@@ -199,22 +257,23 @@ class BatchScheduler(Scheduler):
     # -- hooks -----------------------------------------------------------------
     def check(self, spec: JobSpec) -> None:
         """Reject what this scheduler cannot run (before anything is rendered)."""
-        get_launcher(spec.launcher).check(self.name)
+        launcher_of(spec).check(self.name)
 
+    @abstractmethod
     def directives(self, spec: JobSpec) -> list[str]:
-        raise NotImplementedError
+        """The directive lines (``#SBATCH ...``, ``#PBS ...``), each through ``core.shell.directive``."""
 
     def preamble_lines(self, spec: JobSpec) -> list[str]:
         """Lines right after ``set -euo pipefail`` (e.g. PBS: the node file check and the cd)."""
         return []
 
+    @abstractmethod
     def host_lines(self, spec: JobSpec) -> list[str]:
         """Rendezvous, part 1: list the hosts, set ``_torchhpc_master_host`` (and the node count)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def port_lines(self, spec: JobSpec) -> list[str]:
         """Rendezvous, part 2: MASTER_PORT from the job id unless the user set it."""
-        raise NotImplementedError
 
     def exported(self) -> str:
         return "MASTER_ADDR MASTER_PORT"
@@ -235,26 +294,29 @@ class BatchScheduler(Scheduler):
         """Lines after the step ended, before ``exit`` (e.g. Slurm's requeue)."""
         return []
 
+    @abstractmethod
     def launch_lines(self, spec: JobSpec) -> list[str]:
-        raise NotImplementedError
+        """The step(s) that start the ranks: what this scheduler asks of the job's launcher."""
 
+    @abstractmethod
     def submit_argv(self, path: str) -> tuple[str, ...]:
-        raise NotImplementedError
+        """The command that submits the script written at ``path``."""
 
+    @abstractmethod
     def parse_job_id(self, stdout: str) -> str:
-        raise NotImplementedError
+        """The job id in the submit command's output ("" when it printed none)."""
 
-    def record(self, spec: JobSpec) -> dict[str, object]:
-        """What ``logs``/``status`` need later, saved beside the job id."""
+    def record(self, spec: JobSpec) -> dict[str, Any]:
+        """What ``logs``/``status`` need later, saved beside the job id: fields of :class:`JobRecord`."""
         return {}
 
     submit_hint: ClassVar[str] = ""
     # why no log file may be known yet (the hint of the error)
     no_log_hint: ClassVar[str] = ""
 
+    @abstractmethod
     def rank_lines(self, job_id: str, text: str, rank: int) -> str:
         """One rank's lines of the job's log (each launcher tags its lines its own way)."""
-        raise NotImplementedError
 
     def log_lines(self, spec: JobSpec) -> list[str]:
         """Where each rank's output goes (``$TORCHHPC_RANKS_DIR``), if this backend keeps per-rank files."""
@@ -266,22 +328,30 @@ class BatchScheduler(Scheduler):
         return bool(spec.stop_signal_seconds or spec.requeue)
 
     def render_script(self, spec: JobSpec) -> str:
+        """The script, in the order a person reads a seed's: directives, then ``main()`` (setup,
+        rendezvous, one launch command wrapped at its arguments), then torchhpc's helpers, marked
+        as generated, and ``main "$@"`` on the last line (bash needs a function defined before it runs).
+
+        The script stays self-contained: ``sbatch``/``qsub`` of the file by hand works.
+        """
         self.check(spec)
         lines = header_lines("#!/bin/bash", self.how_to_submit)
+        lines.append("# The job is main(), top-down; torchhpc's helpers follow it; the last line runs it.")
         lines += self.directives(spec)
-        lines += ["", "set -euo pipefail", *self.preamble_lines(spec)]
-        stopping = self.stopping(spec)
-        if stopping and self.traps_first:  # a warning that comes early must not kill the shell by default action
-            lines += ["", *self.stop_trap_lines(spec)]
-        lines += self.container_setup_lines(spec)
-        lines += env_block(spec)  # module lines run outside `set -u` (Lmod reads unset variables)
+        lines += ["", "set -euo pipefail", "", "main() {"]
+        body: list[str] = [*self.preamble_lines(spec), *self.container_setup_lines(spec)]
+        lines += _indent(body)
+        env = env_block(spec)  # module lines run outside `set -u` (Lmod reads unset variables)
+        user = set(spec.setup)  # the user's own lines go in as written (a heredoc's end must stay at column 0)
+        lines += [line if line in user else "  " + line for line in env]
+        body = []
         if spec.array is not None:
             more, spec = array_lines(spec, self.array_index_ref)
-            lines += ["", *more]
-        lines += [
+            body += ["", *more]
+        body += [
             "",
             *self.host_lines(spec),
-            *master_addr_lines("_torchhpc_master_host"),
+            '_torchhpc_master_addr "$_torchhpc_master_host"',
             *self.port_lines(spec),
             f"export {self.exported()}",
             *self.network_lines(spec),
@@ -291,13 +361,55 @@ class BatchScheduler(Scheduler):
             *self.log_lines(spec),
             "",
         ]
-        if get_launcher(spec.launcher).needs_shim or self.torchrun_worker_shim:
-            lines += [self.shim_comment, f"{SHIM_VAR}={quote(TASK_SHIM)}", ""]
+        launcher = launcher_of(spec)
+        launch = self.launch_lines(spec)
+        stopping = self.stopping(spec)
+        body.append(f"# Launch: {launcher.summary}.")
         if stopping:
-            lines += self.stop_lines(spec)
-        else:
-            lines += self.launch_lines(spec)
+            body.append(self.stop_comment)
+            if not self.traps_first:
+                body.append("_torchhpc_arm_stop")
+        for i, line in enumerate(launch):
+            wrapped = [x[2:] for x in wrap_command(line, launch_breaks(line, spec))]
+            if stopping and i == len(launch) - 1:
+                wrapped[-1] += " &"
+            body += wrapped
+        if stopping:
+            body += ["_torchhpc_wait_step", 'exit "$_torchhpc_rc"']
+        lines += _indent(body)
+        lines += ["}", "", *self.helper_section(spec, launch)]
+        at = lines.index("main() {")
+        if lines[at + 1] == "":
+            del lines[at + 1]
         return "\n".join(lines) + "\n"
+
+    def helper_section(self, spec: JobSpec, launch: list[str]) -> list[str]:
+        """What ``main()`` calls, defined once: rendezvous, the stop protocol, the log wrapper, the task shim."""
+        text = "\n".join(launch)
+        lines = [
+            "# " + "-" * 98,
+            "# Generated by torchhpc: the helpers main() uses. Re-render rather than edit.",
+            "",
+            *MASTER_ADDR_LINES,
+            *self.helper_lines(spec),
+        ]
+        stopping = self.stopping(spec)
+        if stopping:
+            lines += ["", *self.stop_helper_lines(spec)]
+        if LOG_VAR in text:
+            lines += ["", *LOG_COMMENT, f"{LOG_VAR}={quote(TrustedScript(LOG_WRAPPER))}"]
+        if SHIM_VAR in text:
+            shim = TrustedScript(launcher_of(spec).task_shim)
+            lines += ["", self.shim_comment, f"{SHIM_VAR}={quote(shim)}"]
+        lines.append("")
+        if stopping and self.traps_first:  # a warning that comes early must not kill the shell by default action
+            lines.append("_torchhpc_arm_stop  # before main: Slurm may warn before main's first line")
+        lines.append('main "$@"')
+        return lines
+
+    def helper_lines(self, spec: JobSpec) -> list[str]:
+        """A backend's own helpers (e.g. Slurm's port probe), after the shared ones."""
+        return []
 
     def container_setup_lines(self, spec: JobSpec) -> list[str]:
         if spec.container is None:
@@ -320,8 +432,9 @@ class BatchScheduler(Scheduler):
 
         return script_lines(spec.network, python=sys.executable or "python3", master_var="MASTER_ADDR")
 
-    def stop_trap_lines(self, spec: JobSpec) -> list[str]:
-        """Time limit and preemption, part 1: the stop file and the traps.
+    def stop_helper_lines(self, spec: JobSpec) -> list[str]:
+        """Time limit and preemption: the stop file, the traps (``_torchhpc_arm_stop``), and the wait
+        for the step in the background with what follows it (``_torchhpc_wait_step``).
 
         Why a file and not a signal: torchrun's agent turns signals into its own
         shutdown, mpirun and container runtimes forward them differently, and
@@ -331,28 +444,27 @@ class BatchScheduler(Scheduler):
         step, so all stop at the same step), checkpoint, and exit.
         """
         return [
-            self.stop_comment,
-            f'export TORCHHPC_STOP_FILE={quote(stop_file(spec))}"{self.job_id_ref}"',
-            'rm -f -- "$TORCHHPC_STOP_FILE"',
-            *self.stop_env_lines(spec),
+            "# The stop protocol (docs/nothing-lost.md): a stop file every rank polls with torchhpc.dist.should_stop().",
             '_torchhpc_stop_reason="" _torchhpc_woken=0',
             "_torchhpc_stop() {",
             "  _torchhpc_stop_reason=$1 _torchhpc_woken=1",
             '  echo "torchhpc: $1 at $(date +%T): asking every rank to checkpoint and stop"',
             '  touch -- "$TORCHHPC_STOP_FILE"',
             "}",
-            *(f"trap '_torchhpc_stop {reason}' {sig}" for reason, sig in self.stop_traps),
+            "_torchhpc_arm_stop() {",
+            *_indent([
+                f'export TORCHHPC_STOP_FILE={quote(stop_file(spec))}"{self.job_id_ref}"',
+                'rm -f -- "$TORCHHPC_STOP_FILE"',
+                *self.stop_env_lines(spec),
+                *self.before_step_lines(spec),
+                *(f"trap '_torchhpc_stop {reason}' {sig}" for reason, sig in self.stop_traps),
+            ]),
+            "}",
+            *WAIT_COMMENT,
+            "_torchhpc_wait_step() {",
+            *_indent([*WAIT_LINES, *self.after_step_lines(spec)]),
+            "}",
         ]
-
-    def stop_lines(self, spec: JobSpec) -> list[str]:
-        """Time limit and preemption, part 2: the step in the background, the wait, what follows."""
-        lines = [] if self.traps_first else self.stop_trap_lines(spec)
-        lines += self.before_step_lines(spec)
-        lines += [line + " &" for line in self.launch_lines(spec)]
-        lines += WAIT_LINES
-        lines += self.after_step_lines(spec)
-        lines.append('exit "$_torchhpc_rc"')
-        return lines
 
     # -- submission ----------------------------------------------------------------
     def render(self, spec: JobSpec) -> Submission:
@@ -368,21 +480,46 @@ class BatchScheduler(Scheduler):
         )
 
     def schedule(self, submission: Submission) -> str:
-        submission.write_files()
-        done = self.runner.run(list(submission.argv), hint=self.submit_hint)
-        job_id = self.parse_job_id(done.stdout)
-        if not job_id:
-            raise SchedulerError(f"{self.submit_command} printed {done.stdout.strip()!r}, not a job id")
+        """Submit the script from a private file, then give it its place in the job's directory.
+
+        The script's display name (``<output-dir>/<name>.sbatch``) may be the user's own file:
+        it is never written (schedulers/files.py). A submission that fails removes what it made.
+        """
+        written = submission.write_files(private=True)
+        path = submission.script_path or ""
+        tmp = written.paths.get(path, path)
+        argv = list(submission.argv)
+        if path and argv and argv[-1] == path:
+            argv[-1] = tmp
+        try:
+            done = self.runner.run(argv, hint=self.submit_hint)
+            job_id = self.parse_job_id(done.stdout)
+            if not job_id:
+                raise SchedulerError(f"{self.submit_command} printed {done.stdout.strip()!r}, not a job id")
+        except BaseException:
+            written.remove()
+            raise
+        script = self.place_script(submission, job_id, tmp) if path else ""
         spec = submission.spec
-        save_record(
+        save_record(new_record(
             self.name,
             job_id,
-            launcher=spec.launcher,
+            launcher=spec.launcher.value,
             nproc_per_node=spec.nproc_per_node,
-            script=submission.script_path,
+            script=script,
             **self.record(spec),
-        )
+        ))
         return job_id
+
+    def place_script(self, submission: Submission, job_id: str, tmp: str) -> str:
+        """Where the submitted script is kept: ``job<suffix>`` in the job's directory ``<name>-<id>/``.
+
+        The directory is made if missing; a file already there stays, and the script keeps its
+        private name beside the display name.
+        """
+        where = job_dir(submission.script_path or "", re.sub(r"[^0-9A-Za-z_]", "", job_id.split(".")[0]))
+        make_dirs(where)
+        return keep(tmp, os.path.join(where, "job" + self.suffix))
 
     def logs(self, job_id: str, rank: int | None = None) -> str:
         """The job's log: its output file and per-rank files (``[rankN]: ``), or one rank's lines."""

@@ -36,7 +36,7 @@ from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.kube_io import KubeAPI, to_yaml
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pods import RDMA_ANNOTATION, k8s_name, normalized_options, pairs, volume_claims
-from torchhpc.schedulers.script import load_record, record_dir, save_record
+from torchhpc.schedulers.record import new_record, read_record, record_dir, save_record
 
 __all__ = ["GROUP_PATH", "KubeAPI", "KubernetesScheduler", "manifest", "status_from_job", "to_yaml"]
 
@@ -162,6 +162,11 @@ def _job_name(name: str) -> str:
 class KubernetesScheduler(Scheduler):
     name = "kubernetes"
     submit_command = "kubectl"
+    # capabilities (schedulers/capabilities.py): a deadline (activeDeadlineSeconds), no arrays, the cluster's runtime
+    supports_cpus_per_gpu = False
+    supports_container_options = False
+    supports_setup = False
+    runs_in_pods = True
     OPTIONS = declare(
         Option("api", "what to render: a Kubeflow Trainer v2 TrainJob, or a training-operator v1 PyTorchJob",
                "choice", "trainjob", ("trainjob", "pytorchjob")),
@@ -255,23 +260,23 @@ class KubernetesScheduler(Scheduler):
             raise SpecError(f"transport={transport!r} (from --opt) is not auto, kubectl or api")
         return transport == "kubectl" or (transport == "auto" and self.runner.which("kubectl") is not None)
 
-    def _locate(self, job_id: str) -> tuple[str, str, dict[str, object]]:
+    def _locate(self, job_id: str) -> tuple[str, str, Any]:
         """``ns/name`` or ``name`` (namespace from our record, else 'default')."""
         if "/" in job_id:
             ns, name = job_id.split("/", 1)
-            rec = load_record(self.name, _job_name(name))
+            rec = read_record(self.name, _job_name(name))
         else:
-            name, rec = job_id, load_record(self.name, _job_name(job_id))
+            name, rec = job_id, read_record(self.name, _job_name(job_id))
             ns = str(rec.get("namespace") or "default")
         return check_dns_label(ns, "namespace (from the job id)"), name, rec
 
     @staticmethod
-    def _kind(rec: Mapping[str, object]) -> str:
+    def _kind(rec: Any) -> str:
         """The record's API; a record from before TrainJob (no 'api', but a namespace) is a PyTorchJob."""
         api = str(rec.get("api") or ("pytorchjob" if rec.get("namespace") else "trainjob"))
         return api if api in APIS else "trainjob"
 
-    def _api(self, rec: Mapping[str, object]) -> KubeAPI | None:
+    def _api(self, rec: Any) -> KubeAPI | None:
         raw = rec.get("options")
         opts = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
         return None if self._use_kubectl(opts) else KubeAPI.from_options(opts)
@@ -288,8 +293,8 @@ class KubernetesScheduler(Scheduler):
         else:
             KubeAPI.from_options(opts).request("POST", f"{group}/namespaces/{ns}/{plural}", obj)
         keep = {k: v for k, v in opts.items() if k in ("transport", "api_server", "token_file", "ca_file")}
-        save_record(self.name, name, namespace=ns, nodes=spec.nodes, api=api,
-                    nproc_per_node=spec.nproc_per_node, options=keep)
+        save_record(new_record(self.name, name, namespace=ns, nodes=spec.nodes, api=api,
+                    nproc_per_node=spec.nproc_per_node, options=keep))
         return name
 
     def get(self, job_id: str) -> dict[str, Any]:
@@ -381,9 +386,9 @@ class KubernetesScheduler(Scheduler):
         Listed per namespace our records name (``default`` without records), with
         each record's transport, so no cluster-wide permission is needed.
         """
-        where: dict[tuple[str, str], dict[str, object]] = {}
+        where: dict[tuple[str, str], Any] = {}
         for path in sorted(record_dir().glob(f"{self.name}-*.json")):
-            rec = load_record(self.name, path.stem[len(self.name) + 1:])
+            rec = read_record(self.name, path.stem[len(self.name) + 1:])
             where.setdefault((self._kind(rec), str(rec.get("namespace") or "default")), rec)
         if not where:
             where[("trainjob", "default")] = {}

@@ -192,6 +192,14 @@ class LocalScheduler(Scheduler):
 
     name = "local"
     submit_command = ""
+    # capabilities (schedulers/capabilities.py): this machine, no queue; --cpus-per-proc becomes OMP_NUM_THREADS
+    supports_multi_node = False
+    supports_time_limit = False
+    supports_arrays = True
+    supports_memory = False
+    supports_cpus = False
+    supports_cpus_per_gpu = False
+    runs_here = True
     OPTIONS = declare(
         Option("master_port", "fixed MASTER_PORT instead of a free one (or --env MASTER_PORT=...)", "int"),
         Option("grace", "seconds between SIGTERM and SIGKILL when stopping ranks (0 to 3600)", default="3"),
@@ -295,7 +303,10 @@ class LocalScheduler(Scheduler):
         if spec.array is not None:  # one run per task (schedulers/local_array.py)
             from torchhpc.schedulers.local_array import run_array
 
-            return run_array(self, submission, rank0_only=rank0_only, stdout=stdout, stderr=stderr)
+            def task(one: JobSpec, out: IO[str], err: IO[str]) -> object:
+                return self.run(self.render(one), rank0_only=rank0_only, stdout=out, stderr=err)
+
+            return run_array(task, submission, stdout=stdout, stderr=stderr)
         _check(spec)
         fixed = self._fixed(spec)
         port = fixed.get("MASTER_PORT") or str(free_port())

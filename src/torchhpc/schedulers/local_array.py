@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import IO, TYPE_CHECKING, Any, Optional, cast
@@ -21,7 +22,6 @@ from torchhpc.errors import JobFailed
 
 if TYPE_CHECKING:
     from torchhpc.schedulers.api import Submission
-    from torchhpc.schedulers.local import LocalScheduler
 
 __all__ = ["run_array", "task_spec"]
 
@@ -62,9 +62,12 @@ class _Prefixed:
         return getattr(self.out, name)
 
 
-def run_array(sched: LocalScheduler, submission: Submission, *, rank0_only: bool = False,
+def run_array(run_task: Callable[[JobSpec, IO[str], IO[str]], object], submission: Submission, *,
               stdout: Optional[IO[str]] = None, stderr: Optional[IO[str]] = None) -> int:
-    """Run every task; 0 when all succeeded, else :class:`JobFailed` naming the failed tasks."""
+    """Run every task; 0 when all succeeded, else :class:`JobFailed` naming the failed tasks.
+
+    ``run_task(spec, stdout, stderr)`` runs one task's job (the local scheduler's own run):
+    passed in, so this module never imports the scheduler back."""
     spec = submission.spec
     arr = spec.array_spec
     assert arr is not None
@@ -76,8 +79,7 @@ def run_array(sched: LocalScheduler, submission: Submission, *, rank0_only: bool
         o = _Prefixed(out, f"[task {index}] ", lock)
         e = _Prefixed(err, f"[task {index}] ", lock)
         try:
-            sched.run(sched.render(task_spec(spec, index)), rank0_only=rank0_only,
-                      stdout=cast(IO[str], o), stderr=cast(IO[str], e))
+            run_task(task_spec(spec, index), cast(IO[str], o), cast(IO[str], e))
         except JobFailed as ex:
             failed[index] = ex.exit_code or 1
         finally:

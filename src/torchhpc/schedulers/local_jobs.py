@@ -9,7 +9,7 @@ state directory (``$TORCHHPC_STATE_DIR``, default ``~/.cache/torchhpc``)::
     jobs/local/<id>/output.log         every rank's output, prefixed [rankN]:
     jobs/local/<id>/submission.pickle  what to run (read once by the supervisor)
 
-The supervisor is ``python -m torchhpc.schedulers.local_jobs DIR`` in its own
+The supervisor is ``python -m torchhpc.schedulers.local_supervise DIR`` in its own
 session: it runs the ranks exactly as the foreground path does (same env
 contract, same fail-fast teardown) and writes the final state into the record
 before it exits. ``cancel`` sends it SIGTERM; it stops the ranks and records
@@ -30,9 +30,9 @@ import uuid
 from pathlib import Path
 from typing import Any, ClassVar
 
-from torchhpc.errors import JobFailed, SchedulerError
+from torchhpc.errors import SchedulerError
 from torchhpc.schedulers.api import JobStatus, Submission
-from torchhpc.schedulers.script import record_dir, save_record
+from torchhpc.schedulers.record import new_record, record_dir, save_record
 
 __all__ = ["LocalJobs", "job_dir"]
 
@@ -52,7 +52,7 @@ def job_dir(job_id: str) -> Path:
 _UNREADABLE_HINT = "torchhpc writes that file itself: if the job is over, remove {d}"
 
 
-def _read(d: Path) -> dict[str, Any]:
+def read_state(d: Path) -> dict[str, Any]:
     """The job's record: a JSON object. SchedulerError when it is missing, unreadable or anything else."""
     try:
         data = json.loads((d / RECORD).read_text(encoding="utf-8"))
@@ -82,7 +82,7 @@ def _pid(rec: dict[str, Any], d: Path) -> int:
         ) from None
 
 
-def _write(d: Path, data: dict[str, Any]) -> None:
+def write_state(d: Path, data: dict[str, Any]) -> None:
     tmp = d / (RECORD + ".tmp")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, d / RECORD)
@@ -120,21 +120,21 @@ class LocalJobs:
             "scheduler": "local", "job_id": job_id, "name": spec.name, "state": "PENDING",
             "nproc_per_node": spec.nproc_per_node, "submitted": time.time(), "cwd": os.getcwd(),
         }
-        _write(d, record)
+        write_state(d, record)
         # The shared record store too, so `torchhpc logs` finds the file and reads its [rankN]: prefixes.
-        save_record("local", job_id, name=spec.name, launcher="local", output_path=str(d / LOG),
-                    nproc_per_node=spec.nproc_per_node)
+        save_record(new_record("local", job_id, name=spec.name, launcher="local", output_path=str(d / LOG),
+                               nproc_per_node=spec.nproc_per_node))
         with open(d / LOG, "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "torchhpc.schedulers.local_jobs", str(d)],
+                [sys.executable, "-m", "torchhpc.schedulers.local_supervise", str(d)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         self._children[job_id] = proc
         record.update(pid=proc.pid)
         # The supervisor may already have written RUNNING: merge, do not overwrite its state.
-        current = _read(d)
+        current = read_state(d)
         current.setdefault("pid", proc.pid)
-        _write(d, {**record, **current})
+        write_state(d, {**record, **current})
         return job_id
 
     def status(self, job_id: str) -> JobStatus:
@@ -142,12 +142,12 @@ class LocalJobs:
         child = self._children.get(job_id)
         if child is not None:
             child.poll()
-        rec = _read(d)
+        rec = read_state(d)
         state = str(rec.get("state", "PENDING"))
         if state in ("PENDING", "RUNNING"):
             pid = _pid(rec, d)
             if pid and not _alive(pid):
-                rec = _read(d)  # it may have written its state just before exiting
+                rec = read_state(d)  # it may have written its state just before exiting
                 state = str(rec.get("state", "PENDING"))
                 if state in ("PENDING", "RUNNING"):
                     state, rec["reason"] = "FAILED", "the supervisor process ended without recording a state"
@@ -166,7 +166,7 @@ class LocalJobs:
 
     def logs(self, job_id: str, rank: int | None = None) -> str:
         d = job_dir(job_id)
-        _read(d)
+        read_state(d)
         try:
             text = (d / LOG).read_text(errors="replace")
         except FileNotFoundError:
@@ -178,7 +178,7 @@ class LocalJobs:
 
     def log_paths(self, job_id: str) -> list[str]:
         d = job_dir(job_id)
-        _read(d)
+        read_state(d)
         return [str(d / LOG)]
 
     def cancel(self, job_id: str) -> None:
@@ -186,16 +186,16 @@ class LocalJobs:
         st = self.status(job_id)
         if st.terminal:
             return
-        pid = _pid(_read(d), d)
+        pid = _pid(read_state(d), d)
         if pid and _alive(pid):
             try:
                 os.killpg(pid, signal.SIGTERM)  # the supervisor leads its own session
             except ProcessLookupError:
                 pass
         else:
-            rec = _read(d)
+            rec = read_state(d)
             rec.update(state="CANCELLED", reason="cancelled before it started", ended=time.time())
-            _write(d, rec)
+            write_state(d, rec)
 
     def list_jobs(self, include_finished: bool = True) -> list[JobStatus]:
         """Every local job with a record, oldest first; a record that cannot be read is skipped, said on stderr."""
@@ -216,37 +216,3 @@ class LocalJobs:
                 print(f"Warning: skipped local:{p.name}: {e.message}", file=sys.stderr)
         return out if include_finished else [s for s in out if not s.terminal]
 
-
-def supervise(d: Path) -> int:
-    """The background supervisor: run the submission, record how it ended."""
-    from torchhpc.schedulers.local import LocalScheduler
-
-    def cancelled_early(signum: int, frame: object) -> None:
-        raise JobFailed(f"interrupted by {signal.Signals(signum).name} before the ranks started", returncode=128 + signum)
-
-    # Until the runner installs its own handlers (and after it restores this one).
-    signal.signal(signal.SIGTERM, cancelled_early)
-    with open(d / SUBMISSION, "rb") as f:
-        submission: Submission = pickle.load(f)
-    rec = _read(d)
-    rec.update(state="RUNNING", pid=os.getpid(), started=time.time())
-    _write(d, rec)
-    os.chdir(str(rec.get("cwd") or "."))
-    state, code, reason = "COMPLETED", 0, ""
-    try:
-        LocalScheduler().run(submission, run_id="local-" + d.name, stdout=sys.stdout, stderr=sys.stdout)
-    except JobFailed as e:
-        state = "CANCELLED" if e.message.startswith("interrupted") else "FAILED"
-        code, reason = e.exit_code, e.message
-        print(f"torchhpc: {e.message}", file=sys.stderr, flush=True)
-    except Exception as e:  # recorded, never left as RUNNING
-        state, code, reason = "FAILED", 1, f"{type(e).__name__}: {e}"
-        print(f"torchhpc: {reason}", file=sys.stderr, flush=True)
-    rec = _read(d)
-    rec.update(state=state, exit_code=code, reason=reason, ended=time.time())
-    _write(d, rec)
-    return code
-
-
-if __name__ == "__main__":
-    raise SystemExit(supervise(Path(sys.argv[1])))

@@ -10,11 +10,15 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from torchhpc.core.shell import Raw
+from torchhpc.launchers import TORCHRUN
+
 __all__ = [
     "LOG_DIR_VAR",
+    "LOG_REF",
+    "LOG_VAR",
     "LOG_WRAPPER",
     "RANKS_DIR",
-    "RANK_VARS",
     "job_dir",
     "log_argv",
     "make_ranks_dir_lines",
@@ -27,7 +31,7 @@ RANKS_DIR = "ranks"
 # Runs each rank's program with its stdout and stderr appended to its own file in
 # $TORCHHPC_RANKS_DIR (exported by the batch script; not an argument, so no job name or path
 # is in the launch command), then execs it: signals reach the program directly. The rank
-# comes from the first set variable of a list the launcher decides (RANK_VARS): srun and
+# comes from the first set variable of a list the launcher decides (Launcher.rank_vars): srun and
 # mpirun run the wrapper before the task shim and outside any container, torchrun around each
 # worker. PYTHONUNBUFFERED (only defaulted): a file is block-buffered otherwise and `logs -f`
 # would see lines minutes late. Without the directory (a script submitted by hand, where
@@ -50,16 +54,19 @@ exec "$@"
 """
 
 # Where the wrapper reads the rank, per launcher (first set wins; the task shim's order for MPI).
-RANK_VARS = {
-    "srun": "SLURM_PROCID",
-    "mpirun": "OMPI_COMM_WORLD_RANK PMI_RANK PMIX_RANK",
-    "torchrun": "RANK",
-}
 
 
-def log_argv(command: Sequence[str], rank_vars: str = "RANK") -> list[str]:
-    """``bash -c LOG_WRAPPER torchhpc-log VARS CMD...``: CMD's output into ``$TORCHHPC_RANKS_DIR/rank-N@NODE.log``."""
-    return ["bash", "-c", LOG_WRAPPER, "torchhpc-log", rank_vars, *command]
+# Batch scripts define the wrapper once, in their generated helpers, under this name (reserved prefix:
+# no --env can change it) and pass "$_torchhpc_rank_log", so the launch line carries no program text.
+LOG_VAR = "_torchhpc_rank_log"
+LOG_REF = Raw(f'"${LOG_VAR}"')
+
+
+def log_argv(command: Sequence[str], rank_vars: str = "RANK", wrapper: str = LOG_WRAPPER) -> list[str]:
+    """``bash -c LOG_WRAPPER torchhpc-log VARS CMD...``: CMD's output into ``$TORCHHPC_RANKS_DIR/rank-N@NODE.log``.
+
+    ``wrapper=LOG_REF`` in a batch script, which defines the text once (:data:`LOG_VAR`)."""
+    return ["bash", "-c", wrapper, "torchhpc-log", rank_vars, *command]
 
 
 def job_dir(script_path: str, job_id: str) -> str:
@@ -99,4 +106,4 @@ def torchrun_per_rank(torchrun: Sequence[str]) -> list[str]:
         i = head.index("--tee")
         del head[i : i + 2]
     i = head.index("--no-python") + 1
-    return [*head[:i], *log_argv(head[i:], RANK_VARS["torchrun"])]
+    return [*head[:i], *log_argv(head[i:], TORCHRUN.rank_vars, wrapper=LOG_REF)]

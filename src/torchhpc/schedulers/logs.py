@@ -29,13 +29,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
+from torchhpc.launchers import LAUNCHERS
 from torchhpc.schedulers.log_wiring import RANKS_DIR, job_dir
+from torchhpc.schedulers.record import JobRecord, load_record, read_record
 
 __all__ = [
     "MAX_RANKS",
     "JobLog",
     "Line",
     "Tracebacks",
+    "filter_rank",
     "first_tracebacks",
     "format_ranks",
     "job_log",
@@ -57,46 +60,34 @@ class Line:
     node: str = ""
 
     def show(self) -> str:
-        """The line as ``torchhpc logs`` prints it: ``[rankN]: text`` (job lines unprefixed)."""
-        return self.text if self.rank is None else f"[rank{self.rank}]: {self.text}"
+        """The line as ``torchhpc logs`` prints it: ``[rankN]: text`` (job lines unprefixed; a line torch
+        already prefixed with its rank, as it does a failing rank's traceback, is not prefixed twice)."""
+        if self.rank is None or self.text.startswith(f"[rank{self.rank}]:"):
+            return self.text
+        return f"[rank{self.rank}]: {self.text}"
 
 
 _RANK_FILE = re.compile(r"^rank-(\d+)(?:@(.*))?\.log$")
-_TORCHRUN_RANK = re.compile(r"^\s*(\d+): \[rank(\d+)\]: ?")
-_TORCHRUN_LOCAL = re.compile(r"^\s*(\d+): \[[A-Za-z_]+?(\d+)\]: ?")  # [default1]: (not the failure summary's [1]:)
-_SRUN = re.compile(r"^\s*(\d+): ")
-_MPI = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>: ?")
 _LOCAL = re.compile(r"^\[rank(\d+)\]: ")
 
 
 def parse_line(line: str, launcher: str = "srun", nproc_per_node: int = 1) -> Line:
-    """Who wrote ``line`` of a scheduler output file, from its launcher prefix.
-
-    Under torchrun the srun label is the *node's* task, not a rank: torchrun's
-    own prefix says the rank (``[rankN]:`` with torchhpc's template). The old
-    ``[default<local>]:`` prefix gives only the local rank; the global rank is
-    then taken as ``task * nproc_per_node + local``, which assumes c10d numbered
-    the nodes in Slurm's order (it sorts them by host name: node10 before node2).
-    """
+    """Who wrote ``line`` of a scheduler output file: the launcher's own tag parser
+    (:mod:`torchhpc.launchers.tags`), else the local scheduler's ``[rankN]: ``.
+    ``launcher`` is a record's: a launcher's name, or ``local``."""
     line = line.rstrip("\r\n")
-    if launcher == "torchrun":
-        m = _TORCHRUN_RANK.match(line)
-        if m:
-            return Line(int(m.group(2)), line[m.end():])
-        m = _TORCHRUN_LOCAL.match(line)
-        if m:
-            return Line(int(m.group(1)) * max(1, nproc_per_node) + int(m.group(2)), line[m.end():])
-        m = _SRUN.match(line)
-        return Line(None, line[m.end():] if m else line)
-    for pat in (_MPI, _LOCAL) if launcher != "srun" else (_SRUN, _LOCAL):
-        m = pat.match(line)
-        if m:
-            return Line(int(m.group(1)), line[m.end():])
-    if launcher == "mpirun":
-        m = _SRUN.match(line)  # an srun --label around a container runtime's own messages
-        if m:
-            return Line(None, line[m.end():])
-    return Line(None, line)
+    parse = LAUNCHERS[launcher].parse_tag if launcher in LAUNCHERS else None
+    tag = parse(line, nproc_per_node) if parse else None
+    if tag is not None:
+        return Line(*tag)
+    m = _LOCAL.match(line)
+    return Line(int(m.group(1)), line[m.end():]) if m else Line(None, line)
+
+
+def filter_rank(text: str, rank: int, launcher: str, nproc_per_node: int) -> str:
+    """Keep one rank's lines, whole, from a scheduler output file (the launcher's tag says whose)."""
+    lines = text.splitlines(keepends=True)
+    return "".join(line for line in lines if parse_line(line, launcher, nproc_per_node).rank == rank)
 
 
 # The most ranks a rank list may name: far more than any job has, far less than fills memory.
@@ -338,34 +329,33 @@ def job_log(scheduler: str, job_id: str, output: Optional[str] = None) -> Option
     (e.g. from ``scontrol``); the record's ``job_dir`` holds ``ranks/``.
     """
     rec = task_record(scheduler, job_id)
-    job_dir = str(rec.get("job_dir") or "")
-    out = str(rec.get("output_path") or "") or output
-    if not out and not job_dir:
+    out = rec.output_path or output
+    if not out and not rec.job_dir:
         return None
-    try:
-        nproc = int(str(rec.get("nproc_per_node", 1)))
-    except ValueError:
-        nproc = 1
     return JobLog(
         output=out or None,
-        ranks_dir=os.path.join(job_dir, RANKS_DIR) if job_dir else None,
-        launcher=str(rec.get("launcher") or "srun"),
-        nproc_per_node=nproc,
+        ranks_dir=os.path.join(rec.job_dir, RANKS_DIR) if rec.job_dir else None,
+        launcher=rec.launcher or "srun",
+        nproc_per_node=rec.nproc_per_node,
     )
 
 
-def task_record(scheduler: str, job_id: str) -> dict[str, object]:
+def task_record(scheduler: str, job_id: str) -> JobRecord:
     """The record of a job, or of one array task ``ARRAY_TASK``: its array's record, with the
-    task's own directory (``<output-dir>/<name>-ARRAY_TASK``, made by the task's batch shell)."""
-    from torchhpc.schedulers.script import load_record
-
+    task's own directory (``<output-dir>/<name>-ARRAY_TASK``, made by the task's batch shell);
+    an empty record when there is neither."""
     rec = load_record(scheduler, job_id)
     array_id, _, task = job_id.partition("_")
-    if rec or not task:
-        return rec
-    rec = dict(load_record(scheduler, array_id))
-    if rec.get("array") and rec.get("script"):
-        rec["job_dir"] = job_dir(str(rec["script"]), job_id)
+    if rec is not None or not task:
+        return rec or read_record(scheduler, job_id)
+    rec = read_record(scheduler, array_id)
+    if rec.array and rec.script:
+        script = rec.script
+        home = os.path.dirname(script)
+        if os.path.basename(home) == f"{rec.name}-{array_id}":
+            # the script is kept in the array's own directory; the tasks' are its siblings
+            script = os.path.join(os.path.dirname(home), rec.name + os.path.splitext(script)[1])
+        rec = rec.with_(job_dir=job_dir(script, job_id))
     return rec
 
 

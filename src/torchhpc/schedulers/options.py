@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from torchhpc.core.validate import parse_bool
 from torchhpc.errors import SpecError
 
-__all__ = ["Option", "declare", "options_table", "resolve"]
+__all__ = ["Option", "declare", "options_table", "resolve", "with_defaults"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,11 @@ def resolve(scheduler: str, declared: Iterable[Option], given: Mapping[str, str]
             f"valid: {', '.join(table)}; `torchhpc options {scheduler}` describes them",
         )
     return {k: table[k].resolve(v, scheduler) for k, v in given.items()}
+
+
+def with_defaults(declared: Iterable[Option], given: Mapping[str, str]) -> dict[str, str]:
+    """``given`` over the declared defaults: a default is written once, in its :class:`Option`."""
+    return {**{o.name: o.default for o in declared if o.default is not None}, **given}
 
 
 def options_table(declared: Iterable[Option]) -> list[str]:

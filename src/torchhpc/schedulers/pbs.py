@@ -20,19 +20,22 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from torchhpc.core.shell import Raw, directive, join
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import parse_size
 from torchhpc.core.validate import parse_bool
 from torchhpc.errors import CommandError, CommandNotFound, QuotingError, SchedulerError, SpecError
-from torchhpc.launchers import MPIRUN, SHIM_VAR, get_launcher, mpirun_argv, task_argv
+from torchhpc.launchers import SHIM_VAR, get_launcher, launcher_of, mpirun_argv, task_argv
 from torchhpc.schedulers.api import JobStatus, Submission
 from torchhpc.schedulers.batch import BatchScheduler, in_container, job_env_names, torchrun_command
-from torchhpc.schedulers.log_wiring import LOG_DIR_VAR, RANK_VARS, job_dir, log_argv, make_ranks_dir_lines
+from torchhpc.schedulers.log_wiring import LOG_DIR_VAR, LOG_REF, job_dir, log_argv, make_ranks_dir_lines
+from torchhpc.schedulers.logs import filter_rank
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pbs_parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
-from torchhpc.schedulers.script import default_python, load_record, script_path, update_record
+from torchhpc.schedulers.record import read_record, update_record
+from torchhpc.schedulers.script import default_python, script_path
 
 __all__ = ["PORT_EXPR", "PBSScheduler", "job_name", "pbs_size", "pbs_walltime"]
 
@@ -101,6 +104,7 @@ def job_name(name: str) -> str:
 class PBSScheduler(BatchScheduler):
     name = "pbs"
     submit_command = "qsub"
+    default_launcher = "mpirun"
     suffix = ".pbs"
     how_to_submit = "qsub <this file>  (or: torchhpc run --scheduler pbs ...)"
     submit_hint = "is this a PBS login node? `qstat -B` should answer"
@@ -132,7 +136,7 @@ class PBSScheduler(BatchScheduler):
 
     # rendering -----------------------------------------------------------
     def _check_options(self, spec: JobSpec) -> dict[str, str]:
-        opts = self.checked_options(spec)
+        opts = self.settings(spec)
         if spec.requeue:
             raise SpecError(
                 "--requeue is not supported with --scheduler pbs (PBS requeue, qrerun, needs operator rights)",
@@ -143,16 +147,16 @@ class PBSScheduler(BatchScheduler):
 
     def _procs_per_chunk(self, spec: JobSpec) -> int:
         """MPI slots per node: one per rank for mpirun, one per node for torchrun."""
-        return get_launcher(spec.launcher).tasks_per_node(spec)
+        return launcher_of(spec).tasks_per_node(spec)
 
     def directives(self, spec: JobSpec) -> list[str]:
         """The ``#PBS`` lines, each through :func:`~torchhpc.core.shell.directive`."""
         opts = self._check_options(spec)
-        ncpus = (spec.cpus_per_task or 1) * spec.nproc_per_node
-        if spec.cpus_per_gpu and spec.gpus_per_node:
-            ncpus = max(ncpus, spec.cpus_per_gpu * spec.gpus_per_node)
+        # One rule for every scheduler (Launcher.cpus_per_task): --cpus-per-proc wins over a site's cpus_per_gpu.
+        ncpus = launcher_of(spec).cpus_per_node(spec)
         lines = [directive("#PBS", "-N", job_name(spec.name))]
-        if opts.get("select_style", "pro") == "torque":
+        torque = opts["select_style"] == "torque"
+        if torque:
             res = f"nodes={spec.nodes}:ppn={ncpus}"
             if spec.gpus_per_node:
                 res += f":gpus={spec.gpus_per_node}"
@@ -169,10 +173,9 @@ class PBSScheduler(BatchScheduler):
             if opts.get("select_extra"):
                 chunk.append(_word(opts["select_extra"], "select_extra"))
             lines.append(directive("#PBS", "-l", "select=" + ":".join(chunk)))
-            lines.append(directive("#PBS", "-l", "place=" + _word(opts.get("place", "scatter"), "place")))
+            lines.append(directive("#PBS", "-l", "place=" + _word(opts["place"], "place")))
         arr = spec.array_spec
         if arr is not None:  # Torque -t takes Slurm's list syntax; PBS Pro -J one range X-Y[:Z][%N]
-            torque = opts.get("select_style", "pro") == "torque"
             lines.append(directive("#PBS", "-t" if torque else "-J", arr.slurm() if torque else arr.pbs_pro()))
         if spec.time_seconds:
             lines.append(directive("#PBS", "-l", f"walltime={pbs_walltime(spec.time_seconds)}"))
@@ -190,14 +193,14 @@ class PBSScheduler(BatchScheduler):
         lines.append(directive("#PBS", "-j", "oe"))
         if opts.get("mail"):
             lines.append(directive("#PBS", "-M", _word(opts["mail"], "mail")))
-            lines.append(directive("#PBS", "-m", _word(opts.get("mail_events", "abe"), "mail_events")))
+            lines.append(directive("#PBS", "-m", _word(opts["mail_events"], "mail_events")))
         return lines
 
-    def _mpirun_extra(self, spec: JobSpec) -> list[str]:
+    def _mpirun_extra(self, opts: dict[str, str]) -> list[str]:
         extra: list[str] = []
-        if parse_bool(spec.option("oversubscribe") or "1", "oversubscribe"):
+        if parse_bool(opts["oversubscribe"], "oversubscribe"):
             extra.append("--oversubscribe")
-        for item in (spec.option("mca", "pml=ob1,btl=^openib") or "").split(","):
+        for item in opts["mca"].split(","):
             if not item.strip():
                 continue
             key, sep, value = item.strip().partition("=")
@@ -208,30 +211,32 @@ class PBSScheduler(BatchScheduler):
 
     def launch_lines(self, spec: JobSpec) -> list[str]:
         python = default_python(spec)
+        opts = self.settings(spec)
         # PATH as the seed does, but not into a container: the image's own PATH must find its python.
         exports = [*RENDEZVOUS_VARS, *(["PATH"] if spec.container is None else []), *job_env_names(spec)]
         if spec.stop_signal_seconds:
             exports.append("TORCHHPC_STOP_FILE")
-        if get_launcher(spec.launcher) is MPIRUN:
+        launcher = launcher_of(spec)
+        if not launcher.per_node:
             mpi = mpirun_argv(
                 str(spec.world_size),
                 spec.nproc_per_node,
                 export=exports,
                 hostfile=Raw('"$PBS_NODEFILE"'),
-                extra=[*self._mpirun_extra(spec), "--tag-output", "-x", LOG_DIR_VAR],
+                extra=[*self._mpirun_extra(opts), "--tag-output", "-x", LOG_DIR_VAR],
             )
-            rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'), launcher="mpirun")
+            rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'), launcher=launcher.kind)
             # each rank's output into its own file (schedulers/logs.py), before the shim and the container
-            return [join([*mpi, *log_argv(_wrap(spec, rank_cmd), RANK_VARS["mpirun"])])]
+            return [join([*mpi, *log_argv(_wrap(spec, rank_cmd), launcher.rank_vars, wrapper=LOG_REF)])]
         cmd = torchrun_command(spec, python, nnodes=Raw('"$NNODES"'), rdzv_id=Raw('"$_torchhpc_jobnum"'))
-        if spec.option("per_node", "pbsdsh") == "mpirun":
+        if opts["per_node"] == "mpirun":
             mpi = mpirun_argv(
                 Raw('"$NNODES"'), 1, export=exports, hostfile=Raw('"$PBS_NODEFILE"'),
-                extra=[*self._mpirun_extra(spec), "--tag-output"],
+                extra=[*self._mpirun_extra(opts), "--tag-output"],
             )
             return [join([*mpi, *_wrap(spec, cmd)])]
         # pbsdsh starts tasks with the MOM's environment, in $HOME: carry ours explicitly.
-        torque = spec.option("select_style", "pro") == "torque"
+        torque = opts["select_style"] == "torque"
         env_words = [Raw(f'{n}="${n}"') for n in exports]
         pbsdsh = ["pbsdsh", *(["-u"] if torque else []), "--", "env", "-C", Raw('"$PWD"'), *env_words]
         return [join([*pbsdsh, *_wrap(spec, cmd)])]
@@ -252,7 +257,7 @@ class PBSScheduler(BatchScheduler):
         """mpirun's ranks write their own files (whole lines; ``--tag-output`` splices them) in
         ``<output-dir>/<name>-<job number>/ranks/``, made here: PBS copies only the ``-o`` file back,
         so the directory must be on a filesystem the nodes share, as for any job output."""
-        if get_launcher(spec.launcher) is not MPIRUN or spec.array is not None:
+        if launcher_of(spec).per_node or spec.array is not None:
             return []
         return [
             "# Each rank's stdout and stderr go to its own file, written by the rank itself: whole lines,",
@@ -264,7 +269,7 @@ class PBSScheduler(BatchScheduler):
         """qsub, then remember the job's directory (its name holds the job number) for ``logs``."""
         job_id = super().schedule(submission)
         spec = submission.spec
-        if get_launcher(spec.launcher) is MPIRUN and spec.array is None and submission.script_path:
+        if not launcher_of(spec).per_node and spec.array is None and submission.script_path:
             seq = re.match(r"\d+", job_id)
             if seq:
                 update_record(self.name, job_id, job_dir=job_dir(submission.script_path, seq.group(0)),
@@ -300,7 +305,7 @@ class PBSScheduler(BatchScheduler):
         job_id = stdout.strip().splitlines()[-1].strip() if stdout.strip() else ""
         return job_id if re.match(r"^\d+(\[\d*\])?(\.\S+)?$", job_id) else ""
 
-    def record(self, spec: JobSpec) -> dict[str, object]:
+    def record(self, spec: JobSpec) -> dict[str, Any]:
         # PBS_O_WORKDIR is qsub's working directory: the script cd's there, as sbatch jobs start there.
         return {"name": job_name(spec.name), "output_dir": os.path.abspath(spec.output_dir)}
 
@@ -341,10 +346,10 @@ class PBSScheduler(BatchScheduler):
         self.runner.run(["qdel", job_id])
 
     def log_paths(self, job_id: str) -> list[str]:
-        rec = load_record(self.name, job_id)
+        rec = read_record(self.name, job_id)
         seq = job_id.split(".")[0]
-        if rec.get("output_dir"):
-            return [os.path.join(str(rec["output_dir"]), f"{rec.get('name', '')}.o{seq}")]
+        if rec.output_dir:
+            return [os.path.join(rec.output_dir, f"{rec.name}.o{seq}")]
         try:
             found = find_job(self._qstat(job_id), job_id)
         except (CommandError, SchedulerError):
@@ -358,14 +363,14 @@ class PBSScheduler(BatchScheduler):
         return [path] if path else []
 
     def rank_lines(self, job_id: str, text: str, rank: int) -> str:
-        if load_record(self.name, job_id).get("launcher") == "torchrun":
+        launcher = get_launcher(read_record(self.name, job_id).launcher or "mpirun")
+        if launcher.per_node:
             # c10d numbers the nodes itself, so no line says which node a torchrun rank is on.
             raise SchedulerError(
                 f"cannot pick rank {rank} out of a torchrun job's PBS log",
                 "per-rank logs need --launcher mpirun (lines tagged [job,rank]); drop --rank to see all",
             )
-        pat = re.compile(rf"^\[\d+,{rank}\]<std(?:out|err)>:")
-        return "".join(line for line in text.splitlines(keepends=True) if pat.match(line))
+        return filter_rank(text, rank, launcher.name, 1)
 
     def list_jobs(self) -> list[JobStatus]:
         """This user's jobs (``Job_Owner`` is ``user@host``); qstat's ``-u`` does not combine with ``-f``."""

@@ -26,12 +26,13 @@ from torchhpc.core.spec import JobSpec
 from torchhpc.core.validate import check_value, parse_bool
 from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.launchers import get_launcher, torchrun_argv
-from torchhpc.network.presets import auto_lines, wants_auto
+from torchhpc.network.gid_sh import one_line
+from torchhpc.network.presets import wants_auto
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pods import RDMA_ANNOTATION, k8s_name, normalized_options, volume_claims
+from torchhpc.schedulers.record import new_record, read_record, save_record
 from torchhpc.schedulers.runai_cli import LIFECYCLE, refuse_v1_only, submit_argv_v2
-from torchhpc.schedulers.script import load_record, save_record
 
 __all__ = ["RDMA_ANNOTATION", "RunAIScheduler", "normalized_options", "pod_command", "runai_state", "second_layer"]
 
@@ -89,8 +90,8 @@ def pod_command(spec: JobSpec, python: str) -> str:
         lines.append(join(["cd", spec.option("workdir")]))
     if spec.network and wants_auto(spec.network):
         # --network auto at pod start: seed 004's `grep 'RoCE v2' ... gids` for NCCL_IB_GID_INDEX,
-        # done by `net detect` from this pod's sysfs (needs torchhpc in the image).
-        lines += [ln for ln in auto_lines(python) if not ln.startswith("#")]
+        # net detect's rule in POSIX shell: the image needs nothing (seed 004's image has no torchhpc).
+        lines.append(one_line())
     cmd = "exec " + join(argv)
     log_dir = spec.option("log_dir")
     if log_dir:
@@ -105,6 +106,12 @@ def pod_command(spec: JobSpec, python: str) -> str:
 class RunAIScheduler(Scheduler):
     name = "runai"
     submit_command = "runai"
+    # capabilities (schedulers/capabilities.py): no wall-time flag, no arrays, the cluster's runtime
+    supports_time_limit = False
+    supports_cpus_per_gpu = False
+    supports_container_options = False
+    supports_setup = False
+    runs_in_pods = True
     OPTIONS = declare(
         Option("cli", "which runai CLI: v2 (`runai training pytorch submit`) or v1 (`runai submit-dist pytorch`)",
                "choice", "v2", ("v2", "v1")),
@@ -187,9 +194,18 @@ class RunAIScheduler(Scheduler):
 
         refuse_array(self.name, spec.array)
         if spec.time_seconds:
-            notes: tuple[str, ...] = ("RunAI has no wall-time limit flag here; --time is ignored",)
-        else:
-            notes = ()
+            # RunAI's pytorch submit has no wall-time flag: a limit silently dropped is a job that
+            # runs (and holds its GPUs) past what the user asked for.
+            raise SpecError(
+                "--time has no RunAI equivalent: runai pytorch jobs run until the program ends",
+                "drop --time (and unset time in the config file or $TORCHHPC_TIME); "
+                "to bound the run, let the program stop itself, or delete the job",
+            )
+        notes: tuple[str, ...] = ()
+        if spec.nodes == 1:
+            # Seed 004: pods = --workers + 1; with --workers 0 RunAI's PyTorchJob has a master pod only
+            # (no worker pods; KAI-Scheduler issue #141 on Run:ai single-node PyTorchJobs).
+            notes = ("--nodes 1: --workers 0, RunAI runs the master pod only (WORLD_SIZE 1, RANK 0)",)
         if normalized_options(spec).get("cli", "v2") == "v2":  # (v1 renders stay as seed 004 shows them)
             notes += ("targets the current CLI, `runai training pytorch submit` (`runai version` tells which CLI "
                       "a machine has; --opt cli=v1 renders `runai submit-dist`)",)
@@ -206,22 +222,22 @@ class RunAIScheduler(Scheduler):
 
     # talking to RunAI ----------------------------------------------------------
     def _project(self, job_id: str) -> list[str]:
-        project = load_record(self.name, job_id).get("project")
+        project = read_record(self.name, job_id).get("project")
         return ["-p", str(project)] if project else []
 
     def _verb(self, verb: str, job_id: str) -> list[str]:
         """The lifecycle command of the CLI the job was submitted with (records without 'cli': v1)."""
-        cli = str(load_record(self.name, job_id).get("cli") or "v1")
+        cli = str(read_record(self.name, job_id).get("cli") or "v1")
         return [*LIFECYCLE.get(cli, LIFECYCLE["v1"])[verb], job_id, *self._project(job_id)]
 
     def schedule(self, submission: Submission) -> str:
         self.runner.run(list(submission.argv), hint="is the runai CLI installed and logged in? `runai whoami`")
         job = k8s_name(submission.spec.name)
         spec = submission.spec
-        save_record(
+        save_record(new_record(
             self.name, job, name=job, project=spec.option("project") or "",
             nproc_per_node=spec.nproc_per_node, nodes=spec.nodes, cli=normalized_options(spec).get("cli", "v2"),
-        )
+        ))
         return job
 
     def status(self, job_id: str) -> JobStatus:
@@ -236,7 +252,7 @@ class RunAIScheduler(Scheduler):
     def logs(self, job_id: str, rank: int | None = None) -> str:
         argv = self._verb("logs", job_id)
         if rank is not None:
-            rec = load_record(self.name, job_id)
+            rec = read_record(self.name, job_id)
             node = rank // max(1, int(str(rec.get("nproc_per_node", 1))))
             argv += ["--pod", f"{job_id}-master-0" if node == 0 else f"{job_id}-worker-{node - 1}"]
         return self.runner.run(argv, timeout=120).stdout

@@ -1,17 +1,16 @@
-"""Pieces shared by every batch-script backend: the header, env lines, the job record store."""
+"""Pieces shared by every batch-script backend: the header, env lines, the script's path, the log.
+
+The job record lives in :mod:`torchhpc.schedulers.record`."""
 
 from __future__ import annotations
 
-import json
 import os
-import time
-from pathlib import Path
 
 from torchhpc import __version__
 from torchhpc.core.shell import export_lines
 from torchhpc.core.spec import JobSpec
 
-__all__ = ["default_python", "env_block", "header_lines", "load_record", "read_log", "record_dir", "save_record", "script_path"]
+__all__ = ["default_python", "env_block", "header_lines", "read_log", "script_path"]
 
 
 def header_lines(shebang: str, how_to_submit: str) -> list[str]:
@@ -67,35 +66,3 @@ def read_log(path: str) -> str:
     except FileNotFoundError:
         return ""
 
-
-def record_dir() -> Path:
-    base = os.environ.get("TORCHHPC_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "torchhpc"
-    )
-    return Path(base) / "jobs"
-
-
-def save_record(scheduler: str, job_id: str, **fields: object) -> None:
-    """Remember what we submitted (log paths, name) so ``logs``/``status`` need only the id."""
-    try:
-        d = record_dir()
-        d.mkdir(parents=True, exist_ok=True)
-        data = {"scheduler": scheduler, "job_id": job_id, "submitted": time.time(), **fields}
-        (d / f"{scheduler}-{job_id}.json").write_text(json.dumps(data, indent=1))
-    except OSError:
-        pass  # a read-only home must not fail a submission
-
-
-def update_record(scheduler: str, job_id: str, **fields: object) -> None:
-    """Add ``fields`` to the record :func:`save_record` wrote for the job (once its id is known)."""
-    rec = {k: v for k, v in load_record(scheduler, job_id).items() if k not in ("scheduler", "job_id", "submitted")}
-    save_record(scheduler, job_id, **{**rec, **fields})
-
-
-def load_record(scheduler: str, job_id: str) -> dict[str, object]:
-    p = record_dir() / f"{scheduler}-{job_id}.json"
-    try:
-        data: dict[str, object] = json.loads(p.read_text())
-        return data
-    except (OSError, ValueError):
-        return {}

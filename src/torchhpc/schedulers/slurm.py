@@ -10,18 +10,20 @@ and two jobs on one node do not collide.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any, ClassVar
 
 from torchhpc.core.proc import Runner
 from torchhpc.core.shell import Raw, directive, join, quote
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import format_bytes, format_walltime, parse_size
 from torchhpc.core.validate import parse_bool
-from torchhpc.errors import SpecError
-from torchhpc.launchers import SHIM_VAR, SRUN, TORCHRUN, get_launcher, mpirun_argv, srun_argv, task_argv
+from torchhpc.errors import CommandError, SchedulerError, SpecError
+from torchhpc.launchers import SHIM_VAR, launcher_of, mpirun_argv, srun_argv, task_argv
 from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.batch import (
     BatchScheduler,
@@ -30,9 +32,10 @@ from torchhpc.schedulers.batch import (
     job_env_names,
     torchrun_command,
 )
+from torchhpc.schedulers.files import keep
 from torchhpc.schedulers.log_wiring import (
     LOG_DIR_VAR,
-    RANK_VARS,
+    LOG_REF,
     RANKS_DIR,
     job_dir,
     log_argv,
@@ -40,9 +43,11 @@ from torchhpc.schedulers.log_wiring import (
     ranks_dir_ref,
     torchrun_per_rank,
 )
+from torchhpc.schedulers.logs import filter_rank
 from torchhpc.schedulers.options import Option, declare
-from torchhpc.schedulers.script import default_python, script_path, update_record
-from torchhpc.schedulers.slurm_parse import filter_rank, parse_scontrol
+from torchhpc.schedulers.record import update_record
+from torchhpc.schedulers.script import default_python, script_path
+from torchhpc.schedulers.slurm_parse import parse_scontrol
 from torchhpc.schedulers.slurm_status import SlurmQueries, expand_output
 
 __all__ = ["SlurmScheduler", "expand_output", "filter_rank", "parse_scontrol"]
@@ -60,10 +65,10 @@ def _wrap(spec: JobSpec, argv: list[str], interactive: bool = False) -> list[str
     return in_container(spec, argv, [*RENDEZVOUS_VARS, "SLURM_*", "PMIX_*", "OMPI_*"], interactive)
 
 
-def _per_rank(spec: JobSpec, argv: list[str], launcher: str) -> list[str]:
+def _per_rank(spec: JobSpec, argv: list[str]) -> list[str]:
     """Each rank's output into its own file (:mod:`torchhpc.schedulers.logs`). The wrapper runs
     before the task shim and outside the container (with pyxis the whole task is inside it)."""
-    return log_argv(argv, RANK_VARS[launcher])
+    return log_argv(argv, launcher_of(spec).rank_vars, wrapper=LOG_REF)
 
 
 def _container_srun_options(spec: JobSpec) -> list[str]:
@@ -74,13 +79,18 @@ def _container_srun_options(spec: JobSpec) -> list[str]:
     return srun_options(job_container(spec, spec.container))
 
 
+# Where a site's own Slurm configuration lives when $SLURM_CONF does not say (Slurm's default, Debian's).
+SITE_CONFS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
+
+
 def _site_env() -> Mapping[str, str] | None:
     """The machine's own Slurm when it has one; else a provider registered in ``SITE_ENV`` (the CLI
     registers a running ``torchhpc devcluster``, so that ``devcluster up`` followed by a plain
-    ``torchhpc run --scheduler slurm`` works without exporting anything by hand)."""
-    if os.environ.get("SLURM_CONF") or any(
-        os.path.exists(p) for p in ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
-    ):
+    ``torchhpc run --scheduler slurm`` works without exporting anything by hand).
+
+    The site's configuration wins: with ``$SLURM_CONF`` set or a ``slurm.conf`` in its default
+    place, no provider is asked, even if a dev cluster runs (docs/slurm-target.md says the rule)."""
+    if os.environ.get("SLURM_CONF") or any(os.path.exists(p) for p in SITE_CONFS):
         return None
     from torchhpc.schedulers import SITE_ENV
 
@@ -94,6 +104,15 @@ def _site_env() -> Mapping[str, str] | None:
     return None
 
 
+def dev_target() -> str | None:
+    """One line naming the stand-in that Slurm commands go to (a dev cluster), or None for the site's own Slurm."""
+    env = _site_env()
+    if env is None:
+        return None
+    return (f"Slurm target: the torchhpc dev cluster (SLURM_CONF={env.get('SLURM_CONF', '?')}), "
+            "as this machine has no Slurm configuration of its own ($SLURM_CONF unset, no /etc/slurm/slurm.conf)")
+
+
 def _site_runner() -> Runner:
     """Looked up at the first command, not here: a dry run probes nothing."""
     return Runner(env_factory=_site_env)
@@ -102,6 +121,8 @@ def _site_runner() -> Runner:
 class SlurmScheduler(SlurmQueries, BatchScheduler):
     name = "slurm"
     submit_command = "sbatch"
+    supports_interactive_shell = True  # salloc (torchhpc shell)
+    env_options: ClassVar[Mapping[str, str]] = {"account": "SBATCH_ACCOUNT"}
     suffix = ".sbatch"
     how_to_submit = "sbatch <this file>  (or: torchhpc run --scheduler slurm ...)"
     submit_hint = "is this a Slurm login node? `sinfo` should answer"
@@ -137,26 +158,27 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     )
 
     def __init__(self, runner: Runner | None = None) -> None:
+        self._site = runner is None  # its commands go where _site_env says (a given runner: where it says)
         super().__init__(runner or _site_runner())
+
+    def target(self) -> str | None:
+        return dev_target() if self._site else None
 
     # rendering -------------------------------------------------------
     @staticmethod
     def _cpus(spec: JobSpec) -> int | None:
         """CPUs per Slurm task: per process for srun/mpirun, for all local processes for torchrun."""
-        return get_launcher(spec.launcher).cpus_per_task(spec)
+        return launcher_of(spec).cpus_per_task(spec)
 
-    def directives(self, spec: JobSpec) -> list[str]:
-        """The ``#SBATCH`` lines, each through :func:`~torchhpc.core.shell.directive`."""
-        opts = self.checked_options(spec)
+    def allocation(self, spec: JobSpec, opts: Mapping[str, str]) -> list[tuple[str, object]]:
+        """What the job asks Slurm for, as (flag, value) pairs (value None: a bare flag): the one
+        source of ``#SBATCH`` resource lines and of ``salloc``'s flags (``torchhpc shell``)."""
         pairs: list[tuple[str, object]] = [
-            ("job-name", spec.name),
             ("nodes", spec.nodes),
-            ("ntasks-per-node", get_launcher(spec.launcher).tasks_per_node(spec)),
+            ("ntasks-per-node", launcher_of(spec).tasks_per_node(spec)),
+            ("cpus-per-task", self._cpus(spec)),
         ]
-        cpus = self._cpus(spec)
-        if cpus:
-            pairs.append(("cpus-per-task", cpus))
-        if spec.gpus_per_node and "gres" not in opts:
+        if spec.gpus_per_node and not opts.get("gres"):
             pairs.append(("gpus-per-node", spec.gpus_per_node))
         if spec.mem:
             pairs.append(("mem", format_bytes(parse_size(spec.mem, "--mem"))))
@@ -165,9 +187,15 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         for key in ("partition", "account", "qos", "reservation", "constraint", "gres", "nodelist", "exclude"):
             if opts.get(key):
                 pairs.append((key, opts[key]))
+        return pairs
+
+    def directives(self, spec: JobSpec) -> list[str]:
+        """The ``#SBATCH`` lines, each through :func:`~torchhpc.core.shell.directive`."""
+        opts = self.settings(spec)
+        pairs: list[tuple[str, object]] = [("job-name", spec.name), *self.allocation(spec, opts)]
         if opts.get("mail_user"):
             pairs.append(("mail-user", opts["mail_user"]))
-            pairs.append(("mail-type", opts.get("mail_type", "END,FAIL")))
+            pairs.append(("mail-type", opts["mail_type"]))
         arr = spec.array_spec
         if arr is not None:
             pairs.append(("array", arr.slurm()))
@@ -181,7 +209,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         lines = [directive("#SBATCH", k, v) for k, v in pairs]
         if spec.requeue:
             lines.append(directive("#SBATCH", "requeue"))
-        if parse_bool(opts.get("exclusive") or "0", "exclusive"):
+        if parse_bool(opts["exclusive"], "exclusive"):
             lines.append(directive("#SBATCH", "exclusive"))
         for flag in (opts.get("sbatch_extra") or "").split():
             if not flag.startswith("--"):
@@ -196,8 +224,8 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         extra_srun = _container_srun_options(spec)
         if spec.option("cpu_bind"):
             extra_srun = [f"--cpu-bind={spec.option('cpu_bind')}", *extra_srun]
-        launcher = get_launcher(spec.launcher)
-        if launcher is TORCHRUN:
+        launcher = launcher_of(spec)
+        if launcher.per_node:
             cmd = torchrun_command(
                 spec, python, nnodes=Raw('"$SLURM_NNODES"'), rdzv_id=Raw('"$SLURM_JOB_ID"'),
                 worker_shim=Raw(f'"${SHIM_VAR}"'),
@@ -206,9 +234,9 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             step = srun_argv(1, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
             return [join([*step, *_wrap(spec, cmd)])]
         rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'), launcher=spec.launcher)
-        if launcher is SRUN:
+        if launcher.own_step:
             step = srun_argv(spec.nproc_per_node, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
-            return [join([*step, *_per_rank(spec, _wrap(spec, rank_cmd), "srun")])]
+            return [join([*step, *_per_rank(spec, _wrap(spec, rank_cmd))])]
         # mpirun: one launcher process in the batch step, OpenMPI starts its daemons through Slurm.
         mpi = mpirun_argv(
             Raw('"$SLURM_NTASKS"'),
@@ -216,7 +244,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             export=[*RENDEZVOUS_VARS, "PATH", *job_env_names(spec)],
             extra=["--tag-output", "-x", LOG_DIR_VAR],
         )
-        return [join([*mpi, *_per_rank(spec, _wrap(spec, rank_cmd), "mpirun")])]
+        return [join([*mpi, *_per_rank(spec, _wrap(spec, rank_cmd))])]
 
     def log_lines(self, spec: JobSpec) -> list[str]:
         if spec.array is not None:
@@ -257,7 +285,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         return replace(sub, argv=(*sub.argv[:-1], "--hold", f"--output={out}", sub.argv[-1]), notes=(*sub.notes, note))
 
     def schedule(self, submission: Submission) -> str:
-        """Submit held, make the job's directory (its name needs the id), move the script in, release.
+        """Submit held, make the job's directory (its name needs the id), put the script in, release.
 
         Slurm does not create an output file's directory, and a job may start the
         moment ``sbatch`` returns: hence ``--hold``. The job is released whatever happens,
@@ -268,17 +296,34 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             return job_id
         user_hold = "#SBATCH --hold" in (submission.script or "").splitlines()
         try:
-            path = submission.script_path or ""
-            where = job_dir(path, job_id)
-            os.makedirs(os.path.join(where, RANKS_DIR), exist_ok=True)
-            script = os.path.join(where, "job.sbatch")
-            if os.path.exists(path):
-                os.replace(path, script)
-            update_record(self.name, job_id, job_dir=where, output_path=os.path.join(where, "slurm.out"), script=script)
+            where = job_dir(submission.script_path or "", job_id)
+            update_record(self.name, job_id, job_dir=where, output_path=os.path.join(where, "slurm.out"))
         finally:
             if not user_hold:
                 self.runner.run(["scontrol", "release", job_id], hint="release it by hand: scontrol release " + job_id)
         return job_id
+
+    def place_script(self, submission: Submission, job_id: str, tmp: str) -> str:
+        """A held job's directory is made here, and must be new: an old one (a job id used again
+        after a cluster was rebuilt, or the user's own) is never written into; the job is cancelled
+        before it runs, and the submission refused."""
+        if "--hold" not in submission.argv:
+            return super().place_script(submission, job_id, tmp)
+        where = job_dir(submission.script_path or "", job_id)
+        try:
+            os.mkdir(where)
+        except FileExistsError:
+            with contextlib.suppress(CommandError):
+                self.runner.run(["scancel", job_id], timeout=60)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise SchedulerError(
+                f"the job directory {where} already exists: job {job_id} was cancelled before it ran, "
+                "so that nothing writes into it",
+                "give the job another --name or --output-dir, or move that directory away",
+            ) from None
+        os.mkdir(os.path.join(where, RANKS_DIR))
+        return keep(tmp, os.path.join(where, "job.sbatch"))
 
     def host_lines(self, spec: JobSpec) -> list[str]:
         return [
@@ -288,15 +333,19 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         ]
 
     def port_lines(self, spec: JobSpec) -> list[str]:
+        return ["_torchhpc_master_port"]
+
+    def helper_lines(self, spec: JobSpec) -> list[str]:
         return [
-            "# Port: derived from the job id, moved deterministically while something listens on it here",
-            "# (the batch shell runs on the first node, where the rendezvous server will listen).",
-            'if [ -z "${MASTER_PORT:-}" ]; then',
+            "# MASTER_PORT unless set: derived from the job id, moved deterministically while something listens",
+            "# on it here (the batch shell runs on the first node, where the rendezvous server will listen).",
+            "_torchhpc_master_port() {",
+            '  if [ -n "${MASTER_PORT:-}" ]; then return; fi',
             "  for _torchhpc_try in 0 1 2 3 4 5 6 7; do",
             f"    MASTER_PORT={PORT_EXPR_TRY}",
             '    ss -Hltn "( sport = :$MASTER_PORT )" 2>/dev/null | grep -q . || break',
             "  done",
-            "fi",
+            "}",
         ]
 
     def stop_env_lines(self, spec: JobSpec) -> list[str]:
@@ -358,30 +407,44 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         job_id = stdout.strip().split(";")[0]
         return job_id if job_id.isdigit() else ""
 
-    def record(self, spec: JobSpec) -> dict[str, object]:
-        rec: dict[str, object] = {"name": spec.name, "output": output_pattern(spec)}
+    def record(self, spec: JobSpec) -> dict[str, Any]:
+        rec: dict[str, Any] = {"name": spec.name, "output": output_pattern(spec)}
         if spec.array is not None:  # its tasks' directories: <output-dir>/<name>-ARRAY_TASK (log_lines)
             rec["array"] = True
         return rec
 
+    def container_setup_lines(self, spec: JobSpec) -> list[str]:
+        """The runtime's set-up; what each node needs (enroot create into its node-local data path)
+        runs once per node of the allocation, before the launch."""
+        lines = super().container_setup_lines(spec)
+        if spec.container is None:
+            return lines
+        from torchhpc.containers import per_node_lines
+
+        per_node = per_node_lines(spec.container)
+        each = 'srun --ntasks="${SLURM_NNODES:-1}" --ntasks-per-node=1 --kill-on-bad-exit=1 '
+        return [
+            *(line for line in lines if line not in per_node),
+            *(each + join(["bash", "-c", line]) for line in per_node),
+        ]
+
     def shell_argv(self, spec: JobSpec) -> list[str]:
         """The seeds' interactive workflow: an allocation with a shell on the first node."""
-        argv = ["salloc", f"--nodes={spec.nodes}", f"--ntasks-per-node={get_launcher(spec.launcher).tasks_per_node(spec)}"]
-        cpus = self._cpus(spec)
-        if cpus:
-            argv.append(f"--cpus-per-task={cpus}")
-        if spec.gpus_per_node:
-            argv.append(f"--gpus-per-node={spec.gpus_per_node}")
-        if spec.time_seconds:
-            argv.append(f"--time={format_walltime(spec.time_seconds)}")
-        if spec.mem:
-            argv.append(f"--mem={format_bytes(parse_size(spec.mem, '--mem'))}")
-        for key in ("partition", "account", "qos", "reservation"):
-            if spec.option(key):
-                argv.append(f"--{key}={spec.option(key)}")
-        inner = ["srun", "--pty", *_container_srun_options(spec)]
-        inner += _wrap(spec, ["bash", "-i"], interactive=True) if spec.container else ["bash", "-i"]
-        return argv + inner
+        self.check(spec)
+        opts = self.settings(spec)
+        argv = ["salloc", *(f"--{key}={value}" for key, value in self.allocation(spec, opts))]
+        if parse_bool(opts["exclusive"], "exclusive"):
+            argv.append("--exclusive")
+        # --overlap (Slurm >= 20.11): the shell's step shares its CPUs, so an srun (or a torchhpc
+        # run) typed inside the shell starts at once instead of waiting for the shell to end.
+        inner = ["srun", "--overlap", "--pty", *_container_srun_options(spec)]
+        shell = _wrap(spec, ["bash", "-i"], interactive=True) if spec.container else ["bash", "-i"]
+        loads = [line for line in spec.setup if line.startswith("module ")]
+        if loads:
+            # The profile's modules load on the compute node (LUMI picks its partition/G modules
+            # there), before the runtime they provide starts and before $SIF, which they set, expands.
+            shell = ["bash", "-c", " && ".join([*loads, "exec " + join(shell)])]
+        return argv + inner + shell
 
 
 def output_pattern(spec: JobSpec) -> str:

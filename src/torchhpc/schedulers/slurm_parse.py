@@ -1,4 +1,4 @@
-"""Reading Slurm's answers: ``scontrol show job -o`` fields, job states, one rank's log lines."""
+"""Reading Slurm's answers: ``scontrol show job -o`` fields and job states."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 from torchhpc.schedulers.api import JobStatus
 
-__all__ = ["filter_rank", "parse_scontrol", "status_from_scontrol", "transient"]
+__all__ = ["parse_scontrol", "status_from_scontrol", "transient"]
 
 
 def transient(text: str) -> bool:
@@ -43,23 +43,3 @@ def status_from_scontrol(job_id: str, f: dict[str, str]) -> JobStatus:
         raw=f,
     )
 
-
-def filter_rank(text: str, rank: int, launcher: str, nproc_per_node: int) -> str:
-    """Keep one rank's lines from a job log.
-
-    srun ``--label`` prefixes ``TASK: ``; under torchrun the task is the node and
-    torchrun's ``--tee`` adds ``[defaultLOCAL]:``; mpirun ``--tag-output`` adds
-    ``[JOB,RANK]<stdout>:``.
-    """
-    keep: list[str] = []
-    if launcher == "torchrun":
-        node, local = divmod(rank, max(1, nproc_per_node))
-        pat = re.compile(rf"^\s*{node}: \[default{local}\]:")
-    elif launcher == "mpirun":
-        pat = re.compile(rf"^\[\d+,{rank}\]<std(?:out|err)>:")
-    else:
-        pat = re.compile(rf"^\s*{rank}: ")
-    for line in text.splitlines(keepends=True):
-        if pat.match(line):
-            keep.append(line)
-    return "".join(keep)

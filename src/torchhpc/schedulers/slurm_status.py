@@ -13,9 +13,9 @@ from typing import ClassVar
 from torchhpc.core.proc import Runner
 from torchhpc.errors import CommandError, SchedulerError
 from torchhpc.schedulers.api import JobStatus
-from torchhpc.schedulers.logs import task_record
+from torchhpc.schedulers.logs import filter_rank, task_record
 from torchhpc.schedulers.slurm_array import summarise, tasks_from_sacct, tasks_from_scontrol
-from torchhpc.schedulers.slurm_parse import filter_rank, parse_scontrol, transient
+from torchhpc.schedulers.slurm_parse import parse_scontrol, transient
 from torchhpc.schedulers.slurm_parse import status_from_scontrol as _status_from_scontrol
 
 __all__ = ["SlurmQueries", "expand_output"]
@@ -52,7 +52,7 @@ class SlurmQueries:
         return self._with_dir(self._status_from_sacct(job_id))
 
     def _with_dir(self, st: JobStatus) -> JobStatus:
-        st.log_dir = str(task_record(self.name, st.job_id).get("job_dir") or "")
+        st.log_dir = task_record(self.name, st.job_id).job_dir
         return st
 
     def _status_from_sacct(self, job_id: str) -> JobStatus:
@@ -84,10 +84,9 @@ class SlurmQueries:
 
     def log_paths(self, job_id: str) -> list[str]:
         rec = task_record(self.name, job_id)  # an array task: its array's record
-        if rec.get("output_path"):
-            return [str(rec["output_path"])]
-        pattern = str(rec.get("output") or "")
-        name = str(rec.get("name") or "")
+        if rec.output_path:
+            return [rec.output_path]
+        pattern, name = rec.output, rec.name
         if not pattern:
             try:
                 fields = parse_scontrol(self.runner.run(["scontrol", "show", "job", "-o", job_id]).stdout)
@@ -98,7 +97,7 @@ class SlurmQueries:
 
     def rank_lines(self, job_id: str, text: str, rank: int) -> str:
         rec = task_record(self.name, job_id)
-        return filter_rank(text, rank, str(rec.get("launcher", "srun")), int(str(rec.get("nproc_per_node", 1))))
+        return filter_rank(text, rank, rec.launcher or "srun", rec.nproc_per_node)
 
     def list_jobs(self) -> list[JobStatus]:
         done = self.runner.run(["squeue", "--me", "-h", "-o", "%i|%T|%M|%D|%R|%j"])

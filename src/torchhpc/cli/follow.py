@@ -1,0 +1,126 @@
+"""Following a submitted job: progress while it waits, its log, its state (``run --wait``, ``wait``, ``sweep``).
+
+Its own module so that ``run`` and ``jobs`` both use it without importing each other.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from torchhpc.cli.common import Progress, eprint
+from torchhpc.schedulers.api import JobStatus, Scheduler
+
+__all__ = ["follow", "status_dict", "task_index"]
+
+
+def status_dict(name: str, st: JobStatus) -> dict[str, Any]:
+    out = {"handle": f"{name}:{st.job_id}", **{k: v for k, v in vars(st).items() if k not in ("raw", "tasks")}}
+    if st.tasks:
+        out["tasks"] = [status_dict(name, t) for t in st.tasks]
+    return out
+
+
+def follow(
+    scheduler: Scheduler, job_id: str, timeout: float | None = None, print_logs: bool = True,
+    hang_timeout: float | None = None, on_hang: str = "cancel",
+) -> int:
+    """Wait with progress, print the log, exit non-zero when the job failed, with its verdict.
+
+    With ``hang_timeout``, a job whose ranks all went quiet and idle for that long gets its
+    stacks read and its culprit named, then is cancelled or requeued (torchhpc.schedulers.hang).
+    """
+    progress = Progress()
+    watch = _hang_watch(scheduler, job_id, hang_timeout, on_hang) if hang_timeout else None
+
+    def show(st: JobStatus, elapsed: float) -> None:
+        reason = f" ({st.reason})" if st.reason and st.reason not in ("None", "(null)") else ""
+        progress.update(f"{scheduler.name}:{job_id} {st.state}{reason} elapsed {elapsed:.0f}s")
+        if watch is not None:
+            watch.check(st.state)
+
+    st = scheduler.wait(job_id, poll=1.0, timeout=timeout, progress=show)
+    progress.done()
+    if print_logs:
+        if st.tasks:  # an array: every task's log, each line labelled as the local scheduler does
+            for task in st.tasks:
+                _print_log(scheduler, task.job_id, f"[task {task_index(task.job_id)}] ")
+        else:
+            _print_log(scheduler, job_id, "")
+    eprint(f"{scheduler.name}:{job_id} {st.line()}")
+    if st.ok:
+        return 0
+    code = st.exit_code if st.exit_code and 0 < st.exit_code < 256 else 1
+    eprint(f"Error: job {job_id} ended {st.state}" + (f" with exit code {st.exit_code}" if st.exit_code else ""))
+    if not st.tasks:
+        _print_verdict(scheduler, job_id)
+    return code
+
+
+def _hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang: str) -> Any:
+    """The hang watch for a job torchhpc submitted (None when its per-rank files are unknown)."""
+    from torchhpc.core.hostlist import expand
+    from torchhpc.schedulers.hang import HangWatch
+    from torchhpc.schedulers.logs import job_log
+
+    log = job_log(scheduler.name, job_id)
+    if log is None or not (log.ranks_dir or log.output):
+        eprint(f"torchhpc: --hang-timeout: no log files known for {scheduler.name}:{job_id}; not watching")
+        return None
+    import os
+
+    job_dir = os.path.dirname(log.ranks_dir) if log.ranks_dir else os.path.dirname(log.output or "")
+
+    def act(what: str) -> None:
+        if what == "requeue":
+            import subprocess
+
+            subprocess.run(["scontrol", "requeue", job_id], capture_output=True, timeout=60)
+        else:
+            scheduler.cancel(job_id)
+
+    def nnodes() -> int:  # asked when probing: a pending job's "nodes" is only a count
+        try:
+            return max(1, len(expand(scheduler.status(job_id).nodes)))
+        except Exception:
+            return 1
+
+    return HangWatch(scheduler.name, job_id, hang_timeout, on_hang, log.ranks_dir or "", job_dir,
+                     nnodes if scheduler.name != "local" else (lambda: 1), act, eprint,
+                     env=getattr(getattr(scheduler, "runner", None), "env", None), output=log.output or "")
+
+
+def _print_verdict(scheduler: Scheduler, job_id: str) -> None:
+    """The failure's verdict (at most 8 lines) after the job's output: which rank, where, why."""
+    from torchhpc.schedulers.diagnose import diagnose, gather
+
+    try:
+        verdict = diagnose(gather(scheduler, scheduler.name, job_id))
+    except Exception as e:  # the verdict is a courtesy; the exit code above is the answer
+        eprint(f"(no diagnosis: {e})")
+        return
+    if not verdict.ok:
+        sys.stderr.write(verdict.render())
+
+
+def task_index(job_id: str) -> str:
+    """An array task's index: Slurm ``29_3`` and PBS ``29[3].server`` -> ``3`` (else the id itself)."""
+    import re
+
+    m = re.search(r"_(\d+)$|\[(\d+)\]", job_id)
+    return (m.group(1) or m.group(2)) if m else job_id
+
+
+def _print_log(scheduler: Scheduler, job_id: str, label: str) -> None:
+    """Print a job's (or one task's) log, ``label`` before every line; a log that cannot be read is
+    said in one line (the state, printed after, is the answer)."""
+    try:
+        text = scheduler.logs(job_id)
+    except Exception as e:  # logs are a courtesy here
+        eprint(f"{label}(no log: {e})")
+        return
+    if label:
+        text = "".join(label + line for line in text.splitlines(keepends=True))
+    if text:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()

@@ -1,0 +1,92 @@
+"""argparse with short errors that find the fix: "did you mean" and a one-line usage.
+
+argparse answers a typo (``--nodse 2``) with the whole usage (19 lines for ``run``) and
+"unrecognized arguments". Here an unknown flag or subcommand gets the nearest known ones
+(:mod:`torchhpc.core.suggest`, edit distance as git and cargo) and one usage line that points
+at ``--help``. Every subparser inherits the class (``add_subparsers`` uses ``type(self)``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from torchhpc.core.suggest import did_you_mean
+
+__all__ = ["Parser"]
+
+_CHOICE = re.compile(r"argument (?P<arg>\S+): invalid choice: '(?P<word>[^']*)' \(choose from (?P<known>.*)\)$")
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are at most three lines: the error, the nearest names, usage."""
+
+    #: The one usage line, where the computed one would say too little (``run``'s program).
+    short_usage: str | None = None
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        argv = list(sys.argv[1:] if args is None else args)
+        ns, extras = self.parse_known_args(argv, namespace)
+        if extras:
+            owner = self._owner(argv)
+            owner.error(owner.unknown_message(extras))
+        return ns
+
+    def _owner(self, argv: list[str]) -> Parser:
+        """The (sub)command parser the words belong to: the deepest subcommand named on the line."""
+        parser: Parser = self
+        for word in argv:
+            sub = parser._subcommands()
+            if sub is not None and word in sub.choices and isinstance(sub.choices[word], Parser):
+                parser = sub.choices[word]
+        return parser
+
+    def _subcommands(self) -> argparse._SubParsersAction[Any] | None:
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return action
+        return None
+
+    def _flags(self) -> list[str]:
+        return [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+
+    def unknown_message(self, extras: list[str]) -> str:
+        flags = [w for w in extras if w.startswith("-") and w != "-"]
+        if flags:
+            word = flags[0].split("=", 1)[0]
+            near = did_you_mean(word, self._flags())
+            more = f" (and {len(flags) - 1} more)" if len(flags) > 1 else ""
+            return f"unknown flag {word}{more}" + (f": {near}" if near else "")
+        sub = self._subcommands()
+        if sub is not None:
+            near = did_you_mean(extras[0], sub.choices)
+            return f"unknown command {extras[0]!r}" + (f": {near}" if near else "")
+        return f"unexpected argument {extras[0]!r}"
+
+    def one_line_usage(self) -> str:
+        if self.short_usage:
+            return self.short_usage
+        words = [self.prog]
+        if any(a.option_strings and a.dest != "help" for a in self._actions):
+            words.append("[FLAGS]")
+        for a in self._actions:
+            if not a.option_strings and a.help != argparse.SUPPRESS:
+                name = a.metavar if isinstance(a.metavar, str) else a.dest.upper()
+                words.append(name + (" ..." if isinstance(a, argparse._SubParsersAction) else ""))
+        return "usage: " + " ".join(words)
+
+    def error(self, message: str) -> NoReturn:
+        m = _CHOICE.match(message)
+        if m:  # a mistyped subcommand or choice: name the nearest, not all of them
+            known = re.findall(r"'([^']*)'", m.group("known"))
+            near = did_you_mean(m.group("word"), known)
+            sub = self._subcommands()
+            if sub is not None and m.group("arg") in (sub.metavar, sub.dest):
+                message = f"unknown command {m.group('word')!r}: "
+            else:
+                message = f"{m.group('arg')} {m.group('word')!r} is not one of its choices: "
+            message += near or f"choose from {', '.join(known)}"
+        self.exit(2, f"{self.prog}: error: {message}\n{self.one_line_usage()}  (`{self.prog} --help` says more)\n")

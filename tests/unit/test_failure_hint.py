@@ -1,0 +1,27 @@
+"""A failed local rank's HINT points at what it left on the screen (issue 26, item 5): a torchhpc tool
+ends with ``Error:``/``HINT:`` lines and no traceback, so "look for its traceback" would send the
+user looking for something that is not there. Real ranks, started by the local scheduler."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from torchhpc.cli.main import main
+
+ERROR = "import sys; print('Error: --plot needs matplotlib'); print('HINT: pip install matplotlib'); sys.exit(2)"
+RAISE = "raise ValueError('bad value')"
+QUIET = "import sys; sys.exit(3)"
+
+
+@pytest.mark.usefixtures("clean_user_env")
+@pytest.mark.parametrize(("program", "hint"), [
+    (ERROR, "HINT: its error and HINT are above, prefixed [rank0]:"),
+    (RAISE, "HINT: look for its traceback above, prefixed [rank0]:"),
+    (QUIET, "HINT: it printed nothing"),
+])
+def test_hint_names_what_the_rank_printed(program: str, hint: str, capfd: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "-n", "1", "--", sys.executable, "-c", program]) != 0
+    err = capfd.readouterr().err
+    assert hint in err, err

@@ -1,0 +1,59 @@
+"""The batch script reads top-down like a seed's (issue 25): the program is named early, no long lines before it.
+
+Renders of examples/pi.py, 2 nodes x 2 ranks, under srun, mpirun and torchrun: the first
+non-comment line that names the program is within the first 40 lines, and no line up to it is
+longer than 160 characters; with a container and ``--profile lumi`` (modules, CPU masks,
+network presets, the stop protocol), within the first 60.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torchhpc.cli.main import main
+
+PROGRAM = "examples/pi.py"
+
+
+def render(capsys: pytest.CaptureFixture[str], tmp_path: Path, *args: str) -> list[str]:
+    rc = main(["run", "--scheduler", "slurm", "--nodes", "2", "--nproc-per-node", "2", "--output-dir", str(tmp_path),
+               "--dry-run", *args, PROGRAM])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    script = out.split(" ---\n", 1)[1].split("\n# --- submit with ---", 1)[0]
+    assert script.startswith("#!/bin/bash")
+    return script.splitlines()
+
+
+def first_program_line(lines: list[str]) -> int:
+    """1-based number of the first line, not a comment, that names the program."""
+    return next(i for i, line in enumerate(lines, 1) if PROGRAM in line and not line.lstrip().startswith("#"))
+
+
+@pytest.mark.parametrize("launcher", ["srun", "mpirun", "torchrun"])
+def test_program_within_40_lines(launcher: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    lines = render(capsys, tmp_path, "--launcher", launcher)
+    n = first_program_line(lines)
+    assert n <= 40, "\n".join(lines[:n])
+    assert max(len(line) for line in lines[:n]) <= 160, "\n".join(lines[:n])
+    # only this launcher's branch of the task shim is in the script
+    shim = "\n".join(lines[lines.index(next(x for x in lines if x.startswith("_torchhpc_task_shim='"))):])
+    others = {"srun": "SLURM_STEP_TASKS_PER_NODE:-", "mpirun": "OMPI_COMM_WORLD_LOCAL_RANK", "torchrun": "TORCHELASTIC_RUN_ID"}
+    assert [k for k, needle in others.items() if needle in shim] == [launcher]
+
+
+# (lumi binds one GCD and CPU mask per task: torchrun's one task per node is refused there)
+@pytest.mark.parametrize("launcher", ["srun", "mpirun"])
+def test_program_within_60_lines_with_a_container_on_lumi(
+    launcher: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    image = tmp_path / "pytorch.sif"
+    image.write_bytes(b"")
+    lines = render(capsys, tmp_path, "--launcher", launcher, "--profile", "lumi", "--account", "project_465000000",
+                   "--time", "1:00:00", "--container", str(image))
+    n = first_program_line(lines)
+    assert n <= 60, "\n".join(lines[:n])
+    assert max(len(line) for line in lines[:n]) <= 160, "\n".join(lines[:n])
+    assert any("singularity exec" in line or "apptainer exec" in line for line in lines[:n])
