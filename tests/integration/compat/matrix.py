@@ -42,6 +42,8 @@ ROWS: tuple[Row, ...] = (
     Row("torch_env", "torch_env.py", "torch `init_process_group()` (env://)", ("torch",)),
     Row("lightning_trainer", "lightning_trainer.py", "Lightning `Trainer` (default detection)", ("lightning",)),
     Row("lightning_fabric", "lightning_fabric.py", "Lightning `Fabric` (default detection)", ("lightning",)),
+    Row("hf_trainer", "hf_trainer.py", "Hugging Face `Trainer` (transformers + accelerate, gloo, 20 steps)",
+        ("transformers", "accelerate")),
     Row("submitit", "submitit_env.py", "submitit `JobEnvironment()` + `TorchDistributedEnvironment().export()`", ("submitit",)),
     Row("idr_torch", "idr_torch_env.py", "idr_torch", ("idr_torch",)),
     Row("mpi4py", "mpi4py_world.py", "mpi4py `COMM_WORLD`", ("mpi4py",)),
