@@ -40,6 +40,8 @@ RECORD = re.compile(r"COMPAT row=(\w+) rank=(\d+) world=(\d+) sum=([0-9.]+)")
 # submitit's JobEnvironment needs a Slurm job)
 CELLS: dict[str, tuple[Path, tuple[str, ...]]] = {
     "hf_trainer": (COMPAT / "hf_trainer.py", ("local", "local-nocure", "plain-torchrun", "torchrun", "srun", "mpirun")),
+    # the same script ending with dist.destroy_process_group(): the hang of issue 29 (COMPAT_DESTROY=1)
+    "hf_destroy": (COMPAT / "hf_trainer.py", ("local", "local-nocure", "plain-torchrun", "torchrun", "srun", "mpirun")),
     "lightning": (COMPAT / "lightning_trainer.py", ("torchrun", "srun", "mpirun")),
     "ddp_plain": (REPO / "benchmarks" / "soak" / "ddp_plain.py",
                   ("local", "local-nocure", "plain-torchrun", "torchrun", "srun", "mpirun")),
@@ -59,21 +61,29 @@ class Tally:
 def slurm_env() -> dict[str, str]:
     from torchhpc.devcluster import load_state
 
-    return {**os.environ, **load_state().client_env()}
+    state = load_state()
+    if state is None:
+        raise SystemExit("Error: no dev cluster is up for the Slurm launchers\n"
+                         "HINT: torchhpc devcluster up --nodes 4, or --launchers local,plain-torchrun")
+    return {**os.environ, **state.client_env()}
 
 
 def command(cell: str, launcher: str, out: Path, args: argparse.Namespace) -> tuple[list[str], dict[str, str], int]:
     """argv, environment and world size of one run."""
     script = str(CELLS[cell][0])
     env = {**os.environ, "TMPDIR": str(out)}
+    extra: list[str] = []
+    if cell == "hf_destroy":
+        env["COMPAT_DESTROY"] = "1"
+        extra = ["-e", "COMPAT_DESTROY=1"]
     if launcher == "plain-torchrun":
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", script], env, 2
     run = [sys.executable, "-m", "torchhpc", "run", "--output-dir", str(out), "--name", f"soak-{cell}"]
     if launcher in ("local", "local-nocure"):
-        extra = ["-e", "TORCHHPC_EXIT_CURE=0"] if launcher == "local-nocure" else []
+        extra += ["-e", "TORCHHPC_EXIT_CURE=0"] if launcher == "local-nocure" else []
         return [*run, "-n", "2", *extra, script], env, 2
     run += ["--scheduler", "slurm", "-N", "2", "--nproc-per-node", "2", "--launcher", launcher,
-            "--time", str(max(1, args.timeout // 60))]
+            "--time", str(max(1, args.timeout // 60)), *extra]
     if args.runtime:
         run += ["--runtime", args.runtime, "--container", args.image]
     return [*run, script, "--wait"], {**slurm_env(), "TMPDIR": str(out)}, 4

@@ -38,3 +38,5 @@ print(
     f"steps={trainer.state.global_step} loss={result.training_loss:.6f}",
     flush=True,
 )
+if os.environ.get("COMPAT_DESTROY") == "1":  # the "obvious workaround" of issue 29 (benchmarks/soak_compat.py)
+    dist.destroy_process_group()
