@@ -148,6 +148,64 @@ RULES: tuple[tuple[str, str, str, str, str], ...] = (
 )
 
 
+# docs/compat.md's section on the exit cures (issue 29). SOAK is measured by hand with benchmarks/soak_compat.py
+# (the command is in the text): rerun it and paste its table when the cure or torch changes.
+SOAK_COMMAND = ("python benchmarks/soak_compat.py -n 8 --hogs 3 --cells hf_trainer "
+                "--launchers local,torchrun,srun,mpirun,plain-torchrun,local-nocure")
+SOAK: tuple[str, ...] = ("(not measured yet)",)
+
+
+def cure_lines() -> list[str]:
+    return [
+        "",
+        "## Exit cures: code we did not write finishes, every time",
+        "",
+        "torch 2.13's gloo backend can abort a rank at interpreter exit, after all its work is done",
+        "(`terminate called without an active exception`, SIGABRT): a gloo worker thread still destroying the",
+        "last collective's work takes the GIL while Python finalizes (the backtrace is in",
+        "`src/torchhpc/dist/teardown.py`). Hugging Face Trainer, Lightning and plain DDP scripts hit it on a",
+        "loaded machine, and their job ends FAILED after training; plain torchrun does nothing about it.",
+        "torchhpc cures it in every rank it starts, with no import in the program:",
+        "",
+        "- Every rank's `PYTHONPATH` starts with a boot directory holding one stdlib-only `sitecustomize.py`",
+        "  (`src/torchhpc/boot/`): written by the per-task shim (Slurm and PBS, every launcher, inside the",
+        "  container too: the lines travel in the job script, no bind mount), by the pod's shell (Kubernetes),",
+        "  or the installed package's own copy (`--scheduler local`). The directory is",
+        "  `${TMPDIR:-/tmp}/torchhpc-boot-UID-HASH`, mode 700, used only when it is the user's own.",
+        "- It never imports torch: a finder waits for `torch.distributed` to be imported (a program that never",
+        "  imports torch starts no slower: `benchmarks/boot_startup.py`; one that is not Python ignores it), then",
+        "  registers an atexit handler that lets gloo's threads settle before Python finalizes, and wraps",
+        "  `destroy_process_group()` (below).",
+        "- Then it runs the `sitecustomize` it hides (the venv's, conda's, the image's), as Python would have.",
+        "- Off: `--env TORCHHPC_EXIT_CURE=0`. Not covered: RunAI pods (the runai CLI takes the pod command on",
+        "  one line), `python -I`, `-E` or `-S`, and processes torchhpc did not start (call",
+        "  `torchhpc.dist.init()` there, or `torchhpc.dist.teardown.settle_at_exit()`).",
+        "",
+        "### At the end of a script",
+        "",
+        "- **Just end.** Return from main; the cure settles gloo at exit. Lightning's and HF Trainer's default",
+        "  endings are fine.",
+        "- `dist.destroy_process_group()` at the end is fine under torchhpc: the wrapped one first lets gloo's",
+        "  threads settle (otherwise the main thread holds the GIL while it waits for a thread that wants it: a",
+        "  hang until the time limit), and if it still has not returned after `TORCHHPC_DESTROY_TIMEOUT`",
+        "  seconds (default 60; 0: no limit), a watchdog that needs no GIL prints every thread's traceback and",
+        "  exits the rank with status 1: the job fails, it never sits to its time limit.",
+        "- Outside torchhpc (plain torchrun, a notebook), do not call `destroy_process_group()` as the last line",
+        "  of a gloo DDP/Trainer script; if you must, call `torchhpc.dist.teardown.gloo_workers_settle()` first.",
+        "- Do not end with `os._exit()`: it skips atexit handlers, the cure among them.",
+        "",
+        "### Measured: failures per launcher beside 3 busy loops",
+        "",
+        "Each run counts as a failure unless every rank reported its world and sum **and the job exited 0**.",
+        "`plain-torchrun` is the same script under `torchrun --standalone --nproc-per-node 2` outside torchhpc;",
+        "`local-nocure` is torchhpc with `TORCHHPC_EXIT_CURE=0`; both in the same run, interleaved. Local and",
+        "plain torchrun are 2 ranks on this 2-core machine, the Slurm launchers 2 nodes x 2 ranks on the dev",
+        f"cluster. `{SOAK_COMMAND}`:",
+        "",
+        *SOAK,
+    ]
+
+
 def render_markdown(outcomes: dict[tuple[str, str], Outcome]) -> str:
     """docs/compat.md from the matrix's outcomes (written by tests/integration/test_compat_matrix.py)."""
     lines = [
@@ -210,4 +268,5 @@ def render_markdown(outcomes: dict[tuple[str, str], Outcome]) -> str:
         "exports, so a script launched by torchhpc sets it (`os.environ.setdefault(\"SUBMITIT_EXECUTOR\", \"slurm\")`);",
         "and `export()` needs `overwrite=True` because torchhpc's batch script already exports MASTER_ADDR/PORT.",
     ]
+    lines += cure_lines()
     return "\n".join(lines) + "\n"
