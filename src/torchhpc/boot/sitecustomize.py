@@ -145,15 +145,19 @@ def install():
 
 def chain():
     """Run the next ``sitecustomize`` on sys.path (the one this file hides), as ``sitecustomize``."""
-    from importlib.machinery import PathFinder
-    from importlib.util import module_from_spec
-
+    # the interpreter's own PathFinder, from sys.meta_path: importing importlib would cost more than all the rest
+    finders = [f for f in sys.meta_path if getattr(f, "__name__", "") == "PathFinder"]
+    if not finders:
+        return None
     here = os.path.dirname(os.path.abspath(__file__))
     rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
-    spec = PathFinder.find_spec("sitecustomize", rest)
+    spec = finders[0].find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
         return None
-    module = module_from_spec(spec)
+    module = spec.loader.create_module(spec) or type(sys)(spec.name)
+    module.__spec__, module.__loader__, module.__file__ = spec, spec.loader, spec.origin
+    if spec.cached:
+        setattr(module, "__cached__", spec.cached)  # noqa: B010 (not in the ModuleType stub)
     sys.modules["sitecustomize"] = module
     spec.loader.exec_module(module)  # an error propagates: site.py reports it, as without torchhpc
     return module
