@@ -7,6 +7,7 @@ torchhpc's exit cure (src/torchhpc/boot/sitecustomize.py) now settles in every r
 """
 
 import os
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded: the model comes from a config
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -35,7 +36,7 @@ t = torch.tensor([float(rank + 1)])
 dist.all_reduce(t)
 print(
     f"COMPAT row=hf_trainer rank={rank} world={world} sum={t.item():g} via={state.distributed_type.value} "
-    f"steps={trainer.state.global_step} loss={result.training_loss:.6f}",
+    f"steps={trainer.state.global_step} loss={result.training_loss:.6f} boot={'_torchhpc_boot' in sys.modules}",
     flush=True,
 )
 if os.environ.get("COMPAT_DESTROY") == "1":  # the "obvious workaround" of issue 29 (benchmarks/soak_compat.py)
