@@ -50,6 +50,7 @@ CELLS: dict[str, tuple[Path, tuple[str, ...]]] = {
 SLURM = ("torchrun", "srun", "mpirun")
 UNCURED = ("plain-torchrun", "local-nocure")
 LAUNCHERS = ("local", *SLURM, *UNCURED)
+QUEUED = "still queued when the soak gave up: not counted"
 
 
 @dataclass
@@ -109,12 +110,18 @@ def one(cell: str, launcher: str, base: Path, n: int, args: argparse.Namespace) 
     argv, env, world = command(cell, launcher, out, args)
     p = subprocess.Popen(argv, env=env, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)
+    # A Slurm job may wait in the queue first (the dev cluster is shared): its own --time limit catches a
+    # hang once it runs (state TIMEOUT, a failure); the soak only gives up on a job that never started.
+    limit = args.timeout + (args.queue if launcher in SLURM else 60)
     try:
-        text, rc = p.communicate(timeout=args.timeout + 60)[0], p.returncode
+        text, rc = p.communicate(timeout=limit)[0], p.returncode
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         text, rc = p.communicate()[0], None
     (out / "soak.txt").write_text(text)
+    states = re.findall(r"^slurm:\d+ ([A-Z]+)", text, re.M)
+    if rc is None and launcher in SLURM and (not states or states[-1] == "PENDING"):
+        return QUEUED
     return judge(text, rc, world)
 
 
@@ -141,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runtime", default="", help="container runtime for the Slurm launchers (charliecloud)")
     p.add_argument("--image", default="", help="the container image (--runtime)")
     p.add_argument("--timeout", type=int, default=300, help="seconds before a run counts as a hang")
+    p.add_argument("--queue", type=int, default=1800, help="seconds a Slurm job may wait in the queue")
     p.add_argument("--logs", default="", help="keep every run's output here (default: a new temporary directory)")
     args = p.parse_args(argv)
     cells = [c for c in args.cells.split(",") if c]
@@ -164,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     t0 = time.monotonic()
                     why = one(cell, la, base, n, args)
+                    if why == QUEUED:
+                        print(f"soak: {cell} {la} run {n}: {why}", file=sys.stderr, flush=True)
+                        continue
                     t = tallies.setdefault((cell, la), Tally())
                     t.runs += 1
                     if why:
