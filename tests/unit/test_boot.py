@@ -158,3 +158,14 @@ def test_the_destroy_guard_ends_a_destroy_that_never_returns(tmp_path: Path) -> 
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and r.stdout.strip() == "destroying"
     assert "Timeout (0:00:01)!" in r.stderr and "in destroy_process_group" in r.stderr, r.stderr
+
+
+def test_torchhpc_exec_boots_the_rank_too() -> None:
+    """``srun torchhpc exec -- python ...`` (torchhpc installed where the task runs): the package's boot dir."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHHPC_", "SLURM_", "OMPI_", "PMI_"))}
+    r = subprocess.run([sys.executable, "-m", "torchhpc", "exec", "--", sys.executable, "-c", PROBE], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "boot True torch False finder True", r.stderr
+    r = subprocess.run([sys.executable, "-m", "torchhpc", "exec", "--", sys.executable, "-c", PROBE],
+                       env={**env, "TORCHHPC_EXIT_CURE": "0"}, capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip().startswith("boot False"), r.stderr
