@@ -145,8 +145,7 @@ def install():
 
 def chain():
     """Run the next ``sitecustomize`` on sys.path (the one this file hides), as ``sitecustomize``."""
-    # the interpreter's own PathFinder, from sys.meta_path: importing importlib would cost more than all the rest
-    finders = [f for f in sys.meta_path if getattr(f, "__name__", "") == "PathFinder"]
+    finders = [f for f in sys.meta_path if getattr(f, "__name__", "") == "PathFinder"]  # importlib costs more
     if not finders:
         return None
     here = os.path.dirname(os.path.abspath(__file__))
