@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (once) and cache the container images the container integration tests run:
 #   - a root filesystem: Debian bookworm minbase + python3 + bash + Open MPI's libraries + torch==2.13.0 (CPU)
-#     and the frameworks of the compatibility matrix (lightning, submitit, idr-torch, mpi4py),
+#     and the frameworks of the compatibility matrix (lightning, submitit, idr-torch, mpi4py, HF transformers + accelerate),
 #     which is also the Charliecloud image directory (ch-run takes a directory);
 #   - the same tree imported into podman as IMAGE_TAG (no registry is reachable here,
 #     so the base comes from debootstrap, never from a pull);
@@ -16,10 +16,11 @@
 set -euo pipefail
 
 CACHE=${TORCHHPC_TEST_IMAGE_CACHE:-/var/tmp/torchhpc-test-image}
-VERSION=7  # bump when the recipe below changes
+VERSION=8  # bump when the recipe below changes
 TORCH=${TORCHHPC_TEST_TORCH:-torch==2.13.0}
-# cloudpickle: the function extra (torchhpc.Executor), pinned as pyproject pins it
-COMPAT=(lightning submitit idr-torch mpi4py cloudpickle==3.1.3)
+# cloudpickle: the function extra (torchhpc.Executor), pinned as pyproject pins it; transformers/accelerate:
+# the compat matrix's Hugging Face row, pinned as the compat extra pins them
+COMPAT=(lightning submitit idr-torch mpi4py cloudpickle==3.1.3 transformers==5.24.0 accelerate==1.15.0)
 DEBS=python3,python-is-python3,hostname,procps,libopenmpi3
 IMAGE_TAG=localhost/torchhpc-test:bookworm-py311
 ROOTFS=$CACHE/rootfs

@@ -41,6 +41,9 @@ fi
 step "soak: the batch script's requeue test 20x beside 3 busy loops (a race fails here every time, not 1 in 10)"
 ./scripts/soak.sh -n 20 -P 4 --hogs 3 -k warning_creates_the_stop_file_and_requeues tests/unit/test_stop.py
 
+step "soak: the Hugging Face Trainer cell 2x per launcher beside 3 busy loops (issue 29: no rank aborts at exit)"
+python benchmarks/soak_compat.py -n 2 --hogs 3 --cells hf_trainer --launchers local,torchrun,srun,mpirun
+
 step "pytest"
 python -m pytest -ra "$@"
 step "done"

@@ -22,6 +22,7 @@ import io
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,6 @@ from tests.integration.compat.matrix import (
     NOT_IN_IMAGE,
     REFUSED,
     ROWS,
-    SUM,
     WORLD,
     Column,
     Outcome,
@@ -47,6 +47,7 @@ from torchhpc.cli.main import main as torchhpc_main
 
 DOC = REPO / "docs" / "compat.md"
 ROW_TIMEOUT = 300  # seconds per row inside a column job (Lightning under a loaded 2-core machine)
+EXIT = re.compile(r"^compat: exit (\d+)$", re.M)
 RECORD = re.compile(r"COMPAT row=(\w+) rank=(\d+) world=(\d+) sum=([0-9.]+) via=(\w+(?:://)?)")
 
 
@@ -96,12 +97,12 @@ def column_script(col: Column, rows: list[tuple[Row, str]], out_dir: Path) -> st
             '  for s in $(squeue -h -s -j "$SLURM_JOB_ID" -o %i | grep -v -e batch -e extern); do scancel "$s"; done',
             "  sleep 2; kill $pid 2>/dev/null",
             "fi",
-            "wait $pid; echo \"=== rc $?\"",
+            f"wait $pid; rc=$?; echo \"=== rc $rc\"; echo \"compat: exit $rc\" >> {log}",
         ]
     return "\n".join(lines) + "\n"
 
 
-def judge(log: str, row: Row) -> Outcome:
+def judge(log: str, row: Row, world: int = WORLD) -> Outcome:
     records = [m.groups() for m in RECORD.finditer(log) if m.group(1) == row.name]
     if not records:
         tail = " | ".join(line for line in log.splitlines()[-6:] if line.strip())[-400:]
@@ -110,8 +111,12 @@ def judge(log: str, row: Row) -> Outcome:
     worlds = {int(r[2]) for r in records}
     sums = {float(r[3]) for r in records}
     vias = sorted({r[4] for r in records})
-    if ranks != list(range(WORLD)) or worlds != {WORLD} or sums != {float(SUM)}:
+    if ranks != list(range(world)) or worlds != {world} or sums != {float(world * (world + 1) // 2)}:
         return Outcome("FAIL", f"ranks {ranks}, worlds {sorted(worlds)}, sums {sorted(sums)}")
+    # The job must also end well: a rank that aborts at exit after its work (issue 29) fails the cell.
+    exits = EXIT.findall(log)
+    if exits != ["0"]:
+        return Outcome("FAIL", f"every rank reported, but the job exited {'/'.join(exits) or 'never'}")
     return Outcome("ok", "/".join(vias))
 
 
@@ -215,3 +220,17 @@ def test_docs_compat_md_is_the_generated_table(outcomes: dict[tuple[str, str], O
         diff = "".join(difflib.unified_diff(old.splitlines(True), text.splitlines(True), "docs/compat.md", "this run"))
         pytest.fail(f"docs/compat.md differs from this run's matrix:\n{diff}\n"
                     "If intended: TORCHHPC_REGEN_GOLDEN=1 pytest tests/integration/test_compat_matrix.py")
+
+
+def test_hf_trainer_local_two_ranks(tmp_path: Path) -> None:
+    """The Hugging Face Trainer row under `torchhpc run -n 2` (local scheduler): both ranks report
+    world 2, their all_reduce sums to 3, and the job exits 0 (no rank aborts at exit: issue 29)."""
+    row = next(r for r in ROWS if r.name == "hf_trainer")
+    absent = [m for m in row.needs if importlib.util.find_spec(m) is None]
+    if absent:
+        missing(f"not installed: {absent}: pip install -e '.[compat]'")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "torchhpc", "run", "-n", "2", "--output-dir", str(tmp_path),
+                        str(HERE / row.script)], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    outcome = judge(f"{r.stdout}\n{r.stderr}\ncompat: exit {r.returncode}\n", row, world=2)
+    assert outcome.status == "ok", f"{outcome.detail}\n{r.stderr[-3000:]}"

@@ -81,7 +81,10 @@ def test_cpus_per_gpu_on_pods_becomes_a_cpu_limit(capsys: pytest.CaptureFixture[
 def test_cpus_per_gpu_on_runai_becomes_cpu_flag(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = dry(capsys, "--scheduler", "runai", "--image", "img", "--gpus-per-node", "2",
                        "--nproc-per-node", "2", "--cpus-per-gpu", "6")
-    assert code == 0 and "--cpu 12" in out and "--cpus-per-proc 6" in out
+    assert code == 0 and "--cpu-core-request 12" in out and "--cpus-per-proc 6" in out  # the current CLI
+    code, out, _ = dry(capsys, "--scheduler", "runai", "--image", "img", "--gpus-per-node", "2",
+                       "--nproc-per-node", "2", "--cpus-per-gpu", "6", "--opt", "cli=v1")
+    assert code == 0 and "--cpu 12" in out  # runai submit-dist
 
 
 def test_setup_lines_refused_on_pods() -> None:

@@ -22,7 +22,7 @@ SRC = REPO / "src" / "torchhpc"
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(names.split())
     for names in (
-        "errors",
+        "errors boot",  # boot: the stdlib-only rank sitecustomize (launchers/boot.py), imports nothing of ours
         "__init__",
         "core",
         "env network containers launchers",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
@@ -13,6 +14,7 @@ import pytest
 from tests.conftest import missing
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import JobFailed, SpecError
+from torchhpc.launchers.boot import BOOT_DIR
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.local import (
     CONTRACT,
@@ -57,6 +59,8 @@ def test_rank_env_is_torchruns_contract(n: int) -> None:
 def test_common_env_unbuffered_threads_and_user_values(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     env = common_env(spec_for(["t.py"], nproc_per_node=2, env=(("FOO", "a b"),)))
+    boot = env.pop("PYTHONPATH")  # the exit cures' boot directory first (tests/unit/test_boot.py)
+    assert boot.split(os.pathsep)[0] == BOOT_DIR
     assert env == {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "FOO": "a b"}
     # One rank keeps every core, as torchrun does; a user's OMP_NUM_THREADS is left alone.
     assert "OMP_NUM_THREADS" not in common_env(spec_for(["t.py"], nproc_per_node=1))

@@ -18,6 +18,7 @@ from torchhpc.cli.common import add_subparser, env_default, eprint
 from torchhpc.core.shell import join
 from torchhpc.env import conflicts, detect, export
 from torchhpc.errors import CommandNotFound, UsageError
+from torchhpc.launchers.boot import boot_pythonpath
 
 
 class ExecNotFound(CommandNotFound):
@@ -61,6 +62,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
         )
     for name, (have, detected) in sorted(clashes.items()):
         eprint(f"torchhpc exec: keeping {name}={have} set by the user (detected {detected})")
+    boot = boot_pythonpath(os.environ)  # the exit cures in the rank (launchers/boot.py), unless switched off
+    if boot:
+        os.environ["PYTHONPATH"] = boot
     try:
         os.execvp(argv[0], argv)
     except FileNotFoundError:

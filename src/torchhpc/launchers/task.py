@@ -41,6 +41,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from torchhpc.launchers.boot import boot_shell
+
 __all__ = ["BRANCHES", "LAUNCHERS", "SHIM_VAR", "TASK_SHIM", "shim_for", "shim_name", "task_argv"]
 
 # The launchers the shim knows by name ($0 = torchhpc-task-NAME).
@@ -144,8 +146,9 @@ fi
 : "${MASTER_ADDR:=127.0.0.1}" "${MASTER_PORT:=29500}"
 export RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
 export NODE_RANK=$GROUP_RANK
-exec "$@"
 """
+# The exit cures (launchers/boot.py): the boot directory first on PYTHONPATH unless TORCHHPC_EXIT_CURE=0.
+_TAIL += boot_shell() + 'exec "$@"\n'
 
 
 def _indent(text: str, by: str = "  ") -> str:

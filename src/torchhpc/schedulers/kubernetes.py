@@ -30,6 +30,7 @@ from torchhpc.core.spec import JobSpec
 from torchhpc.core.validate import check_dns_label
 from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.launchers import get_launcher, torchrun_argv
+from torchhpc.launchers.boot import boot_shell
 from torchhpc.network.presets import auto_lines, wants_auto
 from torchhpc.schedulers import trainjob as tj
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
@@ -74,7 +75,8 @@ def pod_script(spec: JobSpec, python: str) -> str:
     if spec.network and wants_auto(spec.network):
         # --network auto at pod start: NCCL_IB_GID_INDEX, NCCL_IB_HCA... from this pod's sysfs.
         start = "; ".join(ln for ln in auto_lines(python) if not ln.startswith("#")) + "; "
-    return start + "exec " + join([*argv, Raw('"$@"')])
+    # The exit cures (launchers/boot.py): the pod's shell writes the boot directory, torchrun's workers inherit it.
+    return boot_shell() + start + "exec " + join([*argv, Raw('"$@"')])
 
 
 def _lead(spec: JobSpec) -> tuple[str, ...]:

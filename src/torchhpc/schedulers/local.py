@@ -26,6 +26,7 @@ from torchhpc.core.spec import JobSpec
 from torchhpc.core.supervise import Supervisor, describe_exit, exit_status
 from torchhpc.errors import JobFailed, SchedulerError, SpecError
 from torchhpc.launchers import get_launcher
+from torchhpc.launchers.boot import boot_argv, boot_pythonpath
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.local_jobs import LocalJobs
 from torchhpc.schedulers.options import Option, declare
@@ -119,6 +120,10 @@ def common_env(spec: JobSpec) -> dict[str, str]:
         # torchrun does the same: N ranks each using every core thrash a shared machine.
         env["OMP_NUM_THREADS"] = "1"
     env.update(spec.env_dict)
+    if spec.container is None:  # in a container, worker_argv's boot_argv writes the boot directory there
+        path = boot_pythonpath({**os.environ, **env})  # the exit cures (launchers/boot.py), unless switched off
+        if path:
+            env["PYTHONPATH"] = path
     return env
 
 
@@ -144,7 +149,7 @@ def worker_argv(spec: JobSpec) -> list[str]:
 
         argv = wrap(
             spec.container,
-            argv,
+            boot_argv(argv),
             gpus=spec.gpus_per_node,
             gpu_kind=spec.gpu_kind,
             pass_env=[*CONTRACT, "PYTHONUNBUFFERED", "OMP_NUM_THREADS", "TORCHHPC_*", *spec.env_dict],

@@ -115,6 +115,7 @@ class PBSScheduler(BatchScheduler):
     array_index_ref = '"${PBS_ARRAY_INDEX:-${PBS_ARRAYID:-}}"'
     job_label = "$PBS_JOBID on ${_torchhpc_hosts[*]}"
     shim_comment = "# Per-task shim: maps OMPI_COMM_WORLD_* to RANK, WORLD_SIZE, LOCAL_RANK, ... then execs."
+    torchrun_worker_shim = True  # for the exit cures it writes (launchers/boot.py)
     # PBS sends no warning before the walltime kill: the traps are set just before the step starts.
     traps_first = False
     stop_comment = "# Nothing lost: ask every rank to checkpoint and stop before the walltime (PBS gives no warning)."
@@ -228,7 +229,9 @@ class PBSScheduler(BatchScheduler):
             rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'), launcher=launcher.kind)
             # each rank's output into its own file (schedulers/logs.py), before the shim and the container
             return [join([*mpi, *log_argv(_wrap(spec, rank_cmd), launcher.rank_vars, wrapper=LOG_REF)])]
-        cmd = torchrun_command(spec, python, nnodes=Raw('"$NNODES"'), rdzv_id=Raw('"$_torchhpc_jobnum"'))
+        # torchrun's workers go through the shim too: it gives them the exit cures (launchers/boot.py).
+        cmd = torchrun_command(spec, python, nnodes=Raw('"$NNODES"'), rdzv_id=Raw('"$_torchhpc_jobnum"'),
+                               worker_shim=Raw(f'"${SHIM_VAR}"'))
         if opts["per_node"] == "mpirun":
             mpi = mpirun_argv(
                 Raw('"$NNODES"'), 1, export=exports, hostfile=Raw('"$PBS_NODEFILE"'),

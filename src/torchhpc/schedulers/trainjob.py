@@ -40,6 +40,7 @@ from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import parse_size
 from torchhpc.errors import SpecError
 from torchhpc.launchers import torchrun_argv
+from torchhpc.launchers.boot import boot_shell
 from torchhpc.network.presets import auto_lines, wants_auto
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.pods import RDMA_ANNOTATION, pairs, volume_claims
@@ -165,7 +166,8 @@ def pod_script(spec: JobSpec, python: str, opts: Mapping[str, str]) -> str:
     if spec.network and wants_auto(spec.network):
         lines += [ln for ln in auto_lines(python, "PET_MASTER_ADDR") if not ln.startswith("#")]
     lines.append("exec " + join([*argv, Raw('"$@"')]))
-    return "; ".join(lines)
+    # The exit cures (launchers/boot.py): the pod's shell writes the boot directory, torchrun's workers inherit it.
+    return boot_shell() + "; ".join(lines)
 
 
 def _lead(spec: JobSpec) -> tuple[str, ...]:

@@ -1,0 +1,168 @@
+"""torchhpc rank boot (src/torchhpc/launchers/boot.py): the gloo exit cures, without an import in the program.
+
+Once torch.distributed is imported: settle the gloo threads at exit, and before destroy_process_group
+(which exits the rank with all tracebacks after $TORCHHPC_DESTROY_TIMEOUT s, default 60, 0: never).
+Stdlib only, no eager torch import; then the hidden sitecustomize runs. TORCHHPC_EXIT_CURE=0: off.
+"""
+
+import atexit
+import os
+import sys
+import time
+
+TORCHHPC_BOOT = 1
+GLOO_WORKER = "pt_gloo_runloop"
+HOOKED = "torch.distributed"
+_OFF = ("0", "false", "no", "off")
+
+
+def _worker_states(name=GLOO_WORKER):
+    """The scheduler state (R, S, D, ...) of each thread of this process named ``name``; None without /proc."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    states = []
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() != name:
+                    continue
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except (OSError, IndexError):
+            continue  # the thread ended meanwhile
+    return states
+
+
+def gloo_workers_settle(timeout=5.0, every=0.01, quiet=3):
+    """Sleep (GIL released) until every gloo worker has been asleep ``quiet`` samples in a row; False on timeout."""
+    deadline = time.monotonic() + timeout
+    calm = 0
+    while True:
+        states = _worker_states()
+        if not states:
+            return True
+        calm = calm + 1 if all(s in ("S", "D") for s in states) else 0
+        if calm >= quiet:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(every)
+
+
+def _destroy_limit():
+    text = os.environ.get("TORCHHPC_DESTROY_TIMEOUT", "60").strip() or "0"
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        sys.stderr.write(f"torchhpc: TORCHHPC_DESTROY_TIMEOUT={text!r} is not a number of seconds; using 60\n")
+        return 60.0
+
+
+def _guarded(destroy):
+    """``destroy`` after the gloo threads settled, with the faulthandler watchdog (a C thread: it needs no GIL)."""
+    import faulthandler
+    import functools
+
+    @functools.wraps(destroy)
+    def destroy_process_group(*args, **kwargs):
+        gloo_workers_settle()
+        limit = _destroy_limit()
+        if limit:
+            sys.stderr.flush()
+            faulthandler.dump_traceback_later(limit, exit=True)
+        try:
+            return destroy(*args, **kwargs)
+        finally:
+            if limit:
+                faulthandler.cancel_dump_traceback_later()
+
+    setattr(destroy_process_group, "_torchhpc_guard", True)  # noqa: B010 (a function attribute, untyped)
+    return destroy_process_group
+
+
+def cure(module):
+    """Apply the cures to a freshly imported ``torch.distributed`` (and its c10d module)."""
+    atexit.register(gloo_workers_settle)
+    mods = [module, sys.modules.get("torch.distributed.distributed_c10d")]
+    for mod in mods:
+        destroy = getattr(mod, "destroy_process_group", None)
+        if destroy is not None and not getattr(destroy, "_torchhpc_guard", False):
+            setattr(mod, "destroy_process_group", _guarded(destroy))  # noqa: B010
+
+
+class _Loader:
+    """The real loader of ``torch.distributed``, with :func:`cure` after the module ran."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        try:
+            cure(module)
+        except Exception as e:  # never break the import for a cure
+            sys.stderr.write(f"torchhpc: exit cure not applied ({type(e).__name__}: {e})\n")
+
+
+class Finder:
+    """A meta path finder that answers for ``torch.distributed`` only, once: a string compare per import."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != HOOKED:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)  # once: and the other finders below must not find us again
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _Loader(spec.loader)
+        return spec
+
+
+def install():
+    """The finder, unless ``TORCHHPC_EXIT_CURE`` is off or torch.distributed is already imported."""
+    if os.environ.get("TORCHHPC_EXIT_CURE", "1").strip().lower() in _OFF:
+        return False
+    if HOOKED in sys.modules:
+        cure(sys.modules[HOOKED])
+        return True
+    sys.meta_path.insert(0, Finder())
+    return True
+
+
+def chain():
+    """Run the next ``sitecustomize`` on sys.path (the one this file hides), as ``sitecustomize``."""
+    finders = [f for f in sys.meta_path if getattr(f, "__name__", "") == "PathFinder"]  # importlib costs more
+    if not finders:
+        return None
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = finders[0].find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return None
+    module = spec.loader.create_module(spec) or type(sys)(spec.name)
+    module.__spec__, module.__loader__, module.__file__ = spec, spec.loader, spec.origin
+    if spec.cached:
+        setattr(module, "__cached__", spec.cached)  # noqa: B010 (not in the ModuleType stub)
+    sys.modules["sitecustomize"] = module
+    spec.loader.exec_module(module)  # an error propagates: site.py reports it, as without torchhpc
+    return module
+
+
+if __name__ == "sitecustomize":
+    sys.modules["_torchhpc_boot"] = sys.modules[__name__]  # stays reachable once chain() replaced the name
+    install()
+    chain()
