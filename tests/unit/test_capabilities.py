@@ -49,7 +49,7 @@ def refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:
         (["--scheduler", "kubernetes", "--image", "img", "--array", "0-3"], "--array 0-3: the kubernetes scheduler"),
         (["--scheduler", "runai", "--image", "img", "--array", "0-3"], "--array 0-3: the runai scheduler"),
         (["--scheduler", "local", "--mem", "4G"], "--mem 4G: the local scheduler cannot"),
-        (["--scheduler", "kubernetes", "--container", "img", "--bind", "/a:/b"], "the kubernetes scheduler runs pods"),
+        (["--scheduler", "kubernetes", "--container", "img", "--bind", "/a:/b"], "which no pod can mount"),
         (["--scheduler", "runai", "--container", "img", "--container-env", "A=1"], "the runai scheduler runs pods"),
         (["--scheduler", "slurm", "--rank0-only"], "--rank0-only: the slurm scheduler"),
     ],
@@ -88,11 +88,12 @@ def test_cpus_per_gpu_on_runai_becomes_cpu_flag(capsys: pytest.CaptureFixture[st
 
 
 def test_setup_lines_refused_on_pods() -> None:
-    spec = JobSpec(Entrypoint.parse(["train.py"]), scheduler="kubernetes", setup=("module load x",),
-                   options=(("image", "img"),))
-    with pytest.raises(SpecError) as e:
-        get_scheduler("kubernetes").render(spec)
-    assert "setup lines" in e.value.message and e.value.hint
+    """RunAI and Kubeflow's PyTorchJob have nowhere to run them; a TrainJob runs them in the pod (test_trainjob)."""
+    for scheduler, opts in (("runai", (("image", "img"),)), ("kubernetes", (("image", "img"), ("api", "pytorchjob")))):
+        spec = JobSpec(Entrypoint.parse(["train.py"]), scheduler=scheduler, setup=("module load x",), options=opts)
+        with pytest.raises(SpecError) as e:
+            get_scheduler(scheduler).render(spec)
+        assert "setup lines" in e.value.message and e.value.hint
 
 
 def test_gpus_everywhere_and_local_warns_once_without_any() -> None:

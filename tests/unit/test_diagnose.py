@@ -113,7 +113,7 @@ def test_local_supervisor_reason_names_the_rank() -> None:
 
     lines = [Line(None, "rank 1 was killed by signal 6 (SIGABRT); stopped the other 1 ranks"),
              Line(0, "RuntimeError: Connection closed by peer [127.0.0.1]:1")]
-    v = diagnose(Evidence(lines=lines, launcher="local", state="FAILED", exit_code=134))
+    v = diagnose(Evidence(lines=lines, launcher="torchrun", local=True, state="FAILED", exit_code=134))
     assert v.klass == "native-crash" and v.first is not None and v.first.rank == 1 and v.first.exit == "SIGABRT"
     assert v.consequences == (0,)
 

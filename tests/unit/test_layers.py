@@ -24,13 +24,13 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     for names in (
         "errors boot",  # boot: the stdlib-only rank sitecustomize (launchers/boot.py), imports nothing of ours
         "__init__",
-        "core",
+        "core _fnpack",  # _fnpack: the function job's pickle and versions (errors only)
         "env network containers launchers",
         "schedulers dist profiles devcluster",
-        "bench config",
-        "resolve doctor",
+        "bench config requeue",  # requeue: Stop/Checkpoint for function jobs (dist)
+        "resolve doctor _fnrun",  # _fnrun: what each rank of a function job runs (dist, env, requeue)
         "job",
-        "sweep",
+        "sweep executor",
         "cli",
         "__main__",
     )

@@ -85,8 +85,9 @@ def _hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang:
         except Exception:
             return 1
 
-    return HangWatch(scheduler.name, job_id, hang_timeout, on_hang, log.ranks_dir or "", job_dir,
-                     nnodes if scheduler.name != "local" else (lambda: 1), act, eprint,
+    here = type(scheduler).runs_here
+    return HangWatch(here, job_id, hang_timeout, on_hang, log.ranks_dir or "", job_dir,
+                     (lambda: 1) if here else nnodes, act, eprint,
                      env=getattr(getattr(scheduler, "runner", None), "env", None), output=log.output or "")
 
 

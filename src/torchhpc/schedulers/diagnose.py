@@ -138,6 +138,7 @@ class Evidence:
     exit_code: Optional[int] = None  # the job's exit code
     job: str = ""  # "slurm:123", for the suggested commands
     hang: Optional[Mapping[str, object]] = None  # the hang watch's saved diagnosis (hang.json)
+    local: bool = False  # the local scheduler: its supervisor's reason names the rank that ended first
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,9 @@ def _expand_tasks(spec: str) -> list[int]:
     return out
 
 
-def launcher_events(texts: Sequence[str], launcher: str, nproc_per_node: int = 1) -> list[tuple[int, str, str]]:
+def launcher_events(
+    texts: Sequence[str], launcher: str, nproc_per_node: int = 1, local: bool = False
+) -> list[tuple[int, str, str]]:
     """(rank, host, own end) in the order the launcher reported them; "" ends are successes.
 
     srun labels tasks; under torchrun a task is a node's agent, so its lines name no rank and
@@ -290,7 +293,7 @@ def launcher_events(texts: Sequence[str], launcher: str, nproc_per_node: int = 1
             m4 = _MPI_EXIT_CODE.match(texts[i + 1])
             if m4:
                 events.append((int(m3.group(1)), "", f"exit {m4.group(1)}"))
-        m5 = _LOCAL_END.search(t) if launcher == "local" else None
+        m5 = _LOCAL_END.search(t) if local else None  # the local supervisor's own words
         if m5:
             own = f"exit {m5.group(2)}" if m5.group(2) is not None else _signame(int(m5.group(3)))
             events.append((int(m5.group(1)), "", own))
@@ -362,7 +365,7 @@ def diagnose(ev: Evidence) -> Verdict:
         seen.append(f"{len(failures)} rank log(s) with an error")
 
     # 3. the launcher's report: the rank's own end status, and who went first
-    events = launcher_events(job_lines, ev.launcher, ev.nproc_per_node)
+    events = launcher_events(job_lines, ev.launcher, ev.nproc_per_node, local=ev.local)
     order: list[int] = []
     for rank, host, own in events:
         if own in ("SIGTERM", "") or rank in order:
@@ -466,9 +469,8 @@ def gather(scheduler: object, name: str, job_id: str) -> Evidence:
         return Evidence(state=state, exit_code=code, job=f"{name}:{job_id}")
     files = rank_files(log.ranks_dir) if log.ranks_dir else {}
     lines = log.read(final=True)
-    launcher = log.launcher
-    if name == "local":  # the local supervisor says which rank ended first, in the job's reason
-        launcher = "local"
+    local = bool(getattr(scheduler, "runs_here", False))
+    if local:  # the local supervisor says which rank ended first, in the job's reason
         lines = [*lines, Line(None, reason)] if reason else lines
     nodes = {r: n for r, (_p, n) in files.items()}
     if not nodes and hosts and "," not in hosts and "[" not in hosts:  # one node: every rank is on it
@@ -483,7 +485,8 @@ def gather(scheduler: object, name: str, job_id: str) -> Evidence:
         failed_at=log.failure_order(),
         rank_logs={r: p for r, (p, _n) in files.items()},
         nodes=nodes,
-        launcher=launcher,
+        launcher=log.launcher,
+        local=local,
         nproc_per_node=log.nproc_per_node,
         state=state,
         exit_code=code,

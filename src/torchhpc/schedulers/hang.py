@@ -260,14 +260,14 @@ def load(job_dir: str) -> Optional[dict[str, object]]:
 
 
 def probe_job(
-    scheduler: str, job_id: str, nnodes: int, env: Optional[Mapping[str, str]] = None,
+    here: bool, job_id: str, nnodes: int, env: Optional[Mapping[str, str]] = None,
     notes: Optional[list[str]] = None,
 ) -> list[RankStack]:
     """Every node's probe for one job: through ``srun --overlap`` once per node (Slurm), or here (local).
 
     ``env`` is the environment the scheduler's own commands run with (it names the cluster).
     """
-    if scheduler == "local":
+    if here:  # the local scheduler's ranks are this machine's processes
         return probe({"TORCHELASTIC_RUN_ID": f"local-{job_id}"}, "localhost")
     argv = ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={nnodes}", f"--ntasks={nnodes}",
             "--ntasks-per-node=1", "--kill-on-bad-exit=0", sys.executable, "-m", "torchhpc.schedulers.hang",
@@ -294,10 +294,10 @@ def probe_job(
 class HangWatch:
     """Called on every poll of a running job: after ``timeout`` quiet seconds, probe, judge, act once."""
 
-    def __init__(self, scheduler: str, job_id: str, timeout: float, on_hang: str, ranks_dir: str, job_dir: str,
+    def __init__(self, here: bool, job_id: str, timeout: float, on_hang: str, ranks_dir: str, job_dir: str,
                  nnodes: Callable[[], int], act: Callable[[str], None], say: Callable[[str], None],
                  env: Optional[Mapping[str, str]] = None, output: str = "") -> None:
-        self.scheduler, self.job_id, self.timeout, self.on_hang = scheduler, job_id, timeout, on_hang
+        self.here, self.job_id, self.timeout, self.on_hang = here, job_id, timeout, on_hang
         self.ranks_dir, self.job_dir, self.nnodes = ranks_dir, job_dir, nnodes
         self.act, self.say, self.env, self.output = act, say, env, output
         self.fired = False
@@ -312,7 +312,7 @@ class HangWatch:
             return None
         notes: list[str] = []
         try:
-            stacks = probe_job(self.scheduler, self.job_id, self.nnodes(), self.env, notes)
+            stacks = probe_job(self.here, self.job_id, self.nnodes(), self.env, notes)
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
             self.say(f"torchhpc: hang: probe failed: {e}")
             stacks = []

@@ -164,10 +164,12 @@ def _job_name(name: str) -> str:
 class KubernetesScheduler(Scheduler):
     name = "kubernetes"
     submit_command = "kubectl"
-    # capabilities (schedulers/capabilities.py): a deadline (activeDeadlineSeconds), no arrays, the cluster's runtime
+    # capabilities (schedulers/capabilities.py): a deadline (activeDeadlineSeconds), no arrays, the cluster's runtime.
+    # A TrainJob maps --bind CLAIM:/path to a PVC and runs setup lines in the pod (trainjob.py refuses the rest);
+    # the PyTorchJob render does neither, and _check refuses them there.
     supports_cpus_per_gpu = False
-    supports_container_options = False
-    supports_setup = False
+    supports_container_options = True
+    supports_setup = True
     runs_in_pods = True
     OPTIONS = declare(
         Option("api", "what to render: a Kubeflow Trainer v2 TrainJob, or a training-operator v1 PyTorchJob",
@@ -205,6 +207,13 @@ class KubernetesScheduler(Scheduler):
                 f"--launcher {spec.launcher}: a TrainJob's torch runtime starts torchrun in each pod, nothing else",
                 "drop --launcher (torchrun is the default), or use --scheduler slurm/pbs for srun/mpirun",
             )
+        if opts.get("api", "trainjob") == "pytorchjob":
+            c = spec.container
+            if spec.setup or (c is not None and (c.binds or c.env or c.cleanenv)):
+                raise SpecError(
+                    "setup lines and --bind/--container-env/--cleanenv are not rendered into a PyTorchJob",
+                    "drop them, or use the default TrainJob render (it maps --bind CLAIM:/path and setup lines)",
+                )
         get_launcher(spec.launcher).check(self.name)
         # The namespace is part of every API path: a DNS-1123 label, nothing else (no '/', '..', '?').
         check_dns_label(opts.get("namespace", "default"), "namespace (from --opt namespace=...)")
