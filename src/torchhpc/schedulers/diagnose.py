@@ -176,7 +176,7 @@ class Verdict:
         if self.consequences and self.klass == "hang":
             out.append(f"  ranks {format_ranks(self.consequences)} waited for it in a collective")
         elif self.consequences:
-            out.append(f"  then ranks {format_ranks(self.consequences)} failed as a consequence (lost their peer)")
+            out.append(f"  then ranks {format_ranks(self.consequences)} failed as a consequence (lost their peer, or stopped by the launcher)")
         out.append(f"  next: {self.next_step}")
         return "\n".join(out[:8]) + "\n"
 
@@ -367,7 +367,10 @@ def diagnose(ev: Evidence) -> Verdict:
     # 3. the launcher's report: the rank's own end status, and who went first
     events = launcher_events(job_lines, ev.launcher, ev.nproc_per_node, local=ev.local)
     order: list[int] = []
+    stopped: set[int] = set()  # ranks the launcher ended (SIGTERM) after another failed: consequences
     for rank, host, own in events:
+        if own == "SIGTERM":
+            stopped.add(rank)
         if own in ("SIGTERM", "") or rank in order:
             continue
         order.append(rank)
@@ -406,14 +409,17 @@ def diagnose(ev: Evidence) -> Verdict:
         klass = "unknown"
     if job_class == "node-failure" and first is None and banner_host:
         first = RankFailure(rank=-1, host=banner_host, klass=klass)
-    consequences = tuple(sorted(r for r in failures if first is None or r != first.rank))
+    # every other rank of a failed job ended because of it: its launcher stopped it, or it lost its peer
+    # (a rank stopped before it printed anything has only its log file, created at its start)
+    others = set(failures) | stopped | set(ev.rank_logs)
+    consequences = tuple(sorted(r for r in others if first is None or r != first.rank))
     meaning, step = CLASSES.get(klass, CLASSES["unknown"])
     if first is not None and first.rank >= 0:
         logs_cmd = f"`torchhpc logs {ev.job or 'JOB'} --rank {first.rank}`"
     step = step.format(logs=logs_cmd, host=(first.host if first and first.host else "NODE"))
     if job_class and first is not None and first.klass != job_class:
         # the scheduler ended the job; the ranks' errors are what that did to them
-        consequences = tuple(sorted(failures))
+        consequences = tuple(sorted(others))
         first = None if job_class in ("time-limit", "cancelled", "preempted") else first
     return Verdict(klass, meaning, first, consequences, step, ev.job, ev.state, ev.exit_code, tuple(seen))
 
