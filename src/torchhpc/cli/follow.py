@@ -71,11 +71,11 @@ def _hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang:
 
     job_dir = os.path.dirname(log.ranks_dir) if log.ranks_dir else os.path.dirname(log.output or "")
 
-    def act(what: str) -> None:
-        if what == "requeue":
-            import subprocess
+    runner = getattr(scheduler, "runner", None)
 
-            subprocess.run(["scontrol", "requeue", job_id], capture_output=True, timeout=60)
+    def act(what: str) -> None:
+        if what == "requeue" and runner is not None:
+            runner.run(["scontrol", "requeue", job_id], check=False, timeout=60)
         else:
             scheduler.cancel(job_id)
 
@@ -88,7 +88,7 @@ def _hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang:
     here = type(scheduler).runs_here
     return HangWatch(here, job_id, hang_timeout, on_hang, log.ranks_dir or "", job_dir,
                      (lambda: 1) if here else nnodes, act, eprint,
-                     env=getattr(getattr(scheduler, "runner", None), "env", None), output=log.output or "")
+                     runner=runner, output=log.output or "")
 
 
 def _print_verdict(scheduler: Scheduler, job_id: str) -> None:

@@ -25,10 +25,10 @@ from __future__ import annotations
 import re
 import signal
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
-from torchhpc.schedulers.logs import Line, format_ranks
+from torchhpc.schedulers.logs import Line, format_ranks, parse_ranks
 
 __all__ = [
     "CLASSES", "Evidence", "RankFailure", "Verdict", "classify_text", "diagnose", "gather", "launcher_events",
@@ -249,17 +249,6 @@ def native_crashes(lines: Sequence[Line]) -> list[tuple[int, str]]:
     return sorted(out.items())
 
 
-def _expand_tasks(spec: str) -> list[int]:
-    out: list[int] = []
-    for part in spec.split(","):
-        if "-" in part:
-            a, b = part.split("-", 1)
-            out.extend(range(int(a), int(b) + 1))
-        elif part:
-            out.append(int(part))
-    return out
-
-
 def launcher_events(
     texts: Sequence[str], launcher: str, nproc_per_node: int = 1, local: bool = False
 ) -> list[tuple[int, str, str]]:
@@ -280,10 +269,10 @@ def launcher_events(
             own = what.replace("Exited with exit code ", "exit ")
             if own.startswith("exit ") or what in ("Aborted", "Segmentation fault", "Killed", "Bus error",
                                                   "Floating point exception", "Illegal instruction"):
-                for task in _expand_tasks(m.group(2)):
+                for task in parse_ranks(m.group(2)):
                     events.append((task, m.group(1), own if own.startswith("exit ") else _own_signal(what)))
             elif what == "Terminated":
-                for task in _expand_tasks(m.group(2)):
+                for task in parse_ranks(m.group(2)):
                     events.append((task, m.group(1), "SIGTERM"))
         m2 = _MPI_SIGNAL.search(t)
         if m2:
@@ -381,10 +370,9 @@ def diagnose(ev: Evidence) -> Verdict:
             klass = "native-crash"
         if own == "SIGKILL" and klass in ("unknown", "lost-peer"):
             klass = "host-oom" if job_class == "host-oom" else "unknown"
-        failures[rank] = RankFailure(
-            rank=rank, host=prev.host or host or ev.nodes.get(rank, ""), klass=klass, exit=own,
-            error=prev.error or (f"killed by {own}" if own.startswith("SIG") else ""), where=prev.where,
-            log=prev.log, when=prev.when, consequence=klass == "lost-peer",
+        failures[rank] = replace(
+            prev, host=prev.host or host or ev.nodes.get(rank, ""), klass=klass, exit=own,
+            error=prev.error or (f"killed by {own}" if own.startswith("SIG") else ""), consequence=klass == "lost-peer",
         )
     if events:
         seen.append(f"{ev.launcher or 'launcher'} reported {len(events)} task end(s)")
@@ -505,16 +493,11 @@ def progress_lines(ranks_dir: str, now: float, quiet_after: float = 60.0) -> lis
 
     What a user reads before any hang timeout fires: the rank that went quiet first stands out.
     """
-    import os
-
-    from torchhpc.schedulers.logs import rank_files
+    from torchhpc.schedulers.logs import last_writes
 
     by_node: dict[str, list[str]] = {}
-    for rank, (path, node) in sorted(rank_files(ranks_dir).items()):
-        try:
-            age = max(0.0, now - os.stat(path).st_mtime)
-        except OSError:
-            continue
+    for rank, (when, node) in sorted(last_writes(ranks_dir).items()):
+        age = max(0.0, now - when)
         mark = " (quiet)" if age >= quiet_after else ""
         by_node.setdefault(node or "?", []).append(f"rank {rank} {age:.0f}s{mark}")
     return [f"  {node}: last output " + ", ".join(items) for node, items in sorted(by_node.items())]

@@ -33,6 +33,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from torchhpc.core.proc import Runner
+from torchhpc.errors import TorchHPCError
+
 __all__ = [
     "HANG_FILE",
     "HangWatch",
@@ -73,17 +76,15 @@ def quiet_for(ranks_dir: str, now: float, output: str = "") -> Optional[float]:
 
     Without per-rank files (the local scheduler's one combined log), the ``output`` file's.
     """
-    from torchhpc.schedulers.logs import rank_files
+    from torchhpc.schedulers.logs import last_writes
 
-    newest = None
-    paths = [p for _r, (p, _n) in rank_files(ranks_dir).items()] if os.path.isdir(ranks_dir) else []
-    for path in paths or ([output] if output else []):
+    times = [t for t, _node in last_writes(ranks_dir).values()] if os.path.isdir(ranks_dir) else []
+    if not times and output:
         try:
-            m = os.stat(path).st_mtime
+            times = [os.stat(output).st_mtime]
         except OSError:
-            continue
-        newest = m if newest is None else max(newest, m)
-    return None if newest is None else max(0.0, now - newest)
+            pass
+    return max(0.0, now - max(times)) if times else None
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -184,9 +185,13 @@ def probe(match: Mapping[str, str], host: str, sample_s: float = CPU_SAMPLE_S) -
     return out
 
 
+def collective(frames: Sequence[tuple[str, str, int]]) -> str:
+    """The torch.distributed call a stack waits in (a peer is late), or "" when it is in the user's own code."""
+    return next((fn for fn, path, _ln in frames if _COLLECTIVES.match(fn) and "torch/distributed" in path), "")
+
+
 def in_collective(frames: Sequence[tuple[str, str, int]]) -> bool:
-    """Whether a stack waits in a torch.distributed call (a peer is late), not in the user's own code."""
-    return any(_COLLECTIVES.match(fn) and "torch/distributed" in path for fn, path, _ln in frames)
+    return bool(collective(frames))
 
 
 def user_frame(frames: Sequence[tuple[str, str, int]]) -> str:
@@ -235,9 +240,8 @@ def render(v: HangVerdict, quiet_s: float) -> list[str]:
         for fn, path, ln in s.frames[:6]:
             lines.append(f"    {fn} ({path}:{ln})")
     if v.waiting:
-        lines.append(f"torchhpc: hang: ranks {format_ranks(v.waiting)} wait in "
-                     + ", ".join(sorted({next((fn for fn, p, _l in by_rank[r].frames if _COLLECTIVES.match(fn)
-                                                and 'torch/distributed' in p), '?') for r in v.waiting})))
+        calls = sorted({collective(by_rank[r].frames) for r in v.waiting})
+        lines.append(f"torchhpc: hang: ranks {format_ranks(v.waiting)} wait in " + ", ".join(calls))
     if v.note:
         lines.append(f"torchhpc: hang: {v.note}")
     return lines
@@ -260,19 +264,18 @@ def load(job_dir: str) -> Optional[dict[str, object]]:
 
 
 def probe_job(
-    here: bool, job_id: str, nnodes: int, env: Optional[Mapping[str, str]] = None,
-    notes: Optional[list[str]] = None,
+    here: bool, job_id: str, nnodes: int, runner: Optional[Runner] = None, notes: Optional[list[str]] = None,
 ) -> list[RankStack]:
     """Every node's probe for one job: through ``srun --overlap`` once per node (Slurm), or here (local).
 
-    ``env`` is the environment the scheduler's own commands run with (it names the cluster).
+    ``runner`` is the scheduler's own command runner (its environment names the cluster).
     """
     if here:  # the local scheduler's ranks are this machine's processes
         return probe({"TORCHELASTIC_RUN_ID": f"local-{job_id}"}, "localhost")
     argv = ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={nnodes}", f"--ntasks={nnodes}",
             "--ntasks-per-node=1", "--kill-on-bad-exit=0", sys.executable, "-m", "torchhpc.schedulers.hang",
             f"SLURM_JOB_ID={job_id}"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=dict(env) if env else None)
+    done = (runner or Runner()).run(argv, check=False, timeout=120)
     if done.returncode != 0 or not done.stdout.strip():
         detail = done.stderr.strip().splitlines()
         raise RuntimeError(f"the per-node probe ({' '.join(argv[:6])} ...) answered {done.returncode}: "
@@ -296,10 +299,10 @@ class HangWatch:
 
     def __init__(self, here: bool, job_id: str, timeout: float, on_hang: str, ranks_dir: str, job_dir: str,
                  nnodes: Callable[[], int], act: Callable[[str], None], say: Callable[[str], None],
-                 env: Optional[Mapping[str, str]] = None, output: str = "") -> None:
+                 runner: Optional[Runner] = None, output: str = "") -> None:
         self.here, self.job_id, self.timeout, self.on_hang = here, job_id, timeout, on_hang
         self.ranks_dir, self.job_dir, self.nnodes = ranks_dir, job_dir, nnodes
-        self.act, self.say, self.env, self.output = act, say, env, output
+        self.act, self.say, self.runner, self.output = act, say, runner, output
         self.fired = False
         self._next_probe = 0.0
 
@@ -312,8 +315,8 @@ class HangWatch:
             return None
         notes: list[str] = []
         try:
-            stacks = probe_job(self.here, self.job_id, self.nnodes(), self.env, notes)
-        except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+            stacks = probe_job(self.here, self.job_id, self.nnodes(), self.runner, notes)
+        except (RuntimeError, OSError, TorchHPCError) as e:
             self.say(f"torchhpc: hang: probe failed: {e}")
             stacks = []
         for n in notes:

@@ -42,6 +42,7 @@ __all__ = [
     "first_tracebacks",
     "format_ranks",
     "job_log",
+    "last_writes",
     "log_text",
     "parse_line",
     "parse_ranks",
@@ -148,6 +149,17 @@ def rank_files(ranks_dir: str) -> dict[int, tuple[str, str]]:
     return dict(sorted(found.items()))
 
 
+def last_writes(ranks_dir: str) -> dict[int, tuple[float, str]]:
+    """rank -> (when its file was last written, its node): the rank's last output line, or its death."""
+    out: dict[int, tuple[float, str]] = {}
+    for rank, (path, node) in rank_files(ranks_dir).items():
+        try:
+            out[rank] = (os.stat(path).st_mtime, node)
+        except OSError:
+            pass  # the file went away meanwhile
+    return out
+
+
 class _Tail:
     """Complete lines appended to one file since the last read (a partial line waits)."""
 
@@ -206,13 +218,7 @@ class JobLog:
 
     def failure_order(self) -> dict[int, float]:
         """When each rank's file was last written: a rank that died wrote its traceback last."""
-        times: dict[int, float] = {}
-        for rank, (path, _node) in rank_files(self.ranks_dir).items() if self.ranks_dir else ():
-            try:
-                times[rank] = os.stat(path).st_mtime
-            except OSError:
-                pass
-        return times
+        return {r: t for r, (t, _node) in last_writes(self.ranks_dir).items()} if self.ranks_dir else {}
 
     def nodes(self) -> dict[int, str]:
         return {r: n for r, (_p, n) in rank_files(self.ranks_dir).items()} if self.ranks_dir else {}
