@@ -37,7 +37,7 @@ from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.kube_io import KubeAPI, to_yaml
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pods import RDMA_ANNOTATION, k8s_name, normalized_options, pairs, volume_claims
-from torchhpc.schedulers.record import new_record, read_record, record_dir, save_record
+from torchhpc.schedulers.record import JobRecord, new_record, read_record, record_dir, save_record
 
 __all__ = ["GROUP_PATH", "KubeAPI", "KubernetesScheduler", "manifest", "status_from_job", "to_yaml"]
 
@@ -271,25 +271,24 @@ class KubernetesScheduler(Scheduler):
             raise SpecError(f"transport={transport!r} (from --opt) is not auto, kubectl or api")
         return transport == "kubectl" or (transport == "auto" and self.runner.which("kubectl") is not None)
 
-    def _locate(self, job_id: str) -> tuple[str, str, Any]:
+    def _locate(self, job_id: str) -> tuple[str, str, JobRecord]:
         """``ns/name`` or ``name`` (namespace from our record, else 'default')."""
         if "/" in job_id:
             ns, name = job_id.split("/", 1)
             rec = read_record(self.name, _job_name(name))
         else:
             name, rec = job_id, read_record(self.name, _job_name(job_id))
-            ns = str(rec.get("namespace") or "default")
+            ns = rec.namespace or "default"
         return check_dns_label(ns, "namespace (from the job id)"), name, rec
 
     @staticmethod
-    def _kind(rec: Any) -> str:
+    def _kind(rec: JobRecord) -> str:
         """The record's API; a record from before TrainJob (no 'api', but a namespace) is a PyTorchJob."""
-        api = str(rec.get("api") or ("pytorchjob" if rec.get("namespace") else "trainjob"))
+        api = str(rec.extra.get("api") or ("pytorchjob" if rec.namespace else "trainjob"))
         return api if api in APIS else "trainjob"
 
-    def _api(self, rec: Any) -> KubeAPI | None:
-        raw = rec.get("options")
-        opts = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+    def _api(self, rec: JobRecord) -> KubeAPI | None:
+        opts = rec.options
         return None if self._use_kubectl(opts) else KubeAPI.from_options(opts)
 
     def schedule(self, submission: Submission) -> str:
@@ -350,7 +349,7 @@ class KubernetesScheduler(Scheduler):
         """
         ns, name, rec = self._locate(job_id)
         if self._kind(rec) == "pytorchjob":
-            nodes = int(str(rec.get("nodes") or 1))
+            nodes = rec.nodes
             return [f"{name}-master-0", *(f"{name}-worker-{i}" for i in range(nodes - 1))]
         selector = f"{tj.JOBSET_LABEL}={name}"
         api = self._api(rec)
@@ -377,7 +376,7 @@ class KubernetesScheduler(Scheduler):
         container = APIS[self._kind(rec)][3]
         pods = self.pods(job_id)
         if rank is not None:
-            node = rank // max(1, int(str(rec.get("nproc_per_node") or 1)))
+            node = rank // max(1, rec.nproc_per_node)
             if node >= len(pods):
                 raise SchedulerError(f"rank {rank} is not in job {job_id} ({len(pods)} pods)")
             pods = [pods[node]]
@@ -397,12 +396,12 @@ class KubernetesScheduler(Scheduler):
         Listed per namespace our records name (``default`` without records), with
         each record's transport, so no cluster-wide permission is needed.
         """
-        where: dict[tuple[str, str], Any] = {}
+        where: dict[tuple[str, str], JobRecord] = {}
         for path in sorted(record_dir().glob(f"{self.name}-*.json")):
             rec = read_record(self.name, path.stem[len(self.name) + 1:])
-            where.setdefault((self._kind(rec), str(rec.get("namespace") or "default")), rec)
+            where.setdefault((self._kind(rec), rec.namespace or "default"), rec)
         if not where:
-            where[("trainjob", "default")] = {}
+            where[("trainjob", "default")] = JobRecord(self.name, "")
         out: list[JobStatus] = []
         selector = "app.kubernetes.io/managed-by=torchhpc"
         for (kind, ns), rec in sorted(where.items()):

@@ -59,13 +59,6 @@ class JobRecord:
     # keys this version does not know (a newer torchhpc's): kept, written back unchanged
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def get(self, key: str, default: Any = None) -> Any:
-        """A field, or a backend's own key kept in :attr:`extra`, by name (``default`` when unset)."""
-        if key in self.extra:
-            return self.extra[key]
-        value = getattr(self, key, None) if key != "extra" else None
-        return default if value in (None, "") else value
-
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> JobRecord:
         """A record as any version wrote it: unknown keys to :attr:`extra`, values to their field's type."""

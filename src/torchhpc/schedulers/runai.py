@@ -222,12 +222,12 @@ class RunAIScheduler(Scheduler):
 
     # talking to RunAI ----------------------------------------------------------
     def _project(self, job_id: str) -> list[str]:
-        project = read_record(self.name, job_id).get("project")
+        project = read_record(self.name, job_id).project
         return ["-p", str(project)] if project else []
 
     def _verb(self, verb: str, job_id: str) -> list[str]:
         """The lifecycle command of the CLI the job was submitted with (records without 'cli': v1)."""
-        cli = str(read_record(self.name, job_id).get("cli") or "v1")
+        cli = str(read_record(self.name, job_id).extra.get("cli") or "v1")
         return [*LIFECYCLE.get(cli, LIFECYCLE["v1"])[verb], job_id, *self._project(job_id)]
 
     def schedule(self, submission: Submission) -> str:
@@ -253,7 +253,7 @@ class RunAIScheduler(Scheduler):
         argv = self._verb("logs", job_id)
         if rank is not None:
             rec = read_record(self.name, job_id)
-            node = rank // max(1, int(str(rec.get("nproc_per_node", 1))))
+            node = rank // max(1, rec.nproc_per_node)
             argv += ["--pod", f"{job_id}-master-0" if node == 0 else f"{job_id}-worker-{node - 1}"]
         return self.runner.run(argv, timeout=120).stdout
 
