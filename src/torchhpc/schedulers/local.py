@@ -204,6 +204,7 @@ class LocalScheduler(Scheduler):
     supports_memory = False
     supports_cpus = False
     supports_cpus_per_gpu = False
+    supports_rank_probe = True
     runs_here = True
     OPTIONS = declare(
         Option("master_port", "fixed MASTER_PORT instead of a free one (or --env MASTER_PORT=...)", "int"),
