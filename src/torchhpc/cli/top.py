@@ -50,35 +50,45 @@ def _refuse(name: str) -> None:
 
 @json_errors
 def cmd_top(args: argparse.Namespace) -> int:
-    from torchhpc.diagnose.sample import DURATION_S, RATE_HZ
-
     name, job = parse_handle(args.job, args.scheduler)
     ranks, nodes = _filters(args)
-    if args.interval < DURATION_S + 0.5:
-        raise UsageError(f"--interval {args.interval:g}: each refresh samples for {DURATION_S}s",
-                         f"give --interval {DURATION_S + 1} or more")
+    if not args.interval >= 0.5:
+        raise UsageError(f"--interval {args.interval:g}: refreshing more often than twice a second shows nothing new",
+                         "give --interval 0.5 or more (default 2)")
     _refuse(name)
     sched = get_scheduler(name)
     here = type(sched).runs_here
     if args.dry_run:
-        where = "in this process (/proc and py-spy on this machine)" if here else (
-            f"srun --overlap --jobid={job} --ntasks-per-node=1 {sys.executable} -m torchhpc.diagnose.sample "
-            f"--duration {DURATION_S} --rate {RATE_HZ} SLURM_JOB_ID={job}")
-        print(f"torchhpc top {name}:{job}: per refresh, once per node: {where}")
+        from torchhpc.core.shell import join
+        from torchhpc.diagnose.live import stream_argv
+        from torchhpc.diagnose.top import sample_argv
+
+        print(f"# torchhpc top {name}:{job}: nothing runs on a dry run; NODES: the job's nodes when it runs")
+        if here:
+            print("# --once: in this process (/proc and py-spy on this machine)")
+        else:
+            print("# --once, one task per node:")
+            print(join(sample_argv(job, ["NODES"])))
+        print("# live, one stream per node for the session:")
+        print(join(stream_argv(here, job, ["NODES"], args.interval)))
         return 0
     once = args.once or args.json
-    while True:
-        rows, line = _look(sched, name, job, ranks, nodes)
-        if args.json:
-            print(json.dumps([r.to_json() for r in rows]))
-            return 0
-        _show(line, rows, clear=not once and sys.stdout.isatty())
-        if once or rows is None or line.endswith("ended"):
-            return 0
-        try:
-            time.sleep(max(0.0, args.interval - DURATION_S))
-        except KeyboardInterrupt:
-            return 0
+    live: Any = None
+    try:
+        while True:
+            rows, line, live = _look(sched, name, job, ranks, nodes, None if once else (live or True), args.interval)
+            if args.json:
+                print(json.dumps([r.to_json() for r in rows]))
+                return 0
+            _show(line, rows, clear=not once and sys.stdout.isatty())
+            if once or line.endswith("ended"):
+                return 0
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if live not in (None, True):
+            live.close()
 
 
 def _show(line: str, rows: Any, clear: bool) -> None:
@@ -89,19 +99,23 @@ def _show(line: str, rows: Any, clear: bool) -> None:
     sys.stdout.flush()
 
 
-def _look(sched: Any, name: str, job: str, ranks: Optional[list[int]], nodes: Optional[list[str]]) -> tuple[Any, str]:
-    """(the rows, the title line); the rows are [] while the job waits or after it ended."""
+def _look(sched: Any, name: str, job: str, ranks: Optional[list[int]], nodes: Optional[list[str]],
+          live: Any, every: float) -> tuple[Any, str, Any]:
+    """(the rows, the title line, the live probe); the rows are [] while the job waits or after it ended.
+
+    ``live`` None: one look (``--once``); True: start the per-node stream; else the stream to read."""
     from torchhpc.core.hostlist import expand
+    from torchhpc.diagnose.live import LiveProbe, stream_argv
     from torchhpc.diagnose.top import gather, probe_nodes
     from torchhpc.schedulers.logs import job_log, task_record
 
     st = sched.status(job)
     title = f"{name}:{job} {st.state}" + (f" elapsed {st.elapsed}" if st.elapsed else "")
     if st.terminal:
-        return [], title + ": ended"
+        return [], title + ": ended", live
     if st.state != "RUNNING":
         reason = f" ({st.reason})" if st.reason and st.reason not in ("None", "(null)") else ""
-        return [], f"{title}{reason}: no rank runs yet"
+        return [], f"{title}{reason}: no rank runs yet", live
     here = type(sched).runs_here
     on = ["localhost"] if here else expand(st.nodes)
     if nodes is not None:
@@ -109,16 +123,21 @@ def _look(sched: Any, name: str, job: str, ranks: Optional[list[int]], nodes: Op
         if not on:
             raise UsageError(f"--node: none of {','.join(nodes)} is a node of {name}:{job} ({st.nodes})",
                              "give nodes the job runs on (torchhpc status shows them)")
+    runner = getattr(sched, "runner", None)
+    if live is None:
+        try:
+            samples = probe_nodes(here, job, on, runner)
+        except RuntimeError as e:
+            raise SchedulerError(str(e), "is the job still running? `torchhpc status` says") from None
+    else:
+        if live is True or not live.alive():
+            live = LiveProbe(stream_argv(here, job, on, every), None if runner is None else runner.env)
+        samples = live.latest(wait_s=30.0)
     rec = task_record(name, job)
-    notes: list[str] = []
-    try:
-        samples = probe_nodes(here, job, on, getattr(sched, "runner", None), notes=notes)
-    except RuntimeError as e:
-        raise SchedulerError(str(e), "is the job still running? `torchhpc status` says") from None
     world = rec.nodes * rec.nproc_per_node if rec.job_id and nodes is None else None
     rows = gather(samples, job_log(name, job), world)
     if nodes is not None and not here:
         rows = [r for r in rows if r.host in nodes]
     if ranks is not None:
         rows = [r for r in rows if r.rank in set(ranks)]
-    return rows, title
+    return rows, title, live

@@ -71,7 +71,8 @@ def _state_rss(pid: int) -> tuple[str, float]:
 
 def parse_raw(text: str) -> tuple[int, int, Counter[str]]:
     """``py-spy record --format raw`` (collapsed stacks: ``frame;frame;... COUNT``, outermost first)
-    -> (samples, samples in a collective, collective -> samples), of the main thread only."""
+    -> (samples, samples in a collective, collective -> samples), of the main thread only, and
+    leaving out start-up (imports and ``init_process_group``): the share is the training loop's."""
     total = inside = 0
     calls: Counter[str] = Counter()
     for line in text.splitlines():
@@ -81,6 +82,8 @@ def parse_raw(text: str) -> tuple[int, int, Counter[str]]:
         parts = stack.split(";")
         if parts[0].split(" (")[0].endswith("_bootstrap") and "threading.py" in parts[0]:
             continue  # a thread the rank started (tqdm's monitor, a data loader): not its main loop
+        if any(p.startswith("init_process_group ") or "<frozen importlib" in p for p in parts):
+            continue  # start-up (imports, the rendezvous): every rank waits for the slowest starter there
         frames = []
         for part in reversed(parts):  # innermost first, as collective() reads them
             fn, _, where = part.partition(" (")

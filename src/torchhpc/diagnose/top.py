@@ -29,7 +29,7 @@ from torchhpc.core.proc import Runner
 from torchhpc.diagnose.progress import parse_progress, read_tail
 from torchhpc.diagnose.sample import DURATION_S, RATE_HZ, RankSample, sample
 
-__all__ = ["FOLD_AT", "MIN_GAP", "MIN_SAMPLES", "RankRow", "gather", "probe_nodes", "stragglers"]
+__all__ = ["FOLD_AT", "MIN_GAP", "MIN_SAMPLES", "RankRow", "gather", "probe_nodes", "sample_argv", "stragglers"]
 
 MIN_SAMPLES = 10  # fewer stack samples than this say nothing about a rank's share
 MIN_GAP = 20.0  # percentage points below the median a straggler must be, at least
@@ -71,15 +71,20 @@ def stragglers(shares: dict[int, float], samples: dict[int, int]) -> set[int]:
     return {r for r, s in known.items() if s < median / 2 and median - s >= MIN_GAP}
 
 
+def sample_argv(job_id: str, nodes: Sequence[str], duration: int = DURATION_S, rate: int = RATE_HZ) -> list[str]:
+    """One look at every node of a Slurm job: one task per node, inside the job's allocation."""
+    n = len(nodes)
+    return ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
+            "--kill-on-bad-exit=0", "--quiet", f"--nodelist={','.join(nodes)}", sys.executable, "-m",
+            "torchhpc.diagnose.sample", "--duration", str(duration), "--rate", str(rate), f"SLURM_JOB_ID={job_id}"]
+
+
 def probe_nodes(here: bool, job_id: str, nodes: Sequence[str], runner: Optional[Runner] = None,
                 duration: int = DURATION_S, rate: int = RATE_HZ, notes: Optional[list[str]] = None) -> list[RankSample]:
     """The sample of every node of the job: in this process (local), or ``srun --overlap`` once per node."""
     if here:
         return sample({"TORCHELASTIC_RUN_ID": f"local-{job_id}"}, "localhost", duration, rate)
-    n = len(nodes)
-    argv = ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
-            "--kill-on-bad-exit=0", "--quiet", f"--nodelist={','.join(nodes)}", sys.executable, "-m",
-            "torchhpc.diagnose.sample", "--duration", str(duration), "--rate", str(rate), f"SLURM_JOB_ID={job_id}"]
+    argv = sample_argv(job_id, nodes, duration, rate)
     done = (runner or Runner()).run(argv, check=False, timeout=60 + duration)
     if done.returncode != 0 and not done.stdout.strip():
         detail = done.stderr.strip().splitlines()
@@ -191,8 +196,8 @@ def table(rows: Sequence[RankRow], fold: Optional[bool] = None) -> list[str]:
             cpu = [r.cpu_pct for r in rs if r.cpu_pct is not None]
             rss = [r.rss_mb for r in rs if r.rss_mb is not None]
             quiet = [r.quiet_s for r in rs if r.quiet_s is not None]
-            coll = [r.collective_pct for r in rs if r.collective_pct is not None]
-            span = f"{min(coll):.0f}-{max(coll):.0f}" if coll else "-"
+            shares = [r.collective_pct for r in rs if r.collective_pct is not None]
+            span = f"{min(shares):.0f}-{max(shares):.0f}" if shares else "-"
             slow = format_ranks(r.rank for r in rs if r.straggler) or "-"
             lines.append(f"{host[:10]:<10} {format_ranks(r.rank for r in rs)[:10]:<10} {states[:14]:<14} "
                          f"{_fmt(statistics.mean(cpu) if cpu else None):>5} {_fmt(sum(rss) if rss else None):>7} "
