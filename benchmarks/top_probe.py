@@ -75,12 +75,12 @@ def look(run_id: str, rate: int) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def stream(run_id: str, refreshes: int) -> tuple[float, float]:
+def stream(run_id: str, refreshes: int, rate: int) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of the live view's per-node stream over ``refreshes`` refreshes."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     subprocess.run([sys.executable, "-m", "torchhpc.diagnose.stream", "--every", str(REFRESH_S), "--count",
-                    str(refreshes), f"TORCHELASTIC_RUN_ID={run_id}"], capture_output=True, check=True)
+                    str(refreshes), "--rate", str(rate), f"TORCHELASTIC_RUN_ID={run_id}"], capture_output=True, check=True)
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
@@ -91,7 +91,8 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--rates", default="5,20", help="py-spy samples per second to compare (top's default: 20)")
-    ap.add_argument("--live-s", type=float, default=40.0, help="seconds of the live view's stream to measure")
+    ap.add_argument("--live-s", type=float, default=80.0, help="seconds of the live view's stream to measure")
+    ap.add_argument("--live-rates", default="5", help="the live stream's py-spy rates to measure (top's: 5)")
     args = ap.parse_args()
     rates = [int(x) for x in args.rates.split(",")]
     run_id = f"bench-top-{os.getpid()}"
@@ -117,7 +118,7 @@ def main() -> int:
                     cost[f"{rate} Hz"].append(cpu)
                     slow[f"{rate} Hz"].append(during / without if without else float("nan"))
                 cost["no rank found"].append(look("nothing-matches-this", rates[0]))
-            live = stream(run_id, int(args.live_s / REFRESH_S))
+            live = {int(r): stream(run_id, int(args.live_s / REFRESH_S), int(r)) for r in args.live_rates.split(",")}
         finally:
             for p in procs:
                 p.kill()
@@ -131,9 +132,9 @@ def main() -> int:
         r = f"{statistics.median(ratio):.3f} ({min(ratio):.2f}-{max(ratio):.2f})" if ratio else "-"
         print(f"  {key:<14} {statistics.median(vals):>8.3f} ({min(vals):.3f}-{max(vals):.3f}) "
               f"{statistics.median(pct):>8.2f} ({min(pct):.2f}-{max(pct):.2f}) {r:>26}")
-    cpu, wall = live
-    print(f"  {'live stream':<14} {cpu:>8.3f} CPU-s over {wall:.0f} s {100.0 * cpu / wall:>14.2f}  "
-          "(one process per node for the session; py-spy windows of 20 s)")
+    for rate, (cpu, wall) in live.items():
+        print(f"  {f'live {rate} Hz':<14} {cpu:>8.3f} CPU-s over {wall:.0f} s {100.0 * cpu / wall:>14.2f}  "
+              "(one stream per node for the session; py-spy windows of 20 s)")
     return 0
 
 

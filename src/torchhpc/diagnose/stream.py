@@ -9,7 +9,7 @@ node (one ``srun --overlap`` step that stays) and it prints a batch of JSON line
 * CPU % over the last interval, memory and state come from ``/proc`` each time (microseconds);
   the rank processes are found once and looked for again only when one is gone;
 * the collective share comes from one ``py-spy record`` per rank over a longer ``window``
-  (default 20 s: its start-up is what costs), restarted when it ends: each batch carries the
+  (default 20 s at 5 samples a second: py-spy's start and each sample cost CPU), restarted when it ends: each batch carries the
   latest finished window (the first ones last 1, 2, 4, 8, 16 s, so the first tables have shares);
 * GPU tools run once per window too (``nvidia-smi`` costs ~50 ms a call).
 
@@ -28,12 +28,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Optional, TextIO
 
-from torchhpc.diagnose.sample import RATE_HZ, RankSample, _gpus, _spy_start, _state_rss, parse_raw
+from torchhpc.diagnose.sample import RankSample, _gpus, _spy_start, _state_rss, parse_raw
 from torchhpc.schedulers.hang import _cpu_ticks, _py_spy, find_ranks
 
-__all__ = ["WINDOW_S", "watch"]
+__all__ = ["LIVE_RATE_HZ", "WINDOW_S", "watch"]
 
 WINDOW_S = 20  # seconds of stack samples per py-spy run in the live view (its start-up is the cost)
+LIVE_RATE_HZ = 5  # samples a second in the live view: 100 a window; each costs py-spy ~0.5 ms of CPU
 RESCAN_S = 30.0  # look for (re)started rank processes this often even when none is gone
 
 
@@ -66,7 +67,7 @@ class _Window:
                 p.stderr.close()
 
 
-def watch(match: Mapping[str, str], host: str, every: float = 2.0, window: int = WINDOW_S, rate: int = RATE_HZ,
+def watch(match: Mapping[str, str], host: str, every: float = 2.0, window: int = WINDOW_S, rate: int = LIVE_RATE_HZ,
           count: int = 0, out: Optional[TextIO] = None) -> int:
     """Print a batch every ``every`` seconds (``count`` batches; 0: until the output closes)."""
     stream = out or sys.stdout
@@ -124,7 +125,7 @@ def watch(match: Mapping[str, str], host: str, every: float = 2.0, window: int =
 def _main(argv: Sequence[str]) -> int:
     """``python -m torchhpc.diagnose.stream [--every S] [--window S] [--rate HZ] [--count N] KEY=VALUE...``"""
     args = list(argv)
-    opts = {"--every": 2.0, "--window": float(WINDOW_S), "--rate": float(RATE_HZ), "--count": 0.0}
+    opts = {"--every": 2.0, "--window": float(WINDOW_S), "--rate": float(LIVE_RATE_HZ), "--count": 0.0}
     for flag in list(opts):
         if flag in args:
             i = args.index(flag)
