@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from torchhpc.schedulers.hang import (
+from torchhpc.diagnose.hang import (
     RankStack,
     culprit,
     in_collective,

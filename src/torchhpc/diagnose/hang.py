@@ -76,7 +76,7 @@ def quiet_for(ranks_dir: str, now: float, output: str = "") -> Optional[float]:
 
     Without per-rank files (the local scheduler's one combined log), the ``output`` file's.
     """
-    from torchhpc.schedulers.logs import last_writes
+    from torchhpc.jobdir.logs import last_writes
 
     times = [t for t, _node in last_writes(ranks_dir).values()] if os.path.isdir(ranks_dir) else []
     if not times and output:
@@ -228,7 +228,7 @@ def culprit(stacks: Sequence[RankStack]) -> HangVerdict:
 
 def render(v: HangVerdict, quiet_s: float) -> list[str]:
     """The hang's lines for the user: culprit, its host and file:line, what the others do."""
-    from torchhpc.schedulers.logs import format_ranks
+    from torchhpc.jobdir.logs import format_ranks
 
     by_rank = {s.rank: s for s in v.stacks}
     lines = [f"torchhpc: hang: no rank printed for {quiet_s:.0f}s and no rank used CPU"]
@@ -273,7 +273,7 @@ def probe_job(
     if here:  # the local scheduler's ranks are this machine's processes
         return probe({"TORCHELASTIC_RUN_ID": f"local-{job_id}"}, "localhost")
     argv = ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={nnodes}", f"--ntasks={nnodes}",
-            "--ntasks-per-node=1", "--kill-on-bad-exit=0", sys.executable, "-m", "torchhpc.schedulers.hang",
+            "--ntasks-per-node=1", "--kill-on-bad-exit=0", sys.executable, "-m", "torchhpc.diagnose.hang",
             f"SLURM_JOB_ID={job_id}"]
     done = (runner or Runner()).run(argv, check=False, timeout=120)
     if done.returncode != 0 or not done.stdout.strip():
@@ -336,7 +336,7 @@ class HangWatch:
 
 
 def _main(argv: Sequence[str]) -> int:
-    """``python -m torchhpc.schedulers.hang KEY=VALUE...``: probe this node, print JSON lines."""
+    """``python -m torchhpc.diagnose.hang KEY=VALUE...``: probe this node, print JSON lines."""
     match = dict(a.split("=", 1) for a in argv if "=" in a)
     host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     if "SLURM_JOB_ID" in match and os.environ.get("SLURMD_NODENAME"):
