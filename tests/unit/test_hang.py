@@ -11,14 +11,13 @@ import time
 from pathlib import Path
 
 from torchhpc.diagnose.hang import (
-    RankStack,
     culprit,
     in_collective,
-    parse_py_spy,
     quiet_for,
     render,
     user_frame,
 )
+from torchhpc.diagnose.probe import RankStack, parse_py_spy
 
 WAITING = """Process 4242: /opt/venv/bin/python planted_hang.py 3
 Python v3.11.7 (/usr/bin/python3.11)
