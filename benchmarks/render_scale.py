@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from torchhpc.schedulers.slurm.slurm.slurm import SlurmScheduler
+from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
 from torchhpc.core.hostlist import compress, expand
 from torchhpc.core.proc import FakeRunner
