@@ -21,13 +21,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from torchhpc.schedulers.slurm.slurm import SlurmScheduler
-
 from torchhpc.core.hostlist import compress, expand
 from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.env import detect, tasks_per_node
 from torchhpc.launchers.task import task_argv
+from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
 NODES = "gpu[0001-1024]"
 HETERO = "4(x1000),2(x24)"
