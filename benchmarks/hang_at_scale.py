@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -68,6 +67,7 @@ def main() -> int:
         if m:
             job = m.group(1)
             break
+    threading.Thread(target=proc.stdout.read, daemon=True).start()  # keep draining: the log comes at the end
     print(f"# {world} ranks on {args.nodes} nodes, job slurm:{job}, hang timeout {args.hang_timeout:g} s", flush=True)
     up_at = None
     top: dict[str, object] = {}
@@ -94,7 +94,8 @@ def main() -> int:
         after = seen["named"] - seen["last_write"] - args.hang_timeout
         print(f"hang named {after:.1f} s after the timeout (last output line + {args.hang_timeout:g} s)")
     else:
-        print("the hang was not named")
+        print("the hang was not named; the command's last lines:")
+        print("".join(err_lines[-30:]))
     print("".join(ln for ln in err_lines if "torchhpc: hang:" in ln or "Error" in ln)[-2000:])
     print(f"total {time.monotonic() - t0:.0f} s; job directory {out}")
     return 0

@@ -164,3 +164,38 @@ def test_progress_bar_redraws_reach_the_local_log() -> None:
     os.close(w)
     with os.fdopen(r, "rb") as pipe:
         assert list(_pieces(pipe)) == [b"up\n", b"\r", b" 10%|#  | 1/10\r", b" 20%|## | 2/10\r", b"done\r\n"]
+
+
+def test_probe_lines_stay_whole_through_srun() -> None:
+    from torchhpc.diagnose.probe import LINE_MAX, RankStack, line_of
+
+    frames = tuple((f"_find_and_load_{i}", "<frozen importlib._bootstrap>", 1176) for i in range(60))
+    text = line_of(RankStack(3, "node2", 42, 0.04, (("all_reduce", "torch/distributed/c10d.py", 9), *frames)))
+    d = json.loads(text)
+    assert len(text) <= LINE_MAX and d["frames"][0] == ["all_reduce", "torch/distributed/c10d.py", 9]
+    assert 0 < len(d["frames"]) < 61
+    for s in (RankSample(0, "n", 1, "sleeping", 1.0, 2.0, 40, 30, {"all_reduce": 30}, error="x" * 5000),):
+        from dataclasses import asdict
+
+        assert len(json.dumps(asdict(s) | {"error": s.error[:300]})) <= LINE_MAX
+
+
+def test_a_rank_still_importing_is_not_a_hang(tmp_path: Path) -> None:
+    from torchhpc.diagnose import hang
+    from torchhpc.diagnose.probe import RankStack
+
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    (ranks / "rank-0@n1.log").write_text("")
+    importing = (("_find_and_load", "<frozen importlib._bootstrap>", 1176), ("<module>", "train.py", 1))
+    stacks = [RankStack(0, "n1", 1, 0.03, importing)]
+    acted: list[str] = []
+    watch = hang.HangWatch(False, "1", 5.0, "cancel", str(ranks), str(tmp_path), lambda: 1, acted.append,
+                           lambda _line: None)
+    real = hang.probe_job
+    hang.probe_job = lambda *a, **k: stacks  # type: ignore[assignment]
+    try:
+        assert watch.check("RUNNING", now=(ranks / "rank-0@n1.log").stat().st_mtime + 60) is None
+    finally:
+        hang.probe_job = real  # type: ignore[assignment]
+    assert not acted and not watch.fired

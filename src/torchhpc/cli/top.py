@@ -107,7 +107,7 @@ def _look(sched: Any, name: str, job: str, ranks: Optional[list[int]], nodes: Op
     from torchhpc.core.hostlist import expand
     from torchhpc.diagnose.live import LiveProbe, stream_argv
     from torchhpc.diagnose.top import gather, probe_nodes
-    from torchhpc.schedulers.logs import job_log, task_record
+    from torchhpc.jobdir.logs import job_log, task_record
 
     st = sched.status(job)
     title = f"{name}:{job} {st.state}" + (f" elapsed {st.elapsed}" if st.elapsed else "")

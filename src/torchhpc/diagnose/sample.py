@@ -2,7 +2,7 @@
 
 Run once per node per refresh (``srun --overlap`` into the allocation on Slurm; in-process for
 the local scheduler), it finds the job's rank processes in ``/proc`` as the hang watch does
-(:func:`torchhpc.diagnose.hang.find_ranks`), and over ``duration`` seconds:
+(:func:`torchhpc.diagnose.probe.find_ranks`), and over ``duration`` seconds:
 
 * reads each rank's CPU time before and after (``/proc/PID/stat``) and its resident memory
   (``/proc/PID/statm``);
@@ -31,7 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from torchhpc.schedulers.hang import _cpu_ticks, _environ, _py_spy, collective, find_ranks
+from torchhpc.diagnose.hang import collective
+from torchhpc.diagnose.probe import _cpu_ticks, _environ, _py_spy, find_ranks
 
 __all__ = ["RankSample", "gpu_by_pid", "parse_raw", "sample"]
 
@@ -228,7 +229,7 @@ def _main(argv: Sequence[str]) -> int:
         match["SLURMD_NODENAME"] = os.environ["SLURMD_NODENAME"]  # /proc may show other nodes' ranks
     found = sample(match, host, duration, rate)
     for s in found:
-        print(json.dumps(asdict(s)), flush=True)
+        print(json.dumps(asdict(s) | {"error": s.error[:300]}), flush=True)  # one line, whole through srun
     if not found:
         print(f"torchhpc: top: no rank process of the job on {host}", file=sys.stderr, flush=True)
     return 0

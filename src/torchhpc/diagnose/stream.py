@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Optional, TextIO
 
+from torchhpc.diagnose.probe import _cpu_ticks, _py_spy, find_ranks
 from torchhpc.diagnose.sample import RankSample, _gpus, _spy_start, _state_rss, parse_raw
-from torchhpc.schedulers.hang import _cpu_ticks, _py_spy, find_ranks
 
 __all__ = ["LIVE_RATE_HZ", "WINDOW_S", "watch"]
 
@@ -108,7 +108,7 @@ def watch(match: Mapping[str, str], host: str, every: float = 2.0, window: int =
                     error = "" if spy else "py-spy is not installed here (pip install py-spy): no collective share"
                     s = RankSample(r, host, p, state, round(cpu, 1), round(rss, 1), total, inside, dict(calls),
                                    util, mem, error)
-                    lines.append(json.dumps(asdict(s)))
+                    lines.append(json.dumps(asdict(s) | {"error": s.error[:300]}))  # whole through srun
                 lines.append(json.dumps({"batch": batch, "host": host}))
                 stream.write("\n".join(lines) + "\n")
                 stream.flush()

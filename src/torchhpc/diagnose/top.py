@@ -103,7 +103,7 @@ def probe_nodes(here: bool, job_id: str, nodes: Sequence[str], runner: Optional[
 
 def _quiet_and_progress(log: Any, now: float) -> tuple[dict[int, tuple[float, str]], dict[int, str]]:
     """rank -> (last write, node), and rank -> the tail of its output, from the job's log files."""
-    from torchhpc.schedulers.logs import last_writes, rank_files
+    from torchhpc.jobdir.logs import last_writes, rank_files
 
     if log is None:
         return {}, {}
@@ -174,7 +174,7 @@ def progress_text(p: Optional[dict[str, Any]]) -> str:
 
 def table(rows: Sequence[RankRow], fold: Optional[bool] = None) -> list[str]:
     """The table ``top`` prints: per rank, or (more than :data:`FOLD_AT` ranks) per node."""
-    from torchhpc.schedulers.logs import format_ranks
+    from torchhpc.jobdir.logs import format_ranks
 
     fold = len(rows) > FOLD_AT if fold is None else fold
     if not fold:
@@ -204,7 +204,7 @@ def table(rows: Sequence[RankRow], fold: Optional[bool] = None) -> list[str]:
                          f"{_fmt(max(quiet) if quiet else None):>5} {span:>9}  {slow}")
     flagged = [r for r in rows if r.straggler]
     if flagged:
-        from torchhpc.schedulers.logs import format_ranks as fr
+        from torchhpc.jobdir.logs import format_ranks as fr
 
         lines.append(f"straggler: rank {fr(r.rank for r in flagged)} (in collectives far less than the median rank: "
                      "the others wait for it)")
