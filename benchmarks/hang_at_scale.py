@@ -7,8 +7,8 @@ all_reduce every other rank waits in) as ``--nodes N --nproc-per-node P --launch
 * **named after the timeout**: from the moment the last rank output line is T seconds old to the
   first ``torchhpc: hang:`` line (the probe of every node, the stacks read, the verdict);
 * **top --once**: while the job hangs, once every rank is up, how long ``torchhpc top JOB --once
-  --json`` takes and whether it lists every rank (with the hang, no rank is flagged as straggler:
-  all but one wait, the one asleep waits too: a hang is not a straggler);
+  --json`` takes, whether it lists every rank, and whom it flags (the hung rank: it is the one
+  rank not in a collective while the others wait in one);
 * where the time goes: job start to every rank up, and the probe's own duration.
 
 Run (with a dev cluster of at least N nodes up):
@@ -37,6 +37,7 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=32)
     ap.add_argument("--nproc-per-node", type=int, default=4)
     ap.add_argument("--hang-timeout", type=float, default=30.0)
+    ap.add_argument("--skip-top", action="store_true", help="measure the hang watch alone (top's probes take memory too)")
     args = ap.parse_args()
     world = args.nodes * args.nproc_per_node
     out = Path(tempfile.mkdtemp(prefix="hang-scale-"))
@@ -76,6 +77,8 @@ def main() -> int:
         if up_at is None and ups >= world:
             up_at = time.monotonic()
             print(f"every rank up {up_at - t0:.0f} s after submit", flush=True)
+            if args.skip_top:
+                continue
             s = time.monotonic()
             r = subprocess.run([sys.executable, "-m", "torchhpc", "top", f"slurm:{job}", "--once", "--json"],
                                capture_output=True, text=True, timeout=300)
