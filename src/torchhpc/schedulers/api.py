@@ -19,6 +19,7 @@ from torchhpc.core.shell import join, quote
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import JobFailed, TorchHPCError
 from torchhpc.jobdir.files import Written
+from torchhpc.schedulers.capabilities import check
 from torchhpc.schedulers.options import Option, with_defaults
 from torchhpc.schedulers.options import resolve as resolve_options
 
@@ -70,21 +71,6 @@ class Submission:
         parts.append(join(self.argv) + (" < " + quote(self.script_path) if self.stdin and self.script_path else ""))
         parts.extend(f"# note: {n}" for n in self.notes)
         return "\n".join(parts) + "\n"
-
-
-def _checked_render(render: Callable[[Scheduler, JobSpec], Submission]) -> Callable[[Scheduler, JobSpec], Submission]:
-    """``render`` after the capability check: the converted spec is rendered, its notes join the dry run's."""
-    import functools
-
-    @functools.wraps(render)
-    def checked(self: Scheduler, spec: JobSpec) -> Submission:
-        spec, notes = self.supported(spec)
-        sub = render(self, spec)
-        extra = tuple(n for n in notes if n not in sub.notes)
-        return replace(sub, notes=(*sub.notes, *extra)) if extra else sub
-
-    checked._checks_capabilities = True  # type: ignore[attr-defined]
-    return checked
 
 
 @dataclass
@@ -164,9 +150,9 @@ class Scheduler(ABC):
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("render")
-        if own is not None and not getattr(own, "_checks_capabilities", False):
-            setattr(cls, "render", _checked_render(own))  # noqa: B010 (mypy refuses assigning a method)
+        # render is the template method: a backend that overrode it would skip the capability check
+        if "render" in cls.__dict__:
+            raise TypeError(f"{cls.__name__} overrides Scheduler.render: implement _render, its hook, instead")
 
     def target(self) -> Optional[str]:
         """One line saying where jobs go when that is not the site's own scheduler (a dev cluster), else None.
@@ -177,8 +163,6 @@ class Scheduler(ABC):
 
     def supported(self, spec: JobSpec) -> tuple[JobSpec, tuple[str, ...]]:
         """``spec`` as this scheduler can run it, with a note per conversion; refusals raise (see capabilities)."""
-        from torchhpc.schedulers.capabilities import check
-
         return check(self, spec)
 
     def __init__(self, runner: Runner | None = None) -> None:
@@ -196,8 +180,20 @@ class Scheduler(ABC):
         :class:`~torchhpc.schedulers.options.Option`, never again where it is used."""
         return with_defaults(self.OPTIONS.values(), self.checked_options(spec, given))
 
+    def render(self, spec: JobSpec) -> Submission:
+        """What would be submitted for ``spec``: the capability check, then the backend's :meth:`_render`.
+
+        A template method, so that no backend and no caller can skip the check: the spec the
+        backend renders is the converted one, and the conversions' notes join the dry run's.
+        """
+        spec, notes = self.supported(spec)
+        sub = self._render(spec)
+        extra = tuple(n for n in notes if n not in sub.notes)
+        return replace(sub, notes=(*sub.notes, *extra)) if extra else sub
+
     @abstractmethod
-    def render(self, spec: JobSpec) -> Submission: ...
+    def _render(self, spec: JobSpec) -> Submission:
+        """The backend's hook: ``spec`` (already checked and converted) as an inert :class:`Submission`."""
 
     @abstractmethod
     def schedule(self, submission: Submission) -> str:

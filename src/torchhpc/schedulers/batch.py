@@ -467,7 +467,7 @@ class BatchScheduler(Scheduler):
         ]
 
     # -- submission ----------------------------------------------------------------
-    def render(self, spec: JobSpec) -> Submission:
+    def _render(self, spec: JobSpec) -> Submission:
         script = self.render_script(spec)
         path = script_path(spec, self.suffix)
         return Submission(

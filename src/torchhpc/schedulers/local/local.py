@@ -214,7 +214,7 @@ class LocalScheduler(Scheduler):
     # Runs finished by schedule() in this process, by run id (class-wide: get_scheduler makes new instances).
     _finished: ClassVar[dict[str, JobStatus]] = {}
 
-    def render(self, spec: JobSpec) -> Submission:
+    def _render(self, spec: JobSpec) -> Submission:
         _check(spec)
         argv = worker_argv(spec)
         fixed = self._fixed(spec)

@@ -189,7 +189,7 @@ class RunAIScheduler(Scheduler):
         argv += ["--", "bash", "-c", second_layer(pod_command(spec.with_(options=tuple(opts.items())), python))]
         return argv
 
-    def render(self, spec: JobSpec) -> Submission:
+    def _render(self, spec: JobSpec) -> Submission:
         from torchhpc.core.array import refuse_array
 
         refuse_array(self.name, spec.array)
