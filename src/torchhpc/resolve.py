@@ -194,7 +194,7 @@ def build_spec(
     user_env = values.get("env") or ()
     job_env.update(env_pairs(user_env))
 
-    if scheduler in ("kubernetes", "runai") and values.get("bind") and not values.get("container"):
+    if _declared(scheduler, "runs_in_pods", False) and values.get("bind") and not values.get("container"):
         # Pods take --image, not --container: --bind CLAIM:/path (a PVC) still reaches the scheduler, never dropped.
         options.setdefault("bind", ",".join(values["bind"]))
     try:

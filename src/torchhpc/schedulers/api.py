@@ -217,6 +217,42 @@ class Scheduler(ABC):
     def list_jobs(self) -> list[JobStatus]:
         return []
 
+    # -- questions only the backend can answer (callers ask these instead of comparing names) --------
+    accepts_nodelist: ClassVar[bool] = False  # jobs can be pinned to named nodes (Slurm's --nodelist)
+
+    def preflight(self, spec: JobSpec) -> None:
+        """Checks against the live cluster before submitting (Slurm: the GPUs per node its partition has).
+
+        Raises :class:`~torchhpc.errors.SpecError` for a job that could never start; a check that
+        cannot be asked (no client command here) passes, and the submit command judges.
+        """
+        return None
+
+    def task_id(self, job_id: str, task: int) -> str | None:
+        """The id this scheduler knows array task ``task`` of ``job_id`` by, or None when a task has none of its own."""
+        return None
+
+    def requeue(self, job_id: str) -> None:
+        """Put a running job back in the queue (its script runs again); cancelled where that cannot be done."""
+        self.cancel(job_id)
+
+    def node_command(self, job_id: str, nnodes: int, argv: list[str]) -> list[str] | None:
+        """The command that runs ``argv`` once on every node of a running job (the hang probe), or None
+        when this scheduler cannot reach its nodes (a local job's ranks are this machine's processes)."""
+        return None
+
+    def rank_match(self, job_id: str) -> dict[str, str]:
+        """Environment items that mark the processes of ``job_id``'s ranks on a node, for the hang probe."""
+        return {}
+
+    def node_names(self) -> list[str]:
+        """The cluster's node names, to reject a typo before anything is queued ([]: cannot be asked)."""
+        return []
+
+    def allocation_nodes(self, env: Mapping[str, str]) -> list[str] | None:
+        """The nodes of the allocation this process runs in (``env`` is its environment), or None."""
+        return None
+
     def wait(
         self,
         job_id: str,

@@ -97,8 +97,7 @@ RULES: tuple[Rule, ...] = (
         "--time", "supports_time_limit", lambda s: s.time is not None,
         refuse=lambda n, s: (
             f"--time {s.time}: the {n} scheduler has no wall-time limit",
-            "drop --time" + (" (wrap the command in `timeout` to bound a local run)" if n == "local" else "")
-            + ", or pick --scheduler slurm, pbs or kubernetes",
+            "drop --time (wrap the command in `timeout` to bound it), or pick --scheduler slurm, pbs or kubernetes",
         ),
         otherwise="refused",
     ),
