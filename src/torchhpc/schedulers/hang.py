@@ -265,15 +265,17 @@ def load(job_dir: str) -> Optional[dict[str, object]]:
 
 def probe_job(
     here: bool, job_id: str, nnodes: int, runner: Optional[Runner] = None, notes: Optional[list[str]] = None,
+    nodelist: str = "",
 ) -> list[RankStack]:
     """Every node's probe for one job: through ``srun --overlap`` once per node (Slurm), or here (local).
 
-    ``runner`` is the scheduler's own command runner (its environment names the cluster).
+    ``runner`` is the scheduler's own command runner (its environment names the cluster); ``nodelist``
+    names the nodes to probe (the in-allocation supervisor's step nodes), else any ``nnodes`` of the job.
     """
     if here:  # the local scheduler's ranks are this machine's processes
         return probe({"TORCHELASTIC_RUN_ID": f"local-{job_id}"}, "localhost")
     argv = ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={nnodes}", f"--ntasks={nnodes}",
-            "--ntasks-per-node=1", "--kill-on-bad-exit=0", sys.executable, "-m", "torchhpc.schedulers.hang",
+            "--ntasks-per-node=1", "--kill-on-bad-exit=0", *([f"--nodelist={nodelist}"] if nodelist else []), sys.executable, "-m", "torchhpc.schedulers.hang",
             f"SLURM_JOB_ID={job_id}"]
     done = (runner or Runner()).run(argv, check=False, timeout=120)
     if done.returncode != 0 or not done.stdout.strip():
