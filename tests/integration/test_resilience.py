@@ -110,3 +110,87 @@ def test_node_loss_with_a_spare_completes_on_its_own(
     assert again <= EVERY, f"{again} steps done twice"
     starts = [t for kind, _s, r, t in events(text) if kind == "step" and r == 1]
     report(f"spare-{launcher}", fault_to_second_attempt_first_step_s=min(starts) - t_fault, steps_done_twice=again)
+
+
+HANG = str(REPO / "tests" / "integration" / "scripts" / "planted_hang.py")
+FAULT = str(REPO / "tests" / "integration" / "scripts" / "planted_fault.py")
+
+
+def run_plain(cluster: Any, out: Path, name: str, flags: list[str], program: list[str]) -> str:
+    """``torchhpc run --scheduler slurm`` without --wait; the job id."""
+    out.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([sys.executable, "-m", "torchhpc", "run", "--scheduler", "slurm", "--launcher", "srun",
+                           "--name", name, "--output-dir", str(out), *flags, *program],
+                          env=cluster.client_env(), cwd=out, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    m = re.search(r"Submitted slurm:(\d+)", done.stdout)
+    assert m, done.stdout
+    return m.group(1)
+
+
+def torchhpc_out(cluster: Any, *args: str, cwd: Path) -> str:
+    done = subprocess.run([sys.executable, "-m", "torchhpc", *args], env=cluster.client_env(), cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+    return done.stdout + done.stderr
+
+
+def test_a_repeating_hang_ends_with_the_hang_verdict_after_two_attempts(
+    slurm_cluster: Any, slurm: SlurmClient, tmp_path: Path
+) -> None:
+    """Rank 3 sleeps before the all_reduce the others wait in, in every attempt: the supervisor (no
+    client attached) catches it after 20 quiet seconds, runs the second attempt, and ends the job
+    with the hang verdict after exactly two."""
+    job = run_plain(slurm_cluster, tmp_path, "hang", ["-N", "2", "--nproc-per-node", "2", "--hang-timeout", "20",
+                                                       "--max-restarts", "1"], [HANG, "3"])
+    info = slurm.wait(job, timeout=600)
+    tries = attempts(tmp_path, "hang", job)
+    assert info["JobState"] == "FAILED", info
+    assert [a["class"] for a in tries] == ["hang", "hang"], tries
+    assert tries[0]["rank"] == 3, tries
+    said = torchhpc_out(slurm_cluster, "diagnose", f"slurm:{job}", cwd=tmp_path)
+    assert "diagnosis: hang" in said and "rank 3" in said, said
+    report("hang", attempts=len(tries), first_attempt_s=tries[0]["ended"] - tries[0]["started"])
+
+
+def test_a_user_exception_is_never_restarted(slurm_cluster: Any, slurm: SlurmClient, tmp_path: Path) -> None:
+    """Rank 1 raises: with --max-restarts 3 there is exactly one attempt, and the verdict names rank 1."""
+    job = run_plain(slurm_cluster, tmp_path, "exc", ["-N", "2", "--nproc-per-node", "2", "--max-restarts", "3"],
+                    [FAULT, "raise", "1"])
+    info = slurm.wait(job, timeout=300)
+    tries = attempts(tmp_path, "exc", job)
+    assert info["JobState"] == "FAILED", info
+    assert [(a["class"], a["rank"]) for a in tries] == [("user-exception", 1)], tries
+    said = torchhpc_out(slurm_cluster, "diagnose", f"slurm:{job}", cwd=tmp_path)
+    assert "user-exception" in said and "rank 1" in said, said
+    shown = json.loads(torchhpc_out(slurm_cluster, "status", f"slurm:{job}", "--json", cwd=tmp_path))
+    assert [a["class"] for a in shown["attempts"]] == ["user-exception"], shown
+
+
+def test_node_loss_without_spares_requeues_without_the_node(
+    slurm_cluster: Any, slurm: SlurmClient, reference: Path, tmp_path: Path
+) -> None:
+    """No spare: the supervisor requeues the job with the failed node excluded; the requeued job
+    runs on other nodes, resumes from the checkpoint and completes with the uninterrupted run's parameters."""
+    name = "requeue"
+    job = submit(slurm_cluster, tmp_path, name, ["-N", "2", "--nproc-per-node", "2", "--launcher", "srun",
+                                                  "--requeue", "--max-restarts", "1"], [*TRAIN, "--sleep", "0.1"],
+                 launcher="srun")
+    hosts = slurm.run(["scontrol", "show", "hostnames", wait_until(
+        lambda: slurm.job(job).get("NodeList") if slurm.job(job).get("JobState") == "RUNNING" else None,
+        120, "the job to start")]).stdout.split()
+    victim = hosts[1]
+    wait_until(lambda: rank0_step(tmp_path, name, job) > FAULT_AFTER, 240, f"step {FAULT_AFTER}", every=0.1)
+    try:
+        devcluster(slurm_cluster, "fail", victim)
+        wait_until(lambda: int(slurm.job(job).get("Restarts", "0") or 0) >= 1, 120, "the requeue")
+        assert victim in slurm.job(job).get("ExcNodeList", ""), slurm.job(job)
+        info = slurm.wait(job, timeout=400)
+    finally:
+        devcluster(slurm_cluster, "revive", victim)
+    text = log_of(tmp_path, name, job)
+    assert info["JobState"] == "COMPLETED", text[-3000:]
+    tries = attempts(tmp_path, name, job)
+    assert [a["class"] for a in tries] == ["node-failure", None], tries
+    assert victim in tries[0]["excluded"] and victim not in tries[1]["nodes"], tries
+    assert_bit_identical(tmp_path / "final.pt", reference)
+    assert repeated_steps(text) <= EVERY

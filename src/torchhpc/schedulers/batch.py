@@ -409,7 +409,10 @@ class BatchScheduler(Scheduler):
             argv += ["--hang-timeout", f"{spec.hang_timeout:g}"]
         if spec.requeue:
             argv.append("--requeue")
-        return lines + [join(argv) + (" &" if stopping else "")]
+        line = join(argv)
+        wrapped = [x[2:] for x in wrap_command(line, [split_words(line).index("--nodes")])]
+        wrapped[-1] += " &" if stopping else ""
+        return [*lines, *wrapped]
 
     def helper_section(self, spec: JobSpec, launch: list[str]) -> list[str]:
         """What ``main()`` calls, defined once: rendezvous, the stop protocol, the log wrapper, the task shim."""

@@ -122,6 +122,8 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     name = "slurm"
     submit_command = "sbatch"
     supports_interactive_shell = True  # salloc (torchhpc shell)
+    supports_spares = True  # the in-allocation supervisor (torchhpc.supervisor, docs/resilience.md)
+    supports_restarts = True
     env_options: ClassVar[Mapping[str, str]] = {"account": "SBATCH_ACCOUNT"}
     suffix = ".sbatch"
     how_to_submit = "sbatch <this file>  (or: torchhpc run --scheduler slurm ...)"

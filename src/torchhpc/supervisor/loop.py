@@ -105,13 +105,13 @@ class Supervisor:
             action = action_for(out.klass)
             if action != "restart":
                 say(f"not restarting after {out.klass}: {POLICY.get(out.klass, ('', 'never guessed'))[1]}")
-                return out.rc or 1
+                return out.rc if out.rc > 0 else 1
             if count >= self.o.max_restarts:
                 if out.dead and self.o.requeue:
                     return self._requeue(sorted(excluded))
                 say(f"not restarting: {self.o.max_restarts} restart(s) allowed, {count} done; "
                     f"the job ends with the {out.klass} verdict (torchhpc diagnose)")
-                return out.rc or 1
+                return out.rc if out.rc > 0 else 1
             previous = [h for h in step_nodes if h not in excluded]
 
     def _out_of_nodes(self, history: list[dict[str, object]], excluded: list[str], usable: list[str]) -> int:
@@ -178,15 +178,13 @@ class Supervisor:
                     return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable")
             if self.o.hang_timeout and now >= next_hang:
                 hung = self._hang(attempt, now)
-                if hung is None:
-                    continue
                 if hung is False:
                     next_hang = now + max(10.0, self.o.hang_timeout / 2)
-                    continue
-                rc = self._stop(proc)
-                return hung
+                if isinstance(hung, Outcome):
+                    hung.rc = self._stop(proc)
+                    return hung
 
-    def _hang(self, attempt: Attempt, now: float) -> object:
+    def _hang(self, attempt: Attempt, now: float) -> Outcome | bool | None:
         """None: not quiet long enough; False: quiet but computing; an Outcome: a hang."""
         from torchhpc.schedulers import hang
 

@@ -36,7 +36,7 @@ def hostnames(runner: Runner, nodelist: str) -> list[str]:
 def ipv4(host: str) -> str:
     """The host's IPv4 address (torch's TCPStore prefers an address), else its name."""
     try:
-        return socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
+        return str(socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0])
     except OSError:
         return host
 
