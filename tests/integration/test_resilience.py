@@ -194,3 +194,24 @@ def test_node_loss_without_spares_requeues_without_the_node(
     assert victim in tries[0]["excluded"] and victim not in tries[1]["nodes"], tries
     assert_bit_identical(tmp_path / "final.pt", reference)
     assert repeated_steps(text) <= EVERY
+
+
+IDIOMS = str(REPO / "tests" / "integration" / "scripts" / "resume_idioms.py")
+
+
+@pytest.mark.parametrize("idiom", ["checkpoint", "plain", "hf", "lightning"])
+def test_each_resume_idiom_picks_up_after_an_in_allocation_restart(
+    idiom: str, slurm_cluster: Any, slurm: SlurmClient, tmp_path: Path
+) -> None:
+    """docs/resilience.md's idioms: the first attempt hangs once step 10's checkpoint is saved; the
+    supervisor restarts the step, and the program resumes from that checkpoint by its own idiom."""
+    name = f"idiom{idiom[:2]}"
+    job = run_plain(slurm_cluster, tmp_path, name, ["-N", "1", "--nproc-per-node", "2", "--hang-timeout", "15",
+                                                     "--max-restarts", "1"], [IDIOMS, idiom, str(tmp_path / "ckpt")])
+    info = slurm.wait(job, timeout=600)
+    text = log_of(tmp_path, name, job)
+    assert info["JobState"] == "COMPLETED", text[-3000:]
+    assert [a["class"] for a in attempts(tmp_path, name, job)] == ["hang", None]
+    resumed = [int(x) for x in re.findall(r"RESUMED at=(\d+)", text)]
+    assert sorted(resumed) == [0, 10], text[-3000:]
+    assert "FINISHED at=20" in text
