@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from torchhpc.core.spec import Entrypoint, JobSpec
+from torchhpc.diagnose.verdict import CLASSES
 from torchhpc.errors import SpecError
 from torchhpc.schedulers import get_scheduler
-from torchhpc.schedulers.diagnose import CLASSES
 from torchhpc.supervisor import POLICY, RESTART_CLASSES, action_for, load_attempts
 from torchhpc.supervisor.__main__ import parse
 from torchhpc.supervisor.attempts import Attempt, save_attempts

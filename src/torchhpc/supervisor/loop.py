@@ -186,7 +186,7 @@ class Supervisor:
 
     def _hang(self, attempt: Attempt, now: float) -> Outcome | bool | None:
         """None: not quiet long enough; False: quiet but computing; an Outcome: a hang."""
-        from torchhpc.schedulers import hang
+        from torchhpc.diagnose import hang
 
         quiet = hang.quiet_for(self.ranks_dir, now)
         quiet = now - attempt.started if quiet is None else min(quiet, now - attempt.started)
@@ -239,7 +239,7 @@ def _killpg(pid: int, sig: int) -> None:
 
 
 def _sizes(ranks_dir: str) -> dict[str, int]:
-    from torchhpc.schedulers.logs import rank_files
+    from torchhpc.jobdir.logs import rank_files
 
     out = {}
     for _rank, (path, _node) in rank_files(ranks_dir).items():
@@ -252,8 +252,8 @@ def _sizes(ranks_dir: str) -> dict[str, int]:
 
 def _classify(ranks_dir: str, sizes: dict[str, int], rc: int) -> Outcome:
     """The attempt's class from what each rank wrote during it: the earliest rank with a cause."""
-    from torchhpc.schedulers.diagnose import classify_text
-    from torchhpc.schedulers.logs import rank_files
+    from torchhpc.diagnose.verdict import classify_text
+    from torchhpc.jobdir.logs import rank_files
 
     causes: list[tuple[float, int, str, str]] = []
     lost = False

@@ -12,7 +12,7 @@ __all__ = ["attempt_lines", "job_attempts"]
 
 def job_attempts(scheduler: str, job_id: str) -> list[dict[str, Any]]:
     """The job's ``attempts.json`` (``[]`` for a job without the supervisor, or unknown here)."""
-    from torchhpc.schedulers.record import read_record
+    from torchhpc.jobdir.record import read_record
 
     where = read_record(scheduler, job_id).job_dir
     return load_attempts(where) if where else []

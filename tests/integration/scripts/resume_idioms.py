@@ -74,7 +74,14 @@ if idiom in ("checkpoint", "plain"):
     dist.destroy_process_group()
 
 elif idiom == "hf":
-    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments, set_seed
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+        set_seed,
+    )
     from transformers.trainer_utils import get_last_checkpoint
 
     class Hang(TrainerCallback):
