@@ -215,3 +215,18 @@ def test_each_resume_idiom_picks_up_after_an_in_allocation_restart(
     resumed = [int(x) for x in re.findall(r"RESUMED at=(\d+)", text)]
     assert sorted(resumed) == [0, 10], text[-3000:]
     assert "FINISHED at=20" in text
+
+
+def test_devcluster_fail_and_revive_say_what_they_did_and_are_idempotent(
+    slurm_cluster: Any, slurm: SlurmClient
+) -> None:
+    node = slurm_cluster.nodes[-1]
+    try:
+        first = devcluster(slurm_cluster, "fail", node)
+        assert "link cut" in first and "processes killed" in first, first
+        assert "already failed" in devcluster(slurm_cluster, "fail", node)
+    finally:
+        back = devcluster(slurm_cluster, "revive", node)
+    assert "link up" in back and "slurmd started" in back, back
+    assert "already up" in devcluster(slurm_cluster, "revive", node)
+    wait_until(lambda: slurm.run(["sinfo", "-h", "-n", node, "-o", "%T"]).stdout.strip() == "idle", 120, f"{node} idle")

@@ -129,3 +129,18 @@ def test_kubernetes_pytorchjob_maps_max_restarts_to_backoff_limit() -> None:
     sub = get_scheduler("kubernetes").render(
         _spec(scheduler="kubernetes", max_restarts=3, options=(("image", "img:1"), ("api", "pytorchjob"))))
     assert "backoffLimit: 3" in sub.script or '"backoffLimit": 3' in json.dumps(sub.script)
+
+
+def test_job_ids_go_on_past_the_last_cluster(tmp_path: Path) -> None:
+    """FirstJobId: past every id the last cluster's slurmctld.log names, and past the saved number."""
+    from torchhpc.devcluster.bringup import NEXT_JOB_ID, next_job_id
+    from torchhpc.devcluster.config import make_layout, render_slurm_conf
+
+    assert next_job_id(str(tmp_path)) == 1
+    (tmp_path / "log").mkdir()
+    (tmp_path / "log" / "slurmctld.log").write_text("sched: Allocate JobId=7 NodeList=node1\n_job_complete: JobId=12 done\n")
+    assert next_job_id(str(tmp_path)) == 13
+    (tmp_path / NEXT_JOB_ID).write_text("40\n")
+    assert next_job_id(str(tmp_path)) == 40
+    conf = render_slurm_conf(make_layout(str(tmp_path), 2), accounting=False, real_memory_mb=1000, first_job_id=40)
+    assert "FirstJobId=40" in conf.splitlines()
