@@ -68,6 +68,7 @@ def wait(pred: Any, timeout: float, what: str, every: float = 0.2) -> Any:
 
 
 def one(path: str, env: dict[str, str], out: Path, fault_at: int, every: int, state_dir: str) -> dict[str, float]:
+    out.mkdir(parents=True, exist_ok=True)
     flags = ["--spares", "1", "--max-restarts", "1"] if path == "supervisor" else ["--requeue"]
     name = f"rec{path[:3]}"
     run = sh([sys.executable, "-m", "torchhpc", "run", "--scheduler", "slurm", "--launcher", "srun", "-N", "2",

@@ -29,6 +29,7 @@ from torchhpc.supervisor.policy import POLICY, action_for
 __all__ = ["Options", "Supervisor"]
 
 POLL_S = 0.5
+STARTING = 4  # the hang timeout's multiple allowed before an attempt's first line (see Supervisor._hang)
 
 
 @dataclass
@@ -177,20 +178,28 @@ class Supervisor:
                     rc = self._stop(proc, grace=0.0)  # a dead node's step never ends cleanly: no grace
                     return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable")
             if self.o.hang_timeout and now >= next_hang:
-                hung = self._hang(attempt, now)
+                hung = self._hang(attempt, now, sizes)
                 if hung is False:
                     next_hang = now + max(10.0, self.o.hang_timeout / 2)
                 if isinstance(hung, Outcome):
                     hung.rc = self._stop(proc)
                     return hung
 
-    def _hang(self, attempt: Attempt, now: float) -> Outcome | bool | None:
-        """None: not quiet long enough; False: quiet but computing; an Outcome: a hang."""
+    def _hang(self, attempt: Attempt, now: float, sizes: dict[str, int]) -> Outcome | bool | None:
+        """None: not quiet long enough; False: quiet but computing; an Outcome: a hang.
+
+        Until a rank of this attempt has written its first line, the attempt is starting (imports,
+        rendezvous, a checkpoint load), and a starved rank may use little CPU on a busy node: the
+        quiet time allowed is then ``STARTING`` times the hang timeout (ft_launcher likewise has a
+        longer timeout for the first heartbeat)."""
         from torchhpc.diagnose import hang
 
         quiet = hang.quiet_for(self.ranks_dir, now)
         quiet = now - attempt.started if quiet is None else min(quiet, now - attempt.started)
-        if quiet < (self.o.hang_timeout or 0):
+        limit = self.o.hang_timeout or 0.0
+        if _sizes(self.ranks_dir) == sizes:
+            limit *= STARTING
+        if quiet < limit:
             return None
         try:
             stacks = hang.probe_job(False, self.job, len(attempt.nodes), self.runner, nodelist=",".join(attempt.nodes))
