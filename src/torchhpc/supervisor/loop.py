@@ -197,8 +197,8 @@ class Supervisor:
         quiet = hang.quiet_for(self.ranks_dir, now)
         quiet = now - attempt.started if quiet is None else min(quiet, now - attempt.started)
         limit = self.o.hang_timeout or 0.0
-        if _sizes(self.ranks_dir) == sizes:
-            limit *= STARTING
+        if not any(n > sizes.get(path, 0) for path, n in _sizes(self.ranks_dir).items()):
+            limit *= STARTING  # no rank wrote a byte yet (the log wrapper makes empty files first)
         if quiet < limit:
             return None
         try:
