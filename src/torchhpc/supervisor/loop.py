@@ -202,7 +202,11 @@ class Supervisor:
         if quiet < limit:
             return None
         try:
-            stacks = hang.probe_job(False, self.job, len(attempt.nodes), self.runner, nodelist=",".join(attempt.nodes))
+            match = {"SLURM_JOB_ID": self.job}
+            n = len(attempt.nodes)
+            argv = ["srun", "--overlap", f"--jobid={self.job}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
+                    "--kill-on-bad-exit=0", f"--nodelist={','.join(attempt.nodes)}", *hang.probe_argv(match)]
+            stacks = hang.probe_job(match, argv, self.runner)
         except (RuntimeError, OSError) as e:
             say(f"hang probe failed: {e}")
             return False
