@@ -77,11 +77,16 @@ def register(sub: Any) -> None:
 @json_errors
 def cmd_status(args: argparse.Namespace) -> int:
     name, job = handle_of(args)
+    from torchhpc.supervisor.show import attempt_lines, job_attempts
+
     st = get_scheduler(name).status(job)
+    tries = job_attempts(name, job)  # the in-allocation supervisor's attempts (docs/resilience.md)
     if args.json:
-        print(json.dumps(status_dict(name, st)))
+        print(json.dumps({**status_dict(name, st), "attempts": tries}))
     else:
         print(f"{name}:{st.line()}")
+        if tries:
+            print(*attempt_lines(tries), sep="\n")
         if st.state == "RUNNING":
             _print_progress(name, job)
     return 0
