@@ -76,12 +76,19 @@ def register(sub: Any) -> None:
 
 @json_errors
 def cmd_status(args: argparse.Namespace) -> int:
+    from torchhpc.schedulers.depend import job_dependencies
+
     name, job = handle_of(args)
-    st = get_scheduler(name).status(job)
+    sched = get_scheduler(name)
+    st = sched.status(job)
+    after = job_dependencies(sched, job)  # what it waits (or waited) for, each with its job's state now
     if args.json:
-        print(json.dumps(status_dict(name, st)))
+        deps = [{"kind": d.dependency.kind, "handle": d.handle, "state": d.state, "verdict": d.verdict} for d in after]
+        print(json.dumps({**status_dict(name, st), **({"after": deps} if deps else {})}))
     else:
         print(f"{name}:{st.line()}")
+        for dep in after:
+            print(f"  {dep.line()}")
         if st.state == "RUNNING":
             _print_progress(name, job)
     return 0

@@ -33,7 +33,7 @@ from torchhpc.launchers import SHIM_VAR, launcher_of, torchrun_argv
 from torchhpc.schedulers.api import Scheduler, Submission
 from torchhpc.schedulers.files import keep, make_dirs
 from torchhpc.schedulers.log_wiring import LOG_VAR, LOG_WRAPPER, job_dir
-from torchhpc.schedulers.record import new_record, save_record
+from torchhpc.schedulers.record import dependency_record, new_record, save_record
 from torchhpc.schedulers.script import (
     default_python,
     env_block,
@@ -508,6 +508,7 @@ class BatchScheduler(Scheduler):
             nproc_per_node=spec.nproc_per_node,
             script=script,
             **self.record(spec),
+            **dependency_record(spec),
         ))
         return job_id
 

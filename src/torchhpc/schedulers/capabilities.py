@@ -39,6 +39,7 @@ CAPABILITIES: dict[str, str] = {
     "supports_container_options": "host container options (--bind, --container-env, --cleanenv)",
     "supports_setup": "a profile's setup lines (module load ...) before the ranks start",
     "supports_interactive_shell": "an interactive allocation (torchhpc shell)",
+    "supports_dependencies": "start after other jobs (--after-ok, --after-any, --after-fail; torchhpc pipeline)",
 }
 
 
@@ -155,6 +156,15 @@ RULES: tuple[Rule, ...] = (
         refuse=lambda n, s: (
             f"--bind/--container-env/--cleanenv: the {n} scheduler runs pods, whose runtime is the cluster's",
             "mount volumes with --opt pvc=CLAIM:/path, pass variables with --env, and drop --cleanenv",
+        ),
+        otherwise="refused",
+    ),
+    Rule(
+        "--after-ok, --after-any, --after-fail", "supports_dependencies", lambda s: bool(s.after),
+        refuse=lambda n, s: (
+            f"{s.after[0].flag} {s.after[0].job_id}: the {n} scheduler cannot hold a job until another ends",
+            "submit it once the other job has ended (torchhpc wait HANDLE && torchhpc run ...), "
+            "or pick --scheduler slurm, pbs or local",
         ),
         otherwise="refused",
     ),

@@ -1,0 +1,158 @@
+"""What a job waits for: its dependencies with their jobs' states, and the local supervisor's wait.
+
+:func:`job_dependencies` is the small function ``status`` (and the pending explanation) calls:
+the dependencies recorded when the job was submitted, each with its job's state and a verdict
+(``waiting``, ``satisfied``, ``never``; :func:`torchhpc.core.depend.verdict`). The states come
+from :func:`statuses`, the one place that asks a scheduler about several jobs at once (Slurm:
+one ``squeue`` call for the id list, ``sacct`` only for the ids the controller has forgotten).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Optional
+
+from torchhpc.core.depend import Dependency, verdict
+from torchhpc.errors import CommandError, SchedulerError, TorchHPCError
+from torchhpc.schedulers.api import TERMINAL, JobStatus, Scheduler
+from torchhpc.schedulers.record import load_record
+
+__all__ = ["DependencyState", "job_dependencies", "recorded_dependencies", "statuses", "wait_dependencies"]
+
+_SQUEUE_FORMAT = "%i|%T|%r|%M|%N|%j"
+_SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NodeList,JobName"
+
+
+@dataclass(frozen=True)
+class DependencyState:
+    """One dependency of a job, its job's state now and whether it is met (``waiting``/``satisfied``/``never``)."""
+
+    dependency: Dependency
+    handle: str
+    state: str
+    verdict: str
+    exit_code: Optional[int] = None
+
+    def line(self) -> str:
+        """``after-ok slurm:123: FAILED (exit 1): never satisfied``."""
+        code = f" (exit {self.exit_code})" if self.exit_code not in (None, 0) else ""
+        what = {"waiting": "waiting", "satisfied": "satisfied", "never": "never satisfied"}[self.verdict]
+        return f"{self.dependency.flag[2:]} {self.handle}: {self.state}{code}: {what}"
+
+
+def recorded_dependencies(scheduler: str, job_id: str) -> tuple[Dependency, ...]:
+    """The dependencies the job was submitted with (its record's ``after``), () when none or unknown."""
+    rec = load_record(scheduler, job_id)
+    out: list[Dependency] = []
+    for item in (rec.extra.get("after") if rec is not None else None) or []:
+        try:
+            kind, dep_id = item
+            out.append(Dependency(kind, str(dep_id)))
+        except (TypeError, ValueError, TorchHPCError):  # a hand-edited record: no dependency rather than no status
+            continue
+    return tuple(out)
+
+
+def statuses(scheduler: Scheduler, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+    """The state of every job in ``job_ids`` with as few scheduler calls as it allows: a backend's own
+    batched query (``statuses``) where it has one, Slurm's ``squeue`` for the list, else one call per job.
+    A job that cannot be asked about is left out."""
+    ids = list(dict.fromkeys(job_ids))
+    own = getattr(scheduler, "statuses", None)
+    if callable(own):
+        return dict(own(ids))
+    if scheduler.name == "slurm" and ids:
+        return _slurm_statuses(scheduler, ids)
+    out: dict[str, JobStatus] = {}
+    for job_id in ids:
+        try:
+            out[job_id] = scheduler.status(job_id)
+        except (SchedulerError, CommandError):
+            continue
+    return out
+
+
+def _slurm_statuses(scheduler: Scheduler, ids: list[str]) -> dict[str, JobStatus]:
+    """One ``squeue -t all`` for every id the controller still holds, one ``sacct`` for the rest."""
+    out: dict[str, JobStatus] = {}
+    try:
+        done = scheduler.runner.run(
+            ["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", _SQUEUE_FORMAT], timeout=30
+        )
+        for line in done.stdout.splitlines():
+            parts = line.split("|", 5)
+            if len(parts) == 6 and parts[0] in ids:
+                reason = "" if parts[2] in ("None", "(null)") else parts[2]
+                out[parts[0]] = JobStatus(parts[0], parts[1], None, reason, parts[3], parts[5], parts[4])
+    except CommandError:
+        pass  # squeue refuses the whole list when one id is unknown to the controller: sacct below
+    rest = [i for i in ids if i not in out or out[i].state in TERMINAL]
+    if rest:
+        try:
+            text = scheduler.runner.run(
+                ["sacct", "-X", "-n", "-P", "-j", ",".join(rest), "-o", _SACCT_FIELDS], timeout=30
+            ).stdout
+        except CommandError:
+            text = ""
+        for line in text.splitlines():
+            parts = line.split("|", 5)
+            if len(parts) == 6 and parts[0] in rest:
+                code = parts[2].split(":")[0]
+                old = out.get(parts[0])
+                state = parts[1].split()[0] if parts[1] else "UNKNOWN"
+                if old is not None and state not in TERMINAL:
+                    continue  # sacct lags the controller: its "RUNNING" of an ended job is stale
+                out[parts[0]] = JobStatus(parts[0], state, int(code) if code.isdigit() else None,
+                                          old.reason if old else "", parts[3], parts[5], parts[4])
+    for job_id in ids:  # neither knew it, or sacct cannot be asked: one scontrol each
+        if job_id not in out or (out[job_id].terminal and out[job_id].exit_code is None):
+            try:
+                out[job_id] = scheduler.status(job_id)
+            except (SchedulerError, CommandError):
+                continue
+    return out
+
+
+def dependency_states(scheduler: Scheduler, deps: Sequence[Dependency]) -> list[DependencyState]:
+    """Each dependency with its job's state (``UNKNOWN`` when it cannot be asked) and verdict."""
+    known = statuses(scheduler, [d.job_id for d in deps])
+    out = []
+    for dep in deps:
+        st = known.get(dep.job_id)
+        state = st.state if st is not None else "UNKNOWN"
+        code = st.exit_code if st is not None else None
+        out.append(DependencyState(dep, dep.handle(scheduler.name), state,
+                                   verdict(dep, state, code, ended=state in TERMINAL), code))
+    return out
+
+
+def job_dependencies(scheduler: Scheduler, job_id: str) -> list[DependencyState]:
+    """What job ``job_id`` waits for (or waited for): its recorded dependencies with their states now."""
+    deps = recorded_dependencies(scheduler.name, job_id)
+    return dependency_states(scheduler, deps) if deps else []
+
+
+def wait_dependencies(
+    scheduler: Scheduler,
+    deps: Sequence[Dependency],
+    *,
+    poll: float = 0.5,
+    progress: Callable[[list[DependencyState]], None] | None = None,
+) -> list[DependencyState]:
+    """Wait until every dependency is met (returns []) or one never can be (returns those).
+
+    The local supervisor's wait: its jobs' ends are files on this machine, so polling is cheap.
+    """
+    last: list[str] = []
+    while True:
+        states = dependency_states(scheduler, deps)
+        never = [s for s in states if s.verdict == "never"]
+        if never or all(s.verdict == "satisfied" for s in states):
+            return never
+        lines = [s.line() for s in states]
+        if progress is not None and lines != last:
+            progress(states)
+        last = lines
+        time.sleep(poll)
