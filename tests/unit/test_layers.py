@@ -30,7 +30,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "bench config requeue",  # requeue: Stop/Checkpoint for function jobs (dist)
         "resolve doctor _fnrun",  # _fnrun: what each rank of a function job runs (dist, env, requeue)
         "job",
-        "sweep executor",
+        "sweep executor pipeline",
         "cli",
         "__main__",
     )

@@ -31,7 +31,8 @@ KINDS: dict[str, tuple[str, str]] = {
     "fail": ("--after-fail", "afternotok"),
 }
 # A job id as schedulers print them: 123, 123_4 (a Slurm array task), 123.server, 123[].server, a local hex id.
-_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\[\]-]*")
+# ``<step>``: a pipeline step not submitted yet, only in a pipeline's dry run (the id it will get).
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\[\]-]*|<[A-Za-z0-9_.-]+>")
 _SUCCESS = "COMPLETED"
 
 
