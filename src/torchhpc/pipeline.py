@@ -273,11 +273,13 @@ def rows(rec: PipelineRecord) -> list[StepRow]:
                     never.append(f"{parent} {pstate}")
                 elif v == "waiting":
                     waiting.append(parent)
-            # Ended by its dependency (Slurm's kill-on-invalid-dep, the local supervisor), or still held by
-            # one that can never be met; a step the user cancelled while it waited (reason Dependency) stays CANCELLED.
-            by_dependency = state == "CANCELLED" and (st is None or st.reason in ("", "DependencyNeverSatisfied"))
+            # Ended by its dependency (Slurm's kill-on-invalid-dep, the local supervisor: that reason), or still
+            # held by one that can never be met. A step cancelled otherwise (by the user) stays CANCELLED.
+            by_dependency = st is not None and st.reason == "DependencyNeverSatisfied"
             if never and (state in ("PENDING", "UNKNOWN") or by_dependency):
                 state, detail = "NEVER", "after " + ", ".join(never)
+            elif never and state == "CANCELLED" and (st is None or not st.reason):
+                detail = "after " + ", ".join(never)  # which, the controller no longer says (sacct keeps no reason)
             elif waiting and state == "PENDING":
                 detail = "waits for " + ", ".join(waiting)
         after = ", ".join(("" if k == "ok" else f"{k}:") + n for k, n in s.get("after", [])) or "-"

@@ -176,7 +176,11 @@ def load_pipeline(path: str, *, dry_run: bool = False) -> tuple[str, list[Step]]
         graph[step_name], step = _step(step_name, {**defaults, **table}, keys, path, problems, dry_run)
         if step is not None:
             steps.append(step)
-    schedulers = {name: None for name in graph} | {s.name: s.spec.scheduler for s in steps}
+    # a step that could not be built still has the scheduler its table names, for the check across schedulers
+    schedulers: dict[str, str | None] = {
+        name: (t if isinstance(t := {**defaults, **steps_table[name]}.get("scheduler"), str) else None) for name in graph
+    }
+    schedulers.update({s.name: s.spec.scheduler for s in steps})
     problems += check_graph(graph, schedulers, path)[0]  # names and cycles, also of steps with bad options
     if problems:
         raise ConfigError("\n".join(problems), "fix the lines above; nothing was submitted")
