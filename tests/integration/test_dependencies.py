@@ -82,3 +82,17 @@ def test_local_foreground_run_refuses_to_start_after_a_failure(tmp_path: Path) -
     assert f"DependencyNeverSatisfied: after-ok local:{bad}: FAILED (exit 3): never satisfied" in done.stderr
     done = torchhpc("run", "--after-fail", bad, "--", PYTHON, "-c", "print('ran')", cwd=tmp_path)
     assert done.returncode == 0 and "ran" in done.stdout, done.stdout + done.stderr
+
+
+def test_local_sweep_after_ok_never_and_after_any(tmp_path: Path) -> None:
+    """sweep takes the same flags: its array job waits in the supervisor like a single job."""
+    bad = submit("--background", "--", PYTHON, "-c", "raise SystemExit(3)", cwd=tmp_path)
+    handles = []
+    for flag in ("--after-ok", "--after-any"):
+        done = torchhpc("sweep", "--grid", "a=1,2", flag, bad, "--", PYTHON, "-c", "import sys; print(sys.argv)", "{a}",
+                        cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        handles.append(done.stdout.split("Submitted ", 1)[1].split(":", 2)[:2])
+    (_, never), (_, anyway) = handles
+    assert status(f"local:{never}", None, tmp_path)["reason"] == "DependencyNeverSatisfied"
+    assert status(f"local:{anyway}", None, tmp_path)["state"] == "COMPLETED"

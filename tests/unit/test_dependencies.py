@@ -119,3 +119,13 @@ def test_statuses_of_many_slurm_jobs_take_one_squeue_and_one_sacct() -> None:
 def test_a_dependency_line_says_never() -> None:
     line = DependencyState(Dependency("ok", "7"), "slurm:7", "FAILED", "never", 3).line()
     assert line == "after-ok slurm:7: FAILED (exit 3): never satisfied"
+
+
+def test_sweep_takes_the_flags(capsys: pytest.CaptureFixture[str], tmp_path: object) -> None:
+    from torchhpc.cli.main import main
+
+    argv = ["sweep", "--scheduler", "slurm", "--grid", "a=1,2", "--output-dir", str(tmp_path), "--after-ok", "5",
+            "--after-fail", "slurm:6", "--dry-run", "examples/pi.py"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "#SBATCH --array=0-1\n" in out and "#SBATCH --dependency=afterok:5,afternotok:6\n" in out
