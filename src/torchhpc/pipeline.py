@@ -149,11 +149,12 @@ def submit(steps: Sequence[Step], *, name: str, file: str = "", directory: str =
     A submission that fails half-way cancels the steps already submitted (a pipeline is whole or
     not at all) and raises.
     """
-    from torchhpc.job import check_program
+    from torchhpc.job import check_gpus, check_program
 
     order = check(steps)
-    for step in order:
+    for step in order:  # what `torchhpc run` refuses before it submits, for every step before the first
         check_program(step.spec)
+        check_gpus(step.spec, get_scheduler(step.spec.scheduler).runner)
     rec = PipelineRecord(id=time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4], name=name,
                          file=os.path.abspath(file) if file else "", submitted=time.time())
     ids: dict[str, str] = {}
