@@ -25,9 +25,9 @@ from typing import Any, Optional
 from torchhpc.core.depend import Dependency, verdict
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import ConfigError, TorchHPCError
+from torchhpc.jobdir.record import record_dir
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import TERMINAL, JobStatus, Submission
-from torchhpc.schedulers.record import record_dir
 
 __all__ = ["PipelineRecord", "Step", "StepRow", "cancel", "check", "find_record", "render", "rows", "submit"]
 

@@ -19,8 +19,8 @@ from torchhpc.errors import SpecError
 from torchhpc.job import Job, JobHandle
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.depend import DependencyState, statuses
-from torchhpc.schedulers.pbs import PBSScheduler
-from torchhpc.schedulers.slurm import SlurmScheduler
+from torchhpc.schedulers.pbs.pbs import PBSScheduler
+from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
 pytestmark = pytest.mark.usefixtures("clean_user_env")
 

@@ -16,8 +16,8 @@ from typing import Optional
 
 from torchhpc.core.depend import Dependency, verdict
 from torchhpc.errors import CommandError, SchedulerError, TorchHPCError
+from torchhpc.jobdir.record import load_record
 from torchhpc.schedulers.api import TERMINAL, JobStatus, Scheduler
-from torchhpc.schedulers.record import load_record
 
 __all__ = ["DependencyState", "job_dependencies", "recorded_dependencies", "statuses", "wait_dependencies"]
 
