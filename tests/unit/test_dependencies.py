@@ -44,7 +44,7 @@ def test_a_handle_of_another_scheduler_is_one_line() -> None:
 
 
 def test_bad_ids_are_refused() -> None:
-    for bad in ("a b", "$(touch x)", "1;2", "-1"):
+    for bad in ("a b", "$(touch x)", "1;2", "-1", "<prep>"):
         with pytest.raises(SpecError, match="is not a job id"):
             parse_dependencies("ok", bad, "slurm")
 

@@ -80,6 +80,8 @@ def parse_dependencies(kind: Kind, given: object, scheduler: str) -> tuple[Depen
             if not word:
                 continue
             name, sep, job_id = word.rpartition(":") if ":" in word else ("", "", word)
+            if job_id.startswith("<"):  # a pipeline's dry-run placeholder, never a job a user can name
+                raise SpecError(f"{flag} {word!r} is not a job id", "give the id a submission printed (123 or slurm:123)")
             if sep and name != scheduler:
                 raise SpecError(
                     f"{flag} {word}: a {name} job cannot be a dependency of a {scheduler} job",
