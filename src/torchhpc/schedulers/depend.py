@@ -21,8 +21,6 @@ from torchhpc.schedulers.api import TERMINAL, JobStatus, Scheduler
 
 __all__ = ["DependencyState", "job_dependencies", "recorded_dependencies", "statuses", "wait_dependencies"]
 
-_SQUEUE_FORMAT = "%i|%T|%r|%M|%N|%j"
-_SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NodeList,JobName"
 
 
 @dataclass(frozen=True)
@@ -57,61 +55,18 @@ def recorded_dependencies(scheduler: str, job_id: str) -> tuple[Dependency, ...]
 
 def statuses(scheduler: Scheduler, job_ids: Sequence[str]) -> dict[str, JobStatus]:
     """The state of every job in ``job_ids`` with as few scheduler calls as it allows: a backend's own
-    batched query (``statuses``) where it has one, Slurm's ``squeue`` for the list, else one call per job.
+    batched query (``statuses``: Slurm's one ``squeue`` for the list) where it has one, else one call per job.
     A job that cannot be asked about is left out."""
     ids = list(dict.fromkeys(job_ids))
-    own = getattr(scheduler, "statuses", None)
+    own = getattr(scheduler, "statuses", None)  # Slurm's: one squeue for the list (slurm/status.py)
     if callable(own):
-        return dict(own(ids))
-    if scheduler.name == "slurm" and ids:
-        return _slurm_statuses(scheduler, ids)
+        return dict(own(ids)) if ids else {}
     out: dict[str, JobStatus] = {}
     for job_id in ids:
         try:
             out[job_id] = scheduler.status(job_id)
         except (SchedulerError, CommandError):
             continue
-    return out
-
-
-def _slurm_statuses(scheduler: Scheduler, ids: list[str]) -> dict[str, JobStatus]:
-    """One ``squeue -t all`` for every id the controller still holds, one ``sacct`` for the rest."""
-    out: dict[str, JobStatus] = {}
-    try:
-        done = scheduler.runner.run(
-            ["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", _SQUEUE_FORMAT], timeout=30
-        )
-        for line in done.stdout.splitlines():
-            parts = line.split("|", 5)
-            if len(parts) == 6 and parts[0] in ids:
-                reason = "" if parts[2] in ("None", "(null)") else parts[2]
-                out[parts[0]] = JobStatus(parts[0], parts[1], None, reason, parts[3], parts[5], parts[4])
-    except CommandError:
-        pass  # squeue refuses the whole list when one id is unknown to the controller: sacct below
-    rest = [i for i in ids if i not in out or out[i].state in TERMINAL]
-    if rest:
-        try:
-            text = scheduler.runner.run(
-                ["sacct", "-X", "-n", "-P", "-j", ",".join(rest), "-o", _SACCT_FIELDS], timeout=30
-            ).stdout
-        except CommandError:
-            text = ""
-        for line in text.splitlines():
-            parts = line.split("|", 5)
-            if len(parts) == 6 and parts[0] in rest:
-                code = parts[2].split(":")[0]
-                old = out.get(parts[0])
-                state = parts[1].split()[0] if parts[1] else "UNKNOWN"
-                if old is not None and state not in TERMINAL:
-                    continue  # sacct lags the controller: its "RUNNING" of an ended job is stale
-                out[parts[0]] = JobStatus(parts[0], state, int(code) if code.isdigit() else None,
-                                          old.reason if old else "", parts[3], parts[5], parts[4])
-    for job_id in ids:  # neither knew it, or sacct cannot be asked: one scontrol each
-        if job_id not in out or (out[job_id].terminal and out[job_id].exit_code is None):
-            try:
-                out[job_id] = scheduler.status(job_id)
-            except (SchedulerError, CommandError):
-                continue
     return out
 
 
