@@ -25,6 +25,7 @@ COMMANDS: tuple[str, ...] = (
     "jobs",
     "logs",
     "diagnose",
+    "top",
     "shell",
     "env",
     "exec",

@@ -47,6 +47,7 @@ CAPABILITIES: dict[str, str] = {
     "supports_setup": "a profile's setup lines (module load ...) before the ranks start",
     "supports_interactive_shell": "an interactive allocation (torchhpc shell)",
     "supports_dependencies": "start after other jobs (--after-ok, --after-any, --after-fail; torchhpc pipeline)",
+    "supports_rank_probe": "a probe on every node of a running job (torchhpc top, the stacks of --hang-timeout)",
 }
 
 
