@@ -245,7 +245,24 @@ def build_spec(
         spares=int(v["spares"].value or 0),
         max_restarts=int(v["max_restarts"].value or 0),
         hang_timeout=None if v["hang_timeout"].value is None else float(v["hang_timeout"].value),
+        after=dependencies(values, str(scheduler)),
     )
+
+
+def dependencies(values: Mapping[str, Any], scheduler: str) -> tuple[Any, ...]:
+    """``--after-ok``/``--after``, ``--after-any``, ``--after-fail`` (or ``Job(after=..., after_any=...,
+    after_fail=...)``: ids, handles, lists of them) as the spec's dependencies (core/depend.py)."""
+    from torchhpc.core.depend import parse_dependencies
+
+    ok = [*(values.get("after_ok") or ()), *_as_list(values.get("after"))]
+    return (*parse_dependencies("ok", ok, scheduler), *parse_dependencies("any", values.get("after_any"), scheduler),
+            *parse_dependencies("fail", values.get("after_fail"), scheduler))
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None or value == "":
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 class Notice(UsageError):

@@ -103,7 +103,15 @@ def add_job_arguments(p: argparse.ArgumentParser, *, program: bool = True) -> No
     c.add_argument("--bind", action="append", default=[], metavar="SRC[:DST[:ro]]", help="bind mount (repeatable)")
     c.add_argument("--container-env", action="append", default=[], metavar="NAME", help="extra variable to pass into the container")
     c.add_argument("--cleanenv", action="store_true", help="apptainer/singularity --cleanenv")
-    if program:
+    if program:  # run and sweep: a job that starts after others (core/depend.py)
+        d = p.add_argument_group("dependencies (slurm, pbs, local)")
+        d.add_argument("--after-ok", "--after", action="append", default=[], dest="after_ok", metavar="JOB[,JOB...]",
+                       help="start after these jobs ended well (ids or handles such as slurm:123); "
+                            "if one fails, this job never starts and status says so")
+        d.add_argument("--after-any", action="append", default=[], metavar="JOB[,JOB...]",
+                       help="start after these jobs ended, however they ended")
+        d.add_argument("--after-fail", action="append", default=[], metavar="JOB[,JOB...]",
+                       help="start after these jobs failed (e.g. a clean-up or a report of the failure)")
         x = p.add_argument_group("program")
         x.add_argument("--python", default=None, help="interpreter for the ranks (default: this one; 'python' in containers)")
         x.add_argument("-m", "--module", default=None, help="run a module as `python -m MODULE`")

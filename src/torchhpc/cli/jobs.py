@@ -76,17 +76,24 @@ def register(sub: Any) -> None:
 
 @json_errors
 def cmd_status(args: argparse.Namespace) -> int:
+    from torchhpc.schedulers.depend import job_dependencies
+
     name, job = handle_of(args)
     from torchhpc.supervisor.show import attempt_lines, job_attempts
 
-    st = get_scheduler(name).status(job)
+    sched = get_scheduler(name)
+    st = sched.status(job)
     tries = job_attempts(name, job)  # the in-allocation supervisor's attempts (docs/resilience.md)
+    after = job_dependencies(sched, job)  # what it waits (or waited) for, each with its job's state now
     if args.json:
-        print(json.dumps({**status_dict(name, st), "attempts": tries}))
+        deps = [{"kind": d.dependency.kind, "handle": d.handle, "state": d.state, "verdict": d.verdict} for d in after]
+        print(json.dumps({**status_dict(name, st), "attempts": tries, **({"after": deps} if deps else {})}))
     else:
         print(f"{name}:{st.line()}")
         if tries:
             print(*attempt_lines(tries), sep="\n")
+        for dep in after:
+            print(f"  {dep.line()}")
         if st.state == "RUNNING":
             _print_progress(name, job)
     return 0

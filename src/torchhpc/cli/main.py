@@ -21,6 +21,7 @@ from torchhpc.errors import TorchHPCError
 COMMANDS: tuple[str, ...] = (
     "run",
     "sweep",
+    "pipeline",
     "jobs",
     "logs",
     "diagnose",

@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Literal, Optional, Union
 
 from torchhpc.core.array import ArraySpec, check_placeholders, parse_array
+from torchhpc.core.depend import Dependency
 from torchhpc.core.gpus import requested_geometry_error
 from torchhpc.core.units import parse_size, parse_walltime
 from torchhpc.core.validate import check_name, check_value
@@ -199,6 +200,8 @@ class JobSpec:
     # Job array (Slurm syntax, core/array.py) and a sweep's parameters: NAME -> one value per task, in index order.
     array: Optional[str] = None
     array_params: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Start only after these jobs of the same scheduler (core/depend.py: --after-ok/--after-any/--after-fail).
+    after: tuple[Dependency, ...] = ()
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -270,6 +273,13 @@ class JobSpec:
             check_placeholders(self.entrypoint.args, ["index", *(n for n, _ in self.array_params)])
         elif self.array_params:
             raise SpecError("sweep parameters without an array", "use torchhpc sweep --grid NAME=V1,V2")
+        for dep in self.after:
+            if dep.scheduler and dep.scheduler != self.scheduler:
+                raise SpecError(
+                    f"{dep.flag} {dep.scheduler}:{dep.job_id}: a {dep.scheduler} job cannot be a dependency "
+                    f"of a {self.scheduler} job",
+                    f"a job waits only for jobs of its own scheduler: give {self.scheduler} job ids",
+                )
         # NCCL drives one GPU per rank: more ranks than requested GPUs fail inside every rank's NCCL init.
         too_many = requested_geometry_error(self.nproc_per_node, self.gpus_per_node, dict(self.env))
         if too_many is not None:

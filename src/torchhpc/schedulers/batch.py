@@ -31,7 +31,7 @@ from torchhpc.core.spec import ContainerSpec, JobSpec
 from torchhpc.errors import SchedulerError
 from torchhpc.jobdir.files import keep, make_dirs
 from torchhpc.jobdir.log_wiring import LOG_VAR, LOG_WRAPPER, job_dir
-from torchhpc.jobdir.record import new_record, save_record
+from torchhpc.jobdir.record import dependency_record, new_record, save_record
 from torchhpc.launchers import SHIM_VAR, launcher_of, torchrun_argv
 from torchhpc.schedulers.api import Scheduler, Submission
 from torchhpc.schedulers.script import (
@@ -539,6 +539,7 @@ class BatchScheduler(Scheduler):
             nproc_per_node=spec.nproc_per_node,
             script=script,
             **self.record(spec),
+            **dependency_record(spec),
         ))
         return job_id
 

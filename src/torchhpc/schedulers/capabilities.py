@@ -46,6 +46,7 @@ CAPABILITIES: dict[str, str] = {
     "supports_container_options": "host container options (--bind, --container-env, --cleanenv)",
     "supports_setup": "a profile's setup lines (module load ...) before the ranks start",
     "supports_interactive_shell": "an interactive allocation (torchhpc shell)",
+    "supports_dependencies": "start after other jobs (--after-ok, --after-any, --after-fail; torchhpc pipeline)",
     "supports_rank_probe": "a probe on every node of a running job (torchhpc top, the stacks of --hang-timeout)",
     "supports_spares": "spare nodes in the allocation and the in-allocation supervisor (--spares)",
     "supports_restarts": "restarts after a node failure, hang or network error (--max-restarts)",
@@ -189,6 +190,15 @@ RULES: tuple[Rule, ...] = (
         refuse=lambda n, s: (
             f"--max-restarts {s.max_restarts}: the {n} scheduler has no restart this job could use",
             "drop --max-restarts, or pick --scheduler slurm (in the allocation) or kubernetes --opt api=pytorchjob",
+        ),
+        otherwise="refused",
+    ),
+    Rule(
+        "--after-ok, --after-any, --after-fail", "supports_dependencies", lambda s: bool(s.after),
+        refuse=lambda n, s: (
+            f"{s.after[0].flag} {s.after[0].job_id}: the {n} scheduler cannot hold a job until another ends",
+            "submit it once the other job has ended (torchhpc wait HANDLE && torchhpc run ...), "
+            "or pick --scheduler slurm, pbs or local",
         ),
         otherwise="refused",
     ),

@@ -179,6 +179,7 @@ class KubernetesScheduler(Scheduler):
     supports_container_options = True
     supports_setup = True
     supports_restarts = True  # PyTorchJob runPolicy.backoffLimit; a TrainJob refuses it (_check)
+    supports_dependencies = False  # no Job dependency in the Kubeflow APIs: refused (docs/capabilities.md)
     runs_in_pods = True
     OPTIONS = declare(
         Option("api", "what to render: a Kubeflow Trainer v2 TrainJob, or a training-operator v1 PyTorchJob",

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from torchhpc.errors import SchedulerError
-from torchhpc.jobdir.record import new_record, record_dir, save_record
+from torchhpc.jobdir.record import dependency_record, new_record, record_dir, save_record
 from torchhpc.schedulers.api import JobStatus, Submission
 
 __all__ = ["LocalJobs", "job_dir"]
@@ -119,11 +119,12 @@ class LocalJobs:
         record: dict[str, Any] = {
             "scheduler": "local", "job_id": job_id, "name": spec.name, "state": "PENDING",
             "nproc_per_node": spec.nproc_per_node, "submitted": time.time(), "cwd": os.getcwd(),
+            **dependency_record(spec),
         }
         write_state(d, record)
         # The shared record store too, so `torchhpc logs` finds the file and reads its [rankN]: prefixes.
         save_record(new_record("local", job_id, name=spec.name, launcher="local", output_path=str(d / LOG),
-                               nproc_per_node=spec.nproc_per_node))
+                               nproc_per_node=spec.nproc_per_node, **dependency_record(spec)))
         with open(d / LOG, "wb") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "torchhpc.schedulers.local.supervise", str(d)],

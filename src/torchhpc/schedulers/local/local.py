@@ -307,9 +307,16 @@ class LocalScheduler(Scheduler):
         stdout: Optional[IO[str]] = None,
         stderr: Optional[IO[str]] = None,
         run_id: str | None = None,
+        dependencies: bool = True,
     ) -> int:
-        """Start every rank, relay its output, stop all when one fails; 0 or :class:`JobFailed`."""
+        """Start every rank, relay its output, stop all when one fails; 0 or :class:`JobFailed`.
+
+        With ``--after-*`` jobs it first waits for them (``dependencies``; the background
+        supervisor waits itself, recording why), and refuses to start when one can never be met.
+        """
         spec = submission.spec
+        if spec.after and dependencies:
+            self._wait_dependencies(spec, stderr or sys.stderr)
         if spec.array is not None:  # one run per task (local/array.py)
             from torchhpc.schedulers.local.array import run_array
 
@@ -339,6 +346,20 @@ class LocalScheduler(Scheduler):
             poll=self.poll,
         )
         return job.run()
+
+    def _wait_dependencies(self, spec: JobSpec, err: IO[str]) -> None:
+        from torchhpc.schedulers.depend import DependencyState, wait_dependencies
+
+        def say(states: list[DependencyState]) -> None:
+            print("torchhpc: waiting: " + "; ".join(s.line() for s in states if s.verdict == "waiting"),
+                  file=err, flush=True)
+
+        never = wait_dependencies(self, spec.after, progress=say)
+        if never:
+            raise JobFailed(
+                "DependencyNeverSatisfied: " + "; ".join(s.line() for s in never),
+                "the job did not start; `torchhpc logs` of the job it depends on says why that one failed",
+            )
 
     @staticmethod
     def _fixed(spec: JobSpec) -> dict[str, str]:

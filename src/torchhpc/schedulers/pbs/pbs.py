@@ -22,6 +22,7 @@ import os
 import re
 from typing import Any
 
+from torchhpc.core.depend import dependency_value
 from torchhpc.core.shell import Raw, directive, join
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import parse_size
@@ -180,6 +181,8 @@ class PBSScheduler(BatchScheduler):
             lines.append(directive("#PBS", "-t" if torque else "-J", arr.slurm() if torque else arr.pbs_pro()))
         if spec.time_seconds:
             lines.append(directive("#PBS", "-l", f"walltime={pbs_walltime(spec.time_seconds)}"))
+        if spec.after:  # PBS deletes a job whose dependency can never be met (an afterok of a failed job)
+            lines.append(directive("#PBS", "-W", "depend=" + dependency_value(spec.after)))
         for key, flag in (("account", "-A"), ("queue", "-q")):
             if opts.get(key):
                 lines.append(directive("#PBS", flag, _word(opts[key], key)))

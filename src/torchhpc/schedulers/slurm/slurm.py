@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from torchhpc.core.depend import dependency_value
 from torchhpc.core.proc import Runner
 from torchhpc.core.shell import Raw, directive, join, quote
 from torchhpc.core.spec import JobSpec
@@ -203,6 +204,10 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         if arr is not None:
             pairs.append(("array", arr.slurm()))
         pairs.append(("output", output_pattern(spec)))
+        if spec.after:
+            # kill-on-invalid-dep: a dependency that can never be met (--after-ok of a failed job) ends this job,
+            # reason DependencyNeverSatisfied, instead of leaving it pending forever (core/depend.py).
+            pairs += [("dependency", dependency_value(spec.after)), ("kill-on-invalid-dep", "yes")]
         stop = spec.stop_signal_seconds
         if stop:
             # B: only the batch shell gets it: no rank, torchrun agent or NCCL ever sees USR2.
