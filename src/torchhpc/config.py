@@ -45,6 +45,7 @@ CONFIG_KEYS: dict[str, str] = {
     "qos": "Slurm quality of service (--qos)",
     "queue": "PBS queue (--queue)",
     "time": "default time limit, e.g. 01:00:00 (--time)",
+    "remote": "[USER@]HOST whose torchhpc runs run/status/logs/... over ssh (--remote; docs/remote.md)",
 }
 
 

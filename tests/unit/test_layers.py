@@ -29,7 +29,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "schedulers dist profiles devcluster",
         "bench config requeue",  # requeue: Stop/Checkpoint for function jobs (dist)
         "resolve doctor _fnrun",  # _fnrun: what each rank of a function job runs (dist, env, requeue)
-        "job",
+        "job remote",  # remote: --remote's shipping and ssh forwarding (config, resolve, profiles)
         "sweep executor",
         "cli",
         "__main__",

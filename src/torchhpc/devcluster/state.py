@@ -14,7 +14,7 @@ from typing import Any
 
 from torchhpc.core.shell import join
 from torchhpc.devcluster import config, daemons, netns
-from torchhpc.devcluster.config import CONTROLLER, Layout
+from torchhpc.devcluster.config import CONTROLLER, LOGIN, Layout
 from torchhpc.devcluster.daemons import Daemon
 from torchhpc.errors import DevClusterError
 
@@ -58,6 +58,9 @@ class ClusterState:
     daemons: list[Daemon] = field(default_factory=list)
     up_seconds: float = 0.0
     started_at: float = 0.0
+    # ``up --login``: the login node's address ("" without one) and who may ssh in.
+    login_ip: str = ""
+    login_users: list[str] = field(default_factory=list)
 
     controller: str = CONTROLLER
 
@@ -106,6 +109,7 @@ class ClusterState:
             controller_ip=self.controller_ip,
             prefix_len=int(self.subnet.split("/")[1]),
             netns_prefix=config.netns_prefix_for(self.state_dir),
+            login=bool(self.login_ip),
         )
 
     def healthy(self) -> bool:
@@ -135,6 +139,8 @@ class ClusterState:
             "daemons": [d.to_json() for d in self.daemons],
             "up_seconds": self.up_seconds,
             "started_at": self.started_at,
+            **({"login": {"ip": self.login_ip, "netns": self.netns_names[LOGIN], "users": self.login_users}}
+               if self.login_ip else {}),
         }
 
     @classmethod
@@ -142,6 +148,9 @@ class ClusterState:
         nodes = [n["name"] for n in d["nodes"]]
         ns = {n["name"]: n["netns"] for n in d["nodes"]}
         ns[d["controller"]["name"]] = d["controller"]["netns"]
+        login = d.get("login") or {}
+        if login:
+            ns[LOGIN] = login["netns"]
         return cls(
             state_dir=d["state_dir"],
             nodes=nodes,
@@ -158,6 +167,8 @@ class ClusterState:
             up_seconds=float(d.get("up_seconds", 0.0)),
             started_at=float(d.get("started_at", 0.0)),
             controller=d["controller"]["name"],
+            login_ip=str(login.get("ip", "")),
+            login_users=[str(u) for u in login.get("users", [])],
         )
 
     def save(self) -> None:

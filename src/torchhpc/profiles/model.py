@@ -92,6 +92,8 @@ class Profile:
     require: tuple[str, ...] = ()
     shell_optional: tuple[str, ...] = ()
     gpu_kind: Optional[str] = None
+    # [USER@]HOST of the site's login node: --remote's default (docs/remote.md)
+    remote: Optional[str] = None
 
     @classmethod
     def from_mapping(cls, name: str, data: Mapping[str, Any], source: str) -> Profile:
