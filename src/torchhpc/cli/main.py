@@ -95,6 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return 0
     if forwarded is not None:
         return forwarded
     parser = build_parser(only="run" if argv and argv[0] == "run" else None)

@@ -211,7 +211,7 @@ def forward(req: Request, dry_run: bool = False) -> int:
     if command not in SHIPPING_COMMANDS:
         script = command_script(req.argv, Raw('"$HOME"'))
         if dry_run:
-            print(ssh.shown(script))
+            print("\n".join(ssh.shown(script)))
             return 0
         return ssh.stream(script, tty=command in INTERACTIVE and sys.stdin.isatty() and sys.stdout.isatty())
     return _forward_shipping(ssh, req, dry_run)
@@ -226,8 +226,10 @@ def _forward_shipping(ssh: Ssh, req: Request, dry_run: bool) -> int:
     args = dict(req.options or {})
     here = _relative_cwd(bundle.root)
     cwd = Raw(f"{code_dir(bundle.digest)}/{quote(here)}") if here else code_dir(bundle.digest)
-    submit = req.argv[0] == "run" and not args.get("dry_run") and _submits(args)
-    own = [f for f in flags if f not in ("--wait", "--json")] if submit else flags
+    submit = req.argv[0] == "run" and _submits(args)
+    # A dry run shows the command that would run (without --dry-run); a submission is sent with --json.
+    drop = {"--dry-run", *(("--wait", "--json") if submit else ())}
+    own = [f for f in flags if f not in drop]
     extra_dirs: list[Raw] = []
     if req.argv[0] == "run" and not args.get("output_dir"):
         own += ["--output-dir", Raw(f'"$HOME"/{JOBS_DIR}')]  # outputs never land in the shared code copy

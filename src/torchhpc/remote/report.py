@@ -47,8 +47,8 @@ def dry_run_lines(bundle: Bundle, host: str, ssh: Ssh, probe: str, upload: str, 
         shown = ", ".join(bundle.excluded[:10]) + (f" and {len(bundle.excluded) - 10} more" if len(bundle.excluded) > 10 else "")
         yield f"# kept back ({IGNORE_FILE} and the built-in patterns): {shown}"
     yield "# 1. check the remote torchhpc and whether the code is there:"
-    yield ssh.shown(probe)
+    yield from ssh.shown(probe)
     yield "# 2. only when it is not: unpack the bundle (a tar on stdin) there:"
-    yield ssh.shown(upload) + " < BUNDLE"
+    yield from ssh.shown(upload)
     yield "# 3. run the command in the shipped copy:"
-    yield ssh.shown(command)
+    yield from ssh.shown(command)

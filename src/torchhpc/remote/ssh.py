@@ -144,9 +144,11 @@ class Ssh:
         return subprocess.call(self.argv(remote_line(script), tty=tty), stdout=out,
                                stdin=None if tty else subprocess.DEVNULL)
 
-    def shown(self, script: str, *, tty: bool = False) -> str:
-        """The ssh command line as it would run (for --dry-run)."""
-        return " ".join(shlex.quote(a) for a in self.argv(remote_line(script), tty=tty))
+    def shown(self, script: str, *, tty: bool = False) -> list[str]:
+        """The ssh command as it would run (for --dry-run): the command line, then the script it passes."""
+        words = self.argv("SCRIPT", tty=tty)[:-1]
+        return [" ".join(shlex.quote(a) for a in words) + " 'bash -c SCRIPT', where SCRIPT is:",
+                *("    " + line for line in script.rstrip("\n").splitlines())]
 
 
 def command_words(command: str) -> Sequence[str]:
