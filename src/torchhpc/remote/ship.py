@@ -143,7 +143,12 @@ def collect(start: str, mode: str = "worktree", limit: int = DEFAULT_LIMIT) -> B
                              "drop --ship committed to ship the directory as it is")
         bundle = _collect_dir(root, ignore)
     if bundle.size > limit:
-        big = sorted(bundle.files, key=lambda f: -f[1])[:3]
+        sizes = dict(bundle.files)
+        for path in bundle.changed:  # new and edited files travel in the patch: name them too
+            full = os.path.join(root, path)
+            if os.path.isfile(full):
+                sizes[path] = os.path.getsize(full)
+        big = sorted(sizes.items(), key=lambda f: -f[1])[:3]
         names = ", ".join(f"{p} ({_human(s)})" for p, s in big)
         raise RemoteError(
             f"the code to ship from {root} is {_human(bundle.size)}, over the {_human(limit)} limit "

@@ -139,9 +139,9 @@ class Ssh:
     def stream(self, script: str, *, tty: bool = False, stdout: Any = None) -> int:
         """Run a bash script there with its output passed through; its exit code."""
         self.ensure_master()
-        out = sys.stdout if stdout is None else stdout
         sys.stdout.flush()
-        return subprocess.call(self.argv(remote_line(script), tty=tty), stdout=out,
+        sys.stderr.flush()
+        return subprocess.call(self.argv(remote_line(script), tty=tty), stdout=stdout,
                                stdin=None if tty else subprocess.DEVNULL)
 
     def shown(self, script: str, *, tty: bool = False) -> list[str]:
