@@ -86,10 +86,11 @@ def _report(e: TorchHPCError) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only="run" if argv and argv[0] == "run" else None)
     try:  # --remote HOST (or TORCHHPC_REMOTE): the login node's torchhpc runs the line (docs/remote.md)
         from torchhpc.cli.remote import intercept
 
-        forwarded = intercept(argv, build_parser)
+        forwarded = intercept(argv, lambda only: parser if only == "run" else build_parser(only=only))
     except TorchHPCError as e:
         return _report(e)
     except KeyboardInterrupt:
@@ -99,7 +100,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if forwarded is not None:
         return forwarded
-    parser = build_parser(only="run" if argv and argv[0] == "run" else None)
     if argv and argv[0] == "run" and not ({"-h", "--help"} & set(_run_flags(parser, argv[1:]))):
         # `run` splits its own line: flags may follow the program (`... pi.py --wait`).
         from torchhpc.cli import run as run_cli

@@ -53,7 +53,7 @@ def intercept(argv: list[str], build_parser: Callable[..., argparse.ArgumentPars
     if command in fw.SHIPPING_COMMANDS:
         from torchhpc.cli.jobargs import split_program
 
-        parser = build_parser(only=command)
+        parser = build_parser(command)
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
         head, _program = split_program(sub, argv[1:])
         own = _prefix(argv, head)

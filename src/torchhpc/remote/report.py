@@ -17,7 +17,9 @@ def shipped_line(bundle: Bundle, host: str, shipped: int, seconds: float) -> str
     where = f"{host}:~/.torchhpc/code/{bundle.digest}/"
     if not shipped:
         return f"Code already on {where} (nothing shipped; checked in {seconds:.2f} s)"
-    return f"Shipped {len(bundle.files)} files ({_human(shipped)}) to {where} in {seconds:.2f} s"
+    n = len(bundle.files)
+    changes = f" + a patch of {len(bundle.changed)} changed file(s)" if bundle.patch else ""
+    return f"Shipped {n} file{'s' if n != 1 else ''}{changes} ({_human(shipped)}) to {where} in {seconds:.2f} s"
 
 
 def follow_hint(handle: str, host: str) -> str:
