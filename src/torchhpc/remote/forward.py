@@ -280,7 +280,9 @@ def _submit(ssh: Ssh, req: Request, script: str, args: dict[str, Any], digest: s
     except ValueError:
         answer = {}
     if "error" in answer:
-        raise RemoteError(f"{req.host}: {answer['error']}", answer.get("hint"))
+        err = RemoteError(f"{req.host}: {answer['error']}", answer.get("hint"))
+        err.exit_code = int(answer.get("exit_code") or 1)  # a usage error there is one here (2)
+        raise err
     if done.returncode != 0 or "handle" not in answer:
         if text:
             print(text)
@@ -299,7 +301,7 @@ def _submit(ssh: Ssh, req: Request, script: str, args: dict[str, Any], digest: s
     hang = ["--hang-timeout", str(args["hang_timeout"]), "--on-hang", str(args["on_hang"])] \
         if args.get("hang_timeout") else []
     code = ssh.stream(command_script(["wait", handle, *([] if args.get("json") else ["--logs"]), *hang],
-                                     Raw('"$HOME"')), stdout=out)
+                                     Raw('"$HOME"')), stdout=2 if args.get("json") else None)
     if args.get("json"):
         st = ssh.run(command_script(["status", handle, "--json"], Raw('"$HOME"')))
         try:
