@@ -19,9 +19,9 @@ from torchhpc.cli.jobargs import add_job_arguments, misplaced_flags, spec_from_a
 from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.env.compat import preflight
 from torchhpc.errors import UsageError
+from torchhpc.jobdir.record import read_record
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import Submission
-from torchhpc.schedulers.record import read_record
 
 DESCRIPTION = """Run or submit a distributed job.
 
