@@ -20,6 +20,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,9 +90,11 @@ def remote(slurm_cluster: ClusterState) -> Iterator[Remote]:
     shutil.copy(REPO / "examples" / "pi.py", repo / "examples" / "pi.py")
     (repo / "examples" / "marker.py").write_text("print('MARK-A')\n")
     (repo / ".env").write_text("SECRET=1\n")  # never ships (built-in ignore)
+    # The code directory there is named by content: a fresh tree each run, or the last run's copy is found.
+    (repo / "nonce.txt").write_text(f"{uuid.uuid4()}\n")
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "examples"], check=True)
+    subprocess.run([*git, "add", "examples", "nonce.txt"], check=True)
     subprocess.run([*git, "commit", "-qm", "pi"], check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHHPC_")}
     env.update(TORCHHPC_SSH_CONFIG=str(conf), TORCHHPC_SSH_CONTROL_DIR=str(ctl),
