@@ -69,6 +69,10 @@ def _user_venv(cluster: ClusterState) -> None:
     ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
     if not os.path.exists(f"/usr/bin/{ver}"):
         missing(f"/usr/bin/{ver} (the login user's Python, same minor version as this venv) is not installed")
+    if subprocess.run(["runuser", "-u", USER, "--", "test", "-r", os.path.join(site, "torch", "__init__.py")],
+                      timeout=60).returncode != 0:
+        missing(f"{USER} cannot read {site} (a parent directory is private): check out the repository "
+                "where other users may enter")
     script = (f"test -x {VENV}/bin/python || /usr/bin/{ver} -m venv --without-pip {VENV} && "
               f"echo 'import site; site.addsitedir(\"{site}\")' > {VENV}/lib/{ver}/site-packages/thpc-dev.pth")
     subprocess.run(["runuser", "-u", USER, "--", "sh", "-c", script], check=True, timeout=120)
