@@ -24,9 +24,10 @@ import os
 import pwd
 from collections.abc import Callable, Sequence
 
+import torchhpc.devcluster.config as config
+import torchhpc.devcluster.netns as netns
 from torchhpc.core.proc import Runner
 from torchhpc.core.shell import Raw, join
-from torchhpc.devcluster import config, netns
 from torchhpc.devcluster.config import LOGIN, Layout
 from torchhpc.errors import DevClusterError
 

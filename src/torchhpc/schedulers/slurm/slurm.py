@@ -264,9 +264,9 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             f'if [ -d "${LOG_DIR_VAR}" ]; then echo "torchhpc: rank output in ${LOG_DIR_VAR}"; fi',
         ]
 
-    def render(self, spec: JobSpec) -> Submission:
+    def _render(self, spec: JobSpec) -> Submission:
         """Submitted held, with its output in the job's directory (made once the id is known)."""
-        sub = super().render(spec)
+        sub = super()._render(spec)
         if not sub.script_path:
             return sub
         if spec.array is not None:
