@@ -45,7 +45,7 @@ def intercept(argv: list[str], build_parser: Callable[..., argparse.ArgumentPars
     host; None to run it here."""
     if not argv or argv[0].startswith("-"):
         return None
-    from torchhpc.remote import forward as fw
+    import torchhpc.remote.forward as fw
     from torchhpc.remote.ship import DEFAULT_LIMIT
 
     command = argv[0]

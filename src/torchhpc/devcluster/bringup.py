@@ -312,7 +312,7 @@ def start_login(
     timeout: float,
 ) -> None:
     """The login node (``up --login``): keys, one authorized_keys file per user, sshd in its namespace."""
-    from torchhpc.devcluster import login
+    import torchhpc.devcluster.login as login
 
     for user in users:
         login.ensure_user(user, runner, progress)

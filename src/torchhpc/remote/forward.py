@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torchhpc.remote.ship as shipping
 from torchhpc import __version__
 from torchhpc.core.shell import Raw, join, quote
 from torchhpc.errors import RemoteError, UsageError
-from torchhpc.remote import ship as shipping
 from torchhpc.remote.ssh import Ssh, check_host, command_words
 
 __all__ = ["ENV_COMMAND", "ENV_SIDE", "REMOTE_COMMANDS", "Request", "extract", "forward", "target"]
