@@ -36,7 +36,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "schedulers dist profiles devcluster",
         "bench config diagnose",  # diagnose: the failure verdict and the hang watch (jobdir, core)
         "resolve doctor supervisor",  # supervisor: the in-allocation restart loop (diagnose, jobdir, core)
-        "job",
+        "job remote",  # remote: --remote's shipping and ssh forwarding (config, resolve, profiles)
         "sweep functions pipeline",  # functions: Executor (job), the pickle, the rank entry (env, dist), Stop/Checkpoint
         "cli _fnrun requeue",  # _fnrun, requeue: stubs for jobs of the previous release (functions)
         "__main__",

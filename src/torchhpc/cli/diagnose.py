@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from torchhpc.cli.common import add_subparser, env_default
+from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.schedulers import get_scheduler, parse_handle
 
 
@@ -19,6 +20,7 @@ def register(sub: Any) -> None:
     p.add_argument("job", help="job handle, e.g. slurm:123 (a bare id uses --scheduler)")
     p.add_argument("-s", "--scheduler", default=env_default("--scheduler", "slurm"), help="scheduler for a bare id [TORCHHPC_SCHEDULER]")
     p.add_argument("--json", action="store_true", help="the verdict as JSON")
+    add_remote_arguments(p)
     p.set_defaults(func=cmd_diagnose)
 
 

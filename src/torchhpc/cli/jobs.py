@@ -9,6 +9,7 @@ from typing import Any
 
 from torchhpc.cli.common import add_hang_arguments, add_subparser, eprint, json_errors
 from torchhpc.cli.follow import follow, status_dict
+from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.errors import CommandError, CommandNotFound, TorchHPCError, UsageError
 from torchhpc.schedulers import get_scheduler, parse_handle
 from torchhpc.schedulers.api import JobStatus, Scheduler
@@ -53,10 +54,12 @@ def register(sub: Any) -> None:
     p.epilog = EXIT_CODES
     _handle_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output (errors too)")
+    add_remote_arguments(p)
     p.set_defaults(func=cmd_status)
 
     p = add_subparser(sub, "cancel", "cancel a job")
     _handle_arg(p)
+    add_remote_arguments(p)
     p.set_defaults(func=cmd_cancel)
 
     p = add_subparser(sub, "wait", "wait for a job to end, showing progress; exit non-zero if it failed")
@@ -65,12 +68,14 @@ def register(sub: Any) -> None:
     p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
     p.add_argument("--logs", action="store_true", help="print the job's log at the end")
     add_hang_arguments(p)
+    add_remote_arguments(p)
     p.set_defaults(func=cmd_wait)
 
     p = add_subparser(sub, "list", "list your jobs (local: those started in the background; others: queued and running)")
     p.add_argument("-s", "--scheduler", default=None,
                    help="whose jobs (default: $TORCHHPC_SCHEDULER, the config file's, else local)")
     p.add_argument("--json", action="store_true", help="machine-readable output (errors too)")
+    add_remote_arguments(p)
     p.set_defaults(func=cmd_list)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from torchhpc.cli.common import add_subparser, env_default
+from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.diagnose.verdict import native_crashes
 from torchhpc.errors import SchedulerError, UsageError
 from torchhpc.jobdir.logs import (
@@ -46,6 +47,7 @@ def register(sub: Any) -> None:
     p.add_argument("--node", default=None, metavar="NODES", help="only ranks on these nodes: node12, node[1-4],node9")
     p.add_argument("--grep", default=None, metavar="PATTERN", help="only lines matching this regular expression (shown with their rank)")
     p.add_argument("--errors", action="store_true", help="the first traceback of each failing rank, the rank that failed first on top")
+    add_remote_arguments(p)
     p.set_defaults(func=cmd_logs)
 
 

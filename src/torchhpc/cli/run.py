@@ -16,6 +16,7 @@ from typing import Any
 from torchhpc.cli.common import add_hang_arguments, add_subparser, announce_target, eprint, json_errors
 from torchhpc.cli.follow import follow, status_dict, task_index  # noqa: F401 (task_index: re-exported)
 from torchhpc.cli.jobargs import add_job_arguments, misplaced_flags, spec_from_args, split_program
+from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.env.compat import preflight
 from torchhpc.errors import UsageError
 from torchhpc.jobdir.record import read_record
@@ -60,6 +61,7 @@ def register(sub: Any) -> None:
                    help="local: start the job in the background and print its handle (status, logs, cancel, wait)")
     p.add_argument("--json", action="store_true",
                    help="machine-readable output: the rendered submission (--dry-run), the handle, errors")
+    add_remote_arguments(p, ship=True)
     p.set_defaults(func=cmd_run, _parser=p)
 
 

@@ -20,7 +20,7 @@ import torchhpc.devcluster.config as config
 import torchhpc.devcluster.daemons as daemons
 import torchhpc.devcluster.netns as netns
 from torchhpc.core.proc import Runner
-from torchhpc.devcluster.config import CONTROLLER, Layout
+from torchhpc.devcluster.config import CONTROLLER, LOGIN, Layout
 from torchhpc.devcluster.daemons import Daemon
 from torchhpc.devcluster.state import UP_HINT, ClusterState
 from torchhpc.errors import CommandError, DevClusterError
@@ -39,7 +39,7 @@ MARIADB_FAST = (
 # Kept across up/down (see _mariadb_template); never wiped by `up`.
 CACHE_DIR = "cache"
 # Subdirectories `up` creates; all but log/ go at `down`.
-RUNTIME_DIRS = ("etc", "run", "spool", "state", "tmp", "munge", "mysql", "bin", "log")
+RUNTIME_DIRS = ("etc", "run", "spool", "state", "tmp", "munge", "mysql", "bin", "login", "log")
 
 # program -> Debian package that provides it.
 PACKAGES: dict[str, str] = {
@@ -56,11 +56,17 @@ ACCOUNTING_PACKAGES: dict[str, str] = {"slurmdbd": "slurmdbd", "mariadbd": "mari
 FILE_PACKAGES: dict[str, str] = {"/usr/lib/*/pmix2/lib/libpmix.so": "libpmix-dev"}
 
 
-def ensure_packages(accounting: bool, runner: Runner, progress: Callable[[str], None]) -> list[str]:
+def ensure_packages(
+    accounting: bool, runner: Runner, progress: Callable[[str], None], login: bool = False
+) -> list[str]:
     """Install the Debian packages that are missing (only those); returns what was installed."""
     wanted = dict(PACKAGES)
     if accounting:
         wanted.update(ACCOUNTING_PACKAGES)
+    if login:
+        from torchhpc.devcluster.login import LOGIN_PACKAGES
+
+        wanted.update(LOGIN_PACKAGES)
     absent = {pkg for prog, pkg in wanted.items() if _which(prog) is None}
     absent |= {pkg for pattern, pkg in FILE_PACKAGES.items() if not glob.glob(pattern)}
     missing = sorted(absent)
@@ -168,7 +174,7 @@ def write_files(layout: Layout, state: ClusterState, accounting: bool, first_job
     _write(p("etc", "hosts"), config.render_hosts(layout))
     _write(p("etc", "dns-hosts"), config.render_dns_hosts(layout))
     _write(p("etc", "resolv.conf"), config.render_resolv_conf(layout))
-    for host in (CONTROLLER, *layout.nodes):
+    for host in (CONTROLLER, *layout.nodes, *([LOGIN] if layout.login else [])):
         _write(p("etc", f"hostname.{host}"), host + "\n")
     key = p("munge", "munge.key")
     with open(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400), "wb") as f:
@@ -332,6 +338,26 @@ def start_all(
     daemons.wait_for(
         f"{len(layout.nodes)} nodes idle", lambda: client.all_idle(layout.nodes), timeout, [ctld, *slurmds]
     )
+
+
+def start_login(
+    layout: Layout, state: ClusterState, users: Sequence[str], runner: Runner, progress: Callable[[str], None],
+    timeout: float,
+) -> None:
+    """The login node (``up --login``): keys, one authorized_keys file per user, sshd in its namespace."""
+    import torchhpc.devcluster.login as login
+
+    for user in users:
+        login.ensure_user(user, runner, progress)
+    login.write_keys(layout, runner)
+    login.authorize(layout, users)
+    login.write_configs(layout, users)
+    env = dict(os.environ)
+    sshd = _start(state, "sshd", login.sshd_argv(layout, _real("sshd")), layout.login_netns, LOGIN, env)
+    daemons.wait_for(
+        f"sshd to listen on port {login.SSH_PORT}", lambda: daemons.listening(sshd.pid, login.SSH_PORT), timeout, [sshd]
+    )
+    progress(f"login node up: ssh {login.host_alias(layout)} (users {', '.join(users)})")
 
 
 class Client:

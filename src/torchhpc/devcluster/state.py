@@ -16,7 +16,7 @@ import torchhpc.devcluster.config as config
 import torchhpc.devcluster.daemons as daemons
 import torchhpc.devcluster.netns as netns
 from torchhpc.core.shell import join
-from torchhpc.devcluster.config import CONTROLLER, Layout
+from torchhpc.devcluster.config import CONTROLLER, LOGIN, Layout
 from torchhpc.devcluster.daemons import Daemon
 from torchhpc.errors import DevClusterError
 
@@ -62,6 +62,9 @@ class ClusterState:
     started_at: float = 0.0
     # nodes `devcluster fail` took down (their slurmd is meant to be dead until `revive`)
     failed: list[str] = field(default_factory=list)
+    # ``up --login``: the login node's address ("" without one) and who may ssh in.
+    login_ip: str = ""
+    login_users: list[str] = field(default_factory=list)
 
     controller: str = CONTROLLER
 
@@ -110,6 +113,7 @@ class ClusterState:
             controller_ip=self.controller_ip,
             prefix_len=int(self.subnet.split("/")[1]),
             netns_prefix=config.netns_prefix_for(self.state_dir),
+            login=bool(self.login_ip),
         )
 
     def healthy(self) -> bool:
@@ -140,6 +144,8 @@ class ClusterState:
             "up_seconds": self.up_seconds,
             "started_at": self.started_at,
             "failed": list(self.failed),
+            **({"login": {"ip": self.login_ip, "netns": self.netns_names[LOGIN], "users": self.login_users}}
+               if self.login_ip else {}),
         }
 
     @classmethod
@@ -147,6 +153,9 @@ class ClusterState:
         nodes = [n["name"] for n in d["nodes"]]
         ns = {n["name"]: n["netns"] for n in d["nodes"]}
         ns[d["controller"]["name"]] = d["controller"]["netns"]
+        login = d.get("login") or {}
+        if login:
+            ns[LOGIN] = login["netns"]
         return cls(
             state_dir=d["state_dir"],
             nodes=nodes,
@@ -164,6 +173,8 @@ class ClusterState:
             started_at=float(d.get("started_at", 0.0)),
             failed=[str(n) for n in d.get("failed", [])],
             controller=d["controller"]["name"],
+            login_ip=str(login.get("ip", "")),
+            login_users=[str(u) for u in login.get("users", [])],
         )
 
     def save(self) -> None:

@@ -98,6 +98,8 @@ class Profile:
     spares: Optional[int] = None
     max_restarts: Optional[int] = None
     hang_timeout: Optional[int] = None
+    # [USER@]HOST of the site's login node: --remote's default (docs/remote.md)
+    remote: Optional[str] = None
 
     @classmethod
     def from_mapping(cls, name: str, data: Mapping[str, Any], source: str) -> Profile:
