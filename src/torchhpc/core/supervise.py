@@ -70,8 +70,10 @@ class Supervisor:
         rank0_only: bool,
         grace: float,
         poll: float,
+        log: Optional[IO[str]] = None,
     ) -> None:
         self.argv = argv
+        self.log = log  # every rank's lines, also those rank0_only hides: what the verdict and the hang watch read
         self.envs = envs
         self.out = stdout
         self.err = stderr
@@ -95,6 +97,12 @@ class Supervisor:
             # torch prefixes a rank's own error lines ([rank2]: Traceback...): not twice.
             line = (text if text.startswith(prefix.rstrip()) else prefix + text) + "\n"
             self.tails[rank].append(line)  # the failure's HINT says what the rank left: a traceback, an error
+            if self.log is not None:
+                with self.lock:
+                    try:
+                        _write(self.log, line)
+                    except Exception:  # a full disk must not stop the run: the terminal still shows it
+                        self.log = None
             if not show:
                 continue
             with self.lock:

@@ -302,8 +302,12 @@ class LocalScheduler(Scheduler):
         stdout: Optional[IO[str]] = None,
         stderr: Optional[IO[str]] = None,
         run_id: str | None = None,
+        log: Optional[IO[str]] = None,
     ) -> int:
-        """Start every rank, relay its output, stop all when one fails; 0 or :class:`JobFailed`."""
+        """Start every rank, relay its output, stop all when one fails; 0 or :class:`JobFailed`.
+
+        ``log`` receives every rank's prefixed lines as well (a foreground run's ``output.log``).
+        """
         spec = submission.spec
         if spec.array is not None:  # one run per task (schedulers/local_array.py)
             from torchhpc.schedulers.local_array import run_array
@@ -332,6 +336,7 @@ class LocalScheduler(Scheduler):
             rank0_only=rank0_only,
             grace=grace,
             poll=self.poll,
+            log=log,
         )
         return job.run()
 
