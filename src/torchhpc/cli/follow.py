@@ -29,7 +29,7 @@ def follow(
     """Wait with progress, print the log, exit non-zero when the job failed, with its verdict.
 
     With ``hang_timeout``, a job whose ranks all went quiet and idle for that long gets its
-    stacks read and its culprit named, then is cancelled or requeued (torchhpc.schedulers.hang).
+    stacks read and its culprit named, then is cancelled or requeued (torchhpc.diagnose.hang).
     """
     progress = Progress()
     watch = hang_watch(scheduler, job_id, hang_timeout, on_hang) if hang_timeout else None
@@ -74,8 +74,8 @@ def hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang: 
     ``act`` replaces the default action (cancel, or ``scontrol requeue``) once the hang is named.
     """
     from torchhpc.core.hostlist import expand
-    from torchhpc.schedulers.hang import HangWatch
-    from torchhpc.schedulers.logs import job_log
+    from torchhpc.diagnose.hang import HangWatch
+    from torchhpc.jobdir.logs import job_log
 
     check_on_hang(scheduler, on_hang)
     log = job_log(scheduler.name, job_id)
@@ -109,7 +109,7 @@ def hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang: 
 def print_verdict(scheduler: Scheduler, job_id: str) -> bool:
     """The failure's verdict (at most 8 lines) after the job's output: which rank, where, why
     (False when there is none to print)."""
-    from torchhpc.schedulers.diagnose import diagnose, gather
+    from torchhpc.diagnose.verdict import diagnose, gather
 
     try:
         verdict = diagnose(gather(scheduler, scheduler.name, job_id))

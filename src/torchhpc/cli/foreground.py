@@ -32,7 +32,7 @@ WATCH_POLL_S = 1.0  # how often the watch thread looks at the ranks' last output
 def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool = False,
                    hang_timeout: Optional[float] = None, on_hang: str = "cancel") -> int:
     """Run ``submission`` here, in the foreground; its exit code (the failure's verdict printed on stderr)."""
-    from torchhpc.schedulers.local_jobs import LocalJobs
+    from torchhpc.schedulers.local.jobs import LocalJobs
 
     if submission.spec.array is not None:
         if hang_timeout:
