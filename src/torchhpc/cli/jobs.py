@@ -77,11 +77,15 @@ def register(sub: Any) -> None:
 @json_errors
 def cmd_status(args: argparse.Namespace) -> int:
     name, job = handle_of(args)
-    st = get_scheduler(name).status(job)
+    sched = get_scheduler(name)
+    st = sched.status(job)
+    pending = sched.explain_pending(st) if st.state in ("PENDING", "QUEUED", "HELD") else None
     if args.json:
-        print(json.dumps(status_dict(name, st)))
+        print(json.dumps({**status_dict(name, st), "pending": pending.to_json() if pending else None}))
     else:
         print(f"{name}:{st.line()}")
+        if pending is not None:
+            print("\n".join(pending.lines()))
         if st.state == "RUNNING":
             _print_progress(name, job)
     return 0

@@ -21,6 +21,7 @@ from torchhpc.errors import JobFailed, TorchHPCError
 from torchhpc.jobdir.files import Written
 from torchhpc.schedulers.options import Option, with_defaults
 from torchhpc.schedulers.options import resolve as resolve_options
+from torchhpc.schedulers.pending import Pending
 
 __all__ = ["TERMINAL", "JobStatus", "Scheduler", "Submission"]
 
@@ -220,6 +221,10 @@ class Scheduler(ABC):
 
     def list_jobs(self) -> list[JobStatus]:
         return []
+
+    def explain_pending(self, st: JobStatus) -> Optional[Pending]:
+        """Why a pending job waits, from the scheduler's own evidence (None: this scheduler cannot say)."""
+        return None
 
     def wait(
         self,
