@@ -32,8 +32,6 @@ WATCH_POLL_S = 1.0  # how often the watch thread looks at the ranks' last output
 def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool = False,
                    hang_timeout: Optional[float] = None, on_hang: str = "cancel") -> int:
     """Run ``submission`` here, in the foreground; its exit code (the failure's verdict printed on stderr)."""
-    from torchhpc.schedulers.local.jobs import LocalJobs
-
     if submission.spec.array is not None:
         if hang_timeout:
             raise UsageError(
@@ -43,7 +41,7 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
         return int(scheduler.run(submission, rank0_only=rank0_only))
     if hang_timeout:
         check_on_hang(scheduler, on_hang)
-    jobs = LocalJobs()
+    jobs = scheduler  # the local scheduler keeps the run's record (schedulers/local/jobs.py)
     job_id, log_path = jobs.start_here(submission)
     done, fired = threading.Event(), threading.Event()
     watcher: Optional[threading.Thread] = None

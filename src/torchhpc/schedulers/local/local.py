@@ -272,6 +272,15 @@ class LocalScheduler(Scheduler):
         self._fixed(submission.spec)
         return LocalJobs().submit(submission)
 
+    def start_here(self, submission: Submission) -> tuple[str, str]:
+        """A record and job directory for a foreground run this process supervises: (id, its output.log)."""
+        job_id, log = LocalJobs().start_here(submission)
+        return job_id, str(log)
+
+    def end_here(self, job_id: str, state: str, exit_code: int, reason: str) -> None:
+        """The end of a run :meth:`start_here` recorded."""
+        LocalJobs().end_here(job_id, state, exit_code, reason)
+
     def status(self, job_id: str) -> JobStatus:
         """A foreground run this process scheduled, else a background job's record."""
         st = self._finished.get(job_id)
