@@ -80,6 +80,9 @@ def resolve_values(
     p("time", "--time")
     _defaults_where_honoured(str(scheduler), out)
     p("network", "--network")
+    p("spares", "--spares", 0, int)
+    p("max_restarts", "--max-restarts", 0, int)
+    p("hang_timeout", "--hang-timeout", None, float)
     for key in _OPTION_KEYS:
         p(key, f"--{key}")
     return profile, out
@@ -239,6 +242,9 @@ def build_spec(
         requeue=bool(values.get("requeue")),
         max_timeout_requeues=int(values["max_requeues"]) if values.get("max_requeues") is not None else 3,
         array=values.get("array"),
+        spares=int(v["spares"].value or 0),
+        max_restarts=int(v["max_restarts"].value or 0),
+        hang_timeout=None if v["hang_timeout"].value is None else float(v["hang_timeout"].value),
     )
 
 

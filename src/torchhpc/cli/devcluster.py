@@ -92,6 +92,22 @@ def register(sub: Any) -> None:
     rs.add_argument("node", help="node1..nodeN")
     rs.set_defaults(func=cmd_restore)
 
+    fl = actions.add_parser(
+        "fail", parents=[common], help="fail a node as a power loss would: cut its link, kill all its processes",
+        description="Cut NODE's link (both ends of its veth), then SIGKILL every process in its namespace: "
+                    "slurmd, slurmstepd and every rank. Slurm marks it down after SlurmdTimeout. "
+                    "Idempotent; `revive NODE` brings it back.",
+    )  # fmt: skip
+    fl.add_argument("node", help="node1..nodeN")
+    fl.set_defaults(func=cmd_fail)
+    rv = actions.add_parser(
+        "revive", parents=[common], help="bring a failed node back: link up, slurmd started again",
+        description="Undo `fail NODE`: its link comes up and its slurmd starts; Slurm returns it to service "
+                    "when it registers. Idempotent.",
+    )  # fmt: skip
+    rv.add_argument("node", help="node1..nodeN")
+    rv.set_defaults(func=cmd_revive)
+
 
 def _usage(p: argparse.ArgumentParser) -> int:
     p.print_help()
@@ -225,4 +241,26 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     had = restore(_need_state(args.state_dir), args.node)
     print(f"{args.node}: link restored" if had else f"{args.node}: link was not limited")
+    return 0
+
+
+def cmd_fail(args: argparse.Namespace) -> int:
+    from torchhpc.devcluster.degrade import link_of
+    from torchhpc.devcluster.fault import fail
+
+    state = _need_state(args.state_dir)
+    link_of(state, args.node)  # an unknown node: the usage error, before anything is touched
+    done = fail(state, args.node)
+    print(f"{args.node}: failed: " + ", ".join(done) if done else f"{args.node}: already failed (link down, no process)")
+    return 0
+
+
+def cmd_revive(args: argparse.Namespace) -> int:
+    from torchhpc.devcluster.degrade import link_of
+    from torchhpc.devcluster.fault import revive
+
+    state = _need_state(args.state_dir)
+    link_of(state, args.node)
+    done = revive(state, args.node)
+    print(f"{args.node}: revived: " + ", ".join(done) if done else f"{args.node}: already up (link up, slurmd running)")
     return 0

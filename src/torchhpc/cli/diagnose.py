@@ -26,12 +26,17 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     from torchhpc.diagnose.verdict import diagnose, gather
 
     name, job = parse_handle(args.job, args.scheduler)
+    from torchhpc.supervisor.show import attempt_lines, job_attempts
+
     verdict = diagnose(gather(get_scheduler(name), name, job))
+    tries = job_attempts(name, job)
     if args.json:
-        json.dump(verdict.to_json(), sys.stdout, indent=2)
+        json.dump({**verdict.to_json(), "attempts": tries}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(verdict.render())
+        if tries:
+            sys.stdout.write(f"attempts ({len(tries)}, attempts.json):\n" + "\n".join(attempt_lines(tries)) + "\n")
         if verdict.evidence:
             sys.stdout.write("evidence: " + "; ".join(verdict.evidence) + "\n")
     return 0 if verdict.ok else 1

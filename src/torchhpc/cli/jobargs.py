@@ -88,6 +88,13 @@ def add_job_arguments(p: argparse.ArgumentParser, *, program: bool = True) -> No
                    help="ask ranks to checkpoint and stop this long before the time limit (default min(300, limit/2); 0: off)")
     n.add_argument("--requeue", action="store_true", help="after a time-limit or preemption stop, requeue the job")
     n.add_argument("--max-requeues", type=int, default=3, help="cap on time-limit requeues (preemptions are not capped)")
+    s = p.add_argument_group("resilience (docs/resilience.md)")
+    s.add_argument("--spares", type=int, default=None, metavar="K",
+                   help="allocate K spare nodes beside --nodes; after a node failure the job goes on on them, "
+                        "in the same allocation (slurm, pbs)")
+    s.add_argument("--max-restarts", type=int, default=None, metavar="R",
+                   help="restart the launch at most R times after a node failure, hang or network error "
+                        "(never after an exception in the program); 0: never")
     c = p.add_argument_group("container")
     c.add_argument("--container", default=None, metavar="IMAGE", help="run every rank inside this image (SIF, docker://..., image name, or directory)")
     c.add_argument("--runtime", default=None, choices=RUNTIMES, help="container runtime (default apptainer, or the profile's)")

@@ -77,15 +77,20 @@ def register(sub: Any) -> None:
 @json_errors
 def cmd_status(args: argparse.Namespace) -> int:
     name, job = handle_of(args)
+    from torchhpc.supervisor.show import attempt_lines, job_attempts
+
     sched = get_scheduler(name)
     st = sched.status(job)
     pending = sched.explain_pending(st) if st.state in ("PENDING", "QUEUED", "HELD") else None
+    tries = job_attempts(name, job)  # the in-allocation supervisor's attempts (docs/resilience.md)
     if args.json:
-        print(json.dumps({**status_dict(name, st), "pending": pending.to_json() if pending else None}))
+        print(json.dumps({**status_dict(name, st), "attempts": tries, "pending": pending.to_json() if pending else None}))
     else:
         print(f"{name}:{st.line()}")
         if pending is not None:
             print("\n".join(pending.lines()))
+        if tries:
+            print(*attempt_lines(tries), sep="\n")
         if st.state == "RUNNING":
             _print_progress(name, job)
     return 0

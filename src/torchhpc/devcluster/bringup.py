@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -132,12 +133,35 @@ def _write(path: str, text: str, mode: int = 0o644) -> None:
     os.chmod(path, mode)
 
 
-def write_files(layout: Layout, state: ClusterState, accounting: bool) -> None:
+NEXT_JOB_ID = "next-job-id"  # in the state directory; kept by `down`
+_JOB_ID = re.compile(rb"JobId=(\d+)")
+
+
+def next_job_id(state_dir: str) -> int:
+    """The first job id for a new cluster here: past every id the last cluster gave (its
+    slurmctld.log survives ``down``) and past the number saved by the cluster before it."""
+    saved = 1
+    try:
+        with open(os.path.join(state_dir, NEXT_JOB_ID)) as f:
+            saved = max(1, int(f.read().strip() or 1))
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(os.path.join(state_dir, "log", "slurmctld.log"), "rb") as f:
+            seen = max((int(m) for m in _JOB_ID.findall(f.read())), default=0)
+    except OSError:
+        seen = 0
+    return max(saved, seen + 1)
+
+
+def write_files(layout: Layout, state: ClusterState, accounting: bool, first_job_id: int = 1) -> None:
     p = layout.path
     _write(
         layout.slurm_conf,
-        config.render_slurm_conf(layout, accounting=accounting, real_memory_mb=_real_memory_mb()),
+        config.render_slurm_conf(layout, accounting=accounting, real_memory_mb=_real_memory_mb(),
+                                 first_job_id=first_job_id),
     )
+    _write(os.path.join(layout.state_dir, NEXT_JOB_ID), f"{first_job_id}\n")
     if accounting:
         # slurmdbd refuses a config readable by others (it may hold a password).
         _write(layout.slurmdbd_conf, config.render_slurmdbd_conf(layout), 0o600)
@@ -176,6 +200,15 @@ def _start(
     state.daemons.append(d)
     state.save()
     return d
+
+
+def restart_slurmd(state: ClusterState, node: str) -> Daemon:
+    """Start ``node``'s slurmd again (``devcluster revive``), replacing its record in the state file."""
+    env = dict(os.environ)
+    env["SLURM_CONF"] = state.slurm_conf
+    name = f"slurmd-{node}"
+    state.daemons = [d for d in state.daemons if d.name != name]
+    return _start(state, name, [_real("slurmd"), "-D", "-N", node], state.netns(node), node, env)
 
 
 def _mariadb_template(layout: Layout, runner: Runner, timeout: float) -> str:

@@ -140,6 +140,7 @@ def _up(
     if installed:
         say(f"installed {' '.join(installed)} in {t_ready - t0:.0f} s")
 
+    first_job_id = bringup.next_job_id(sdir)  # before prepare_dirs empties log/
     bringup.prepare_dirs(layout)
 
     def step(msg: str) -> None:  # every step says when it finished: bring-up timings for free
@@ -160,7 +161,7 @@ def _up(
         started_at=time.time(),
     )
     try:
-        bringup.write_files(layout, state, accounting)
+        bringup.write_files(layout, state, accounting, first_job_id)
         step(f"network: {len(layout.nodes)} node namespaces + {layout.controller_netns} on {layout.subnet}")
         netns.create(layout, runner)
         state.save()

@@ -154,8 +154,11 @@ def make_layout(state_dir: str, nodes: int, subnet: str = DEFAULT_SUBNET) -> Lay
     )
 
 
-def render_slurm_conf(layout: Layout, *, accounting: bool, real_memory_mb: int) -> str:
-    """slurm.conf for the whole cluster (controller, nodes and clients read the same file)."""
+def render_slurm_conf(layout: Layout, *, accounting: bool, real_memory_mb: int, first_job_id: int = 1) -> str:
+    """slurm.conf for the whole cluster (controller, nodes and clients read the same file).
+
+    ``first_job_id``: job ids go on where the last cluster in this state directory stopped
+    (``FirstJobId``), so a job directory ``<name>-<id>/`` of an earlier cluster is never hit again."""
     p = layout.path
     lines = [
         "# Written by `torchhpc devcluster up`; rewritten on every up.",
@@ -197,6 +200,8 @@ def render_slurm_conf(layout: Layout, *, accounting: bool, real_memory_mb: int) 
         f"TmpFS={p('tmp', '%n')}",
         "JobCompType=jobcomp/none",
     ]
+    if first_job_id > 1:
+        lines.append(f"FirstJobId={first_job_id}")
     if accounting:
         lines += [
             "AccountingStorageType=accounting_storage/slurmdbd",

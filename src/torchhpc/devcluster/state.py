@@ -60,6 +60,8 @@ class ClusterState:
     daemons: list[Daemon] = field(default_factory=list)
     up_seconds: float = 0.0
     started_at: float = 0.0
+    # nodes `devcluster fail` took down (their slurmd is meant to be dead until `revive`)
+    failed: list[str] = field(default_factory=list)
 
     controller: str = CONTROLLER
 
@@ -114,7 +116,7 @@ class ClusterState:
         """Every recorded daemon still runs and every namespace still exists."""
         return (
             bool(self.daemons)
-            and all(daemons.alive(d) for d in self.daemons)
+            and all(daemons.alive(d) for d in self.daemons if d.name.removeprefix("slurmd-") not in self.failed)
             and all(os.path.exists(netns.netns_path(ns)) for ns in self.netns_names.values())
         )
 
@@ -137,6 +139,7 @@ class ClusterState:
             "daemons": [d.to_json() for d in self.daemons],
             "up_seconds": self.up_seconds,
             "started_at": self.started_at,
+            "failed": list(self.failed),
         }
 
     @classmethod
@@ -159,6 +162,7 @@ class ClusterState:
             daemons=[Daemon.from_json(x) for x in d.get("daemons", [])],
             up_seconds=float(d.get("up_seconds", 0.0)),
             started_at=float(d.get("started_at", 0.0)),
+            failed=[str(n) for n in d.get("failed", [])],
             controller=d["controller"]["name"],
         )
 

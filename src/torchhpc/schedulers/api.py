@@ -133,6 +133,8 @@ class Scheduler(ABC):
     supports_multi_node: ClassVar[bool] = True
     supports_time_limit: ClassVar[bool] = True
     supports_requeue: ClassVar[bool] = False
+    supports_spares: ClassVar[bool] = False  # the in-allocation supervisor (torchhpc.supervisor)
+    supports_restarts: ClassVar[bool] = False
     supports_arrays: ClassVar[bool] = False
     supports_gpus: ClassVar[bool] = True
     supports_memory: ClassVar[bool] = True

@@ -369,7 +369,9 @@ class BatchScheduler(Scheduler):
             body.append(self.stop_comment)
             if not self.traps_first:
                 body.append("_torchhpc_arm_stop")
-        for i, line in enumerate(launch):
+        if spec.supervised:
+            body += self.supervised_lines(spec, launch, stopping)
+        for i, line in enumerate([] if spec.supervised else launch):
             wrapped = [x[2:] for x in wrap_command(line, launch_breaks(line, spec))]
             if stopping and i == len(launch) - 1:
                 wrapped[-1] += " &"
@@ -382,6 +384,35 @@ class BatchScheduler(Scheduler):
         if lines[at + 1] == "":
             del lines[at + 1]
         return "\n".join(lines) + "\n"
+
+    def supervised_lines(self, spec: JobSpec, launch: list[str], stopping: bool) -> list[str]:
+        """The launch as the bash function ``_torchhpc_step``, run by the in-allocation supervisor
+        (:mod:`torchhpc.supervisor`) on N healthy nodes per attempt, restarted by policy."""
+        from torchhpc.jobdir.log_wiring import LOG_VAR
+
+        text = "\n".join(launch)
+        helpers = [v for v in (LOG_VAR, SHIM_VAR) if v in text]
+        lines = [
+            f"# Under the in-allocation supervisor (docs/resilience.md): {spec.nodes} of the allocation's "
+            f"{spec.nodes + spec.spares} nodes per attempt;",
+            "# it checks the step's nodes every 2 s and restarts after a node failure, hang or network error.",
+            "_torchhpc_step() {",
+        ]
+        for line in launch:
+            lines += ["  " + x[2:] for x in wrap_command(line, launch_breaks(line, spec))]
+        lines += ["}", "export -f _torchhpc_step" + (f"; export {' '.join(helpers)}" if helpers else "")]
+        python = sys.executable if spec.container is not None else default_python(spec)
+        argv = [python, "-m", "torchhpc.supervisor", "--job-dir", Raw('"${TORCHHPC_RANKS_DIR%/ranks}"'),
+                "--nodes", str(spec.nodes), "--nproc-per-node", str(spec.nproc_per_node),
+                "--launcher", str(spec.launcher), "--max-restarts", str(spec.max_restarts)]
+        if spec.hang_timeout:
+            argv += ["--hang-timeout", f"{spec.hang_timeout:g}"]
+        if spec.requeue:
+            argv.append("--requeue")
+        line = join(argv)
+        wrapped = [x[2:] for x in wrap_command(line, [split_words(line).index("--nodes")])]
+        wrapped[-1] += " &" if stopping else ""
+        return [*lines, *wrapped]
 
     def helper_section(self, spec: JobSpec, launch: list[str]) -> list[str]:
         """What ``main()`` calls, defined once: rendezvous, the stop protocol, the log wrapper, the task shim."""
