@@ -88,13 +88,17 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     sched = get_scheduler(name)
     st = sched.status(job)
+    pending = sched.explain_pending(st) if st.state in ("PENDING", "QUEUED", "HELD") else None
     tries = job_attempts(name, job)  # the in-allocation supervisor's attempts (docs/resilience.md)
     after = job_dependencies(sched, job)  # what it waits (or waited) for, each with its job's state now
     if args.json:
         deps = [{"kind": d.dependency.kind, "handle": d.handle, "state": d.state, "verdict": d.verdict} for d in after]
-        print(json.dumps({**status_dict(name, st), "attempts": tries, **({"after": deps} if deps else {})}))
+        print(json.dumps({**status_dict(name, st), "attempts": tries, "pending": pending.to_json() if pending else None,
+                          **({"after": deps} if deps else {})}))
     else:
         print(f"{name}:{st.line()}")
+        if pending is not None:
+            print("\n".join(pending.lines()))
         if tries:
             print(*attempt_lines(tries), sep="\n")
         for dep in after:

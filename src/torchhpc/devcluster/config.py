@@ -224,6 +224,9 @@ def render_slurm_conf(layout: Layout, *, accounting: bool, real_memory_mb: int, 
             # Accounting connections ignore AuthInfo; without this they retry the
             # default munge socket forever.
             f"AccountingStoragePass={layout.munge_socket}",
+            # Limits set with sacctmgr (QOS MaxTRESPerUser, ...) hold jobs as on a real site. Every job
+            # then needs an association: adding the cluster creates root's, and jobs here run as root.
+            "AccountingStorageEnforce=associations,limits,qos",
         ]
     else:
         lines.append("AccountingStorageType=accounting_storage/none")

@@ -22,6 +22,7 @@ from torchhpc.jobdir.files import Written
 from torchhpc.schedulers.capabilities import check
 from torchhpc.schedulers.options import Option, with_defaults
 from torchhpc.schedulers.options import resolve as resolve_options
+from torchhpc.schedulers.pending import Pending
 
 __all__ = ["TERMINAL", "JobStatus", "Scheduler", "Submission"]
 
@@ -255,6 +256,10 @@ class Scheduler(ABC):
 
     def allocation_nodes(self, env: Mapping[str, str]) -> list[str] | None:
         """The nodes of the allocation this process runs in (``env`` is its environment), or None."""
+        return None
+
+    def explain_pending(self, st: JobStatus) -> Optional[Pending]:
+        """Why a pending job waits, from the scheduler's own evidence (None: this scheduler cannot say)."""
         return None
 
     def wait(

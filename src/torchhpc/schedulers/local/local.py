@@ -272,6 +272,15 @@ class LocalScheduler(Scheduler):
         self._fixed(submission.spec)
         return LocalJobs().submit(submission)
 
+    def start_here(self, submission: Submission) -> tuple[str, str]:
+        """A record and job directory for a foreground run this process supervises: (id, its output.log)."""
+        job_id, log = LocalJobs().start_here(submission)
+        return job_id, str(log)
+
+    def end_here(self, job_id: str, state: str, exit_code: int, reason: str) -> None:
+        """The end of a run :meth:`start_here` recorded."""
+        LocalJobs().end_here(job_id, state, exit_code, reason)
+
     def status(self, job_id: str) -> JobStatus:
         """A foreground run this process scheduled, else a background job's record."""
         st = self._finished.get(job_id)
@@ -308,11 +317,13 @@ class LocalScheduler(Scheduler):
         stderr: Optional[IO[str]] = None,
         run_id: str | None = None,
         dependencies: bool = True,
+        log: Optional[IO[str]] = None,
     ) -> int:
         """Start every rank, relay its output, stop all when one fails; 0 or :class:`JobFailed`.
 
         With ``--after-*`` jobs it first waits for them (``dependencies``; the background
         supervisor waits itself, recording why), and refuses to start when one can never be met.
+        ``log`` receives every rank's prefixed lines as well (a foreground run's ``output.log``).
         """
         spec = submission.spec
         if spec.after and dependencies:
@@ -344,6 +355,7 @@ class LocalScheduler(Scheduler):
             rank0_only=rank0_only,
             grace=grace,
             poll=self.poll,
+            log=log,
         )
         return job.run()
 

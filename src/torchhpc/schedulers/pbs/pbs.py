@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import Any, Optional
 
 from torchhpc.core.depend import dependency_value
 from torchhpc.core.shell import Raw, directive, join
@@ -36,6 +36,7 @@ from torchhpc.schedulers.api import JobStatus, Submission
 from torchhpc.schedulers.batch import BatchScheduler, in_container, job_env_names, torchrun_command
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pbs.parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
+from torchhpc.schedulers.pending import Pending
 from torchhpc.schedulers.script import default_python, script_path
 
 __all__ = ["PORT_EXPR", "PBSScheduler", "job_name", "pbs_size", "pbs_walltime"]
@@ -340,6 +341,14 @@ class PBSScheduler(BatchScheduler):
             "finished jobs are kept only while the server's job_history_enable/keep_completed allows; "
             "check the job id and the output file",
         )
+
+    def explain_pending(self, st: JobStatus) -> Optional[Pending]:
+        """Why a queued job waits, from the qstat -f attributes ``status`` read (schedulers/pbs/pending.py)."""
+        if st.state != "PENDING" or not st.raw:
+            return None
+        from torchhpc.schedulers.pbs.pending import classify
+
+        return classify(st.job_id, st.raw)
 
     def status(self, job_id: str) -> JobStatus:
         found = find_job(self._qstat(job_id), job_id)

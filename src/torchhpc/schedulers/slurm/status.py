@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, Optional
 
 import torchhpc.schedulers.slurm.nodes as slurm_nodes
 from torchhpc.core.proc import Runner
@@ -17,6 +17,7 @@ from torchhpc.core.spec import JobSpec
 from torchhpc.errors import CommandError, SchedulerError
 from torchhpc.jobdir.logs import filter_rank, task_record
 from torchhpc.schedulers.api import TERMINAL, JobStatus
+from torchhpc.schedulers.pending import Pending
 from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct, tasks_from_scontrol
 from torchhpc.schedulers.slurm.parse import parse_scontrol, transient
 from torchhpc.schedulers.slurm.parse import status_from_scontrol as _status_from_scontrol
@@ -170,6 +171,15 @@ class SlurmQueries:
                 except (SchedulerError, CommandError):
                     continue
         return out
+
+    def explain_pending(self, st: JobStatus) -> Optional[Pending]:
+        """One round of sinfo/squeue (and sacctmgr where a limit holds it) explains a pending job
+        (schedulers/slurm/pending.py); ``st`` carries the job's scontrol fields already."""
+        if st.state != "PENDING" or not st.raw or st.tasks:
+            return None
+        from torchhpc.schedulers.slurm.pending import explain
+
+        return explain(self.runner, st.raw)
 
     def list_jobs(self) -> list[JobStatus]:
         done = self.runner.run(["squeue", "--me", "-h", "-o", "%i|%T|%M|%D|%R|%j"])
