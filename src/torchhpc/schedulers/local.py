@@ -205,6 +205,7 @@ class LocalScheduler(Scheduler):
     supports_cpus = False
     supports_cpus_per_gpu = False
     runs_here = True
+    queries_controller = False  # status reads the job's own record file
     OPTIONS = declare(
         Option("master_port", "fixed MASTER_PORT instead of a free one (or --env MASTER_PORT=...)", "int"),
         Option("grace", "seconds between SIGTERM and SIGKILL when stopping ranks (0 to 3600)", default="3"),
@@ -273,6 +274,15 @@ class LocalScheduler(Scheduler):
         if st is not None:
             return st
         return LocalJobs().status(job_id)
+
+    def end_dir(self, job_id: str) -> str | None:
+        """A background job's directory, where its supervisor leaves the end marker."""
+        if job_id in self._finished:
+            return None
+        from torchhpc.schedulers.local_jobs import job_dir
+
+        d = job_dir(job_id)
+        return str(d) if d.is_dir() else None
 
     def logs(self, job_id: str, rank: int | None = None) -> str:
         if job_id in self._finished:

@@ -268,6 +268,14 @@ class PBSScheduler(BatchScheduler):
             *make_ranks_dir_lines(script_path(spec, self.suffix), "$_torchhpc_jobnum"),
         ]
 
+    def end_dir_words(self, spec: JobSpec) -> str | None:
+        """The job's directory, where it has one (mpirun, not an array: :meth:`log_lines`), for its end marker."""
+        if launcher_of(spec).per_node or spec.array is not None:
+            return None
+        from torchhpc.schedulers.endmark import quoted_dir
+
+        return quoted_dir(os.path.splitext(script_path(spec, self.suffix))[0] + "-", "${PBS_JOBID%%[!0-9]*}")
+
     def schedule(self, submission: Submission) -> str:
         """qsub, then remember the job's directory (its name holds the job number) for ``logs``."""
         job_id = super().schedule(submission)
