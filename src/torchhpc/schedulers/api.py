@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Optional
 
@@ -219,6 +219,18 @@ class Scheduler(ABC):
 
     def cancel(self, job_id: str) -> None:
         raise TorchHPCError(f"the {self.name} scheduler cannot cancel jobs")
+
+    def query_many(self, ids: Sequence[str]) -> dict[str, JobStatus]:
+        """Several jobs' states in one question to the scheduler where it can (Slurm: one squeue;
+        PBS: one qstat), else one :meth:`status` each. For callers that show many jobs at once
+        (``status A B C``, a pipeline's steps); an id the scheduler does not know is left out."""
+        out: dict[str, JobStatus] = {}
+        for job_id in dict.fromkeys(ids):
+            try:
+                out[job_id] = self.status(job_id)
+            except TorchHPCError:
+                continue
+        return out
 
     def list_jobs(self) -> list[JobStatus]:
         return []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Sequence
 from typing import ClassVar
 
 from torchhpc.core.proc import Runner
@@ -81,6 +82,12 @@ class SlurmQueries:
 
     def cancel(self, job_id: str) -> None:
         self.runner.run(["scancel", job_id])
+
+    def query_many(self, ids: Sequence[str]) -> dict[str, JobStatus]:
+        """Every id's state from one squeue (and one sacct for the forgotten): schedulers/slurm_many.py."""
+        from torchhpc.schedulers.slurm_many import query_many
+
+        return {job_id: self._with_dir(st) for job_id, st in query_many(self.runner, ids).items()}
 
     def log_paths(self, job_id: str) -> list[str]:
         rec = task_record(self.name, job_id)  # an array task: its array's record
