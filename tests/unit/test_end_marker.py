@@ -151,15 +151,24 @@ def test_a_marker_is_confirmed_at_once_and_returned_within_a_stat_poll(tmp_path:
     assert asked[-1] - 100.0 <= 0.15
 
 
-def test_running_after_the_marker_asks_again_soon_and_completing_is_the_end(tmp_path: Path) -> None:
+def test_running_after_the_marker_is_the_end_in_the_markers_words(tmp_path: Path) -> None:
+    """The controller hears of the batch shell's exit a moment after the marker: one question confirms it."""
     clock = Clock()
-    answers = iter(["RUNNING", "RUNNING", "RUNNING", "COMPLETING"])
-    watch = EndWatch(lambda: JobStatus("1", next(answers, "COMPLETED")), str(tmp_path), clock=clock)
+    watch = EndWatch(lambda: JobStatus("1", "RUNNING", nodes="node1"), str(tmp_path), clock=clock)
     watch.step()  # first question: RUNNING
-    write_end(str(tmp_path), "COMPLETED", 0)
+    write_end(str(tmp_path), "FAILED", 2)
     asked = _run(watch, clock, 10.0)
-    assert watch.ended and watch.last is not None and watch.last.state == "COMPLETED" and watch.last.exit_code == 0
-    assert asked[-1] < 1.0
+    assert watch.ended and watch.last is not None
+    assert (watch.last.state, watch.last.exit_code, watch.last.nodes) == ("FAILED", 2, "node1")
+    assert len(asked) == 1 and asked[0] <= 0.15
+
+
+def test_a_marker_of_an_earlier_run_is_told_by_the_restart_count(tmp_path: Path) -> None:
+    clock = Clock()
+    write_end(str(tmp_path), "CANCELLED", 143, restart=0)
+    watch = EndWatch(lambda: JobStatus("1", "RUNNING", restarts=1), str(tmp_path), clock=clock)
+    _run(watch, clock, 100.0)
+    assert not watch.ended
 
 
 def test_a_requeued_jobs_old_marker_is_ignored_until_the_next_run_writes_its_own(tmp_path: Path) -> None:

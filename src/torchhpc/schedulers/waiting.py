@@ -8,10 +8,12 @@ scheduler (``scontrol``, ``qstat``) only
 - at once, then after 1, 2, 4, 8 and 16 s, then every :data:`CAP` s: at most 2 questions a
   minute after the first minute, for a job that ends without a marker (SIGKILL, a node lost,
   a script submitted by hand);
-- when a marker appears, to confirm it: the scheduler's answer is the one returned. While it
-  still says the job runs (the batch shell is exiting) it is asked again after 0.1, 0.2, 0.4 s...;
-  COMPLETING is the end (the exit status is known); PENDING or a requeue state means the marker
-  is an earlier run's (a job requeued by the scheduler), which is then ignored.
+- when a marker appears, to confirm it: a terminal answer is returned as it is (with the marker's
+  exit status where it has none). COMPLETING or RUNNING (the batch shell is past its last line; the
+  controller hears of its exit a moment, on a loaded node seconds, later) is the end in the
+  marker's words (its state and exit status, the controller's other fields). PENDING, a requeue
+  state or a higher restart count than the marker's means the marker is an earlier run's (a job
+  requeued by the scheduler), which is then ignored until the next run writes its own.
 
 Where the job's directory is not visible here (another filesystem; an array, whose tasks each
 have their own), it polls as before: every ``poll`` seconds after a quick start. A scheduler
@@ -47,7 +49,6 @@ S = TypeVar("S", bound=_Status)
 STAT_POLL = 0.1  # seconds between two looks at the marker: the return latency's main part
 FIRST = 1.0  # the first pause between two questions to the controller (doubled up to CAP)
 CAP = 30.0  # the longest pause: 2 questions a minute
-CONFIRM_FIRST = 0.1  # after a marker, while the controller still says RUNNING
 # The controller's answers that say a marker belongs to an earlier run of a requeued job.
 REQUEUED = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "REQUEUE", "RESV_DEL_HOLD"})
 
@@ -73,7 +74,6 @@ class EndWatch(Generic[S]):
         self._seen: tuple[int, int, int] | None = None  # the marker file's identity last read
         self._ignored: set[tuple[int, int, int]] = set()
         self._mark: Optional[EndMark] = None  # a marker being confirmed
-        self._confirm = CONFIRM_FIRST
         self.last: Optional[S] = None
         self.ended = False
         self.calls = 0  # questions asked (tests and benchmarks count them)
@@ -92,7 +92,7 @@ class EndWatch(Generic[S]):
         self._seen = key
         mark = read_end(self.end_dir)
         if mark is not None and mark.key not in self._ignored:
-            self._mark, self._next, self._confirm = mark, self._clock(), CONFIRM_FIRST
+            self._mark, self._next = mark, self._clock()
 
     def step(self) -> tuple[S | None, bool]:
         """(the latest status, whether it is a fresh answer of the controller)."""
@@ -100,24 +100,27 @@ class EndWatch(Generic[S]):
         now = self._clock()
         if self.ended or now < self._next:
             return self.last, False
-        st = self._status()
         self.calls += 1
+        try:
+            st = self._status()
+        except Exception:
+            self._next = now + self._interval  # a failed question waits its turn too: no tight loop
+            raise
         self.last = st
         mark = self._mark
         if st.terminal:
             self.ended = True
             if mark is not None and st.exit_code is None and mark.exit_code is not None:
                 self.last = replace(st, exit_code=mark.exit_code)  # type: ignore[type-var]
-        elif mark is not None and st.state == "COMPLETING":
-            self.ended = True  # over, its exit status known: the marker's view, the controller's other fields
-            self.last = replace(st, state=mark.state, exit_code=mark.exit_code)  # type: ignore[type-var]
-        elif mark is not None and st.state in REQUEUED:
+        elif mark is not None and (st.state in REQUEUED or getattr(st, "restarts", 0) > mark.restart):
             self._ignored.add(mark.key)  # an earlier run's: wait for the next run's marker
             self._mark = None
             self._next = now + self._interval
         elif mark is not None:
-            self._next = now + self._confirm  # the batch shell is exiting: ask again soon
-            self._confirm = min(self._confirm * 2, self._cap)
+            # The same run, its batch shell past its last line (COMPLETING, or RUNNING until the
+            # controller hears of the exit, seconds on a loaded node): the end, in the marker's words.
+            self.ended = True
+            self.last = replace(st, state=mark.state, exit_code=mark.exit_code)  # type: ignore[type-var]
         else:
             self._next = now + self._interval
             self._interval = min(self._interval * 2, self._cap)
