@@ -28,10 +28,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from torchhpc.jobdir.endmark import end_lines, quoted_dir
+from torchhpc.jobdir.log_wiring import LOG_WRAPPER
 from torchhpc.launchers import TASK_SHIM
 from torchhpc.launchers.boot import BOOT_DIR
-from torchhpc.schedulers.endmark import end_lines, quoted_dir
-from torchhpc.schedulers.log_wiring import LOG_WRAPPER
 
 GOAL = 0.05
 GLOO = """import os, sys, time

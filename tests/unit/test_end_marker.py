@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from torchhpc.core.spec import Entrypoint, JobSpec
+from torchhpc.jobdir.endmark import END_FILE, end_lines, quoted_dir, read_end, write_end
 from torchhpc.schedulers.api import JobStatus
-from torchhpc.schedulers.endmark import END_FILE, end_lines, quoted_dir, read_end, write_end
 from torchhpc.schedulers.waiting import CAP, EndWatch
 
 
@@ -82,8 +82,8 @@ def test_no_directory_no_marker_and_the_exit_status_kept(tmp_path: Path) -> None
 
 
 def test_slurm_and_pbs_scripts_arm_the_marker(tmp_path: Path) -> None:
-    from torchhpc.schedulers.pbs import PBSScheduler
-    from torchhpc.schedulers.slurm import SlurmScheduler
+    from torchhpc.schedulers.pbs.pbs import PBSScheduler
+    from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
     spec = JobSpec(entrypoint=Entrypoint.parse(["train.py"], python="python3"), name="t", nodes=2,
                    launcher="srun", scheduler="slurm", output_dir=str(tmp_path))

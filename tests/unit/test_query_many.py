@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from torchhpc.core.proc import FakeRunner
-from torchhpc.schedulers.slurm_many import parse_squeue, query_many
+from torchhpc.schedulers.slurm.many import parse_squeue, query_many
 
 DATA = Path(__file__).parent.parent / "data" / "slurm"
 SQUEUE = (DATA / "squeue_many.txt").read_text()
@@ -55,7 +55,7 @@ def test_a_name_holding_the_separator() -> None:
 def test_pbs_asks_qstat_once_for_all() -> None:
     import json
 
-    from torchhpc.schedulers.pbs import PBSScheduler
+    from torchhpc.schedulers.pbs.pbs import PBSScheduler
 
     data = json.loads((Path(__file__).parent.parent / "data" / "pbs" / "qstat_json_history.json").read_text())
     ids = list(data["Jobs"])

@@ -1,7 +1,7 @@
 """Waiting for a job's end with a light touch on the controller.
 
 A client that waits (``--wait``, ``wait``, ``Handle.wait()``, ``FunctionJob.result()``, the hang
-watch through them) watches the job's end marker (:mod:`~torchhpc.schedulers.endmark`) with a
+watch through them) watches the job's end marker (:mod:`~torchhpc.jobdir.endmark`) with a
 ``stat`` every :data:`STAT_POLL` seconds, which costs the controller nothing, and asks the
 scheduler (``scontrol``, ``qstat``) only
 
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Generic, Optional, Protocol, TypeVar
 
-from torchhpc.schedulers.endmark import EndMark, end_path, read_end
+from torchhpc.jobdir.endmark import EndMark, end_path, read_end
 
 __all__ = ["CAP", "FIRST", "STAT_POLL", "EndWatch"]
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from torchhpc.core.proc import Runner
 from torchhpc.errors import CommandError
 from torchhpc.schedulers.api import TERMINAL, JobStatus
-from torchhpc.schedulers.slurm_array import summarise, tasks_from_sacct
+from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct
 
 __all__ = ["SACCT_FIELDS", "SQUEUE_FIELDS", "parse_sacct_rows", "parse_squeue", "query_many"]
 
