@@ -202,10 +202,10 @@ def main() -> int:
         print(f"| {what} | {args.jobs} | {got['per_job_min']:.2f} | {got['shim_calls']:.1f} | {spread} |")
         print(f"\n{args.seconds:.0f} s jobs; sdiag window {got['span']:.0f} s after the first minute; "
               f"{got['failed']} client(s) failed; goals: <= 2 queries / min, <= 0.5 s")
-        marked = got["marked"]
+        marked: list[float] = got["marked"]  # type: ignore[assignment]
         if marked:
             print(f"of which the program's end to its end.json (srun's and the batch shell's exit): median "
-                  f"{statistics.median(marked):.2f} s [{min(marked):.2f}-{max(marked):.2f}]")  # type: ignore[type-var]
+                  f"{statistics.median(marked):.2f} s [{min(marked):.2f}-{max(marked):.2f}]")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0

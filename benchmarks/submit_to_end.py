@@ -172,16 +172,19 @@ def main() -> int:
         # An installed package has its bytecode compiled: cache it aside, warmed once, for every variant.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
-        subprocess.run([sys.executable, "-c", "import torchhpc.cli.main, torchhpc.dist, torch"], env=env, timeout=300,
-                       check=False)
-        if "submitit" in variants:
-            subprocess.run([sys.executable, "-c", "import submitit"], env=env, timeout=300, check=False)
+        for warm in ("import torchhpc.cli.main, torchhpc.dist, torch", "import submitit"):
+            try:
+                subprocess.run([sys.executable, "-c", warm], env=env, timeout=1800, check=False)
+            except subprocess.TimeoutExpired:
+                print(f"warm-up {warm!r} did not finish in 30 min: the machine is overloaded", file=sys.stderr)
         for i in range(args.rounds):
             order = variants[:]
             rng.shuffle(order)
             for name in order:
                 res[name].append(one(name, env, work, args.steps, args.poll, args.timeout))
-            print(f"round {i + 1}: " + "  ".join(f"{n} {res[n][-1]['total']:.2f}s" for n in order), flush=True)
+            print(f"round {i + 1}: " + "  ".join(
+                f"{n} " + "/".join(f"{res[n][-1][k]:.2f}" for k in ("total", "submit", "queue", "running")) for n in order
+            ) + "  (total/submit/queue/running s)", flush=True)
     med = {n: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for n, rows in res.items()}
     print("\nmedian [min-max] seconds, idle cluster before every submit, order shuffled in each round\n")
     print("| variant | submit -> end | submit command | queue wait | running | ratio to sbatch |\n|---|---|---|---|---|---|")
