@@ -122,6 +122,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     name = "slurm"
     submit_command = "sbatch"
     supports_interactive_shell = True  # salloc (torchhpc shell)
+    supports_rank_probe = True  # srun --overlap into the allocation
     env_options: ClassVar[Mapping[str, str]] = {"account": "SBATCH_ACCOUNT"}
     suffix = ".sbatch"
     how_to_submit = "sbatch <this file>  (or: torchhpc run --scheduler slurm ...)"
@@ -274,9 +275,9 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         ref = "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" if spec.array is not None else "$SLURM_JOB_ID"
         return quoted_dir(prefix, ref)
 
-    def render(self, spec: JobSpec) -> Submission:
+    def _render(self, spec: JobSpec) -> Submission:
         """Submitted held, with its output in the job's directory (made once the id is known)."""
-        sub = super().render(spec)
+        sub = super()._render(spec)
         if not sub.script_path:
             return sub
         if spec.array is not None:
