@@ -10,7 +10,7 @@ from typing import Any
 from torchhpc.cli.common import add_hang_arguments, add_subparser, eprint, json_errors
 from torchhpc.cli.follow import follow, status_dict
 from torchhpc.cli.remote import add_remote_arguments
-from torchhpc.errors import CommandError, CommandNotFound, TorchHPCError, UsageError
+from torchhpc.errors import CommandError, CommandNotFound, SchedulerError, TorchHPCError, UsageError
 from torchhpc.schedulers import get_scheduler, parse_handle
 from torchhpc.schedulers.api import JobStatus, Scheduler
 
@@ -50,9 +50,11 @@ def handle_of(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def register(sub: Any) -> None:
-    p = add_subparser(sub, "status", "show a job's state, exit code, reason and restarts")
+    p = add_subparser(sub, "status", "show a job's state, exit code, reason and restarts (several: one query)")
     p.epilog = EXIT_CODES
     _handle_arg(p)
+    p.add_argument("more", nargs="*", metavar="JOB",
+                   help="more handles: all jobs of a scheduler are asked in one question (one squeue, one qstat)")
     p.add_argument("--json", action="store_true", help="machine-readable output (errors too)")
     add_remote_arguments(p)
     p.set_defaults(func=cmd_status)
@@ -81,6 +83,8 @@ def register(sub: Any) -> None:
 
 @json_errors
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.more:
+        return _status_many(args)
     from torchhpc.schedulers.depend import job_dependencies
 
     name, job = handle_of(args)
@@ -105,6 +109,28 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"  {dep.line()}")
         if st.state == "RUNNING":
             _print_progress(name, job)
+    return 0
+
+
+def _status_many(args: argparse.Namespace) -> int:
+    """Several handles: one ``query_many`` per scheduler (Slurm: one squeue for all), in the order given."""
+    handles = []
+    for text in [args.job, *args.more]:
+        args.job = text
+        handles.append(handle_of(args))
+    by_sched: dict[str, list[str]] = {}
+    for name, job in handles:
+        by_sched.setdefault(name, []).append(job)
+    found = {name: get_scheduler(name).query_many(jobs) for name, jobs in by_sched.items()}
+    missing = [f"{name}:{job}" for name, job in handles if job not in found[name]]
+    if args.json:
+        print(json.dumps([status_dict(name, found[name][job]) for name, job in handles if job in found[name]]))
+    else:
+        for name, job in handles:
+            if job in found[name]:
+                print(f"{name}:{found[name][job].line()}")
+    if missing:
+        raise SchedulerError(f"unknown to their scheduler: {', '.join(missing)}", "check the job ids (`torchhpc list`)")
     return 0
 
 

@@ -150,14 +150,19 @@ def cmd_logs(args: argparse.Namespace) -> int:
     ended = threading.Event()
 
     def watch() -> None:  # the scheduler may answer slowly: never hold the printing up
+        from torchhpc.schedulers.waiting import EndWatch
+
+        end = EndWatch(lambda: sched.status(job), sched.end_dir(job), poll=STATUS_EVERY,
+                       controller=sched.queries_controller)  # the end marker first (schedulers/waiting.py)
         while not ended.is_set():
             try:
-                if sched.status(job).terminal:
+                end.step()
+                if end.ended:
                     ended.set()
                     return
             except SchedulerError:
                 pass
-            time.sleep(STATUS_EVERY)
+            time.sleep(end.pause())
 
     threading.Thread(target=watch, daemon=True).start()
     while not ended.is_set():

@@ -432,11 +432,33 @@ class BatchScheduler(Scheduler):
         if SHIM_VAR in text:
             shim = TrustedScript(launcher_of(spec).task_shim)
             lines += ["", self.shim_comment, f"{SHIM_VAR}={quote(shim)}"]
+        end_dir = self.end_dir_words(spec)
+        if end_dir:
+            from torchhpc.jobdir.endmark import end_lines
+
+            lines += ["", *end_lines(end_dir, self.restart_ref, cancel_trap=not stopping)]
         lines.append("")
+        if end_dir:
+            lines.append("_torchhpc_end_arm  # the EXIT trap that writes end.json")
         if stopping and self.traps_first:  # a warning that comes early must not kill the shell by default action
             lines.append("_torchhpc_arm_stop  # before main: Slurm may warn before main's first line")
         lines.append('main "$@"')
         return lines
+
+    # the scheduler's restart count as the batch shell sees it (the end marker's "restart")
+    restart_ref: ClassVar[str] = "0"
+
+    def end_dir_words(self, spec: JobSpec) -> str | None:
+        """Shell words for the job's directory, where the script leaves its end marker
+        (:mod:`~torchhpc.jobdir.endmark`); None: no directory known to the script, no marker."""
+        return None
+
+    def end_dir(self, job_id: str) -> str | None:
+        """Where this job's end marker appears, when this machine sees the job's output directory."""
+        from torchhpc.jobdir.logs import task_record
+
+        d = task_record(self.name, job_id).job_dir
+        return d if d and os.path.isdir(os.path.dirname(d)) else None
 
     def helper_lines(self, spec: JobSpec) -> list[str]:
         """A backend's own helpers (e.g. Slurm's port probe), after the shared ones."""

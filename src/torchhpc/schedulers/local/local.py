@@ -206,6 +206,7 @@ class LocalScheduler(Scheduler):
     supports_cpus_per_gpu = False
     supports_rank_probe = True
     runs_here = True
+    queries_controller = False  # status reads the job's own record file
 
     def rank_match(self, job_id: str) -> dict[str, str]:
         return {"TORCHELASTIC_RUN_ID": f"local-{job_id}"}  # the run id each rank's environment carries
@@ -287,6 +288,15 @@ class LocalScheduler(Scheduler):
         if st is not None:
             return st
         return LocalJobs().status(job_id)
+
+    def end_dir(self, job_id: str) -> str | None:
+        """A background job's directory, where its supervisor leaves the end marker."""
+        if job_id in self._finished:
+            return None
+        from torchhpc.schedulers.local.jobs import job_dir
+
+        d = job_dir(job_id)
+        return str(d) if d.is_dir() else None
 
     def logs(self, job_id: str, rank: int | None = None) -> str:
         if job_id in self._finished:

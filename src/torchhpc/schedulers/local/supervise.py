@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torchhpc.errors import JobFailed
+from torchhpc.jobdir.endmark import write_end
 from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.local.jobs import SUBMISSION, read_state, write_state
 from torchhpc.schedulers.local.local import LocalScheduler
@@ -68,9 +69,11 @@ def supervise(d: Path) -> int:
     except Exception as e:  # recorded, never left as RUNNING
         state, code, reason = "FAILED", 1, f"{type(e).__name__}: {e}"
         print(f"torchhpc: {reason}", file=sys.stderr, flush=True)
+    ended = time.time()
     rec = read_state(d)
-    rec.update(state=state, exit_code=code, reason=reason, ended=time.time())
+    rec.update(state=state, exit_code=code, reason=reason, ended=ended)
     write_state(d, rec)
+    write_end(str(d), state, code, ended)  # after the record: a waiter that sees the marker reads the final record
     return code
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from typing import Any, Optional
 
 from torchhpc.core.depend import dependency_value
@@ -272,6 +273,14 @@ class PBSScheduler(BatchScheduler):
             *make_ranks_dir_lines(script_path(spec, self.suffix), "$_torchhpc_jobnum"),
         ]
 
+    def end_dir_words(self, spec: JobSpec) -> str | None:
+        """The job's directory, where it has one (mpirun, not an array: :meth:`log_lines`), for its end marker."""
+        if launcher_of(spec).per_node or spec.array is not None:
+            return None
+        from torchhpc.jobdir.endmark import quoted_dir
+
+        return quoted_dir(os.path.splitext(script_path(spec, self.suffix))[0] + "-", "${PBS_JOBID%%[!0-9]*}")
+
     def schedule(self, submission: Submission) -> str:
         """qsub, then remember the job's directory (its name holds the job number) for ``logs``."""
         job_id = super().schedule(submission)
@@ -355,6 +364,24 @@ class PBSScheduler(BatchScheduler):
         if found is None:
             raise self._unknown(job_id)
         return status_from_attrs(*found)
+
+    def query_many(self, ids: Sequence[str]) -> dict[str, JobStatus]:
+        """One ``qstat -x -f -F json ID...`` for all (an unknown id is left out: qstat says so on
+        stderr and answers for the others); Torque's qstat without JSON: one question each."""
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return {}
+        done = self.runner.run(["qstat", "-x", "-f", "-F", "json", *wanted], check=False, timeout=60, hint=self.query_hint)
+        try:
+            jobs = parse_qstat_json(done.stdout)
+        except (SchedulerError, ValueError):
+            return super().query_many(wanted)
+        out: dict[str, JobStatus] = {}
+        for job_id in wanted:
+            found = find_job(jobs, job_id)
+            if found is not None:
+                out[job_id] = status_from_attrs(*found)
+        return out
 
     def cancel(self, job_id: str) -> None:
         # -W force would skip the epilogue; plain qdel lets PBS clean up the nodes.

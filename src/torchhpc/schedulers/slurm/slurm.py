@@ -279,6 +279,16 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             f'if [ -d "${LOG_DIR_VAR}" ]; then echo "torchhpc: rank output in ${LOG_DIR_VAR}"; fi',
         ]
 
+    restart_ref = "${SLURM_RESTART_COUNT:-0}"
+
+    def end_dir_words(self, spec: JobSpec) -> str | None:
+        """The job's directory (an array task's own: ``<name>-ARRAY_TASK``), for its end marker."""
+        from torchhpc.jobdir.endmark import quoted_dir
+
+        prefix = os.path.splitext(script_path(spec, self.suffix))[0] + "-"
+        ref = "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" if spec.array is not None else "$SLURM_JOB_ID"
+        return quoted_dir(prefix, ref)
+
     def _render(self, spec: JobSpec) -> Submission:
         """Submitted held, with its output in the job's directory (made once the id is known)."""
         sub = super()._render(spec)
@@ -410,7 +420,8 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             '    [ "$_torchhpc_stop_reason" = time-limit ] && echo $((_torchhpc_n + 1)) > "$_torchhpc_timeouts_file"',
             '    echo "torchhpc: step exited $_torchhpc_rc after the $_torchhpc_stop_reason stop; requeuing job $SLURM_JOB_ID'
             ' (restart ${SLURM_RESTART_COUNT:-0} -> $((${SLURM_RESTART_COUNT:-0} + 1)))"',
-            '    scontrol requeue "$SLURM_JOB_ID" || echo "torchhpc: scontrol requeue failed" >&2',
+            '    if scontrol requeue "$SLURM_JOB_ID"; then _torchhpc_end_state=REQUEUED',
+            '    else echo "torchhpc: scontrol requeue failed" >&2; fi',
             "  fi",
             "fi",
         ]

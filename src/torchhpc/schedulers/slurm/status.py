@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import ClassVar, Optional
 
 import torchhpc.schedulers.slurm.nodes as slurm_nodes
@@ -90,6 +90,11 @@ class SlurmQueries:
     def cancel(self, job_id: str) -> None:
         self.runner.run(["scancel", job_id])
 
+    def query_many(self, ids: Sequence[str]) -> dict[str, JobStatus]:
+        """Every id's state from one squeue (and one sacct for the forgotten): schedulers/slurm_many.py."""
+        from torchhpc.schedulers.slurm.many import query_many
+
+        return {job_id: self._with_dir(st) for job_id, st in query_many(self.runner, ids).items()}
     # the questions of Scheduler's contract that only Slurm answers
     accepts_nodelist: ClassVar[bool] = True
 
