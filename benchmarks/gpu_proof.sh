@@ -13,7 +13,8 @@
 #   examples  a pytorch/examples-style DDP script with snapshot/resume (from $EXT_DDP_DIR, a copy of the
 #             tutorial's multigpu_torchrun.py + datautils.py, run unmodified) and examples/lightning_ddp.py,
 #             each under `torchhpc run -n 1`
-#   failures  a real CUDA out-of-memory and real NCCL errors under `torchhpc run -n 1 --background`,
+#   failures  a real CUDA out-of-memory and real NCCL errors under `torchhpc run -n 1 --background`
+#             (and two plain-torch NCCL ranks on one GPU under -n 2),
 #             then `torchhpc wait`, `torchhpc diagnose` (the verdict) and `torchhpc logs` (the real text)
 #
 # Every step has its own time limit, so one hang costs that step only. Writes gpu_training.{json,md},
@@ -57,12 +58,12 @@ left_running() {
     fi
 }
 
-# failure CASE LIMIT [RUN-FLAGS...]: one failing job in the background, its verdict and its text.
+# failure CASE RANKS LIMIT [RUN-FLAGS...]: one failing job in the background, its verdict and its text.
 failure() {
-    local case=$1 limit=$2 submitted handle
-    shift 2
-    echo "=== failure $case: torchhpc run -n 1 $* --background benchmarks/gpu_failures.py $case"
-    submitted=$(timeout 60 "${TH[@]}" run -n 1 "$@" --background --name "fail-$case" benchmarks/gpu_failures.py "$case" 2>&1)
+    local case=$1 ranks=$2 limit=$3 submitted handle
+    shift 3
+    echo "=== failure $case: torchhpc run -n $ranks $* --background benchmarks/gpu_failures.py $case"
+    submitted=$(timeout 60 "${TH[@]}" run -n "$ranks" "$@" --background --name "fail-$case" benchmarks/gpu_failures.py "$case" 2>&1)
     echo "$submitted"
     handle=$(grep -o 'local:[0-9a-f]*' <<<"$submitted" | head -1)
     if [ -z "$handle" ]; then
@@ -114,9 +115,10 @@ for part in $parts; do
         step "lightning_ddp" 240 "${TH[@]}" run -n 1 examples/lightning_ddp.py --epochs 2 --cache "$work" "${sizes[@]}"
         ;;
     failures)
-        failure oom 240
-        failure bad-ordinal 120
-        failure nccl 120 -e NCCL_SOCKET_IFNAME=nosuchif0 -e NCCL_DEBUG=WARN
+        failure oom 1 240
+        failure bad-ordinal 1 120
+        failure nccl 1 120 -e NCCL_SOCKET_IFNAME=nosuchif0 -e NCCL_DEBUG=WARN
+        failure nccl 2 120  # two plain-torch NCCL ranks on one GPU: NCCL's "Duplicate GPU detected"
         left_running
         ;;
     *)
