@@ -325,7 +325,8 @@ def markdown(res: dict[str, Any]) -> str:
     q = r["ratio_per_round"]
     lines += ["", f"Example ÷ reference: **{r['ratio']:.3f}** (per round {q['min']:.3f}–{q['max']:.3f}); the example's "
               f"peak includes its synthetic dataset on the device ({r['example_dataset_gib']:.2f} GiB)."]
-    lines.append(f"The example's data path alone (index_select + channels_last copy): {r['example_data_path_ms']:.2f} ms per batch.")
+    if r.get("example_data_path_ms") is not None:
+        lines.append(f"The example's data path alone (index_select + channels_last copy): {r['example_data_path_ms']:.2f} ms per batch.")
     if r.get("profile"):
         lines.append("Profile (ms per step, wall / kernels): " + "; ".join(
             f"{k} {v['wall_ms_per_step']:.2f} / {v['device_ms_per_step']:.2f}" for k, v in r["profile"].items()))

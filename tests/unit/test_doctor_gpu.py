@@ -74,7 +74,9 @@ def test_gpu_training_markdown() -> None:
                    "img_per_s": {"example": stats, "reference": {**stats, "median": 3719.0}},
                    "ratio": 3700 / 3719, "ratio_per_round": {"median": 0.99, "min": 0.98, "max": 1.0},
                    "peak_memory_gib": {"example": 6.5, "reference": 5.7}, "example_dataset_gib": 0.72,
-                   "rounds": 7, "steps_per_round": 20},
+                   "rounds": 7, "steps_per_round": 20, "example_data_path_ms": 0.14,
+                   "profile": {"example": {"wall_ms_per_step": 35.5, "device_ms_per_step": 28.9},
+                               "reference": {"wall_ms_per_step": 34.0, "device_ms_per_step": 28.7}}},
         "mnist": {"steps": 100, "batch_size": 64, "in_memory_over_dataloader": 2.5,
                   "samples_per_s": {"in-memory tensor": {"median": 50000.0, "min": 0.5, "max": 60000.0},
                                     "DataLoader": {"median": 20000.0, "min": 19000.0, "max": 21000.0}}},
@@ -84,3 +86,5 @@ def test_gpu_training_markdown() -> None:
     assert "| reference loop | torchvision 0.26.0 | 3719 |" in md
     assert "Example ÷ reference: **0.995**" in md and "| in-memory tensor | 50000 | 0.5–60000 |" in md
     assert "Note:" not in md
+    assert "data path alone (index_select + channels_last copy): 0.14 ms" in md
+    assert "wall / kernels): example 35.50 / 28.90; reference 34.00 / 28.70" in md
