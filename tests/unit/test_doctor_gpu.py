@@ -4,18 +4,21 @@ The measuring parts need a GPU and run on one (docs/training.md); here: the
 thresholds and reference figures, the real command on CPU (says no GPU is
 visible, exits 0), the NCCL check's failure path with a real launch (NCCL
 cannot start on CPU, and the check must report that, not crash), and
-benchmarks/gpu_training.py's no-GPU exit and its Markdown from a canned result.
+benchmarks/gpu_training.py's no-GPU exit and its Markdown from a canned result,
+and the device script benchmarks/gpu_proof.sh (shellcheck, and its failure cases'
+no-GPU exit: the cases themselves ran on an H200).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import PYTHON, REPO
+from tests.conftest import PYTHON, REPO, missing
 from torchhpc.bench.gpu import expected_figure, known_peak
 from torchhpc.doctor.gpu import PASS_SHARE, WARN_SHARE, check_nccl, judge
 
@@ -55,6 +58,22 @@ def test_nccl_check_reports_a_failed_launch() -> None:
     c = check_nccl(1, python=sys.executable, timeout=120)
     assert c.status == "fail" and c.hint, c
     assert "all_reduce over 1 GPU(s) failed" in c.detail and "nccl" in c.detail.lower(), c.detail
+
+
+@pytest.mark.parametrize("case", ["oom", "thd"])
+def test_gpu_failure_cases_without_gpu_provoke_nothing(case: str) -> None:
+    cp = subprocess.run([PYTHON, str(REPO / "benchmarks" / "gpu_failures.py"), case], capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0 and f"case {case} provokes a GPU failure and has nothing to provoke here" in cp.stdout, cp.stdout + cp.stderr
+
+
+def test_gpu_proof_script_is_clean_shell() -> None:
+    if shutil.which("shellcheck") is None:
+        missing("shellcheck not installed (scripts/test.sh installs it)")
+    script = str(REPO / "benchmarks" / "gpu_proof.sh")
+    cp = subprocess.run(["shellcheck", script], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, cp.stdout
+    usage = subprocess.run(["bash", script], capture_output=True, text=True, timeout=60)
+    assert usage.returncode != 0 and "usage: benchmarks/gpu_proof.sh OUTDIR" in usage.stderr, usage.stderr
 
 
 def test_gpu_training_benchmark_without_gpu() -> None:
