@@ -26,7 +26,7 @@ from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.env import detect, tasks_per_node
 from torchhpc.launchers.task import task_argv
-from torchhpc.schedulers.slurm import SlurmScheduler
+from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
 NODES = "gpu[0001-1024]"
 HETERO = "4(x1000),2(x24)"

@@ -16,11 +16,11 @@ from torchhpc.errors import JobFailed, TorchHPCError
 
 # name -> module defining it, imported on first attribute access (keeps ``import torchhpc`` light).
 _LAZY = {
-    "Executor": "torchhpc.executor",
-    "FunctionJob": "torchhpc.executor",
-    "Stop": "torchhpc.requeue",
-    "Checkpoint": "torchhpc.requeue",
-    "checkpointable": "torchhpc.requeue",
+    "Executor": "torchhpc.functions.executor",
+    "FunctionJob": "torchhpc.functions.executor",
+    "Stop": "torchhpc.functions.requeue",
+    "Checkpoint": "torchhpc.functions.requeue",
+    "checkpointable": "torchhpc.functions.requeue",
 }
 
 __all__ = ["JobFailed", "TorchHPCError", "__version__", *_LAZY]

@@ -30,7 +30,7 @@ from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 
 if TYPE_CHECKING:
-    from torchhpc.schedulers.diagnose import Verdict
+    from torchhpc.diagnose.verdict import Verdict
 
 __all__ = ["Job", "JobHandle", "TaskHandle", "check_gpus", "check_program", "visible_gpus"]
 
@@ -70,7 +70,7 @@ class JobHandle:
 
     def diagnose(self) -> Verdict:
         """Why the job failed: the class, the first rank that failed, its host, error and file:line."""
-        from torchhpc.schedulers.diagnose import diagnose, gather
+        from torchhpc.diagnose.verdict import diagnose, gather
 
         return diagnose(gather(self.scheduler, self.scheduler.name, self.job_id))
 

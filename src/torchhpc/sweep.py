@@ -172,7 +172,7 @@ def free_directory(base: str) -> str:
 
 def write_manifest(directory: str, data: Mapping[str, Any]) -> str:
     """Write ``sweep.json`` whole, as a new file: an existing one is never replaced."""
-    from torchhpc.schedulers.files import keep, write_new
+    from torchhpc.jobdir.files import keep, write_new
 
     path = os.path.join(directory, MANIFEST)
     written = write_new([(path, json.dumps(data, indent=1))], private=True)

@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import PYTHON, REPO
 from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import Entrypoint, JobSpec
-from torchhpc.schedulers.pbs import PBSScheduler
+from torchhpc.schedulers.pbs.pbs import PBSScheduler
 
 pytestmark = pytest.mark.cluster("slurm")
 

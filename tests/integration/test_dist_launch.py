@@ -20,9 +20,9 @@ import pytest
 
 from tests.conftest import PYTHON, REPO, missing
 from torchhpc.core.shell import join
+from torchhpc.jobdir.log_wiring import log_argv
+from torchhpc.jobdir.logs import rank_files
 from torchhpc.launchers import MPIRUN
-from torchhpc.schedulers.log_wiring import log_argv
-from torchhpc.schedulers.logs import rank_files
 
 pytest.importorskip("torch")
 # Each rank imports torch (~2 s on the shared 2-core machines): every test here takes seconds.

@@ -1,7 +1,7 @@
 """Functions as jobs on the dev cluster: ``torchhpc.Executor(scheduler="slurm", ...)``, for real.
 
 sbatch, srun, torchrun and mpirun start real ranks on two namespace nodes; each runs
-``python -m torchhpc._fnrun`` which unpickles the function (cloudpickle), starts a gloo
+``python -m torchhpc.functions.run`` which unpickles the function (cloudpickle), starts a gloo
 process group and calls it; the values, failures and checkpoints come back through
 the function directory. The containers are the ones the container tests use (podman
 and Charliecloud, built by .ci/build-test-image.sh). Nothing is mocked.
@@ -48,7 +48,7 @@ def train(lr: float) -> tuple[float, int, str]:
     import torch
     import torch.distributed as dist
 
-    from torchhpc._fnrun import host
+    from torchhpc.functions.run import host
 
     total = torch.tensor([(dist.get_rank() + 1) * lr], dtype=torch.float64)
     dist.all_reduce(total)

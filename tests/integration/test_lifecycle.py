@@ -118,8 +118,8 @@ def test_local_supervisor_killed_reads_failed(local_env: dict[str, str], tmp_pat
     import signal
 
     from torchhpc.resolve import build_spec
-    from torchhpc.schedulers.local import LocalScheduler
-    from torchhpc.schedulers.local_jobs import LocalJobs, job_dir
+    from torchhpc.schedulers.local.jobs import LocalJobs, job_dir
+    from torchhpc.schedulers.local.local import LocalScheduler
 
     monkeypatch.setenv("TORCHHPC_STATE_DIR", local_env["TORCHHPC_STATE_DIR"])
     monkeypatch.chdir(tmp_path)

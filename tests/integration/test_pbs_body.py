@@ -28,7 +28,7 @@ import pytest
 from tests.conftest import PYTHON, REPO, missing
 from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
-from torchhpc.schedulers.pbs import PBSScheduler
+from torchhpc.schedulers.pbs.pbs import PBSScheduler
 
 pytestmark = pytest.mark.cluster("slurm")
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, missing
-from torchhpc.schedulers import slurm as slurm_mod
+from torchhpc.schedulers.slurm import slurm as slurm_mod
 
 pytestmark = pytest.mark.cluster("slurm")
 PI = str(REPO / "examples" / "pi.py")

@@ -12,7 +12,7 @@ from torchhpc.core.array import parse_array, substitute
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import SpecError
 from torchhpc.schedulers.batch import array_lines
-from torchhpc.schedulers.slurm import expand_output, output_pattern
+from torchhpc.schedulers.slurm.slurm import expand_output, output_pattern
 
 
 @pytest.mark.parametrize(
@@ -97,9 +97,9 @@ SACCT = "1_0|COMPLETED|0:0|00:00:01|node1|t\n1_2|FAILED|3:0|00:00:00|node1|t\n1_
 
 
 def test_array_summary_from_scontrol_and_sacct() -> None:
-    from torchhpc.schedulers.slurm_array import summarise, tasks_from_sacct, tasks_from_scontrol
-    from torchhpc.schedulers.slurm_parse import parse_scontrol
-    from torchhpc.schedulers.slurm_parse import status_from_scontrol as _status_from_scontrol
+    from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct, tasks_from_scontrol
+    from torchhpc.schedulers.slurm.parse import parse_scontrol
+    from torchhpc.schedulers.slurm.parse import status_from_scontrol as _status_from_scontrol
 
     tasks = tasks_from_scontrol("1", SCONTROL, parse_scontrol, _status_from_scontrol)
     assert [t.job_id for t in tasks] == ["1_1", "1_2", "1_3", "1_4", "1_5"]
@@ -119,7 +119,7 @@ def test_local_array_runs_each_task_with_its_own_port(tmp_path: object) -> None:
     import sys
 
     from torchhpc.errors import JobFailed
-    from torchhpc.schedulers.local import LocalScheduler
+    from torchhpc.schedulers.local.local import LocalScheduler
 
     prog = os.path.join(str(tmp_path), "t.py")
     with open(prog, "w") as f:

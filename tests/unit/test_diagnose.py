@@ -1,4 +1,4 @@
-"""The failure verdict from a job's evidence (torchhpc.schedulers.diagnose).
+"""The failure verdict from a job's evidence (torchhpc.diagnose.verdict).
 
 The ``exception-*`` and ``abort-*`` cases in tests/data/diagnose are real: slurm.out and the
 per-rank files of 2-node x 2-rank jobs on the dev cluster under each launcher (rank 2 raises
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from torchhpc.schedulers.diagnose import Evidence, classify_text, diagnose, launcher_events
-from torchhpc.schedulers.logs import JobLog, rank_files
+from torchhpc.diagnose.verdict import Evidence, classify_text, diagnose, launcher_events
+from torchhpc.jobdir.logs import JobLog, rank_files
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "diagnose"
 LAUNCHERS = ("srun", "torchrun", "mpirun")
@@ -99,7 +99,7 @@ def test_the_schedulers_state_explains_every_ranks_death(state: str, klass: str,
 
 
 def test_time_limit_banner_without_accounting(tmp_path: Path) -> None:
-    from torchhpc.schedulers.logs import Line
+    from torchhpc.jobdir.logs import Line
 
     banner = "slurmstepd: error: *** JOB 9 ON node1 CANCELLED AT 2026-11-25T13:00:00 DUE TO TIME LIMIT ***"
     v = diagnose(Evidence(lines=[Line(None, banner)], state="", launcher="srun"))
@@ -112,7 +112,7 @@ def test_completed_job_has_no_failure() -> None:
 
 
 def test_local_supervisor_reason_names_the_rank() -> None:
-    from torchhpc.schedulers.logs import Line
+    from torchhpc.jobdir.logs import Line
 
     lines = [Line(None, "rank 1 was killed by signal 6 (SIGABRT); stopped the other 1 ranks"),
              Line(0, "RuntimeError: Connection closed by peer [127.0.0.1]:1")]

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from torchhpc.env import PORT_BASE, PORT_SPAN, derive_port
-from torchhpc.schedulers.slurm import PORT_EXPR
+from torchhpc.schedulers.slurm.slurm import PORT_EXPR
 
 
 @pytest.mark.parametrize(

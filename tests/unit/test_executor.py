@@ -96,7 +96,7 @@ def test_map_array_four_items_two_at_a_time_match_local_calls(tmp_path: Path) ->
     assert [j.result(timeout=180) for j in jobs] == [(x * x + 1, 1) for x in items]
     assert [j.task for j in jobs] == [0, 1, 2, 3]
     rendered = str(ex_local(tmp_path).render(square_plus_world, 1))
-    assert "torchhpc._fnrun" in rendered and "function pickle:" in rendered
+    assert "torchhpc.functions.run" in rendered and "function pickle:" in rendered
 
 
 # --- safety ------------------------------------------------------------------------------------------
@@ -140,8 +140,8 @@ def test_version_mismatch_refused_on_the_rank_with_a_hint(
 ) -> None:
     """The recorded version is edited (as if another interpreter had submitted): the rank refuses
     before unpickling, says why with a HINT, and the submitter gets it as JobFailed."""
-    import torchhpc.executor as ex_mod
-    from torchhpc._fnpack import submit_versions
+    import torchhpc.functions.executor as ex_mod
+    from torchhpc.functions.pack import submit_versions
 
     monkeypatch.setattr(ex_mod, "submit_versions", lambda: {**submit_versions(), field: value})
     job = ex_local(tmp_path, nproc_per_node=2).submit(allreduce_rank_plus_one, 1.0)
@@ -155,7 +155,7 @@ def test_version_mismatch_refused_on_the_rank_with_a_hint(
 
 
 def test_version_rules() -> None:
-    from torchhpc._fnpack import version_mismatch
+    from torchhpc.functions.pack import version_mismatch
 
     base = {"python": "3.11.7", "cloudpickle": "3.1.3", "torch": "2.13.0"}
     assert version_mismatch(base, {**base, "python": "3.11.2"}) is None  # micro releases share bytecode
@@ -194,9 +194,9 @@ def test_import_torchhpc_and_its_executor_stay_torch_free() -> None:
 def test_slurm_and_pbs_renders_run_the_runner_and_arrays_use_their_syntax(tmp_path: Path) -> None:
     slurm = torchhpc.Executor(scheduler="slurm", nodes=2, nproc_per_node=2, launcher="srun", output_dir=str(tmp_path))
     text = str(slurm.render(allreduce_rank_plus_one, 1.0))
-    assert "-m torchhpc._fnrun" in text and str(tmp_path) in text
+    assert "-m torchhpc.functions.run" in text and str(tmp_path) in text
     pbs = torchhpc.Executor(scheduler="pbs", nodes=2, nproc_per_node=2, launcher="mpirun", output_dir=str(tmp_path))
-    assert "torchhpc._fnrun" in str(pbs.render(allreduce_rank_plus_one, 1.0))
+    assert "torchhpc.functions.run" in str(pbs.render(allreduce_rank_plus_one, 1.0))
     spec, _, _ = pbs._prepare(square_plus_world, (), {}, [1, 2, 3, 4], 2)
     from torchhpc.job import Job
 
@@ -221,7 +221,7 @@ def test_kubernetes_render_names_the_pvc_or_refuses(tmp_path: Path) -> None:
 
 # --- checkpointable functions --------------------------------------------------------------------------
 def test_stop_parameter_is_found_by_annotation_or_mark() -> None:
-    from torchhpc.requeue import Stop, stop_parameter
+    from torchhpc.functions.requeue import Stop, stop_parameter
 
     def annotated(lr: float, stop: torchhpc.Stop) -> float:
         return lr
@@ -258,11 +258,11 @@ def test_checkpoint_is_kept_per_rank_and_the_next_call_resumes_from_it(tmp_path:
     monkeypatch.setenv("TORCHHPC_STOP_FILE", str(tmp_path / "stop"))
     ex = ex_local(tmp_path)
     _, fdir, stop_param = ex._prepare(counting, (6,), {}, None, None)
-    from torchhpc._fnpack import dumps, submit_versions
+    from torchhpc.functions.pack import dumps, submit_versions
 
     fdir.write(dumps({"fn": counting, "args": (6,), "kwargs": {}, "items": None, "stop_param": stop_param}),
                {"versions": submit_versions()})
-    run = [sys.executable, "-m", "torchhpc._fnrun", str(fdir.path)]
+    run = [sys.executable, "-m", "torchhpc.functions.run", str(fdir.path)]
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
     first = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120)
     assert first.returncode == 0, first.stderr

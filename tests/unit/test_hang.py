@@ -10,15 +10,14 @@ import os
 import time
 from pathlib import Path
 
-from torchhpc.schedulers.hang import (
-    RankStack,
+from torchhpc.diagnose.hang import (
     culprit,
     in_collective,
-    parse_py_spy,
     quiet_for,
     render,
     user_frame,
 )
+from torchhpc.diagnose.probe import RankStack, parse_py_spy
 
 WAITING = """Process 4242: /opt/venv/bin/python planted_hang.py 3
 Python v3.11.7 (/usr/bin/python3.11)

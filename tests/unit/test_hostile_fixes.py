@@ -107,7 +107,7 @@ def test_f5_kubernetes_namespace_is_a_dns_label(namespace: str, tmp_path: Path) 
 
 
 def test_f5_job_id_namespace_checked_before_any_request() -> None:
-    from torchhpc.schedulers.kubernetes import KubernetesScheduler
+    from torchhpc.schedulers.kubernetes.kubernetes import KubernetesScheduler
 
     sched = KubernetesScheduler()
     for job_id in ("x/../../api/v1/secrets?/pi", "a b/pi", "default/../x"):
@@ -153,7 +153,7 @@ def _sq(text: str) -> str:
 @pytest.mark.parametrize(("name", "out"), [("../../escape", "logs"), ("a%j/b", "logs"), ("pi", "lo%jgs")])
 def test_log_path_stays_in_the_output_dir(name: str, out: str, tmp_path: Path) -> None:
     """'%' and '../' in names and directories: sbatch's --output must name a file in --output-dir."""
-    from torchhpc.schedulers.slurm import expand_output
+    from torchhpc.schedulers.slurm.slurm import expand_output
 
     out_dir = tmp_path / out
     spec = JobSpec(entrypoint=Entrypoint.parse(["train.py"]), scheduler="slurm", name=name, output_dir=str(out_dir))

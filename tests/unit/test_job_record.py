@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from torchhpc.schedulers.logs import job_log, task_record
-from torchhpc.schedulers.record import (
+from torchhpc.jobdir.logs import job_log, task_record
+from torchhpc.jobdir.record import (
     SCHEMA,
     JobRecord,
     load_record,

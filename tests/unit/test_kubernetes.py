@@ -36,7 +36,13 @@ from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.errors import SchedulerError, SpecError
 from torchhpc.schedulers import get_scheduler
-from torchhpc.schedulers.kubernetes import KubeAPI, KubernetesScheduler, manifest, status_from_job, to_yaml
+from torchhpc.schedulers.kubernetes.kubernetes import (
+    KubeAPI,
+    KubernetesScheduler,
+    manifest,
+    status_from_job,
+    to_yaml,
+)
 
 SCHEMA = PYTORCHJOB_SCHEMA
 GOLDEN = REPO / "tests" / "golden" / "kubernetes"

@@ -1,8 +1,8 @@
 """The import layers hold: every ``import`` in src/torchhpc (lazy ones inside functions too) points down.
 
     errors  <  torchhpc/__init__ (the version)  <  core  <  env | network | containers | launchers
-    <  schedulers | dist | profiles | devcluster  <  bench | config  <  resolve | doctor  <  job
-    <  cli  <  __main__
+    <  jobdir  <  schedulers | dist | profiles | devcluster  <  bench | config | diagnose
+    <  resolve | doctor  <  job  <  sweep | functions  <  cli  <  __main__
 
 A package may import itself and anything in a lower layer; packages of one
 layer do not import each other (env, network, containers and launchers stay
@@ -24,14 +24,15 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     for names in (
         "errors boot",  # boot: the stdlib-only rank sitecustomize (launchers/boot.py), imports nothing of ours
         "__init__",
-        "core _fnpack",  # _fnpack: the function job's pickle and versions (errors only)
+        "core",
         "env network containers launchers",
+        "jobdir",  # what a job leaves on disk: record, never-overwrite writer, rank logs
         "schedulers dist profiles devcluster",
-        "bench config requeue",  # requeue: Stop/Checkpoint for function jobs (dist)
-        "resolve doctor _fnrun",  # _fnrun: what each rank of a function job runs (dist, env, requeue)
+        "bench config diagnose",  # diagnose: the failure verdict and the hang watch (jobdir, core)
+        "resolve doctor",
         "job",
-        "sweep executor",
-        "cli",
+        "sweep functions",  # functions: Executor (job), the pickle, the rank entry (env, dist), Stop/Checkpoint
+        "cli _fnrun requeue",  # _fnrun, requeue: stubs for jobs of the previous release (functions)
         "__main__",
     )
 )

@@ -11,8 +11,8 @@ import torchhpc.cli.jobs as jobs_cli
 from torchhpc.cli.main import main
 from torchhpc.core.proc import FakeRunner
 from torchhpc.errors import CommandNotFound
-from torchhpc.schedulers.pbs import PBSScheduler
-from torchhpc.schedulers.slurm import SlurmScheduler
+from torchhpc.schedulers.pbs.pbs import PBSScheduler
+from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
 pytestmark = pytest.mark.usefixtures("clean_user_env")
 

@@ -9,7 +9,7 @@ import pytest
 
 from torchhpc.cli.main import main
 from torchhpc.errors import SchedulerError
-from torchhpc.schedulers.local_jobs import RECORD, LocalJobs, jobs_root
+from torchhpc.schedulers.local.jobs import RECORD, LocalJobs, jobs_root
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import JobFailed, SpecError
 from torchhpc.launchers.boot import BOOT_DIR
 from torchhpc.schedulers import get_scheduler
-from torchhpc.schedulers.local import (
+from torchhpc.schedulers.local.local import (
     CONTRACT,
     PER_RANK,
     LocalScheduler,

@@ -1,4 +1,4 @@
-"""torchhpc.schedulers.logs and ``torchhpc logs``: attribution, filters, tracebacks, follow."""
+"""torchhpc.jobdir.logs and ``torchhpc logs``: attribution, filters, tracebacks, follow."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from torchhpc.cli.main import main
-from torchhpc.schedulers.log_wiring import LOG_WRAPPER, job_dir, log_argv, ranks_dir_ref, torchrun_per_rank
-from torchhpc.schedulers.logs import (
+from torchhpc.jobdir.log_wiring import LOG_WRAPPER, job_dir, log_argv, ranks_dir_ref, torchrun_per_rank
+from torchhpc.jobdir.logs import (
     MAX_RANKS,
     JobLog,
     Line,

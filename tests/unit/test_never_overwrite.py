@@ -98,7 +98,7 @@ def test_slurm_job_directory_that_exists_is_refused_and_the_job_cancelled(tmp_pa
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """A job id used again (a rebuilt cluster) must not write into the old job's directory."""
     from tests.unit.test_slurm_render import spec
-    from torchhpc.schedulers.slurm import SlurmScheduler
+    from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
     monkeypatch.setenv("TORCHHPC_STATE_DIR", str(tmp_path / "state"))
     old = tmp_path / "pi-4242"
@@ -117,7 +117,7 @@ def test_slurm_job_directory_that_exists_is_refused_and_the_job_cancelled(tmp_pa
 
 def test_slurm_submit_uses_a_private_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.unit.test_slurm_render import spec
-    from torchhpc.schedulers.slurm import SlurmScheduler
+    from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
     monkeypatch.setenv("TORCHHPC_STATE_DIR", str(tmp_path / "state"))
     (tmp_path / "pi.sbatch").write_text(HAND_SBATCH)
@@ -154,7 +154,7 @@ def test_container_recipe_output_needs_force(tmp_path: Path) -> None:
 
 
 def test_write_files_takes_a_free_name(tmp_path: Path) -> None:
-    from torchhpc.schedulers.files import write_new
+    from torchhpc.jobdir.files import write_new
 
     (tmp_path / "m.yaml").write_text("mine\n")
     w = write_new([(str(tmp_path / "m.yaml"), "new\n")])

@@ -50,7 +50,7 @@ def torch_modules_after(body: str) -> tuple[list[str], str]:
 
 
 def test_import_torchhpc_loads_no_torch() -> None:
-    loaded, _ = torch_modules_after("import torchhpc; import torchhpc.schedulers.local")
+    loaded, _ = torch_modules_after("import torchhpc; import torchhpc.schedulers.local.local")
     assert loaded == []
 
 

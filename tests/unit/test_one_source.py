@@ -18,10 +18,10 @@ from tests.conftest import REPO
 from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import Entrypoint, JobSpec, LauncherKind
 from torchhpc.errors import SpecError
+from torchhpc.jobdir.logs import filter_rank, parse_line
 from torchhpc.launchers import LAUNCHERS, MPIRUN, SRUN, TORCHRUN, launcher_of
-from torchhpc.schedulers.logs import filter_rank, parse_line
-from torchhpc.schedulers.pbs import PBSScheduler
-from torchhpc.schedulers.slurm import SlurmScheduler
+from torchhpc.schedulers.pbs.pbs import PBSScheduler
+from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
 SRC = REPO / "src" / "torchhpc"
 NAME_CHECK = re.compile(r'launcher == "|scheduler == "')

@@ -26,8 +26,8 @@ from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.errors import CommandError, QuotingError, SchedulerError, SpecError
 from torchhpc.schedulers import get_scheduler
-from torchhpc.schedulers.pbs import PBSScheduler, job_name, pbs_size, pbs_walltime
-from torchhpc.schedulers.pbs_parse import parse_qstat_full, parse_qstat_json, status_from_attrs
+from torchhpc.schedulers.pbs.parse import parse_qstat_full, parse_qstat_json, status_from_attrs
+from torchhpc.schedulers.pbs.pbs import PBSScheduler, job_name, pbs_size, pbs_walltime
 
 DATA = REPO / "tests" / "data" / "pbs"
 GOLDEN = REPO / "tests" / "golden"

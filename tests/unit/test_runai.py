@@ -26,7 +26,7 @@ from torchhpc.core.shell import join
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.errors import SchedulerError, SpecError
 from torchhpc.schedulers import get_scheduler
-from torchhpc.schedulers.runai import RunAIScheduler, k8s_name, parse_describe, runai_state
+from torchhpc.schedulers.runai.runai import RunAIScheduler, k8s_name, parse_describe, runai_state
 
 GOLDEN = REPO / "tests" / "golden" / "runai"
 IMAGE = "registry.rcp.epfl.ch/meditron-ddx/basic:latest-solergib"

@@ -27,7 +27,7 @@ from torchhpc.core.proc import FakeRunner
 from torchhpc.core.shell import join
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import SpecError
-from torchhpc.schedulers.runai import RunAIScheduler
+from torchhpc.schedulers.runai.runai import RunAIScheduler
 
 GOLDEN = REPO / "tests" / "golden" / "runai"
 IMAGE = "registry.rcp.epfl.ch/meditron-ddx/basic:latest-solergib"

@@ -17,7 +17,7 @@ from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.env import detect, tasks_per_node
 from torchhpc.launchers.task import task_argv
-from torchhpc.schedulers.slurm import SlurmScheduler
+from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
 HETERO = "4(x1000),2(x24)"  # 1024 nodes, 4048 tasks
 NODES_1024 = "gpu[0001-1024]"

@@ -11,7 +11,7 @@ from tests.golden_util import assert_golden, lint_script
 from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import SpecError
-from torchhpc.schedulers.slurm import SlurmScheduler, filter_rank, parse_scontrol
+from torchhpc.schedulers.slurm.slurm import SlurmScheduler, filter_rank, parse_scontrol
 
 
 def spec(**kw: object) -> JobSpec:

@@ -118,7 +118,7 @@ def _run_script(tmp_path: Path, sig: str | None, *, when: str = "step-started", 
     import time
 
     from torchhpc.core.spec import Entrypoint, JobSpec
-    from torchhpc.schedulers.slurm import SlurmScheduler
+    from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
     out, stubs = tmp_path / "out", tmp_path / "bin"
     out.mkdir()

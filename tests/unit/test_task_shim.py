@@ -188,7 +188,7 @@ def test_shim_names() -> None:
 
 def test_slurm_torchrun_workers_start_through_the_shim_and_pods_do_not() -> None:
     from torchhpc.core.spec import Entrypoint, JobSpec
-    from torchhpc.schedulers.slurm import SlurmScheduler
+    from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
     spec = JobSpec(entrypoint=Entrypoint.parse(["train.py", "--lr", "1"]), scheduler="slurm", launcher="torchrun",
                    nodes=2, nproc_per_node=2)

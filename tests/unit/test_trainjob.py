@@ -34,9 +34,9 @@ from tests.unit.test_pbs import check_golden
 from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.errors import SchedulerError, SpecError
-from torchhpc.schedulers.kube_io import KubeAPI
-from torchhpc.schedulers.kubernetes import KubernetesScheduler
-from torchhpc.schedulers.trainjob import status_from_trainjob, trainjob_name
+from torchhpc.schedulers.kubernetes.kube_io import KubeAPI
+from torchhpc.schedulers.kubernetes.kubernetes import KubernetesScheduler
+from torchhpc.schedulers.kubernetes.trainjob import status_from_trainjob, trainjob_name
 
 GOLDEN = REPO / "tests" / "golden" / "kubernetes"
 IMAGE = "nvcr.io/nvidia/pytorch:24.01-py3"

@@ -11,7 +11,7 @@ import pytest
 
 from torchhpc.cli.follow import task_index
 from torchhpc.cli.main import main
-from torchhpc.schedulers.logs import Line
+from torchhpc.jobdir.logs import Line
 
 TORCH_STYLE = "import os; r = os.environ['RANK']; print(f'[rank{r}]: Traceback (torch)'); print(f'plain {r}')"
 
@@ -42,8 +42,8 @@ def test_array_task_directory_beside_the_array_whatever_holds_the_script(
 ) -> None:
     """A task's ranks/ is <output-dir>/<name>-ARRAY_TASK (made by the task's batch shell), also when the
     submitted script is kept in the array's own directory (<output-dir>/<name>-ARRAY/job.sbatch)."""
-    from torchhpc.schedulers.logs import task_record
-    from torchhpc.schedulers.record import JobRecord, save_record
+    from torchhpc.jobdir.logs import task_record
+    from torchhpc.jobdir.record import JobRecord, save_record
 
     monkeypatch.setenv("TORCHHPC_STATE_DIR", str(tmp_path / "state"))
     script = tmp_path / "out" / ("idx-7/job.sbatch" if kept_in_job_dir else "idx.sbatch")

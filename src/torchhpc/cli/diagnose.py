@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from torchhpc.schedulers.diagnose import diagnose, gather
+    from torchhpc.diagnose.verdict import diagnose, gather
 
     name, job = parse_handle(args.job, args.scheduler)
     verdict = diagnose(gather(get_scheduler(name), name, job))

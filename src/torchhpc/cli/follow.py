@@ -28,7 +28,7 @@ def follow(
     """Wait with progress, print the log, exit non-zero when the job failed, with its verdict.
 
     With ``hang_timeout``, a job whose ranks all went quiet and idle for that long gets its
-    stacks read and its culprit named, then is cancelled or requeued (torchhpc.schedulers.hang).
+    stacks read and its culprit named, then is cancelled or requeued (torchhpc.diagnose.hang).
     """
     progress = Progress()
     watch = _hang_watch(scheduler, job_id, hang_timeout, on_hang) if hang_timeout else None
@@ -60,8 +60,8 @@ def follow(
 def _hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang: str) -> Any:
     """The hang watch for a job torchhpc submitted (None when its per-rank files are unknown)."""
     from torchhpc.core.hostlist import expand
-    from torchhpc.schedulers.hang import HangWatch
-    from torchhpc.schedulers.logs import job_log
+    from torchhpc.diagnose.hang import HangWatch
+    from torchhpc.jobdir.logs import job_log
 
     log = job_log(scheduler.name, job_id)
     if log is None or not (log.ranks_dir or log.output):
@@ -93,7 +93,7 @@ def _hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang:
 
 def _print_verdict(scheduler: Scheduler, job_id: str) -> None:
     """The failure's verdict (at most 8 lines) after the job's output: which rank, where, why."""
-    from torchhpc.schedulers.diagnose import diagnose, gather
+    from torchhpc.diagnose.verdict import diagnose, gather
 
     try:
         verdict = diagnose(gather(scheduler, scheduler.name, job_id))

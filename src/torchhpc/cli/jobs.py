@@ -91,8 +91,8 @@ def _print_progress(name: str, job: str) -> None:
     """Per node, how long ago each rank last printed: the quiet rank shows before a hang timeout."""
     import time
 
-    from torchhpc.schedulers.diagnose import progress_lines
-    from torchhpc.schedulers.logs import job_log
+    from torchhpc.diagnose.verdict import progress_lines
+    from torchhpc.jobdir.logs import job_log
 
     log = job_log(name, job)
     if log is not None and log.ranks_dir and os.path.isdir(log.ranks_dir):

@@ -16,11 +16,9 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from torchhpc.cli.common import add_subparser, env_default
+from torchhpc.diagnose.verdict import native_crashes
 from torchhpc.errors import SchedulerError, UsageError
-from torchhpc.schedulers import get_scheduler, parse_handle
-from torchhpc.schedulers.api import Scheduler
-from torchhpc.schedulers.diagnose import native_crashes
-from torchhpc.schedulers.logs import (
+from torchhpc.jobdir.logs import (
     MAX_RANKS,
     JobLog,
     Line,
@@ -30,7 +28,9 @@ from torchhpc.schedulers.logs import (
     parse_ranks,
     select,
 )
-from torchhpc.schedulers.record import read_record
+from torchhpc.jobdir.record import read_record
+from torchhpc.schedulers import get_scheduler, parse_handle
+from torchhpc.schedulers.api import Scheduler
 
 # How often -f looks for new lines and asks the scheduler whether the job ended.
 FOLLOW_POLL = 0.25

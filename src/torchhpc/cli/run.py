@@ -18,9 +18,9 @@ from torchhpc.cli.follow import follow, status_dict, task_index  # noqa: F401 (t
 from torchhpc.cli.jobargs import add_job_arguments, misplaced_flags, spec_from_args, split_program
 from torchhpc.env.compat import preflight
 from torchhpc.errors import UsageError
+from torchhpc.jobdir.record import read_record
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import Submission
-from torchhpc.schedulers.record import read_record
 
 DESCRIPTION = """Run or submit a distributed job.
 

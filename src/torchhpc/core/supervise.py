@@ -1,6 +1,6 @@
 """A foreground process supervisor: N processes, their output relayed line by line, one failure stops all.
 
-The local scheduler's engine (:mod:`torchhpc.schedulers.local` builds each
+The local scheduler's engine (:mod:`torchhpc.schedulers.local.local` builds each
 rank's environment; this module only manages processes). Every child runs in
 its own session (``start_new_session``) so ``killpg`` reaches what it forked,
 as a Slurm step's processes end with the step. Like :mod:`torchhpc.core.proc`

@@ -65,7 +65,7 @@ def derive_port(job_id: str, step: str | None = None) -> int:
     Job level (the default): ``10000 + job % 20000``. The rendered Slurm scripts start
     from the same value, ``$(( 10000 + (SLURM_JOB_ID + try * 7919) % 20000 ))`` with
     ``try`` 0, and move to ``try`` 1..7 only while something listens on it on the first
-    node (schedulers/slurm.py ``port_lines``). Each array task has its own
+    node (schedulers/slurm/slurm.py ``port_lines``). Each array task has its own
     ``SLURM_JOB_ID``, so two tasks on one node get different ports.
 
     ``step`` gives a step-aware variant for several concurrent ``srun`` steps

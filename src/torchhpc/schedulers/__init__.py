@@ -1,7 +1,7 @@
 """Scheduler backends, loaded lazily by name.
 
 Importing this package loads no backend: ``get_scheduler("slurm")`` imports
-``torchhpc.schedulers.slurm`` on first use, so the CLI stays fast and optional
+``torchhpc.schedulers.slurm.slurm`` on first use, so the CLI stays fast and optional
 dependencies (the kubernetes client) stay optional.
 """
 
@@ -19,11 +19,11 @@ if TYPE_CHECKING:
 
 # name -> "module:Class"
 REGISTRY: dict[str, str] = {
-    "local": "torchhpc.schedulers.local:LocalScheduler",
-    "slurm": "torchhpc.schedulers.slurm:SlurmScheduler",
-    "pbs": "torchhpc.schedulers.pbs:PBSScheduler",
-    "kubernetes": "torchhpc.schedulers.kubernetes:KubernetesScheduler",
-    "runai": "torchhpc.schedulers.runai:RunAIScheduler",
+    "local": "torchhpc.schedulers.local.local:LocalScheduler",
+    "slurm": "torchhpc.schedulers.slurm.slurm:SlurmScheduler",
+    "pbs": "torchhpc.schedulers.pbs.pbs:PBSScheduler",
+    "kubernetes": "torchhpc.schedulers.kubernetes.kubernetes:KubernetesScheduler",
+    "runai": "torchhpc.schedulers.runai.runai:RunAIScheduler",
 }
 
 

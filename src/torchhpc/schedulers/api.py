@@ -18,7 +18,7 @@ from torchhpc.core.proc import Runner, default_runner
 from torchhpc.core.shell import join, quote
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import JobFailed, TorchHPCError
-from torchhpc.schedulers.files import Written
+from torchhpc.jobdir.files import Written
 from torchhpc.schedulers.options import Option, with_defaults
 from torchhpc.schedulers.options import resolve as resolve_options
 
@@ -54,7 +54,7 @@ class Submission:
         that name (the batch schedulers); otherwise each file takes its path when free, else
         ``NAME.N.EXT``. The answer says which, and ``remove()`` undoes it all.
         """
-        from torchhpc.schedulers.files import write_new
+        from torchhpc.jobdir.files import write_new
 
         return write_new(self.files, private=private)
 

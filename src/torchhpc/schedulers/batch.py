@@ -6,7 +6,7 @@ A batch script is always the same story, told once here::
     -> rendezvous (host list, MASTER_ADDR, MASTER_PORT) -> network presets/detection
     -> per-task shim -> stop protocol -> launch -> wait -> exit status
 
-A backend (:mod:`~torchhpc.schedulers.slurm`, :mod:`~torchhpc.schedulers.pbs`)
+A backend (:mod:`~torchhpc.schedulers.slurm.slurm`, :mod:`~torchhpc.schedulers.pbs.pbs`)
 supplies only data and parsers: its directive prefix and lines, the variable
 holding the job id, how to list the hosts, the launch step, how it is warned
 before the end (Slurm signals the batch shell; PBS gives no warning, so the
@@ -29,11 +29,11 @@ from typing import Any, ClassVar
 from torchhpc.core.shell import Raw, TrustedScript, join, quote, split_words, wrap_command
 from torchhpc.core.spec import ContainerSpec, JobSpec
 from torchhpc.errors import SchedulerError
+from torchhpc.jobdir.files import keep, make_dirs
+from torchhpc.jobdir.log_wiring import LOG_VAR, LOG_WRAPPER, job_dir
+from torchhpc.jobdir.record import new_record, save_record
 from torchhpc.launchers import SHIM_VAR, launcher_of, torchrun_argv
 from torchhpc.schedulers.api import Scheduler, Submission
-from torchhpc.schedulers.files import keep, make_dirs
-from torchhpc.schedulers.log_wiring import LOG_VAR, LOG_WRAPPER, job_dir
-from torchhpc.schedulers.record import new_record, save_record
 from torchhpc.schedulers.script import (
     default_python,
     env_block,
@@ -523,7 +523,7 @@ class BatchScheduler(Scheduler):
 
     def logs(self, job_id: str, rank: int | None = None) -> str:
         """The job's log: its output file and per-rank files (``[rankN]: ``), or one rank's lines."""
-        from torchhpc.schedulers.logs import job_log, log_text
+        from torchhpc.jobdir.logs import job_log, log_text
 
         log = job_log(self.name, job_id)
         if log is not None and log.ranks_dir:

@@ -1,6 +1,6 @@
 """Pieces shared by every batch-script backend: the header, env lines, the script's path, the log.
 
-The job record lives in :mod:`torchhpc.schedulers.record`."""
+The job record lives in :mod:`torchhpc.jobdir.record`."""
 
 from __future__ import annotations
 

@@ -27,14 +27,14 @@ from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import parse_size
 from torchhpc.core.validate import parse_bool
 from torchhpc.errors import CommandError, CommandNotFound, QuotingError, SchedulerError, SpecError
+from torchhpc.jobdir.log_wiring import LOG_DIR_VAR, LOG_REF, job_dir, log_argv, make_ranks_dir_lines
+from torchhpc.jobdir.logs import filter_rank
+from torchhpc.jobdir.record import read_record, update_record
 from torchhpc.launchers import SHIM_VAR, get_launcher, launcher_of, mpirun_argv, task_argv
 from torchhpc.schedulers.api import JobStatus, Submission
 from torchhpc.schedulers.batch import BatchScheduler, in_container, job_env_names, torchrun_command
-from torchhpc.schedulers.log_wiring import LOG_DIR_VAR, LOG_REF, job_dir, log_argv, make_ranks_dir_lines
-from torchhpc.schedulers.logs import filter_rank
 from torchhpc.schedulers.options import Option, declare
-from torchhpc.schedulers.pbs_parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
-from torchhpc.schedulers.record import read_record, update_record
+from torchhpc.schedulers.pbs.parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
 from torchhpc.schedulers.script import default_python, script_path
 
 __all__ = ["PORT_EXPR", "PBSScheduler", "job_name", "pbs_size", "pbs_walltime"]
@@ -227,7 +227,7 @@ class PBSScheduler(BatchScheduler):
                 extra=[*self._mpirun_extra(opts), "--tag-output", "-x", LOG_DIR_VAR],
             )
             rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'), launcher=launcher.kind)
-            # each rank's output into its own file (schedulers/logs.py), before the shim and the container
+            # each rank's output into its own file (jobdir/logs.py), before the shim and the container
             return [join([*mpi, *log_argv(_wrap(spec, rank_cmd), launcher.rank_vars, wrapper=LOG_REF)])]
         # torchrun's workers go through the shim too: it gives them the exit cures (launchers/boot.py).
         cmd = torchrun_command(spec, python, nnodes=Raw('"$NNODES"'), rdzv_id=Raw('"$_torchhpc_jobnum"'),

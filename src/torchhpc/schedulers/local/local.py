@@ -28,7 +28,7 @@ from torchhpc.errors import JobFailed, SchedulerError, SpecError
 from torchhpc.launchers import get_launcher
 from torchhpc.launchers.boot import boot_argv, boot_pythonpath
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
-from torchhpc.schedulers.local_jobs import LocalJobs
+from torchhpc.schedulers.local.jobs import LocalJobs
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.script import default_python
 
@@ -261,7 +261,7 @@ class LocalScheduler(Scheduler):
         """Start the job in the background with a record (``torchhpc run --background``, ``Job.submit()``).
 
         Its id works with :meth:`status`, :meth:`logs`, :meth:`cancel`, :meth:`wait` and
-        :meth:`list_jobs` from any process (see :mod:`torchhpc.schedulers.local_jobs`).
+        :meth:`list_jobs` from any process (see :mod:`torchhpc.schedulers.local.jobs`).
         """
         _check(submission.spec)
         self._fixed(submission.spec)
@@ -305,8 +305,8 @@ class LocalScheduler(Scheduler):
     ) -> int:
         """Start every rank, relay its output, stop all when one fails; 0 or :class:`JobFailed`."""
         spec = submission.spec
-        if spec.array is not None:  # one run per task (schedulers/local_array.py)
-            from torchhpc.schedulers.local_array import run_array
+        if spec.array is not None:  # one run per task (local/array.py)
+            from torchhpc.schedulers.local.array import run_array
 
             def task(one: JobSpec, out: IO[str], err: IO[str]) -> object:
                 return self.run(self.render(one), rank0_only=rank0_only, stdout=out, stderr=err)

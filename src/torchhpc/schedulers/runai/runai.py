@@ -25,14 +25,14 @@ from torchhpc.core.shell import Raw, join, validate_env_name
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.validate import check_value, parse_bool
 from torchhpc.errors import CommandError, SchedulerError, SpecError
+from torchhpc.jobdir.record import new_record, read_record, save_record
 from torchhpc.launchers import get_launcher, torchrun_argv
 from torchhpc.network.gid_sh import one_line
 from torchhpc.network.presets import wants_auto
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
+from torchhpc.schedulers.kubernetes.pods import RDMA_ANNOTATION, k8s_name, normalized_options, volume_claims
 from torchhpc.schedulers.options import Option, declare
-from torchhpc.schedulers.pods import RDMA_ANNOTATION, k8s_name, normalized_options, volume_claims
-from torchhpc.schedulers.record import new_record, read_record, save_record
-from torchhpc.schedulers.runai_cli import LIFECYCLE, refuse_v1_only, submit_argv_v2
+from torchhpc.schedulers.runai.runai_cli import LIFECYCLE, refuse_v1_only, submit_argv_v2
 
 __all__ = ["RDMA_ANNOTATION", "RunAIScheduler", "normalized_options", "pod_command", "runai_state", "second_layer"]
 

@@ -1,7 +1,7 @@
-"""How each rank's output gets its own file: the script side of :mod:`torchhpc.schedulers.logs`.
+"""How each rank's output gets its own file: the script side of :mod:`torchhpc.jobdir.logs`.
 
 The batch scripts export ``$TORCHHPC_RANKS_DIR`` and run every rank's command through
-:data:`LOG_WRAPPER`; :mod:`torchhpc.schedulers.logs` reads the files back. Shell text is
+:data:`LOG_WRAPPER`; :mod:`torchhpc.jobdir.logs` reads the files back. Shell text is
 built with :mod:`torchhpc.core.shell` (the one quoting rule).
 """
 

@@ -1,6 +1,6 @@
 """Kubernetes I/O without the kubernetes package: a deterministic YAML emitter and a stdlib REST client.
 
-Used by :mod:`torchhpc.schedulers.kubernetes` (TrainJob/PyTorchJob manifests, ``submit``
+Used by :mod:`torchhpc.schedulers.kubernetes.kubernetes` (TrainJob/PyTorchJob manifests, ``submit``
 without kubectl). Both are small on purpose: PyYAML and the ``kubernetes``
 client are never runtime dependencies.
 """

@@ -23,17 +23,8 @@ from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import format_bytes, format_walltime, parse_size
 from torchhpc.core.validate import parse_bool
 from torchhpc.errors import CommandError, SchedulerError, SpecError
-from torchhpc.launchers import SHIM_VAR, launcher_of, mpirun_argv, srun_argv, task_argv
-from torchhpc.schedulers.api import Submission
-from torchhpc.schedulers.batch import (
-    BatchScheduler,
-    in_container,
-    job_container,
-    job_env_names,
-    torchrun_command,
-)
-from torchhpc.schedulers.files import keep
-from torchhpc.schedulers.log_wiring import (
+from torchhpc.jobdir.files import keep
+from torchhpc.jobdir.log_wiring import (
     LOG_DIR_VAR,
     LOG_REF,
     RANKS_DIR,
@@ -43,12 +34,21 @@ from torchhpc.schedulers.log_wiring import (
     ranks_dir_ref,
     torchrun_per_rank,
 )
-from torchhpc.schedulers.logs import filter_rank
+from torchhpc.jobdir.logs import filter_rank
+from torchhpc.jobdir.record import update_record
+from torchhpc.launchers import SHIM_VAR, launcher_of, mpirun_argv, srun_argv, task_argv
+from torchhpc.schedulers.api import Submission
+from torchhpc.schedulers.batch import (
+    BatchScheduler,
+    in_container,
+    job_container,
+    job_env_names,
+    torchrun_command,
+)
 from torchhpc.schedulers.options import Option, declare
-from torchhpc.schedulers.record import update_record
 from torchhpc.schedulers.script import default_python, script_path
-from torchhpc.schedulers.slurm_parse import parse_scontrol
-from torchhpc.schedulers.slurm_status import SlurmQueries, expand_output
+from torchhpc.schedulers.slurm.parse import parse_scontrol
+from torchhpc.schedulers.slurm.status import SlurmQueries, expand_output
 
 __all__ = ["SlurmScheduler", "expand_output", "filter_rank", "parse_scontrol"]
 
@@ -66,7 +66,7 @@ def _wrap(spec: JobSpec, argv: list[str], interactive: bool = False) -> list[str
 
 
 def _per_rank(spec: JobSpec, argv: list[str]) -> list[str]:
-    """Each rank's output into its own file (:mod:`torchhpc.schedulers.logs`). The wrapper runs
+    """Each rank's output into its own file (:mod:`torchhpc.jobdir.logs`). The wrapper runs
     before the task shim and outside the container (with pyxis the whole task is inside it)."""
     return log_argv(argv, launcher_of(spec).rank_vars, wrapper=LOG_REF)
 

@@ -25,7 +25,7 @@ module relies on (Trainer v2.3.0, checked against its CRD and its torch plugin):
 
 The pods carry the JobSet label ``jobset.sigs.k8s.io/jobset-name=NAME`` and the
 Job label ``batch.kubernetes.io/job-completion-index`` (the node rank), which is
-how :mod:`torchhpc.schedulers.kubernetes` finds one rank's pod.
+how :mod:`torchhpc.schedulers.kubernetes.kubernetes` finds one rank's pod.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from torchhpc.launchers import torchrun_argv
 from torchhpc.launchers.boot import boot_shell
 from torchhpc.network.presets import auto_lines, wants_auto
 from torchhpc.schedulers.api import JobStatus
-from torchhpc.schedulers.pods import RDMA_ANNOTATION, pairs, volume_claims
+from torchhpc.schedulers.kubernetes.pods import RDMA_ANNOTATION, pairs, volume_claims
 
 __all__ = [
     "API_VERSION",

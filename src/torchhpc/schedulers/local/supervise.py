@@ -1,7 +1,7 @@
-"""The background supervisor of a local job: ``python -m torchhpc.schedulers.local_supervise DIR``.
+"""The background supervisor of a local job: ``python -m torchhpc.schedulers.local.supervise DIR``.
 
-Its own module, above both :mod:`~torchhpc.schedulers.local` (which runs the ranks)
-and :mod:`~torchhpc.schedulers.local_jobs` (which starts it and reads its record),
+Its own module, above both :mod:`~torchhpc.schedulers.local.local` (which runs the ranks)
+and :mod:`~torchhpc.schedulers.local.jobs` (which starts it and reads its record),
 so that neither of those imports the other back.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 from torchhpc.errors import JobFailed
 from torchhpc.schedulers.api import Submission
-from torchhpc.schedulers.local import LocalScheduler
-from torchhpc.schedulers.local_jobs import SUBMISSION, read_state, write_state
+from torchhpc.schedulers.local.jobs import SUBMISSION, read_state, write_state
+from torchhpc.schedulers.local.local import LocalScheduler
 
 __all__ = ["supervise"]
 

@@ -28,7 +28,7 @@ from torchhpc.core.shell import validate_env_name
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.validate import parse_bool
 from torchhpc.errors import SpecError
-from torchhpc.schedulers.pods import RDMA_ANNOTATION, k8s_name, pairs, volume_claims
+from torchhpc.schedulers.kubernetes.pods import RDMA_ANNOTATION, k8s_name, pairs, volume_claims
 
 __all__ = ["LIFECYCLE", "refuse_v1_only", "submit_argv_v2"]
 

@@ -1,6 +1,6 @@
 """The Kubernetes backend: a Kubeflow Trainer v2 ``TrainJob`` by default, a ``PyTorchJob`` on request.
 
-``--opt api=trainjob`` (the default; :mod:`torchhpc.schedulers.trainjob`)
+``--opt api=trainjob`` (the default; :mod:`torchhpc.schedulers.kubernetes.trainjob`)
 renders ``trainer.kubeflow.org/v1alpha1``. ``--opt api=pytorchjob`` keeps the
 training-operator v1 render (``kubeflow.org/v1``) for clusters that still run
 it: one Master pod plus ``nodes - 1`` Worker pods; each pod runs torchrun once
@@ -29,15 +29,21 @@ from torchhpc.core.shell import Raw, join
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.validate import check_dns_label
 from torchhpc.errors import CommandError, SchedulerError, SpecError
+from torchhpc.jobdir.record import JobRecord, new_record, read_record, record_dir, save_record
 from torchhpc.launchers import get_launcher, torchrun_argv
 from torchhpc.launchers.boot import boot_shell
 from torchhpc.network.presets import auto_lines, wants_auto
-from torchhpc.schedulers import trainjob as tj
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
-from torchhpc.schedulers.kube_io import KubeAPI, to_yaml
+from torchhpc.schedulers.kubernetes import trainjob as tj
+from torchhpc.schedulers.kubernetes.kube_io import KubeAPI, to_yaml
+from torchhpc.schedulers.kubernetes.pods import (
+    RDMA_ANNOTATION,
+    k8s_name,
+    normalized_options,
+    pairs,
+    volume_claims,
+)
 from torchhpc.schedulers.options import Option, declare
-from torchhpc.schedulers.pods import RDMA_ANNOTATION, k8s_name, normalized_options, pairs, volume_claims
-from torchhpc.schedulers.record import JobRecord, new_record, read_record, record_dir, save_record
 
 __all__ = ["GROUP_PATH", "KubeAPI", "KubernetesScheduler", "manifest", "status_from_job", "to_yaml"]
 

@@ -29,9 +29,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
+from torchhpc.jobdir.log_wiring import RANKS_DIR, job_dir
+from torchhpc.jobdir.record import JobRecord, load_record, read_record
 from torchhpc.launchers import LAUNCHERS
-from torchhpc.schedulers.log_wiring import RANKS_DIR, job_dir
-from torchhpc.schedulers.record import JobRecord, load_record, read_record
 
 __all__ = [
     "MAX_RANKS",

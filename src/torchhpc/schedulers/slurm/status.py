@@ -1,6 +1,6 @@
 """Asking Slurm about jobs: status (scontrol, then sacct), cancel, logs, the queue.
 
-The status/parse half of the Slurm backend (schedulers/slurm.py renders and submits);
+The status/parse half of the Slurm backend (slurm/slurm.py renders and submits);
 a mixin over :class:`~torchhpc.schedulers.api.Scheduler`'s ``runner`` and ``name``.
 """
 
@@ -12,11 +12,11 @@ from typing import ClassVar
 
 from torchhpc.core.proc import Runner
 from torchhpc.errors import CommandError, SchedulerError
+from torchhpc.jobdir.logs import filter_rank, task_record
 from torchhpc.schedulers.api import JobStatus
-from torchhpc.schedulers.logs import filter_rank, task_record
-from torchhpc.schedulers.slurm_array import summarise, tasks_from_sacct, tasks_from_scontrol
-from torchhpc.schedulers.slurm_parse import parse_scontrol, transient
-from torchhpc.schedulers.slurm_parse import status_from_scontrol as _status_from_scontrol
+from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct, tasks_from_scontrol
+from torchhpc.schedulers.slurm.parse import parse_scontrol, transient
+from torchhpc.schedulers.slurm.parse import status_from_scontrol as _status_from_scontrol
 
 __all__ = ["SlurmQueries", "expand_output"]
 

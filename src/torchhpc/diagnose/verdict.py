@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
-from torchhpc.schedulers.logs import Line, format_ranks, parse_ranks
+from torchhpc.jobdir.logs import Line, format_ranks, parse_ranks
 
 __all__ = [
     "CLASSES", "Evidence", "RankFailure", "Verdict", "classify_text", "diagnose", "gather", "launcher_events",
@@ -423,7 +423,7 @@ def diagnose(ev: Evidence) -> Verdict:
 
 def _hang_verdict(ev: Evidence) -> Verdict:
     """The verdict from the hang watch's record: the culprit rank, its stack, the ranks that waited."""
-    from torchhpc.schedulers.hang import user_frame
+    from torchhpc.diagnose.hang import user_frame
 
     h = ev.hang or {}
     stacks = {int(s["rank"]): s for s in h.get("stacks", ()) if isinstance(s, dict)}  # type: ignore[attr-defined]
@@ -455,7 +455,7 @@ def gather(scheduler: object, name: str, job_id: str) -> Evidence:
     """
     import os
 
-    from torchhpc.schedulers.logs import job_log, rank_files
+    from torchhpc.jobdir.logs import job_log, rank_files
 
     state, code, reason, hosts = "", None, "", ""
     try:
@@ -478,7 +478,7 @@ def gather(scheduler: object, name: str, job_id: str) -> Evidence:
     nodes = {r: n for r, (_p, n) in files.items()}
     if not nodes and hosts and "," not in hosts and "[" not in hosts:  # one node: every rank is on it
         nodes = {ln.rank: hosts for ln in lines if ln.rank is not None}
-    from torchhpc.schedulers.hang import load as load_hang
+    from torchhpc.diagnose.hang import load as load_hang
 
     where = os.path.dirname(log.ranks_dir) if log.ranks_dir else os.path.dirname(log.output or "")
     hang = load_hang(where) if where else None
@@ -502,7 +502,7 @@ def progress_lines(ranks_dir: str, now: float, quiet_after: float = 60.0) -> lis
 
     What a user reads before any hang timeout fires: the rank that went quiet first stands out.
     """
-    from torchhpc.schedulers.logs import last_writes
+    from torchhpc.jobdir.logs import last_writes
 
     by_node: dict[str, list[str]] = {}
     for rank, (when, node) in sorted(last_writes(ranks_dir).items()):

@@ -7,9 +7,9 @@ follows a job:
 1. **quiet**: no rank has written a line to its own log for S seconds (the per-rank files'
    last-write times, which torchhpc already keeps);
 2. **probe** every node (``srun --overlap`` once per node for Slurm; directly for the local
-   scheduler): on each node, :func:`probe` finds the job's rank processes in ``/proc`` (their
-   environment names the job and the rank), samples their CPU time twice, and dumps each one's
-   Python stack with py-spy where it is installed. A rank that used CPU is computing, not hung:
+   scheduler): on each node, :mod:`torchhpc.diagnose.probe` finds the job's rank processes in
+   ``/proc`` (their environment names the job and the rank), samples their CPU time twice, and
+   dumps each one's Python stack with py-spy where it is installed. A rank that used CPU is computing, not hung:
    then nothing is done and the watch goes on;
 3. **name the culprit** (:func:`culprit`): the rank whose stack is not in a collective while the
    others wait in one, with its innermost user frame (file:line);
@@ -25,58 +25,40 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from torchhpc.core.proc import Runner
+from torchhpc.diagnose.probe import RankStack, probe
 from torchhpc.errors import TorchHPCError
 
 __all__ = [
     "HANG_FILE",
     "HangWatch",
-    "RankStack",
     "culprit",
     "in_collective",
-    "probe",
     "probe_job",
     "quiet_for",
     "user_frame",
 ]
 
 HANG_FILE = "hang.json"  # in the job directory: the hang's diagnosis, for `torchhpc diagnose`
-CPU_SAMPLE_S = 2.0  # how long a probe watches CPU time: a busy rank uses some in that time
 # torch.distributed calls a rank waits in while a peer is late (the py-spy frame names)
 _COLLECTIVES = re.compile(
     r"^(all_reduce|all_gather\w*|reduce_scatter\w*|broadcast\w*|barrier|reduce|gather\w*|scatter\w*|"
     r"all_to_all\w*|send|recv|isend|irecv|wait|monitored_barrier|_store_based_barrier|rendezvous|"
     r"init_process_group)$"
 )
-_FRAME = re.compile(r"^\s+(\S+) \((.+):(\d+)\)\s*$")  # py-spy: "    func (path/file.py:12)"
-
-
-@dataclass(frozen=True)
-class RankStack:
-    """One rank process on one node: its CPU use over the probe, and its Python stack (innermost first)."""
-
-    rank: int
-    host: str
-    pid: int
-    cpu_s: float  # CPU seconds used during the probe's sample
-    frames: tuple[tuple[str, str, int], ...] = ()  # (function, file, line), innermost first
-    error: str = ""  # why there is no stack
-
 
 def quiet_for(ranks_dir: str, now: float, output: str = "") -> Optional[float]:
     """Seconds since any rank last wrote to its log (None: no rank file yet).
 
     Without per-rank files (the local scheduler's one combined log), the ``output`` file's.
     """
-    from torchhpc.schedulers.logs import last_writes
+    from torchhpc.jobdir.logs import last_writes
 
     times = [t for t, _node in last_writes(ranks_dir).values()] if os.path.isdir(ranks_dir) else []
     if not times and output:
@@ -85,104 +67,6 @@ def quiet_for(ranks_dir: str, now: float, output: str = "") -> Optional[float]:
         except OSError:
             pass
     return max(0.0, now - max(times)) if times else None
-
-
-def _environ(pid: int) -> dict[str, str]:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return {}
-    out = {}
-    for item in raw.split(b"\0"):
-        k, sep, v = item.partition(b"=")
-        if sep:
-            out[k.decode(errors="replace")] = v.decode(errors="replace")
-    return out
-
-
-def _cpu_ticks(pid: int) -> Optional[int]:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])  # utime + stime
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _is_python(pid: int) -> bool:
-    try:
-        exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
-    except OSError:
-        return False
-    return exe.startswith("python")
-
-
-def find_ranks(match: Mapping[str, str]) -> dict[int, int]:
-    """rank -> pid of the Python processes here whose environment has every ``match`` item and a RANK."""
-    found: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        env = _environ(int(name))
-        if "RANK" not in env or any(env.get(k) != v for k, v in match.items()):
-            continue
-        if not _is_python(int(name)) or not env["RANK"].isdigit():
-            continue
-        rank = int(env["RANK"])
-        # the rank's own process, not a parent that carries the same variables (keep the newest)
-        if rank not in found or int(name) > found[rank]:
-            found[rank] = int(name)
-    return found
-
-
-def _py_spy() -> Optional[str]:
-    here = os.path.join(os.path.dirname(sys.executable), "py-spy")
-    return here if os.access(here, os.X_OK) else shutil.which("py-spy")
-
-
-def parse_py_spy(text: str) -> tuple[tuple[str, str, int], ...]:
-    """The main thread's frames from ``py-spy dump`` output, innermost first."""
-    frames: list[tuple[str, str, int]] = []
-    started = False
-    for line in text.splitlines():
-        if line.startswith("Thread "):
-            if started:
-                break  # the first thread py-spy lists is the main thread
-            started = True
-            continue
-        m = _FRAME.match(line)
-        if started and m:
-            frames.append((m.group(1), m.group(2), int(m.group(3))))
-    return tuple(frames)
-
-
-def probe(match: Mapping[str, str], host: str, sample_s: float = CPU_SAMPLE_S) -> list[RankStack]:
-    """This node's ranks of the job: CPU used over ``sample_s`` seconds, and each one's stack."""
-    pids = find_ranks(match)
-    before = {r: _cpu_ticks(p) for r, p in pids.items()}
-    time.sleep(sample_s)
-    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    spy = _py_spy()
-    out = []
-    for rank, pid in sorted(pids.items()):
-        after = _cpu_ticks(pid)
-        b = before.get(rank)
-        cpu = (after - b) / hz if after is not None and b is not None else 0.0
-        frames: tuple[tuple[str, str, int], ...] = ()
-        error = ""
-        if spy is None:
-            error = "py-spy is not installed here (pip install py-spy)"
-        else:
-            try:
-                done = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
-                frames = parse_py_spy(done.stdout)
-                if not frames:
-                    error = (done.stderr.strip().splitlines() or ["py-spy read no stack"])[-1]
-            except (OSError, subprocess.TimeoutExpired) as e:
-                error = f"py-spy failed: {e}"
-        out.append(RankStack(rank, host, pid, cpu, frames, error))
-    return out
 
 
 def collective(frames: Sequence[tuple[str, str, int]]) -> str:
@@ -228,7 +112,7 @@ def culprit(stacks: Sequence[RankStack]) -> HangVerdict:
 
 def render(v: HangVerdict, quiet_s: float) -> list[str]:
     """The hang's lines for the user: culprit, its host and file:line, what the others do."""
-    from torchhpc.schedulers.logs import format_ranks
+    from torchhpc.jobdir.logs import format_ranks
 
     by_rank = {s.rank: s for s in v.stacks}
     lines = [f"torchhpc: hang: no rank printed for {quiet_s:.0f}s and no rank used CPU"]
@@ -273,7 +157,7 @@ def probe_job(
     if here:  # the local scheduler's ranks are this machine's processes
         return probe({"TORCHELASTIC_RUN_ID": f"local-{job_id}"}, "localhost")
     argv = ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={nnodes}", f"--ntasks={nnodes}",
-            "--ntasks-per-node=1", "--kill-on-bad-exit=0", sys.executable, "-m", "torchhpc.schedulers.hang",
+            "--ntasks-per-node=1", "--kill-on-bad-exit=0", sys.executable, "-m", "torchhpc.diagnose.probe",
             f"SLURM_JOB_ID={job_id}"]
     done = (runner or Runner()).run(argv, check=False, timeout=120)
     if done.returncode != 0 or not done.stdout.strip():
@@ -333,21 +217,3 @@ class HangWatch:
         self.say(f"torchhpc: hang: {self.on_hang} the job" + (f"; diagnosis saved in {saved}" if saved else ""))
         self.act(self.on_hang)
         return verdict
-
-
-def _main(argv: Sequence[str]) -> int:
-    """``python -m torchhpc.schedulers.hang KEY=VALUE...``: probe this node, print JSON lines."""
-    match = dict(a.split("=", 1) for a in argv if "=" in a)
-    host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
-    if "SLURM_JOB_ID" in match and os.environ.get("SLURMD_NODENAME"):
-        match["SLURMD_NODENAME"] = os.environ["SLURMD_NODENAME"]  # /proc may show other nodes' ranks
-    stacks = probe(match, host)
-    for s in stacks:
-        print(json.dumps(asdict(s)), flush=True)
-    if not stacks:  # said on stderr, which the watch passes on: a node with no rank is worth knowing
-        print(f"torchhpc: hang: no rank process of {match} found on {host}", file=sys.stderr, flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main(sys.argv[1:]))

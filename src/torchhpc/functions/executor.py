@@ -6,17 +6,17 @@
 
 The job keywords are exactly :class:`torchhpc.job.Job`'s (scheduler, profile,
 nodes, nproc_per_node, launcher, container, time, requeue...), and the job is a
-program job underneath: every rank runs ``python -m torchhpc._fnrun DIR`` under
+program job underneath: every rank runs ``python -m torchhpc.functions.run DIR`` under
 the job's launcher, container and scheduler, which starts the process group and
-calls the function (see :mod:`torchhpc._fnrun`). The function, its arguments and
+calls the function (see :mod:`torchhpc.functions.run`). The function, its arguments and
 the submitting side's versions go to a function directory under the job's output
-directory (:mod:`torchhpc._fnpack`), which the ranks must see at the same path:
+directory (:mod:`torchhpc.functions.pack`), which the ranks must see at the same path:
 the output directory is shared for the logs already; on Kubernetes it must lie on
 a PVC (``options={"pvc": "CLAIM:/mnt/x"}``, ``output_dir="/mnt/x/..."``).
 
 A rank's exception comes back as :class:`torchhpc.JobFailed` with ``rank`` (the
 first that raised), ``host`` and ``remote_traceback``. A function taking a
-:class:`torchhpc.Stop` checkpoints and is requeued (:mod:`torchhpc.requeue`).
+:class:`torchhpc.Stop` checkpoints and is requeued (:mod:`torchhpc.functions.requeue`).
 Nothing here imports torch; cloudpickle is imported at submit.
 """
 
@@ -30,16 +30,16 @@ import time
 from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
-from torchhpc._fnpack import FunctionDir, atomic_write, check_picklable, dumps, submit_versions
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import JobFailed, SpecError
+from torchhpc.functions.pack import FunctionDir, atomic_write, check_picklable, dumps, submit_versions
+from torchhpc.functions.requeue import stop_parameter
 from torchhpc.job import Job, JobHandle
-from torchhpc.requeue import stop_parameter
 from torchhpc.schedulers.api import JobStatus, Submission
 
 __all__ = ["Executor", "FunctionJob"]
 
-RUNNER = "torchhpc._fnrun"
+RUNNER = "torchhpc.functions.run"
 POD_SCRIPT = "run.py"
 # After a rank's failure is recorded, how long the launcher gets to end the job by itself before cancel().
 FAILED_JOB_GRACE = 30.0
@@ -146,8 +146,8 @@ def _job_name(fn: Callable[..., Any]) -> str:
 
 
 def _pod_script(fdir: FunctionDir) -> str:
-    """``python -m torchhpc._fnrun DIR`` as the script a pod runs (the path is repr'd: any character survives)."""
-    return f"import sys\nfrom torchhpc._fnrun import main\n\nsys.exit(main([{str(fdir.path)!r}]))\n"
+    """``python -m torchhpc.functions.run DIR`` as the script a pod runs (the path is repr'd: any character survives)."""
+    return f"import sys\nfrom torchhpc.functions.run import main\n\nsys.exit(main([{str(fdir.path)!r}]))\n"
 
 
 def _visible_in_container(spec: JobSpec, fdir: FunctionDir) -> JobSpec:
@@ -246,7 +246,7 @@ class FunctionJob:
 
     def results(self, timeout: Optional[float] = None) -> list[Any]:
         """Every rank's return value, in rank order."""
-        from torchhpc._fnpack import load_cloudpickle
+        from torchhpc.functions.pack import load_cloudpickle
 
         st, records = self._settle(timeout)
         failures = sorted((r for r in records.values() if not r.get("ok")), key=lambda r: (r.get("time", 0), r["rank"]))

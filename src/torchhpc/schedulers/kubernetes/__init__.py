@@ -1,0 +1,1 @@
+"""The Kubernetes backend: TrainJob (trainjob), PyTorchJob (kubernetes), YAML and REST (kube_io), pods."""

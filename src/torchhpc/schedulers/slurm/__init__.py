@@ -1,0 +1,1 @@
+"""The Slurm backend: render and submit (slurm), queries (status), output parsing (parse), arrays (array)."""
