@@ -112,10 +112,11 @@ class TaskHandle:
 
 def tasks_of(scheduler: Scheduler, job_id: str, indices: Sequence[int]) -> list[TaskHandle]:
     """Per-task handles of an array job (``JOB_I`` on Slurm; local arrays prefix lines ``[task I]`` instead)."""
-    if scheduler.name != "slurm":
+    ids = [scheduler.task_id(job_id, i) for i in indices]
+    if any(t is None for t in ids):
         raise SpecError(f"per-task handles are kept for slurm arrays, not {scheduler.name}",
                         "local arrays print each task's lines prefixed [task I]")
-    return [TaskHandle(scheduler, f"{job_id}_{i}", i) for i in indices]
+    return [TaskHandle(scheduler, str(t), i) for t, i in zip(ids, indices)]
 
 
 class Job:
@@ -268,49 +269,16 @@ def no_gpu_warning(spec: JobSpec) -> str | None:
             "the ranks run on CPU")
 
 
-def _gres_gpus(gres: str) -> int:
-    """GPUs per node in a sinfo GRES field: ``gpu:4``, ``gpu:a100:4(S:0-1)``, ``gpu:h100:4,shard:8``; 0 for ``(null)``."""
-    import re
-
-    n = 0
-    for item in gres.split(","):
-        m = re.match(r"^gpu(?::[^:(]+)?:(\d+)", item.strip())
-        if m:
-            n = max(n, int(m.group(1)))
-    return n
-
-
 def check_gpus(spec: JobSpec, runner: Runner | None = None) -> None:
-    """Refuse GPUs per node that the Slurm partition does not have, from ``sinfo`` (skipped when it cannot be asked).
+    """Refuse a job its cluster could never start (Slurm: more GPUs per node than the partition has).
 
-    The answer is the largest GPU count of any node in the partition (its GRES
-    column); a request above it could never start and would wait in the queue
-    forever ("Requested node configuration is not available" at best).
+    Args:
+        spec: the job, its scheduler named by ``spec.scheduler``.
+        runner: the command runner that reaches the cluster (default: this machine's).
+
+    Raises:
+        SpecError: the cluster cannot run it; skipped when the cluster cannot be asked.
     """
-    if spec.scheduler != "slurm" or not spec.gpus_per_node:
-        return
-    from torchhpc.core.proc import default_runner
-    from torchhpc.errors import CommandError
+    from torchhpc.schedulers import get_scheduler
 
-    partition = spec.option("partition")
-    argv = ["sinfo", "-h", "-o", "%P|%G"] + (["-p", partition] if partition else [])
-    try:
-        out = (runner or default_runner()).run(argv, timeout=20).stdout
-    except CommandError:
-        return  # no sinfo here, or no cluster config: sbatch will judge
-    rows = [line.split("|", 1) for line in out.splitlines() if "|" in line]
-    if partition is None:
-        rows = [r for r in rows if r[0].endswith("*")] or rows  # the default partition
-    else:
-        rows = [r for r in rows if r[0].rstrip("*") in partition.split(",")] or rows
-    if not rows:
-        return
-    most = max(_gres_gpus(g) for _, g in rows)
-    if spec.gpus_per_node > most:
-        names = ", ".join(sorted({p.rstrip("*") for p, _ in rows}))
-        have = f"at most {most} GPUs per node" if most else "no GPUs"
-        raise SpecError(
-            f"--gpus-per-node {spec.gpus_per_node}: partition {names} has {have} (from sinfo)",
-            "ask for fewer, choose a GPU partition with --partition (`sinfo -o '%P %G'` lists them), "
-            "or drop --gpus-per-node for a CPU job",
-        )
+    get_scheduler(spec.scheduler, runner).preflight(spec)

@@ -194,7 +194,7 @@ def build_spec(
     user_env = values.get("env") or ()
     job_env.update(env_pairs(user_env))
 
-    if scheduler in ("kubernetes", "runai") and values.get("bind") and not values.get("container"):
+    if _declared(scheduler, "runs_in_pods", False) and values.get("bind") and not values.get("container"):
         # Pods take --image, not --container: --bind CLAIM:/path (a PVC) still reaches the scheduler, never dropped.
         options.setdefault("bind", ",".join(values["bind"]))
     try:
@@ -249,7 +249,7 @@ class Notice(UsageError):
 def _imports_torchhpc(entry: Entrypoint, image: str, profile: str) -> Notice | None:
     """The program imports torchhpc unconditionally (a top-level import, not one in a try/except
     fallback as examples/pi.py has) while the profile's image does not carry it: the ranks would
-    stop at ``import torchhpc`` (LUMI's PyTorch container, seed 002)."""
+    stop at ``import torchhpc`` (LUMI's PyTorch container, the LUMI guide)."""
     script = entry.target if entry.kind == "script" else None
     if not script or not os.path.isfile(script):
         return None
@@ -292,7 +292,7 @@ def _check_requirements(profile: Any, scheduler: str, given: Mapping[str, Any], 
             continue
         var = _declared(scheduler, "env_options", {}).get(req)
         if var and env.get(var):
-            continue  # the submit command reads it itself (sbatch: $SBATCH_ACCOUNT, as seed 002 does)
+            continue  # the submit command reads it itself (sbatch: $SBATCH_ACCOUNT, as the LUMI guide does)
         flag = FLAGS.get(req, f"--opt {req}=VALUE")
         also = ""
         if req in ("account", "partition", "qos", "queue", "time"):

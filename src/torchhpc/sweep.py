@@ -207,7 +207,7 @@ def task_rows(directory: str) -> list[dict[str, Any]]:
         tid = f"{job_id}_{i}"
         st = by_id.get(tid)
         result = None
-        if sched.name == "slurm":
+        if sched.task_id(job_id, i) is not None:  # a task with its own logs (a Slurm array task)
             try:
                 result = last_result(sched.logs(tid))
             except SchedulerError:

@@ -20,6 +20,8 @@ from torchhpc.cli.main import main
 from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import UsageError
+from torchhpc.schedulers import get_scheduler
+from torchhpc.schedulers.api import Scheduler
 
 NODES = ["node1", "node2", "node3", "node4"]
 
@@ -180,10 +182,9 @@ def test_budget_too_small_is_a_usage_error_with_the_minimum() -> None:
     assert plan.estimate_seconds(256) > plan.estimate_seconds(4)
 
 
-class _Sched:
-    def __init__(self, name: str, nodes: str = "node1\nnode2\nnode3\nnode4\n") -> None:
-        self.name = name
-        self.runner = FakeRunner(responses={"sinfo": nodes})
+def _Sched(name: str, nodes: str = "node1\nnode2\nnode3\nnode4\n") -> Scheduler:
+    """The real backend, its commands answered by a fake runner (a 4-node cluster's sinfo)."""
+    return get_scheduler(name, FakeRunner(responses={"sinfo": nodes}))
 
 
 def test_resolve_nodes_checks_names_and_counts() -> None:

@@ -17,8 +17,8 @@ from torchhpc.cli.main import main
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import SpecError
 from torchhpc.job import Job, no_gpu_warning
-from torchhpc.schedulers import REGISTRY, get_scheduler, scheduler_class
-from torchhpc.schedulers.capabilities import CAPABILITIES, RULES, markdown
+from torchhpc.schedulers import REGISTRY, capabilities_table, get_scheduler, scheduler_class
+from torchhpc.schedulers.capabilities import CAPABILITIES, RULES
 
 pytestmark = pytest.mark.usefixtures("clean_user_env")
 
@@ -149,7 +149,9 @@ def test_check_is_idempotent() -> None:
 def test_docs_table_is_the_code() -> None:
     text = (REPO / "docs" / "capabilities.md").read_text()
     body = text.split("<!-- generated: capabilities -->\n", 1)[1].split("<!-- end generated -->", 1)[0]
-    assert body == markdown(), "regenerate with: python -c 'from torchhpc.schedulers.capabilities import markdown; print(markdown())'"
+    assert body == capabilities_table(), (
+        "regenerate with: python -c 'from torchhpc.schedulers import capabilities_table; print(capabilities_table())'"
+    )
 
 
 @pytest.mark.parametrize(

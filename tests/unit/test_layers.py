@@ -8,6 +8,12 @@ A package may import itself and anything in a lower layer; packages of one
 layer do not import each other (env, network, containers and launchers stay
 independent, and so do the backends' neighbours). A new top-level package or
 module must be given a layer here.
+
+Below the layers, modules: no import circle between any two modules of src (lazy,
+``TYPE_CHECKING`` and ``import_module`` imports count, and ``from package import
+module`` imports the package's ``__init__`` too), and no module outside
+``schedulers/`` imports a backend's package: it asks the registry. docs/architecture.md
+draws the same rules.
 """
 
 from __future__ import annotations
@@ -61,15 +67,18 @@ def dynamic_target(node: ast.AST) -> str | None:
     return None
 
 
-def imports(path: Path, root: Path = SRC, names_too: bool = False) -> list[tuple[int, tuple[str, ...]]]:
+def imports(
+    path: Path, root: Path = SRC, names_too: bool = False, typing_too: bool = True,
+) -> list[tuple[int, tuple[str, ...]]]:
     """(line, module path below torchhpc) for every torchhpc import in ``path``, at any depth, and
     every ``importlib.import_module`` target it names (a package's ``torchhpc.x.`` prefix ends in "").
-    ``names_too``: ``from torchhpc.a import b`` also yields ``a.b`` (b may be a module)."""
+    ``names_too``: ``from torchhpc.a import b`` also yields ``a.b`` (b may be a module).
+    ``typing_too``: ``if TYPE_CHECKING:`` imports count (they never run, but a type that names a
+    higher layer is a dependency all the same)."""
     package = path.relative_to(root).parts[:-1]  # a module's package; an __init__'s own package
     found: list[tuple[int, tuple[str, ...]]] = []
     tree = ast.parse(path.read_text(), str(path))
-    # `if TYPE_CHECKING:` imports never run: they are for the type checker, not a dependency
-    typing_only = {
+    typing_only = set() if typing_too else {
         id(inner)
         for node in ast.walk(tree)
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
@@ -125,41 +134,75 @@ def module_of(path: Path, root: Path = SRC) -> tuple[str, ...]:
     return parts[:-1] if parts[-1] == "__init__" else parts
 
 
-def circles(root: Path = SRC) -> list[str]:
-    """Import circles between modules of one package (lazy imports and import_module targets count).
+def module_graph(root: Path = SRC) -> dict[tuple[str, ...], set[tuple[str, ...]]]:
+    """Every module -> the modules it imports, at module level: lazy imports, ``TYPE_CHECKING`` imports
+    and ``import_module`` targets all count (an import that runs later is still a dependency).
 
-    A target like ``("cli", "")`` (an f-string's package prefix) stands for every module of
-    that package. Importing a package's ``__init__`` from one of its modules is an edge too.
+    ``from torchhpc.a import b`` where ``b`` is a module is an edge to ``a`` (its ``__init__`` runs
+    and hands ``b`` over) and to ``a.b``; a target like ``("cli", "")`` (an f-string's package prefix)
+    stands for every module of that package.
     """
     paths = sorted(root.rglob("*.py"))
     modules = {module_of(p, root) for p in paths}
     graph: dict[tuple[str, ...], set[tuple[str, ...]]] = {m: set() for m in modules}
     for path in paths:
         here = module_of(path, root)
-        for _line, target in imports(path, root, names_too=True):
+        for _line, target in imports(path, root, names_too=True, typing_too=True):
             if target and target[-1] == "":
                 found = {m for m in modules if m[: len(target) - 1] == target[:-1] and len(m) == len(target)}
             else:
                 # "from torchhpc.a import b" names a module a.b or an attribute of a: the longest module
                 found = {max((target[:i] for i in range(len(target), 0, -1) if target[:i] in modules), key=len, default=())}
-            for there in found - {(), here}:
-                if there[:-1] == here[:-1] or there == here[:-1]:  # same package, or the package itself
-                    graph[here].add(there)
-    bad: list[str] = []
-    seen: set[frozenset[tuple[str, ...]]] = set()
+            graph[here] |= found - {(), here}
+    return graph
 
-    def walk(node: tuple[str, ...], trail: list[tuple[str, ...]]) -> None:
-        for nxt in sorted(graph[node]):
-            if nxt in trail:
-                loop = trail[trail.index(nxt):]
-                if frozenset(loop) not in seen:
-                    seen.add(frozenset(loop))
-                    bad.append(" -> ".join(".".join(m) for m in [*loop, nxt]))
-            elif len(trail) < 12:
-                walk(nxt, [*trail, nxt])
+
+def circles(root: Path = SRC) -> list[str]:
+    """Every import circle between modules of src (strongly connected groups of two or more), sorted."""
+    graph = module_graph(root)
+    index: dict[tuple[str, ...], int] = {}
+    low: dict[tuple[str, ...], int] = {}
+    stack: list[tuple[str, ...]] = []
+    groups: list[str] = []
+
+    def strong(v: tuple[str, ...]) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = [stack.pop()]
+            while group[-1] != v:
+                group.append(stack.pop())
+            if len(group) > 1:
+                groups.append(" <-> ".join(sorted(".".join(m) or "torchhpc" for m in group)))
 
     for module in sorted(graph):
-        walk(module, [module])
+        if module not in index:
+            strong(module)
+    return sorted(groups)
+
+
+BACKENDS = ("local", "slurm", "pbs", "kubernetes", "runai")
+
+
+def backend_reach(root: Path = SRC) -> list[str]:
+    """Imports of a backend's modules from outside ``schedulers/``: the registry is the only way in.
+
+    Inside ``schedulers/`` a backend may build on another (RunAI's pods are Kubernetes pods).
+    """
+    bad: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        here = path.relative_to(root).parts
+        if here[0] == "schedulers":
+            continue
+        for line, target in imports(path, root, typing_too=True):
+            if target[:1] == ("schedulers",) and len(target) > 1 and target[1] in BACKENDS:
+                bad.append(f"{'/'.join(here)}:{line}: imports torchhpc.{'.'.join(target)}; ask the registry (get_scheduler)")
     return bad
 
 
@@ -167,8 +210,12 @@ def test_every_import_points_down() -> None:
     assert violations() == []
 
 
-def test_no_import_circle_inside_a_package() -> None:
+def test_no_import_circle() -> None:
     assert circles() == []
+
+
+def test_backends_are_reached_through_the_registry() -> None:
+    assert backend_reach() == []
 
 
 def test_a_planted_circle_fails(tmp_path: Path) -> None:
@@ -180,7 +227,35 @@ def test_a_planted_circle_fails(tmp_path: Path) -> None:
     (tree / "pkg" / "b.py").write_text("import importlib\nM = importlib.import_module('torchhpc.pkg.a')\n")
     (tree / "pkg" / "c.py").write_text("import importlib\ndef g(n):\n    return importlib.import_module(f'torchhpc.pkg.{n}')\n")
     (tree / "pkg" / "d.py").write_text("from torchhpc.pkg.c import g\n")
-    assert circles(tree) == ["pkg.a -> pkg.b -> pkg.a", "pkg.c -> pkg.d -> pkg.c"], circles(tree)
+    assert circles(tree) == ["pkg.a <-> pkg.b", "pkg.c <-> pkg.d"], circles(tree)
+
+
+def test_type_only_and_package_imports_close_a_circle(tmp_path: Path) -> None:
+    """A ``TYPE_CHECKING`` import is an edge; so is ``from package import module`` to the package's
+    ``__init__``; modules of different packages close a circle as well as siblings do."""
+    tree = tmp_path / "torchhpc"
+    for pkg in ("p", "q"):
+        (tree / pkg).mkdir(parents=True)
+    (tree / "p" / "__init__.py").write_text("from torchhpc.p.a import A\n")
+    (tree / "p" / "a.py").write_text("from torchhpc.p import b\nA = 1\n")
+    (tree / "p" / "b.py").write_text("")
+    (tree / "q" / "__init__.py").write_text("")
+    (tree / "q" / "x.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from torchhpc.q.y import Y\n")
+    (tree / "q" / "y.py").write_text("def f():\n    from torchhpc.p.b import B\n    from torchhpc.q import x\n")
+    assert circles(tree) == ["p <-> p.a", "q.x <-> q.y"], circles(tree)
+
+
+def test_a_planted_backend_import_fails(tmp_path: Path) -> None:
+    """Outside schedulers/ a backend is reached through the registry, even for a type."""
+    tree = tmp_path / "torchhpc"
+    (tree / "job").mkdir(parents=True)
+    (tree / "schedulers" / "pbs").mkdir(parents=True)
+    (tree / "schedulers" / "batch.py").write_text("from torchhpc.schedulers.pbs.parse import P\n")
+    (tree / "job" / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from torchhpc.schedulers.slurm import slurm\n")
+    (tree / "job" / "b.py").write_text("from torchhpc.schedulers import get_scheduler\n")
+    assert backend_reach(tree) == [
+        "job/a.py:3: imports torchhpc.schedulers.slurm; ask the registry (get_scheduler)",
+    ], backend_reach(tree)
 
 
 def test_a_planted_import_against_the_layers_fails(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """One source for each fact (issue 25): launchers own their behaviour, schedulers ask them.
 
-- no module outside ``launchers/`` and the scheduler registry compares launcher or scheduler names;
+- no module outside ``launchers/`` and a backend's own package compares launcher or scheduler names
+  (``==``, ``!=``, ``in``, on ``.name`` too): it asks the launcher or the scheduler class;
 - Slurm and PBS reserve the same CPUs per node for the same job (one rule, Launcher.cpus_per_task);
 - ``torchhpc shell``'s ``salloc`` is rendered from the same checked options as the batch script,
   so it refuses what ``sbatch`` would refuse and asks for what ``#SBATCH`` asks for;
@@ -9,6 +10,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -24,20 +26,37 @@ from torchhpc.schedulers.pbs.pbs import PBSScheduler
 from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
 SRC = REPO / "src" / "torchhpc"
-NAME_CHECK = re.compile(r'launcher == "|scheduler == "')
-# where names may be compared: the launchers themselves and the scheduler registry
-ALLOWED = ("launchers/", "schedulers/__init__.py", "schedulers/api.py")
+# the names a comparison must not test outside their own homes: every scheduler's and launcher's
+NAMES = frozenset({"local", "slurm", "pbs", "kubernetes", "runai", *LAUNCHERS})
+BACKENDS = ("local", "slurm", "pbs", "kubernetes", "runai")
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    """The scheduler/launcher names a comparison operand spells: a string, or a tuple/list/set of them."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value} & NAMES
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return {name for e in node.elts for name in _names_in(e)}
+    return set()
+
+
+def _allowed(rel: str) -> bool:
+    """A launcher compares launcher names in launchers/; a backend compares names in its own package."""
+    return rel.startswith("launchers/") or any(rel.startswith(f"schedulers/{b}/") for b in BACKENDS)
 
 
 def name_checks(root: Path = SRC) -> list[str]:
+    """Every comparison (``==``, ``!=``, ``in``, ``not in``, on a variable or a ``.name``) against a
+    scheduler or launcher name, outside the places allowed to make one: an AST walk, not a regex,
+    so neither spacing nor the operator hides one."""
     found = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        if rel.startswith(ALLOWED):
+        if _allowed(rel):
             continue
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if NAME_CHECK.search(line):
-                found.append(f"{rel}:{n}: {line.strip()}")
+        for node in ast.walk(ast.parse(path.read_text(), rel)):
+            if isinstance(node, ast.Compare) and any(_names_in(x) for x in (node.left, *node.comparators)):
+                found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
     return found
 
 
@@ -46,11 +65,25 @@ def test_no_module_compares_launcher_or_scheduler_names() -> None:
 
 
 def test_a_planted_name_check_is_found(tmp_path: Path) -> None:
-    (tmp_path / "schedulers").mkdir()
-    (tmp_path / "launchers").mkdir()
-    (tmp_path / "schedulers" / "x.py").write_text('if spec.launcher == "srun":\n    pass\n')
+    for d in ("job", "launchers", "schedulers/slurm", "schedulers"):
+        (tmp_path / d).mkdir(parents=True, exist_ok=True)
+    (tmp_path / "job" / "a.py").write_text(
+        'if spec.launcher == "srun":\n    pass\n'
+        'if "slurm"!=sched.name:\n    pass\n'
+        'x = spec.scheduler in ("kubernetes", "runai")\n'
+        'y = name not in {"local"}\n'
+        'z = spec.scheduler == "something else"\n'
+    )
+    (tmp_path / "schedulers" / "x.py").write_text('ok = n == "local"\n')  # the contract is no backend
     (tmp_path / "launchers" / "y.py").write_text('if launcher == "srun":\n    pass\n')
-    assert name_checks(tmp_path) == ['schedulers/x.py:1: if spec.launcher == "srun":']
+    (tmp_path / "schedulers" / "slurm" / "z.py").write_text('if spec.launcher != "torchrun":\n    pass\n')
+    assert name_checks(tmp_path) == [
+        "job/a.py:1: spec.launcher == 'srun'",
+        "job/a.py:3: 'slurm' != sched.name",
+        "job/a.py:5: spec.scheduler in ('kubernetes', 'runai')",
+        "job/a.py:6: name not in {'local'}",
+        "schedulers/x.py:1: n == 'local'",
+    ]
 
 
 def spec(**kw: object) -> JobSpec:

@@ -332,7 +332,8 @@ def test_plot_without_matplotlib_fails_before_the_run(tmp_path: Path) -> None:
 def test_gpus_checked_against_sinfo() -> None:
     """sinfo answers are recorded formats (the dev cluster has no GPUs: tests/integration covers that for real)."""
     from torchhpc.core.proc import FakeRunner
-    from torchhpc.job import _gres_gpus, check_gpus
+    from torchhpc.job import check_gpus
+    from torchhpc.schedulers.slurm.nodes import gres_gpus as _gres_gpus
 
     assert [_gres_gpus(g) for g in ("(null)", "gpu:4", "gpu:a100:4(S:0-1)", "gpu:h100:4,shard:8", "gpu:2,gpu:a:8")] == [0, 4, 4, 4, 8]
     runner = FakeRunner(responses={"sinfo": "cpu*|(null)\nacc|gpu:h100:4(S:0-3)\n"})

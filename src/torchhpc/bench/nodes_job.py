@@ -24,7 +24,7 @@ from typing import Any
 from torchhpc.bench import nodes_plan as plan
 from torchhpc.core import hostlist
 from torchhpc.core.spec import Entrypoint, JobSpec
-from torchhpc.errors import CommandError, JobFailed, UsageError
+from torchhpc.errors import JobFailed, UsageError
 from torchhpc.schedulers import scheduler_class
 
 __all__ = ["NodesRun", "cluster_nodes", "make_spec", "run_job", "slow_links", "summary", "write_outputs"]
@@ -46,12 +46,9 @@ class NodesRun:
 
 
 def cluster_nodes(scheduler: Any) -> list[str]:
-    """The node names Slurm knows (``sinfo -N``), to reject a typo before anything is queued."""
-    try:
-        out = scheduler.runner.run(["sinfo", "-h", "-N", "-o", "%N"], timeout=30).stdout
-    except CommandError:
-        return []  # cannot ask: sbatch will say it
-    return sorted({line.strip() for line in out.splitlines() if line.strip()})
+    """The node names the scheduler knows (Slurm: ``sinfo -N``), to reject a typo before anything is queued."""
+    names: list[str] = scheduler.node_names()
+    return names
 
 
 def resolve_nodes(scheduler: Any, nodes: int | None, nodelist: str | None,
@@ -60,7 +57,7 @@ def resolve_nodes(scheduler: Any, nodes: int | None, nodelist: str | None,
     env = dict(os.environ) if env is None else env
     name = scheduler.name
     if nodelist:
-        if name != "slurm":
+        if not scheduler.accepts_nodelist:
             raise UsageError(f"--nodelist with the {name} scheduler",
                              "--nodelist is a Slurm option; on PBS give --nodes N (select picks the nodes)")
         names = hostlist.expand(nodelist)
@@ -73,18 +70,17 @@ def resolve_nodes(scheduler: Any, nodes: int | None, nodelist: str | None,
             raise UsageError(f"--nodes {nodes} but --nodelist {nodelist} names {len(names)} node(s)",
                              "give one of them")
         return len(names), names, False
-    if nodes is None and name == "slurm" and env.get("SLURM_JOB_NODELIST"):
-        names = hostlist.expand(env["SLURM_JOB_NODELIST"])
-        return len(names), names, True
+    allocated = scheduler.allocation_nodes(env) if nodes is None else None
+    if allocated:
+        return len(allocated), allocated, True
     n = 1 if nodes is None else nodes
-    if name == "local" and n > 1:
-        raise UsageError(f"--nodes {n} with the local scheduler (one machine)",
+    if not scheduler.supports_multi_node and n > 1:
+        raise UsageError(f"--nodes {n} with the {name} scheduler (one machine)",
                          "give --scheduler slurm (or pbs) for more nodes; local runs the one-node checks")
-    if name == "slurm":
-        known = cluster_nodes(scheduler)
-        if known and n > len(known):
-            raise UsageError(f"--nodes {n} but this cluster has {len(known)} node(s) ({hostlist.compress(known)})",
-                             f"give --nodes {len(known)} or fewer")
+    known = cluster_nodes(scheduler)
+    if known and n > len(known):
+        raise UsageError(f"--nodes {n} but this cluster has {len(known)} node(s) ({hostlist.compress(known)})",
+                         f"give --nodes {len(known)} or fewer")
     return n, None, False
 
 

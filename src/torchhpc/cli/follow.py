@@ -60,7 +60,7 @@ def follow(
 def _hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang: str) -> Any:
     """The hang watch for a job torchhpc submitted (None when its per-rank files are unknown)."""
     from torchhpc.core.hostlist import expand
-    from torchhpc.diagnose.hang import HangWatch
+    from torchhpc.diagnose.hang import HangWatch, probe_argv
     from torchhpc.jobdir.logs import job_log
 
     log = job_log(scheduler.name, job_id)
@@ -72,22 +72,27 @@ def _hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang:
     job_dir = os.path.dirname(log.ranks_dir) if log.ranks_dir else os.path.dirname(log.output or "")
 
     runner = getattr(scheduler, "runner", None)
+    match = scheduler.rank_match(job_id)
 
     def act(what: str) -> None:
-        if what == "requeue" and runner is not None:
-            runner.run(["scontrol", "requeue", job_id], check=False, timeout=60)
+        if what == "requeue":
+            scheduler.requeue(job_id)
         else:
             scheduler.cancel(job_id)
 
-    def nnodes() -> int:  # asked when probing: a pending job's "nodes" is only a count
+    def node_argv() -> list[str] | None:  # asked when probing: a pending job's "nodes" is only a count
+        if type(scheduler).runs_here:
+            return None
         try:
-            return max(1, len(expand(scheduler.status(job_id).nodes)))
+            nnodes = max(1, len(expand(scheduler.status(job_id).nodes)))
         except Exception:
-            return 1
+            nnodes = 1
+        argv = scheduler.node_command(job_id, nnodes, probe_argv(match))
+        if argv is None:
+            raise RuntimeError(f"the {scheduler.name} scheduler cannot run a command on its job's nodes")
+        return argv
 
-    here = type(scheduler).runs_here
-    return HangWatch(here, job_id, hang_timeout, on_hang, log.ranks_dir or "", job_dir,
-                     (lambda: 1) if here else nnodes, act, eprint,
+    return HangWatch(match, hang_timeout, on_hang, log.ranks_dir or "", job_dir, node_argv, act, eprint,
                      runner=runner, output=log.output or "")
 
 

@@ -158,6 +158,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     for st in jobs:
         print(f"{name}:{st.line()} name={st.name}")
     if not jobs:
-        where = "started with --background or Job.submit()" if name == "local" else "queued or running"
+        where = "started with --background or Job.submit()" if sched.runs_here else "queued or running"
         eprint(f"no {name} jobs {where}")
     return 0

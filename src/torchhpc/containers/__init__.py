@@ -11,7 +11,7 @@ prefixes ending in ``*`` (``SLURM_*``, ``PMIX_*``, ``OMPI_*``).
 
 Runtime options (``ContainerSpec.options``) are listed by :func:`runtime_options`; an
 unknown one is an error that lists them. Every runtime takes ``binary`` (or
-``$TORCHHPC_<RUNTIME>_BINARY``) for a site wrapper such as seed 000's ``bsc_singularity``.
+``$TORCHHPC_<RUNTIME>_BINARY``) for a site wrapper such as the MareNostrum5 guide's ``bsc_singularity``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from torchhpc.containers import _common as c
+import torchhpc.containers._common as c
 from torchhpc.core.shell import Raw, join
 from torchhpc.core.spec import ContainerSpec
 from torchhpc.errors import SpecError

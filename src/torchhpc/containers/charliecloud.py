@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from torchhpc.containers import _common as c
+import torchhpc.containers._common as c
 from torchhpc.core.spec import ContainerSpec
 from torchhpc.errors import SpecError
 

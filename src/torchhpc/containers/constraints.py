@@ -1,4 +1,4 @@
-"""pip constraints that freeze a base image's own packages (seed 001's best practice).
+"""pip constraints that freeze a base image's own packages (the GPU containers on Slurm guide's best practice).
 
 NGC's PyTorch images carry a patched torch, CUDA libraries and NCCL that pip will
 happily replace when a requirement asks for a different torch. A constraints file

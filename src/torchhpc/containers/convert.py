@@ -1,7 +1,7 @@
 """Image conversion steps from seeds 000 and 001, as argv lists to print or run.
 
-    docker save IMAGE -o X.tar  ->  apptainer build X.sif docker-archive://X.tar     (seed 000)
-    enroot import --output X.sqsh dockerd://IMAGE                                   (seed 001)
+    docker save IMAGE -o X.tar  ->  apptainer build X.sif docker-archive://X.tar     (the MareNostrum5 guide)
+    enroot import --output X.sqsh dockerd://IMAGE                                   (the GPU containers on Slurm guide)
     ch-convert -i docker IMAGE DIR                                                  (Charliecloud)
 
 Podman (``--from podman``) saves a docker-archive the same way and is enroot's

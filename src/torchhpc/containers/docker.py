@@ -1,6 +1,6 @@
 """Docker and Podman: ``docker run --rm --gpus all --ipc=host … IMAGE CMD``, one container per task.
 
-The flags follow seed 000 (``--ipc=host --ulimit memlock=-1 --ulimit stack=67108864``)
+The flags follow the MareNostrum5 guide (``--ipc=host --ulimit memlock=-1 --ulimit stack=67108864``)
 plus what a rank needs to reach its peers: the host network and UTS namespaces, so
 MASTER_ADDR and hostnames mean the same inside. GPUs are exactly those the scheduler
 gave this task or node, read when the task starts (:data:`GPU_PRELUDE`): ``--gpus
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from torchhpc.containers import _common as c
+import torchhpc.containers._common as c
 from torchhpc.core.spec import ContainerSpec
 from torchhpc.errors import SpecError
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from torchhpc.containers import _common as c
+import torchhpc.containers._common as c
 from torchhpc.core.shell import Raw, directive
 from torchhpc.core.spec import ContainerSpec
 from torchhpc.errors import QuotingError, SpecError

@@ -5,7 +5,7 @@ or Apptainer definition text plus the helper files to write beside it (the stdli
 ``torchhpc-constraints.py``, a copy of :mod:`torchhpc.containers.constraints`). Inside the
 build, that script pins every package the base already has (merged with the image's own
 ``/etc/pip/constraint.txt``), pip installs the requirements under those constraints, and
-a final check fails the build if torch or any other base package changed (seed 001).
+a final check fails the build if torch or any other base package changed (the GPU containers on Slurm guide).
 
 ``multi_stage`` builds the new packages' wheels in a first stage and installs only those
 wheels, offline, in the final one: compilers, sources and pip caches stay behind.

@@ -15,8 +15,10 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 
+import torchhpc.devcluster.config as config
+import torchhpc.devcluster.daemons as daemons
+import torchhpc.devcluster.netns as netns
 from torchhpc.core.proc import Runner
-from torchhpc.devcluster import config, daemons, netns
 from torchhpc.devcluster.config import CONTROLLER, Layout
 from torchhpc.devcluster.daemons import Daemon
 from torchhpc.devcluster.state import UP_HINT, ClusterState

@@ -17,8 +17,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import torchhpc.devcluster.bringup as bringup
+import torchhpc.devcluster.config as config
+import torchhpc.devcluster.daemons as daemons
+import torchhpc.devcluster.netns as netns
 from torchhpc.core.proc import Runner
-from torchhpc.devcluster import bringup, config, daemons, netns
 from torchhpc.devcluster.bringup import Client, binds, ensure_packages
 from torchhpc.devcluster.config import CONTROLLER
 from torchhpc.devcluster.state import (

@@ -12,8 +12,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import torchhpc.devcluster.config as config
+import torchhpc.devcluster.daemons as daemons
+import torchhpc.devcluster.netns as netns
 from torchhpc.core.shell import join
-from torchhpc.devcluster import config, daemons, netns
 from torchhpc.devcluster.config import CONTROLLER, Layout
 from torchhpc.devcluster.daemons import Daemon
 from torchhpc.errors import DevClusterError

@@ -27,7 +27,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
@@ -147,18 +147,23 @@ def load(job_dir: str) -> Optional[dict[str, object]]:
     return d if isinstance(d, dict) else None
 
 
-def probe_job(
-    here: bool, job_id: str, nnodes: int, runner: Optional[Runner] = None, notes: Optional[list[str]] = None,
-) -> list[RankStack]:
-    """Every node's probe for one job: through ``srun --overlap`` once per node (Slurm), or here (local).
+def probe_argv(match: Mapping[str, str]) -> list[str]:
+    """The probe as one node runs it: this interpreter (torchhpc is installed beside it), the job's ``match``."""
+    return [sys.executable, "-m", "torchhpc.diagnose.probe", *(f"{k}={v}" for k, v in match.items())]
 
-    ``runner`` is the scheduler's own command runner (its environment names the cluster).
+
+def probe_job(
+    match: Mapping[str, str], argv: Optional[list[str]], runner: Optional[Runner] = None,
+    notes: Optional[list[str]] = None,
+) -> list[RankStack]:
+    """Every node's probe for one job: ``argv`` (the scheduler's command that runs :func:`probe_argv` once
+    per node, e.g. ``srun --overlap``), or, when it is None, here (a local job's ranks are this machine's).
+
+    ``match``: the environment items that mark the job's rank processes. ``runner`` is the scheduler's
+    own command runner (its environment names the cluster).
     """
-    if here:  # the local scheduler's ranks are this machine's processes
-        return probe({"TORCHELASTIC_RUN_ID": f"local-{job_id}"}, "localhost")
-    argv = ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={nnodes}", f"--ntasks={nnodes}",
-            "--ntasks-per-node=1", "--kill-on-bad-exit=0", sys.executable, "-m", "torchhpc.diagnose.probe",
-            f"SLURM_JOB_ID={job_id}"]
+    if argv is None:
+        return probe(match, "localhost")
     done = (runner or Runner()).run(argv, check=False, timeout=120)
     if done.returncode != 0 or not done.stdout.strip():
         detail = done.stderr.strip().splitlines()
@@ -179,13 +184,17 @@ def probe_job(
 
 
 class HangWatch:
-    """Called on every poll of a running job: after ``timeout`` quiet seconds, probe, judge, act once."""
+    """Called on every poll of a running job: after ``timeout`` quiet seconds, probe, judge, act once.
 
-    def __init__(self, here: bool, job_id: str, timeout: float, on_hang: str, ranks_dir: str, job_dir: str,
-                 nnodes: Callable[[], int], act: Callable[[str], None], say: Callable[[str], None],
+    ``match`` and ``node_argv`` are :func:`probe_job`'s (``node_argv`` is asked when probing: a pending
+    job's node count is not yet known).
+    """
+
+    def __init__(self, match: Mapping[str, str], timeout: float, on_hang: str, ranks_dir: str, job_dir: str,
+                 node_argv: Callable[[], Optional[list[str]]], act: Callable[[str], None], say: Callable[[str], None],
                  runner: Optional[Runner] = None, output: str = "") -> None:
-        self.here, self.job_id, self.timeout, self.on_hang = here, job_id, timeout, on_hang
-        self.ranks_dir, self.job_dir, self.nnodes = ranks_dir, job_dir, nnodes
+        self.match, self.timeout, self.on_hang = match, timeout, on_hang
+        self.ranks_dir, self.job_dir, self.node_argv = ranks_dir, job_dir, node_argv
         self.act, self.say, self.runner, self.output = act, say, runner, output
         self.fired = False
         self._next_probe = 0.0
@@ -199,14 +208,16 @@ class HangWatch:
             return None
         notes: list[str] = []
         try:
-            stacks = probe_job(self.here, self.job_id, self.nnodes(), self.runner, notes)
+            stacks = probe_job(self.match, self.node_argv(), self.runner, notes)
         except (RuntimeError, OSError, TorchHPCError) as e:
             self.say(f"torchhpc: hang: probe failed: {e}")
             stacks = []
         for n in notes:
             self.say(n)
-        busy = [s.rank for s in stacks if s.cpu_s >= 0.1]
-        if not stacks or busy:  # silent but computing (or gone): not a hang; look again later
+        # A rank still importing is starting, not hung, however little CPU it gets: 64 ranks sharing
+        # two cores each got 0.03-0.05 CPU-s in the 2 s sample while importing torch (measured).
+        busy = [s.rank for s in stacks if s.cpu_s >= 0.1 or any("<frozen importlib" in f[1] for f in s.frames)]
+        if not stacks or busy:  # silent but computing, or starting (or gone): not a hang; look again later
             self._next_probe = now + max(10.0, self.timeout / 2)
             return None
         verdict = culprit(stacks)

@@ -266,6 +266,10 @@ def launcher_events(
     srun labels tasks; under torchrun a task is a node's agent, so its lines name no rank and
     torchrun's own "Root Cause" block is read instead (its time field orders the agents).
     """
+    from torchhpc.launchers import LAUNCHERS
+
+    # a task is a node's agent (torchrun): srun's task lines then name agents, not ranks
+    agents = launcher in LAUNCHERS and LAUNCHERS[launcher].per_node
     events: list[tuple[int, str, str]] = []
     roots: list[tuple[str, int, int, str, str]] = []
     texts = [_SRUN_LABEL.sub("", t, count=1) for t in texts]  # srun --label's "3: " on raw output
@@ -273,7 +277,7 @@ def launcher_events(
     while i < len(texts):
         t = texts[i]
         m = _SRUN_TASK.match(t)
-        if m and launcher != "torchrun":
+        if m and not agents:
             what = m.group(3)
             own = what.replace("Exited with exit code ", "exit ")
             if own.startswith("exit ") or what in ("Aborted", "Segmentation fault", "Killed", "Bus error",

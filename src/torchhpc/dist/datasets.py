@@ -1,6 +1,6 @@
 """Offline training data: an MNIST IDX reader and a built-in 28×28 digits set.
 
-Why both: seed 002's MNIST demo breaks when every rank downloads from the same
+Why both: the LUMI guide's MNIST demo breaks when every rank downloads from the same
 web server (throttling), and compute nodes often have no internet at all. So the
 examples read real MNIST from a prepared directory when one is given (IDX files,
 ``.gz`` or not, the layout torchvision and ``wget`` leave behind), and otherwise

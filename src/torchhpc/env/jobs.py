@@ -277,7 +277,7 @@ class TrainJobDetector(Detector):
 class RunAIDetector(KubeflowDetector):
     """``runai submit-dist pytorch``: a PyTorchJob underneath, with RUNAI_* variables.
 
-    RunAI's WORLD_SIZE and RANK count pods (seed 004 warns about exactly
+    RunAI's WORLD_SIZE and RANK count pods (the RunAI on RCP guide warns about exactly
     this) and its ``--workers`` is pods − 1. Checked before Kubeflow so the
     source says runai.
     """

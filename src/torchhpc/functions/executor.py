@@ -35,6 +35,7 @@ from torchhpc.errors import JobFailed, SpecError
 from torchhpc.functions.pack import FunctionDir, atomic_write, check_picklable, dumps, submit_versions
 from torchhpc.functions.requeue import stop_parameter
 from torchhpc.job import Job, JobHandle
+from torchhpc.schedulers import scheduler_class
 from torchhpc.schedulers.api import JobStatus, Submission
 
 __all__ = ["Executor", "FunctionJob"]
@@ -43,7 +44,6 @@ RUNNER = "torchhpc.functions.run"
 POD_SCRIPT = "run.py"
 # After a rank's failure is recorded, how long the launcher gets to end the job by itself before cancel().
 FAILED_JOB_GRACE = 30.0
-_POD_SCHEDULERS = ("kubernetes", "runai")
 
 
 class Executor:
@@ -92,11 +92,11 @@ class Executor:
         stop_param = stop_parameter(fn)
         keywords = dict(self.job_keywords)
         keywords.setdefault("name", _job_name(fn))
-        if stop_param and keywords.get("scheduler", "local") in ("slurm", "pbs"):
+        if stop_param and scheduler_class(keywords.get("scheduler", "local")).supports_requeue:
             keywords.setdefault("requeue", True)  # a checkpointable function means: come back after the stop
         spec = self._job(["-"], keywords).spec
         fdir = FunctionDir.new(spec.output_dir, spec.name)
-        if spec.scheduler in _POD_SCHEDULERS:  # pods run a script: a two-line one beside the pickle, on the PVC
+        if _in_pods(spec):  # pods run a script: a two-line one beside the pickle, on the PVC
             entry = Entrypoint("script", str(fdir.path / POD_SCRIPT), (), spec.entrypoint.python)
         else:
             entry = Entrypoint("module", RUNNER, (str(fdir.path),), spec.entrypoint.python)
@@ -105,7 +105,7 @@ class Executor:
             last = len(items) - 1
             spec = spec.with_(array=(f"0-{last}" if last else "0") + (f"%{parallelism}" if parallelism else ""))
         spec = _visible_in_container(spec, fdir)
-        if spec.scheduler in _POD_SCHEDULERS:
+        if _in_pods(spec):
             _on_pvc(spec, fdir)
         return spec, fdir, stop_param
 
@@ -124,7 +124,7 @@ class Executor:
             "created": time.time(),
         }
         fdir.write(payload, meta)
-        if spec.scheduler in _POD_SCHEDULERS:
+        if _in_pods(spec):
             atomic_write(fdir.path / POD_SCRIPT, _pod_script(fdir).encode())
         try:
             handle = Job(spec, runner=self.job_keywords.get("runner")).submit()
@@ -150,10 +150,15 @@ def _pod_script(fdir: FunctionDir) -> str:
     return f"import sys\nfrom torchhpc.functions.run import main\n\nsys.exit(main([{str(fdir.path)!r}]))\n"
 
 
+def _in_pods(spec: JobSpec) -> bool:
+    """Its ranks run in pods (an image; the function directory reaches them on a PVC, not a shared path)."""
+    return scheduler_class(spec.scheduler).runs_in_pods
+
+
 def _visible_in_container(spec: JobSpec, fdir: FunctionDir) -> JobSpec:
     """Bind the function directory into the container when the working directory's bind does not cover it."""
     c = spec.container
-    if c is None or spec.scheduler in _POD_SCHEDULERS:
+    if c is None or _in_pods(spec):
         return spec
     path = str(fdir.path)
     covered = [os.getcwd(), *(b.split(":", 1)[0] for b in c.binds)]
@@ -187,7 +192,7 @@ def _on_pvc(spec: JobSpec, fdir: FunctionDir) -> tuple[str, str]:
 
 def _with_note(sub: Submission, spec: JobSpec, fdir: FunctionDir) -> Submission:
     where = f"function pickle: {fdir.pickle_path} (written at submit; results in {fdir.path}/results)"
-    if spec.scheduler in _POD_SCHEDULERS:
+    if _in_pods(spec):
         claim, mount = _on_pvc(spec, fdir)
         where += f", on PVC {claim} mounted at {mount} in every pod"
     return dataclasses.replace(sub, notes=(*sub.notes, where))
@@ -218,9 +223,8 @@ class FunctionJob:
         return f"FunctionJob({self}, dir={str(self.function_dir.path)!r})"
 
     def _own_id(self) -> str:
-        if self.task is not None and self.handle.scheduler.name == "slurm":
-            return f"{self.handle.job_id}_{self.task}"  # Slurm knows each task by itself
-        return self.handle.job_id
+        own = self.handle.scheduler.task_id(self.handle.job_id, self.task) if self.task is not None else None
+        return own or self.handle.job_id  # Slurm knows each task by itself; a local array by the job
 
     def status(self) -> JobStatus:
         st = self.handle.scheduler.status(self._own_id())

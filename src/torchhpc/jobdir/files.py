@@ -1,4 +1,4 @@
-"""Writing a job's files without touching a file that exists (issue 26: never write to a path a user may own).
+"""Writing a job's files without touching a file that exists (a job never writes to a path a user may own).
 
 A directory that holds ``pi.py`` may hold the user's own ``pi.sbatch``. So a rendered
 script is never written to its display name: it goes to a private file that nobody else

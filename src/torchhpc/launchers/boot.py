@@ -4,7 +4,7 @@ Why: torch 2.13's gloo backend aborts a rank at interpreter exit about half the 
 loaded machine (a ``pt_gloo_runloop`` thread takes the GIL during ``Py_FinalizeEx``), and
 ``destroy_process_group()`` at the end of a script can hang (the main thread holds the GIL
 while it waits for that thread). ``torchhpc.dist.init()`` cures the first, but Hugging Face
-Trainer, Lightning and plain scripts never call it (issue 29: half of the HF Trainer jobs
+Trainer, Lightning and plain scripts never call it (in the compat matrix, half of the HF Trainer jobs
 ended FAILED after training was done).
 
 How: a directory holding only ``sitecustomize.py`` (src/torchhpc/boot/sitecustomize.py,

@@ -1,4 +1,4 @@
-"""RoCE GID detection as plain POSIX shell, for pods whose image has no torchhpc (seed 004).
+"""RoCE GID detection as plain POSIX shell, for pods whose image has no torchhpc (the RunAI on RCP guide).
 
 Seed 004's key step sets ``NCCL_IB_GID_INDEX`` from the pod's sysfs. The
 Python detector (``torchhpc net detect``, :mod:`torchhpc.network.select`)

@@ -13,14 +13,14 @@ is visible instead of silent. The rules:
   that routes to the master; IPv6-only ports take their global (not
   link-local) RoCE v2 GID. The index is one value for every HCA, so ports
   that disagree are dropped from ``NCCL_IB_HCA`` with the reason. This is
-  the seed 004 one-liner made robust: it hardcodes ``mlx5_bond_0``, prints two
+  the RunAI on RCP guide's one-liner made robust: it hardcodes ``mlx5_bond_0``, prints two
   lines when there are two IPv4 GIDs, prints the word ``RoCE v2`` when only
   one GID file matches, and reads stdin when none does.
 * ``NCCL_SOCKET_IFNAME`` / ``GLOO_SOCKET_IFNAME``: the interface whose route
   reaches the master; never ``lo``/``docker0``/``veth*`` unless the master
   is this machine (single node). Slingshot (``hsn*``) keeps all its rails for
-  NCCL/RCCL (seed 002) and the routing one for gloo (gloo wants exact names).
-* ``NCCL_NET_GDR_LEVEL=3`` for AMD GPUs on Slingshot (seed 002; RCCL's
+  NCCL/RCCL (the LUMI guide) and the routing one for gloo (gloo wants exact names).
+* ``NCCL_NET_GDR_LEVEL=3`` for AMD GPUs on Slingshot (the LUMI guide; RCCL's
   default from ROCm 6.2). On NVIDIA it is left to NCCL, with a warning when
   RDMA ports exist but ``nvidia_peermem`` is not loaded.
 

@@ -94,7 +94,7 @@ BUILTIN: dict[str, Profile] = {
             launcher="mpirun",
             gpus_per_node=4,
             modules=("gcc/9.4.0", "python/3.8.10", "cuda/11.3.1", "nccl/2.9.9-1-cuda11-3"),
-            # seed 003's mpirun flags `-mca pml ob1 -mca btl ^openib`, as Open MPI variables
+            # the HPC_helper guide's mpirun flags `-mca pml ob1 -mca btl ^openib`, as Open MPI variables
             env=(("OMPI_MCA_pml", "ob1"), ("OMPI_MCA_btl", "^openib")),
             require=("account",),
             gpu_kind="nvidia",
@@ -108,7 +108,7 @@ BUILTIN: dict[str, Profile] = {
             # `net detect` at pod start for the seed's key step: NCCL_IB_GID_INDEX from sysfs.
             network="roce,auto",
             options=(
-                ("cli", "v1"),  # seed 004 documents `runai submit-dist`; --opt cli=v2 for the current CLI
+                ("cli", "v1"),  # the RunAI on RCP guide documents `runai submit-dist`; --opt cli=v2 for the current CLI
                 ("annotation", "k8s.v1.cni.cncf.io/networks=kube-system/roce"),
                 ("extended-resource", "rdma/rdma=1"),
                 ("large-shm", "true"),

@@ -80,3 +80,10 @@ def parse_handle(handle: str, default: str = "slurm") -> tuple[str, str]:
             f"did you mean {near[0]}:{job}?" if near else f"write SCHEDULER:ID, e.g. slurm:{job}",
         )
     return default, handle
+
+
+def capabilities_table() -> str:
+    """docs/capabilities.md's tables, for every registered backend (see :func:`capabilities.markdown`)."""
+    from torchhpc.schedulers.capabilities import markdown
+
+    return markdown({name: scheduler_class(name) for name in REGISTRY})

@@ -19,6 +19,7 @@ from torchhpc.core.shell import join, quote
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import JobFailed, TorchHPCError
 from torchhpc.jobdir.files import Written
+from torchhpc.schedulers.capabilities import check
 from torchhpc.schedulers.options import Option, with_defaults
 from torchhpc.schedulers.options import resolve as resolve_options
 
@@ -70,21 +71,6 @@ class Submission:
         parts.append(join(self.argv) + (" < " + quote(self.script_path) if self.stdin and self.script_path else ""))
         parts.extend(f"# note: {n}" for n in self.notes)
         return "\n".join(parts) + "\n"
-
-
-def _checked_render(render: Callable[[Scheduler, JobSpec], Submission]) -> Callable[[Scheduler, JobSpec], Submission]:
-    """``render`` after the capability check: the converted spec is rendered, its notes join the dry run's."""
-    import functools
-
-    @functools.wraps(render)
-    def checked(self: Scheduler, spec: JobSpec) -> Submission:
-        spec, notes = self.supported(spec)
-        sub = render(self, spec)
-        extra = tuple(n for n in notes if n not in sub.notes)
-        return replace(sub, notes=(*sub.notes, *extra)) if extra else sub
-
-    checked._checks_capabilities = True  # type: ignore[attr-defined]
-    return checked
 
 
 @dataclass
@@ -154,6 +140,7 @@ class Scheduler(ABC):
     supports_container_options: ClassVar[bool] = True
     supports_setup: ClassVar[bool] = True
     supports_interactive_shell: ClassVar[bool] = False
+    supports_rank_probe: ClassVar[bool] = False
     # How it runs a job.
     runs_here: ClassVar[bool] = False  # on this machine, in the foreground (or --background): no queue
     runs_in_pods: ClassVar[bool] = False  # an image in pods: the cluster's runtime, the image's files
@@ -164,9 +151,9 @@ class Scheduler(ABC):
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("render")
-        if own is not None and not getattr(own, "_checks_capabilities", False):
-            setattr(cls, "render", _checked_render(own))  # noqa: B010 (mypy refuses assigning a method)
+        # render is the template method: a backend that overrode it would skip the capability check
+        if "render" in cls.__dict__:
+            raise TypeError(f"{cls.__name__} overrides Scheduler.render: implement _render, its hook, instead")
 
     def target(self) -> Optional[str]:
         """One line saying where jobs go when that is not the site's own scheduler (a dev cluster), else None.
@@ -177,8 +164,6 @@ class Scheduler(ABC):
 
     def supported(self, spec: JobSpec) -> tuple[JobSpec, tuple[str, ...]]:
         """``spec`` as this scheduler can run it, with a note per conversion; refusals raise (see capabilities)."""
-        from torchhpc.schedulers.capabilities import check
-
         return check(self, spec)
 
     def __init__(self, runner: Runner | None = None) -> None:
@@ -196,8 +181,20 @@ class Scheduler(ABC):
         :class:`~torchhpc.schedulers.options.Option`, never again where it is used."""
         return with_defaults(self.OPTIONS.values(), self.checked_options(spec, given))
 
+    def render(self, spec: JobSpec) -> Submission:
+        """What would be submitted for ``spec``: the capability check, then the backend's :meth:`_render`.
+
+        A template method, so that no backend and no caller can skip the check: the spec the
+        backend renders is the converted one, and the conversions' notes join the dry run's.
+        """
+        spec, notes = self.supported(spec)
+        sub = self._render(spec)
+        extra = tuple(n for n in notes if n not in sub.notes)
+        return replace(sub, notes=(*sub.notes, *extra)) if extra else sub
+
     @abstractmethod
-    def render(self, spec: JobSpec) -> Submission: ...
+    def _render(self, spec: JobSpec) -> Submission:
+        """The backend's hook: ``spec`` (already checked and converted) as an inert :class:`Submission`."""
 
     @abstractmethod
     def schedule(self, submission: Submission) -> str:
@@ -220,6 +217,42 @@ class Scheduler(ABC):
 
     def list_jobs(self) -> list[JobStatus]:
         return []
+
+    # -- questions only the backend can answer (callers ask these instead of comparing names) --------
+    accepts_nodelist: ClassVar[bool] = False  # jobs can be pinned to named nodes (Slurm's --nodelist)
+
+    def preflight(self, spec: JobSpec) -> None:
+        """Checks against the live cluster before submitting (Slurm: the GPUs per node its partition has).
+
+        Raises :class:`~torchhpc.errors.SpecError` for a job that could never start; a check that
+        cannot be asked (no client command here) passes, and the submit command judges.
+        """
+        return None
+
+    def task_id(self, job_id: str, task: int) -> str | None:
+        """The id this scheduler knows array task ``task`` of ``job_id`` by, or None when a task has none of its own."""
+        return None
+
+    def requeue(self, job_id: str) -> None:
+        """Put a running job back in the queue (its script runs again); cancelled where that cannot be done."""
+        self.cancel(job_id)
+
+    def node_command(self, job_id: str, nnodes: int, argv: list[str]) -> list[str] | None:
+        """The command that runs ``argv`` once on every node of a running job (the hang probe), or None
+        when this scheduler cannot reach its nodes (a local job's ranks are this machine's processes)."""
+        return None
+
+    def rank_match(self, job_id: str) -> dict[str, str]:
+        """Environment items that mark the processes of ``job_id``'s ranks on a node, for the hang probe."""
+        return {}
+
+    def node_names(self) -> list[str]:
+        """The cluster's node names, to reject a typo before anything is queued ([]: cannot be asked)."""
+        return []
+
+    def allocation_nodes(self, env: Mapping[str, str]) -> list[str] | None:
+        """The nodes of the allocation this process runs in (``env`` is its environment), or None."""
+        return None
 
     def wait(
         self,

@@ -62,7 +62,7 @@ PREFIX = "_torchhpc_"
 # the step may run on; bash keeps the status of a child it reaped (also one reaped while the
 # trap ran), so after a wait that a trap cut short we wait again: at once the step's own
 # status if it ended meanwhile, else until it ends. The old `while kill -0` test lost the
-# status of a step that ended between the trap and the test (issue 12: exit 140 after a
+# status of a step that ended between the trap and the test (a requeue test saw exit 140 after a
 # clean checkpoint).
 WAIT_COMMENT = (
     "# Wait for the step (in the background, so traps fire while it runs); a trap cuts `wait` short with",
@@ -467,7 +467,7 @@ class BatchScheduler(Scheduler):
         ]
 
     # -- submission ----------------------------------------------------------------
-    def render(self, spec: JobSpec) -> Submission:
+    def _render(self, spec: JobSpec) -> Submission:
         script = self.render_script(spec)
         path = script_path(spec, self.suffix)
         return Submission(

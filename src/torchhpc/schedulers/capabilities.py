@@ -4,8 +4,8 @@ A backend declares its capabilities as class attributes of its scheduler class
 (``supports_time_limit = True``...; the defaults are on
 :class:`~torchhpc.schedulers.api.Scheduler`). Nothing else compares scheduler
 names to decide what a job may ask for: :func:`check` reads those attributes,
-and every render goes through it (``Scheduler.__init_subclass__`` wraps each
-backend's ``render``), so the CLI, the Python API, sweeps and benchmarks apply
+and every render goes through it (``Scheduler.render`` is a template method: the
+check, then the backend's ``_render`` hook), so the CLI, the Python API, sweeps and benchmarks apply
 the same rule. A request the scheduler cannot honour is never dropped: it is
 either refused with a HINT or turned into what it means there, with a note
 that the dry run prints. docs/capabilities.md is the table, written from
@@ -14,17 +14,24 @@ that the dry run prints. docs/capabilities.md is the table, written from
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import Optional, Protocol
 
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import SpecError
 
-if TYPE_CHECKING:
-    from torchhpc.schedulers.api import Scheduler
+__all__ = ["CAPABILITIES", "RULES", "Capable", "Rule", "check", "markdown"]
 
-__all__ = ["CAPABILITIES", "RULES", "Rule", "check"]
+
+class Capable(Protocol):
+    """What :func:`check` reads: a scheduler class or instance (its name; its ``supports_*`` by getattr).
+
+    A protocol, not the ``Scheduler`` class: the contract (api) imports this module, not the reverse.
+    """
+
+    @property
+    def name(self) -> str: ...
 
 # attribute -> what it means (the rows of docs/capabilities.md's first table)
 CAPABILITIES: dict[str, str] = {
@@ -39,6 +46,7 @@ CAPABILITIES: dict[str, str] = {
     "supports_container_options": "host container options (--bind, --container-env, --cleanenv)",
     "supports_setup": "a profile's setup lines (module load ...) before the ranks start",
     "supports_interactive_shell": "an interactive allocation (torchhpc shell)",
+    "supports_rank_probe": "a probe on every node of a running job (torchhpc top, the stacks of --hang-timeout)",
 }
 
 
@@ -90,8 +98,7 @@ RULES: tuple[Rule, ...] = (
         "--time", "supports_time_limit", lambda s: s.time is not None,
         refuse=lambda n, s: (
             f"--time {s.time}: the {n} scheduler has no wall-time limit",
-            "drop --time" + (" (wrap the command in `timeout` to bound a local run)" if n == "local" else "")
-            + ", or pick --scheduler slurm, pbs or kubernetes",
+            "drop --time (wrap the command in `timeout` to bound it), or pick --scheduler slurm, pbs or kubernetes",
         ),
         otherwise="refused",
     ),
@@ -169,7 +176,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def check(scheduler: type[Scheduler] | Scheduler, spec: JobSpec) -> tuple[JobSpec, tuple[str, ...]]:
+def check(scheduler: Capable, spec: JobSpec) -> tuple[JobSpec, tuple[str, ...]]:
     """``spec`` as ``scheduler`` can run it, and a note per conversion; a refusal raises :class:`SpecError`.
 
     Pure and idempotent: a converted spec passes again unchanged, with no notes.
@@ -190,14 +197,18 @@ def check(scheduler: type[Scheduler] | Scheduler, spec: JobSpec) -> tuple[JobSpe
 
 
 
-def markdown() -> str:
-    """docs/capabilities.md's two tables, from the classes' attributes and :data:`RULES` (a test compares them)."""
-    from torchhpc.schedulers import REGISTRY, scheduler_class
+def markdown(classes: Mapping[str, object]) -> str:
+    """docs/capabilities.md's two tables, from the classes' attributes and :data:`RULES` (a test compares them).
 
-    classes = [scheduler_class(n) for n in REGISTRY]
-    lines = ["| capability | " + " | ".join(REGISTRY) + " |", "|---|" + "---|" * len(classes)]
+    Args:
+        classes: scheduler name -> its class, in the table's column order (the registry's).
+
+    Returns:
+        The Markdown text of both tables.
+    """
+    lines = ["| capability | " + " | ".join(classes) + " |", "|---|" + "---|" * len(classes)]
     for attr, meaning in CAPABILITIES.items():
-        cells = ["yes" if getattr(c, attr) else "**no**" for c in classes]
+        cells = ["yes" if getattr(c, attr) else "**no**" for c in classes.values()]
         lines.append(f"| `{attr}`: {meaning} | " + " | ".join(cells) + " |")
     lines += ["", "| flag | needs | without it |", "|---|---|---|"]
     for rule in RULES:

@@ -247,7 +247,7 @@ class KubernetesScheduler(Scheduler):
             return api, manifest(spec, image, ns)
         return api, tj.trainjob(spec, image, ns, opts)
 
-    def render(self, spec: JobSpec) -> Submission:
+    def _render(self, spec: JobSpec) -> Submission:
         from torchhpc.core.array import refuse_array
 
         refuse_array(self.name, spec.array)

@@ -11,7 +11,7 @@ from torchhpc.errors import SpecError
 
 __all__ = ["RDMA_ANNOTATION", "Claim", "k8s_name", "normalized_options", "pairs", "volume_claims"]
 
-# Multus network attachment annotation (seed 004's RDMA/RoCE network on RCP).
+# Multus network attachment annotation (the RunAI on RCP guide's RDMA/RoCE network on RCP).
 RDMA_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 
 # A PVC name is a DNS-1123 subdomain; a mount path is absolute and has no comma (the lists are comma separated).

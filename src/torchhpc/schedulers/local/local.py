@@ -204,7 +204,12 @@ class LocalScheduler(Scheduler):
     supports_memory = False
     supports_cpus = False
     supports_cpus_per_gpu = False
+    supports_rank_probe = True
     runs_here = True
+
+    def rank_match(self, job_id: str) -> dict[str, str]:
+        return {"TORCHELASTIC_RUN_ID": f"local-{job_id}"}  # the run id each rank's environment carries
+
     OPTIONS = declare(
         Option("master_port", "fixed MASTER_PORT instead of a free one (or --env MASTER_PORT=...)", "int"),
         Option("grace", "seconds between SIGTERM and SIGKILL when stopping ranks (0 to 3600)", default="3"),
@@ -214,7 +219,7 @@ class LocalScheduler(Scheduler):
     # Runs finished by schedule() in this process, by run id (class-wide: get_scheduler makes new instances).
     _finished: ClassVar[dict[str, JobStatus]] = {}
 
-    def render(self, spec: JobSpec) -> Submission:
+    def _render(self, spec: JobSpec) -> Submission:
         _check(spec)
         argv = worker_argv(spec)
         fixed = self._fixed(spec)

@@ -1,6 +1,6 @@
 """The PBS backend (PBS Pro / OpenPBS, and Torque-style sites): a ``#PBS`` script, ``qsub``, ``qstat``.
 
-The launch follows the UBC Sockeye guide (seed 003): on PBS, ``mpirun + python``
+The launch follows the UBC Sockeye guide (the HPC_helper guide): on PBS, ``mpirun + python``
 started once on the first node is the way that works; each MPI process is one
 rank. ``--oversubscribe`` because PBS gives OpenMPI one slot per ``mpiprocs``
 (one per chunk by default) and a GPU rank is not a CPU slot; ``--bind-to none``

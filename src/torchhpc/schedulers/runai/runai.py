@@ -1,5 +1,5 @@
 """The RunAI backend: the current ``runai training pytorch submit`` (:mod:`.runai_cli`), or, with
-``--opt cli=v1`` (the rcp profile), ``runai submit-dist pytorch`` as the EPFL RCP guide uses it (seed 004).
+``--opt cli=v1`` (the rcp profile), ``runai submit-dist pytorch`` as the EPFL RCP guide uses it (the RunAI on RCP guide).
 
 Two traps from the seed are handled here so users stop falling into them:
 
@@ -89,8 +89,8 @@ def pod_command(spec: JobSpec, python: str) -> str:
     if spec.option("workdir"):
         lines.append(join(["cd", spec.option("workdir")]))
     if spec.network and wants_auto(spec.network):
-        # --network auto at pod start: seed 004's `grep 'RoCE v2' ... gids` for NCCL_IB_GID_INDEX,
-        # net detect's rule in POSIX shell: the image needs nothing (seed 004's image has no torchhpc).
+        # --network auto at pod start: the RunAI on RCP guide's `grep 'RoCE v2' ... gids` for NCCL_IB_GID_INDEX,
+        # net detect's rule in POSIX shell: the image needs nothing (the RunAI on RCP guide's image has no torchhpc).
         lines.append(one_line())
     cmd = "exec " + join(argv)
     log_dir = spec.option("log_dir")
@@ -161,7 +161,7 @@ class RunAIScheduler(Scheduler):
         argv = ["runai", "submit-dist", "pytorch", "--name", k8s_name(spec.name), "--image", self.image(spec)]
         if opts.get("project"):
             argv += ["-p", opts["project"]]
-        # RunAI adds the master pod: --workers counts only the others (seed 004's trap).
+        # RunAI adds the master pod: --workers counts only the others (the RunAI on RCP guide's trap).
         argv += ["--workers", str(spec.nodes - 1), "--gpu", str(spec.gpus_per_node)]
         if spec.cpus_per_task:
             argv += ["--cpu", str(spec.cpus_per_task * spec.nproc_per_node)]
@@ -189,7 +189,7 @@ class RunAIScheduler(Scheduler):
         argv += ["--", "bash", "-c", second_layer(pod_command(spec.with_(options=tuple(opts.items())), python))]
         return argv
 
-    def render(self, spec: JobSpec) -> Submission:
+    def _render(self, spec: JobSpec) -> Submission:
         from torchhpc.core.array import refuse_array
 
         refuse_array(self.name, spec.array)
@@ -206,7 +206,7 @@ class RunAIScheduler(Scheduler):
             # Seed 004: pods = --workers + 1; with --workers 0 RunAI's PyTorchJob has a master pod only
             # (no worker pods; KAI-Scheduler issue #141 on Run:ai single-node PyTorchJobs).
             notes = ("--nodes 1: --workers 0, RunAI runs the master pod only (WORLD_SIZE 1, RANK 0)",)
-        if normalized_options(spec).get("cli", "v2") == "v2":  # (v1 renders stay as seed 004 shows them)
+        if normalized_options(spec).get("cli", "v2") == "v2":  # (v1 renders stay as the RunAI on RCP guide shows them)
             notes += ("targets the current CLI, `runai training pytorch submit` (`runai version` tells which CLI "
                       "a machine has; --opt cli=v1 renders `runai submit-dist`)",)
         return Submission(

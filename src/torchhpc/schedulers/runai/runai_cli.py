@@ -1,7 +1,7 @@
 """The current Run:ai CLI (v2): ``runai training pytorch submit NAME``, the default RunAI render.
 
 Why: CLI v1, and with it ``runai submit-dist``, is deprecated since Run:ai 2.20
-(January 2025); ``--opt cli=v1`` (and the rcp profile, whose seed 004 documents
+(January 2025); ``--opt cli=v1`` (and the rcp profile, whose the RunAI on RCP guide documents
 that form) keeps it. What changed for a renderer, from the CLI reference:
 
 * the name is positional; ``--workers`` still counts the pods besides the
@@ -49,7 +49,7 @@ def submit_argv_v2(spec: JobSpec, opts: Mapping[str, str], image: str, pod_comma
     argv = ["runai", "training", "pytorch", "submit", k8s_name(spec.name), "-i", image]
     if opts.get("project"):
         argv += ["-p", opts["project"]]
-    # RunAI adds the master pod: --workers counts only the others (seed 004's trap, unchanged in v2).
+    # RunAI adds the master pod: --workers counts only the others (the RunAI on RCP guide's trap, unchanged in v2).
     argv += ["--workers", str(spec.nodes - 1)]
     if spec.gpus_per_node:
         argv += _both("--gpu-devices-request", str(spec.gpus_per_node))

@@ -122,6 +122,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     name = "slurm"
     submit_command = "sbatch"
     supports_interactive_shell = True  # salloc (torchhpc shell)
+    supports_rank_probe = True  # srun --overlap into the allocation
     env_options: ClassVar[Mapping[str, str]] = {"account": "SBATCH_ACCOUNT"}
     suffix = ".sbatch"
     how_to_submit = "sbatch <this file>  (or: torchhpc run --scheduler slurm ...)"
@@ -264,9 +265,9 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             f'if [ -d "${LOG_DIR_VAR}" ]; then echo "torchhpc: rank output in ${LOG_DIR_VAR}"; fi',
         ]
 
-    def render(self, spec: JobSpec) -> Submission:
+    def _render(self, spec: JobSpec) -> Submission:
         """Submitted held, with its output in the job's directory (made once the id is known)."""
-        sub = super().render(spec)
+        sub = super()._render(spec)
         if not sub.script_path:
             return sub
         if spec.array is not None:

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from typing import ClassVar
 
+import torchhpc.schedulers.slurm.nodes as slurm_nodes
 from torchhpc.core.proc import Runner
+from torchhpc.core.spec import JobSpec
 from torchhpc.errors import CommandError, SchedulerError
 from torchhpc.jobdir.logs import filter_rank, task_record
 from torchhpc.schedulers.api import JobStatus
@@ -22,7 +25,7 @@ __all__ = ["SlurmQueries", "expand_output"]
 
 
 class SlurmQueries:
-    """status, cancel, log_paths, rank_lines and list_jobs for :class:`SlurmScheduler`."""
+    """status, cancel, log_paths, rank_lines, list_jobs and the node questions for :class:`SlurmScheduler`."""
 
     name: ClassVar[str]
     runner: Runner
@@ -81,6 +84,30 @@ class SlurmQueries:
 
     def cancel(self, job_id: str) -> None:
         self.runner.run(["scancel", job_id])
+
+    # the questions of Scheduler's contract that only Slurm answers
+    accepts_nodelist: ClassVar[bool] = True
+
+    def preflight(self, spec: JobSpec) -> None:
+        slurm_nodes.check_gpus(spec, self.runner)
+
+    def task_id(self, job_id: str, task: int) -> str | None:
+        return f"{job_id}_{task}"  # Slurm knows each array task by itself
+
+    def requeue(self, job_id: str) -> None:
+        self.runner.run(["scontrol", "requeue", job_id], check=False, timeout=60)
+
+    def node_command(self, job_id: str, nnodes: int, argv: list[str]) -> list[str] | None:
+        return slurm_nodes.node_command(job_id, nnodes, argv)
+
+    def rank_match(self, job_id: str) -> dict[str, str]:
+        return {"SLURM_JOB_ID": job_id}
+
+    def node_names(self) -> list[str]:
+        return slurm_nodes.node_names(self.runner)
+
+    def allocation_nodes(self, env: Mapping[str, str]) -> list[str] | None:
+        return slurm_nodes.allocation_nodes(env)
 
     def log_paths(self, job_id: str) -> list[str]:
         rec = task_record(self.name, job_id)  # an array task: its array's record

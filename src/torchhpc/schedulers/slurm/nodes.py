@@ -1,0 +1,82 @@
+"""What the Slurm backend answers about nodes: GPUs per node (GRES), node names, the allocation.
+
+Asked through the scheduler (:meth:`~torchhpc.schedulers.api.Scheduler.preflight`, ``node_names``,
+``allocation_nodes``, ``node_command``), so no caller parses ``sinfo`` or builds ``srun`` itself.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from torchhpc.core import hostlist
+from torchhpc.core.proc import Runner
+from torchhpc.core.spec import JobSpec
+from torchhpc.errors import CommandError, SpecError
+
+__all__ = ["allocation_nodes", "check_gpus", "gres_gpus", "node_command", "node_names"]
+
+
+def gres_gpus(gres: str) -> int:
+    """GPUs per node in a sinfo GRES field: ``gpu:4``, ``gpu:a100:4(S:0-1)``, ``gpu:h100:4,shard:8``; 0 for ``(null)``."""
+    n = 0
+    for item in gres.split(","):
+        m = re.match(r"^gpu(?::[^:(]+)?:(\d+)", item.strip())
+        if m:
+            n = max(n, int(m.group(1)))
+    return n
+
+
+def check_gpus(spec: JobSpec, runner: Runner) -> None:
+    """Refuse GPUs per node that the Slurm partition does not have, from ``sinfo`` (skipped when it cannot be asked).
+
+    The answer is the largest GPU count of any node in the partition (its GRES
+    column); a request above it could never start and would wait in the queue
+    forever ("Requested node configuration is not available" at best).
+    """
+    if not spec.gpus_per_node:
+        return
+    partition = spec.option("partition")
+    argv = ["sinfo", "-h", "-o", "%P|%G"] + (["-p", partition] if partition else [])
+    try:
+        out = runner.run(argv, timeout=20).stdout
+    except CommandError:
+        return  # no sinfo here, or no cluster config: sbatch will judge
+    rows = [line.split("|", 1) for line in out.splitlines() if "|" in line]
+    if partition is None:
+        rows = [r for r in rows if r[0].endswith("*")] or rows  # the default partition
+    else:
+        rows = [r for r in rows if r[0].rstrip("*") in partition.split(",")] or rows
+    if not rows:
+        return
+    most = max(gres_gpus(g) for _, g in rows)
+    if spec.gpus_per_node > most:
+        names = ", ".join(sorted({p.rstrip("*") for p, _ in rows}))
+        have = f"at most {most} GPUs per node" if most else "no GPUs"
+        raise SpecError(
+            f"--gpus-per-node {spec.gpus_per_node}: partition {names} has {have} (from sinfo)",
+            "ask for fewer, choose a GPU partition with --partition (`sinfo -o '%P %G'` lists them), "
+            "or drop --gpus-per-node for a CPU job",
+        )
+
+
+def node_names(runner: Runner) -> list[str]:
+    """The node names Slurm knows (``sinfo -N``); [] when it cannot be asked."""
+    try:
+        out = runner.run(["sinfo", "-h", "-N", "-o", "%N"], timeout=30).stdout
+    except CommandError:
+        return []  # cannot ask: sbatch will say it
+    return sorted({line.strip() for line in out.splitlines() if line.strip()})
+
+
+def allocation_nodes(env: Mapping[str, str]) -> list[str] | None:
+    """The nodes of the allocation this shell runs in (``salloc``, an ``sbatch`` script), or None."""
+    nodelist = env.get("SLURM_JOB_NODELIST")
+    return hostlist.expand(nodelist) if nodelist else None
+
+
+def node_command(job_id: str, nnodes: int, argv: list[str]) -> list[str]:
+    """``argv`` once per node of a running job: a step beside the job's own (``--overlap``) that
+    does not end the job when a node's copy fails."""
+    return ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={nnodes}", f"--ntasks={nnodes}",
+            "--ntasks-per-node=1", "--kill-on-bad-exit=0", *argv]
