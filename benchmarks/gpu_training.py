@@ -60,6 +60,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="tiny sizes: ResNet-18, 32 px, batch 8, 2 rounds of 2 steps")
     p.add_argument("--json", default=None, help="write the figures here")
     p.add_argument("--markdown", default=None, help="write a Markdown table here")
+    p.add_argument("--profile", default=None, help="write where each loop's step time goes (torch.profiler) here")
     args = p.parse_args(argv)
     if args.quick:
         args.arch, args.image_size, args.batch_size = "resnet18", 32, 8
@@ -96,6 +97,47 @@ def _repeat(fn: Callable[[], None], n: int) -> Callable[[], None]:
             fn()
 
     return run
+
+
+def _device_ms(evt: Any) -> float:
+    """An event's own device time in ms (torch renamed ``self_cuda_time_total`` to ``self_device_time_total``)."""
+    us = getattr(evt, "self_device_time_total", None)
+    return float(us if us is not None else getattr(evt, "self_cuda_time_total", 0.0)) / 1e3
+
+
+def profile(variants: dict[str, Callable[[], None]], steps: int, device: Any) -> tuple[dict[str, Any], str]:
+    """Where a step's time goes, per variant: wall ms, kernel ms (sum of device time) and the top operators.
+
+    A variant whose kernels add up to its wall time is GPU-bound: any gap to another
+    variant is in the kernels it runs. Kernel time well under wall time means the GPU
+    waits (on the host, a synchronisation or a copy).
+    """
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    summary: dict[str, Any] = {}
+    text: list[str] = []
+    for name, fn in variants.items():
+        _sync(device)
+        with torch_profile(activities=acts) as prof:
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            _sync(device)
+            wall = (time.perf_counter() - t0) / steps * 1e3
+        table = prof.key_averages()
+        # Only the kernels' own rows: an operator's row counts its kernels' time again.
+        kernel = sum(_device_ms(e) for e in table if str(getattr(e, "device_type", "")).endswith("CUDA")) / steps
+        summary[name] = {"wall_ms_per_step": wall, "device_ms_per_step": kernel,
+                         "busy_share": kernel / wall if wall else 0.0}
+        sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+        try:
+            top = table.table(sort_by=sort, row_limit=20)
+        except Exception:  # the sort key's name moved between torch versions
+            top = table.table(sort_by="self_device_time_total" if device.type == "cuda" else sort, row_limit=20)
+        text += [f"## {name}: wall {wall:.2f} ms/step, device (kernels) {kernel:.2f} ms/step, over {steps} steps", top, ""]
+    return summary, "\n".join(text)
 
 
 def _stats(values: list[float]) -> dict[str, float]:
@@ -189,6 +231,11 @@ def resnet_part(args: argparse.Namespace, ctx: Any) -> dict[str, Any]:
     _repeat(ref, args.warmup)()
     mem_ref = _peak_gib(device, _repeat(ref, 3), base)
     times = interleave({"example": ours, "reference": ref}, args.rounds, args.steps, device)
+    data_ms = _data_path_ms(run, args.steps, device)
+    prof: dict[str, Any] | None = None
+    if args.profile:
+        prof, text = profile({"example": ours, "reference": ref}, max(3, args.steps // 4), device)
+        Path(args.profile).write_text(text)
     ips = {k: [args.batch_size / s for s in v] for k, v in times.items()}
     ratios = [a / b for a, b in zip(ips["example"], ips["reference"])]
     return {
@@ -200,7 +247,27 @@ def resnet_part(args: argparse.Namespace, ctx: Any) -> dict[str, Any]:
         "ratio_per_round": _stats(ratios),
         "peak_memory_gib": {"example": mem_ours, "reference": mem_ref},
         "example_dataset_gib": data_gib, "rounds": args.rounds, "steps_per_round": args.steps,
+        "example_data_path_ms": data_ms, "profile": prof,
     }
+
+
+def _data_path_ms(run: Any, steps: int, device: Any) -> float:
+    """ms per batch of the example's data path alone: the loader's index_select and the channels_last copy."""
+    import torch
+
+    fmt = torch.channels_last if run.args.channels_last else torch.contiguous_format
+    it = iter(run.loader)
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        try:
+            xb, _yb = next(it)
+        except StopIteration:
+            it = iter(run.loader)
+            xb, _yb = next(it)
+        xb.contiguous(memory_format=fmt)
+    _sync(device)
+    return (time.perf_counter() - t0) / steps * 1e3
 
 
 def mnist_part(args: argparse.Namespace, ctx: Any) -> dict[str, Any]:
@@ -258,6 +325,11 @@ def markdown(res: dict[str, Any]) -> str:
     q = r["ratio_per_round"]
     lines += ["", f"Example ÷ reference: **{r['ratio']:.3f}** (per round {q['min']:.3f}–{q['max']:.3f}); the example's "
               f"peak includes its synthetic dataset on the device ({r['example_dataset_gib']:.2f} GiB)."]
+    if r.get("example_data_path_ms") is not None:
+        lines.append(f"The example's data path alone (index_select + channels_last copy): {r['example_data_path_ms']:.2f} ms per batch.")
+    if r.get("profile"):
+        lines.append("Profile (ms per step, wall / kernels): " + "; ".join(
+            f"{k} {v['wall_ms_per_step']:.2f} / {v['device_ms_per_step']:.2f}" for k, v in r["profile"].items()))
     if r["example_model"] != r["reference_model"]:
         lines.append(f"Note: the example used {r['example_model']}, the reference {r['reference_model']}.")
     if "mnist" in res:

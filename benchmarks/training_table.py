@@ -62,16 +62,20 @@ def _run(argv: list[str], env: dict[str, str] | None = None, cwd: Path = REPO, t
 
 
 _PROBE = ("import torch; n = torch.cuda.device_count() if torch.cuda.is_available() else 0; "
-          "print(n); print(torch.cuda.get_device_name(0) if n else 'CPU'); print(torch.__version__)")
+          "print(n); print(torch.cuda.get_device_name(0) if n else 'CPU'); print(torch.__version__); "
+          "v = torch.cuda.nccl.version() if n and hasattr(torch.cuda, 'nccl') else None; "
+          "print('CUDA %s, NCCL %s' % (torch.version.cuda, '.'.join(map(str, v)) if isinstance(v, tuple) else v) if n else '')")
 LABELS = {"mnist": "MNIST CNN", "resnet18": "ResNet-18 (32 px)", "resnet50": "ResNet-50 (224 px, bf16)"}
 
 
 def _devices() -> tuple[str, int, str]:
-    """("cuda", GPUs, first GPU's name, torch) or ("cpu", cores, "CPU", torch)."""
+    """("cuda", GPUs, "N × name, torch, CUDA, NCCL") or ("cpu", cores, "N CPU cores, torch")."""
     out = subprocess.run([PY, "-c", _PROBE], capture_output=True, text=True, check=True).stdout.split("\n")
     gpus = int(out[0] or 0)
     cores = os.cpu_count() or 1
-    return ("cuda", gpus, f"{gpus} × {out[1]}, torch {out[2]}") if gpus else ("cpu", cores, f"{cores} CPU cores, torch {out[2]}")
+    if gpus:
+        return "cuda", gpus, f"{gpus} × {out[1]}, torch {out[2]}, {out[3]}, {cores} CPU cores"
+    return "cpu", cores, f"{cores} CPU cores, torch {out[2]}"
 
 
 def _cluster_env() -> dict[str, str] | None:
@@ -408,6 +412,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if skipped:  # F5/F6 run 2 ranks, and NCCL needs a GPU per rank
         parts = [p for p in parts if p not in skipped]
         md += [f"{'/'.join(s.upper() for s in skipped)}: skipped, they need {args.nproc or 2} GPUs and {ndev} is visible.", ""]
+    if kind == "cuda" and ndev == 1:
+        md += ["One GPU is visible, and one GPU is a valid table: the DDP row is one rank launched by "
+               "`torchhpc run -n 1` (`thd.init()` starts no process group for one rank, so no gradient exchange), "
+               "the same work as the single row through the launcher; DP needs more than one GPU and has no row.", ""]
     if "table" in parts:
         print("# table: single / DP / DDP 1 node / DDP 2 nodes", flush=True)
         rows = table(args, out)

@@ -2,9 +2,10 @@
 
 The ``exception-*`` and ``abort-*`` cases in tests/data/diagnose are real: slurm.out and the
 per-rank files of 2-node x 2-rank jobs on the dev cluster under each launcher (rank 2 raises
-ValueError; rank 3 calls os.abort() after its last collective), paths replaced. The messages in
-tests/data/diagnose/messages are transcribed from torch's and NCCL's message formats (no GPU here):
-see its README.
+ValueError; rank 3 calls os.abort() after its last collective), paths replaced. The CUDA and NCCL
+messages in tests/data/diagnose/messages were recorded on an H200 (a real out-of-memory, NCCL's
+bootstrap without an interface, two ranks on one GPU, a device index past the last GPU); the
+watchdog and rendezvous timeouts are transcribed from torch's formats: see its README.
 """
 
 from __future__ import annotations
@@ -66,8 +67,10 @@ def test_torchrun_root_cause_blocks_order_agents_by_time() -> None:
 @pytest.mark.parametrize(
     ("message", "klass", "error"),
     [
-        ("cuda-oom", "cuda-oom", "torch.OutOfMemoryError: CUDA out of memory."),
-        ("nccl-system-error", "network", "torch.distributed.DistBackendError: NCCL error"),
+        ("cuda-oom", "cuda-oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 9.98 GiB."),
+        ("nccl-no-socket-interface", "network", "torch.distributed.DistBackendError: NCCL error"),
+        ("nccl-duplicate-gpu", "gpu-assignment", "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device"),
+        ("gpu-out-of-range", "gpu-assignment", "ValueError: device_id cuda:1 is out of range."),
         ("nccl-watchdog-timeout", "network", "[Rank 3] Watchdog caught collective operation timeout"),
         ("rendezvous-timeout", "network", "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"),
         ("import-error", "environment", "ModuleNotFoundError: No module named 'torchvision'"),
@@ -81,7 +84,7 @@ def test_messages_are_classified(message: str, klass: str, error: str) -> None:
 
 def test_user_frame_skips_library_frames() -> None:
     _c, _e, where = classify_text((DATA / "messages" / "cuda-oom.log").read_text().splitlines())
-    assert where == "/home/user/train.py:88"
+    assert where == "/home/user/torchhpc/benchmarks/gpu_failures.py:39"
 
 
 @pytest.mark.parametrize(

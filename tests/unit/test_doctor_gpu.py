@@ -4,18 +4,21 @@ The measuring parts need a GPU and run on one (docs/training.md); here: the
 thresholds and reference figures, the real command on CPU (says no GPU is
 visible, exits 0), the NCCL check's failure path with a real launch (NCCL
 cannot start on CPU, and the check must report that, not crash), and
-benchmarks/gpu_training.py's no-GPU exit and its Markdown from a canned result.
+benchmarks/gpu_training.py's no-GPU exit and its Markdown from a canned result,
+and the device script benchmarks/gpu_proof.sh (shellcheck, and its failure cases'
+no-GPU exit: the cases themselves ran on an H200).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import PYTHON, REPO
+from tests.conftest import PYTHON, REPO, missing
 from torchhpc.bench.gpu import expected_figure, known_peak
 from torchhpc.doctor.gpu import PASS_SHARE, WARN_SHARE, check_nccl, judge
 
@@ -57,6 +60,22 @@ def test_nccl_check_reports_a_failed_launch() -> None:
     assert "all_reduce over 1 GPU(s) failed" in c.detail and "nccl" in c.detail.lower(), c.detail
 
 
+@pytest.mark.parametrize("case", ["oom", "thd"])
+def test_gpu_failure_cases_without_gpu_provoke_nothing(case: str) -> None:
+    cp = subprocess.run([PYTHON, str(REPO / "benchmarks" / "gpu_failures.py"), case], capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0 and f"case {case} provokes a GPU failure and has nothing to provoke here" in cp.stdout, cp.stdout + cp.stderr
+
+
+def test_gpu_proof_script_is_clean_shell() -> None:
+    if shutil.which("shellcheck") is None:
+        missing("shellcheck not installed (scripts/test.sh installs it)")
+    script = str(REPO / "benchmarks" / "gpu_proof.sh")
+    cp = subprocess.run(["shellcheck", script], capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0, cp.stdout
+    usage = subprocess.run(["bash", script], capture_output=True, text=True, timeout=60)
+    assert usage.returncode != 0 and "usage: benchmarks/gpu_proof.sh OUTDIR" in usage.stderr, usage.stderr
+
+
 def test_gpu_training_benchmark_without_gpu() -> None:
     cp = subprocess.run([PYTHON, str(REPO / "benchmarks" / "gpu_training.py")], capture_output=True, text=True, timeout=120)
     assert cp.returncode == 0 and "No GPU visible" in cp.stdout, cp.stdout + cp.stderr
@@ -74,7 +93,9 @@ def test_gpu_training_markdown() -> None:
                    "img_per_s": {"example": stats, "reference": {**stats, "median": 3719.0}},
                    "ratio": 3700 / 3719, "ratio_per_round": {"median": 0.99, "min": 0.98, "max": 1.0},
                    "peak_memory_gib": {"example": 6.5, "reference": 5.7}, "example_dataset_gib": 0.72,
-                   "rounds": 7, "steps_per_round": 20},
+                   "rounds": 7, "steps_per_round": 20, "example_data_path_ms": 0.14,
+                   "profile": {"example": {"wall_ms_per_step": 35.5, "device_ms_per_step": 28.9},
+                               "reference": {"wall_ms_per_step": 34.0, "device_ms_per_step": 28.7}}},
         "mnist": {"steps": 100, "batch_size": 64, "in_memory_over_dataloader": 2.5,
                   "samples_per_s": {"in-memory tensor": {"median": 50000.0, "min": 0.5, "max": 60000.0},
                                     "DataLoader": {"median": 20000.0, "min": 19000.0, "max": 21000.0}}},
@@ -84,3 +105,5 @@ def test_gpu_training_markdown() -> None:
     assert "| reference loop | torchvision 0.26.0 | 3719 |" in md
     assert "Example ÷ reference: **0.995**" in md and "| in-memory tensor | 50000 | 0.5–60000 |" in md
     assert "Note:" not in md
+    assert "data path alone (index_select + channels_last copy): 0.14 ms" in md
+    assert "wall / kernels): example 35.50 / 28.90; reference 34.00 / 28.70" in md

@@ -25,3 +25,18 @@ def test_hint_names_what_the_rank_printed(program: str, hint: str, capfd: pytest
     assert main(["run", "-n", "1", "--", sys.executable, "-c", program]) != 0
     err = capfd.readouterr().err
     assert hint in err, err
+
+
+@pytest.mark.usefixtures("clean_user_env")
+def test_the_same_error_from_every_rank_is_shown_once(capfd: pytest.CaptureFixture[str]) -> None:
+    """Two NCCL ranks on one GPU: thd.init() refuses on every rank with the same Error/HINT pair
+    (recorded on an H200); the screen shows it once, and the HINT names the rank that showed it."""
+    same = ("import sys; print('Error: 2 ranks on this node but 1 GPU visible', file=sys.stderr); "
+            "print('HINT: start at most 1 rank per node', file=sys.stderr); sys.exit(1)")
+    assert main(["run", "-n", "2", "--", sys.executable, "-c", same]) != 0
+    err = capfd.readouterr().err
+    shown = [ln for ln in err.splitlines() if ln.endswith("Error: 2 ranks on this node but 1 GPU visible")]
+    assert len(shown) == 1, err
+    assert err.count("HINT: start at most 1 rank per node") == 1, err
+    rank = shown[0].split("]")[0] + "]:"
+    assert f"HINT: its error and HINT are above, prefixed {rank}" in err, err

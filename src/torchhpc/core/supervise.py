@@ -26,6 +26,9 @@ from torchhpc.errors import CommandNotFound, JobFailed
 __all__ = ["PREFIX", "Supervisor", "describe_exit", "exit_status"]
 
 PREFIX = "[rank{rank}]: "
+# A torchhpc error as a script ends with it (thd.init's hook, a tool inside the job): every rank of a
+# node says the same thing when the node's geometry is wrong, and once on the screen is enough.
+_ONE_LINE_ERROR = re.compile(r"^(Error|HINT): ")
 
 
 def describe_exit(rank: int, returncode: int) -> str:
@@ -88,6 +91,7 @@ class Supervisor:
         self.lock = threading.Lock()
         self.tails: list[collections.deque[str]] = [collections.deque(maxlen=self.TAIL) for _ in envs]
         self.signal: int | None = None
+        self.errors_shown: dict[str, int] = {}  # an Error:/HINT: line shown, and the rank that showed it
 
     # -- threads --------------------------------------------------------
     def _pump(self, rank: int, pipe: IO[bytes], stream: IO[str]) -> None:
@@ -111,6 +115,8 @@ class Supervisor:
             if not show:
                 continue
             with self.lock:
+                if _ONE_LINE_ERROR.match(text) and self.errors_shown.setdefault(text, rank) != rank:
+                    continue  # another rank showed this very line: the HINT names that rank
                 try:
                     _write(stream, line)
                 except Exception:  # a closed or broken stream must not stop the draining
@@ -170,8 +176,10 @@ class Supervisor:
     def _failure_hint(self, rank: int) -> str:
         """Point at what the failed rank really left above, never at a traceback that is not there
         (a torchhpc tool inside the job ends with ``Error: ...`` and ``HINT: ...``, no traceback)."""
-        where = f"above, prefixed [rank{rank}]:"
         tail = "".join(self.tails[rank])
+        prefix = PREFIX.format(rank=rank)
+        said = next((ln[len(prefix):].rstrip("\n") for ln in self.tails[rank] if _ONE_LINE_ERROR.match(ln[len(prefix):])), "")
+        where = f"above, prefixed [rank{self.errors_shown.get(said, rank)}]:"
         if "Traceback (most recent call last)" in tail or re.search(r"^\[rank\d+\]: (\w+\.)*\w+(Error|Exception): ", tail, re.M):
             return f"look for its traceback {where}"
         if re.search(r"^\[rank\d+\]: (Error|HINT): ", tail, re.M):

@@ -53,6 +53,10 @@ CLASSES: dict[str, tuple[str, str]] = {
         "check the interface and fabric: torchhpc net check (NCCL_DEBUG=INFO shows what NCCL picked)",
     ),
     "environment": ("the environment does not match the program (import error, wrong torch)", "check the venv or container: torchhpc doctor"),
+    "gpu-assignment": (
+        "ranks and GPUs do not match (a rank bound to a GPU that is not there, or two ranks on one GPU)",
+        "one rank per visible GPU (--nproc-per-node = GPUs per node); `torchhpc env` shows what each rank sees",
+    ),
     "cancelled": ("cancelled by a user", "nothing to fix: someone ran scancel/cancel"),
     "lost-peer": ("a rank lost its peer, and no rank shows why", "{logs} of every rank; the one that died left no traceback"),
     "unknown": ("no evidence names a cause", "read {logs}"),
@@ -65,6 +69,11 @@ _RANK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("cuda-oom", re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory")),
     ("host-oom", re.compile(r"oom[-_]kill|Out of memory: Killed process|MemoryError")),
     ("environment", re.compile(r"ModuleNotFoundError|ImportError|undefined symbol|GLIBC_\S+ not found|version mismatch")),
+    # Before network: NCCL reports two ranks on one GPU as an NCCL error, but no link is at fault.
+    (
+        "gpu-assignment",
+        re.compile(r"Duplicate GPU detected|device_id cuda:\d+ is out of range|invalid device ordinal|No CUDA GPUs are available"),
+    ),
     (
         "network",
         re.compile(
