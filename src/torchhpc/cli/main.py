@@ -24,6 +24,7 @@ COMMANDS: tuple[str, ...] = (
     "jobs",
     "logs",
     "diagnose",
+    "top",
     "shell",
     "env",
     "exec",

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from typing import IO, Optional
 
 from torchhpc.core.shell import join
@@ -90,11 +91,15 @@ class Supervisor:
     def _pump(self, rank: int, pipe: IO[bytes], stream: IO[str]) -> None:
         prefix = PREFIX.format(rank=rank)
         show = rank == 0 or not self.rank0_only
-        for raw in iter(pipe.readline, b""):
+        for raw in _pieces(pipe):
+            end = "\r" if raw.endswith(b"\r") else "\n"
             text = raw.decode("utf-8", "replace").rstrip("\r\n")
+            if not text and end == "\r":
+                continue  # the \r a progress bar starts its redraw with
             # torch prefixes a rank's own error lines ([rank2]: Traceback...): not twice.
-            line = (text if text.startswith(prefix.rstrip()) else prefix + text) + "\n"
-            self.tails[rank].append(line)  # the failure's HINT says what the rank left: a traceback, an error
+            line = (text if text.startswith(prefix.rstrip()) else prefix + text) + end
+            if end == "\n":
+                self.tails[rank].append(line)  # the failure's HINT says what the rank left: a traceback, an error
             if not show:
                 continue
             with self.lock:
@@ -258,6 +263,29 @@ class Supervisor:
     def _restore_handlers(old: dict[int, object]) -> None:
         for sig, handler in old.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
+
+
+def _pieces(pipe: IO[bytes]) -> Iterator[bytes]:
+    """A rank's output in lines, and in the pieces a progress bar ends with ``\\r`` (tqdm redraws its
+    line that way): each redraw reaches the terminal (which overwrites it in place) and the log
+    at once, where ``torchhpc top`` reads the bar, instead of all of them when a newline comes."""
+    fd = pipe.fileno()
+    rest = b""
+    while True:
+        data = os.read(fd, 65536)
+        if not data:
+            break
+        rest += data
+        start = 0
+        for m in _ENDS.finditer(rest):
+            yield rest[start:m.end()]
+            start = m.end()
+        rest = rest[start:]
+    if rest:
+        yield rest
+
+
+_ENDS = re.compile(rb"\r\n|\n|\r(?!$)")  # a \r last in the buffer waits: a \n may follow
 
 
 def _write(stream: IO[str], line: str) -> None:

@@ -35,6 +35,7 @@ _LAZY = {
     "should_stop": "stop",
     "request_stop": "stop",
     "checkpoint": "",
+    "mark_step": "progress",
 }
 
 __all__ = ["DEFAULT_TIMEOUT", "DistContext", "cleanup", "current", "init", "log0", "print0", *_LAZY]

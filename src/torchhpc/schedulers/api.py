@@ -140,6 +140,7 @@ class Scheduler(ABC):
     supports_container_options: ClassVar[bool] = True
     supports_setup: ClassVar[bool] = True
     supports_interactive_shell: ClassVar[bool] = False
+    supports_rank_probe: ClassVar[bool] = False
     # How it runs a job.
     runs_here: ClassVar[bool] = False  # on this machine, in the foreground (or --background): no queue
     runs_in_pods: ClassVar[bool] = False  # an image in pods: the cluster's runtime, the image's files

@@ -46,6 +46,7 @@ CAPABILITIES: dict[str, str] = {
     "supports_container_options": "host container options (--bind, --container-env, --cleanenv)",
     "supports_setup": "a profile's setup lines (module load ...) before the ranks start",
     "supports_interactive_shell": "an interactive allocation (torchhpc shell)",
+    "supports_rank_probe": "a probe on every node of a running job (torchhpc top, the stacks of --hang-timeout)",
 }
 
 

@@ -204,6 +204,7 @@ class LocalScheduler(Scheduler):
     supports_memory = False
     supports_cpus = False
     supports_cpus_per_gpu = False
+    supports_rank_probe = True
     runs_here = True
 
     def rank_match(self, job_id: str) -> dict[str, str]:

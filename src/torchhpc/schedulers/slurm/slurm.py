@@ -122,6 +122,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     name = "slurm"
     submit_command = "sbatch"
     supports_interactive_shell = True  # salloc (torchhpc shell)
+    supports_rank_probe = True  # srun --overlap into the allocation
     env_options: ClassVar[Mapping[str, str]] = {"account": "SBATCH_ACCOUNT"}
     suffix = ".sbatch"
     how_to_submit = "sbatch <this file>  (or: torchhpc run --scheduler slurm ...)"

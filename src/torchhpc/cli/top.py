@@ -1,0 +1,143 @@
+"""``torchhpc top JOB``: every rank of a running job, refreshed every 2 s; the straggler flagged.
+
+Per rank: host, state, CPU %, resident memory, GPU utilization and memory (where nvidia-smi or
+rocm-smi exist on the node), seconds since its last output line, its progress read from its own
+output (tqdm, Lightning, the Hugging Face Trainer, or ``torchhpc.dist.mark_step``), and the share
+of its stack samples inside a torch.distributed collective. The rank whose share is far below the
+median is the straggler: the others wait for it (docs/observe.md, "top").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Optional
+
+from torchhpc.cli.common import add_subparser, env_default, json_errors
+from torchhpc.errors import SchedulerError, UsageError
+from torchhpc.schedulers import get_scheduler, parse_handle, scheduler_class
+
+
+def register(sub: Any) -> None:
+    p = add_subparser(sub, "top", "a live table of a running job's ranks: CPU, memory, GPU, quiet time, progress, "
+                      "time in collectives, the straggler", __doc__)
+    p.add_argument("job", help="job handle, e.g. slurm:123 or local:ab12cd34ef (a bare id uses --scheduler)")
+    p.add_argument("-s", "--scheduler", default=env_default("--scheduler", "slurm"), help="scheduler for a bare id [TORCHHPC_SCHEDULER]")
+    p.add_argument("--once", action="store_true", help="print one table and exit")
+    p.add_argument("--json", action="store_true", help="one JSON list, one object per rank (implies --once)")
+    p.add_argument("--rank", default=None, metavar="RANKS", help="only these ranks: 3, 3,7 or 0-3,8")
+    p.add_argument("--node", default=None, metavar="NODES", help="only ranks on these nodes: node12, node[1-4],node9 (only they are probed)")
+    p.add_argument("--interval", type=float, default=2.0, metavar="SECONDS", help="seconds between refreshes (default 2)")
+    p.add_argument("--dry-run", action="store_true", help="print the per-node probe command and touch nothing")
+    p.set_defaults(func=cmd_top)
+
+
+def _filters(args: argparse.Namespace) -> tuple[Optional[list[int]], Optional[list[str]]]:
+    from torchhpc.cli.logs import _nodes, _ranks
+
+    return _ranks(args.rank), _nodes(args.node)
+
+
+def _refuse(name: str) -> None:
+    if not getattr(scheduler_class(name), "supports_rank_probe", False):
+        raise UsageError(
+            f"torchhpc top cannot reach the ranks of a {name} job (no per-node probe for it yet)",
+            "`torchhpc status` and `torchhpc logs -f` follow it; top works for local and slurm jobs",
+        )
+
+
+@json_errors
+def cmd_top(args: argparse.Namespace) -> int:
+    name, job = parse_handle(args.job, args.scheduler)
+    ranks, nodes = _filters(args)
+    if not args.interval >= 0.5:
+        raise UsageError(f"--interval {args.interval:g}: refreshing more often than twice a second shows nothing new",
+                         "give --interval 0.5 or more (default 2)")
+    _refuse(name)
+    sched = get_scheduler(name)
+    here = type(sched).runs_here
+    if args.dry_run:
+        from torchhpc.core.shell import join
+        from torchhpc.diagnose.live import stream_argv
+        from torchhpc.diagnose.top import sample_argv
+
+        print(f"# torchhpc top {name}:{job}: nothing runs on a dry run; NODES: the job's nodes when it runs")
+        if here:
+            print("# --once: in this process (/proc and py-spy on this machine)")
+        else:
+            print("# --once, one task per node:")
+            print(join(sample_argv(job, ["NODES"])))
+        print("# live, one stream per node for the session:")
+        print(join(stream_argv(here, job, ["NODES"], args.interval)))
+        return 0
+    once = args.once or args.json
+    live: Any = None
+    try:
+        while True:
+            rows, line, live = _look(sched, name, job, ranks, nodes, None if once else (live or True), args.interval)
+            if args.json:
+                print(json.dumps([r.to_json() for r in rows]))
+                return 0
+            _show(line, rows, clear=not once and sys.stdout.isatty())
+            if once or line.endswith("ended"):
+                return 0
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if live not in (None, True):
+            live.close()
+
+
+def _show(line: str, rows: Any, clear: bool) -> None:
+    from torchhpc.diagnose.top import table
+
+    out = [line, *(table(rows) if rows else [])]
+    sys.stdout.write(("\033[H\033[J" if clear else "") + "\n".join(out) + "\n")
+    sys.stdout.flush()
+
+
+def _look(sched: Any, name: str, job: str, ranks: Optional[list[int]], nodes: Optional[list[str]],
+          live: Any, every: float) -> tuple[Any, str, Any]:
+    """(the rows, the title line, the live probe); the rows are [] while the job waits or after it ended.
+
+    ``live`` None: one look (``--once``); True: start the per-node stream; else the stream to read."""
+    from torchhpc.core.hostlist import expand
+    from torchhpc.diagnose.live import LiveProbe, stream_argv
+    from torchhpc.diagnose.top import gather, probe_nodes
+    from torchhpc.jobdir.logs import job_log, task_record
+
+    st = sched.status(job)
+    title = f"{name}:{job} {st.state}" + (f" elapsed {st.elapsed}" if st.elapsed else "")
+    if st.terminal:
+        return [], title + ": ended", live
+    if st.state != "RUNNING":
+        reason = f" ({st.reason})" if st.reason and st.reason not in ("None", "(null)") else ""
+        return [], f"{title}{reason}: no rank runs yet", live
+    here = type(sched).runs_here
+    on = ["localhost"] if here else expand(st.nodes)
+    if nodes is not None:
+        on = [n for n in on if n in nodes]
+        if not on:
+            raise UsageError(f"--node: none of {','.join(nodes)} is a node of {name}:{job} ({st.nodes})",
+                             "give nodes the job runs on (torchhpc status shows them)")
+    runner = getattr(sched, "runner", None)
+    if live is None:
+        try:
+            samples = probe_nodes(here, job, on, runner)
+        except RuntimeError as e:
+            raise SchedulerError(str(e), "is the job still running? `torchhpc status` says") from None
+    else:
+        if live is True or not live.alive():
+            live = LiveProbe(stream_argv(here, job, on, every), None if runner is None else runner.env)
+        samples = live.latest(wait_s=30.0)
+    rec = task_record(name, job)
+    world = rec.nodes * rec.nproc_per_node if rec.job_id and nodes is None else None
+    rows = gather(samples, job_log(name, job), world)
+    if nodes is not None and not here:
+        rows = [r for r in rows if r.host in nodes]
+    if ranks is not None:
+        rows = [r for r in rows if r.rank in set(ranks)]
+    return rows, title, live

@@ -1,0 +1,90 @@
+"""The client side of the live ``torchhpc top``: one long-lived probe per node, read in the background.
+
+:mod:`torchhpc.diagnose.stream` runs on every node (``srun --overlap`` once for the session; a
+plain child process for the local scheduler) and prints a batch of rank samples every refresh,
+each node's batch ended by ``{"batch": N, "host": H}``. A reader thread keeps the newest complete
+batch of each node; :meth:`LiveProbe.latest` hands them to the table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Optional
+
+from torchhpc.diagnose.sample import RankSample
+
+__all__ = ["LiveProbe", "stream_argv"]
+
+
+def stream_argv(here: bool, job_id: str, nodes: Sequence[str], every: float) -> list[str]:
+    """The command that starts the per-node stream (srun into the allocation, or a local child)."""
+    module = [sys.executable, "-m", "torchhpc.diagnose.stream", "--every", f"{every:g}"]
+    if here:
+        return [*module, f"TORCHELASTIC_RUN_ID=local-{job_id}"]
+    n = len(nodes)
+    return ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
+            "--kill-on-bad-exit=0", "--quiet", f"--nodelist={','.join(nodes)}", *module, f"SLURM_JOB_ID={job_id}"]
+
+
+class LiveProbe:
+    """Runs :func:`stream_argv` and keeps each node's newest batch."""
+
+    def __init__(self, argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> None:
+        self.proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, env=dict(env) if env else None,
+                                     start_new_session=True)
+        self._lock = threading.Lock()
+        self._batches: dict[str, list[RankSample]] = {}
+        self._pending: dict[str, list[RankSample]] = {}
+        self.updated = 0.0
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                d = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(d, dict):
+                continue
+            if "batch" in d:
+                host = str(d.get("host", ""))
+                with self._lock:
+                    self._batches[host] = self._pending.pop(host, [])
+                    self.updated = time.monotonic()
+                continue
+            try:
+                s = RankSample(**d)
+            except TypeError:
+                continue
+            self._pending.setdefault(s.host, []).append(s)
+
+    def latest(self, wait_s: float = 0.0) -> list[RankSample]:
+        """Every node's newest batch; waits up to ``wait_s`` for the first one."""
+        deadline = time.monotonic() + wait_s
+        while not self._batches and time.monotonic() < deadline and self.proc.poll() is None:
+            time.sleep(0.1)
+        with self._lock:
+            return [s for batch in self._batches.values() for s in batch]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 15)  # its own session: srun and the local stream alike
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait()

@@ -1,0 +1,213 @@
+"""``torchhpc top``'s data: one row per rank of a running job, and the straggler among them.
+
+A row joins what the node-side probe (:mod:`torchhpc.diagnose.sample`) saw of the rank's
+process with what its log shows: seconds since its last line, and its progress
+(:mod:`torchhpc.diagnose.progress`).
+
+**Straggler.** In synchronous training every rank advances at the same step rate, so the rate
+cannot show the slow one. What differs is where the ranks spend their time: the fast ones finish
+their step first and wait for the slow one inside the collective, and the slow one arrives last
+and hardly waits. So the rank that straggles is the one that spends the *least* time inside
+collectives. The rule (:func:`stragglers`): among the ranks with at least :data:`MIN_SAMPLES`
+stack samples, a rank is a straggler when its collective share is below half the median share
+and at least :data:`MIN_GAP` percentage points below it. With a median under ``MIN_GAP`` (the
+ranks barely communicate, or all compute) nobody is flagged: there is no wait to compare.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Optional
+
+from torchhpc.core.proc import Runner
+from torchhpc.diagnose.progress import parse_progress, read_tail
+from torchhpc.diagnose.sample import DURATION_S, RATE_HZ, RankSample, sample
+
+__all__ = ["FOLD_AT", "MIN_GAP", "MIN_SAMPLES", "RankRow", "gather", "probe_nodes", "sample_argv", "stragglers"]
+
+MIN_SAMPLES = 10  # fewer stack samples than this say nothing about a rank's share
+MIN_GAP = 20.0  # percentage points below the median a straggler must be, at least
+FOLD_AT = 32  # more ranks than this: the table shows one row per node
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """What ``top --json`` prints per rank."""
+
+    rank: int
+    host: str
+    state: str
+    pid: Optional[int] = None
+    cpu_pct: Optional[float] = None
+    rss_mb: Optional[float] = None
+    gpu_util: Optional[float] = None
+    gpu_mem_mb: Optional[float] = None
+    quiet_s: Optional[float] = None
+    progress: Optional[dict[str, Any]] = None
+    samples: int = 0
+    collective_pct: Optional[float] = None  # share of stack samples inside a collective
+    collectives: dict[str, int] = field(default_factory=dict)
+    straggler: bool = False
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def stragglers(shares: dict[int, float], samples: dict[int, int]) -> set[int]:
+    """The ranks whose collective share is far below the median (the rule in the module's docstring)."""
+    known = {r: s for r, s in shares.items() if samples.get(r, 0) >= MIN_SAMPLES}
+    if len(known) < 2:
+        return set()
+    median = statistics.median(known.values())
+    if median < MIN_GAP:
+        return set()
+    return {r for r, s in known.items() if s < median / 2 and median - s >= MIN_GAP}
+
+
+def sample_argv(job_id: str, nodes: Sequence[str], duration: int = DURATION_S, rate: int = RATE_HZ) -> list[str]:
+    """One look at every node of a Slurm job: one task per node, inside the job's allocation."""
+    n = len(nodes)
+    return ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
+            "--kill-on-bad-exit=0", "--quiet", f"--nodelist={','.join(nodes)}", sys.executable, "-m",
+            "torchhpc.diagnose.sample", "--duration", str(duration), "--rate", str(rate), f"SLURM_JOB_ID={job_id}"]
+
+
+def probe_nodes(here: bool, job_id: str, nodes: Sequence[str], runner: Optional[Runner] = None,
+                duration: int = DURATION_S, rate: int = RATE_HZ, notes: Optional[list[str]] = None) -> list[RankSample]:
+    """The sample of every node of the job: in this process (local), or ``srun --overlap`` once per node."""
+    if here:
+        return sample({"TORCHELASTIC_RUN_ID": f"local-{job_id}"}, "localhost", duration, rate)
+    argv = sample_argv(job_id, nodes, duration, rate)
+    done = (runner or Runner()).run(argv, check=False, timeout=60 + duration)
+    if done.returncode != 0 and not done.stdout.strip():
+        detail = done.stderr.strip().splitlines()
+        raise RuntimeError(f"the per-node probe (srun --overlap --jobid={job_id} ...) answered {done.returncode}: "
+                           + (detail[-1] if detail else "no output"))
+    if notes is not None:
+        notes.extend(ln for ln in done.stderr.splitlines() if ln.strip())
+    out = []
+    for line in done.stdout.splitlines():
+        try:
+            out.append(RankSample(**json.loads(line)))
+        except (ValueError, TypeError):
+            continue
+    return out
+
+
+def _quiet_and_progress(log: Any, now: float) -> tuple[dict[int, tuple[float, str]], dict[int, str]]:
+    """rank -> (last write, node), and rank -> the tail of its output, from the job's log files."""
+    from torchhpc.jobdir.logs import last_writes, rank_files
+
+    if log is None:
+        return {}, {}
+    if log.ranks_dir and os.path.isdir(log.ranks_dir):
+        files = rank_files(log.ranks_dir)
+        if files:
+            return last_writes(log.ranks_dir), {r: read_tail(p) for r, (p, _n) in files.items()}
+    if not log.output:
+        return {}, {}
+    # the local scheduler's one combined log: every line "[rankN]: ...", one write time for all
+    text = read_tail(log.output, 512 * 1024)
+    tails: dict[int, list[str]] = {}
+    for line in text.split("\n"):
+        if line.startswith("[rank"):
+            head, _, rest = line.partition("]: ")
+            if head[5:].isdigit():
+                tails.setdefault(int(head[5:]), []).append(rest)
+    try:
+        mtime = os.stat(log.output).st_mtime
+    except OSError:
+        return {}, {r: "\n".join(t) for r, t in tails.items()}
+    return {r: (mtime, "") for r in tails}, {r: "\n".join(t) for r, t in tails.items()}
+
+
+def gather(samples: Iterable[RankSample], log: Any, world: Optional[int] = None,
+           now: Optional[float] = None) -> list[RankRow]:
+    """One row per rank: the probe's samples joined with the log's quiet time and progress; a rank
+    the log knows but no node showed is ``gone``; stragglers flagged over all ranks."""
+    now = time.time() if now is None else now
+    writes, tails = _quiet_and_progress(log, now)
+    rows: dict[int, RankRow] = {}
+    for s in samples:
+        pct = round(100.0 * s.in_collective / s.samples, 1) if s.samples else None
+        rows[s.rank] = RankRow(s.rank, s.host, s.state, s.pid, s.cpu_pct, s.rss_mb, s.gpu_util, s.gpu_mem_mb,
+                               samples=s.samples, collective_pct=pct, collectives=dict(s.calls), error=s.error)
+    for r in set(writes) | set(range(world or 0)):
+        if r not in rows:
+            rows[r] = RankRow(r, writes.get(r, (0.0, ""))[1], "gone")
+    out = []
+    flagged = stragglers({r: x.collective_pct for r, x in rows.items() if x.collective_pct is not None},
+                         {r: x.samples for r, x in rows.items()})
+    for r in sorted(rows):
+        row = rows[r]
+        quiet = round(max(0.0, now - writes[r][0]), 1) if r in writes else None
+        out.append(replace(row, quiet_s=quiet, progress=parse_progress(tails.get(r, "")), straggler=r in flagged))
+    return out
+
+
+def _fmt(v: Optional[float], spec: str = ".0f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def progress_text(p: Optional[dict[str, Any]]) -> str:
+    """A progress object in a few words: ``45/100 10.1it/s loss=0.123``."""
+    if not p:
+        return "-"
+    bits = []
+    if "n" in p:
+        n = f"{p['n']:g}"
+        bits.append(f"{n}/{p['total']:g}" if p.get("total") else n)
+    if p.get("rate") is not None:
+        bits.append(f"{p['rate']:.3g}{p.get('unit', '')}")
+    for k in ("loss", "epoch"):
+        if k in p.get("metrics", {}):
+            bits.append(f"{k}={p['metrics'][k]:.4g}")
+    return " ".join(bits) or p.get("kind", "-")
+
+
+def table(rows: Sequence[RankRow], fold: Optional[bool] = None) -> list[str]:
+    """The table ``top`` prints: per rank, or (more than :data:`FOLD_AT` ranks) per node."""
+    from torchhpc.jobdir.logs import format_ranks
+
+    fold = len(rows) > FOLD_AT if fold is None else fold
+    if not fold:
+        lines = [f"{'RANK':>4} {'HOST':<10} {'STATE':<9} {'CPU%':>5} {'RSS_MB':>7} {'GPU%':>4} {'GPU_MB':>6} "
+                 f"{'QUIET':>5} {'COLL%':>5}  PROGRESS"]
+        for r in rows:
+            coll = _fmt(r.collective_pct) + ("*" if r.straggler else "")
+            lines.append(f"{r.rank:>4} {r.host[:10]:<10} {r.state[:9]:<9} {_fmt(r.cpu_pct):>5} {_fmt(r.rss_mb):>7} "
+                         f"{_fmt(r.gpu_util):>4} {_fmt(r.gpu_mem_mb):>6} {_fmt(r.quiet_s):>5} {coll:>5}  "
+                         f"{progress_text(r.progress)}")
+    else:
+        lines = [f"{'HOST':<10} {'RANKS':<10} {'STATES':<14} {'CPU%':>5} {'RSS_MB':>7} {'QUIET':>5} "
+                 f"{'COLL%':>9}  STRAGGLERS"]
+        by_host: dict[str, list[RankRow]] = {}
+        for r in rows:
+            by_host.setdefault(r.host or "?", []).append(r)
+        for host, rs in sorted(by_host.items()):
+            states = ",".join(sorted({r.state for r in rs}))
+            cpu = [r.cpu_pct for r in rs if r.cpu_pct is not None]
+            rss = [r.rss_mb for r in rs if r.rss_mb is not None]
+            quiet = [r.quiet_s for r in rs if r.quiet_s is not None]
+            shares = [r.collective_pct for r in rs if r.collective_pct is not None]
+            span = f"{min(shares):.0f}-{max(shares):.0f}" if shares else "-"
+            slow = format_ranks(r.rank for r in rs if r.straggler) or "-"
+            lines.append(f"{host[:10]:<10} {format_ranks(r.rank for r in rs)[:10]:<10} {states[:14]:<14} "
+                         f"{_fmt(statistics.mean(cpu) if cpu else None):>5} {_fmt(sum(rss) if rss else None):>7} "
+                         f"{_fmt(max(quiet) if quiet else None):>5} {span:>9}  {slow}")
+    flagged = [r for r in rows if r.straggler]
+    if flagged:
+        from torchhpc.jobdir.logs import format_ranks as fr
+
+        lines.append(f"straggler: rank {fr(r.rank for r in flagged)} (in collectives far less than the median rank: "
+                     "the others wait for it)")
+    errors = sorted({r.error for r in rows if r.error})
+    lines.extend(f"note: {e}" for e in errors[:3])
+    return lines
