@@ -1,20 +1,23 @@
-"""Submit to end: torchhpc's rendered job against a hand-written seed-style sbatch script.
+"""Submit to end: torchhpc's rendered job against a hand-written sbatch script (and submitit), honestly.
 
-The same program (examples/pi.py, 2 nodes x 2 ranks, srun-direct) on the dev cluster, two ways:
+The same program (examples/pi.py, 2 nodes x 2 ranks, one task per rank) on the dev cluster:
 
-  (a) ``torchhpc run -s slurm -N 2 --nproc-per-node 2 --launcher srun examples/pi.py``: the CLI,
-      its held submission and release, the rendered script (rendezvous, port probe, per-rank
-      log files, task shim), as a user runs it
-  (b) ``sbatch seed.sbatch``: a script as the seeds write it (MASTER_ADDR from the node list,
-      MASTER_PORT from the job id, one ``srun python examples/pi.py``)
+  torchhpc  ``torchhpc run -s slurm -N 2 --nproc-per-node 2 --launcher srun examples/pi.py``: the CLI,
+            its held submission and release, the rendered script, as a user runs it
+  sbatch    ``sbatch seed.sbatch``: a script as the seeds write it (MASTER_ADDR from the node list,
+            MASTER_PORT from the job id, one ``srun python examples/pi.py``)
+  submitit  a Python script that submits ``CommandFunction([python, pi.py, ...])`` with submitit's
+            SlurmExecutor (nodes=2, tasks_per_node=2): each task runs pi.py; where submitit installs
 
-The clock starts before the submit command and stops at the first poll that sees the job in a
-final state; both are polled the same way (``scontrol show job -o`` every ``--poll`` seconds).
-Rounds are interleaved, the order alternating, so both see the same load drift. The table gives
-each variant's median and spread and the ratio of medians (a)/(b); the goal is <= 1.03: what
-torchhpc's machinery adds at start and at exit.
+Before every submit the benchmark waits until the cluster is idle (no job in the queue, every node
+idle): a job submitted while the previous one's nodes are still completing waits for them, which
+is the cluster's state, not the variant's cost. The order is shuffled within each round. Every
+variant is followed the same way (``scontrol show job -o`` every ``--poll`` s), giving per job:
+submit -> end, the submit command, the queue wait (until the first poll that sees it started) and
+the running time (from there to the first poll that sees it ended), each as a median with its
+spread. Goal: torchhpc / sbatch <= 1.02 as a ratio of medians, running time within 0.1 s.
 
-    python benchmarks/submit_to_end.py [--rounds 5] [--steps 2000000] [--json out.json]
+    python benchmarks/submit_to_end.py [--rounds 7] [--steps 2000000] [--json out.json]
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -30,9 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
-GOAL = 1.03
+GOAL, RUN_GOAL = 1.02, 0.1
 REPO = Path(__file__).resolve().parent.parent
-FINAL_STATES = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "SUSPENDED")
+NOT_ENDED = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "SUSPENDED")
 
 SEED = """\
 #!/bin/bash
@@ -44,6 +48,14 @@ SEED = """\
 export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export MASTER_PORT=$(( 10000 + SLURM_JOB_ID % 20000 ))
 srun {python} {program} --steps {steps}
+"""
+
+SUBMITIT = """\
+import sys, submitit
+ex = submitit.SlurmExecutor(folder={folder!r})
+ex.update_parameters(nodes=2, ntasks_per_node=2, cpus_per_task=1, job_name="submitit-pi")
+job = ex.submit(submitit.helpers.CommandFunction([{python!r}, {program!r}, "--steps", "{steps}"]))
+print(job.job_id)
 """
 
 
@@ -58,135 +70,132 @@ def cluster_env() -> dict[str, str]:
     return env
 
 
-# Where the time went, from the job's own record (whole seconds): queued = EligibleTime..StartTime
-# (a held job is eligible once released), ran = StartTime..EndTime.
-PHASES: dict[str, dict[str, list[float]]] = {}
-# The job seen running by the polls: from the first poll that finds it out of PENDING to the final one
-# (the queue wait, which other users' jobs on a shared cluster decide, left out).
-STARTED: dict[str, float] = {}
-RUN: dict[str, list[float]] = {}
-# How long the submit command itself took (torchhpc: the CLI, sbatch --hold, the job directory, the release).
-SUBMIT: dict[str, list[float]] = {}
+def wait_idle(env: dict[str, str], timeout: float = 300.0) -> float:
+    """Until no job is queued and every node is idle; the seconds it took."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        queue = subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True, timeout=60).stdout.strip()
+        states = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env=env, capture_output=True, text=True,
+                                timeout=60).stdout.split()
+        if not queue and states and all(s.rstrip("*~#") == "idle" for s in states):
+            return time.monotonic() - t0
+        time.sleep(0.2)
+    raise RuntimeError(f"the cluster did not become idle in {timeout:.0f} s")
 
 
-def _phases(name: str, record: str) -> None:
-    from datetime import datetime
-
-    stamps = dict(re.findall(r"(SubmitTime|EligibleTime|StartTime|EndTime)=(\S+)", record))
-    try:
-        t = {k: datetime.fromisoformat(v).timestamp() for k, v in stamps.items()}
-    except ValueError:
-        return
-    got = PHASES.setdefault(name, {"submit-eligible": [], "eligible-start": [], "start-end": []})
-    got["submit-eligible"].append(t["EligibleTime"] - t["SubmitTime"])
-    got["eligible-start"].append(t["StartTime"] - t["EligibleTime"])
-    got["start-end"].append(t["EndTime"] - t["StartTime"])
-
-
-def wait(env: dict[str, str], job: str, poll: float, timeout: float, name: str = "") -> str:
-    """Poll ``scontrol show job -o`` until a final state; the same poll for both variants."""
+def follow(env: dict[str, str], job: str, submitted: float, poll: float, timeout: float) -> dict[str, float | str]:
+    """Poll until the job ended: its state, and when it was first seen started and ended."""
+    started = None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         r = subprocess.run(["scontrol", "show", "job", "-o", job], env=env, capture_output=True, text=True, timeout=60)
         m = re.search(r"JobState=(\S+)", r.stdout)
-        if m and m.group(1) != "PENDING" and name not in STARTED:
-            STARTED[name] = time.monotonic()
-        if m and m.group(1) not in FINAL_STATES:
-            if name:
-                _phases(name, r.stdout)
-                RUN.setdefault(name, []).append(time.monotonic() - STARTED.pop(name, time.monotonic()))
-            return m.group(1)
+        now = time.monotonic()
+        if m and m.group(1) != "PENDING" and started is None:
+            started = now
+        if m and m.group(1) not in NOT_ENDED:
+            started = now if started is None else started
+            return {"state": m.group(1), "queue": started - submitted, "running": now - started, "ended": now}
         time.sleep(poll)
     subprocess.run(["scancel", job], env=env, timeout=60, check=False)
-    return "TIMEOUT"
+    return {"state": "TIMEOUT", "queue": 0.0, "running": 0.0, "ended": time.monotonic()}
 
 
-def run_torchhpc(env: dict[str, str], work: Path, steps: int, poll: float, timeout: float) -> float:
-    out = work / f"th-{time.monotonic_ns()}"
-    argv = [
-        sys.executable, "-m", "torchhpc", "run", "-s", "slurm", "-N", "2", "--nproc-per-node", "2",
-        "--launcher", "srun", "--output-dir", str(out), "--name", "th-pi",
-        str(REPO / "examples" / "pi.py"), "--steps", str(steps),
-    ]  # fmt: skip
-    t0 = time.monotonic()
-    r = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
-    SUBMIT.setdefault("torchhpc", []).append(time.monotonic() - t0)
-    m = re.search(r"Submitted slurm:(\d+)", r.stdout)
-    if r.returncode != 0 or not m:
-        raise RuntimeError(f"torchhpc run failed ({r.returncode})\n{r.stdout}\n{r.stderr}")
-    state = wait(env, m.group(1), poll, timeout, "torchhpc")
-    took = time.monotonic() - t0
-    if state != "COMPLETED":
-        raise RuntimeError(f"torchhpc job {m.group(1)}: {state}")
-    return took
-
-
-def run_seed(env: dict[str, str], work: Path, steps: int, poll: float, timeout: float) -> float:
-    out = work / f"seed-{time.monotonic_ns()}"
+def submit(name: str, env: dict[str, str], work: Path, steps: int) -> tuple[list[str], Path]:
+    """The submit command of a variant, and where its job runs."""
+    out = work / f"{name}-{time.monotonic_ns()}"
     out.mkdir()
-    script = out / "seed.sbatch"
-    script.write_text(SEED.format(out=out, python=sys.executable, program=REPO / "examples" / "pi.py", steps=steps))
+    program = str(REPO / "examples" / "pi.py")
+    if name == "torchhpc":
+        return [sys.executable, "-m", "torchhpc", "run", "-s", "slurm", "-N", "2", "--nproc-per-node", "2",
+                "--launcher", "srun", "--output-dir", str(out), "--name", "th-pi", "--python", sys.executable,
+                program, "--steps", str(steps)], out  # fmt: skip
+    if name == "sbatch":
+        script = out / "seed.sbatch"
+        script.write_text(SEED.format(out=out, python=sys.executable, program=program, steps=steps))
+        return ["sbatch", "--parsable", str(script)], out
+    code = SUBMITIT.format(folder=str(out / "%j"), python=sys.executable, program=program, steps=steps)
+    return [sys.executable, "-c", code], out
+
+
+def job_id(name: str, stdout: str) -> str:
+    if name == "torchhpc":
+        m = re.search(r"Submitted slurm:(\d+)", stdout)
+        return m.group(1) if m else ""
+    last = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+    return last.split(";")[0].strip()
+
+
+def one(name: str, env: dict[str, str], work: Path, steps: int, poll: float, timeout: float) -> dict[str, float]:
+    argv, out = submit(name, env, work, steps)
+    wait_idle(env)
     t0 = time.monotonic()
-    r = subprocess.run(["sbatch", "--parsable", str(script)], env=env, cwd=REPO, capture_output=True, text=True,
-                       timeout=300)
-    SUBMIT.setdefault("seed", []).append(time.monotonic() - t0)
-    job = r.stdout.strip().split(";")[0]
+    r = subprocess.run(argv, env=env, cwd=out, capture_output=True, text=True, timeout=300)
+    t1 = time.monotonic()
+    job = job_id(name, r.stdout)
     if r.returncode != 0 or not job.isdigit():
-        raise RuntimeError(f"sbatch failed ({r.returncode})\n{r.stdout}\n{r.stderr}")
-    state = wait(env, job, poll, timeout, "seed")
-    took = time.monotonic() - t0
-    if state != "COMPLETED":
-        raise RuntimeError(f"seed job {job}: {state}\n" + "".join(p.read_text() for p in out.glob("*.out")))
-    return took
+        raise RuntimeError(f"{name}: submit failed ({r.returncode})\n{r.stdout}\n{r.stderr}")
+    seen = follow(env, job, t1, poll, timeout)
+    if seen["state"] != "COMPLETED":
+        raise RuntimeError(f"{name} job {job}: {seen['state']} (output in {out})")
+    return {"total": float(seen["ended"]) - t0, "submit": t1 - t0, "queue": float(seen["queue"]),
+            "running": float(seen["running"])}
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--steps", type=int, default=2_000_000, help="pi.py --steps (small: the job is mostly start and exit)")
-    p.add_argument("--poll", type=float, default=0.25, help="seconds between scontrol polls")
+    p.add_argument("--poll", type=float, default=0.1, help="seconds between scontrol polls (the same for every variant)")
     p.add_argument("--timeout", type=float, default=300)
+    p.add_argument("--seed", type=int, default=0, help="the shuffle's seed")
+    p.add_argument("--no-submitit", action="store_true")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     env = cluster_env()
-    times: dict[str, list[float]] = {"torchhpc": [], "seed": []}
-    runs = {"torchhpc": run_torchhpc, "seed": run_seed}
+    variants = ["torchhpc", "sbatch"]
+    try:
+        import submitit  # noqa: F401
+
+        if not args.no_submitit:
+            variants.append("submitit")
+    except ImportError:
+        print("submitit is not installed here (pip install submitit): its row is left out", file=sys.stderr)
+    rng = random.Random(args.seed)
+    res: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory(prefix="submit-to-end-", dir=os.environ.get("TMPDIR", "/var/tmp")) as d:
         work = Path(d)
-        # An installed torchhpc has its bytecode compiled; a checkout run with PYTHONDONTWRITEBYTECODE would
-        # compile every module at each start (the CLI, and every rank that imports torchhpc.dist). Cache it
-        # aside, warmed once, so both variants start as they would from an install.
+        # An installed package has its bytecode compiled: cache it aside, warmed once, for every variant.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
-        subprocess.run([sys.executable, "-m", "torchhpc", "run", "-s", "slurm", "-N", "2", "--nproc-per-node", "2",
-                        "--dry-run", str(REPO / "examples" / "pi.py")], env=env, cwd=REPO, capture_output=True,
-                       timeout=300)  # fmt: skip
-        subprocess.run([sys.executable, "-c", "import torchhpc.dist, torch"], env=env, timeout=300, check=False)
+        for warm in ("import torchhpc.cli.main, torchhpc.dist, torch", "import submitit"):
+            try:
+                subprocess.run([sys.executable, "-c", warm], env=env, timeout=1800, check=False)
+            except subprocess.TimeoutExpired:
+                print(f"warm-up {warm!r} did not finish in 30 min: the machine is overloaded", file=sys.stderr)
         for i in range(args.rounds):
-            order = ["torchhpc", "seed"] if i % 2 == 0 else ["seed", "torchhpc"]
+            order = variants[:]
+            rng.shuffle(order)
             for name in order:
-                times[name].append(runs[name](env, work, args.steps, args.poll, args.timeout))
-            print(f"round {i + 1}: " + "  ".join(f"{n} {times[n][-1]:.2f}s" for n in times), flush=True)
-    med = {n: statistics.median(v) for n, v in times.items()}
-    print("\n| variant | median s | min s | max s | runs |\n|---|---|---|---|---|")
-    for n, v in times.items():
-        print(f"| {n} | {med[n]:.2f} | {min(v):.2f} | {max(v):.2f} | {len(v)} |")
-    print("\n| variant | submit command s | running (polls) s | submit + running s |\n|---|---|---|---|")
-    own = {n: [a + b for a, b in zip(SUBMIT[n], RUN[n])] for n in times}
-    for n in times:
-        print(f"| {n} | {statistics.median(SUBMIT[n]):.2f} | {statistics.median(RUN[n]):.2f} "
-              f"[{min(RUN[n]):.2f}-{max(RUN[n]):.2f}] | {statistics.median(own[n]):.2f} |")
-    own_ratio = statistics.median(own["torchhpc"]) / statistics.median(own["seed"])
-    print(f"ratio of medians without the queue wait: {own_ratio:.3f}")
-    print("submit command (median s): " + ", ".join(f"{n} {statistics.median(v):.2f}" for n, v in SUBMIT.items()))
-    print("\nphases from the job records (median s): " + "; ".join(
-        f"{n}: " + ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in ph.items()) for n, ph in PHASES.items()))
-    ratio = med["torchhpc"] / med["seed"]
-    per_round = statistics.median(a / b for a, b in zip(times["torchhpc"], times["seed"]))
-    print(f"\nratio of medians torchhpc/seed: {ratio:.3f} (median of per-round ratios {per_round:.3f}; goal <= {GOAL})")
+                res[name].append(one(name, env, work, args.steps, args.poll, args.timeout))
+            print(f"round {i + 1}: " + "  ".join(
+                f"{n} " + "/".join(f"{res[n][-1][k]:.2f}" for k in ("total", "submit", "queue", "running")) for n in order
+            ) + "  (total/submit/queue/running s)", flush=True)
+    med = {n: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for n, rows in res.items()}
+    print("\nmedian [min-max] seconds, idle cluster before every submit, order shuffled in each round\n")
+    print("| variant | submit -> end | submit command | queue wait | running | ratio to sbatch |\n|---|---|---|---|---|---|")
+    for n, rows in res.items():
+        cells = " | ".join(spread([r[k] for r in rows]) for k in ("total", "submit", "queue", "running"))
+        print(f"| {n} | {cells} | {med[n]['total'] / med['sbatch']['total']:.3f} |")
+    ratio = med["torchhpc"]["total"] / med["sbatch"]["total"]
+    run_diff = med["torchhpc"]["running"] - med["sbatch"]["running"]
+    print(f"\ntorchhpc / sbatch: {ratio:.3f} (goal <= {GOAL}); running time {run_diff:+.2f} s (goal within {RUN_GOAL})")
     if args.json:
-        args.json.write_text(json.dumps({"times": times, "ratio": ratio, "per_round": per_round, "submit": SUBMIT,
-                                         "running": RUN, "phases": PHASES}, indent=1))
+        args.json.write_text(json.dumps({"results": res, "medians": med, "ratio": ratio}, indent=1))
     return 0
 
 

@@ -13,7 +13,7 @@ step() { printf '\n=== %s (%ss)\n' "$*" "$SECONDS" >&2; }
 
 step "system packages"
 PKGS=(slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge slurmdbd mariadb-server openmpi-bin libopenmpi-dev
-      dnsmasq-base iperf3 shellcheck iproute2 procps)
+      dnsmasq-base iperf3 shellcheck iproute2 procps openssh-server openssh-client socat git)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -30,7 +30,8 @@ mypy
 
 step "dev cluster"
 torchhpc devcluster down >/dev/null 2>&1 || true
-torchhpc devcluster up --nodes 4 --accounting
+# --login: a real sshd as the login node; thpcremote is the second user the --remote tests log in as.
+torchhpc devcluster up --nodes 4 --accounting --login --login-user thpcremote
 trap 'torchhpc devcluster down || true' EXIT
 
 if [ -x .ci/build-test-image.sh ]; then

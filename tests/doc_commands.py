@@ -38,6 +38,9 @@ SKIPS: list[tuple[str, str, str]] = [
     ("elided", "", "an elided command: `...` stands for the flags shown above"),  # a word of the command
     ("machine", r"^sudo |devcluster (up|down|degrade|restore)\b|scripts/(setup|test|soak)\.sh|\.ci/",
      "sets up or changes the machine or the shared dev cluster (CI runs these steps itself, before the tests)"),
+    ("remote", r"--remote me@login\.site\b",
+     "logs into a site's login node over ssh; tests/integration/test_remote.py runs these commands against the "
+     "dev cluster's login node"),
     ("placeholder", r"slurm:(123|1|29)(_\d+)?\b|\b29_1\b|\bsweep report DIR\b",
      "names a job id or folder that the reader got from an earlier submission"),
     ("gpu", r"--gpus?(-per-node)?[ =]\d|bench gpu|doctor --gpu|CUDA_VISIBLE_DEVICES|benchmarks/(gpu_training|training_table)",

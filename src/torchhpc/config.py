@@ -45,6 +45,10 @@ CONFIG_KEYS: dict[str, str] = {
     "qos": "Slurm quality of service (--qos)",
     "queue": "PBS queue (--queue)",
     "time": "default time limit, e.g. 01:00:00 (--time)",
+    "spares": "spare nodes allocated beside the job's, used after a node failure (--spares)",
+    "max_restarts": "restarts inside the allocation after a node failure, hang or network error (--max-restarts)",
+    "hang_timeout": "seconds without output or CPU use after which ranks count as hung (--hang-timeout)",
+    "remote": "[USER@]HOST whose torchhpc runs run/status/logs/... over ssh (--remote; docs/remote.md)",
 }
 
 

@@ -136,3 +136,7 @@ class EnvironmentDetectionError(TorchHPCError):
 
 class DevClusterError(TorchHPCError):
     """The dev cluster cannot be brought up or down."""
+
+
+class RemoteError(TorchHPCError):
+    """``--remote``: the code cannot be shipped, or the other side cannot run the command."""

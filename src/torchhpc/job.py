@@ -11,6 +11,9 @@ CLI's precedence (keyword > ``TORCHHPC_*`` > profile > config file > default).
 ``container="img.sif"`` (with ``runtime=``, ``bind=``, ``container_env=``,
 ``cleanenv=``) and ``no_container=True`` mean what ``--container IMAGE`` and
 ``--no-container`` mean on the command line.
+
+``Job(..., after=[handle])`` starts after those jobs ended well (``--after-ok``);
+``after_any=`` and ``after_fail=`` as ``--after-any`` and ``--after-fail``.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ _OPTION_KEYWORDS = ("partition", "account", "qos", "queue", "image")
 _CONTAINER_KEYWORDS = ("runtime", "bind", "container_env", "cleanenv")
 # Where the values builder and JobSpec name a field differently.
 _RENAMED = {"max_timeout_requeues": "max_requeues"}
+# Dependencies: after= (after-ok), after_any=, after_fail=; each a handle, an id or a list of them.
+_AFTER_KEYWORDS = ("after", "after_any", "after_fail")
 # Applied to the built spec as given (no flag of that name).
 _DIRECT = ("setup", "cpus_per_task")
 
@@ -180,7 +185,7 @@ def _spec(
 ) -> JobSpec:
     from torchhpc.resolve import build_spec
 
-    known = {f.name for f in dc_fields(JobSpec)} | set(_OPTION_KEYWORDS) | set(_CONTAINER_KEYWORDS)
+    known = {f.name for f in dc_fields(JobSpec)} | set(_OPTION_KEYWORDS) | set(_CONTAINER_KEYWORDS) | set(_AFTER_KEYWORDS)
     unknown = sorted(set(given) - known - {"entrypoint", "container", "env", "options"})
     if unknown:
         raise TypeError(f"Job() got unexpected keyword argument(s): {', '.join(unknown)}")

@@ -80,6 +80,9 @@ def resolve_values(
     p("time", "--time")
     _defaults_where_honoured(str(scheduler), out)
     p("network", "--network")
+    p("spares", "--spares", 0, int)
+    p("max_restarts", "--max-restarts", 0, int)
+    p("hang_timeout", "--hang-timeout", None, float)
     for key in _OPTION_KEYS:
         p(key, f"--{key}")
     return profile, out
@@ -239,7 +242,27 @@ def build_spec(
         requeue=bool(values.get("requeue")),
         max_timeout_requeues=int(values["max_requeues"]) if values.get("max_requeues") is not None else 3,
         array=values.get("array"),
+        spares=int(v["spares"].value or 0),
+        max_restarts=int(v["max_restarts"].value or 0),
+        hang_timeout=None if v["hang_timeout"].value is None else float(v["hang_timeout"].value),
+        after=dependencies(values, str(scheduler)),
     )
+
+
+def dependencies(values: Mapping[str, Any], scheduler: str) -> tuple[Any, ...]:
+    """``--after-ok``/``--after``, ``--after-any``, ``--after-fail`` (or ``Job(after=..., after_any=...,
+    after_fail=...)``: ids, handles, lists of them) as the spec's dependencies (core/depend.py)."""
+    from torchhpc.core.depend import parse_dependencies
+
+    ok = [*(values.get("after_ok") or ()), *_as_list(values.get("after"))]
+    return (*parse_dependencies("ok", ok, scheduler), *parse_dependencies("any", values.get("after_any"), scheduler),
+            *parse_dependencies("fail", values.get("after_fail"), scheduler))
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None or value == "":
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 class Notice(UsageError):

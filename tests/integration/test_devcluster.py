@@ -114,14 +114,20 @@ def test_up_refuses_when_already_up(slurm_cluster: ClusterState) -> None:
 
 @pytest.mark.slow
 def test_throwaway_cluster_up_and_down(tmp_path: Path) -> None:
-    """A second 2-node cluster beside the shared one: up, run, down twice; nothing left behind."""
+    """A second 2-node cluster beside the shared one, with a login node: up, run, ssh, down twice;
+    nothing left behind (sshd and the login namespace go with the rest)."""
     if os.geteuid() != 0 or not sys.platform.startswith("linux"):
         missing("bringing up a dev cluster needs root on Linux")
     sdir = str(tmp_path / "dc")
     runner = Runner()
-    state = devcluster.up(nodes=2, state_dir=sdir, progress=None)
+    state = devcluster.up(nodes=2, state_dir=sdir, progress=None, login=True)
     try:
         assert devcluster.load_state(sdir) is not None
+        assert "sshd" in [d.name for d in state.daemons] and state.netns("login").endswith("-login")
+        ssh = subprocess.run([sys.executable, "-m", "torchhpc", "devcluster", "ssh", "--state-dir", sdir, "--",
+                              "sh", "-c", "hostname; echo $SLURM_CONF; sinfo -h -o %D"],
+                             capture_output=True, text=True, timeout=60)
+        assert ssh.stdout.split() == ["login", state.slurm_conf, "2"], ssh.stderr
         assert state.netns("ctl") != "torchhpc-ctl"  # its own namespaces, not the shared cluster's
         cp = subprocess.run(
             ["srun", "-N2", "hostname"], env=state.client_env(), capture_output=True, text=True, timeout=60

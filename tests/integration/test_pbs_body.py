@@ -118,3 +118,38 @@ def test_charliecloud_ranks_under_the_pbs_body(slurm: Any, tmp_path: Path) -> No
     text = run_body(slurm, tmp_path, s, slots=2)
     assert "ch-run" in (tmp_path / "job.pbs").read_text()
     check_pi(text)
+
+
+def test_depend_line_chains_pbs_bodies(slurm: Any, tmp_path: Path) -> None:
+    """``--after-ok``/``--after-any`` on PBS: the rendered ``#PBS -W depend=`` line is read back with
+    PBS's grammar (``TYPE:JOBID[:JOBID...]``, comma-separated) and handed to the stand-in's Slurm
+    with the job ids mapped, which is the PBS server's part (not installable here). The bodies run
+    for real: after-ok of a failed body never starts (DependencyNeverSatisfied), after-any does."""
+    from torchhpc.core.depend import parse_dependencies
+
+    def submit(name: str, code: int, after: tuple[Any, ...] = ()) -> str:
+        s = spec(entrypoint=Entrypoint.parse([PYTHON, "-c", f"print('body {name}'); raise SystemExit({code})"]),
+                 nodes=1, nproc_per_node=1, name=name, output_dir=str(tmp_path), after=after)
+        script = PBSScheduler(runner=FakeRunner()).render(s).script or ""
+        (tmp_path / f"{name}.pbs").write_text(script)
+        wrapper = tmp_path / f"{name}.sh"
+        wrapper.write_text(WRAPPER.format(nodefile=tmp_path / f"{name}.nodes", slots=1, workdir=REPO,
+                                          script=tmp_path / f"{name}.pbs"))
+        extra = []
+        m = re.search(r"^#PBS -W depend=(\S+)$", script, re.M)
+        if m:
+            grammar = r"(afterok|afterany|afternotok)(:\d+\.pbsserver01)+(,(afterok|afterany|afternotok)(:\d+\.pbsserver01)+)*"
+            assert re.fullmatch(grammar, m.group(1)), m.group(1)
+            extra = [f"--dependency={m.group(1).replace('.pbsserver01', '')}", "--kill-on-invalid-dep=yes"]
+        return str(slurm.sbatch(["-N1", f"--output={tmp_path / name}.out", "--time=5", *extra, str(wrapper)]))
+
+    bad = submit("bad", 3)
+    pbs_id = f"{bad}.pbsserver01"
+    never = submit("never", 0, parse_dependencies("ok", pbs_id, "pbs"))
+    anyway = submit("anyway", 0, parse_dependencies("any", f"pbs:{pbs_id}", "pbs"))
+    assert slurm.wait(bad)["JobState"] == "FAILED"
+    info = slurm.wait(never)
+    assert (info["JobState"], info["Reason"]) == ("CANCELLED", "DependencyNeverSatisfied"), info
+    assert slurm.wait(anyway)["JobState"] == "COMPLETED"
+    assert "body anyway" in (tmp_path / "anyway.out").read_text() + "".join(
+        p.read_text() for p in tmp_path.glob("anyway-*/ranks/*.log"))

@@ -52,6 +52,8 @@ def refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:
         (["--scheduler", "kubernetes", "--container", "img", "--bind", "/a:/b"], "which no pod can mount"),
         (["--scheduler", "runai", "--container", "img", "--container-env", "A=1"], "the runai scheduler runs pods"),
         (["--scheduler", "slurm", "--rank0-only"], "--rank0-only: the slurm scheduler"),
+        (["--scheduler", "kubernetes", "--image", "img", "--after-ok", "7"], "--after-ok 7: the kubernetes scheduler"),
+        (["--scheduler", "runai", "--image", "img", "--after-any", "7"], "--after-any 7: the runai scheduler"),
     ],
 )
 def test_unsupported_flag_is_refused(capsys: pytest.CaptureFixture[str], args: list[str], needle: str) -> None:

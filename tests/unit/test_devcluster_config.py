@@ -93,7 +93,8 @@ def test_slurm_conf_with_accounting(layout: config.Layout) -> None:
     # Accounting connections ignore AuthInfo: the munge socket goes in the password field.
     assert f"AccountingStoragePass={SD}/munge/munge.socket" in lines
     assert "AccountingStorageType=accounting_storage/none" not in lines
-    assert not any(line.startswith("AccountingStorageEnforce") for line in lines)
+    # QOS and association limits set with sacctmgr hold jobs back (the pending tests need them)
+    assert "AccountingStorageEnforce=associations,limits,qos" in lines
 
 
 def test_slurmdbd_conf(layout: config.Layout) -> None:

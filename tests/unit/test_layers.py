@@ -35,9 +35,9 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "jobdir",  # what a job leaves on disk: record, never-overwrite writer, rank logs
         "schedulers dist profiles devcluster",
         "bench config diagnose",  # diagnose: the failure verdict and the hang watch (jobdir, core)
-        "resolve doctor",
-        "job",
-        "sweep functions",  # functions: Executor (job), the pickle, the rank entry (env, dist), Stop/Checkpoint
+        "resolve doctor supervisor",  # supervisor: the in-allocation restart loop (diagnose, jobdir, core)
+        "job remote",  # remote: --remote's shipping and ssh forwarding (config, resolve, profiles)
+        "sweep functions pipeline",  # functions: Executor (job), the pickle, the rank entry (env, dist), Stop/Checkpoint
         "cli _fnrun requeue",  # _fnrun, requeue: stubs for jobs of the previous release (functions)
         "__main__",
     )

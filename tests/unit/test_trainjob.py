@@ -31,6 +31,7 @@ import yaml
 from tests.conftest import REPO
 from tests.unit.kube_fake import TRAINJOB_SCHEMA, FakeKubeAPI, trainjob_rule_errors, validate_trainjob
 from tests.unit.test_pbs import check_golden
+from torchhpc.core.depend import Dependency
 from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.errors import SchedulerError, SpecError
@@ -219,6 +220,7 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "--name (unfixable)": ({"name": "___"}, "no letter or digit"),
     "--env PET_*": ({"env": (("PET_NNODES", "3"),)}, "belong to the Kubeflow Trainer controller"),
     "--array": ({"array": "0-3"}, "array"),
+    "--after-ok": ({"after": (Dependency("ok", "train-1"),)}, "cannot hold a job until another ends"),
     "--requeue": ({"requeue": True}, "cannot requeue"),
     "--signal-before": ({"signal_before": 60, "time": "1:00:00"}, "no TrainJob equivalent"),
     "--container-env": ({"container": ContainerSpec(image="reg/c:2", runtime="docker", env=("HOME",))},
@@ -261,6 +263,7 @@ def test_mapping_table_is_complete_and_documented() -> None:
         "cpus_per_gpu": "--cpus-per-gpu", "mem": "--mem", "time": "--time", "name": "--name", "env": "--env",
         "launcher": "--launcher", "container": "--container", "options": "api", "network": "--network",
         "setup": "setup lines", "signal_before": "--signal-before", "requeue": "--requeue", "array": "--array",
+        "after": "--after-ok",
     }
     implied = {"output_dir", "scheduler", "ntasks_per_node", "max_timeout_requeues", "array_params"}
     assert {f.name for f in dataclasses.fields(JobSpec)} == set(field_rows) | implied

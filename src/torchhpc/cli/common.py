@@ -98,7 +98,7 @@ def add_subparser(sub: Any, name: str, help: str, description: str | None = None
 
 
 def add_hang_arguments(p: Any) -> None:
-    """--hang-timeout / --on-hang, for commands that follow a job (run --wait, wait)."""
+    """--hang-timeout / --on-hang, for commands that follow a job (a foreground local run, run --wait, wait)."""
 
     def seconds(v: str) -> float:
         try:
@@ -110,7 +110,8 @@ def add_hang_arguments(p: Any) -> None:
         return f
 
     p.add_argument("--hang-timeout", type=seconds, default=env_default("--hang-timeout", None, float), metavar="SECONDS",
-                   help="while waiting: when no rank has printed or used CPU for this long, read every rank's stack "
+                   help="while torchhpc follows the job (a local run in the foreground, --wait, wait): when no rank has "
+                        "printed or used CPU for this long, read every rank's stack "
                         "(py-spy), name the culprit, then --on-hang [TORCHHPC_HANG_TIMEOUT]")
     p.add_argument("--on-hang", choices=("cancel", "requeue"), default=env_default("--on-hang", "cancel"),
                    help="what to do with a hung job after its diagnosis is saved (default: cancel)")

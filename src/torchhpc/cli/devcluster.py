@@ -25,6 +25,8 @@ filesystem, so jobs can run this checkout's .venv/bin/python.
   torchhpc devcluster exec -- sinfo
   eval "$(torchhpc devcluster env)"; sbatch job.sh
   torchhpc devcluster shell node1
+  torchhpc devcluster up --nodes 3 --login --login-user alice    (+ a login node: real sshd)
+  torchhpc devcluster ssh-config >> ~/.ssh/config; torchhpc devcluster ssh --user alice
   torchhpc devcluster down
 
 State directory: --state-dir > $TORCHHPC_DEVCLUSTER_DIR > /var/tmp/torchhpc-devcluster.
@@ -53,7 +55,25 @@ def register(sub: Any) -> None:
     up.add_argument(
         "--timeout", type=float, default=120.0, help="seconds to wait for each daemon (default 120)"
     )
+    up.add_argument("--login", action="store_true",
+                    help="also a login node: a real OpenSSH server in its own namespace (see `ssh-config`)")
+    up.add_argument("--login-user", action="append", default=[], metavar="USER",
+                    help="a user who may ssh into the login node besides you (repeatable; implies --login; "
+                         "created with useradd when missing)")
     up.set_defaults(func=cmd_up)
+
+    sc = actions.add_parser(
+        "ssh-config", parents=[common], help="print an ssh Host block for the login node (up --login)",
+        description="A Host block for ~/.ssh/config or `ssh -F FILE`: it reaches the login node through a "
+                    "ProxyCommand into the cluster's namespaces (nothing listens on this machine's network).",
+    )  # fmt: skip
+    sc.add_argument("--user", default=None, help="log in as USER (default: the user who ran up)")
+    sc.set_defaults(func=cmd_ssh_config)
+
+    ss = actions.add_parser("ssh", parents=[common], help="ssh into the login node (a shell, or CMD after --)")
+    ss.add_argument("--user", default=None, help="log in as USER (default: the user who ran up)")
+    ss.add_argument("cmd", nargs=argparse.REMAINDER, help="a command to run there, after `--`")
+    ss.set_defaults(func=cmd_ssh)
 
     st = actions.add_parser("status", parents=[common], help="daemons and node states")
     st.add_argument("--json", action="store_true", help="print the status as JSON")
@@ -92,6 +112,22 @@ def register(sub: Any) -> None:
     rs.add_argument("node", help="node1..nodeN")
     rs.set_defaults(func=cmd_restore)
 
+    fl = actions.add_parser(
+        "fail", parents=[common], help="fail a node as a power loss would: cut its link, kill all its processes",
+        description="Cut NODE's link (both ends of its veth), then SIGKILL every process in its namespace: "
+                    "slurmd, slurmstepd and every rank. Slurm marks it down after SlurmdTimeout. "
+                    "Idempotent; `revive NODE` brings it back.",
+    )  # fmt: skip
+    fl.add_argument("node", help="node1..nodeN")
+    fl.set_defaults(func=cmd_fail)
+    rv = actions.add_parser(
+        "revive", parents=[common], help="bring a failed node back: link up, slurmd started again",
+        description="Undo `fail NODE`: its link comes up and its slurmd starts; Slurm returns it to service "
+                    "when it registers. Idempotent.",
+    )  # fmt: skip
+    rv.add_argument("node", help="node1..nodeN")
+    rv.set_defaults(func=cmd_revive)
+
 
 def _usage(p: argparse.ArgumentParser) -> int:
     p.print_help()
@@ -107,6 +143,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         progress=lambda msg: eprint(f"devcluster: {msg}"),
         timeout=args.timeout,
+        login=args.login,
+        login_users=args.login_user,
     )
     sd = [] if args.state_dir is None else ["--state-dir", state.state_dir]
     nodes = state.nodes
@@ -118,6 +156,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"  run a client:     {join(['torchhpc', 'devcluster', 'exec', *sd, '--', 'sinfo'])}")
     print(f'  in this shell:    eval "$({join(["torchhpc", "devcluster", "env", *sd])})"; sbatch job.sh')
     print(f"  on a node:        {join(['torchhpc', 'devcluster', 'shell', *sd, nodes[0]])}")
+    if state.login_ip:
+        print(f"  login node:       {join(['torchhpc', 'devcluster', 'ssh', *sd])}   "
+              f"(users {', '.join(state.login_users)}; Host block: "
+              f"{join(['torchhpc', 'devcluster', 'ssh-config', *sd])})")
     print(f"  stop it:          {join(['torchhpc', 'devcluster', 'down', *sd])}")
     print(f"  slurm.conf:       {state.slurm_conf}   (logs in {os.path.join(state.state_dir, 'log')})")
     return 0
@@ -157,6 +199,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         cpus = "?" if n.get("cpus") is None else n["cpus"]
         mem = "?" if n.get("memory_mb") is None else f"{n['memory_mb']} MiB"
         print(f"  {n['name']:<8} {n['ip']:<15} {n['state']:<10} {cpus} CPUs  {mem}")
+    if info.get("login"):
+        lg = info["login"]
+        print(f"  login    {lg['ip']:<15} ssh {lg['host']} (users {', '.join(lg['users'])}; "
+              "`torchhpc devcluster ssh-config` prints its Host block)")
     dead = [d["name"] for d in info["daemons"] if not d["alive"]]
     print(f"  daemons: {len(info['daemons']) - len(dead)}/{len(info['daemons'])} running" + (
         f" (stopped: {', '.join(dead)})" if dead else ""
@@ -204,6 +250,45 @@ def cmd_shell(args: argparse.Namespace) -> int:
     return subprocess.call(argv, env=state.client_env())
 
 
+def _need_login(state_dir: str | None) -> Any:
+    state = _need_state(state_dir)
+    if not state.login_ip:
+        raise DevClusterError(
+            f"the dev cluster in {state.state_dir} has no login node",
+            "bring it up with `torchhpc devcluster up --login` (after `torchhpc devcluster down`)",
+        )
+    return state
+
+
+def cmd_ssh_config(args: argparse.Namespace) -> int:
+    from torchhpc.devcluster.login import render_ssh_config
+
+    state = _need_login(args.state_dir)
+    print(render_ssh_config(state._layout(), args.user or state.login_users[0]), end="")
+    return 0
+
+
+def cmd_ssh(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from torchhpc.devcluster.login import host_alias, login_dir
+
+    state = _need_login(args.state_dir)
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    argv = ["ssh", "-F", login_dir(state.state_dir, "ssh_config")]
+    if args.user:
+        argv += ["-l", args.user]
+    if not cmd:
+        argv.append("-t")  # an interactive shell wants a terminal; BatchMode only stops prompts
+    argv.append(host_alias(state._layout()))
+    if cmd:
+        # ssh joins its arguments into one line for the remote shell: quote each word here.
+        argv += ["--", join(cmd)]
+    return subprocess.call(argv)
+
+
 def cmd_down(args: argparse.Namespace) -> int:
     from torchhpc import devcluster
 
@@ -225,4 +310,26 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     had = restore(_need_state(args.state_dir), args.node)
     print(f"{args.node}: link restored" if had else f"{args.node}: link was not limited")
+    return 0
+
+
+def cmd_fail(args: argparse.Namespace) -> int:
+    from torchhpc.devcluster.degrade import link_of
+    from torchhpc.devcluster.fault import fail
+
+    state = _need_state(args.state_dir)
+    link_of(state, args.node)  # an unknown node: the usage error, before anything is touched
+    done = fail(state, args.node)
+    print(f"{args.node}: failed: " + ", ".join(done) if done else f"{args.node}: already failed (link down, no process)")
+    return 0
+
+
+def cmd_revive(args: argparse.Namespace) -> int:
+    from torchhpc.devcluster.degrade import link_of
+    from torchhpc.devcluster.fault import revive
+
+    state = _need_state(args.state_dir)
+    link_of(state, args.node)
+    done = revive(state, args.node)
+    print(f"{args.node}: revived: " + ", ".join(done) if done else f"{args.node}: already up (link up, slurmd running)")
     return 0

@@ -6,12 +6,13 @@ Its own module so that ``run`` and ``jobs`` both use it without importing each o
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Optional
 
 from torchhpc.cli.common import Progress, eprint
 from torchhpc.schedulers.api import JobStatus, Scheduler
 
-__all__ = ["follow", "status_dict", "task_index"]
+__all__ = ["check_on_hang", "follow", "hang_watch", "print_verdict", "status_dict", "task_index"]
 
 
 def status_dict(name: str, st: JobStatus) -> dict[str, Any]:
@@ -31,7 +32,7 @@ def follow(
     stacks read and its culprit named, then is cancelled or requeued (torchhpc.diagnose.hang).
     """
     progress = Progress()
-    watch = _hang_watch(scheduler, job_id, hang_timeout, on_hang) if hang_timeout else None
+    watch = hang_watch(scheduler, job_id, hang_timeout, on_hang) if hang_timeout else None
 
     def show(st: JobStatus, elapsed: float) -> None:
         reason = f" ({st.reason})" if st.reason and st.reason not in ("None", "(null)") else ""
@@ -53,16 +54,30 @@ def follow(
     code = st.exit_code if st.exit_code and 0 < st.exit_code < 256 else 1
     eprint(f"Error: job {job_id} ended {st.state}" + (f" with exit code {st.exit_code}" if st.exit_code else ""))
     if not st.tasks:
-        _print_verdict(scheduler, job_id)
+        print_verdict(scheduler, job_id)
     return code
 
 
-def _hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang: str) -> Any:
-    """The hang watch for a job torchhpc submitted (None when its per-rank files are unknown)."""
+def check_on_hang(scheduler: Scheduler, on_hang: str) -> None:
+    """Refuse ``--on-hang requeue`` where the scheduler cannot requeue (docs/capabilities.md)."""
+    if on_hang == "requeue" and not type(scheduler).supports_requeue:
+        from torchhpc.errors import UsageError
+
+        raise UsageError(f"--on-hang requeue: the {scheduler.name} scheduler cannot requeue a job",
+                         "use --on-hang cancel (the default), or a scheduler that requeues (slurm)")
+
+
+def hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang: str,
+               act: Optional[Callable[[str], None]] = None) -> Any:
+    """The hang watch for a job torchhpc submitted (None when its per-rank files are unknown).
+
+    ``act`` replaces the default action (cancel, or ``scontrol requeue``) once the hang is named.
+    """
     from torchhpc.core.hostlist import expand
     from torchhpc.diagnose.hang import HangWatch, probe_argv
     from torchhpc.jobdir.logs import job_log
 
+    check_on_hang(scheduler, on_hang)
     log = job_log(scheduler.name, job_id)
     if log is None or not (log.ranks_dir or log.output):
         eprint(f"torchhpc: --hang-timeout: no log files known for {scheduler.name}:{job_id}; not watching")
@@ -74,7 +89,7 @@ def _hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang:
     runner = getattr(scheduler, "runner", None)
     match = scheduler.rank_match(job_id)
 
-    def act(what: str) -> None:
+    def default_act(what: str) -> None:
         if what == "requeue":
             scheduler.requeue(job_id)
         else:
@@ -92,21 +107,25 @@ def _hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang:
             raise RuntimeError(f"the {scheduler.name} scheduler cannot run a command on its job's nodes")
         return argv
 
-    return HangWatch(match, hang_timeout, on_hang, log.ranks_dir or "", job_dir, node_argv, act, eprint,
+    return HangWatch(match, hang_timeout, on_hang, log.ranks_dir or "", job_dir, node_argv, act or default_act, eprint,
                      runner=runner, output=log.output or "")
 
 
-def _print_verdict(scheduler: Scheduler, job_id: str) -> None:
-    """The failure's verdict (at most 8 lines) after the job's output: which rank, where, why."""
+def print_verdict(scheduler: Scheduler, job_id: str) -> bool:
+    """The failure's verdict (at most 8 lines) after the job's output: which rank, where, why
+    (False when there is none to print)."""
     from torchhpc.diagnose.verdict import diagnose, gather
 
     try:
         verdict = diagnose(gather(scheduler, scheduler.name, job_id))
     except Exception as e:  # the verdict is a courtesy; the exit code above is the answer
         eprint(f"(no diagnosis: {e})")
-        return
-    if not verdict.ok:
-        sys.stderr.write(verdict.render())
+        return False
+    if verdict.ok:
+        return False
+    sys.stderr.write(verdict.render())
+    sys.stderr.flush()
+    return True
 
 
 def task_index(job_id: str) -> str:

@@ -88,6 +88,13 @@ def add_job_arguments(p: argparse.ArgumentParser, *, program: bool = True) -> No
                    help="ask ranks to checkpoint and stop this long before the time limit (default min(300, limit/2); 0: off)")
     n.add_argument("--requeue", action="store_true", help="after a time-limit or preemption stop, requeue the job")
     n.add_argument("--max-requeues", type=int, default=3, help="cap on time-limit requeues (preemptions are not capped)")
+    s = p.add_argument_group("resilience (docs/resilience.md)")
+    s.add_argument("--spares", type=int, default=None, metavar="K",
+                   help="allocate K spare nodes beside --nodes; after a node failure the job goes on on them, "
+                        "in the same allocation (slurm, pbs)")
+    s.add_argument("--max-restarts", type=int, default=None, metavar="R",
+                   help="restart the launch at most R times after a node failure, hang or network error "
+                        "(never after an exception in the program); 0: never")
     c = p.add_argument_group("container")
     c.add_argument("--container", default=None, metavar="IMAGE", help="run every rank inside this image (SIF, docker://..., image name, or directory)")
     c.add_argument("--runtime", default=None, choices=RUNTIMES, help="container runtime (default apptainer, or the profile's)")
@@ -96,7 +103,15 @@ def add_job_arguments(p: argparse.ArgumentParser, *, program: bool = True) -> No
     c.add_argument("--bind", action="append", default=[], metavar="SRC[:DST[:ro]]", help="bind mount (repeatable)")
     c.add_argument("--container-env", action="append", default=[], metavar="NAME", help="extra variable to pass into the container")
     c.add_argument("--cleanenv", action="store_true", help="apptainer/singularity --cleanenv")
-    if program:
+    if program:  # run and sweep: a job that starts after others (core/depend.py)
+        d = p.add_argument_group("dependencies (slurm, pbs, local)")
+        d.add_argument("--after-ok", "--after", action="append", default=[], dest="after_ok", metavar="JOB[,JOB...]",
+                       help="start after these jobs ended well (ids or handles such as slurm:123); "
+                            "if one fails, this job never starts and status says so")
+        d.add_argument("--after-any", action="append", default=[], metavar="JOB[,JOB...]",
+                       help="start after these jobs ended, however they ended")
+        d.add_argument("--after-fail", action="append", default=[], metavar="JOB[,JOB...]",
+                       help="start after these jobs failed (e.g. a clean-up or a report of the failure)")
         x = p.add_argument_group("program")
         x.add_argument("--python", default=None, help="interpreter for the ranks (default: this one; 'python' in containers)")
         x.add_argument("-m", "--module", default=None, help="run a module as `python -m MODULE`")

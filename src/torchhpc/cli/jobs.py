@@ -9,7 +9,8 @@ from typing import Any
 
 from torchhpc.cli.common import add_hang_arguments, add_subparser, eprint, json_errors
 from torchhpc.cli.follow import follow, status_dict
-from torchhpc.errors import CommandError, CommandNotFound, TorchHPCError, UsageError
+from torchhpc.cli.remote import add_remote_arguments
+from torchhpc.errors import CommandError, CommandNotFound, SchedulerError, TorchHPCError, UsageError
 from torchhpc.schedulers import get_scheduler, parse_handle
 from torchhpc.schedulers.api import JobStatus, Scheduler
 
@@ -49,14 +50,18 @@ def handle_of(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def register(sub: Any) -> None:
-    p = add_subparser(sub, "status", "show a job's state, exit code, reason and restarts")
+    p = add_subparser(sub, "status", "show a job's state, exit code, reason and restarts (several: one query)")
     p.epilog = EXIT_CODES
     _handle_arg(p)
+    p.add_argument("more", nargs="*", metavar="JOB",
+                   help="more handles: all jobs of a scheduler are asked in one question (one squeue, one qstat)")
     p.add_argument("--json", action="store_true", help="machine-readable output (errors too)")
+    add_remote_arguments(p)
     p.set_defaults(func=cmd_status)
 
     p = add_subparser(sub, "cancel", "cancel a job")
     _handle_arg(p)
+    add_remote_arguments(p)
     p.set_defaults(func=cmd_cancel)
 
     p = add_subparser(sub, "wait", "wait for a job to end, showing progress; exit non-zero if it failed")
@@ -65,25 +70,67 @@ def register(sub: Any) -> None:
     p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
     p.add_argument("--logs", action="store_true", help="print the job's log at the end")
     add_hang_arguments(p)
+    add_remote_arguments(p)
     p.set_defaults(func=cmd_wait)
 
     p = add_subparser(sub, "list", "list your jobs (local: those started in the background; others: queued and running)")
     p.add_argument("-s", "--scheduler", default=None,
                    help="whose jobs (default: $TORCHHPC_SCHEDULER, the config file's, else local)")
     p.add_argument("--json", action="store_true", help="machine-readable output (errors too)")
+    add_remote_arguments(p)
     p.set_defaults(func=cmd_list)
 
 
 @json_errors
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.more:
+        return _status_many(args)
+    from torchhpc.schedulers.depend import job_dependencies
+
     name, job = handle_of(args)
-    st = get_scheduler(name).status(job)
+    from torchhpc.supervisor.show import attempt_lines, job_attempts
+
+    sched = get_scheduler(name)
+    st = sched.status(job)
+    pending = sched.explain_pending(st) if st.state in ("PENDING", "QUEUED", "HELD") else None
+    tries = job_attempts(name, job)  # the in-allocation supervisor's attempts (docs/resilience.md)
+    after = job_dependencies(sched, job)  # what it waits (or waited) for, each with its job's state now
     if args.json:
-        print(json.dumps(status_dict(name, st)))
+        deps = [{"kind": d.dependency.kind, "handle": d.handle, "state": d.state, "verdict": d.verdict} for d in after]
+        print(json.dumps({**status_dict(name, st), "attempts": tries, "pending": pending.to_json() if pending else None,
+                          **({"after": deps} if deps else {})}))
     else:
         print(f"{name}:{st.line()}")
+        if pending is not None:
+            print("\n".join(pending.lines()))
+        if tries:
+            print(*attempt_lines(tries), sep="\n")
+        for dep in after:
+            print(f"  {dep.line()}")
         if st.state == "RUNNING":
             _print_progress(name, job)
+    return 0
+
+
+def _status_many(args: argparse.Namespace) -> int:
+    """Several handles: one ``query_many`` per scheduler (Slurm: one squeue for all), in the order given."""
+    handles = []
+    for text in [args.job, *args.more]:
+        args.job = text
+        handles.append(handle_of(args))
+    by_sched: dict[str, list[str]] = {}
+    for name, job in handles:
+        by_sched.setdefault(name, []).append(job)
+    found = {name: get_scheduler(name).query_many(jobs) for name, jobs in by_sched.items()}
+    missing = [f"{name}:{job}" for name, job in handles if job not in found[name]]
+    if args.json:
+        print(json.dumps([status_dict(name, found[name][job]) for name, job in handles if job in found[name]]))
+    else:
+        for name, job in handles:
+            if job in found[name]:
+                print(f"{name}:{found[name][job].line()}")
+    if missing:
+        raise SchedulerError(f"unknown to their scheduler: {', '.join(missing)}", "check the job ids (`torchhpc list`)")
     return 0
 
 

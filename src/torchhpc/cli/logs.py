@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from torchhpc.cli.common import add_subparser, env_default
+from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.diagnose.verdict import native_crashes
 from torchhpc.errors import SchedulerError, UsageError
 from torchhpc.jobdir.logs import (
@@ -46,6 +47,7 @@ def register(sub: Any) -> None:
     p.add_argument("--node", default=None, metavar="NODES", help="only ranks on these nodes: node12, node[1-4],node9")
     p.add_argument("--grep", default=None, metavar="PATTERN", help="only lines matching this regular expression (shown with their rank)")
     p.add_argument("--errors", action="store_true", help="the first traceback of each failing rank, the rank that failed first on top")
+    add_remote_arguments(p)
     p.set_defaults(func=cmd_logs)
 
 
@@ -148,14 +150,19 @@ def cmd_logs(args: argparse.Namespace) -> int:
     ended = threading.Event()
 
     def watch() -> None:  # the scheduler may answer slowly: never hold the printing up
+        from torchhpc.schedulers.waiting import EndWatch
+
+        end = EndWatch(lambda: sched.status(job), sched.end_dir(job), poll=STATUS_EVERY,
+                       controller=sched.queries_controller)  # the end marker first (schedulers/waiting.py)
         while not ended.is_set():
             try:
-                if sched.status(job).terminal:
+                end.step()
+                if end.ended:
                     ended.set()
                     return
             except SchedulerError:
                 pass
-            time.sleep(STATUS_EVERY)
+            time.sleep(end.pause())
 
     threading.Thread(target=watch, daemon=True).start()
     while not ended.is_set():

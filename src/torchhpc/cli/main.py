@@ -21,6 +21,7 @@ from torchhpc.errors import TorchHPCError
 COMMANDS: tuple[str, ...] = (
     "run",
     "sweep",
+    "pipeline",
     "jobs",
     "logs",
     "diagnose",
@@ -78,9 +79,29 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
     raise KeyError(name)
 
 
+def _report(e: TorchHPCError) -> int:
+    print(f"Error: {e.message}", file=sys.stderr)
+    if e.hint:
+        print(f"HINT: {e.hint}", file=sys.stderr)
+    return e.exit_code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(only="run" if argv and argv[0] == "run" else None)
+    try:  # --remote HOST (or TORCHHPC_REMOTE): the login node's torchhpc runs the line (docs/remote.md)
+        from torchhpc.cli.remote import intercept
+
+        forwarded = intercept(argv, lambda only: parser if only == "run" else build_parser(only=only))
+    except TorchHPCError as e:
+        return _report(e)
+    except KeyboardInterrupt:
+        print("Interrupted.", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    if forwarded is not None:
+        return forwarded
     if argv and argv[0] == "run" and not ({"-h", "--help"} & set(_run_flags(parser, argv[1:]))):
         # `run` splits its own line: flags may follow the program (`... pi.py --wait`).
         from torchhpc.cli import run as run_cli
@@ -102,10 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rc = args.func(args)
     except TorchHPCError as e:
-        print(f"Error: {e.message}", file=sys.stderr)
-        if e.hint:
-            print(f"HINT: {e.hint}", file=sys.stderr)
-        return e.exit_code
+        return _report(e)
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)
         return 130

@@ -16,6 +16,7 @@ from typing import Any
 from torchhpc.cli.common import add_hang_arguments, add_subparser, announce_target, eprint, json_errors
 from torchhpc.cli.follow import follow, status_dict, task_index  # noqa: F401 (task_index: re-exported)
 from torchhpc.cli.jobargs import add_job_arguments, misplaced_flags, spec_from_args, split_program
+from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.env.compat import preflight
 from torchhpc.errors import UsageError
 from torchhpc.jobdir.record import read_record
@@ -60,6 +61,7 @@ def register(sub: Any) -> None:
                    help="local: start the job in the background and print its handle (status, logs, cancel, wait)")
     p.add_argument("--json", action="store_true",
                    help="machine-readable output: the rendered submission (--dry-run), the handle, errors")
+    add_remote_arguments(p, ship=True)
     p.set_defaults(func=cmd_run, _parser=p)
 
 
@@ -112,8 +114,10 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
         if not args.background:
             if args.json:
                 raise UsageError("--json with a local run needs --background", "a foreground run prints its ranks' output")
-            run_local: Any = scheduler
-            return int(run_local.run(submission, rank0_only=args.rank0_only))
+            from torchhpc.cli.foreground import run_foreground
+
+            return run_foreground(scheduler, submission, rank0_only=args.rank0_only,
+                                  hang_timeout=args.hang_timeout, on_hang=args.on_hang)
     if scheduler.runs_here:
         job_id = scheduler.submit_background(submission)  # type: ignore[attr-defined]
     else:
@@ -130,7 +134,8 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
     if where:
         print(f"Job directory: {where}/ (script, scheduler output, ranks/)", file=sys.stderr if args.json else sys.stdout)
     if not args.wait:
-        print(f"Follow it with: torchhpc wait {handle}; torchhpc logs {handle}")
+        watch = f" --hang-timeout {args.hang_timeout:g}" if args.hang_timeout else ""  # the watch runs in `wait`
+        print(f"Follow it with: torchhpc wait {handle}{watch}; torchhpc logs {handle}")
         return 0
     if args.json:
         code = follow(scheduler, job_id, print_logs=False)

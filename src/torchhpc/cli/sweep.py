@@ -12,6 +12,7 @@ from typing import Any
 
 from torchhpc.cli.common import add_subparser, eprint
 from torchhpc.cli.jobargs import add_job_arguments, spec_from_args, split_program
+from torchhpc.cli.remote import add_remote_arguments
 
 DESCRIPTION = """Run a grid of parameters as ONE array job (Slurm --array, PBS -J/-t, local %K at a time).
 
@@ -51,6 +52,7 @@ def register(sub: Any) -> None:
     r.add_argument("--metric", default=None, help="RESULT field to plot (default: accuracy, else the first number)")
     r.add_argument("--param", default=None, help="parameter on the x axis (default: the first --grid)")
     r.set_defaults(func=cmd_report)
+    add_remote_arguments(p, ship=True)
     p.set_defaults(func=cmd_sweep, _parser=p)
 
 

@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Literal, Optional, Union
 
 from torchhpc.core.array import ArraySpec, check_placeholders, parse_array
+from torchhpc.core.depend import Dependency
 from torchhpc.core.gpus import requested_geometry_error
 from torchhpc.core.units import parse_size, parse_walltime
 from torchhpc.core.validate import check_name, check_value
@@ -190,9 +191,17 @@ class JobSpec:
     signal_before: Optional[int] = None
     requeue: bool = False
     max_timeout_requeues: int = 3
+    # Resilience (docs/resilience.md): K spare nodes allocated beside the N the launch uses, and
+    # restarts inside the allocation after a node failure, hang or network error; the hang watch's
+    # quiet seconds for the in-allocation supervisor (None: no hang watch in the allocation).
+    spares: int = 0
+    max_restarts: int = 0
+    hang_timeout: Optional[float] = None
     # Job array (Slurm syntax, core/array.py) and a sweep's parameters: NAME -> one value per task, in index order.
     array: Optional[str] = None
     array_params: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Start only after these jobs of the same scheduler (core/depend.py: --after-ok/--after-any/--after-fail).
+    after: tuple[Dependency, ...] = ()
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -228,6 +237,13 @@ class JobSpec:
             check_value(line, "setup line", line=True)
         if self.max_timeout_requeues < 0:
             raise SpecError(f"--max-requeues={self.max_timeout_requeues} must not be negative")
+        if self.spares < 0:
+            raise SpecError(f"--spares={self.spares} must not be negative", "give the number of spare nodes, e.g. --spares 1")
+        if self.max_restarts < 0:
+            raise SpecError(f"--max-restarts={self.max_restarts} must not be negative", "0 means: never restart")
+        if self.hang_timeout is not None and self.hang_timeout < 5:
+            raise SpecError(f"--hang-timeout={self.hang_timeout} is under 5 seconds",
+                            "a hang timeout under 5 seconds would call slow steps hangs")
         if self.signal_before is not None and self.signal_before < 0:
             raise SpecError(f"--signal-before={self.signal_before} must not be negative")
         if self.cpus_per_task is not None and self.cpus_per_task < 1:
@@ -257,6 +273,13 @@ class JobSpec:
             check_placeholders(self.entrypoint.args, ["index", *(n for n, _ in self.array_params)])
         elif self.array_params:
             raise SpecError("sweep parameters without an array", "use torchhpc sweep --grid NAME=V1,V2")
+        for dep in self.after:
+            if dep.scheduler and dep.scheduler != self.scheduler:
+                raise SpecError(
+                    f"{dep.flag} {dep.scheduler}:{dep.job_id}: a {dep.scheduler} job cannot be a dependency "
+                    f"of a {self.scheduler} job",
+                    f"a job waits only for jobs of its own scheduler: give {self.scheduler} job ids",
+                )
         # NCCL drives one GPU per rank: more ranks than requested GPUs fail inside every rank's NCCL init.
         too_many = requested_geometry_error(self.nproc_per_node, self.gpus_per_node, dict(self.env))
         if too_many is not None:
@@ -299,6 +322,12 @@ class JobSpec:
     @property
     def env_dict(self) -> dict[str, str]:
         return dict(self.env)
+
+    @property
+    def supervised(self) -> bool:
+        """Whether a batch job runs its launch under the in-allocation supervisor (torchhpc.supervisor):
+        spare nodes or restarts asked for."""
+        return bool(self.spares or self.max_restarts)
 
     @property
     def options_dict(self) -> dict[str, str]:

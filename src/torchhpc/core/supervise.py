@@ -71,8 +71,10 @@ class Supervisor:
         rank0_only: bool,
         grace: float,
         poll: float,
+        log: Optional[IO[str]] = None,
     ) -> None:
         self.argv = argv
+        self.log = log  # every rank's lines, also those rank0_only hides: what the verdict and the hang watch read
         self.envs = envs
         self.out = stdout
         self.err = stderr
@@ -100,6 +102,12 @@ class Supervisor:
             line = (text if text.startswith(prefix.rstrip()) else prefix + text) + end
             if end == "\n":
                 self.tails[rank].append(line)  # the failure's HINT says what the rank left: a traceback, an error
+            if self.log is not None and end == "\n":
+                with self.lock:
+                    try:
+                        _write(self.log, line)
+                    except Exception:  # a full disk must not stop the run: the terminal still shows it
+                        self.log = None
             if not show:
                 continue
             with self.lock:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -19,7 +20,7 @@ import torchhpc.devcluster.config as config
 import torchhpc.devcluster.daemons as daemons
 import torchhpc.devcluster.netns as netns
 from torchhpc.core.proc import Runner
-from torchhpc.devcluster.config import CONTROLLER, Layout
+from torchhpc.devcluster.config import CONTROLLER, LOGIN, Layout
 from torchhpc.devcluster.daemons import Daemon
 from torchhpc.devcluster.state import UP_HINT, ClusterState
 from torchhpc.errors import CommandError, DevClusterError
@@ -38,7 +39,7 @@ MARIADB_FAST = (
 # Kept across up/down (see _mariadb_template); never wiped by `up`.
 CACHE_DIR = "cache"
 # Subdirectories `up` creates; all but log/ go at `down`.
-RUNTIME_DIRS = ("etc", "run", "spool", "state", "tmp", "munge", "mysql", "bin", "log")
+RUNTIME_DIRS = ("etc", "run", "spool", "state", "tmp", "munge", "mysql", "bin", "login", "log")
 
 # program -> Debian package that provides it.
 PACKAGES: dict[str, str] = {
@@ -55,11 +56,17 @@ ACCOUNTING_PACKAGES: dict[str, str] = {"slurmdbd": "slurmdbd", "mariadbd": "mari
 FILE_PACKAGES: dict[str, str] = {"/usr/lib/*/pmix2/lib/libpmix.so": "libpmix-dev"}
 
 
-def ensure_packages(accounting: bool, runner: Runner, progress: Callable[[str], None]) -> list[str]:
+def ensure_packages(
+    accounting: bool, runner: Runner, progress: Callable[[str], None], login: bool = False
+) -> list[str]:
     """Install the Debian packages that are missing (only those); returns what was installed."""
     wanted = dict(PACKAGES)
     if accounting:
         wanted.update(ACCOUNTING_PACKAGES)
+    if login:
+        from torchhpc.devcluster.login import LOGIN_PACKAGES
+
+        wanted.update(LOGIN_PACKAGES)
     absent = {pkg for prog, pkg in wanted.items() if _which(prog) is None}
     absent |= {pkg for pattern, pkg in FILE_PACKAGES.items() if not glob.glob(pattern)}
     missing = sorted(absent)
@@ -132,19 +139,42 @@ def _write(path: str, text: str, mode: int = 0o644) -> None:
     os.chmod(path, mode)
 
 
-def write_files(layout: Layout, state: ClusterState, accounting: bool) -> None:
+NEXT_JOB_ID = "next-job-id"  # in the state directory; kept by `down`
+_JOB_ID = re.compile(rb"JobId=(\d+)")
+
+
+def next_job_id(state_dir: str) -> int:
+    """The first job id for a new cluster here: past every id the last cluster gave (its
+    slurmctld.log survives ``down``) and past the number saved by the cluster before it."""
+    saved = 1
+    try:
+        with open(os.path.join(state_dir, NEXT_JOB_ID)) as f:
+            saved = max(1, int(f.read().strip() or 1))
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(os.path.join(state_dir, "log", "slurmctld.log"), "rb") as f:
+            seen = max((int(m) for m in _JOB_ID.findall(f.read())), default=0)
+    except OSError:
+        seen = 0
+    return max(saved, seen + 1)
+
+
+def write_files(layout: Layout, state: ClusterState, accounting: bool, first_job_id: int = 1) -> None:
     p = layout.path
     _write(
         layout.slurm_conf,
-        config.render_slurm_conf(layout, accounting=accounting, real_memory_mb=_real_memory_mb()),
+        config.render_slurm_conf(layout, accounting=accounting, real_memory_mb=_real_memory_mb(),
+                                 first_job_id=first_job_id),
     )
+    _write(os.path.join(layout.state_dir, NEXT_JOB_ID), f"{first_job_id}\n")
     if accounting:
         # slurmdbd refuses a config readable by others (it may hold a password).
         _write(layout.slurmdbd_conf, config.render_slurmdbd_conf(layout), 0o600)
     _write(p("etc", "hosts"), config.render_hosts(layout))
     _write(p("etc", "dns-hosts"), config.render_dns_hosts(layout))
     _write(p("etc", "resolv.conf"), config.render_resolv_conf(layout))
-    for host in (CONTROLLER, *layout.nodes):
+    for host in (CONTROLLER, *layout.nodes, *([LOGIN] if layout.login else [])):
         _write(p("etc", f"hostname.{host}"), host + "\n")
     key = p("munge", "munge.key")
     with open(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400), "wb") as f:
@@ -176,6 +206,15 @@ def _start(
     state.daemons.append(d)
     state.save()
     return d
+
+
+def restart_slurmd(state: ClusterState, node: str) -> Daemon:
+    """Start ``node``'s slurmd again (``devcluster revive``), replacing its record in the state file."""
+    env = dict(os.environ)
+    env["SLURM_CONF"] = state.slurm_conf
+    name = f"slurmd-{node}"
+    state.daemons = [d for d in state.daemons if d.name != name]
+    return _start(state, name, [_real("slurmd"), "-D", "-N", node], state.netns(node), node, env)
 
 
 def _mariadb_template(layout: Layout, runner: Runner, timeout: float) -> str:
@@ -299,6 +338,26 @@ def start_all(
     daemons.wait_for(
         f"{len(layout.nodes)} nodes idle", lambda: client.all_idle(layout.nodes), timeout, [ctld, *slurmds]
     )
+
+
+def start_login(
+    layout: Layout, state: ClusterState, users: Sequence[str], runner: Runner, progress: Callable[[str], None],
+    timeout: float,
+) -> None:
+    """The login node (``up --login``): keys, one authorized_keys file per user, sshd in its namespace."""
+    import torchhpc.devcluster.login as login
+
+    for user in users:
+        login.ensure_user(user, runner, progress)
+    login.write_keys(layout, runner)
+    login.authorize(layout, users)
+    login.write_configs(layout, users)
+    env = dict(os.environ)
+    sshd = _start(state, "sshd", login.sshd_argv(layout, _real("sshd")), layout.login_netns, LOGIN, env)
+    daemons.wait_for(
+        f"sshd to listen on port {login.SSH_PORT}", lambda: daemons.listening(sshd.pid, login.SSH_PORT), timeout, [sshd]
+    )
+    progress(f"login node up: ssh {login.host_alias(layout)} (users {', '.join(users)})")
 
 
 class Client:

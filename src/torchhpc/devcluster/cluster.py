@@ -23,7 +23,7 @@ import torchhpc.devcluster.daemons as daemons
 import torchhpc.devcluster.netns as netns
 from torchhpc.core.proc import Runner
 from torchhpc.devcluster.bringup import Client, binds, ensure_packages
-from torchhpc.devcluster.config import CONTROLLER
+from torchhpc.devcluster.config import CONTROLLER, LOGIN
 from torchhpc.devcluster.state import (
     ClusterState,
     _remove_state_file,
@@ -75,8 +75,14 @@ def up(
     progress: Callable[[str], None] | None = print,
     runner: Runner | None = None,
     timeout: float = 120.0,
+    login: bool = False,
+    login_users: Sequence[str] = (),
 ) -> ClusterState:
     """Bring up a real multi-node Slurm cluster in network namespaces; returns its state.
+
+    ``login``: also a login node, a real sshd in its own namespace that lets in
+    the invoking user and ``login_users`` (created when missing) with the
+    cluster's key (:mod:`.login`).
 
     Raises :class:`DevClusterError` when not root/Linux, when a cluster is
     already up in ``state_dir``, or when a daemon fails to start (then
@@ -84,7 +90,7 @@ def up(
     """
     check_host()
     with _exclusive(state_dir):
-        return _up(nodes, accounting, state_dir, progress, runner, timeout)
+        return _up(nodes, accounting, state_dir, progress, runner, timeout, login, login_users)
 
 
 def down(
@@ -108,11 +114,14 @@ def _up(
     progress: Callable[[str], None] | None,
     runner: Runner | None,
     timeout: float,
+    login: bool = False,
+    login_users: Sequence[str] = (),
 ) -> ClusterState:
     say: Callable[[str], None] = progress or (lambda _m: None)
     runner = runner or Runner()
     sdir = default_state_dir(state_dir)
-    layout = config.make_layout(sdir, nodes)
+    login = login or bool(login_users)
+    layout = config.make_layout(sdir, nodes, login=login)
     previous = read_state(sdir)
     if previous is not None:
         if previous.healthy():
@@ -135,11 +144,12 @@ def _up(
         _down(sdir, runner=runner, progress=lambda _m: None)
 
     t0 = time.monotonic()
-    installed = ensure_packages(accounting, runner, say)
+    installed = ensure_packages(accounting, runner, say, login=login)
     t_ready = time.monotonic()
     if installed:
         say(f"installed {' '.join(installed)} in {t_ready - t0:.0f} s")
 
+    first_job_id = bringup.next_job_id(sdir)  # before prepare_dirs empties log/
     bringup.prepare_dirs(layout)
 
     def step(msg: str) -> None:  # every step says when it finished: bring-up timings for free
@@ -159,12 +169,20 @@ def _up(
         accounting=accounting,
         started_at=time.time(),
     )
+    if login:
+        from torchhpc.devcluster.login import invoking_user
+
+        state.login_ip = layout.login_ip
+        state.netns_names[LOGIN] = layout.login_netns
+        state.login_users = list(dict.fromkeys([invoking_user(), *login_users]))
     try:
-        bringup.write_files(layout, state, accounting)
+        bringup.write_files(layout, state, accounting, first_job_id)
         step(f"network: {len(layout.nodes)} node namespaces + {layout.controller_netns} on {layout.subnet}")
         netns.create(layout, runner)
         state.save()
         bringup.start_all(layout, state, accounting, runner, step, timeout)
+        if login:
+            bringup.start_login(layout, state, state.login_users, runner, step, timeout)
     except BaseException:
         step("bring-up failed; stopping what was started (logs kept in " + layout.path("log") + ")")
         daemons.stop(list(reversed(state.daemons)))
@@ -245,6 +263,10 @@ def status(state_dir: str | None = None, runner: Runner | None = None) -> dict[s
         "daemons": [{"name": d.name, "pid": d.pid, "alive": daemons.alive(d)} for d in state.daemons],
         "up_seconds": state.up_seconds,
     }
+    if state.login_ip:
+        from torchhpc.devcluster.login import host_alias
+
+        info["login"] = {"ip": state.login_ip, "host": host_alias(state._layout()), "users": state.login_users}
     node_info: dict[str, dict[str, str]] = {}
     if info["healthy"]:
         try:

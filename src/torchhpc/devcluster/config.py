@@ -23,6 +23,7 @@ __all__ = [
     "CLUSTER_NAME",
     "CONTROLLER",
     "DEFAULT_STATE_DIR",
+    "LOGIN",
     "PARTITION",
     "Layout",
     "make_layout",
@@ -38,6 +39,8 @@ __all__ = [
 DEFAULT_STATE_DIR = "/var/tmp/torchhpc-devcluster"
 CLUSTER_NAME = "torchhpc"
 CONTROLLER = "ctl"
+# The login node (``up --login``): an sshd in its own namespace, no slurmd.
+LOGIN = "login"
 PARTITION = "debug"
 CPUS_PER_NODE = 4
 MAX_NODES = 64
@@ -82,6 +85,16 @@ class Layout:
     controller_ip: str
     prefix_len: int
     netns_prefix: str
+    login: bool = False
+
+    @property
+    def login_ip(self) -> str:
+        """The login node's address: the subnet's fifth (.5 in a /24), below the nodes' .11 on."""
+        return str(ipaddress.ip_address(self.controller_ip) + 4)
+
+    @property
+    def login_netns(self) -> str:
+        return f"{self.netns_prefix}-{LOGIN}"
 
     @property
     def subnet(self) -> str:
@@ -131,7 +144,7 @@ def netns_prefix_for(state_dir: str) -> str:
     return f"torchhpc-{digest}"
 
 
-def make_layout(state_dir: str, nodes: int, subnet: str = DEFAULT_SUBNET) -> Layout:
+def make_layout(state_dir: str, nodes: int, subnet: str = DEFAULT_SUBNET, login: bool = False) -> Layout:
     """Node names ``node1..nodeN``; the controller takes the subnet's first address."""
     if not 1 <= nodes <= MAX_NODES:
         raise UsageError(
@@ -151,11 +164,15 @@ def make_layout(state_dir: str, nodes: int, subnet: str = DEFAULT_SUBNET) -> Lay
         controller_ip=str(hosts[0]),
         prefix_len=net.prefixlen,
         netns_prefix=netns_prefix_for(state_dir),
+        login=login,
     )
 
 
-def render_slurm_conf(layout: Layout, *, accounting: bool, real_memory_mb: int) -> str:
-    """slurm.conf for the whole cluster (controller, nodes and clients read the same file)."""
+def render_slurm_conf(layout: Layout, *, accounting: bool, real_memory_mb: int, first_job_id: int = 1) -> str:
+    """slurm.conf for the whole cluster (controller, nodes and clients read the same file).
+
+    ``first_job_id``: job ids go on where the last cluster in this state directory stopped
+    (``FirstJobId``), so a job directory ``<name>-<id>/`` of an earlier cluster is never hit again."""
     p = layout.path
     lines = [
         "# Written by `torchhpc devcluster up`; rewritten on every up.",
@@ -197,6 +214,8 @@ def render_slurm_conf(layout: Layout, *, accounting: bool, real_memory_mb: int) 
         f"TmpFS={p('tmp', '%n')}",
         "JobCompType=jobcomp/none",
     ]
+    if first_job_id > 1:
+        lines.append(f"FirstJobId={first_job_id}")
     if accounting:
         lines += [
             "AccountingStorageType=accounting_storage/slurmdbd",
@@ -205,6 +224,9 @@ def render_slurm_conf(layout: Layout, *, accounting: bool, real_memory_mb: int) 
             # Accounting connections ignore AuthInfo; without this they retry the
             # default munge socket forever.
             f"AccountingStoragePass={layout.munge_socket}",
+            # Limits set with sacctmgr (QOS MaxTRESPerUser, ...) hold jobs as on a real site. Every job
+            # then needs an association: adding the cluster creates root's, and jobs here run as root.
+            "AccountingStorageEnforce=associations,limits,qos",
         ]
     else:
         lines.append("AccountingStorageType=accounting_storage/none")
@@ -250,6 +272,8 @@ def render_hosts(layout: Layout) -> str:
 def render_dns_hosts(layout: Layout) -> str:
     """The names dnsmasq serves (forward and reverse): the controller and the nodes."""
     lines = [f"{layout.controller_ip}\t{CONTROLLER}"]
+    if layout.login:
+        lines.append(f"{layout.login_ip}\t{LOGIN}")
     lines += [f"{ip}\t{name}" for name, ip in zip(layout.nodes, layout.node_ips)]
     return "\n".join(lines) + "\n"
 

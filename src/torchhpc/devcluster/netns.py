@@ -13,7 +13,7 @@ import re
 
 from torchhpc.core.proc import Runner
 from torchhpc.core.shell import join
-from torchhpc.devcluster.config import BRIDGE, CONTROLLER, Layout
+from torchhpc.devcluster.config import BRIDGE, CONTROLLER, LOGIN, Layout
 
 __all__ = ["create", "delete", "existing", "in_namespace", "netns_path", "pids_in"]
 
@@ -31,13 +31,13 @@ def existing(prefix: str, runner: Runner) -> list[str]:
     the default one is never matched.
     """
     out = runner.run(["ip", "netns", "list"], timeout=10).stdout
-    pattern = re.compile(rf"^{re.escape(prefix)}-({CONTROLLER}|node\d+)$")
+    pattern = re.compile(rf"^{re.escape(prefix)}-({CONTROLLER}|{LOGIN}|node\d+)$")
     names = [line.split()[0] for line in out.splitlines() if line.strip()]
     return [n for n in names if pattern.match(n)]
 
 
 def create(layout: Layout, runner: Runner) -> None:
-    """Namespaces, the bridge (controller address on it) and one veth per node."""
+    """Namespaces, the bridge (controller address on it) and one veth per node (and the login node)."""
     ctl = layout.controller_netns
     ip = ["ip"]
     runner.run([*ip, "netns", "add", ctl], timeout=10)
@@ -49,9 +49,12 @@ def create(layout: Layout, runner: Runner) -> None:
     )
     runner.run([*ip, "-n", ctl, "link", "set", BRIDGE, "address", mac_for(layout.controller_ip)], timeout=10)
     runner.run([*ip, "-n", ctl, "link", "set", BRIDGE, "up"], timeout=10)
-    for i, (name, addr) in enumerate(zip(layout.nodes, layout.node_ips), start=1):
-        ns = layout.node_netns(name)
-        veth = f"vn{i}"
+    members = [
+        (f"vn{i}", layout.node_netns(n), a) for i, (n, a) in enumerate(zip(layout.nodes, layout.node_ips), 1)
+    ]
+    if layout.login:
+        members.append(("vlogin", layout.login_netns, layout.login_ip))
+    for veth, ns, addr in members:
         runner.run([*ip, "netns", "add", ns], timeout=10)
         runner.run(
             [*ip, "-n", ctl, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns],
@@ -65,10 +68,7 @@ def create(layout: Layout, runner: Runner) -> None:
     # Every address is known up front: permanent neighbour entries, so no connection waits on ARP.
     # With 32 nodes on two loaded cores, ARP replies came too late and gloo's connect failed with
     # "No route to host" (EHOSTUNREACH after unanswered neighbour probes).
-    hosts = [
-        (layout.controller_ip, BRIDGE, ctl),
-        *((a, "eth0", layout.node_netns(n)) for n, a in zip(layout.nodes, layout.node_ips)),
-    ]
+    hosts = [(layout.controller_ip, BRIDGE, ctl), *((a, "eth0", ns) for _veth, ns, a in members)]
     for own_addr, dev, ns in hosts:
         lines = [
             f"neigh replace {addr} lladdr {mac_for(addr)} dev {dev} nud permanent"

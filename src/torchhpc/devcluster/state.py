@@ -16,7 +16,7 @@ import torchhpc.devcluster.config as config
 import torchhpc.devcluster.daemons as daemons
 import torchhpc.devcluster.netns as netns
 from torchhpc.core.shell import join
-from torchhpc.devcluster.config import CONTROLLER, Layout
+from torchhpc.devcluster.config import CONTROLLER, LOGIN, Layout
 from torchhpc.devcluster.daemons import Daemon
 from torchhpc.errors import DevClusterError
 
@@ -60,6 +60,11 @@ class ClusterState:
     daemons: list[Daemon] = field(default_factory=list)
     up_seconds: float = 0.0
     started_at: float = 0.0
+    # nodes `devcluster fail` took down (their slurmd is meant to be dead until `revive`)
+    failed: list[str] = field(default_factory=list)
+    # ``up --login``: the login node's address ("" without one) and who may ssh in.
+    login_ip: str = ""
+    login_users: list[str] = field(default_factory=list)
 
     controller: str = CONTROLLER
 
@@ -108,13 +113,14 @@ class ClusterState:
             controller_ip=self.controller_ip,
             prefix_len=int(self.subnet.split("/")[1]),
             netns_prefix=config.netns_prefix_for(self.state_dir),
+            login=bool(self.login_ip),
         )
 
     def healthy(self) -> bool:
         """Every recorded daemon still runs and every namespace still exists."""
         return (
             bool(self.daemons)
-            and all(daemons.alive(d) for d in self.daemons)
+            and all(daemons.alive(d) for d in self.daemons if d.name.removeprefix("slurmd-") not in self.failed)
             and all(os.path.exists(netns.netns_path(ns)) for ns in self.netns_names.values())
         )
 
@@ -137,6 +143,9 @@ class ClusterState:
             "daemons": [d.to_json() for d in self.daemons],
             "up_seconds": self.up_seconds,
             "started_at": self.started_at,
+            "failed": list(self.failed),
+            **({"login": {"ip": self.login_ip, "netns": self.netns_names[LOGIN], "users": self.login_users}}
+               if self.login_ip else {}),
         }
 
     @classmethod
@@ -144,6 +153,9 @@ class ClusterState:
         nodes = [n["name"] for n in d["nodes"]]
         ns = {n["name"]: n["netns"] for n in d["nodes"]}
         ns[d["controller"]["name"]] = d["controller"]["netns"]
+        login = d.get("login") or {}
+        if login:
+            ns[LOGIN] = login["netns"]
         return cls(
             state_dir=d["state_dir"],
             nodes=nodes,
@@ -159,7 +171,10 @@ class ClusterState:
             daemons=[Daemon.from_json(x) for x in d.get("daemons", [])],
             up_seconds=float(d.get("up_seconds", 0.0)),
             started_at=float(d.get("started_at", 0.0)),
+            failed=[str(n) for n in d.get("failed", [])],
             controller=d["controller"]["name"],
+            login_ip=str(login.get("ip", "")),
+            login_users=[str(u) for u in login.get("users", [])],
         )
 
     def save(self) -> None:

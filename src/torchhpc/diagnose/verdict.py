@@ -404,6 +404,8 @@ def diagnose(ev: Evidence) -> Verdict:
     # every other rank of a failed job ended because of it: its launcher stopped it, or it lost its peer
     # (a rank stopped before it printed anything has only its log file, created at its start)
     others = set(failures) | stopped | set(ev.rank_logs)
+    if ev.local:  # the local supervisor stops every other rank of the run when one fails, as srun does
+        others |= set(range(ev.nproc_per_node))
     consequences = tuple(sorted(r for r in others if first is None or r != first.rank))
     meaning, step = CLASSES.get(klass, CLASSES["unknown"])
     if first is not None and first.rank >= 0:

@@ -286,26 +286,36 @@ class FunctionJob:
         return all(r in records and records[r].get("ok") for r in range(self.world_size))
 
     def _settle(self, timeout: Optional[float]) -> tuple[JobStatus, dict[int, dict[str, Any]]]:
-        """Wait for the job's end; a job whose rank failed but that lingers is cancelled (nothing left running)."""
+        """Wait for the job's end; a job whose rank failed but that lingers is cancelled (nothing left running).
+
+        The end comes from the job's end marker first; the scheduler is asked on a backed-off
+        schedule and to confirm (schedulers/waiting.py), the rank records are read between."""
+        from torchhpc.schedulers.waiting import EndWatch
+
+        sched = self.handle.scheduler
+        watch = EndWatch(self.status, sched.end_dir(self._own_id()), poll=self.poll, controller=sched.queries_controller)
         start = time.monotonic()
         failed_at: Optional[float] = None
+        read_at = -1.0
+        records: dict[int, dict[str, Any]] = {}
         while True:
-            st = self.status()
-            records = self.function_dir.records(self.task)
-            if st.terminal:
-                return st, self._final_records(st, records)
+            st, fresh = watch.step()
             now = time.monotonic()
+            if fresh or watch.ended or now - read_at >= self.poll:  # the records unpickle values: not every stat
+                records, read_at = self.function_dir.records(self.task), now
+            if st is not None and watch.ended:
+                return st, self._final_records(st, records)
             if failed_at is None and any(not r.get("ok") for r in records.values()):
                 failed_at = now
             if failed_at is not None and now - failed_at > FAILED_JOB_GRACE:
                 self.cancel()
-                return self.handle.scheduler.wait(self._own_id(), timeout=60, poll=self.poll), self.function_dir.records(self.task)
+                return sched.wait(self._own_id(), timeout=60, poll=self.poll), self.function_dir.records(self.task)
             if timeout is not None and now - start > timeout:
                 raise JobFailed(
-                    f"{self} still {st.state} after {timeout:.0f}s",
+                    f"{self} still {st.state if st else 'not ended'} after {timeout:.0f}s",
                     f"call result() again to keep waiting, or cancel() it; its logs: {self}.logs()",
                 )
-            time.sleep(self.poll)
+            time.sleep(max(watch.pause(), min(self.poll, 0.1)))
 
     def _final_records(self, st: JobStatus, records: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
         """A shared filesystem may show a rank's record a moment after the scheduler shows the end."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 __all__ = [
-    "SCHEMA", "JobRecord", "load_record", "new_record", "read_record", "record_dir", "record_path", "save_record", "update_record",
+    "SCHEMA", "JobRecord", "dependency_record", "load_record", "new_record", "read_record", "record_dir", "record_path", "save_record", "update_record",
 ]
 
 # The version of the record's layout. 1: the flat object of torchhpc <= 0.x (no "schema" key).
@@ -160,6 +160,12 @@ def new_record(scheduler: str, job_id: str, **values: Any) -> JobRecord:
     own = {k: v for k, v in values.items() if k in known}
     extra = {**values.get("extra", {}), **{k: v for k, v in values.items() if k not in known and k != "extra"}}
     return JobRecord(scheduler=scheduler, job_id=job_id, submitted=time.time(), **own, extra=extra)
+
+
+def dependency_record(spec: Any) -> dict[str, Any]:
+    """The job's dependencies for its record (``after``: ``[[kind, job id], ...]``, kept in
+    :attr:`JobRecord.extra`), so that ``status`` can say what a waiting job waits for."""
+    return {"after": [[d.kind, d.job_id] for d in spec.after]} if getattr(spec, "after", ()) else {}
 
 
 def update_record(scheduler: str, job_id: str, **changes: Any) -> None:

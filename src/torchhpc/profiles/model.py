@@ -42,9 +42,12 @@ FIELD_DOCS: dict[str, str] = {
     "require": "options the user must give (e.g. account, qos)",
     "shell_optional": "of require, those an interactive `torchhpc shell` may leave out (e.g. time: the QoS has a default)",
     "gpu_kind": "nvidia or amd",
+    "spares": "spare nodes allocated beside the job's, used after a node failure (--spares)",
+    "max_restarts": "restarts inside the allocation after a node failure, hang or network error (--max-restarts)",
+    "hang_timeout": "seconds without output or CPU use after which ranks count as hung (--hang-timeout)",
 }
 
-_INT = ("gpus_per_node", "cpus_per_gpu")
+_INT = ("gpus_per_node", "cpus_per_gpu", "spares", "max_restarts", "hang_timeout")
 _TUPLE = ("modules", "container_setup", "setup", "require", "shell_optional")
 _PAIRS = ("env", "options", "container_options")
 _BOOL = ("container_optional", "image_without_torchhpc")
@@ -92,6 +95,11 @@ class Profile:
     require: tuple[str, ...] = ()
     shell_optional: tuple[str, ...] = ()
     gpu_kind: Optional[str] = None
+    spares: Optional[int] = None
+    max_restarts: Optional[int] = None
+    hang_timeout: Optional[int] = None
+    # [USER@]HOST of the site's login node: --remote's default (docs/remote.md)
+    remote: Optional[str] = None
 
     @classmethod
     def from_mapping(cls, name: str, data: Mapping[str, Any], source: str) -> Profile:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Optional
 
@@ -22,6 +22,7 @@ from torchhpc.jobdir.files import Written
 from torchhpc.schedulers.capabilities import check
 from torchhpc.schedulers.options import Option, with_defaults
 from torchhpc.schedulers.options import resolve as resolve_options
+from torchhpc.schedulers.pending import Pending
 
 __all__ = ["TERMINAL", "JobStatus", "Scheduler", "Submission"]
 
@@ -132,6 +133,8 @@ class Scheduler(ABC):
     supports_multi_node: ClassVar[bool] = True
     supports_time_limit: ClassVar[bool] = True
     supports_requeue: ClassVar[bool] = False
+    supports_spares: ClassVar[bool] = False  # the in-allocation supervisor (torchhpc.supervisor)
+    supports_restarts: ClassVar[bool] = False
     supports_arrays: ClassVar[bool] = False
     supports_gpus: ClassVar[bool] = True
     supports_memory: ClassVar[bool] = True
@@ -140,12 +143,15 @@ class Scheduler(ABC):
     supports_container_options: ClassVar[bool] = True
     supports_setup: ClassVar[bool] = True
     supports_interactive_shell: ClassVar[bool] = False
+    supports_dependencies: ClassVar[bool] = True  # Slurm --dependency, PBS -W depend, the local supervisor
     supports_rank_probe: ClassVar[bool] = False
     # How it runs a job.
     runs_here: ClassVar[bool] = False  # on this machine, in the foreground (or --background): no queue
     runs_in_pods: ClassVar[bool] = False  # an image in pods: the cluster's runtime, the image's files
     renders_script: ClassVar[bool] = False  # a batch script (network presets applied in the script)
     default_launcher: ClassVar[str] = "torchrun"
+    # status asks a shared controller (sbatch's scontrol, qstat, the API server): waits back off
+    queries_controller: ClassVar[bool] = True
     # --opt names the submit command reads from its own environment when not given (sbatch: $SBATCH_ACCOUNT)
     env_options: ClassVar[Mapping[str, str]] = {}
 
@@ -215,6 +221,18 @@ class Scheduler(ABC):
     def cancel(self, job_id: str) -> None:
         raise TorchHPCError(f"the {self.name} scheduler cannot cancel jobs")
 
+    def query_many(self, ids: Sequence[str]) -> dict[str, JobStatus]:
+        """Several jobs' states in one question to the scheduler where it can (Slurm: one squeue;
+        PBS: one qstat), else one :meth:`status` each. For callers that show many jobs at once
+        (``status A B C``, a pipeline's steps); an id the scheduler does not know is left out."""
+        out: dict[str, JobStatus] = {}
+        for job_id in dict.fromkeys(ids):
+            try:
+                out[job_id] = self.status(job_id)
+            except TorchHPCError:
+                continue
+        return out
+
     def list_jobs(self) -> list[JobStatus]:
         return []
 
@@ -254,6 +272,15 @@ class Scheduler(ABC):
         """The nodes of the allocation this process runs in (``env`` is its environment), or None."""
         return None
 
+    def explain_pending(self, st: JobStatus) -> Optional[Pending]:
+        """Why a pending job waits, from the scheduler's own evidence (None: this scheduler cannot say)."""
+        return None
+
+    def end_dir(self, job_id: str) -> Optional[str]:
+        """The directory where the job leaves its end marker (:mod:`~torchhpc.jobdir.endmark`),
+        when this machine sees it; None: the end is learnt from :meth:`status` alone."""
+        return None
+
     def wait(
         self,
         job_id: str,
@@ -262,20 +289,28 @@ class Scheduler(ABC):
         timeout: float | None = None,
         progress: Callable[[JobStatus, float], None] | None = None,
     ) -> JobStatus:
-        """Poll :meth:`status` until a terminal state; ``progress`` sees every poll."""
+        """Until a terminal state: the end marker first, :meth:`status` only to confirm it and on a
+        backed-off schedule (:mod:`~torchhpc.schedulers.waiting`); ``progress`` sees each answer,
+        and the last one at least every ``poll`` seconds."""
+        from torchhpc.schedulers.waiting import EndWatch
+
+        watch = EndWatch(lambda: self.status(job_id), self.end_dir(job_id), poll=poll,
+                         controller=self.queries_controller)
         start = time.monotonic()
-        delay = min(poll, 0.25)
+        shown = start
         while True:
-            st = self.status(job_id)
-            elapsed = time.monotonic() - start
-            if progress:
+            st, fresh = watch.step()
+            now = time.monotonic()
+            elapsed = now - start
+            if progress and st is not None and (fresh or now - shown >= poll):
                 progress(st, elapsed)
-            if st.terminal:
+                shown = now
+            if watch.ended and st is not None:
                 return st
             if timeout is not None and elapsed > timeout:
+                state = st.state if st is not None else "not ended"
                 raise JobFailed(
-                    f"job {job_id} still {st.state} after {timeout:.0f}s",
+                    f"job {job_id} still {state} after {timeout:.0f}s",
                     f"`torchhpc status {self.name}:{job_id}` to look again, `torchhpc cancel` to stop it",
                 )
-            time.sleep(delay)
-            delay = min(delay * 1.5, poll)
+            time.sleep(watch.pause())

@@ -31,7 +31,7 @@ from torchhpc.core.spec import ContainerSpec, JobSpec
 from torchhpc.errors import SchedulerError
 from torchhpc.jobdir.files import keep, make_dirs
 from torchhpc.jobdir.log_wiring import LOG_VAR, LOG_WRAPPER, job_dir
-from torchhpc.jobdir.record import new_record, save_record
+from torchhpc.jobdir.record import dependency_record, new_record, save_record
 from torchhpc.launchers import SHIM_VAR, launcher_of, torchrun_argv
 from torchhpc.schedulers.api import Scheduler, Submission
 from torchhpc.schedulers.script import (
@@ -369,7 +369,9 @@ class BatchScheduler(Scheduler):
             body.append(self.stop_comment)
             if not self.traps_first:
                 body.append("_torchhpc_arm_stop")
-        for i, line in enumerate(launch):
+        if spec.supervised:
+            body += self.supervised_lines(spec, launch, stopping)
+        for i, line in enumerate([] if spec.supervised else launch):
             wrapped = [x[2:] for x in wrap_command(line, launch_breaks(line, spec))]
             if stopping and i == len(launch) - 1:
                 wrapped[-1] += " &"
@@ -382,6 +384,35 @@ class BatchScheduler(Scheduler):
         if lines[at + 1] == "":
             del lines[at + 1]
         return "\n".join(lines) + "\n"
+
+    def supervised_lines(self, spec: JobSpec, launch: list[str], stopping: bool) -> list[str]:
+        """The launch as the bash function ``_torchhpc_step``, run by the in-allocation supervisor
+        (:mod:`torchhpc.supervisor`) on N healthy nodes per attempt, restarted by policy."""
+        from torchhpc.jobdir.log_wiring import LOG_VAR
+
+        text = "\n".join(launch)
+        helpers = [v for v in (LOG_VAR, SHIM_VAR) if v in text]
+        lines = [
+            f"# Under the in-allocation supervisor (docs/resilience.md): {spec.nodes} of the allocation's "
+            f"{spec.nodes + spec.spares} nodes per attempt;",
+            "# it checks the step's nodes every 2 s and restarts after a node failure, hang or network error.",
+            "_torchhpc_step() {",
+        ]
+        for line in launch:
+            lines += ["  " + x[2:] for x in wrap_command(line, launch_breaks(line, spec))]
+        lines += ["}", "export -f _torchhpc_step" + (f"; export {' '.join(helpers)}" if helpers else "")]
+        python = sys.executable if spec.container is not None else default_python(spec)
+        argv = [python, "-m", "torchhpc.supervisor", "--job-dir", Raw('"${TORCHHPC_RANKS_DIR%/ranks}"'),
+                "--nodes", str(spec.nodes), "--nproc-per-node", str(spec.nproc_per_node),
+                "--launcher", str(spec.launcher), "--max-restarts", str(spec.max_restarts)]
+        if spec.hang_timeout:
+            argv += ["--hang-timeout", f"{spec.hang_timeout:g}"]
+        if spec.requeue:
+            argv.append("--requeue")
+        line = join(argv)
+        wrapped = [x[2:] for x in wrap_command(line, [split_words(line).index("--nodes")])]
+        wrapped[-1] += " &" if stopping else ""
+        return [*lines, *wrapped]
 
     def helper_section(self, spec: JobSpec, launch: list[str]) -> list[str]:
         """What ``main()`` calls, defined once: rendezvous, the stop protocol, the log wrapper, the task shim."""
@@ -401,11 +432,33 @@ class BatchScheduler(Scheduler):
         if SHIM_VAR in text:
             shim = TrustedScript(launcher_of(spec).task_shim)
             lines += ["", self.shim_comment, f"{SHIM_VAR}={quote(shim)}"]
+        end_dir = self.end_dir_words(spec)
+        if end_dir:
+            from torchhpc.jobdir.endmark import end_lines
+
+            lines += ["", *end_lines(end_dir, self.restart_ref, cancel_trap=not stopping)]
         lines.append("")
+        if end_dir:
+            lines.append("_torchhpc_end_arm  # the EXIT trap that writes end.json")
         if stopping and self.traps_first:  # a warning that comes early must not kill the shell by default action
             lines.append("_torchhpc_arm_stop  # before main: Slurm may warn before main's first line")
         lines.append('main "$@"')
         return lines
+
+    # the scheduler's restart count as the batch shell sees it (the end marker's "restart")
+    restart_ref: ClassVar[str] = "0"
+
+    def end_dir_words(self, spec: JobSpec) -> str | None:
+        """Shell words for the job's directory, where the script leaves its end marker
+        (:mod:`~torchhpc.jobdir.endmark`); None: no directory known to the script, no marker."""
+        return None
+
+    def end_dir(self, job_id: str) -> str | None:
+        """Where this job's end marker appears, when this machine sees the job's output directory."""
+        from torchhpc.jobdir.logs import task_record
+
+        d = task_record(self.name, job_id).job_dir
+        return d if d and os.path.isdir(os.path.dirname(d)) else None
 
     def helper_lines(self, spec: JobSpec) -> list[str]:
         """A backend's own helpers (e.g. Slurm's port probe), after the shared ones."""
@@ -508,6 +561,7 @@ class BatchScheduler(Scheduler):
             nproc_per_node=spec.nproc_per_node,
             script=script,
             **self.record(spec),
+            **dependency_record(spec),
         ))
         return job_id
 

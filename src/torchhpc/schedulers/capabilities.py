@@ -46,7 +46,10 @@ CAPABILITIES: dict[str, str] = {
     "supports_container_options": "host container options (--bind, --container-env, --cleanenv)",
     "supports_setup": "a profile's setup lines (module load ...) before the ranks start",
     "supports_interactive_shell": "an interactive allocation (torchhpc shell)",
+    "supports_dependencies": "start after other jobs (--after-ok, --after-any, --after-fail; torchhpc pipeline)",
     "supports_rank_probe": "a probe on every node of a running job (torchhpc top, the stacks of --hang-timeout)",
+    "supports_spares": "spare nodes in the allocation and the in-allocation supervisor (--spares)",
+    "supports_restarts": "restarts after a node failure, hang or network error (--max-restarts)",
 }
 
 
@@ -84,6 +87,15 @@ def _cpus_per_gpu_to_cpus(name: str, spec: JobSpec) -> tuple[JobSpec, str]:
         f"--cpus-per-proc {per_proc} ({spec.gpus_per_node} GPU(s) over {spec.nproc_per_node} process(es))"
     )
 
+
+# Why --spares is refused, per scheduler: the docs' and the error's words.
+SPARES_WHY = {
+    "local": "the local scheduler runs on this machine only, there is no other node to move to",
+    "pbs": "the PBS body launches through pbsdsh/mpirun over $PBS_NODEFILE, and PBS gives the supervisor no "
+           "per-node liveness check or step placement it can trust (no slurmd to probe, no srun --nodelist)",
+    "kubernetes": "pods are rescheduled by the cluster onto healthy nodes; a spare pod would only idle",
+    "runai": "RunAI schedules pods on healthy nodes itself; a spare pod would only idle",
+}
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -162,6 +174,31 @@ RULES: tuple[Rule, ...] = (
         refuse=lambda n, s: (
             f"--bind/--container-env/--cleanenv: the {n} scheduler runs pods, whose runtime is the cluster's",
             "mount volumes with --opt pvc=CLAIM:/path, pass variables with --env, and drop --cleanenv",
+        ),
+        otherwise="refused",
+    ),
+    Rule(
+        "--spares", "supports_spares", lambda s: s.spares > 0,
+        refuse=lambda n, s: (
+            f"--spares {s.spares}: {SPARES_WHY.get(n, f'the {n} scheduler has no allocation to keep spare nodes in')}",
+            "drop --spares (--max-restarts still restarts where the scheduler can), or pick --scheduler slurm",
+        ),
+        otherwise="refused, with the reason (docs/resilience.md)",
+    ),
+    Rule(
+        "--max-restarts", "supports_restarts", lambda s: s.max_restarts > 0,
+        refuse=lambda n, s: (
+            f"--max-restarts {s.max_restarts}: the {n} scheduler has no restart this job could use",
+            "drop --max-restarts, or pick --scheduler slurm (in the allocation) or kubernetes --opt api=pytorchjob",
+        ),
+        otherwise="refused",
+    ),
+    Rule(
+        "--after-ok, --after-any, --after-fail", "supports_dependencies", lambda s: bool(s.after),
+        refuse=lambda n, s: (
+            f"{s.after[0].flag} {s.after[0].job_id}: the {n} scheduler cannot hold a job until another ends",
+            "submit it once the other job has ended (torchhpc wait HANDLE && torchhpc run ...), "
+            "or pick --scheduler slurm, pbs or local",
         ),
         otherwise="refused",
     ),

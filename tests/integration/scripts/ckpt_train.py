@@ -47,10 +47,13 @@ p.add_argument("--sleep-first-attempt-only", action="store_true")
 p.add_argument("--ckpt-every", type=int, default=1000)
 p.add_argument("--kill-at", type=int, default=-1, help="rank 1 SIGKILLs itself after this step")
 p.add_argument("--slow-save-at", type=int, default=-1, help="rank 0's fsync of this step's checkpoint takes 60 s")
+p.add_argument("--fixed-buckets", action="store_true",
+               help="keep DDP's first gradient buckets (no rebuild after step 1): with more than 2 ranks a resumed "
+                    "run must sum gradients in the same order as an uninterrupted one to end bit-identical")
 p.add_argument("--pg-timeout", type=float, default=60.0, help="process-group timeout (s): a lost peer fails, not hangs")
 a = p.parse_args()
 
-restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+restarts = int(os.environ.get("TORCHHPC_RESTART_COUNT") or os.environ.get("SLURM_RESTART_COUNT") or 0)
 sleep = a.sleep if (restarts == 0 or not a.sleep_first_attempt_only) else 0.0
 ctx = thd.init(timeout=timedelta(seconds=a.pg_timeout))
 rank = ctx.rank
@@ -67,7 +70,9 @@ with torch.no_grad():  # identical start on every rank, independent of the per-r
     g = torch.Generator().manual_seed(0)
     for prm in model.parameters():
         prm.copy_(torch.randn(prm.shape, generator=g) * 0.1)
-ddp = DDP(model) if ctx.world_size > 1 else model
+# find_unused_parameters: DDP never rebuilds its buckets then (the rebuild after the first step orders
+# gradients by arrival, which a resumed run's first step sees anew: a different sum order on 3+ ranks).
+ddp = DDP(model, find_unused_parameters=a.fixed_buckets) if ctx.world_size > 1 else model
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 state = checkpoint.resume(a.ckpt, model=model, optimizer=opt)
 start = int(state.get("step", 0))

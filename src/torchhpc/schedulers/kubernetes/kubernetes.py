@@ -139,7 +139,9 @@ def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
     replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": restart, "template": template}}
     if spec.nodes > 1:
         replicas["Worker"] = {"replicas": spec.nodes - 1, "restartPolicy": restart, "template": template}
-    run_policy: dict[str, Any] = {"cleanPodPolicy": "None", "backoffLimit": int(opts.get("backoff_limit", "0"))}
+    # --max-restarts is runPolicy.backoffLimit (the larger of the two, when both are given)
+    backoff = max(int(opts.get("backoff_limit", "0")), spec.max_restarts)
+    run_policy: dict[str, Any] = {"cleanPodPolicy": "None", "backoffLimit": backoff}
     if spec.time_seconds:
         run_policy["activeDeadlineSeconds"] = spec.time_seconds
     labels = {"app.kubernetes.io/managed-by": "torchhpc"}
@@ -176,6 +178,8 @@ class KubernetesScheduler(Scheduler):
     supports_cpus_per_gpu = False
     supports_container_options = True
     supports_setup = True
+    supports_restarts = True  # PyTorchJob runPolicy.backoffLimit; a TrainJob refuses it (_check)
+    supports_dependencies = False  # no Job dependency in the Kubeflow APIs: refused (docs/capabilities.md)
     runs_in_pods = True
     OPTIONS = declare(
         Option("api", "what to render: a Kubeflow Trainer v2 TrainJob, or a training-operator v1 PyTorchJob",
@@ -212,6 +216,12 @@ class KubernetesScheduler(Scheduler):
             raise SpecError(
                 f"--launcher {spec.launcher}: a TrainJob's torch runtime starts torchrun in each pod, nothing else",
                 "drop --launcher (torchrun is the default), or use --scheduler slurm/pbs for srun/mpirun",
+            )
+        if opts.get("api", "trainjob") == "trainjob" and spec.max_restarts:
+            raise SpecError(
+                f"--max-restarts {spec.max_restarts}: a TrainJob (trainer.kubeflow.org/v1alpha1) has no restart "
+                "count for the whole job",
+                "add --opt api=pytorchjob (it maps --max-restarts to runPolicy.backoffLimit), or drop --max-restarts",
             )
         if opts.get("api", "trainjob") == "pytorchjob":
             c = spec.container

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from torchhpc.errors import SchedulerError
-from torchhpc.jobdir.record import new_record, record_dir, save_record
+from torchhpc.jobdir.record import dependency_record, new_record, record_dir, save_record
 from torchhpc.schedulers.api import JobStatus, Submission
 
 __all__ = ["LocalJobs", "job_dir"]
@@ -109,21 +109,45 @@ class LocalJobs:
     # Popen objects of supervisors this process started: polled so they do not linger as zombies.
     _children: ClassVar[dict[str, subprocess.Popen[bytes]]] = {}
 
-    def submit(self, submission: Submission) -> str:
+    def _create(self, submission: Submission, **values: Any) -> tuple[str, Path, dict[str, Any]]:
+        """A new job directory with its record, in both stores (``values`` go into the local one)."""
         job_id = uuid.uuid4().hex[:10]
         d = job_dir(job_id)
         d.mkdir(parents=True, exist_ok=False)
-        with open(d / SUBMISSION, "wb") as f:
-            pickle.dump(submission, f)
         spec = submission.spec
         record: dict[str, Any] = {
             "scheduler": "local", "job_id": job_id, "name": spec.name, "state": "PENDING",
             "nproc_per_node": spec.nproc_per_node, "submitted": time.time(), "cwd": os.getcwd(),
+            **dependency_record(spec), **values,
         }
         write_state(d, record)
         # The shared record store too, so `torchhpc logs` finds the file and reads its [rankN]: prefixes.
         save_record(new_record("local", job_id, name=spec.name, launcher="local", output_path=str(d / LOG),
-                               nproc_per_node=spec.nproc_per_node))
+                               nproc_per_node=spec.nproc_per_node, **dependency_record(spec)))
+        return job_id, d, record
+
+    def start_here(self, submission: Submission) -> tuple[str, Path]:
+        """A record for a run this process supervises itself (a foreground ``torchhpc run``): (id, output.log).
+
+        Its output is kept in ``output.log`` like a background job's, so ``logs``, ``diagnose`` and the
+        hang watch read a foreground run the same way; ``cancel`` sends SIGTERM to this process alone
+        (never to its process group: that may be the user's shell pipeline).
+        """
+        job_id, d, _record = self._create(submission, state="RUNNING", pid=os.getpid(), started=time.time(),
+                                          foreground=True)
+        return job_id, d / LOG
+
+    def end_here(self, job_id: str, state: str, exit_code: int, reason: str) -> None:
+        """The end of a run :meth:`start_here` recorded."""
+        d = job_dir(job_id)
+        rec = read_state(d)
+        rec.update(state=state, exit_code=exit_code, reason=reason, ended=time.time())
+        write_state(d, rec)
+
+    def submit(self, submission: Submission) -> str:
+        job_id, d, record = self._create(submission)
+        with open(d / SUBMISSION, "wb") as f:
+            pickle.dump(submission, f)
         with open(d / LOG, "wb") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "torchhpc.schedulers.local.supervise", str(d)],
@@ -186,10 +210,14 @@ class LocalJobs:
         st = self.status(job_id)
         if st.terminal:
             return
-        pid = _pid(read_state(d), d)
+        rec = read_state(d)
+        pid = _pid(rec, d)
         if pid and _alive(pid):
             try:
-                os.killpg(pid, signal.SIGTERM)  # the supervisor leads its own session
+                if rec.get("foreground"):  # a foreground run: its process, which stops its ranks itself
+                    os.kill(pid, signal.SIGTERM)
+                else:
+                    os.killpg(pid, signal.SIGTERM)  # the supervisor leads its own session
             except ProcessLookupError:
                 pass
         else:

@@ -206,6 +206,7 @@ class LocalScheduler(Scheduler):
     supports_cpus_per_gpu = False
     supports_rank_probe = True
     runs_here = True
+    queries_controller = False  # status reads the job's own record file
 
     def rank_match(self, job_id: str) -> dict[str, str]:
         return {"TORCHELASTIC_RUN_ID": f"local-{job_id}"}  # the run id each rank's environment carries
@@ -272,12 +273,30 @@ class LocalScheduler(Scheduler):
         self._fixed(submission.spec)
         return LocalJobs().submit(submission)
 
+    def start_here(self, submission: Submission) -> tuple[str, str]:
+        """A record and job directory for a foreground run this process supervises: (id, its output.log)."""
+        job_id, log = LocalJobs().start_here(submission)
+        return job_id, str(log)
+
+    def end_here(self, job_id: str, state: str, exit_code: int, reason: str) -> None:
+        """The end of a run :meth:`start_here` recorded."""
+        LocalJobs().end_here(job_id, state, exit_code, reason)
+
     def status(self, job_id: str) -> JobStatus:
         """A foreground run this process scheduled, else a background job's record."""
         st = self._finished.get(job_id)
         if st is not None:
             return st
         return LocalJobs().status(job_id)
+
+    def end_dir(self, job_id: str) -> str | None:
+        """A background job's directory, where its supervisor leaves the end marker."""
+        if job_id in self._finished:
+            return None
+        from torchhpc.schedulers.local.jobs import job_dir
+
+        d = job_dir(job_id)
+        return str(d) if d.is_dir() else None
 
     def logs(self, job_id: str, rank: int | None = None) -> str:
         if job_id in self._finished:
@@ -307,9 +326,18 @@ class LocalScheduler(Scheduler):
         stdout: Optional[IO[str]] = None,
         stderr: Optional[IO[str]] = None,
         run_id: str | None = None,
+        dependencies: bool = True,
+        log: Optional[IO[str]] = None,
     ) -> int:
-        """Start every rank, relay its output, stop all when one fails; 0 or :class:`JobFailed`."""
+        """Start every rank, relay its output, stop all when one fails; 0 or :class:`JobFailed`.
+
+        With ``--after-*`` jobs it first waits for them (``dependencies``; the background
+        supervisor waits itself, recording why), and refuses to start when one can never be met.
+        ``log`` receives every rank's prefixed lines as well (a foreground run's ``output.log``).
+        """
         spec = submission.spec
+        if spec.after and dependencies:
+            self._wait_dependencies(spec, stderr or sys.stderr)
         if spec.array is not None:  # one run per task (local/array.py)
             from torchhpc.schedulers.local.array import run_array
 
@@ -337,8 +365,23 @@ class LocalScheduler(Scheduler):
             rank0_only=rank0_only,
             grace=grace,
             poll=self.poll,
+            log=log,
         )
         return job.run()
+
+    def _wait_dependencies(self, spec: JobSpec, err: IO[str]) -> None:
+        from torchhpc.schedulers.depend import DependencyState, wait_dependencies
+
+        def say(states: list[DependencyState]) -> None:
+            print("torchhpc: waiting: " + "; ".join(s.line() for s in states if s.verdict == "waiting"),
+                  file=err, flush=True)
+
+        never = wait_dependencies(self, spec.after, progress=say)
+        if never:
+            raise JobFailed(
+                "DependencyNeverSatisfied: " + "; ".join(s.line() for s in never),
+                "the job did not start; `torchhpc logs` of the job it depends on says why that one failed",
+            )
 
     @staticmethod
     def _fixed(spec: JobSpec) -> dict[str, str]:

@@ -13,11 +13,16 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from torchhpc.errors import JobFailed
+from torchhpc.jobdir.endmark import write_end
 from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.local.jobs import SUBMISSION, read_state, write_state
 from torchhpc.schedulers.local.local import LocalScheduler
+
+if TYPE_CHECKING:
+    from torchhpc.schedulers.depend import DependencyState
 
 __all__ = ["supervise"]
 
@@ -32,12 +37,31 @@ def supervise(d: Path) -> int:
     with open(d / SUBMISSION, "rb") as f:
         submission: Submission = pickle.load(f)
     rec = read_state(d)
-    rec.update(state="RUNNING", pid=os.getpid(), started=time.time())
+    rec.update(pid=os.getpid())
     write_state(d, rec)
     os.chdir(str(rec.get("cwd") or "."))
     state, code, reason = "COMPLETED", 0, ""
     try:
-        LocalScheduler().run(submission, run_id="local-" + d.name, stdout=sys.stdout, stderr=sys.stdout)
+        if submission.spec.after:
+            never = _wait(d, submission)
+            if never:
+                rec = read_state(d)
+                # Slurm's words (the status line's reason); which dependency failed: status's dependency lines
+                rec.update(state="CANCELLED", exit_code=None, reason="DependencyNeverSatisfied", ended=time.time())
+                write_state(d, rec)
+                print(f"torchhpc: {never}", file=sys.stderr, flush=True)
+                return 1
+    except JobFailed as e:  # cancelled while it waited
+        rec = read_state(d)
+        rec.update(state="CANCELLED", exit_code=e.exit_code, reason=e.message, ended=time.time())
+        write_state(d, rec)
+        return e.exit_code
+    rec = read_state(d)
+    rec.update(state="RUNNING", reason="", started=time.time())
+    write_state(d, rec)
+    try:
+        LocalScheduler().run(submission, run_id="local-" + d.name, stdout=sys.stdout, stderr=sys.stdout,
+                             dependencies=False)
     except JobFailed as e:
         state = "CANCELLED" if e.message.startswith("interrupted") else "FAILED"
         code, reason = e.exit_code, e.message
@@ -45,10 +69,26 @@ def supervise(d: Path) -> int:
     except Exception as e:  # recorded, never left as RUNNING
         state, code, reason = "FAILED", 1, f"{type(e).__name__}: {e}"
         print(f"torchhpc: {reason}", file=sys.stderr, flush=True)
+    ended = time.time()
     rec = read_state(d)
-    rec.update(state=state, exit_code=code, reason=reason, ended=time.time())
+    rec.update(state=state, exit_code=code, reason=reason, ended=ended)
     write_state(d, rec)
+    write_end(str(d), state, code, ended)  # after the record: a waiter that sees the marker reads the final record
     return code
+
+
+def _wait(d: Path, submission: Submission) -> str:
+    """PENDING, its reason naming what it waits for, until the dependencies are met: "" then, else
+    the reason it can never start (``DependencyNeverSatisfied: ...``, Slurm's word)."""
+    from torchhpc.schedulers.depend import wait_dependencies
+
+    def waiting(states: list[DependencyState]) -> None:
+        rec = read_state(d)
+        rec.update(state="PENDING", reason="Dependency")  # Slurm's word; status lists what it waits for
+        write_state(d, rec)
+
+    never = wait_dependencies(LocalScheduler(), submission.spec.after, progress=waiting)
+    return "DependencyNeverSatisfied: " + "; ".join(s.line() for s in never) if never else ""
 
 
 if __name__ == "__main__":

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Optional
 
+from torchhpc.core.depend import dependency_value
 from torchhpc.core.shell import Raw, directive, join
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import parse_size
@@ -35,6 +37,7 @@ from torchhpc.schedulers.api import JobStatus, Submission
 from torchhpc.schedulers.batch import BatchScheduler, in_container, job_env_names, torchrun_command
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pbs.parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
+from torchhpc.schedulers.pending import Pending
 from torchhpc.schedulers.script import default_python, script_path
 
 __all__ = ["PORT_EXPR", "PBSScheduler", "job_name", "pbs_size", "pbs_walltime"]
@@ -180,6 +183,8 @@ class PBSScheduler(BatchScheduler):
             lines.append(directive("#PBS", "-t" if torque else "-J", arr.slurm() if torque else arr.pbs_pro()))
         if spec.time_seconds:
             lines.append(directive("#PBS", "-l", f"walltime={pbs_walltime(spec.time_seconds)}"))
+        if spec.after:  # PBS deletes a job whose dependency can never be met (an afterok of a failed job)
+            lines.append(directive("#PBS", "-W", "depend=" + dependency_value(spec.after)))
         for key, flag in (("account", "-A"), ("queue", "-q")):
             if opts.get(key):
                 lines.append(directive("#PBS", flag, _word(opts[key], key)))
@@ -268,6 +273,14 @@ class PBSScheduler(BatchScheduler):
             *make_ranks_dir_lines(script_path(spec, self.suffix), "$_torchhpc_jobnum"),
         ]
 
+    def end_dir_words(self, spec: JobSpec) -> str | None:
+        """The job's directory, where it has one (mpirun, not an array: :meth:`log_lines`), for its end marker."""
+        if launcher_of(spec).per_node or spec.array is not None:
+            return None
+        from torchhpc.jobdir.endmark import quoted_dir
+
+        return quoted_dir(os.path.splitext(script_path(spec, self.suffix))[0] + "-", "${PBS_JOBID%%[!0-9]*}")
+
     def schedule(self, submission: Submission) -> str:
         """qsub, then remember the job's directory (its name holds the job number) for ``logs``."""
         job_id = super().schedule(submission)
@@ -338,11 +351,37 @@ class PBSScheduler(BatchScheduler):
             "check the job id and the output file",
         )
 
+    def explain_pending(self, st: JobStatus) -> Optional[Pending]:
+        """Why a queued job waits, from the qstat -f attributes ``status`` read (schedulers/pbs/pending.py)."""
+        if st.state != "PENDING" or not st.raw:
+            return None
+        from torchhpc.schedulers.pbs.pending import classify
+
+        return classify(st.job_id, st.raw)
+
     def status(self, job_id: str) -> JobStatus:
         found = find_job(self._qstat(job_id), job_id)
         if found is None:
             raise self._unknown(job_id)
         return status_from_attrs(*found)
+
+    def query_many(self, ids: Sequence[str]) -> dict[str, JobStatus]:
+        """One ``qstat -x -f -F json ID...`` for all (an unknown id is left out: qstat says so on
+        stderr and answers for the others); Torque's qstat without JSON: one question each."""
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return {}
+        done = self.runner.run(["qstat", "-x", "-f", "-F", "json", *wanted], check=False, timeout=60, hint=self.query_hint)
+        try:
+            jobs = parse_qstat_json(done.stdout)
+        except (SchedulerError, ValueError):
+            return super().query_many(wanted)
+        out: dict[str, JobStatus] = {}
+        for job_id in wanted:
+            found = find_job(jobs, job_id)
+            if found is not None:
+                out[job_id] = status_from_attrs(*found)
+        return out
 
     def cancel(self, job_id: str) -> None:
         # -W force would skip the epilogue; plain qdel lets PBS clean up the nodes.

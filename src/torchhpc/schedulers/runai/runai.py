@@ -111,6 +111,7 @@ class RunAIScheduler(Scheduler):
     supports_cpus_per_gpu = False
     supports_container_options = False
     supports_setup = False
+    supports_dependencies = False  # runai submit has no dependency flag: refused (docs/capabilities.md)
     runs_in_pods = True
     OPTIONS = declare(
         Option("cli", "which runai CLI: v2 (`runai training pytorch submit`) or v1 (`runai submit-dist pytorch`)",

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from torchhpc.core.depend import dependency_value
 from torchhpc.core.proc import Runner
 from torchhpc.core.shell import Raw, directive, join, quote
 from torchhpc.core.spec import JobSpec
@@ -123,6 +124,8 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     submit_command = "sbatch"
     supports_interactive_shell = True  # salloc (torchhpc shell)
     supports_rank_probe = True  # srun --overlap into the allocation
+    supports_spares = True  # the in-allocation supervisor (torchhpc.supervisor, docs/resilience.md)
+    supports_restarts = True
     env_options: ClassVar[Mapping[str, str]] = {"account": "SBATCH_ACCOUNT"}
     suffix = ".sbatch"
     how_to_submit = "sbatch <this file>  (or: torchhpc run --scheduler slurm ...)"
@@ -175,7 +178,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         """What the job asks Slurm for, as (flag, value) pairs (value None: a bare flag): the one
         source of ``#SBATCH`` resource lines and of ``salloc``'s flags (``torchhpc shell``)."""
         pairs: list[tuple[str, object]] = [
-            ("nodes", spec.nodes),
+            ("nodes", spec.nodes + spec.spares),
             ("ntasks-per-node", launcher_of(spec).tasks_per_node(spec)),
             ("cpus-per-task", self._cpus(spec)),
         ]
@@ -201,6 +204,10 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         if arr is not None:
             pairs.append(("array", arr.slurm()))
         pairs.append(("output", output_pattern(spec)))
+        if spec.after:
+            # kill-on-invalid-dep: a dependency that can never be met (--after-ok of a failed job) ends this job,
+            # reason DependencyNeverSatisfied, instead of leaving it pending forever (core/depend.py).
+            pairs += [("dependency", dependency_value(spec.after)), ("kill-on-invalid-dep", "yes")]
         stop = spec.stop_signal_seconds
         if stop:
             # B: only the batch shell gets it: no rank, torchrun agent or NCCL ever sees USR2.
@@ -210,6 +217,8 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         lines = [directive("#SBATCH", k, v) for k, v in pairs]
         if spec.requeue:
             lines.append(directive("#SBATCH", "requeue"))
+        if spec.supervised:  # a failed node must not end the job: the supervisor goes on without it
+            lines.append(directive("#SBATCH", "no-kill"))
         if parse_bool(opts["exclusive"], "exclusive"):
             lines.append(directive("#SBATCH", "exclusive"))
         for flag in (opts.get("sbatch_extra") or "").split():
@@ -226,11 +235,15 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         if spec.option("cpu_bind"):
             extra_srun = [f"--cpu-bind={spec.option('cpu_bind')}", *extra_srun]
         launcher = launcher_of(spec)
+        if spec.supervised:  # each attempt on the supervisor's N nodes (batch.supervised_lines)
+            tasks = spec.nodes * launcher.tasks_per_node(spec)
+            extra_srun = [f"--nodes={spec.nodes}", f"--ntasks={tasks}", Raw('--nodelist="$TORCHHPC_STEP_NODES"'),
+                          *extra_srun]
         if launcher.per_node:
-            cmd = torchrun_command(
-                spec, python, nnodes=Raw('"$SLURM_NNODES"'), rdzv_id=Raw('"$SLURM_JOB_ID"'),
-                worker_shim=Raw(f'"${SHIM_VAR}"'),
-            )
+            nnodes, rdzv_id = Raw('"$SLURM_NNODES"'), Raw('"$SLURM_JOB_ID"')
+            if spec.supervised:
+                nnodes, rdzv_id = Raw(str(spec.nodes)), Raw('"$SLURM_JOB_ID-$TORCHHPC_RESTART_COUNT"')
+            cmd = torchrun_command(spec, python, nnodes=nnodes, rdzv_id=rdzv_id, worker_shim=Raw(f'"${SHIM_VAR}"'))
             cmd = torchrun_per_rank(cmd)
             step = srun_argv(1, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
             return [join([*step, *_wrap(spec, cmd)])]
@@ -239,12 +252,13 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             step = srun_argv(spec.nproc_per_node, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
             return [join([*step, *_per_rank(spec, _wrap(spec, rank_cmd))])]
         # mpirun: one launcher process in the batch step, OpenMPI starts its daemons through Slurm.
-        mpi = mpirun_argv(
-            Raw('"$SLURM_NTASKS"'),
-            spec.nproc_per_node,
-            export=[*RENDEZVOUS_VARS, "PATH", *job_env_names(spec)],
-            extra=["--tag-output", "-x", LOG_DIR_VAR],
-        )
+        np: Raw = Raw('"$SLURM_NTASKS"')
+        extra_mpi = ["--tag-output", "-x", LOG_DIR_VAR]
+        if spec.supervised:  # the supervisor's hosts, each with its slots (mpirun --host node1:2,node3:2)
+            np = Raw(str(spec.nodes * spec.nproc_per_node))
+            extra_mpi += ["-x", "TORCHHPC_RESTART_COUNT", "--host", Raw('"$TORCHHPC_STEP_HOSTS"')]
+        mpi = mpirun_argv(np, spec.nproc_per_node, export=[*RENDEZVOUS_VARS, "PATH", *job_env_names(spec)],
+                          extra=extra_mpi)
         return [join([*mpi, *_per_rank(spec, _wrap(spec, rank_cmd))])]
 
     def log_lines(self, spec: JobSpec) -> list[str]:
@@ -264,6 +278,16 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             f"export {LOG_DIR_VAR}={ranks_dir_ref(script_path(spec, self.suffix), '$SLURM_JOB_ID')}",
             f'if [ -d "${LOG_DIR_VAR}" ]; then echo "torchhpc: rank output in ${LOG_DIR_VAR}"; fi',
         ]
+
+    restart_ref = "${SLURM_RESTART_COUNT:-0}"
+
+    def end_dir_words(self, spec: JobSpec) -> str | None:
+        """The job's directory (an array task's own: ``<name>-ARRAY_TASK``), for its end marker."""
+        from torchhpc.jobdir.endmark import quoted_dir
+
+        prefix = os.path.splitext(script_path(spec, self.suffix))[0] + "-"
+        ref = "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" if spec.array is not None else "$SLURM_JOB_ID"
+        return quoted_dir(prefix, ref)
 
     def _render(self, spec: JobSpec) -> Submission:
         """Submitted held, with its output in the job's directory (made once the id is known)."""
@@ -396,7 +420,8 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             '    [ "$_torchhpc_stop_reason" = time-limit ] && echo $((_torchhpc_n + 1)) > "$_torchhpc_timeouts_file"',
             '    echo "torchhpc: step exited $_torchhpc_rc after the $_torchhpc_stop_reason stop; requeuing job $SLURM_JOB_ID'
             ' (restart ${SLURM_RESTART_COUNT:-0} -> $((${SLURM_RESTART_COUNT:-0} + 1)))"',
-            '    scontrol requeue "$SLURM_JOB_ID" || echo "torchhpc: scontrol requeue failed" >&2',
+            '    if scontrol requeue "$SLURM_JOB_ID"; then _torchhpc_end_state=REQUEUED',
+            '    else echo "torchhpc: scontrol requeue failed" >&2; fi',
             "  fi",
             "fi",
         ]

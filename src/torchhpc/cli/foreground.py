@@ -1,0 +1,95 @@
+"""A local run in the foreground (``torchhpc run -n 4 train.py``) with the same watch and verdict as any job.
+
+The ranks' output goes to the terminal as it always did, and also to a job directory like a
+background job's (``output.log`` beside a record), so that the same code serves both:
+
+* ``--hang-timeout S`` starts the hang watch in a thread of this process: after S quiet seconds
+  it reads every rank's stack, names the culprit, saves ``hang.json`` and cancels the run, as
+  ``torchhpc wait --hang-timeout`` does for a background or cluster job;
+* a failed run ends with the verdict (``diagnosis: ...``) read from that directory, not only
+  with the rank's exit code;
+* ``torchhpc logs|status|diagnose|cancel local:ID`` work on the run while it runs and after.
+
+A job array keeps the plain foreground run (its tasks are separate runs, each labelled).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any, Optional
+
+from torchhpc.cli.common import eprint
+from torchhpc.cli.follow import check_on_hang, hang_watch, print_verdict
+from torchhpc.errors import JobFailed, UsageError
+from torchhpc.schedulers.api import Submission
+
+__all__ = ["run_foreground"]
+
+WATCH_POLL_S = 1.0  # how often the watch thread looks at the ranks' last output
+
+
+def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool = False,
+                   hang_timeout: Optional[float] = None, on_hang: str = "cancel") -> int:
+    """Run ``submission`` here, in the foreground; its exit code (the failure's verdict printed on stderr)."""
+    if submission.spec.array is not None:
+        if hang_timeout:
+            raise UsageError(
+                "--hang-timeout: the tasks of a local job array are separate runs; the watch follows one run",
+                "drop --hang-timeout, or run each task on its own (--env TORCHHPC_ARRAY_INDEX=I)",
+            )
+        return int(scheduler.run(submission, rank0_only=rank0_only))
+    if hang_timeout:
+        check_on_hang(scheduler, on_hang)
+    jobs = scheduler  # the local scheduler keeps the run's record (schedulers/local/jobs.py)
+    job_id, log_path = jobs.start_here(submission)
+    done, fired = threading.Event(), threading.Event()
+    watcher: Optional[threading.Thread] = None
+    if hang_timeout:
+        def stop(_what: str) -> None:  # the same SIGTERM `torchhpc cancel` sends; the supervisor stops the ranks
+            if not done.is_set():
+                import os
+
+                fired.set()
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        watch = hang_watch(scheduler, job_id, hang_timeout, on_hang, act=stop)
+        if watch is not None:
+            watcher = threading.Thread(target=_watch_loop, args=(watch, done), daemon=True, name="hang-watch")
+            watcher.start()
+    state, code, reason, hint = "COMPLETED", 0, "", ""
+    try:
+        with open(log_path, "a", encoding="utf-8", errors="backslashreplace") as log:
+            scheduler.run(submission, rank0_only=rank0_only, run_id=f"local-{job_id}", log=log)
+    except JobFailed as e:
+        state = "CANCELLED" if e.message.startswith("interrupted") else "FAILED"
+        code, reason, hint = e.exit_code, e.message, e.hint or ""
+        if fired.is_set():  # our own SIGTERM: say who sent it
+            reason = f"the hang watch cancelled the run (--hang-timeout {hang_timeout:g})" + "".join(reason.partition(";")[1:])
+    except BaseException as e:  # recorded, never left RUNNING; the caller reports it
+        done.set()
+        jobs.end_here(job_id, "FAILED", 1, f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        done.set()
+        if watcher is not None:
+            watcher.join(timeout=10)
+    jobs.end_here(job_id, state, code, reason)
+    if state == "COMPLETED":
+        return 0
+    eprint(f"Error: {reason}")
+    if reason.startswith("interrupted by SIGINT"):  # Ctrl-C: the user knows why it ended
+        return code
+    if not print_verdict(scheduler, job_id) and hint:
+        eprint(f"HINT: {hint}")
+    return code
+
+
+def _watch_loop(watch: Any, done: threading.Event) -> None:
+    while not done.wait(WATCH_POLL_S):
+        try:
+            if watch.check("RUNNING") is not None:
+                return  # it fired once and stopped the run
+        except Exception as e:  # the watch is a courtesy: the run goes on without it
+            eprint(f"torchhpc: hang: the watch stopped: {e}")
+            return

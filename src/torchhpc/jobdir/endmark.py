@@ -1,0 +1,134 @@
+"""A job's end, left in its own directory by the job: ``<job dir>/end.json``.
+
+Why: a client waiting for a job used to ask the controller (``scontrol``) every second for as
+long as the job ran; on a shared controller that load is what sites rate-limit. The job knows
+its own end first, and its directory is on the filesystem the client shares, so the batch
+script (and the local supervisor) write the end there and the client watches that one file
+with a cheap ``stat``; the controller is asked only to confirm it (:mod:`~torchhpc.schedulers.waiting`).
+
+The file is one JSON object ``{"state", "exit_code", "time", "restart"}``: ``state`` is the
+job's own view (COMPLETED for exit 0, FAILED, CANCELLED when the scheduler ended it), a hint
+the controller confirms; ``time`` is the epoch second the batch shell saw the step end;
+``restart`` is the scheduler's restart count (a marker of an earlier run of a requeued job is
+told apart by it). It is written to a hidden temporary file and renamed over ``end.json``, so
+a reader sees the whole object or nothing. A job that is requeued from its own script writes
+none: it has not ended.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from torchhpc.core.shell import quote
+
+__all__ = ["END_FILE", "EndMark", "end_lines", "end_path", "read_end", "write_end"]
+
+END_FILE = "end.json"
+
+
+@dataclass(frozen=True)
+class EndMark:
+    """What the job wrote at its end, and which version of the file that was (``key``)."""
+
+    state: str
+    exit_code: Optional[int]
+    time: float
+    restart: int = 0
+    # (inode, mtime in ns, size): a new marker (a requeued job's next run) has another key
+    key: tuple[int, int, int] = (0, 0, 0)
+
+
+def end_path(job_dir: str) -> str:
+    return os.path.join(job_dir, END_FILE)
+
+
+def read_end(job_dir: str) -> Optional[EndMark]:
+    """The job's end marker, or None: not written (yet), or not a marker (never raises)."""
+    path = end_path(job_dir)
+    try:
+        st = os.stat(path)
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("state"), str):
+        return None
+    code = data.get("exit_code")
+    try:
+        when = float(data.get("time") or 0.0)
+        restart = int(data.get("restart") or 0)
+    except (TypeError, ValueError):
+        return None
+    return EndMark(
+        state=data["state"], exit_code=code if isinstance(code, int) else None, time=when, restart=restart,
+        key=(st.st_ino, st.st_mtime_ns, st.st_size),
+    )
+
+
+def write_end(job_dir: str, state: str, exit_code: Optional[int], when: Optional[float] = None, restart: int = 0) -> bool:
+    """Write the marker atomically (a hidden temporary file renamed over it); False when the
+    directory cannot take it (the end is then learnt from the scheduler, as before)."""
+    data = {"state": state, "exit_code": exit_code, "time": time.time() if when is None else when, "restart": restart}
+    tmp = os.path.join(job_dir, f".{END_FILE}.{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data) + "\n")
+        os.replace(tmp, end_path(job_dir))
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+    return True
+
+
+def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True) -> list[str]:
+    """The batch script's end marker: a helper, and ``_torchhpc_end_arm`` (called just before
+    ``main``) that removes an earlier run's marker and arms the EXIT trap.
+
+    ``dir_words``: shell words for the job's directory (the id expands at run time); the marker
+    is written only where that directory exists (a script submitted by hand has none).
+    ``cancel_trap``: trap SIGTERM (the scheduler ending the job) so that the EXIT trap runs and
+    says CANCELLED; off where the stop protocol traps SIGTERM itself. A requeue from the script
+    sets ``_torchhpc_end_state=REQUEUED``: no marker, the job goes on. SIGKILL leaves none: the
+    client learns that end from the scheduler, at its next (backed-off) question.
+    """
+    arm = [
+        "_torchhpc_end_arm() {",
+        f'  rm -f -- {dir_words}/{END_FILE}',
+        "  trap '_torchhpc_end $?' EXIT",
+    ]
+    if cancel_trap:
+        arm.append("  trap '_torchhpc_end_state=CANCELLED; exit 143' TERM")
+    arm.append("}")
+    return [
+        "# The job's end into its directory, <job dir>/end.json (state, exit status, time; tmp file + rename),",
+        "# from the EXIT trap: also after a failure or a cancel. Clients wait on it instead of asking the",
+        "# controller every second (docs/script.md).",
+        '_torchhpc_end_state=""',
+        "_torchhpc_end() {",
+        "  local _rc=$1 _d _t _s",
+        "  set +eu",
+        f"  _d={dir_words}",
+        '  _s=${_torchhpc_end_state:-COMPLETED}',
+        '  if [ "$_s" = REQUEUED ] || [ ! -d "$_d" ]; then return 0; fi',
+        '  case ${_torchhpc_stop_reason:-} in ended-by-slurm|terminated) _s=CANCELLED ;; esac',
+        '  if [ "$_s" = COMPLETED ] && [ "$_rc" -ne 0 ]; then _s=FAILED; fi',
+        "  _t=${EPOCHREALTIME:-$(date +%s)}",
+        "  printf '{\"state\": \"%s\", \"exit_code\": %d, \"time\": %s, \"restart\": %d}\\n' \\",
+        f'    "$_s" "$_rc" "${{_t/,/.}}" "{restart_ref}" >"$_d/.{END_FILE}.$$" 2>/dev/null \\',
+        f'    && mv -f -- "$_d/.{END_FILE}.$$" "$_d/{END_FILE}" 2>/dev/null',
+        "  return 0",
+        "}",
+        *arm,
+    ]
+
+
+def quoted_dir(prefix: str, id_ref: str) -> str:
+    """``<prefix>"<id ref>"``: the job directory's words, its fixed part quoted by core/shell."""
+    return f'{quote(prefix)}"{id_ref}"'

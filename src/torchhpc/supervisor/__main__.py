@@ -1,0 +1,33 @@
+"""``python -m torchhpc.supervisor``: run by the batch script, on the batch host (docs/resilience.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from torchhpc.supervisor.loop import Options, main
+
+
+def parse(argv: list[str]) -> Options:
+    p = argparse.ArgumentParser(
+        prog="python -m torchhpc.supervisor",
+        description="Run the batch script's launch step (the exported bash function _torchhpc_step) on N healthy "
+                    "nodes of the allocation; restart it after a node failure, hang or network error, never after "
+                    "an exception in the program. Writes <job dir>/attempts.json.",
+    )
+    p.add_argument("--job-dir", required=True, help="the job's directory (ranks/ and attempts.json)")
+    p.add_argument("--nodes", type=int, required=True, help="nodes each attempt uses (the rest are spares)")
+    p.add_argument("--nproc-per-node", type=int, default=1, help="ranks per node (mpirun's host list)")
+    p.add_argument("--launcher", default="srun", choices=("torchrun", "srun", "mpirun"))
+    p.add_argument("--max-restarts", type=int, default=0, help="restarts after a restartable failure")
+    p.add_argument("--hang-timeout", type=float, default=None, help="quiet seconds before the stacks are read")
+    p.add_argument("--requeue", action="store_true", help="when no spare is left, requeue without the failed nodes")
+    p.add_argument("--probe-every", type=float, default=2.0, help="seconds between liveness checks of the step's nodes")
+    a = p.parse_args(argv)
+    return Options(job_dir=a.job_dir, nodes=a.nodes, nproc_per_node=a.nproc_per_node, launcher=a.launcher,
+                   max_restarts=a.max_restarts, hang_timeout=a.hang_timeout, requeue=a.requeue,
+                   probe_every=a.probe_every)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(parse(sys.argv[1:])))

@@ -1,0 +1,65 @@
+"""``<job dir>/attempts.json``: one object per attempt of the launch, appended as they end.
+
+A JSON list; each object holds ``attempt`` (0, 1, ...), ``nodes`` (the step's nodes),
+``class`` (the verdict's class, ``null`` for a success), ``excluded`` (nodes excluded after it),
+``started`` and ``ended`` (epoch seconds), ``exit_code``, ``rank`` and ``detail`` (the first
+failed rank and its error line, when known). A requeued job appends to the same file, so the
+list is the job's whole history and ``TORCHHPC_RESTART_COUNT`` is its length so far.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+__all__ = ["ATTEMPTS_FILE", "Attempt", "load_attempts", "save_attempts"]
+
+ATTEMPTS_FILE = "attempts.json"
+
+
+@dataclass
+class Attempt:
+    attempt: int
+    nodes: list[str]
+    started: float
+    ended: Optional[float] = None
+    klass: Optional[str] = None
+    excluded: list[str] = field(default_factory=list)
+    exit_code: Optional[int] = None
+    rank: Optional[int] = None
+    detail: str = ""
+    slurm_job: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["class"] = d.pop("klass")
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Attempt:
+        d = dict(d)
+        d["klass"] = d.pop("class", None)
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def load_attempts(job_dir: str) -> list[dict[str, Any]]:
+    """The attempts recorded in ``job_dir`` (``[]`` when none or unreadable)."""
+    try:
+        with open(os.path.join(job_dir, ATTEMPTS_FILE)) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return []
+    return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
+
+
+def save_attempts(job_dir: str, attempts: list[dict[str, Any]]) -> None:
+    """Write the list whole, through a temporary file: a reader never sees half of it."""
+    path = os.path.join(job_dir, ATTEMPTS_FILE)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(attempts, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)

@@ -1,0 +1,299 @@
+"""The supervisor's loop: start the step, watch it, classify its end, restart or end.
+
+One attempt at a time. The step is the batch script's own launch, exported to this process as
+the bash function ``_torchhpc_step``; each attempt runs it with
+
+* ``TORCHHPC_STEP_NODES`` (``node1,node3``) and ``TORCHHPC_STEP_HOSTS`` (``node1:2,node3:2``,
+  mpirun's host list): where the launch runs (``srun --nodelist``, ``mpirun --host``);
+* ``MASTER_ADDR``: the first step node's IPv4 (the rendezvous moves when the master node died),
+  ``MASTER_PORT``: moved per attempt (a dead attempt's socket may linger);
+* ``TORCHHPC_RESTART_COUNT``: the number of attempts before this one (a requeued job's too).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Optional
+
+from torchhpc.core.proc import Runner
+from torchhpc.supervisor import nodes as nodes_mod
+from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
+from torchhpc.supervisor.policy import POLICY, action_for
+
+__all__ = ["Options", "Supervisor"]
+
+POLL_S = 0.5
+STARTING = 4  # the hang timeout's multiple allowed before an attempt's first line (see Supervisor._hang)
+
+
+@dataclass
+class Options:
+    job_dir: str
+    nodes: int
+    nproc_per_node: int
+    launcher: str
+    max_restarts: int = 0
+    hang_timeout: Optional[float] = None
+    requeue: bool = False
+    probe_every: float = 2.0
+    misses: int = 2  # failed liveness checks in a row before a node counts as dead
+
+
+@dataclass
+class Outcome:
+    klass: Optional[str]
+    rc: int
+    dead: list[str] = field(default_factory=list)
+    rank: Optional[int] = None
+    detail: str = ""
+
+
+def say(text: str) -> None:
+    print(f"torchhpc: supervisor: {text}", flush=True)
+
+
+class Supervisor:
+    def __init__(self, opts: Options, runner: Optional[Runner] = None,
+                 env: Optional[dict[str, str]] = None, clock: Callable[[], float] = time.time) -> None:
+        self.o = opts
+        self.runner = runner or Runner()
+        self.env = dict(os.environ if env is None else env)
+        self.clock = clock
+        self.job = self.env.get("SLURM_JOB_ID", "")
+        self.ranks_dir = os.path.join(opts.job_dir, "ranks")
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self) -> int:
+        allocation = nodes_mod.hostnames(self.runner, self.env.get("SLURM_JOB_NODELIST", ""))
+        port = nodes_mod.slurmd_port(self.runner)
+        history = load_attempts(self.o.job_dir)
+        excluded = {h for a in history for h in a.get("excluded", ())}
+        previous: list[str] = []
+        say(f"job {self.job}: {len(allocation)} nodes ({','.join(allocation)}), {self.o.nodes} used, "
+            f"max restarts {self.o.max_restarts}" + (f", excluded before: {','.join(sorted(excluded))}" if excluded else ""))
+        while True:
+            usable = [h for h in allocation if h not in excluded and nodes_mod.alive(h, port)]
+            dead_now = [h for h in allocation if h not in excluded and h not in usable]
+            step_nodes = nodes_mod.choose(allocation, previous, usable, self.o.nodes)
+            count = len(history)
+            if len(step_nodes) < self.o.nodes:
+                excluded |= set(dead_now)
+                return self._out_of_nodes(history, sorted(excluded), usable)
+            attempt = Attempt(attempt=count, nodes=step_nodes, started=self.clock(), slurm_job=self.job)
+            say(f"attempt {count} on {','.join(step_nodes)} (TORCHHPC_RESTART_COUNT={count})")
+            out = self._attempt(attempt, port)
+            attempt.ended, attempt.klass, attempt.exit_code = self.clock(), out.klass, out.rc
+            attempt.rank, attempt.detail = out.rank, out.detail[:300]
+            excluded |= set(out.dead)
+            attempt.excluded = sorted(excluded)
+            history.append(attempt.to_json())
+            save_attempts(self.o.job_dir, history)
+            if out.klass is None:
+                say(f"attempt {count} succeeded")
+                return 0
+            who = f" (rank {out.rank})" if out.rank is not None else ""
+            say(f"attempt {count} ended: {out.klass}{who}" + (f": {out.detail}" if out.detail else "")
+                + (f"; excluded {','.join(out.dead)}" if out.dead else ""))
+            if self._stopping():
+                say("the stop file exists (time limit or preemption): no restart")
+                return out.rc
+            action = action_for(out.klass)
+            if action != "restart":
+                say(f"not restarting after {out.klass}: {POLICY.get(out.klass, ('', 'never guessed'))[1]}")
+                return out.rc if out.rc > 0 else 1
+            if count >= self.o.max_restarts:
+                if out.dead and self.o.requeue:
+                    return self._requeue(sorted(excluded))
+                say(f"not restarting: {self.o.max_restarts} restart(s) allowed, {count} done; "
+                    f"the job ends with the {out.klass} verdict (torchhpc diagnose)")
+                return out.rc if out.rc > 0 else 1
+            previous = [h for h in step_nodes if h not in excluded]
+
+    def _out_of_nodes(self, history: list[dict[str, object]], excluded: list[str], usable: list[str]) -> int:
+        if self.o.requeue and history:
+            return self._requeue(excluded)
+        say(f"only {len(usable)} healthy node(s) ({','.join(usable) or 'none'}) for {self.o.nodes}; "
+            f"excluded: {','.join(excluded) or 'none'}: the job ends (node-failure)")
+        return 1
+
+    def _requeue(self, excluded: list[str]) -> int:
+        """No spare left: requeue the job with the failed nodes excluded (``--requeue``)."""
+        say(f"no spare left: requeuing job {self.job} without {','.join(excluded)}")
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue signals the batch step: finish the update
+        self.runner.run(["scontrol", "requeue", self.job], check=False, timeout=30)
+        done = self.runner.run(["scontrol", "update", f"JobId={self.job}", f"ExcNodeList={','.join(excluded)}"],
+                               check=False, timeout=30)
+        if done.returncode != 0:
+            say(f"could not exclude the nodes: {done.stderr.strip()}")
+        return 0
+
+    def _stopping(self) -> bool:
+        stop = self.env.get("TORCHHPC_STOP_FILE")
+        return bool(stop) and os.path.exists(stop)  # type: ignore[arg-type]
+
+    # -- one attempt -------------------------------------------------------------------------
+    def _env(self, attempt: Attempt) -> dict[str, str]:
+        env = dict(self.env)
+        base = int(env.get("TORCHHPC_BASE_PORT") or env.get("MASTER_PORT") or 29500)
+        env.update(
+            TORCHHPC_STEP_NODES=",".join(attempt.nodes),
+            TORCHHPC_STEP_HOSTS=",".join(f"{h}:{self.o.nproc_per_node}" for h in attempt.nodes),
+            TORCHHPC_RESTART_COUNT=str(attempt.attempt),
+            TORCHHPC_BASE_PORT=str(base),
+            MASTER_ADDR=nodes_mod.ipv4(attempt.nodes[0]),
+            MASTER_PORT=str(10000 + (base - 10000 + 101 * attempt.attempt) % 20000),
+            # srun's --overlap (also the srun mpirun starts its daemons with): a failed attempt's step
+            # holds its CPUs until the dead node's part of it is cleaned up, after SlurmdTimeout.
+            SLURM_OVERLAP="1",
+        )
+        return env
+
+    def _attempt(self, attempt: Attempt, port: int) -> Outcome:
+        sizes = _sizes(self.ranks_dir)
+        proc = subprocess.Popen(["bash", "-c", "_torchhpc_step"], env=self._env(attempt), start_new_session=True)
+        misses = dict.fromkeys(attempt.nodes, 0)
+        next_check = self.clock() + self.o.probe_every
+        next_hang = 0.0
+        while True:
+            try:
+                rc = proc.wait(timeout=POLL_S)
+            except subprocess.TimeoutExpired:
+                rc = None
+            if rc is not None:
+                return self._judge(rc, attempt, sizes, port)
+            now = self.clock()
+            if now >= next_check:
+                next_check = now + self.o.probe_every
+                for h in attempt.nodes:
+                    misses[h] = 0 if nodes_mod.alive(h, port, timeout=min(2.0, self.o.probe_every)) else misses[h] + 1
+                dead = [h for h, n in misses.items() if n >= self.o.misses]
+                if dead:
+                    say(f"node(s) {','.join(dead)} stopped answering (slurmd's port {port}): stopping the step")
+                    rc = self._stop(proc, grace=0.0)  # a dead node's step never ends cleanly: no grace
+                    return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable")
+            if self.o.hang_timeout and now >= next_hang:
+                hung = self._hang(attempt, now, sizes)
+                if hung is False:
+                    next_hang = now + max(10.0, self.o.hang_timeout / 2)
+                if isinstance(hung, Outcome):
+                    hung.rc = self._stop(proc)
+                    return hung
+
+    def _hang(self, attempt: Attempt, now: float, sizes: dict[str, int]) -> Outcome | bool | None:
+        """None: not quiet long enough; False: quiet but computing; an Outcome: a hang.
+
+        Until a rank of this attempt has written its first line, the attempt is starting (imports,
+        rendezvous, a checkpoint load), and a starved rank may use little CPU on a busy node: the
+        quiet time allowed is then ``STARTING`` times the hang timeout (ft_launcher likewise has a
+        longer timeout for the first heartbeat)."""
+        from torchhpc.diagnose import hang
+
+        quiet = hang.quiet_for(self.ranks_dir, now)
+        quiet = now - attempt.started if quiet is None else min(quiet, now - attempt.started)
+        limit = self.o.hang_timeout or 0.0
+        if not any(n > sizes.get(path, 0) for path, n in _sizes(self.ranks_dir).items()):
+            limit *= STARTING  # no rank wrote a byte yet (the log wrapper makes empty files first)
+        if quiet < limit:
+            return None
+        try:
+            match = {"SLURM_JOB_ID": self.job}
+            n = len(attempt.nodes)
+            argv = ["srun", "--overlap", f"--jobid={self.job}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
+                    "--kill-on-bad-exit=0", f"--nodelist={','.join(attempt.nodes)}", *hang.probe_argv(match)]
+            stacks = hang.probe_job(match, argv, self.runner)
+        except (RuntimeError, OSError) as e:
+            say(f"hang probe failed: {e}")
+            return False
+        if not stacks or any(s.cpu_s >= 0.1 for s in stacks):
+            return False
+        verdict = hang.culprit(stacks)
+        for line in hang.render(verdict, quiet):
+            print(line, flush=True)
+        if os.path.isdir(self.o.job_dir):
+            hang.save(self.o.job_dir, verdict, quiet)
+        rank = verdict.culprits[0] if verdict.culprits else None
+        return Outcome("hang", 1, rank=rank, detail=f"quiet for {quiet:.0f}s")
+
+    def _stop(self, proc: subprocess.Popen[bytes], grace: float = 5.0) -> int:
+        """End the step: TERM to the launcher's session (KILL without ``grace``), every job step of
+        ours cancelled with KILL, then KILL to what is left of the session after ``grace`` seconds."""
+        _killpg(proc.pid, signal.SIGTERM if grace else signal.SIGKILL)
+        done = self.runner.run(["squeue", "-h", "-s", "-j", self.job, "-o", "%i"], check=False, timeout=30)
+        steps = [s for s in done.stdout.split() if s.rsplit(".", 1)[-1].isdigit()]
+        if steps:
+            self.runner.run(["scancel", "--signal=KILL", *steps], check=False, timeout=30)
+        try:
+            return proc.wait(timeout=max(grace, 0.1))
+        except subprocess.TimeoutExpired:
+            _killpg(proc.pid, signal.SIGKILL)
+            return proc.wait()
+
+    def _judge(self, rc: int, attempt: Attempt, sizes: dict[str, int], port: int) -> Outcome:
+        """The step ended by itself: success, or the class its ranks' new lines show."""
+        if rc == 0:
+            return Outcome(None, 0)
+        dead = [h for h in attempt.nodes if not nodes_mod.alive(h, port)]
+        if dead:
+            return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable")
+        return _classify(self.ranks_dir, sizes, rc)
+
+
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except OSError:
+        pass
+
+
+def _sizes(ranks_dir: str) -> dict[str, int]:
+    from torchhpc.jobdir.logs import rank_files
+
+    out = {}
+    for _rank, (path, _node) in rank_files(ranks_dir).items():
+        try:
+            out[path] = os.path.getsize(path)
+        except OSError:
+            pass
+    return out
+
+
+def _classify(ranks_dir: str, sizes: dict[str, int], rc: int) -> Outcome:
+    """The attempt's class from what each rank wrote during it: the earliest rank with a cause."""
+    from torchhpc.diagnose.verdict import classify_text
+    from torchhpc.jobdir.logs import rank_files
+
+    causes: list[tuple[float, int, str, str]] = []
+    lost = False
+    for rank, (path, _node) in rank_files(ranks_dir).items():
+        try:
+            with open(path, errors="replace") as f:
+                f.seek(sizes.get(path, 0))
+                lines = f.read().splitlines()
+            mtime = os.path.getmtime(path)
+        except OSError:
+            continue
+        klass, error, _where = classify_text(lines)
+        if klass == "lost-peer":
+            lost = True
+        elif klass:
+            causes.append((mtime, rank, klass, error))
+    if causes:
+        _t, rank, klass, error = min(causes)
+        return Outcome(klass, rc, rank=rank, detail=error)
+    return Outcome("lost-peer" if lost else "unknown", rc)
+
+
+def main(opts: Options) -> int:
+    try:
+        return Supervisor(opts).run()
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # the job must end with a reason, not a bare traceback in slurm.out
+        print(f"torchhpc: supervisor: failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        return 1

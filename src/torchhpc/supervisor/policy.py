@@ -1,0 +1,34 @@
+"""What the supervisor does after each class of failure: the policy table of docs/resilience.md.
+
+The classes are the verdict's (:data:`torchhpc.diagnose.verdict.CLASSES`). A restart helps
+only where the cause is outside the program: a node, the network, a stall. A restart after an
+exception, an out-of-memory or an import error would fail the same way and burn the allocation.
+"""
+
+from __future__ import annotations
+
+__all__ = ["NEVER", "POLICY", "RESTART_CLASSES", "action_for"]
+
+# class -> (action, why); the action is "restart" or "end"
+POLICY: dict[str, tuple[str, str]] = {
+    "node-failure": ("restart", "exclude the node, go on on a spare (or requeue without it)"),
+    "hang": ("restart", "a stall (a dead peer, a stuck collective) is not in the program's logic as a rule"),
+    "network": ("restart", "rendezvous, NCCL or socket errors come from the fabric or a peer"),
+    "lost-peer": ("restart", "a rank vanished without a traceback: probe the nodes, exclude a dead one"),
+    "user-exception": ("end", "the same code fails the same way: fix it"),
+    "cuda-oom": ("end", "the same batch runs out of memory again"),
+    "host-oom": ("end", "the same job runs out of memory again"),
+    "environment": ("end", "an import error or a wrong torch does not heal by itself"),
+    "native-crash": ("end", "a crash in C++ repeats as a rule: read the rank's log"),
+    "time-limit": ("end", "the stop protocol (--signal-before, --requeue) handles the time limit"),
+    "preempted": ("end", "the stop protocol (--requeue) handles preemption"),
+    "cancelled": ("end", "someone cancelled the job"),
+    "unknown": ("end", "no evidence names a cause: nothing says a restart would help"),
+}
+RESTART_CLASSES = frozenset(k for k, (a, _w) in POLICY.items() if a == "restart")
+NEVER = frozenset(k for k, (a, _w) in POLICY.items() if a == "end")
+
+
+def action_for(klass: str) -> str:
+    """``"restart"`` or ``"end"`` for a verdict class (an unknown class ends: never guess)."""
+    return POLICY.get(klass, ("end", ""))[0]

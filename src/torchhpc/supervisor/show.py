@@ -1,0 +1,31 @@
+"""The attempts as ``status`` and ``diagnose`` show them: one line per attempt."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from torchhpc.supervisor.attempts import load_attempts
+
+__all__ = ["attempt_lines", "job_attempts"]
+
+
+def job_attempts(scheduler: str, job_id: str) -> list[dict[str, Any]]:
+    """The job's ``attempts.json`` (``[]`` for a job without the supervisor, or unknown here)."""
+    from torchhpc.jobdir.record import read_record
+
+    where = read_record(scheduler, job_id).job_dir
+    return load_attempts(where) if where else []
+
+
+def attempt_lines(attempts: list[dict[str, Any]]) -> list[str]:
+    """``attempt 0 node1,node2 02:44:14-02:45:11 node-failure (excluded node2)``."""
+    out = []
+    for a in attempts:
+        start = time.strftime("%H:%M:%S", time.localtime(float(a.get("started") or 0)))
+        end = time.strftime("%H:%M:%S", time.localtime(float(a["ended"]))) if a.get("ended") else "running"
+        klass = a.get("class") or ("succeeded" if a.get("ended") else "")
+        rank = f" rank {a['rank']}" if a.get("rank") is not None else ""
+        excluded = f" (excluded {','.join(a['excluded'])})" if a.get("excluded") else ""
+        out.append(f"  attempt {a.get('attempt')}: {','.join(a.get('nodes') or [])} {start}-{end} {klass}{rank}{excluded}")
+    return out

@@ -1,0 +1,238 @@
+"""A job that survives a node loss on its own: spares, restart by policy, requeue without the node.
+
+Every scenario runs on the real dev cluster, submitted without ``--wait`` (no client watches):
+``scripts/ckpt_train.py`` (deterministic DDP, gloo, 2 nodes x 2 ranks) under the in-allocation
+supervisor, hit by a real fault: ``torchhpc devcluster fail NODE`` (link cut, then every process
+of the node killed, slurmd and slurmstepd included), a rank that sleeps forever, an exception.
+The final parameters are compared bit for bit with an uninterrupted run. ``pytest -s`` prints a
+``RESILIENCE`` line per scenario with its figures.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+from tests.integration.conftest import SlurmClient
+from tests.integration.test_nothing_lost import assert_bit_identical, events, log_of, submit, wait_until
+
+pytestmark = pytest.mark.cluster("slurm")
+
+STEPS = 200
+EVERY = 20
+TRAIN = ["--steps", str(STEPS), "--ckpt-every", str(EVERY), "--fixed-buckets"]
+FAULT_AFTER = 100
+
+
+def devcluster(cluster: Any, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "torchhpc", "devcluster", *args, "--state-dir", cluster.state_dir],
+                          capture_output=True, text=True, timeout=120, env=cluster.client_env())
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def attempts(out: Path, name: str, job: str) -> list[dict[str, Any]]:
+    path = out / f"{name}-{job}" / "attempts.json"
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def rank0_step(out: Path, name: str, job: str) -> int:
+    text = log_of(out, name, job)
+    steps = [int(m.group(1)) for m in re.finditer(r"^step (\d+) ", text, re.M)]
+    return max(steps, default=0)
+
+
+def repeated_steps(text: str) -> int:
+    """Optimizer steps done twice: how far each attempt got beyond the step the next one started at."""
+    reached, repeated = 0, 0
+    for kind, step, _r, _t in events(text):
+        if kind == "START":
+            repeated += max(0, reached - step)
+            reached = step
+        else:
+            reached = max(reached, step)
+    return repeated
+
+
+def report(scenario: str, **figures: Any) -> None:
+    text = " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items())
+    print(f"\nRESILIENCE {scenario}: {text}", flush=True)
+
+
+@pytest.fixture(scope="module")
+def reference(slurm_cluster: Any, slurm: SlurmClient, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Final parameters of an uninterrupted 2 x 2 run of the same training."""
+    out = tmp_path_factory.mktemp("ref")
+    job = submit(slurm_cluster, out, "ref", ["-N", "2", "--nproc-per-node", "2", "--launcher", "srun"], TRAIN)
+    assert slurm.wait(job, timeout=300)["JobState"] == "COMPLETED", log_of(out, "ref", job)
+    return out / "final.pt"
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun", "mpirun"])
+def test_node_loss_with_a_spare_completes_on_its_own(
+    launcher: str, slurm_cluster: Any, slurm: SlurmClient, reference: Path, tmp_path: Path
+) -> None:
+    """One of the two working nodes (not the batch host) fails after step 100; the supervisor
+    excludes it, goes on on the spare, and the job ends COMPLETED with the uninterrupted run's
+    parameters, at most one checkpoint interval done twice."""
+    name = f"spare{launcher[:2]}"
+    job = submit(slurm_cluster, tmp_path, name,
+                 ["-N", "2", "--spares", "1", "--nproc-per-node", "2", "--max-restarts", "1"],
+                 [*TRAIN, "--sleep", "0.1"], launcher=launcher)
+    hosts = slurm.run(["scontrol", "show", "hostnames", wait_until(
+        lambda: slurm.job(job).get("NodeList") if slurm.job(job).get("JobState") == "RUNNING" else None,
+        120, "the job to start")]).stdout.split()
+    victim = hosts[1]  # hosts[0] is the batch host
+    wait_until(lambda: rank0_step(tmp_path, name, job) > FAULT_AFTER, 240, f"step {FAULT_AFTER}", every=0.1)
+    t_fault = time.time()
+    try:
+        said = devcluster(slurm_cluster, "fail", victim)
+        assert "link cut" in said and "killed" in said, said
+        info = slurm.wait(job, timeout=300)
+    finally:
+        devcluster(slurm_cluster, "revive", victim)
+    text = log_of(tmp_path, name, job)
+    assert info["JobState"] == "COMPLETED", text[-3000:]
+    tries = attempts(tmp_path, name, job)
+    assert [a["class"] for a in tries] == ["node-failure", None], tries
+    assert victim in tries[0]["excluded"] and victim not in tries[1]["nodes"], tries
+    assert hosts[2] in tries[1]["nodes"], tries  # the spare
+    assert_bit_identical(tmp_path / "final.pt", reference)
+    again = repeated_steps(text)
+    assert again <= EVERY, f"{again} steps done twice"
+    starts = [t for kind, _s, r, t in events(text) if kind == "step" and r == 1]
+    report(f"spare-{launcher}", fault_to_second_attempt_first_step_s=min(starts) - t_fault, steps_done_twice=again)
+
+
+HANG = str(REPO / "tests" / "integration" / "scripts" / "planted_hang.py")
+FAULT = str(REPO / "tests" / "integration" / "scripts" / "planted_fault.py")
+
+
+def run_plain(cluster: Any, out: Path, name: str, flags: list[str], program: list[str]) -> str:
+    """``torchhpc run --scheduler slurm`` without --wait; the job id."""
+    out.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([sys.executable, "-m", "torchhpc", "run", "--scheduler", "slurm", "--launcher", "srun",
+                           "--name", name, "--output-dir", str(out), *flags, *program],
+                          env=cluster.client_env(), cwd=out, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    m = re.search(r"Submitted slurm:(\d+)", done.stdout)
+    assert m, done.stdout
+    return m.group(1)
+
+
+def torchhpc_out(cluster: Any, *args: str, cwd: Path) -> str:
+    done = subprocess.run([sys.executable, "-m", "torchhpc", *args], env=cluster.client_env(), cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+    return done.stdout + done.stderr
+
+
+def test_a_repeating_hang_ends_with_the_hang_verdict_after_two_attempts(
+    slurm_cluster: Any, slurm: SlurmClient, tmp_path: Path
+) -> None:
+    """Rank 3 sleeps before the all_reduce the others wait in, in every attempt: the supervisor (no
+    client attached) catches it after 20 quiet seconds, runs the second attempt, and ends the job
+    with the hang verdict after exactly two."""
+    job = run_plain(slurm_cluster, tmp_path, "hang", ["-N", "2", "--nproc-per-node", "2", "--hang-timeout", "20",
+                                                       "--max-restarts", "1"], [HANG, "3"])
+    info = slurm.wait(job, timeout=600)
+    tries = attempts(tmp_path, "hang", job)
+    assert info["JobState"] == "FAILED", info
+    assert [a["class"] for a in tries] == ["hang", "hang"], tries
+    assert tries[0]["rank"] == 3, tries
+    said = torchhpc_out(slurm_cluster, "diagnose", f"slurm:{job}", cwd=tmp_path)
+    assert "diagnosis: hang" in said and "rank 3" in said, said
+    report("hang", attempts=len(tries), first_attempt_s=tries[0]["ended"] - tries[0]["started"])
+
+
+def test_a_user_exception_is_never_restarted(slurm_cluster: Any, slurm: SlurmClient, tmp_path: Path) -> None:
+    """Rank 1 raises: with --max-restarts 3 there is exactly one attempt, and the verdict names rank 1."""
+    job = run_plain(slurm_cluster, tmp_path, "exc", ["-N", "2", "--nproc-per-node", "2", "--max-restarts", "3"],
+                    [FAULT, "raise", "1"])
+    info = slurm.wait(job, timeout=300)
+    tries = attempts(tmp_path, "exc", job)
+    assert info["JobState"] == "FAILED", info
+    assert [(a["class"], a["rank"]) for a in tries] == [("user-exception", 1)], tries
+    said = torchhpc_out(slurm_cluster, "diagnose", f"slurm:{job}", cwd=tmp_path)
+    assert "user-exception" in said and "rank 1" in said, said
+    shown = json.loads(torchhpc_out(slurm_cluster, "status", f"slurm:{job}", "--json", cwd=tmp_path))
+    assert [a["class"] for a in shown["attempts"]] == ["user-exception"], shown
+
+
+def test_node_loss_without_spares_requeues_without_the_node(
+    slurm_cluster: Any, slurm: SlurmClient, reference: Path, tmp_path: Path
+) -> None:
+    """No spare: the supervisor requeues the job with the failed node excluded; the requeued job
+    runs on other nodes, resumes from the checkpoint and completes with the uninterrupted run's parameters."""
+    name = "requeue"
+    job = submit(slurm_cluster, tmp_path, name, ["-N", "2", "--nproc-per-node", "2", "--launcher", "srun",
+                                                  "--requeue", "--max-restarts", "1"], [*TRAIN, "--sleep", "0.1"],
+                 launcher="srun")
+    hosts = slurm.run(["scontrol", "show", "hostnames", wait_until(
+        lambda: slurm.job(job).get("NodeList") if slurm.job(job).get("JobState") == "RUNNING" else None,
+        120, "the job to start")]).stdout.split()
+    victim = hosts[1]
+    wait_until(lambda: rank0_step(tmp_path, name, job) > FAULT_AFTER, 240, f"step {FAULT_AFTER}", every=0.1)
+    try:
+        devcluster(slurm_cluster, "fail", victim)
+        wait_until(lambda: int(slurm.job(job).get("Restarts", "0") or 0) >= 1, 120, "the requeue")
+        assert victim in slurm.job(job).get("ExcNodeList", ""), slurm.job(job)
+        info = slurm.wait(job, timeout=400)
+    finally:
+        devcluster(slurm_cluster, "revive", victim)
+    text = log_of(tmp_path, name, job)
+    assert info["JobState"] == "COMPLETED", text[-3000:]
+    tries = attempts(tmp_path, name, job)
+    assert [a["class"] for a in tries] == ["node-failure", None], tries
+    assert victim in tries[0]["excluded"] and victim not in tries[1]["nodes"], tries
+    assert_bit_identical(tmp_path / "final.pt", reference)
+    assert repeated_steps(text) <= EVERY
+
+
+IDIOMS = str(REPO / "tests" / "integration" / "scripts" / "resume_idioms.py")
+
+
+@pytest.mark.parametrize("idiom", [
+    "checkpoint", "plain", "hf",
+    # Seen once at load average 40-80: the resume itself worked (RESUMED at=10, FINISHED at=20) but a
+    # rank's exit after Lightning's teardown stayed quiet and idle for 46 s, and the hang watch ended it.
+    pytest.param("lightning", marks=pytest.mark.xfail(strict=False, reason="a quiet exit under heavy load "
+                                                      "can read as a hang; see the comment above")),
+])
+def test_each_resume_idiom_picks_up_after_an_in_allocation_restart(
+    idiom: str, slurm_cluster: Any, slurm: SlurmClient, tmp_path: Path
+) -> None:
+    """docs/resilience.md's idioms: the first attempt hangs once step 10's checkpoint is saved; the
+    supervisor restarts the step, and the program resumes from that checkpoint by its own idiom."""
+    name = f"idiom{idiom[:2]}"
+    job = run_plain(slurm_cluster, tmp_path, name, ["-N", "1", "--nproc-per-node", "2", "--hang-timeout", "15",
+                                                     "--max-restarts", "1"], [IDIOMS, idiom, str(tmp_path / "ckpt")])
+    info = slurm.wait(job, timeout=600)
+    text = log_of(tmp_path, name, job)
+    assert info["JobState"] == "COMPLETED", text[-3000:]
+    assert [a["class"] for a in attempts(tmp_path, name, job)] == ["hang", None]
+    resumed = [int(x) for x in re.findall(r"RESUMED at=(\d+)", text)]
+    assert sorted(resumed) == [0, 10], text[-3000:]
+    assert "FINISHED at=20" in text
+
+
+def test_devcluster_fail_and_revive_say_what_they_did_and_are_idempotent(
+    slurm_cluster: Any, slurm: SlurmClient
+) -> None:
+    node = slurm_cluster.nodes[-1]
+    try:
+        first = devcluster(slurm_cluster, "fail", node)
+        assert "link cut" in first and "processes killed" in first, first
+        assert "already failed" in devcluster(slurm_cluster, "fail", node)
+    finally:
+        back = devcluster(slurm_cluster, "revive", node)
+    assert "link up" in back and "slurmd started" in back, back
+    assert "already up" in devcluster(slurm_cluster, "revive", node)
+    wait_until(lambda: slurm.run(["sinfo", "-h", "-n", node, "-o", "%T"]).stdout.strip() == "idle", 120, f"{node} idle")

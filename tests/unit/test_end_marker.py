@@ -1,0 +1,188 @@
+"""End markers and the light wait: the batch script's end helper run by a real bash (exit, failure,
+SIGTERM), the marker's reader and writer, and the wait's schedule of controller questions (a fake
+clock and a status function that counts; the real cluster's count is benchmarks/controller_load.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from torchhpc.core.spec import Entrypoint, JobSpec
+from torchhpc.jobdir.endmark import END_FILE, end_lines, quoted_dir, read_end, write_end
+from torchhpc.schedulers.api import JobStatus
+from torchhpc.schedulers.waiting import CAP, EndWatch
+
+
+def test_write_then_read_is_whole_and_leaves_no_temporary(tmp_path: Path) -> None:
+    assert read_end(str(tmp_path)) is None
+    assert write_end(str(tmp_path), "FAILED", 3, when=12.5)
+    mark = read_end(str(tmp_path))
+    assert mark is not None and (mark.state, mark.exit_code, mark.time) == ("FAILED", 3, 12.5)
+    assert sorted(os.listdir(tmp_path)) == [END_FILE]
+    (tmp_path / END_FILE).write_text("{not json")
+    assert read_end(str(tmp_path)) is None
+    assert not write_end(str(tmp_path / "missing"), "COMPLETED", 0)
+
+
+def _script(job_dir: Path, body: str, cancel_trap: bool = True) -> str:
+    lines = ["#!/bin/bash", "set -euo pipefail", *end_lines(quoted_dir(str(job_dir.parent) + "/j-", "$JOBID"),
+                                                          cancel_trap=cancel_trap),
+             "_torchhpc_end_arm", body]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(("body", "state", "code"), [
+    ("true", "COMPLETED", 0),
+    ("sh -c 'exit 3'", "FAILED", 3),
+    ("_torchhpc_end_state=REQUEUED", None, None),
+])
+def test_the_script_writes_its_end(tmp_path: Path, body: str, state: str | None, code: int | None) -> None:
+    """Also a failing command under ``set -e``: the EXIT trap writes it; a requeue from the script writes none."""
+    d = tmp_path / "j-7 x"
+    d.mkdir()
+    (d / END_FILE).write_text('{"state": "COMPLETED", "exit_code": 0, "time": 1}')  # an earlier run's: removed
+    path = tmp_path / "job.sh"
+    path.write_text(_script(d, body))
+    done = subprocess.run(["bash", str(path)], env={**os.environ, "JOBID": "7 x"}, check=False)
+    mark = read_end(str(d))
+    if state is None:
+        assert mark is None
+        return
+    assert mark is not None and (mark.state, mark.exit_code) == (state, code) and done.returncode == code
+    assert abs(mark.time - time.time()) < 60
+    assert json.loads((d / END_FILE).read_text())["restart"] == 0
+
+
+def test_a_cancel_while_the_step_runs_writes_cancelled(tmp_path: Path) -> None:
+    """SIGTERM (scancel) reaches the batch shell while its step runs: the step ends, the trap writes the end."""
+    d = tmp_path / "j-8"
+    d.mkdir()
+    path = tmp_path / "job.sh"
+    path.write_text(_script(d, "sleep 30 & wait $!"))
+    proc = subprocess.Popen(["bash", str(path)], env={**os.environ, "JOBID": "8"})
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 143
+    mark = read_end(str(d))
+    assert mark is not None and mark.state == "CANCELLED"
+
+
+def test_no_directory_no_marker_and_the_exit_status_kept(tmp_path: Path) -> None:
+    """A script submitted by hand has no job directory: nothing is written, its status is its own."""
+    path = tmp_path / "job.sh"
+    path.write_text(_script(tmp_path / "j-9", "exit 5"))
+    assert subprocess.run(["bash", str(path)], env={**os.environ, "JOBID": "9"}, check=False).returncode == 5
+    assert not (tmp_path / "j-9").exists()
+
+
+def test_slurm_and_pbs_scripts_arm_the_marker(tmp_path: Path) -> None:
+    from torchhpc.schedulers.pbs.pbs import PBSScheduler
+    from torchhpc.schedulers.slurm.slurm import SlurmScheduler
+
+    spec = JobSpec(entrypoint=Entrypoint.parse(["train.py"], python="python3"), name="t", nodes=2,
+                   launcher="srun", scheduler="slurm", output_dir=str(tmp_path))
+    text = SlurmScheduler().render_script(spec)
+    assert f'_d={tmp_path}/t-"$SLURM_JOB_ID"' in text
+    assert text.rstrip().splitlines()[-2].startswith("_torchhpc_end_arm")
+    arr = SlurmScheduler().render_script(spec.with_(array="0-3"))
+    assert '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' in arr
+    pbs = PBSScheduler().render_script(spec.with_(launcher="mpirun", scheduler="pbs"))
+    assert '"${PBS_JOBID%%[!0-9]*}"' in pbs
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _run(watch: EndWatch, clock: Clock, until: float, events: dict[float, object] | None = None) -> list[float]:
+    """Step the watch as Scheduler.wait does, on a fake clock; the times of the controller's questions."""
+    asked: list[float] = []
+    while clock.now < until and not watch.ended:
+        before = watch.calls
+        watch.step()
+        if watch.calls > before:
+            asked.append(clock.now)
+        clock.now += max(watch.pause(), 0.01)
+        for at, fn in list((events or {}).items()):
+            if clock.now >= at:
+                fn()  # type: ignore[operator]
+                del events[at]  # type: ignore[union-attr]
+    return asked
+
+
+def test_a_long_wait_asks_at_most_twice_a_minute_after_the_first(tmp_path: Path) -> None:
+    clock = Clock()
+    watch = EndWatch(lambda: JobStatus("1", "RUNNING"), str(tmp_path), clock=clock)
+    asked = _run(watch, clock, 300.0)
+    assert len([t for t in asked if t < 60]) <= 6
+    late = [t for t in asked if t >= 60]
+    assert late and all(b - a >= CAP - 0.01 for a, b in zip(late, late[1:]))
+    assert len([t for t in asked if 60 <= t < 120]) <= 2
+
+
+def test_without_a_visible_directory_it_polls_as_before() -> None:
+    clock = Clock()
+    watch = EndWatch(lambda: JobStatus("1", "RUNNING"), None, poll=1.0, clock=clock)
+    assert len(_run(watch, clock, 60.0)) >= 55
+
+
+def test_a_marker_is_confirmed_at_once_and_returned_within_a_stat_poll(tmp_path: Path) -> None:
+    clock = Clock()
+    state = {"s": "RUNNING"}
+    watch = EndWatch(lambda: JobStatus("1", state["s"], exit_code=None), str(tmp_path), clock=clock)
+
+    def end() -> None:
+        write_end(str(tmp_path), "FAILED", 4)
+        state["s"] = "FAILED"
+
+    asked = _run(watch, clock, 300.0, {100.0: end})
+    assert watch.ended and watch.last is not None
+    assert watch.last.state == "FAILED" and watch.last.exit_code == 4  # the marker's code where scontrol gave none
+    assert asked[-1] - 100.0 <= 0.15
+
+
+def test_running_after_the_marker_is_the_end_in_the_markers_words(tmp_path: Path) -> None:
+    """The controller hears of the batch shell's exit a moment after the marker: one question confirms it."""
+    clock = Clock()
+    watch = EndWatch(lambda: JobStatus("1", "RUNNING", nodes="node1"), str(tmp_path), clock=clock)
+    watch.step()  # first question: RUNNING
+    write_end(str(tmp_path), "FAILED", 2)
+    asked = _run(watch, clock, 10.0)
+    assert watch.ended and watch.last is not None
+    assert (watch.last.state, watch.last.exit_code, watch.last.nodes) == ("FAILED", 2, "node1")
+    assert len(asked) == 1 and asked[0] <= 0.15
+
+
+def test_a_marker_of_an_earlier_run_is_told_by_the_restart_count(tmp_path: Path) -> None:
+    clock = Clock()
+    write_end(str(tmp_path), "CANCELLED", 143, restart=0)
+    watch = EndWatch(lambda: JobStatus("1", "RUNNING", restarts=1), str(tmp_path), clock=clock)
+    _run(watch, clock, 100.0)
+    assert not watch.ended
+
+
+def test_a_requeued_jobs_old_marker_is_ignored_until_the_next_run_writes_its_own(tmp_path: Path) -> None:
+    clock = Clock()
+    state = {"s": "PENDING"}
+    write_end(str(tmp_path), "CANCELLED", 143)  # the first run's end, before Slurm requeued it
+    watch = EndWatch(lambda: JobStatus("1", state["s"]), str(tmp_path), clock=clock)
+
+    def next_run_ends() -> None:
+        (tmp_path / END_FILE).unlink()
+        write_end(str(tmp_path), "COMPLETED", 0, restart=1)
+        state["s"] = "COMPLETED"
+
+    asked = _run(watch, clock, 300.0, {200.0: next_run_ends})
+    assert watch.ended and watch.last is not None and watch.last.state == "COMPLETED"
+    assert len([t for t in asked if 60 <= t < 120]) <= 2  # the old marker does not make it ask more
+    assert asked[-1] - 200.0 <= 0.15
