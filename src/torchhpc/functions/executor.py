@@ -8,11 +8,15 @@ The job keywords are exactly :class:`torchhpc.job.Job`'s (scheduler, profile,
 nodes, nproc_per_node, launcher, container, time, requeue...), and the job is a
 program job underneath: every rank runs ``python -m torchhpc.functions.run DIR`` under
 the job's launcher, container and scheduler, which starts the process group and
-calls the function (see :mod:`torchhpc.functions.run`). The function, its arguments and
-the submitting side's versions go to a function directory under the job's output
-directory (:mod:`torchhpc.functions.pack`), which the ranks must see at the same path:
-the output directory is shared for the logs already; on Kubernetes it must lie on
-a PVC (``options={"pvc": "CLAIM:/mnt/x"}``, ``output_dir="/mnt/x/..."``).
+calls the function (see :mod:`torchhpc.functions.run`). Each submission has one home, as submitit's
+``folder=``: ``<folder>/<name>-fn-<stamp>/`` holds the function, its arguments, the
+submitting side's versions and the results (:mod:`torchhpc.functions.pack`), and is
+the job's output directory, so the scheduler's job directory (``<name>-<id>/``: script,
+logs) lies inside it. ``folder`` defaults to ``output_dir`` when that is given, else
+:data:`DEFAULT_FOLDER`: a notebook that submits 100 functions leaves one directory in
+the working directory, not 200. The ranks must see the folder at the same path (it is
+shared for the logs already); on Kubernetes it must lie on a PVC
+(``options={"pvc": "CLAIM:/mnt/x"}``, ``folder="/mnt/x/..."``).
 
 A rank's exception comes back as :class:`torchhpc.JobFailed` with ``rank`` (the
 first that raised), ``host`` and ``remote_traceback``. A function taking a
@@ -38,10 +42,12 @@ from torchhpc.job import Job, JobHandle
 from torchhpc.schedulers import scheduler_class
 from torchhpc.schedulers.api import JobStatus, Submission
 
-__all__ = ["Executor", "FunctionJob"]
+__all__ = ["DEFAULT_FOLDER", "Executor", "FunctionJob"]
 
 RUNNER = "torchhpc.functions.run"
 POD_SCRIPT = "run.py"
+# Where an Executor given neither folder= nor output_dir= puts its submissions (one directory in the cwd).
+DEFAULT_FOLDER = "torchhpc-jobs"
 # After a rank's failure is recorded, how long the launcher gets to end the job by itself before cancel().
 FAILED_JOB_GRACE = 30.0
 
@@ -49,17 +55,22 @@ FAILED_JOB_GRACE = 30.0
 class Executor:
     """Submits Python functions as distributed jobs; keywords are :class:`~torchhpc.job.Job`'s."""
 
-    def __init__(self, **job_keywords: Any) -> None:
+    def __init__(self, folder: Optional[str | os.PathLike[str]] = None, **job_keywords: Any) -> None:
+        """``folder``: every submission's directory goes under it (default: ``output_dir``, else :data:`DEFAULT_FOLDER`)."""
         if "program" in job_keywords or "module" in job_keywords:
             raise TypeError("Executor() takes job keywords only: the program is the function given to submit()")
         self.job_keywords = dict(job_keywords)
         self._job(["-"])  # unknown keywords and bad values fail here, not at the first submit
+        self.folder = _folder(folder, self.job_keywords)
 
     def update_parameters(self, **job_keywords: Any) -> None:
-        """Change job keywords for later submissions (submitit's spelling)."""
+        """Change job keywords (and ``folder``) for later submissions (submitit's spelling)."""
+        folder = job_keywords.pop("folder", None)
         merged = {**self.job_keywords, **job_keywords}
         self._job(["-"], merged)
         self.job_keywords = merged
+        if folder is not None or "output_dir" in job_keywords:
+            self.folder = _folder(folder, merged)
 
     # --- submission ---------------------------------------------------------------------------------
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FunctionJob:
@@ -95,7 +106,8 @@ class Executor:
         if stop_param and scheduler_class(keywords.get("scheduler", "local")).supports_requeue:
             keywords.setdefault("requeue", True)  # a checkpointable function means: come back after the stop
         spec = self._job(["-"], keywords).spec
-        fdir = FunctionDir.new(spec.output_dir, spec.name)
+        fdir = FunctionDir.new(self.folder, spec.name)
+        spec = spec.with_(output_dir=str(fdir.path))  # the scheduler's job directory goes inside the submission's
         if _in_pods(spec):  # pods run a script: a two-line one beside the pickle, on the PVC
             entry = Entrypoint("script", str(fdir.path / POD_SCRIPT), (), spec.entrypoint.python)
         else:
@@ -138,6 +150,14 @@ class Executor:
     def _job(self, program: list[str], keywords: Optional[dict[str, Any]] = None) -> Job:
         kw = dict(self.job_keywords if keywords is None else keywords)
         return Job(program, module=RUNNER, **kw)
+
+
+def _folder(folder: Optional[str | os.PathLike[str]], keywords: dict[str, Any]) -> str:
+    chosen = folder if folder is not None else keywords.get("output_dir") or DEFAULT_FOLDER
+    text = os.fspath(chosen)
+    if not text.strip():
+        raise SpecError("Executor(folder='') names no directory", f"give a directory, or leave folder out for ./{DEFAULT_FOLDER}")
+    return text
 
 
 def _job_name(fn: Callable[..., Any]) -> str:
@@ -184,9 +204,9 @@ def _on_pvc(spec: JobSpec, fdir: FunctionDir) -> tuple[str, str]:
             return claim, mount
     raise SpecError(
         f"the function's pickle would be written to {path}, which the {spec.scheduler} pods cannot see "
-        f"(output_dir={spec.output_dir!r} is on no PVC of options pvc={spec.option('pvc') or '(none)'!r})",
+        f"(the folder is on no PVC of options pvc={spec.option('pvc') or '(none)'!r})",
         "mount a PVC here and in the pods at the same path, then give it: "
-        "Executor(..., options={'pvc': 'CLAIM:/mnt/shared'}, output_dir='/mnt/shared/runs')",
+        "Executor(..., options={'pvc': 'CLAIM:/mnt/shared'}, folder='/mnt/shared/runs')",
     )
 
 

@@ -1,13 +1,18 @@
 """The function directory: what ``Executor.submit`` writes and what every rank reads back.
 
-One directory per submitted function (``<output-dir>/<name>-fn-<stamp>/``), on a
-filesystem the ranks share with the submitter (the output directory already is,
-for the logs), holding::
+One directory per submitted function (``<folder>/<name>-fn-<stamp>/``), on a
+filesystem the ranks share with the submitter (the folder already is, for the
+logs), holding::
 
     meta.json                      versions of the submitting side, the call's shape
     fn.pkl                         cloudpickle of (function, args, kwargs, items)
     results[/task-I]/rank-R.pkl    what rank R returned, or how it failed
     state[/task-I]/rank-R.pkl      a checkpoint returned at a stop request (requeue)
+    <name>-<id>/                   the scheduler's job directory (script, logs): the
+                                   directory is the job's output directory
+
+Older torchhpc put this directory beside the job's, in the output directory: a
+rank reads whatever directory its command line names, so those jobs still run.
 
 The versions are JSON, not pickle, so a rank can compare them *before*
 unpickling anything: a pickle made by another Python minor or another
