@@ -69,8 +69,14 @@ def _user_venv(cluster: ClusterState) -> None:
     ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
     if not os.path.exists(f"/usr/bin/{ver}"):
         missing(f"/usr/bin/{ver} (the login user's Python, same minor version as this venv) is not installed")
-    if subprocess.run(["runuser", "-u", USER, "--", "test", "-r", os.path.join(site, "torch", "__init__.py")],
-                      timeout=60).returncode != 0:
+    probe = ["runuser", "-u", USER, "--", "test", "-r", os.path.join(site, "torch", "__init__.py")]
+    if subprocess.run(probe, timeout=60).returncode != 0 and shutil.which("setfacl"):
+        # A checkout under a private directory (root's home): let this one user pass through each
+        # parent (execute only, nothing listed or read), as an ACL entry that names it alone.
+        for parent in reversed(Path(site).parents):
+            if not os.stat(parent).st_mode & 0o001:
+                subprocess.run(["setfacl", "-m", f"u:{USER}:x", str(parent)], check=True, timeout=30)
+    if subprocess.run(probe, timeout=60).returncode != 0:
         missing(f"{USER} cannot read {site} (a parent directory is private): check out the repository "
                 "where other users may enter")
     script = (f"test -x {VENV}/bin/python || /usr/bin/{ver} -m venv --without-pip {VENV} && "

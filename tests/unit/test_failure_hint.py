@@ -18,7 +18,7 @@ QUIET = "import sys; sys.exit(3)"
 @pytest.mark.usefixtures("clean_user_env")
 @pytest.mark.parametrize(("program", "hint"), [
     (ERROR, "HINT: its error and HINT are above, prefixed [rank0]:"),
-    (RAISE, "HINT: look for its traceback above, prefixed [rank0]:"),
+    (RAISE, "diagnosis: user-exception"),  # the verdict names it: no hint pointing at the traceback
     (QUIET, "HINT: it printed nothing"),
 ])
 def test_hint_names_what_the_rank_printed(program: str, hint: str, capfd: pytest.CaptureFixture[str]) -> None:

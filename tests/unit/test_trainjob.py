@@ -222,6 +222,8 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "--array": ({"array": "0-3"}, "array"),
     "--after-ok": ({"after": (Dependency("ok", "train-1"),)}, "cannot hold a job until another ends"),
     "--requeue": ({"requeue": True}, "cannot requeue"),
+    "--spares": ({"spares": 1}, "--spares 1"),
+    "--max-restarts": ({"max_restarts": 2}, "no restart count for the whole job"),
     "--signal-before": ({"signal_before": 60, "time": "1:00:00"}, "no TrainJob equivalent"),
     "--container-env": ({"container": ContainerSpec(image="reg/c:2", runtime="docker", env=("HOME",))},
                         "inherits nothing"),
@@ -263,9 +265,10 @@ def test_mapping_table_is_complete_and_documented() -> None:
         "cpus_per_gpu": "--cpus-per-gpu", "mem": "--mem", "time": "--time", "name": "--name", "env": "--env",
         "launcher": "--launcher", "container": "--container", "options": "api", "network": "--network",
         "setup": "setup lines", "signal_before": "--signal-before", "requeue": "--requeue", "array": "--array",
-        "after": "--after-ok",
+        "after": "--after-ok", "spares": "--spares", "max_restarts": "--max-restarts",
     }
-    implied = {"output_dir", "scheduler", "ntasks_per_node", "max_timeout_requeues", "array_params"}
+    # hang_timeout: the watch of a client that follows the job (--wait), nothing in the manifest
+    implied = {"output_dir", "scheduler", "ntasks_per_node", "max_timeout_requeues", "array_params", "hang_timeout"}
     assert {f.name for f in dataclasses.fields(JobSpec)} == set(field_rows) | implied
     assert set(field_rows.values()) <= rows
     doc = (REPO / "docs" / "kubernetes.md").read_text()

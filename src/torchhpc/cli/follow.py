@@ -111,21 +111,21 @@ def hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang: 
                      runner=runner, output=log.output or "")
 
 
-def print_verdict(scheduler: Scheduler, job_id: str) -> bool:
-    """The failure's verdict (at most 8 lines) after the job's output: which rank, where, why
-    (False when there is none to print)."""
+def print_verdict(scheduler: Scheduler, job_id: str) -> str:
+    """The failure's verdict (at most 8 lines) after the job's output: which rank, where, why.
+    Returns its class ("" when there is none to print), so a caller can add what the verdict lacks."""
     from torchhpc.diagnose.verdict import diagnose, gather
 
     try:
         verdict = diagnose(gather(scheduler, scheduler.name, job_id))
     except Exception as e:  # the verdict is a courtesy; the exit code above is the answer
         eprint(f"(no diagnosis: {e})")
-        return False
+        return ""
     if verdict.ok:
-        return False
+        return ""
     sys.stderr.write(verdict.render())
     sys.stderr.flush()
-    return True
+    return verdict.klass
 
 
 def task_index(job_id: str) -> str:

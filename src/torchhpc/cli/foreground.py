@@ -80,7 +80,9 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
     eprint(f"Error: {reason}")
     if reason.startswith("interrupted by SIGINT"):  # Ctrl-C: the user knows why it ended
         return code
-    if not print_verdict(scheduler, job_id) and hint:
+    # Where the verdict found no evidence (a tool's own Error/HINT lines, a rank that printed nothing),
+    # the supervisor's hint still says where to look on the screen.
+    if print_verdict(scheduler, job_id) in ("", "unknown") and hint:
         eprint(f"HINT: {hint}")
     return code
 

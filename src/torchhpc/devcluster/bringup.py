@@ -357,6 +357,11 @@ def start_login(
     daemons.wait_for(
         f"sshd to listen on port {login.SSH_PORT}", lambda: daemons.listening(sshd.pid, login.SSH_PORT), timeout, [sshd]
     )
+    if state.accounting:  # limits are enforced (AccountingStorageEnforce): a user needs an association to submit
+        client = Client(state, runner)
+        for user in users:
+            if user != "root":  # slurmdbd gives root its association itself
+                client.run("sacctmgr", "-i", "add", "user", user, "account=root", timeout=30, check=False)
     progress(f"login node up: ssh {login.host_alias(layout)} (users {', '.join(users)})")
 
 

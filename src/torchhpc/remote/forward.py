@@ -265,9 +265,10 @@ def _submits(args: dict[str, Any]) -> bool:
     if args.get("background"):
         return True
     from torchhpc.resolve import resolve_values
+    from torchhpc.schedulers import scheduler_class
 
     values = {k: args.get(k) for k in ("scheduler", "profile")}
-    return str(resolve_values(values)[1]["scheduler"].value) != "local"
+    return not scheduler_class(str(resolve_values(values)[1]["scheduler"].value)).runs_here
 
 
 def _submit(ssh: Ssh, req: Request, script: str, args: dict[str, Any], digest: str, shipped: int) -> int:
