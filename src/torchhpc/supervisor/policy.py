@@ -18,6 +18,7 @@ POLICY: dict[str, tuple[str, str]] = {
     "user-exception": ("end", "the same code fails the same way: fix it"),
     "cuda-oom": ("end", "the same batch runs out of memory again"),
     "host-oom": ("end", "the same job runs out of memory again"),
+    "gpu-assignment": ("end", "the same ranks land on the same GPUs again: fix the ranks-per-GPU layout"),
     "environment": ("end", "an import error or a wrong torch does not heal by itself"),
     "native-crash": ("end", "a crash in C++ repeats as a rule: read the rank's log"),
     "time-limit": ("end", "the stop protocol (--signal-before, --requeue) handles the time limit"),
