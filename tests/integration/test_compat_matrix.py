@@ -48,7 +48,9 @@ from torchhpc.cli.main import main as torchhpc_main
 DOC = REPO / "docs" / "compat.md"
 ROW_TIMEOUT = 300  # seconds per row inside a column job (Lightning under a loaded 2-core machine)
 EXIT = re.compile(r"^compat: exit (\d+)$", re.M)
-RECORD = re.compile(r"COMPAT row=(\w+) rank=(\d+) world=(\d+) sum=([0-9.]+) via=(\w+(?:://)?)")
+# Two ranks of one torchrun share its stdout: a record can run into the next one on the same line
+# ("via=TorchElasticEnvironmentCOMPAT row=..."), so the via value stops where the next record starts.
+RECORD = re.compile(r"COMPAT row=(\w+) rank=(\d+) world=(\d+) sum=([0-9.]+) via=(\w+?(?:://)?)(?=COMPAT row=|\W|$)")
 
 
 def cli(*args: str) -> tuple[int, str, str]:
