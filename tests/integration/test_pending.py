@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import missing
 from tests.integration.conftest import SlurmClient
 
 
@@ -94,7 +95,7 @@ def test_held(slurm: SlurmClient, jobs: list[str], how: str) -> None:
 def qos(slurm: SlurmClient) -> Iterator[str]:
     """A QOS allowing 2 CPUs per user, usable by root; removed after the test."""
     if not slurm.state.accounting:
-        pytest.skip("needs `torchhpc devcluster up --accounting`")
+        missing("needs `torchhpc devcluster up --accounting`")
     name = "thpcpend"
     slurm.run(["sacctmgr", "-i", "add", "qos", name, "MaxTRESPerUser=cpu=2"], check=False)
     slurm.run(["sacctmgr", "-i", "modify", "qos", name, "set", "MaxTRESPerUser=cpu=2"])
