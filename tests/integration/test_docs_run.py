@@ -6,7 +6,9 @@ on the command's text; a dry run always runs). A runnable command runs as a read
 ``bash -c COMMAND`` in a fresh folder per block holding ``FIXTURES`` and links to the repository's
 examples/ and benchmarks/, the venv first on PATH, no torchhpc configuration, a HOME of its own.
 Commands of one block run in order (a later line may read what an earlier one wrote); blocks run
-side by side. Each must exit 0 within its time limit. A submission that returned before its job
+side by side. A command that names a job after one of its block submitted one (``Submitted slurm:N``)
+names the job the block got, as a reader does: the ids shown in the docs came from another cluster.
+Each must exit 0 within its time limit. A submission that returned before its job
 ended (an array, a sweep) is then waited for: its tasks must complete too. Last, alone on the
 cluster, the commands that measure its links (``EXCLUSIVE``).
 """
@@ -33,6 +35,7 @@ pytestmark = pytest.mark.cluster("slurm")
 COMMAND_TIMEOUT = 420.0  # bench nodes on the dev cluster has a 180 s budget of its own, queue included
 WAIT_TIMEOUT = 600.0  # for every job submitted without --wait (arrays, sweeps), together
 PARALLEL = 4
+_HANDLE = re.compile(r"\b(slurm|pbs|local):\d+(?:_\d+)?\b")
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -56,16 +59,19 @@ def _folder(root: Path, block: str) -> Path:
 def _run_block(root: Path, block: str, commands: list[DocCommand]) -> list[tuple[DocCommand, int, str, float]]:
     d = _folder(root, block)
     results = []
+    got: dict[str, str] = {}  # scheduler -> the handle this block's last submission printed
     for c in commands:
         start = time.monotonic()
+        command = _HANDLE.sub(lambda m: got.get(m.group(1), m.group(0)), c.command)
         try:
-            done = subprocess.run(["bash", "-c", c.command], cwd=d, env=_env(d / "home"), capture_output=True,
+            done = subprocess.run(["bash", "-c", command], cwd=d, env=_env(d / "home"), capture_output=True,
                                   text=True, timeout=COMMAND_TIMEOUT)
             rc, out = done.returncode, done.stdout + done.stderr
         except subprocess.TimeoutExpired as e:
             partial = b"".join(x if isinstance(x, bytes) else x.encode() for x in (e.stdout, e.stderr) if x)
             rc, out = 124, f"timed out after {COMMAND_TIMEOUT:.0f}s\n" + partial.decode(errors="replace")
         results.append((c, rc, out, time.monotonic() - start))
+        got.update((m.group(1), m.group(0)) for m in _HANDLE.finditer(" ".join(re.findall(r"Submitted (\S+)", out))))
     return results
 
 
