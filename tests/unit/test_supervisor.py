@@ -4,12 +4,16 @@ and the batch script it is rendered into (the cluster scenarios are tests/integr
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from torchhpc.core.proc import Runner
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.diagnose.verdict import CLASSES
 from torchhpc.errors import SpecError
@@ -17,7 +21,7 @@ from torchhpc.schedulers import get_scheduler
 from torchhpc.supervisor import POLICY, RESTART_CLASSES, action_for, load_attempts
 from torchhpc.supervisor.__main__ import parse
 from torchhpc.supervisor.attempts import Attempt, save_attempts
-from torchhpc.supervisor.loop import _classify, _sizes
+from torchhpc.supervisor.loop import Options, Supervisor, _classify, _sizes
 from torchhpc.supervisor.nodes import alive, choose
 from torchhpc.supervisor.show import attempt_lines
 
@@ -144,3 +148,60 @@ def test_job_ids_go_on_past_the_last_cluster(tmp_path: Path) -> None:
     assert next_job_id(str(tmp_path)) == 40
     conf = render_slurm_conf(make_layout(str(tmp_path), 2), accounting=False, real_memory_mb=1000, first_job_id=40)
     assert "FirstJobId=40" in conf.splitlines()
+
+
+class _Slurm(Runner):
+    """Answers the supervisor's few Slurm commands (no controller in a unit test) and records them;
+    the step, the liveness sockets and the stop file are real."""
+
+    def __init__(self, hosts: list[str], port: int) -> None:
+        super().__init__()
+        self.hosts, self.port = hosts, port
+        self.calls: list[list[str]] = []
+
+    def run(self, argv, check=True, timeout=None, **kw):  # type: ignore[no-untyped-def,override]
+        self.calls.append(list(argv))
+        out = {"hostnames": " ".join(self.hosts), "config": f"SlurmdPort = {self.port}\n"}.get(argv[2], "")
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+
+def test_a_stop_file_from_a_node_loss_teardown_does_not_read_as_a_stop(tmp_path: Path) -> None:
+    """A node dies; Slurm's SIGTERM to the surviving ranks makes them create the stop file as the
+    step ends. The supervisor must still requeue without the dead node (seen in CI: it read the file
+    as a preemption, gave up, and the batch shell requeued the job with the dead node in it)."""
+    listeners: list[socket.socket] = []
+    for host in ("127.0.0.1", "127.0.0.2"):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, listeners[0].getsockname()[1] if listeners else 0))
+        s.listen(4)
+        listeners.append(s)
+    port = listeners[0].getsockname()[1]
+    stop, go = tmp_path / "stop", tmp_path / "go"
+    step = f'() {{ while [ ! -e {go} ]; do sleep 0.05; done; touch "$TORCHHPC_STOP_FILE"; exit 1; }}'
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "x", "TORCHHPC_STOP_FILE": str(stop),
+           "BASH_FUNC__torchhpc_step%%": step}
+    slurm = _Slurm(["127.0.0.1", "127.0.0.2"], port)
+    opts = Options(job_dir=str(tmp_path), nodes=2, nproc_per_node=1, launcher="srun", max_restarts=1,
+                   requeue=True, probe_every=60.0)
+    def node_dies() -> None:
+        time.sleep(1.0)  # the step runs on both "nodes"
+        listeners.pop().close()  # 127.0.0.2 dies
+        go.touch()  # the step ends as a lost node's step does, with the ranks' stop file
+
+    old = signal.getsignal(signal.SIGTERM)  # the requeue ignores SIGTERM (it signals the batch shell)
+    t = threading.Thread(target=node_dies)
+    try:
+        t.start()
+        result = [Supervisor(opts, runner=slurm, env=env).run()]  # the main thread: it sets a signal handler
+        t.join(30)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        for s in listeners:
+            s.close()
+    assert result == [0]
+    assert ["scontrol", "requeue", "7"] in slurm.calls, slurm.calls
+    assert ["scontrol", "update", "JobId=7", "ExcNodeList=127.0.0.2"] in slurm.calls, slurm.calls
+    assert not stop.exists()
+    tries = load_attempts(str(tmp_path))
+    assert [(a["class"], a["excluded"]) for a in tries] == [("node-failure", ["127.0.0.2"])], tries

@@ -52,6 +52,9 @@ class Outcome:
     dead: list[str] = field(default_factory=list)
     rank: Optional[int] = None
     detail: str = ""
+    # The supervisor ended the step (or a node's loss did) while no stop had been asked for: a stop
+    # file that exists now was made by the ranks' SIGTERM handler in that teardown, not by a warning.
+    teardown: bool = False
 
 
 def say(text: str) -> None:
@@ -91,6 +94,8 @@ class Supervisor:
             attempt.ended, attempt.klass, attempt.exit_code = self.clock(), out.klass, out.rc
             attempt.rank, attempt.detail = out.rank, out.detail[:300]
             excluded |= set(out.dead)
+            if out.teardown:
+                self._clear_stop()
             attempt.excluded = sorted(excluded)
             history.append(attempt.to_json())
             save_attempts(self.o.job_dir, history)
@@ -137,6 +142,19 @@ class Supervisor:
         stop = self.env.get("TORCHHPC_STOP_FILE")
         return bool(stop) and os.path.exists(stop)  # type: ignore[arg-type]
 
+    def _clear_stop(self) -> None:
+        """Remove a stop file the step's own teardown made. Left in place, it reads as a time-limit
+        warning or a preemption: the supervisor would give up its restart and the batch shell would
+        requeue the job without the failed node excluded (seen in CI), and a restarted attempt's
+        ranks would stop at their first step."""
+        stop = self.env.get("TORCHHPC_STOP_FILE")
+        if stop and os.path.exists(stop):
+            say("the stop file came from the stopped step's teardown (SIGTERM to its ranks): removed")
+            try:
+                os.unlink(stop)
+            except OSError:
+                pass
+
     # -- one attempt -------------------------------------------------------------------------
     def _env(self, attempt: Attempt) -> dict[str, str]:
         env = dict(self.env)
@@ -175,13 +193,15 @@ class Supervisor:
                 dead = [h for h, n in misses.items() if n >= self.o.misses]
                 if dead:
                     say(f"node(s) {','.join(dead)} stopped answering (slurmd's port {port}): stopping the step")
+                    asked = self._stopping()
                     rc = self._stop(proc, grace=0.0)  # a dead node's step never ends cleanly: no grace
-                    return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable")
+                    return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=not asked)
             if self.o.hang_timeout and now >= next_hang:
                 hung = self._hang(attempt, now, sizes)
                 if hung is False:
                     next_hang = now + max(10.0, self.o.hang_timeout / 2)
                 if isinstance(hung, Outcome):
+                    hung.teardown = not self._stopping()
                     hung.rc = self._stop(proc)
                     return hung
 
@@ -239,8 +259,8 @@ class Supervisor:
         if rc == 0:
             return Outcome(None, 0)
         dead = [h for h in attempt.nodes if not nodes_mod.alive(h, port)]
-        if dead:
-            return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable")
+        if dead:  # the step ended because a node died: Slurm's SIGTERM to the rest made any stop file
+            return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True)
         return _classify(self.ranks_dir, sizes, rc)
 
 
