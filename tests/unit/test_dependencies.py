@@ -101,19 +101,23 @@ def test_job_api_takes_handles() -> None:
         Job(["examples/pi.py"], after=[first])
 
 
-# Recorded on the dev cluster (Slurm 22.05): one squeue for the list, sacct for the ended ones.
-SQUEUE = "1|FAILED|NonZeroExitCode|0:03|node1|a\n2|CANCELLED|DependencyNeverSatisfied|0:00||b\n3|PENDING|Dependency|0:00||c\n"
-SACCT = "1|FAILED|1:0|00:00:03|node1|a\n2|CANCELLED by 0|0:0|00:00:00|None assigned|b\n"
+# squeue -O rows as schedulers/slurm/many.py asks for them (the format of tests/data/slurm/squeue_many.txt,
+# recorded on the dev cluster): exit_code is the wait status (256 = exit 1). Job 4 left the controller.
+SQUEUE = ("1|FAILED|256|0:03|node1|NonZeroExitCode|a|\n2|CANCELLED|0|0:00||DependencyNeverSatisfied|b|\n"
+          "3|PENDING|0|0:00||Dependency|c|\n")
+SACCT = "4|COMPLETED|0:0|00:00:05|node2|d\n"
 
 
 def test_statuses_of_many_slurm_jobs_take_one_squeue_and_one_sacct() -> None:
     runner = FakeRunner(responses={"squeue": SQUEUE, "sacct": SACCT, "scontrol": ""})
-    got = statuses(SlurmScheduler(runner=runner), ["1", "2", "3"])
+    got = statuses(SlurmScheduler(runner=runner), ["1", "2", "3", "4"])
     assert [c[0][0] for c in runner.calls] == ["squeue", "sacct"]
-    assert runner.calls[0][0][runner.calls[0][0].index("-j") + 1] == "1,2,3"
+    assert runner.calls[0][0][runner.calls[0][0].index("-j") + 1] == "1,2,3,4"
+    assert runner.calls[1][0][runner.calls[1][0].index("-j") + 1] == "4"  # only what squeue no longer shows
     assert (got["1"].state, got["1"].exit_code) == ("FAILED", 1)
     assert (got["2"].state, got["2"].reason) == ("CANCELLED", "DependencyNeverSatisfied")
     assert (got["3"].state, got["3"].reason) == ("PENDING", "Dependency")
+    assert (got["4"].state, got["4"].exit_code) == ("COMPLETED", 0)
 
 
 def test_a_dependency_line_says_never() -> None:

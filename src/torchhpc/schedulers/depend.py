@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from torchhpc.core.depend import Dependency, verdict
-from torchhpc.errors import CommandError, SchedulerError, TorchHPCError
+from torchhpc.errors import TorchHPCError
 from torchhpc.jobdir.record import load_record
 from torchhpc.schedulers.api import TERMINAL, JobStatus, Scheduler
 
@@ -54,20 +54,11 @@ def recorded_dependencies(scheduler: str, job_id: str) -> tuple[Dependency, ...]
 
 
 def statuses(scheduler: Scheduler, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-    """The state of every job in ``job_ids`` with as few scheduler calls as it allows: a backend's own
-    batched query (``statuses``: Slurm's one ``squeue`` for the list) where it has one, else one call per job.
-    A job that cannot be asked about is left out."""
+    """The state of every job in ``job_ids`` in as few scheduler calls as it allows: the backend's
+    :meth:`~torchhpc.schedulers.api.Scheduler.query_many` (Slurm: one ``squeue`` for the list, one
+    ``sacct`` for what the controller forgot; PBS: one ``qstat``). A job that cannot be asked about is left out."""
     ids = list(dict.fromkeys(job_ids))
-    own = getattr(scheduler, "statuses", None)  # Slurm's: one squeue for the list (slurm/status.py)
-    if callable(own):
-        return dict(own(ids)) if ids else {}
-    out: dict[str, JobStatus] = {}
-    for job_id in ids:
-        try:
-            out[job_id] = scheduler.status(job_id)
-        except (SchedulerError, CommandError):
-            continue
-    return out
+    return dict(scheduler.query_many(ids)) if ids else {}
 
 
 def dependency_states(scheduler: Scheduler, deps: Sequence[Dependency]) -> list[DependencyState]:

@@ -43,7 +43,7 @@ def parse_squeue(text: str) -> dict[str, JobStatus]:
         name = name[:-1] if name.endswith("|") else name
         out[job_id] = JobStatus(job_id, state.split()[0] if state else "UNKNOWN",
                                 _exit(code) if state in TERMINAL else None,
-                                reason, used, name, nodes)
+                                "" if reason in ("None", "(null)") else reason, used, name, nodes)
     return out
 
 

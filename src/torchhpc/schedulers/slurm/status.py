@@ -16,17 +16,15 @@ from torchhpc.core.proc import Runner
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import CommandError, SchedulerError
 from torchhpc.jobdir.logs import filter_rank, task_record
-from torchhpc.schedulers.api import TERMINAL, JobStatus
+from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.pending import Pending
 from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct, tasks_from_scontrol
+from torchhpc.schedulers.slurm.many import SACCT_FIELDS
 from torchhpc.schedulers.slurm.parse import parse_scontrol, transient
 from torchhpc.schedulers.slurm.parse import status_from_scontrol as _status_from_scontrol
 
 __all__ = ["SlurmQueries", "expand_output"]
 
-
-_SQUEUE_FORMAT = "%i|%T|%r|%M|%N|%j"
-_SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NodeList,JobName"
 
 
 class SlurmQueries:
@@ -66,7 +64,7 @@ class SlurmQueries:
     def _status_from_sacct(self, job_id: str) -> JobStatus:
         try:
             done = self.runner.run(
-                ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,State,ExitCode,Elapsed,NodeList,JobName"],
+                ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", SACCT_FIELDS],
                 timeout=30,
             )
         except CommandError as e:
@@ -135,47 +133,6 @@ class SlurmQueries:
     def rank_lines(self, job_id: str, text: str, rank: int) -> str:
         rec = task_record(self.name, job_id)
         return filter_rank(text, rank, rec.launcher or "srun", rec.nproc_per_node)
-
-    def statuses(self, ids: list[str]) -> dict[str, JobStatus]:
-        """Several jobs at once (a pipeline's steps, a job's dependencies): one ``squeue -t all`` for every
-        id the controller still holds, one ``sacct`` for the ended ones (their exit codes) and the rest."""
-        out: dict[str, JobStatus] = {}
-        try:
-            done = self.runner.run(
-                ["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", _SQUEUE_FORMAT], timeout=30
-            )
-            for line in done.stdout.splitlines():
-                parts = line.split("|", 5)
-                if len(parts) == 6 and parts[0] in ids:
-                    reason = "" if parts[2] in ("None", "(null)") else parts[2]
-                    out[parts[0]] = JobStatus(parts[0], parts[1], None, reason, parts[3], parts[5], parts[4])
-        except CommandError:
-            pass  # squeue refuses the whole list when one id is unknown to the controller: sacct below
-        rest = [i for i in ids if i not in out or out[i].state in TERMINAL]
-        if rest:
-            try:
-                text = self.runner.run(
-                    ["sacct", "-X", "-n", "-P", "-j", ",".join(rest), "-o", _SACCT_FIELDS], timeout=30
-                ).stdout
-            except CommandError:
-                text = ""
-            for line in text.splitlines():
-                parts = line.split("|", 5)
-                if len(parts) == 6 and parts[0] in rest:
-                    code = parts[2].split(":")[0]
-                    old = out.get(parts[0])
-                    state = parts[1].split()[0] if parts[1] else "UNKNOWN"
-                    if old is not None and state not in TERMINAL:
-                        continue  # sacct lags the controller: its "RUNNING" of an ended job is stale
-                    out[parts[0]] = JobStatus(parts[0], state, int(code) if code.isdigit() else None,
-                                              old.reason if old else "", parts[3], parts[5], parts[4])
-        for job_id in ids:  # neither knew it, or sacct cannot be asked: one scontrol each
-            if job_id not in out or (out[job_id].terminal and out[job_id].exit_code is None):
-                try:
-                    out[job_id] = self.status(job_id)
-                except (SchedulerError, CommandError):
-                    continue
-        return out
 
     def explain_pending(self, st: JobStatus) -> Optional[Pending]:
         """One round of sinfo/squeue (and sacctmgr where a limit holds it) explains a pending job
