@@ -30,8 +30,9 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     name, job = parse_handle(args.job, args.scheduler)
     from torchhpc.supervisor.show import attempt_lines, job_attempts
 
-    verdict = diagnose(gather(get_scheduler(name), name, job))
-    tries = job_attempts(name, job)
+    sched = get_scheduler(name)
+    verdict = diagnose(gather(sched, name, job))
+    tries = job_attempts(name, job, sched.end_dir(job))
     if args.json:
         json.dump({**verdict.to_json(), "attempts": tries}, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -6,6 +6,8 @@ background job's (``output.log`` beside a record), so that the same code serves 
 * ``--hang-timeout S`` starts the hang watch in a thread of this process: after S quiet seconds
   it reads every rank's stack, names the culprit, saves ``hang.json`` and cancels the run, as
   ``torchhpc wait --hang-timeout`` does for a background or cluster job;
+* ``--max-restarts N`` starts the run again after a hang, a network error or a lost peer
+  (supervisor/restarts.py: the in-allocation supervisor's policy);
 * a failed run ends with the verdict (``diagnosis: ...``) read from that directory, not only
   with the rank's exit code;
 * ``torchhpc logs|status|diagnose|cancel local:ID`` work on the run while it runs and after.
@@ -15,18 +17,17 @@ A job array keeps the plain foreground run (its tasks are separate runs, each la
 
 from __future__ import annotations
 
-import signal
-import threading
+import os
+from collections.abc import Callable
 from typing import Any, Optional
 
 from torchhpc.cli.common import eprint
 from torchhpc.cli.follow import check_on_hang, hang_watch, print_verdict
 from torchhpc.errors import JobFailed, UsageError
 from torchhpc.schedulers.api import Submission
+from torchhpc.supervisor.restarts import Restarts
 
 __all__ = ["run_foreground"]
-
-WATCH_POLL_S = 1.0  # how often the watch thread looks at the ranks' last output
 
 
 def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool = False,
@@ -43,37 +44,29 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
         check_on_hang(scheduler, on_hang)
     jobs = scheduler  # the local scheduler keeps the run's record (schedulers/local/jobs.py)
     job_id, log_path = jobs.start_here(submission)
-    done, fired = threading.Event(), threading.Event()
-    watcher: Optional[threading.Thread] = None
+    watch = None
     if hang_timeout:
-        def stop(_what: str) -> None:  # the same SIGTERM `torchhpc cancel` sends; the supervisor stops the ranks
-            if not done.is_set():
-                import os
+        def watch(act: Callable[[str], None]) -> Any:
+            return hang_watch(scheduler, job_id, hang_timeout, on_hang, act=act)
+    tries = Restarts(max_restarts=submission.spec.max_restarts, job_dir=os.path.dirname(log_path),
+                     log_path=log_path, watch=watch)
 
-                fired.set()
-                os.kill(os.getpid(), signal.SIGTERM)
+    def attempt(count: int) -> int:
+        with open(log_path, "a", encoding="utf-8", errors="backslashreplace") as log:
+            return int(scheduler.run(submission, rank0_only=rank0_only, run_id=f"local-{job_id}", log=log,
+                                     restart_count=count))
 
-        watch = hang_watch(scheduler, job_id, hang_timeout, on_hang, act=stop)
-        if watch is not None:
-            watcher = threading.Thread(target=_watch_loop, args=(watch, done), daemon=True, name="hang-watch")
-            watcher.start()
     state, code, reason, hint = "COMPLETED", 0, "", ""
     try:
-        with open(log_path, "a", encoding="utf-8", errors="backslashreplace") as log:
-            scheduler.run(submission, rank0_only=rank0_only, run_id=f"local-{job_id}", log=log)
+        tries.run(attempt)
     except JobFailed as e:
         state = "CANCELLED" if e.message.startswith("interrupted") else "FAILED"
         code, reason, hint = e.exit_code, e.message, e.hint or ""
-        if fired.is_set():  # our own SIGTERM: say who sent it
+        if tries.fired:  # our own SIGTERM: say who sent it
             reason = f"the hang watch cancelled the run (--hang-timeout {hang_timeout:g})" + "".join(reason.partition(";")[1:])
     except BaseException as e:  # recorded, never left RUNNING; the caller reports it
-        done.set()
         jobs.end_here(job_id, "FAILED", 1, f"{type(e).__name__}: {e}")
         raise
-    finally:
-        done.set()
-        if watcher is not None:
-            watcher.join(timeout=10)
     jobs.end_here(job_id, state, code, reason)
     if state == "COMPLETED":
         return 0
@@ -86,12 +79,3 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
         eprint(f"HINT: {hint}")
     return code
 
-
-def _watch_loop(watch: Any, done: threading.Event) -> None:
-    while not done.wait(WATCH_POLL_S):
-        try:
-            if watch.check("RUNNING") is not None:
-                return  # it fired once and stopped the run
-        except Exception as e:  # the watch is a courtesy: the run goes on without it
-            eprint(f"torchhpc: hang: the watch stopped: {e}")
-            return

@@ -93,7 +93,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     sched = get_scheduler(name)
     st = sched.status(job)
     pending = sched.explain_pending(st) if st.state in ("PENDING", "QUEUED", "HELD") else None
-    tries = job_attempts(name, job)  # the in-allocation supervisor's attempts (docs/resilience.md)
+    tries = job_attempts(name, job, sched.end_dir(job))  # each attempt of a restarted job (docs/resilience.md)
     after = job_dependencies(sched, job)  # what it waits (or waited) for, each with its job's state now
     if args.json:
         deps = [{"kind": d.dependency.kind, "handle": d.handle, "state": d.state, "verdict": d.verdict} for d in after]

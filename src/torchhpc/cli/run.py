@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from torchhpc.cli.common import add_hang_arguments, add_subparser, announce_target, eprint, json_errors
-from torchhpc.cli.follow import follow, status_dict, task_index  # noqa: F401 (task_index: re-exported)
+from torchhpc.cli.follow import check_on_hang, follow, status_dict, task_index  # noqa: F401 (task_index: re-exported)
 from torchhpc.cli.jobargs import add_job_arguments, misplaced_flags, spec_from_args, split_program
 from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.env.compat import preflight
@@ -96,6 +96,15 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
             f"--rank0-only: the {spec.scheduler} scheduler's ranks print to the job's log, not here",
             f"drop --rank0-only; `torchhpc logs {spec.scheduler}:ID --rank 0` shows rank 0's output",
         )
+    if args.hang_timeout:
+        check_on_hang(scheduler, args.on_hang)  # requeue where the scheduler cannot: refused
+    if args.hang_timeout and args.on_hang != "cancel" and scheduler.watches_hangs(spec):
+        raise UsageError(
+            f"--on-hang {args.on_hang}: this job watches itself for hangs and restarts a hung run by policy "
+            "(--max-restarts), with no client to requeue it",
+            "drop --on-hang (a Slurm job requeues itself with --requeue when no node is left), or drop "
+            "--max-restarts/--spares to have `wait --hang-timeout` watch it",
+        )
     submission = scheduler.render(spec)
     if args.dry_run:
         target = announce_target(scheduler, dry_run=True)  # in the JSON only: a dry run touches no cluster
@@ -133,8 +142,13 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
     where = read_record(spec.scheduler, job_id).job_dir
     if where:
         print(f"Job directory: {where}/ (script, scheduler output, ranks/)", file=sys.stderr if args.json else sys.stdout)
+    # Where the job does not watch itself for hangs, `wait --hang-timeout` does, from here.
+    outside = None if scheduler.watches_hangs(spec) else args.hang_timeout
+    if args.hang_timeout and not outside:
+        print(f"Hang watch: in the job itself (--hang-timeout {args.hang_timeout:g}), no client needed",
+              file=sys.stderr if args.json else sys.stdout)
     if not args.wait:
-        watch = f" --hang-timeout {args.hang_timeout:g}" if args.hang_timeout else ""  # the watch runs in `wait`
+        watch = f" --hang-timeout {outside:g}" if outside else ""
         print(f"Follow it with: torchhpc wait {handle}{watch}; torchhpc logs {handle}")
         return 0
     if args.json:
@@ -142,7 +156,7 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
 
         print(json.dumps({**status_dict(spec.scheduler, scheduler.status(job_id)), "target": target}))
         return code
-    return follow(scheduler, job_id, hang_timeout=args.hang_timeout, on_hang=args.on_hang)
+    return follow(scheduler, job_id, hang_timeout=outside, on_hang=args.on_hang)
 
 
 def _submission_dict(sub: Submission) -> dict[str, Any]:

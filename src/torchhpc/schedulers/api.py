@@ -251,6 +251,11 @@ class Scheduler(ABC):
         """The id this scheduler knows array task ``task`` of ``job_id`` by, or None when a task has none of its own."""
         return None
 
+    def watches_hangs(self, spec: JobSpec) -> bool:
+        """Whether the job applies ``--hang-timeout`` itself, with no client (the in-allocation supervisor,
+        a local job's own process); else ``wait --hang-timeout`` watches it from outside."""
+        return False
+
     def requeue(self, job_id: str) -> None:
         """Put a running job back in the queue (its script runs again); cancelled where that cannot be done."""
         self.cancel(job_id)

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Optional
 
 from torchhpc.supervisor.attempts import load_attempts
 
 __all__ = ["attempt_lines", "job_attempts"]
 
 
-def job_attempts(scheduler: str, job_id: str) -> list[dict[str, Any]]:
-    """The job's ``attempts.json`` (``[]`` for a job without the supervisor, or unknown here)."""
+def job_attempts(scheduler: str, job_id: str, job_dir: Optional[str] = None) -> list[dict[str, Any]]:
+    """The job's ``attempts.json`` (``[]`` for a job without restarts, or unknown here); ``job_dir``
+    where the record names none (a local job's directory is its scheduler's: ``end_dir``)."""
     from torchhpc.jobdir.record import read_record
 
-    where = read_record(scheduler, job_id).job_dir
+    where = read_record(scheduler, job_id).job_dir or job_dir
     return load_attempts(where) if where else []
 
 

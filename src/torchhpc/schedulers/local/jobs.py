@@ -9,7 +9,7 @@ state directory (``$TORCHHPC_STATE_DIR``, default ``~/.cache/torchhpc``)::
     jobs/local/<id>/output.log         every rank's output, prefixed [rankN]:
     jobs/local/<id>/submission.pickle  what to run (read once by the supervisor)
 
-The supervisor is ``python -m torchhpc.schedulers.local.supervise DIR`` in its own
+The supervisor is ``python -m torchhpc.supervisor.background DIR`` in its own
 session: it runs the ranks exactly as the foreground path does (same env
 contract, same fail-fast teardown) and writes the final state into the record
 before it exits. ``cancel`` sends it SIGTERM; it stops the ranks and records
@@ -150,7 +150,7 @@ class LocalJobs:
             pickle.dump(submission, f)
         with open(d / LOG, "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "torchhpc.schedulers.local.supervise", str(d)],
+                [sys.executable, "-m", "torchhpc.supervisor.background", str(d)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
         self._children[job_id] = proc

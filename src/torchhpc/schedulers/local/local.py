@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from typing import IO, ClassVar, Optional
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any, ClassVar, Optional
 
 from torchhpc import __version__
 from torchhpc.core.shell import Raw, assignment, join
@@ -113,6 +114,14 @@ def rank_env(
     }
 
 
+def _restart_env(spec: JobSpec, count: int) -> dict[str, str]:
+    """Which attempt this is, as a supervised Slurm job's ranks and torchrun's workers are told."""
+    if not spec.max_restarts:
+        return {}
+    return {"TORCHHPC_RESTART_COUNT": str(count), "TORCHELASTIC_RESTART_COUNT": str(count),
+            "TORCHELASTIC_MAX_RESTARTS": str(spec.max_restarts)}
+
+
 def common_env(spec: JobSpec) -> dict[str, str]:
     """Variables every rank gets besides the contract: unbuffered output, torchrun's thread default, the user's."""
     env = {"PYTHONUNBUFFERED": "1"}
@@ -137,6 +146,12 @@ def _check(spec: JobSpec) -> None:
         raise SpecError(
             "--runtime pyxis only works through srun (it is a Slurm plugin), not with the local scheduler",
             "pick --runtime podman, apptainer or charliecloud here, or --scheduler slurm",
+        )
+    if spec.array is not None and spec.max_restarts:
+        raise SpecError(
+            f"--max-restarts {spec.max_restarts}: the tasks of a local job array are separate runs; restarts "
+            "follow one run",
+            "drop --max-restarts, or run each task on its own (--env TORCHHPC_ARRAY_INDEX=I)",
         )
     get_launcher(spec.launcher).check("local")
 
@@ -205,6 +220,17 @@ class LocalScheduler(Scheduler):
     supports_cpus = False
     supports_cpus_per_gpu = False
     supports_rank_probe = True
+    supports_restarts = True  # attempt after attempt in its own process (supervisor/restarts.py)
+
+    def watches_hangs(self, spec: JobSpec) -> bool:
+        return True  # in the foreground run's process, or the background job's supervisor
+
+    def run_background(self, job_dir: str, attempts: Optional[Callable[..., Any]] = None) -> int:
+        """The body of a background job's supervisor process (``torchhpc.supervisor.background``): run the
+        submission kept in ``job_dir`` here, each attempt through ``attempts`` (restarts, the hang watch)."""
+        from torchhpc.schedulers.local.supervise import supervise
+
+        return supervise(Path(job_dir), self, attempts)
     runs_here = True
     queries_controller = False  # status reads the job's own record file
 
@@ -328,12 +354,15 @@ class LocalScheduler(Scheduler):
         run_id: str | None = None,
         dependencies: bool = True,
         log: Optional[IO[str]] = None,
+        restart_count: int = 0,
     ) -> int:
         """Start every rank, relay its output, stop all when one fails; 0 or :class:`JobFailed`.
 
         With ``--after-*`` jobs it first waits for them (``dependencies``; the background
         supervisor waits itself, recording why), and refuses to start when one can never be met.
         ``log`` receives every rank's prefixed lines as well (a foreground run's ``output.log``).
+        ``restart_count``: the attempts before this one (``--max-restarts``, supervisor/restarts.py),
+        given to the ranks as ``TORCHHPC_RESTART_COUNT`` and torchrun's ``TORCHELASTIC_RESTART_COUNT``.
         """
         spec = submission.spec
         if spec.after and dependencies:
@@ -353,7 +382,8 @@ class LocalScheduler(Scheduler):
         base = {k: v for k, v in os.environ.items() if k not in STALE}
         base.update(common_env(spec))
         envs = [
-            {**base, **rank_env(spec, r, master_addr=addr, master_port=port, run_id=rid)}
+            {**base, **rank_env(spec, r, master_addr=addr, master_port=port, run_id=rid),
+             **_restart_env(spec, restart_count)}
             for r in range(spec.nproc_per_node)
         ]
         grace = _grace(spec.option("grace"), self.grace)

@@ -1,8 +1,10 @@
-"""The background supervisor of a local job: ``python -m torchhpc.schedulers.local.supervise DIR``.
+"""The background supervisor of a local job, run by ``python -m torchhpc.supervisor.background DIR``.
 
-Its own module, above both :mod:`~torchhpc.schedulers.local.local` (which runs the ranks)
-and :mod:`~torchhpc.schedulers.local.jobs` (which starts it and reads its record),
-so that neither of those imports the other back.
+Its own module, beside :mod:`~torchhpc.schedulers.local.jobs` (which starts the process and
+reads its record); the scheduler that runs the ranks is handed in
+(:meth:`~torchhpc.schedulers.local.local.LocalScheduler.run_background`), and so is the wrapper
+that restarts and watches the attempts (:mod:`torchhpc.supervisor.restarts`, a layer above
+the schedulers: it reads the verdict and the hang watch).
 """
 
 from __future__ import annotations
@@ -12,14 +14,14 @@ import pickle
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from torchhpc.errors import JobFailed
 from torchhpc.jobdir.endmark import write_end
 from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.local.jobs import SUBMISSION, read_state, write_state
-from torchhpc.schedulers.local.local import LocalScheduler
 
 if TYPE_CHECKING:
     from torchhpc.schedulers.depend import DependencyState
@@ -27,8 +29,17 @@ if TYPE_CHECKING:
 __all__ = ["supervise"]
 
 
-def supervise(d: Path) -> int:
-    """The background supervisor: run the submission, record how it ended."""
+class Attempts(Protocol):
+    """What :class:`torchhpc.supervisor.restarts.Restarts` offers: run the attempts; did the watch fire."""
+
+    fired: bool
+
+    def run(self, attempt: Callable[[int], int]) -> int: ...
+
+
+def supervise(d: Path, scheduler: Any, attempts: Optional[Callable[[Path, Submission], Attempts]] = None) -> int:
+    """The background supervisor: run the submission on ``scheduler`` (one attempt, or as many as
+    ``attempts(d, submission)`` allows), record how it ended."""
     def cancelled_early(signum: int, frame: object) -> None:
         raise JobFailed(f"interrupted by {signal.Signals(signum).name} before the ranks started", returncode=128 + signum)
 
@@ -43,7 +54,7 @@ def supervise(d: Path) -> int:
     state, code, reason = "COMPLETED", 0, ""
     try:
         if submission.spec.after:
-            never = _wait(d, submission)
+            never = _wait(d, submission, scheduler)
             if never:
                 rec = read_state(d)
                 # Slurm's words (the status line's reason); which dependency failed: status's dependency lines
@@ -59,13 +70,19 @@ def supervise(d: Path) -> int:
     rec = read_state(d)
     rec.update(state="RUNNING", reason="", started=time.time())
     write_state(d, rec)
+    def attempt(count: int) -> int:
+        return int(scheduler.run(submission, run_id="local-" + d.name, stdout=sys.stdout, stderr=sys.stdout,
+                                 dependencies=False, restart_count=count))
+
+    tries = attempts(d, submission) if attempts is not None else None
     try:
-        LocalScheduler().run(submission, run_id="local-" + d.name, stdout=sys.stdout, stderr=sys.stdout,
-                             dependencies=False)
+        tries.run(attempt) if tries is not None else attempt(0)
     except JobFailed as e:
         state = "CANCELLED" if e.message.startswith("interrupted") else "FAILED"
         code, reason = e.exit_code, e.message
-        print(f"torchhpc: {e.message}", file=sys.stderr, flush=True)
+        if tries is not None and tries.fired:
+            reason = f"the hang watch cancelled the run (--hang-timeout {submission.spec.hang_timeout:g})"
+        print(f"torchhpc: {reason}", file=sys.stderr, flush=True)
     except Exception as e:  # recorded, never left as RUNNING
         state, code, reason = "FAILED", 1, f"{type(e).__name__}: {e}"
         print(f"torchhpc: {reason}", file=sys.stderr, flush=True)
@@ -77,7 +94,7 @@ def supervise(d: Path) -> int:
     return code
 
 
-def _wait(d: Path, submission: Submission) -> str:
+def _wait(d: Path, submission: Submission, scheduler: Any) -> str:
     """PENDING, its reason naming what it waits for, until the dependencies are met: "" then, else
     the reason it can never start (``DependencyNeverSatisfied: ...``, Slurm's word)."""
     from torchhpc.schedulers.depend import wait_dependencies
@@ -87,9 +104,6 @@ def _wait(d: Path, submission: Submission) -> str:
         rec.update(state="PENDING", reason="Dependency")  # Slurm's word; status lists what it waits for
         write_state(d, rec)
 
-    never = wait_dependencies(LocalScheduler(), submission.spec.after, progress=waiting)
+    never = wait_dependencies(scheduler, submission.spec.after, progress=waiting)
     return "DependencyNeverSatisfied: " + "; ".join(s.line() for s in never) if never else ""
 
-
-if __name__ == "__main__":
-    raise SystemExit(supervise(Path(sys.argv[1])))

@@ -126,6 +126,9 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     supports_rank_probe = True  # srun --overlap into the allocation
     supports_spares = True  # the in-allocation supervisor (torchhpc.supervisor, docs/resilience.md)
     supports_restarts = True
+
+    def watches_hangs(self, spec: JobSpec) -> bool:
+        return spec.supervised  # the supervisor runs with --hang-timeout (batch.supervised_lines)
     env_options: ClassVar[Mapping[str, str]] = {"account": "SBATCH_ACCOUNT"}
     suffix = ".sbatch"
     how_to_submit = "sbatch <this file>  (or: torchhpc run --scheduler slurm ...)"

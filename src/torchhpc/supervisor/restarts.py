@@ -1,0 +1,163 @@
+"""``--max-restarts`` and ``--hang-timeout`` for a local job, with no client needed.
+
+A local job has no allocation and no second node, but it has the in-allocation supervisor's
+other half: a run that ended by a cause outside the program (a hang, a network error, a lost
+peer) is started again, up to ``--max-restarts`` times, and the program resumes from its own
+checkpoint (``TORCHHPC_RESTART_COUNT`` and torchrun's ``TORCHELASTIC_RESTART_COUNT`` say which
+attempt it is). The policy is the supervisor's (:mod:`torchhpc.supervisor.policy`): a user
+exception or an out-of-memory is never restarted. Each attempt is written to the job directory's
+``attempts.json``, which ``status`` and ``diagnose`` read as they do for a Slurm job.
+
+The same loop serves a foreground run (``torchhpc run -n 4``, cli/foreground.py) and a background
+one (its supervisor process, :mod:`torchhpc.supervisor.background`); the hang watch runs in a
+thread of that process during each attempt, so a background job is watched with no ``wait`` running.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Optional, TypeVar
+
+from torchhpc.errors import JobFailed
+from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
+from torchhpc.supervisor.policy import POLICY, action_for
+
+__all__ = ["Restarts", "classify_log"]
+
+T = TypeVar("T")
+
+WATCH_POLL_S = 1.0  # how often the watch thread looks at the ranks' last output
+_RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
+
+
+def classify_log(log_path: str, offset: int) -> tuple[str, Optional[int], str]:
+    """(class, rank, error line) of what the ranks wrote to ``log_path`` after ``offset``: the first
+    rank, in the log's order, whose lines show a cause; "lost-peer" when only lost peers show, else "unknown"."""
+    from torchhpc.diagnose.verdict import classify_text
+
+    try:
+        with open(log_path, errors="replace") as f:
+            f.seek(offset)
+            lines = f.read().splitlines()
+    except OSError:
+        return "unknown", None, ""
+    by_rank: dict[int, list[str]] = {}
+    for line in lines:
+        m = _RANK_LINE.match(line)
+        if m:
+            by_rank.setdefault(int(m.group(1)), []).append(m.group(2))
+    lost = False
+    for rank, texts in by_rank.items():  # dicts keep the order of each rank's first line
+        klass, error, _where = classify_text(texts)
+        if klass == "lost-peer":
+            lost = True
+        elif klass:
+            return klass, rank, error
+    return ("lost-peer" if lost else "unknown"), None, ""
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+class Restarts:
+    """The attempts of one local job: ``Restarts(...).run(attempt)`` calls ``attempt(count)`` until it
+    returns, or fails by a cause the policy does not restart, or ``max_restarts`` restarts are spent
+    (then the last :class:`JobFailed` is raised). ``fired`` tells whether the hang watch ended the
+    last attempt.
+
+    ``watch(act)`` makes the hang watch for one attempt (None: no watch); ``act`` is called once it
+    has named a hang, and stops the attempt with SIGTERM to this process, as ``torchhpc cancel``
+    does. A run interrupted otherwise (Ctrl-C, ``cancel``) is never restarted.
+    """
+
+    def __init__(self, *, max_restarts: int, job_dir: str, log_path: str,
+                 watch: Optional[Callable[[Callable[[str], None]], Any]] = None,
+                 say: Callable[[str], None] = lambda text: print(f"torchhpc: {text}", file=sys.stderr, flush=True)) -> None:
+        self.max_restarts, self.job_dir, self.log_path = max_restarts, job_dir, log_path
+        self.watch, self.say = watch, say
+        self.fired = False
+
+    def run(self, attempt: Callable[[int], T]) -> T:
+        history = load_attempts(self.job_dir) if self.max_restarts else []
+        count = len(history)
+        while True:
+            offset = _size(self.log_path)
+            row = Attempt(attempt=count, nodes=["localhost"], started=time.time())
+            fired, done = threading.Event(), threading.Event()
+            watcher = _start_watch(self.watch, fired, done) if self.watch is not None else None
+            try:
+                result = attempt(count)
+            except JobFailed as e:
+                done.set()
+                self.fired = fired.is_set()
+                if e.message.startswith("interrupted") and not self.fired:
+                    raise  # Ctrl-C or `torchhpc cancel`: the user's word is final
+                klass, rank, error = ("hang", None, "") if self.fired else classify_log(self.log_path, offset)
+                self._record(history, row, klass, e.exit_code, rank, error)
+                if not self._again(klass, count):
+                    raise
+                self.say(f"attempt {count} ended: {klass}" + (f" (rank {rank})" if rank is not None else "")
+                         + f"; restart {count + 1} of {self.max_restarts} (TORCHHPC_RESTART_COUNT={count + 1})")
+                count += 1
+                continue
+            finally:
+                done.set()
+                if watcher is not None:
+                    watcher.join(timeout=10)
+            self._record(history, row, None, 0, None, "")
+            return result
+
+    def _record(self, history: list[dict[str, Any]], row: Attempt, klass: Optional[str], code: int,
+                rank: Optional[int], error: str) -> None:
+        if not self.max_restarts:
+            return  # one attempt: the record and the verdict say all (no attempts.json, as before)
+        row.ended, row.klass, row.exit_code, row.rank, row.detail = time.time(), klass, code, rank, error[:300]
+        history.append(row.to_json())
+        save_attempts(self.job_dir, history)
+
+    def _again(self, klass: str, count: int) -> bool:
+        if not self.max_restarts:
+            return False
+        if action_for(klass) != "restart":
+            self.say(f"not restarting after {klass}: {POLICY.get(klass, ('', 'never guessed'))[1]}")
+            return False
+        if count >= self.max_restarts:
+            self.say(f"not restarting: {self.max_restarts} restart(s) allowed, {count} done; "
+                     f"the job ends with the {klass} verdict (torchhpc diagnose)")
+            return False
+        return True
+
+
+def _start_watch(make: Callable[[Callable[[str], None]], Any], fired: threading.Event,
+                 done: threading.Event) -> Optional[threading.Thread]:
+    def stop(_what: str) -> None:  # the same SIGTERM `torchhpc cancel` sends; the runner stops the ranks
+        if not done.is_set():
+            fired.set()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    w = make(stop)
+    if w is None:
+        return None
+    t = threading.Thread(target=_watch_loop, args=(w, done), daemon=True, name="hang-watch")
+    t.start()
+    return t
+
+
+def _watch_loop(watch: Any, done: threading.Event) -> None:
+    while not done.wait(WATCH_POLL_S):
+        try:
+            if watch.check("RUNNING") is not None:
+                return  # it fired once and stopped the attempt
+        except Exception as e:  # the watch is a courtesy: the run goes on without it
+            print(f"torchhpc: hang: the watch stopped: {e}", file=sys.stderr, flush=True)
+            return

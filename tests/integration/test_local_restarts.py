@@ -1,0 +1,84 @@
+"""``--max-restarts`` and ``--hang-timeout`` of a local job, with no client watching
+(supervisor/restarts.py): the foreground run's process and a background job's supervisor
+restart the ranks after a hang, never after a user exception, and stop when the restarts are spent.
+
+Nothing is faked: real gloo ranks really hang (tests/integration/scripts/hang_once.py) or raise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from tests.integration.test_diagnose_cluster import FAULT, torchhpc
+
+HANG_ONCE = str(Path(__file__).parent / "scripts" / "hang_once.py")
+
+
+def _attempts(handle: str, cwd: Path) -> list[tuple[object, object]]:
+    st = json.loads(torchhpc(dict(os.environ), "status", handle, "--json", cwd=cwd).stdout)
+    return [(a["class"], a["rank"]) for a in st["attempts"]]
+
+
+def _handle(text: str) -> str:
+    m = re.search(r"local:([0-9a-f]{10})", text) or re.search(r"jobs/local/([0-9a-f]{10})/", text)
+    assert m, text
+    return f"local:{m.group(1)}"
+
+
+def _no_rank_left() -> None:
+    left = subprocess.run(["pgrep", "-f", HANG_ONCE], capture_output=True, text=True)
+    assert left.stdout.strip() == "", left.stdout
+
+
+def test_a_foreground_hang_is_restarted_and_the_run_completes(clean_user_env: None, tmp_path: Path) -> None:
+    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", "5", "--max-restarts", "1", HANG_ONCE, "1",
+                 cwd=tmp_path, timeout=200)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 1 on localhost is not in a collective" in r.stderr, r.stderr  # the watch named the culprit
+    assert "attempt 0 ended: hang; restart 1 of 1 (TORCHHPC_RESTART_COUNT=1)" in r.stderr, r.stderr
+    for rank in (0, 1):  # the second attempt's ranks know they are a restart, as under torchrun
+        assert f"rank {rank} attempt 1 elastic 1" in r.stdout and f"rank {rank} done at attempt 1" in r.stdout, r.stdout
+    assert _attempts(_handle(r.stderr), tmp_path) == [("hang", None), (None, None)]
+    _no_rank_left()
+
+
+def test_a_background_job_restarts_itself_with_no_client(clean_user_env: None, tmp_path: Path) -> None:
+    sub = torchhpc(dict(os.environ), "run", "-n", "2", "--background", "--hang-timeout", "5", "--max-restarts", "1",
+                   HANG_ONCE, "0", cwd=tmp_path)
+    assert sub.returncode == 0 and "Hang watch: in the job itself (--hang-timeout 5)" in sub.stdout, sub.stdout
+    handle = _handle(sub.stdout)
+    deadline = time.monotonic() + 180
+    while True:  # no `wait`: only status, which watches nothing
+        st = json.loads(torchhpc(dict(os.environ), "status", handle, "--json", cwd=tmp_path).stdout)
+        if st["state"] not in ("PENDING", "RUNNING") or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert (st["state"], st["exit_code"]) == ("COMPLETED", 0), st
+    assert [(a["class"], a["attempt"]) for a in st["attempts"]] == [("hang", 0), (None, 1)], st
+    logs = torchhpc(dict(os.environ), "logs", handle, cwd=tmp_path).stdout
+    assert "rank 0 done at attempt 1" in logs and "restart 1 of 1" in logs, logs
+    _no_rank_left()
+
+
+def test_a_user_exception_is_never_restarted_locally(clean_user_env: None, tmp_path: Path) -> None:
+    r = torchhpc(dict(os.environ), "run", "-n", "2", "--max-restarts", "3", FAULT, "raise", "1", cwd=tmp_path,
+                 timeout=200)
+    assert r.returncode == 1, r.stderr
+    assert "not restarting after user-exception" in r.stderr and "diagnosis: user-exception" in r.stderr, r.stderr
+    assert _attempts(_handle(r.stderr), tmp_path) == [("user-exception", 1)]
+
+
+def test_when_the_restarts_are_spent_the_run_ends_with_the_hang(clean_user_env: None, tmp_path: Path) -> None:
+    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", "5", "--max-restarts", "1", HANG_ONCE, "1",
+                 "always", cwd=tmp_path, timeout=200)
+    assert r.returncode == 143, r.stdout + r.stderr
+    assert "not restarting: 1 restart(s) allowed, 1 done" in r.stderr, r.stderr
+    assert "Error: the hang watch cancelled the run (--hang-timeout 5)" in r.stderr, r.stderr
+    assert "diagnosis: hang" in r.stderr, r.stderr
+    assert _attempts(_handle(r.stderr), tmp_path) == [("hang", None), ("hang", None)]
+    _no_rank_left()
