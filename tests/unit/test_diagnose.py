@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from torchhpc.diagnose.verdict import Evidence, classify_text, diagnose, launcher_events
+from torchhpc.diagnose.classify import classify_text, launcher_events
+from torchhpc.diagnose.verdict import Evidence, diagnose
 from torchhpc.jobdir.logs import JobLog, rank_files
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "diagnose"

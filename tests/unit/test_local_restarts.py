@@ -10,8 +10,8 @@ import pytest
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import JobFailed, SpecError
 from torchhpc.schedulers import get_scheduler
-from torchhpc.supervisor.restarts import Restarts, classify_log
 from torchhpc.supervisor import load_attempts
+from torchhpc.supervisor.restarts import Restarts, classify_log
 
 
 def test_classify_reads_only_the_attempt_and_names_the_first_rank_with_a_cause(tmp_path: Path) -> None:

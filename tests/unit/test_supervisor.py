@@ -15,7 +15,7 @@ import pytest
 
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import Entrypoint, JobSpec
-from torchhpc.diagnose.verdict import CLASSES
+from torchhpc.diagnose.classify import CLASSES
 from torchhpc.errors import SpecError
 from torchhpc.schedulers import get_scheduler
 from torchhpc.supervisor import POLICY, RESTART_CLASSES, action_for, load_attempts

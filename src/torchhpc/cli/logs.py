@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from torchhpc.cli.common import add_subparser, env_default
 from torchhpc.cli.remote import add_remote_arguments
-from torchhpc.diagnose.verdict import native_crashes
+from torchhpc.diagnose.classify import native_crashes
 from torchhpc.errors import SchedulerError, UsageError
 from torchhpc.jobdir.logs import (
     MAX_RANKS,

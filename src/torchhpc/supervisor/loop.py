@@ -285,7 +285,7 @@ def _sizes(ranks_dir: str) -> dict[str, int]:
 
 def _classify(ranks_dir: str, sizes: dict[str, int], rc: int) -> Outcome:
     """The attempt's class from what each rank wrote during it: the earliest rank with a cause."""
-    from torchhpc.diagnose.verdict import classify_text
+    from torchhpc.diagnose.classify import classify_text
     from torchhpc.jobdir.logs import rank_files
 
     causes: list[tuple[float, int, str, str]] = []

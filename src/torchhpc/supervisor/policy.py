@@ -1,6 +1,6 @@
 """What the supervisor does after each class of failure: the policy table of docs/resilience.md.
 
-The classes are the verdict's (:data:`torchhpc.diagnose.verdict.CLASSES`). A restart helps
+The classes are the verdict's (:data:`torchhpc.diagnose.classify.CLASSES`). A restart helps
 only where the cause is outside the program: a node, the network, a stall. A restart after an
 exception, an out-of-memory or an import error would fail the same way and burn the allocation.
 """

@@ -39,7 +39,7 @@ _RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
 def classify_log(log_path: str, offset: int) -> tuple[str, Optional[int], str]:
     """(class, rank, error line) of what the ranks wrote to ``log_path`` after ``offset``: the first
     rank, in the log's order, whose lines show a cause; "lost-peer" when only lost peers show, else "unknown"."""
-    from torchhpc.diagnose.verdict import classify_text
+    from torchhpc.diagnose.classify import classify_text
 
     try:
         with open(log_path, errors="replace") as f:
