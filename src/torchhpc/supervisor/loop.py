@@ -52,8 +52,10 @@ class Outcome:
     dead: list[str] = field(default_factory=list)
     rank: Optional[int] = None
     detail: str = ""
-    # The supervisor ended the step (or a node's loss did) while no stop had been asked for: a stop
-    # file that exists now was made by the ranks' SIGTERM handler in that teardown, not by a warning.
+    # A node died, or the supervisor ended a hung step while no stop had been asked for: a stop file
+    # that exists now was made by the ranks' SIGTERM handler as their node or step went down (seen:
+    # the ranks of the dying node itself, before its link was gone), not by a warning. A time-limit
+    # warning at the very moment a node dies is lost with it: the restarted or requeued job runs on.
     teardown: bool = False
 
 
@@ -193,9 +195,8 @@ class Supervisor:
                 dead = [h for h, n in misses.items() if n >= self.o.misses]
                 if dead:
                     say(f"node(s) {','.join(dead)} stopped answering (slurmd's port {port}): stopping the step")
-                    asked = self._stopping()
                     rc = self._stop(proc, grace=0.0)  # a dead node's step never ends cleanly: no grace
-                    return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=not asked)
+                    return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True)
             if self.o.hang_timeout and now >= next_hang:
                 hung = self._hang(attempt, now, sizes)
                 if hung is False:
