@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Optional
 
 from torchhpc.jobdir.logs import Line, parse_ranks
 
-__all__ = ["CLASSES", "classify_text", "launcher_events", "native_crashes"]
+__all__ = ["CLASSES", "classify_text", "first_cause", "launcher_events", "native_crashes"]
 
 # class -> (what it means, one suggested next step). The keys are the verdict's vocabulary.
 CLASSES: dict[str, tuple[str, str]] = {
@@ -134,6 +135,20 @@ def classify_text(texts: Sequence[str]) -> tuple[str, str, str]:
         klass = "lost-peer"
         error = next(t.strip() for t in texts if _LOST_PEER.search(t))
     return klass, error, where
+
+
+def first_cause(ranks: Iterable[tuple[int, Sequence[str]]]) -> tuple[str, Optional[int], str]:
+    """(class, rank, error line) of the first rank, in the order given, whose lines show a cause;
+    ("lost-peer", None, "") when the only evidence is lost peers, else ("unknown", None, "").
+    The supervisors read one attempt's lines with it to decide whether a restart can help."""
+    lost = False
+    for rank, texts in ranks:
+        klass, error, _where = classify_text(texts)
+        if klass == "lost-peer":
+            lost = True
+        elif klass:
+            return klass, rank, error
+    return ("lost-peer" if lost else "unknown"), None, ""
 
 
 def native_crashes(lines: Sequence[Line]) -> list[tuple[int, str]]:

@@ -286,11 +286,10 @@ def _sizes(ranks_dir: str) -> dict[str, int]:
 
 def _classify(ranks_dir: str, sizes: dict[str, int], rc: int) -> Outcome:
     """The attempt's class from what each rank wrote during it: the earliest rank with a cause."""
-    from torchhpc.diagnose.classify import classify_text
+    from torchhpc.diagnose.classify import first_cause
     from torchhpc.jobdir.logs import rank_files
 
-    causes: list[tuple[float, int, str, str]] = []
-    lost = False
+    written: list[tuple[float, int, list[str]]] = []
     for rank, (path, _node) in rank_files(ranks_dir).items():
         try:
             with open(path, errors="replace") as f:
@@ -299,15 +298,9 @@ def _classify(ranks_dir: str, sizes: dict[str, int], rc: int) -> Outcome:
             mtime = os.path.getmtime(path)
         except OSError:
             continue
-        klass, error, _where = classify_text(lines)
-        if klass == "lost-peer":
-            lost = True
-        elif klass:
-            causes.append((mtime, rank, klass, error))
-    if causes:
-        _t, rank, klass, error = min(causes)
-        return Outcome(klass, rc, rank=rank, detail=error)
-    return Outcome("lost-peer" if lost else "unknown", rc)
+        written.append((mtime, rank, lines))
+    klass, first, error = first_cause((r, lines) for _t, r, lines in sorted(written))
+    return Outcome(klass, rc, rank=first, detail=error)
 
 
 def main(opts: Options) -> int:

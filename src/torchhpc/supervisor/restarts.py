@@ -16,7 +16,6 @@ thread of that process during each attempt, so a background job is watched with 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 import threading
@@ -33,13 +32,13 @@ __all__ = ["Restarts", "classify_log"]
 T = TypeVar("T")
 
 WATCH_POLL_S = 1.0  # how often the watch thread looks at the ranks' last output
-_RANK_LINE = re.compile(r"^\[rank(\d+)\]: ?(.*)$")
 
 
 def classify_log(log_path: str, offset: int) -> tuple[str, Optional[int], str]:
-    """(class, rank, error line) of what the ranks wrote to ``log_path`` after ``offset``: the first
-    rank, in the log's order, whose lines show a cause; "lost-peer" when only lost peers show, else "unknown"."""
-    from torchhpc.diagnose.classify import classify_text
+    """(class, rank, error line) of what the ranks wrote to ``log_path`` (``[rankN]: `` lines) after
+    ``offset``: the first rank, in the log's order, whose lines show a cause (diagnose.classify.first_cause)."""
+    from torchhpc.diagnose.classify import first_cause
+    from torchhpc.jobdir.logs import parse_line
 
     try:
         with open(log_path, errors="replace") as f:
@@ -47,19 +46,12 @@ def classify_log(log_path: str, offset: int) -> tuple[str, Optional[int], str]:
             lines = f.read().splitlines()
     except OSError:
         return "unknown", None, ""
-    by_rank: dict[int, list[str]] = {}
+    by_rank: dict[int, list[str]] = {}  # dicts keep the order of each rank's first line
     for line in lines:
-        m = _RANK_LINE.match(line)
-        if m:
-            by_rank.setdefault(int(m.group(1)), []).append(m.group(2))
-    lost = False
-    for rank, texts in by_rank.items():  # dicts keep the order of each rank's first line
-        klass, error, _where = classify_text(texts)
-        if klass == "lost-peer":
-            lost = True
-        elif klass:
-            return klass, rank, error
-    return ("lost-peer" if lost else "unknown"), None, ""
+        ln = parse_line(line, "local")
+        if ln.rank is not None:
+            by_rank.setdefault(ln.rank, []).append(ln.text)
+    return first_cause(by_rank.items())
 
 
 def _size(path: str) -> int:
