@@ -73,42 +73,10 @@ def hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang: 
 
     ``act`` replaces the default action (cancel, or ``scontrol requeue``) once the hang is named.
     """
-    from torchhpc.core.hostlist import expand
-    from torchhpc.diagnose.hang import HangWatch, probe_argv
-    from torchhpc.jobdir.logs import job_log
+    from torchhpc.diagnose.hang import watch_job
 
     check_on_hang(scheduler, on_hang)
-    log = job_log(scheduler.name, job_id)
-    if log is None or not (log.ranks_dir or log.output):
-        eprint(f"torchhpc: --hang-timeout: no log files known for {scheduler.name}:{job_id}; not watching")
-        return None
-    import os
-
-    job_dir = os.path.dirname(log.ranks_dir) if log.ranks_dir else os.path.dirname(log.output or "")
-
-    runner = getattr(scheduler, "runner", None)
-    match = scheduler.rank_match(job_id)
-
-    def default_act(what: str) -> None:
-        if what == "requeue":
-            scheduler.requeue(job_id)
-        else:
-            scheduler.cancel(job_id)
-
-    def node_argv() -> list[str] | None:  # asked when probing: a pending job's "nodes" is only a count
-        if type(scheduler).runs_here:
-            return None
-        try:
-            nnodes = max(1, len(expand(scheduler.status(job_id).nodes)))
-        except Exception:
-            nnodes = 1
-        argv = scheduler.node_command(job_id, nnodes, probe_argv(match))
-        if argv is None:
-            raise RuntimeError(f"the {scheduler.name} scheduler cannot run a command on its job's nodes")
-        return argv
-
-    return HangWatch(match, hang_timeout, on_hang, log.ranks_dir or "", job_dir, node_argv, act or default_act, eprint,
-                     runner=runner, output=log.output or "")
+    return watch_job(scheduler, job_id, hang_timeout, on_hang, act, eprint)
 
 
 def print_verdict(scheduler: Scheduler, job_id: str) -> str:

@@ -29,11 +29,14 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from torchhpc.core.proc import Runner
 from torchhpc.diagnose.probe import RankStack, probe
 from torchhpc.errors import TorchHPCError
+
+if TYPE_CHECKING:
+    from torchhpc.schedulers.api import Scheduler
 
 __all__ = [
     "HANG_FILE",
@@ -43,6 +46,7 @@ __all__ = [
     "probe_job",
     "quiet_for",
     "user_frame",
+    "watch_job",
 ]
 
 HANG_FILE = "hang.json"  # in the job directory: the hang's diagnosis, for `torchhpc diagnose`
@@ -228,3 +232,42 @@ class HangWatch:
         self.say(f"torchhpc: hang: {self.on_hang} the job" + (f"; diagnosis saved in {saved}" if saved else ""))
         self.act(self.on_hang)
         return verdict
+
+
+def watch_job(scheduler: Scheduler, job_id: str, timeout: float, on_hang: str,
+              act: Optional[Callable[[str], None]], say: Callable[[str], None]) -> Optional[HangWatch]:
+    """The hang watch for a job torchhpc submitted, from its record: its rank files (or the local
+    log), how to reach its nodes, and what to do once the hang is named (``act``; by default cancel,
+    or ``scontrol requeue``). None, said in one line, when no log file is known for the job.
+    ``torchhpc wait``/``run`` (cli/follow.py) and a local background job's own process
+    (supervisor/background.py) watch through this."""
+    from torchhpc.core.hostlist import expand
+    from torchhpc.jobdir.logs import job_log
+
+    log = job_log(scheduler.name, job_id)
+    if log is None or not (log.ranks_dir or log.output):
+        say(f"torchhpc: --hang-timeout: no log files known for {scheduler.name}:{job_id}; not watching")
+        return None
+    job_dir = os.path.dirname(log.ranks_dir) if log.ranks_dir else os.path.dirname(log.output or "")
+    match = scheduler.rank_match(job_id)
+
+    def default_act(what: str) -> None:
+        if what == "requeue":
+            scheduler.requeue(job_id)
+        else:
+            scheduler.cancel(job_id)
+
+    def node_argv() -> list[str] | None:  # asked when probing: a pending job's "nodes" is only a count
+        if type(scheduler).runs_here:
+            return None
+        try:
+            nnodes = max(1, len(expand(scheduler.status(job_id).nodes)))
+        except Exception:
+            nnodes = 1
+        argv = scheduler.node_command(job_id, nnodes, probe_argv(match))
+        if argv is None:
+            raise RuntimeError(f"the {scheduler.name} scheduler cannot run a command on its job's nodes")
+        return argv
+
+    return HangWatch(match, timeout, on_hang, log.ranks_dir or "", job_dir, node_argv, act or default_act, say,
+                     runner=getattr(scheduler, "runner", None), output=log.output or "")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Optional
 
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import Submission
@@ -24,23 +25,23 @@ __all__ = ["attempts_for", "main"]
 
 
 def attempts_for(d: Path, submission: Submission) -> Restarts:
-    """The attempts of the job in ``d``: its ``--max-restarts``, and its ``--hang-timeout`` watch."""
+    """The attempts of the job in ``d``: its ``--max-restarts``, and its ``--hang-timeout`` watch
+    (the same watch `torchhpc wait` would run, diagnose.hang.watch_job)."""
     from torchhpc.jobdir.record import read_record
 
     spec = submission.spec
     log = read_record(spec.scheduler, d.name).output_path  # output.log: every rank's lines, prefixed [rankN]:
     watch = None
     if spec.hang_timeout:
-        from torchhpc.diagnose.hang import HangWatch
+        from torchhpc.diagnose.hang import HangWatch, watch_job
 
-        match = get_scheduler(spec.scheduler).rank_match(d.name)
+        timeout = float(spec.hang_timeout)
 
         def say(text: str) -> None:
             print(text, file=sys.stderr, flush=True)
 
-        def watch(act: Callable[[str], None]) -> HangWatch:
-            return HangWatch(match, float(spec.hang_timeout or 0), "cancel", "", str(d), lambda: None, act, say,
-                             output=log)
+        def watch(act: Callable[[str], None]) -> Optional[HangWatch]:
+            return watch_job(get_scheduler(spec.scheduler), d.name, timeout, "cancel", act, say)
     return Restarts(max_restarts=spec.max_restarts, job_dir=str(d), log_path=log, watch=watch)
 
 

@@ -225,7 +225,7 @@ class LocalScheduler(Scheduler):
     def watches_hangs(self, spec: JobSpec) -> bool:
         return True  # in the foreground run's process, or the background job's supervisor
 
-    def run_background(self, job_dir: str, attempts: Optional[Callable[..., Any]] = None) -> int:
+    def run_background(self, job_dir: str, attempts: Callable[..., Any]) -> int:
         """The body of a background job's supervisor process (``torchhpc.supervisor.background``): run the
         submission kept in ``job_dir`` here, each attempt through ``attempts`` (restarts, the hang watch)."""
         from torchhpc.schedulers.local.supervise import supervise

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torchhpc.errors import JobFailed
 from torchhpc.jobdir.endmark import write_end
@@ -37,9 +37,9 @@ class Attempts(Protocol):
     def run(self, attempt: Callable[[int], int]) -> int: ...
 
 
-def supervise(d: Path, scheduler: Any, attempts: Optional[Callable[[Path, Submission], Attempts]] = None) -> int:
-    """The background supervisor: run the submission on ``scheduler`` (one attempt, or as many as
-    ``attempts(d, submission)`` allows), record how it ended."""
+def supervise(d: Path, scheduler: Any, attempts: Callable[[Path, Submission], Attempts]) -> int:
+    """The background supervisor: run the submission on ``scheduler``, as many attempts as
+    ``attempts(d, submission)`` allows, and record how it ended."""
     def cancelled_early(signum: int, frame: object) -> None:
         raise JobFailed(f"interrupted by {signal.Signals(signum).name} before the ranks started", returncode=128 + signum)
 
@@ -74,13 +74,13 @@ def supervise(d: Path, scheduler: Any, attempts: Optional[Callable[[Path, Submis
         return int(scheduler.run(submission, run_id="local-" + d.name, stdout=sys.stdout, stderr=sys.stdout,
                                  dependencies=False, restart_count=count))
 
-    tries = attempts(d, submission) if attempts is not None else None
+    tries = attempts(d, submission)
     try:
-        tries.run(attempt) if tries is not None else attempt(0)
+        tries.run(attempt)
     except JobFailed as e:
         state = "CANCELLED" if e.message.startswith("interrupted") else "FAILED"
         code, reason = e.exit_code, e.message
-        if tries is not None and tries.fired:
+        if tries.fired:
             reason = f"the hang watch cancelled the run (--hang-timeout {submission.spec.hang_timeout:g})"
         print(f"torchhpc: {reason}", file=sys.stderr, flush=True)
     except Exception as e:  # recorded, never left as RUNNING
