@@ -8,7 +8,7 @@ dependencies (Slurm ``--dependency``, PBS ``-W depend``, the local supervisor's 
 no client has to stay alive, and writes the pipeline's record: a small JSON file in the output
 directory, found again by the pipeline file, the record's path or the pipeline id
 (:func:`find_record`). ``status`` asks each scheduler once for all its steps
-(:func:`torchhpc.schedulers.depend.statuses`); ``cancel`` stops a step and every step after it.
+(:meth:`~torchhpc.schedulers.api.Scheduler.query_many`); ``cancel`` stops a step and every step after it.
 """
 
 from __future__ import annotations
@@ -247,14 +247,12 @@ class StepRow:
 
 def rows(rec: PipelineRecord) -> list[StepRow]:
     """The step table: one query per scheduler for all its steps, dependencies judged from those answers."""
-    from torchhpc.schedulers.depend import statuses
-
     by_sched: dict[str, list[str]] = {}
     for s in rec.steps:
         by_sched.setdefault(s["scheduler"], []).append(s["job_id"])
     known: dict[tuple[str, str], JobStatus] = {}
     for sched, ids in by_sched.items():
-        for job_id, answer in statuses(get_scheduler(sched), ids).items():
+        for job_id, answer in get_scheduler(sched).query_many(ids).items():
             known[(sched, job_id)] = answer
     steps = {s["name"]: s for s in rec.steps}
     out = []

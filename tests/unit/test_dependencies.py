@@ -18,7 +18,7 @@ from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import SpecError
 from torchhpc.job import Job, JobHandle
 from torchhpc.schedulers import get_scheduler
-from torchhpc.schedulers.depend import DependencyState, statuses
+from torchhpc.schedulers.depend import DependencyState
 from torchhpc.schedulers.pbs.pbs import PBSScheduler
 from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
@@ -110,7 +110,7 @@ SACCT = "4|COMPLETED|0:0|00:00:05|node2|d\n"
 
 def test_statuses_of_many_slurm_jobs_take_one_squeue_and_one_sacct() -> None:
     runner = FakeRunner(responses={"squeue": SQUEUE, "sacct": SACCT, "scontrol": ""})
-    got = statuses(SlurmScheduler(runner=runner), ["1", "2", "3", "4"])
+    got = SlurmScheduler(runner=runner).query_many(["1", "2", "3", "4"])
     assert [c[0][0] for c in runner.calls] == ["squeue", "sacct"]
     assert runner.calls[0][0][runner.calls[0][0].index("-j") + 1] == "1,2,3,4"
     assert runner.calls[1][0][runner.calls[1][0].index("-j") + 1] == "4"  # only what squeue no longer shows

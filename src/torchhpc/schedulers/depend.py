@@ -3,8 +3,9 @@
 :func:`job_dependencies` is the small function ``status`` (and the pending explanation) calls:
 the dependencies recorded when the job was submitted, each with its job's state and a verdict
 (``waiting``, ``satisfied``, ``never``; :func:`torchhpc.core.depend.verdict`). The states come
-from :func:`statuses`, the one place that asks a scheduler about several jobs at once (Slurm:
-one ``squeue`` call for the id list, ``sacct`` only for the ids the controller has forgotten).
+from the scheduler's :meth:`~torchhpc.schedulers.api.Scheduler.query_many`, its one question about
+several jobs at once (Slurm: one ``squeue`` call for the id list, ``sacct`` only for the ids the
+controller has forgotten).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from typing import Optional
 from torchhpc.core.depend import Dependency, verdict
 from torchhpc.errors import TorchHPCError
 from torchhpc.jobdir.record import load_record
-from torchhpc.schedulers.api import TERMINAL, JobStatus, Scheduler
+from torchhpc.schedulers.api import TERMINAL, Scheduler
 
-__all__ = ["DependencyState", "job_dependencies", "recorded_dependencies", "statuses", "wait_dependencies"]
+__all__ = ["DependencyState", "job_dependencies", "recorded_dependencies", "wait_dependencies"]
 
 
 
@@ -53,17 +54,9 @@ def recorded_dependencies(scheduler: str, job_id: str) -> tuple[Dependency, ...]
     return tuple(out)
 
 
-def statuses(scheduler: Scheduler, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-    """The state of every job in ``job_ids`` in as few scheduler calls as it allows: the backend's
-    :meth:`~torchhpc.schedulers.api.Scheduler.query_many` (Slurm: one ``squeue`` for the list, one
-    ``sacct`` for what the controller forgot; PBS: one ``qstat``). A job that cannot be asked about is left out."""
-    ids = list(dict.fromkeys(job_ids))
-    return dict(scheduler.query_many(ids)) if ids else {}
-
-
 def dependency_states(scheduler: Scheduler, deps: Sequence[Dependency]) -> list[DependencyState]:
     """Each dependency with its job's state (``UNKNOWN`` when it cannot be asked) and verdict."""
-    known = statuses(scheduler, [d.job_id for d in deps])
+    known = scheduler.query_many([d.job_id for d in deps])  # one squeue (Slurm) or qstat (PBS) for all
     out = []
     for dep in deps:
         st = known.get(dep.job_id)
