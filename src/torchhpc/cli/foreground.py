@@ -54,7 +54,7 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
     def attempt(count: int) -> int:
         with open(log_path, "a", encoding="utf-8", errors="backslashreplace") as log:
             return int(scheduler.run(submission, rank0_only=rank0_only, run_id=f"local-{job_id}", log=log,
-                                     restart_count=count))
+                                     restart_count=count, job_dir=os.path.dirname(log_path)))
 
     state, code, reason, hint = "COMPLETED", 0, "", ""
     try:

@@ -233,7 +233,7 @@ class Supervisor:
             return False
         if not stacks or any(s.cpu_s >= 0.1 for s in stacks):
             return False
-        verdict = hang.culprit(stacks)
+        verdict = hang.with_flight(hang.culprit(stacks), self.o.job_dir)
         for line in hang.render(verdict, quiet):
             print(line, flush=True)
         if os.path.isdir(self.o.job_dir):

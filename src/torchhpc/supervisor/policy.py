@@ -20,6 +20,7 @@ POLICY: dict[str, tuple[str, str]] = {
     "host-oom": ("end", "the same job runs out of memory again"),
     "gpu-assignment": ("end", "the same ranks land on the same GPUs again: fix the ranks-per-GPU layout"),
     "environment": ("end", "an import error or a wrong torch does not heal by itself"),
+    "collective-mismatch": ("end", "the program's ranks disagree on a collective: it repeats on every attempt"),
     "native-crash": ("end", "a crash in C++ repeats as a rule: read the rank's log"),
     "time-limit": ("end", "the stop protocol (--signal-before, --requeue) handles the time limit"),
     "preempted": ("end", "the stop protocol (--requeue) handles preemption"),

@@ -72,7 +72,7 @@ def supervise(d: Path, scheduler: Any, attempts: Callable[[Path, Submission], At
     write_state(d, rec)
     def attempt(count: int) -> int:
         return int(scheduler.run(submission, run_id="local-" + d.name, stdout=sys.stdout, stderr=sys.stdout,
-                                 dependencies=False, restart_count=count))
+                                 dependencies=False, restart_count=count, job_dir=str(d)))
 
     tries = attempts(d, submission)
     try:
