@@ -48,6 +48,7 @@ CONFIG_KEYS: dict[str, str] = {
     "spares": "spare nodes allocated beside the job's, used after a node failure (--spares)",
     "max_restarts": "restarts inside the allocation after a node failure, hang or network error (--max-restarts)",
     "hang_timeout": "seconds without output or CPU use after which ranks count as hung (--hang-timeout)",
+    "flight_recorder": "collectives each rank's Flight Recorder keeps for the hang verdict, or off (--flight-recorder)",
     "remote": "[USER@]HOST whose torchhpc runs run/status/logs/... over ssh (--remote; docs/remote.md)",
 }
 

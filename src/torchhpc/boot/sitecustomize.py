@@ -120,7 +120,7 @@ def flight_dump(d, suffix=""):
         return False
     path = os.path.join(d, f"rank-{dist.get_rank()}{suffix}")
     try:
-        from torch._C._distributed_c10d import _dump_fr_trace
+        from torch._C._distributed_c10d import _dump_fr_trace  # type: ignore[attr-defined]
 
         data = _dump_fr_trace(True, False, False)
     except Exception as e:  # an old torch, a backend without a recorder: say so where the watch looks

@@ -136,6 +136,8 @@ class Finding:
             return f"size mismatch in {at}: {them} passed {self.detail.split('|')[0]}, {who} {self.detail.split('|')[1]}"
         if self.kind == "stalled":
             return f"every rank entered {at} with matching arguments: a stall in the transport, not the program"
+        if self.kind == "no-dump" and self.waiting:
+            return f"{who} wrote no flight recorder dump ({self.detail}); {them} wait in {at}{waited}"
         if self.kind == "no-dump":
             return f"{who} wrote no flight recorder dump ({self.detail})"
         return f"no rank waits in a collective of pg {self.pg} (last: {at}): the ranks are in their own code"
@@ -209,8 +211,11 @@ def post_mortem(job_dir: str) -> list[Finding]:
 def pg_size(dump: Mapping[str, Any]) -> int:
     """The default group's size from a dump's ``pg_config`` (its ``ranks`` is a printed list)."""
     conf = dump.get("pg_config")
-    pg = conf.get("0") if isinstance(conf, Mapping) else None
-    return len(re.findall(r"\d+", str(pg.get("ranks", "")))) if isinstance(pg, Mapping) else 0
+    groups = conf.values() if isinstance(conf, Mapping) else ()
+    return max((len(re.findall(r"\d+", str(g.get("ranks", "")))) for g in groups if isinstance(g, Mapping)), default=0)
+
+
+_NO_DUMP = "its process is gone, is stopped, or never started a process group"
 
 
 def analyse(dumps: Mapping[int, Mapping[str, Any]], world: int, left: set[int] = frozenset(),  # type: ignore[assignment]
@@ -225,6 +230,9 @@ def analyse(dumps: Mapping[int, Mapping[str, Any]], world: int, left: set[int] =
         for pg, st in (d.get("pg_status") or {}).items():
             if isinstance(st, Mapping):
                 groups.setdefault(str(pg), {})[rank] = int(st.get("last_enqueued_collective", -1))
+    for rank in dumps:  # a rank that never enqueued a collective has no status yet: it is at 0 in the default group
+        if "0" in groups:
+            groups["0"].setdefault(rank, 0)
     for pg, seq in sorted(groups.items()):
         top = max(seq.values())
         ahead = tuple(sorted(r for r, s in seq.items() if s == top))
@@ -252,11 +260,15 @@ def analyse(dumps: Mapping[int, Mapping[str, Any]], world: int, left: set[int] =
                 sizes = f"{ref.get('input_sizes')}|passed {e.get('input_sizes')}"
                 out.append(Finding("mismatch-size", pg, top, _op(ref), odd, others, waited, sizes))
         elif ref and not ref.get("retired") and str(ref.get("state")) != "completed":
-            out.append(Finding("stalled", pg, top, op, (), ahead, waited))
+            if missing:  # the others wait for someone: the rank that could not answer
+                out.append(Finding("no-dump", pg, top, op, missing, ahead, waited, _NO_DUMP))
+                missing = ()
+            else:
+                out.append(Finding("stalled", pg, top, op, (), ahead, waited))
         else:
             out.append(Finding("in-step", pg, top, op, (), ahead))
     if missing:
-        out.append(Finding("no-dump", "0", 0, "", missing, (), 0.0, "its process is gone, or it never started a process group"))
+        out.append(Finding("no-dump", "0", 0, "", missing, (), 0.0, _NO_DUMP))
     return out
 
 

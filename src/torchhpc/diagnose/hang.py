@@ -60,6 +60,23 @@ _COLLECTIVES = re.compile(
     r"init_process_group)$"
 )
 
+# torch's default process-group timeouts: a collective stuck longer ends in an error, not a hang
+PG_TIMEOUT_S = {"nccl": 600.0, "gloo": 1800.0}
+
+
+def pg_timeout_note(hang_timeout: Optional[float], gpus: int) -> str:
+    """One line when ``--hang-timeout`` is longer than the process group's own default timeout (NCCL
+    10 min, gloo 30 min): the group then ends a stuck collective with an error before the watch looks.
+    torchhpc says so rather than raise the group's timeout: a program's own ``timeout=`` must stay its own."""
+    backend = "nccl" if gpus else "gloo"
+    limit = PG_TIMEOUT_S[backend]
+    if not hang_timeout or hang_timeout <= limit:
+        return ""
+    return (f"--hang-timeout {hang_timeout:g} is longer than {backend.upper() if gpus else backend}'s default "
+            f"process-group timeout ({limit:g} s): a stuck collective fails with a timeout error first, and "
+            "its Flight Recorder dump names it (pass init_process_group(timeout=...) to let the watch see the hang)")
+
+
 def quiet_for(ranks_dir: str, now: float, output: str = "") -> Optional[float]:
     """Seconds since any rank last wrote to its log (None: no rank file yet).
 

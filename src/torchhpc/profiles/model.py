@@ -45,6 +45,7 @@ FIELD_DOCS: dict[str, str] = {
     "spares": "spare nodes allocated beside the job's, used after a node failure (--spares)",
     "max_restarts": "restarts inside the allocation after a node failure, hang or network error (--max-restarts)",
     "hang_timeout": "seconds without output or CPU use after which ranks count as hung (--hang-timeout)",
+    "flight_recorder": "collectives each rank's Flight Recorder keeps for the hang verdict, or off (--flight-recorder)",
 }
 
 _INT = ("gpus_per_node", "cpus_per_gpu", "spares", "max_restarts", "hang_timeout")
@@ -98,6 +99,7 @@ class Profile:
     spares: Optional[int] = None
     max_restarts: Optional[int] = None
     hang_timeout: Optional[int] = None
+    flight_recorder: Optional[str] = None
     # [USER@]HOST of the site's login node: --remote's default (docs/remote.md)
     remote: Optional[str] = None
 
