@@ -2,7 +2,7 @@
 
     errors  <  torchhpc/__init__ (the version)  <  core  <  env | network | containers | launchers
     <  jobdir  <  schedulers | dist | profiles | devcluster  <  bench | config | diagnose
-    <  resolve | doctor  <  job  <  sweep | functions  <  cli  <  __main__
+    <  resolve | doctor | supervisor | observe  <  job  <  sweep | functions  <  cli  <  __main__
 
 A package may import itself and anything in a lower layer; packages of one
 layer do not import each other (env, network, containers and launchers stay
@@ -35,7 +35,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "jobdir",  # what a job leaves on disk: record, never-overwrite writer, rank logs
         "schedulers dist profiles devcluster",
         "bench config diagnose",  # diagnose: the failure verdict and the hang watch (jobdir, core)
-        "resolve doctor supervisor",  # supervisor: the in-allocation restart loop (diagnose, jobdir, core)
+        "resolve doctor supervisor observe",  # supervisor: the in-allocation restart loop; observe: top (diagnose)
         "job remote",  # remote: --remote's shipping and ssh forwarding (config, resolve, profiles)
         "sweep functions pipeline",  # functions: Executor (job), the pickle, the rank entry (env, dist), Stop/Checkpoint
         "cli _fnrun requeue",  # _fnrun, requeue: stubs for jobs of the previous release (functions)

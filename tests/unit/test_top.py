@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from torchhpc.diagnose.progress import parse_progress
-from torchhpc.diagnose.sample import RankSample, gpu_by_pid, parse_raw, rocm_cards
-from torchhpc.diagnose.top import FOLD_AT, RankRow, gather, stragglers, table
 from torchhpc.dist.progress import mark_step
+from torchhpc.observe.progress import parse_progress
+from torchhpc.observe.sample import RankSample, gpu_by_pid, parse_raw, rocm_cards
+from torchhpc.observe.top import FOLD_AT, RankRow, gather, stragglers, table
 
 DATA = REPO / "tests" / "data"
 
@@ -140,7 +140,7 @@ def test_cli_refuses_a_scheduler_without_a_probe_in_one_line() -> None:
 
 def test_cli_dry_run_prints_the_probe_and_bad_filters_are_usage_errors() -> None:
     r = _cli("slurm:123", "--dry-run")
-    assert r.returncode == 0 and "srun --overlap --jobid=123" in r.stdout and "torchhpc.diagnose.sample" in r.stdout
+    assert r.returncode == 0 and "srun --overlap --jobid=123" in r.stdout and "torchhpc.observe.sample" in r.stdout
     bad = _cli("slurm:123", "--rank", "3-1", "--json")
     assert bad.returncode == 2 and json.loads(bad.stdout)["error"].startswith("--rank")
 

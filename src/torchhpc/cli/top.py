@@ -60,8 +60,8 @@ def cmd_top(args: argparse.Namespace) -> int:
     here = type(sched).runs_here
     if args.dry_run:
         from torchhpc.core.shell import join
-        from torchhpc.diagnose.live import stream_argv
-        from torchhpc.diagnose.top import sample_argv
+        from torchhpc.observe.live import stream_argv
+        from torchhpc.observe.top import sample_argv
 
         print(f"# torchhpc top {name}:{job}: nothing runs on a dry run; NODES: the job's nodes when it runs")
         if here:
@@ -92,7 +92,7 @@ def cmd_top(args: argparse.Namespace) -> int:
 
 
 def _show(line: str, rows: Any, clear: bool) -> None:
-    from torchhpc.diagnose.top import table
+    from torchhpc.observe.top import table
 
     out = [line, *(table(rows) if rows else [])]
     sys.stdout.write(("\033[H\033[J" if clear else "") + "\n".join(out) + "\n")
@@ -105,9 +105,9 @@ def _look(sched: Any, name: str, job: str, ranks: Optional[list[int]], nodes: Op
 
     ``live`` None: one look (``--once``); True: start the per-node stream; else the stream to read."""
     from torchhpc.core.hostlist import expand
-    from torchhpc.diagnose.live import LiveProbe, stream_argv
-    from torchhpc.diagnose.top import gather, probe_nodes
     from torchhpc.jobdir.logs import job_log, task_record
+    from torchhpc.observe.live import LiveProbe, stream_argv
+    from torchhpc.observe.top import gather, probe_nodes
 
     st = sched.status(job)
     title = f"{name}:{job} {st.state}" + (f" elapsed {st.elapsed}" if st.elapsed else "")

@@ -29,9 +29,9 @@ from torchhpc.errors import JobFailed, SchedulerError, SpecError
 from torchhpc.launchers import get_launcher
 from torchhpc.launchers.boot import boot_argv, boot_pythonpath
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
+from torchhpc.schedulers.batch.script import default_python
 from torchhpc.schedulers.local.jobs import LocalJobs
 from torchhpc.schedulers.options import Option, declare
-from torchhpc.schedulers.script import default_python
 
 __all__ = [
     "CONTRACT",
@@ -400,7 +400,7 @@ class LocalScheduler(Scheduler):
         return job.run()
 
     def _wait_dependencies(self, spec: JobSpec, err: IO[str]) -> None:
-        from torchhpc.schedulers.depend import DependencyState, wait_dependencies
+        from torchhpc.schedulers.batch.depend import DependencyState, wait_dependencies
 
         def say(states: list[DependencyState]) -> None:
             print("torchhpc: waiting: " + "; ".join(s.line() for s in states if s.verdict == "waiting"),

@@ -34,12 +34,12 @@ from torchhpc.jobdir.logs import filter_rank
 from torchhpc.jobdir.record import read_record, update_record
 from torchhpc.launchers import SHIM_VAR, get_launcher, launcher_of, mpirun_argv, task_argv
 from torchhpc.schedulers.api import JobStatus, Submission
-from torchhpc.schedulers.batch import BatchScheduler
+from torchhpc.schedulers.batch.base import BatchScheduler
+from torchhpc.schedulers.batch.script import default_python, script_path
+from torchhpc.schedulers.batch.step import in_container, job_env_names, torchrun_command
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pbs.parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
 from torchhpc.schedulers.pending import Pending
-from torchhpc.schedulers.script import default_python, script_path
-from torchhpc.schedulers.step import in_container, job_env_names, torchrun_command
 
 __all__ = ["PORT_EXPR", "PBSScheduler", "job_name", "pbs_size", "pbs_walltime"]
 

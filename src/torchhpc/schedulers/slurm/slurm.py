@@ -39,12 +39,12 @@ from torchhpc.jobdir.logs import filter_rank
 from torchhpc.jobdir.record import update_record
 from torchhpc.launchers import SHIM_VAR, launcher_of, mpirun_argv, srun_argv, task_argv
 from torchhpc.schedulers.api import Submission
-from torchhpc.schedulers.batch import BatchScheduler
+from torchhpc.schedulers.batch.base import BatchScheduler
+from torchhpc.schedulers.batch.script import default_python, script_path
+from torchhpc.schedulers.batch.step import in_container, job_container, job_env_names, torchrun_command
 from torchhpc.schedulers.options import Option, declare
-from torchhpc.schedulers.script import default_python, script_path
 from torchhpc.schedulers.slurm.parse import parse_scontrol
 from torchhpc.schedulers.slurm.status import SlurmQueries, expand_output
-from torchhpc.schedulers.step import in_container, job_container, job_env_names, torchrun_command
 
 __all__ = ["SlurmScheduler", "expand_output", "filter_rank", "parse_scontrol"]
 

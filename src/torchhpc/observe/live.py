@@ -1,6 +1,6 @@
 """The client side of the live ``torchhpc top``: one long-lived probe per node, read in the background.
 
-:mod:`torchhpc.diagnose.stream` runs on every node (``srun --overlap`` once for the session; a
+:mod:`torchhpc.observe.stream` runs on every node (``srun --overlap`` once for the session; a
 plain child process for the local scheduler) and prints a batch of rank samples every refresh,
 each node's batch ended by ``{"batch": N, "host": H}``. A reader thread keeps the newest complete
 batch of each node; :meth:`LiveProbe.latest` hands them to the table.
@@ -17,14 +17,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Optional
 
-from torchhpc.diagnose.sample import RankSample
+from torchhpc.observe.sample import RankSample
 
 __all__ = ["LiveProbe", "stream_argv"]
 
 
 def stream_argv(here: bool, job_id: str, nodes: Sequence[str], every: float) -> list[str]:
     """The command that starts the per-node stream (srun into the allocation, or a local child)."""
-    module = [sys.executable, "-m", "torchhpc.diagnose.stream", "--every", f"{every:g}"]
+    module = [sys.executable, "-m", "torchhpc.observe.stream", "--every", f"{every:g}"]
     if here:
         return [*module, f"TORCHELASTIC_RUN_ID=local-{job_id}"]
     n = len(nodes)

@@ -1,8 +1,8 @@
 """``torchhpc top``'s data: one row per rank of a running job, and the straggler among them.
 
-A row joins what the node-side probe (:mod:`torchhpc.diagnose.sample`) saw of the rank's
+A row joins what the node-side probe (:mod:`torchhpc.observe.sample`) saw of the rank's
 process with what its log shows: seconds since its last line, and its progress
-(:mod:`torchhpc.diagnose.progress`).
+(:mod:`torchhpc.observe.progress`).
 
 **Straggler.** In synchronous training every rank advances at the same step rate, so the rate
 cannot show the slow one. What differs is where the ranks spend their time: the fast ones finish
@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
 from torchhpc.core.proc import Runner
-from torchhpc.diagnose.progress import parse_progress, read_tail
-from torchhpc.diagnose.sample import DURATION_S, RATE_HZ, RankSample, sample
+from torchhpc.observe.progress import parse_progress, read_tail
+from torchhpc.observe.sample import DURATION_S, RATE_HZ, RankSample, sample
 
 __all__ = ["FOLD_AT", "MIN_GAP", "MIN_SAMPLES", "RankRow", "gather", "probe_nodes", "sample_argv", "stragglers"]
 
@@ -76,7 +76,7 @@ def sample_argv(job_id: str, nodes: Sequence[str], duration: int = DURATION_S, r
     n = len(nodes)
     return ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
             "--kill-on-bad-exit=0", "--quiet", f"--nodelist={','.join(nodes)}", sys.executable, "-m",
-            "torchhpc.diagnose.sample", "--duration", str(duration), "--rate", str(rate), f"SLURM_JOB_ID={job_id}"]
+            "torchhpc.observe.sample", "--duration", str(duration), "--rate", str(rate), f"SLURM_JOB_ID={job_id}"]
 
 
 def probe_nodes(here: bool, job_id: str, nodes: Sequence[str], runner: Optional[Runner] = None,

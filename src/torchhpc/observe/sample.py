@@ -14,7 +14,7 @@ the local scheduler), it finds the job's rank processes in ``/proc`` as the hang
 * asks ``nvidia-smi`` (per process and per GPU) or ``rocm-smi`` (per card, by ``LOCAL_RANK``)
   for GPU utilization and memory, only where the tool exists on the node.
 
-Prints one JSON object per rank (``python -m torchhpc.diagnose.sample KEY=VALUE ...``).
+Prints one JSON object per rank (``python -m torchhpc.observe.sample KEY=VALUE ...``).
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def sample(match: Mapping[str, str], host: str, duration: int = DURATION_S, rate
 
 
 def _main(argv: Sequence[str]) -> int:
-    """``python -m torchhpc.diagnose.sample [--duration S] [--rate HZ] KEY=VALUE...``: JSON lines."""
+    """``python -m torchhpc.observe.sample [--duration S] [--rate HZ] KEY=VALUE...``: JSON lines."""
     args = list(argv)
     duration, rate = DURATION_S, RATE_HZ
     for flag in ("--duration", "--rate"):
