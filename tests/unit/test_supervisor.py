@@ -21,8 +21,7 @@ from torchhpc.schedulers import get_scheduler
 from torchhpc.supervisor import POLICY, RESTART_CLASSES, action_for, load_attempts
 from torchhpc.supervisor.__main__ import parse
 from torchhpc.supervisor.attempts import Attempt, save_attempts
-from torchhpc.supervisor.loop import Options, Supervisor, _classify, _sizes
-from torchhpc.supervisor.nodes import alive, choose
+from torchhpc.supervisor.loop import Options, Supervisor, _classify, _sizes, choose
 from torchhpc.supervisor.show import attempt_lines
 
 
@@ -42,14 +41,15 @@ def test_choose_keeps_the_survivors_and_fills_from_the_spares_in_allocation_orde
     assert choose(alloc, ["n1", "n2"], ["n1"], 2) == ["n1"]  # not enough: the caller requeues or ends
 
 
-def test_alive_is_a_tcp_connect() -> None:
+def test_alive_is_a_tcp_connect_to_slurmd() -> None:
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
     port = srv.getsockname()[1]
-    assert alive("127.0.0.1", port, timeout=1.0)
+    alloc = get_scheduler("slurm", _Slurm([], port)).allocation_of("7", {})
+    assert alloc.alive("127.0.0.1", timeout=1.0)
     srv.close()
-    assert not alive("127.0.0.1", port, timeout=1.0)
+    assert not alloc.alive("127.0.0.1", timeout=1.0)
 
 
 def test_attempts_round_trip_with_the_issue_fields(tmp_path: Path) -> None:
@@ -179,7 +179,7 @@ def test_a_stop_file_from_a_node_loss_teardown_does_not_read_as_a_stop(tmp_path:
     port = listeners[0].getsockname()[1]
     stop, go = tmp_path / "stop", tmp_path / "go"
     step = f'() {{ while [ ! -e {go} ]; do sleep 0.05; done; touch "$TORCHHPC_STOP_FILE"; exit 1; }}'
-    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "x", "TORCHHPC_STOP_FILE": str(stop),
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "127.0.0.[1-2]", "TORCHHPC_STOP_FILE": str(stop),
            "BASH_FUNC__torchhpc_step%%": step}
     slurm = _Slurm(["127.0.0.1", "127.0.0.2"], port)
     opts = Options(job_dir=str(tmp_path), nodes=2, nproc_per_node=1, launcher="srun", max_restarts=1,

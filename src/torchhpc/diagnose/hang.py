@@ -184,7 +184,7 @@ def probe_job(
             continue
         d["frames"] = tuple(tuple(f) for f in d.get("frames", ()))
         out.append(RankStack(**d))
-    return out
+    return list({(s.host, s.pid): s for s in out}.values())  # one answer per process (PBS Pro: a copy per slot)
 
 
 class HangWatch:
@@ -241,7 +241,6 @@ def watch_job(scheduler: Scheduler, job_id: str, timeout: float, on_hang: str,
     or ``scontrol requeue``). None, said in one line, when no log file is known for the job.
     ``torchhpc wait``/``run`` (cli/follow.py) and a local background job's own process
     (supervisor/background.py) watch through this."""
-    from torchhpc.core.hostlist import expand
     from torchhpc.jobdir.logs import job_log
 
     log = job_log(scheduler.name, job_id)
@@ -249,7 +248,8 @@ def watch_job(scheduler: Scheduler, job_id: str, timeout: float, on_hang: str,
         say(f"torchhpc: --hang-timeout: no log files known for {scheduler.name}:{job_id}; not watching")
         return None
     job_dir = os.path.dirname(log.ranks_dir) if log.ranks_dir else os.path.dirname(log.output or "")
-    match = scheduler.rank_match(job_id)
+    alloc = scheduler.allocation_of(job_id)
+    match = alloc.rank_match()
 
     def default_act(what: str) -> None:
         if what == "requeue":
@@ -258,16 +258,7 @@ def watch_job(scheduler: Scheduler, job_id: str, timeout: float, on_hang: str,
             scheduler.cancel(job_id)
 
     def node_argv() -> list[str] | None:  # asked when probing: a pending job's "nodes" is only a count
-        if type(scheduler).runs_here:
-            return None
-        try:
-            nnodes = max(1, len(expand(scheduler.status(job_id).nodes)))
-        except Exception:
-            nnodes = 1
-        argv = scheduler.node_command(job_id, nnodes, probe_argv(match))
-        if argv is None:
-            raise RuntimeError(f"the {scheduler.name} scheduler cannot run a command on its job's nodes")
-        return argv
+        return None if alloc.here else alloc.on_nodes(probe_argv(match), alloc.nodes())
 
     return HangWatch(match, timeout, on_hang, log.ranks_dir or "", job_dir, node_argv, act or default_act, say,
                      runner=getattr(scheduler, "runner", None), output=log.output or "")

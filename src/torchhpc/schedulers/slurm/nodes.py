@@ -1,7 +1,7 @@
 """What the Slurm backend answers about nodes: GPUs per node (GRES), node names, the allocation.
 
 Asked through the scheduler (:meth:`~torchhpc.schedulers.api.Scheduler.preflight`, ``node_names``,
-``allocation_nodes``, ``node_command``), so no caller parses ``sinfo`` or builds ``srun`` itself.
+``allocation_nodes``), so no caller parses ``sinfo`` itself; a job's own nodes: slurm/allocation.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from torchhpc.core.proc import Runner
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import CommandError, SpecError
 
-__all__ = ["allocation_nodes", "check_gpus", "gres_gpus", "node_command", "node_names"]
+__all__ = ["allocation_nodes", "check_gpus", "gres_gpus", "node_names"]
 
 
 def gres_gpus(gres: str) -> int:
@@ -74,9 +74,3 @@ def allocation_nodes(env: Mapping[str, str]) -> list[str] | None:
     nodelist = env.get("SLURM_JOB_NODELIST")
     return hostlist.expand(nodelist) if nodelist else None
 
-
-def node_command(job_id: str, nnodes: int, argv: list[str]) -> list[str]:
-    """``argv`` once per node of a running job: a step beside the job's own (``--overlap``) that
-    does not end the job when a node's copy fails."""
-    return ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={nnodes}", f"--ntasks={nnodes}",
-            "--ntasks-per-node=1", "--kill-on-bad-exit=0", *argv]

@@ -16,6 +16,7 @@ from torchhpc.core.proc import Runner
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import CommandError, SchedulerError
 from torchhpc.jobdir.logs import filter_rank, task_record
+from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.pending import Pending
 from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct, tasks_from_scontrol
@@ -105,11 +106,10 @@ class SlurmQueries:
     def requeue(self, job_id: str) -> None:
         self.runner.run(["scontrol", "requeue", job_id], check=False, timeout=60)
 
-    def node_command(self, job_id: str, nnodes: int, argv: list[str]) -> list[str] | None:
-        return slurm_nodes.node_command(job_id, nnodes, argv)
+    def allocation_of(self, job_id: str, env: Mapping[str, str] | None = None) -> Allocation:
+        from torchhpc.schedulers.slurm.allocation import SlurmAllocation
 
-    def rank_match(self, job_id: str) -> dict[str, str]:
-        return {"SLURM_JOB_ID": job_id}
+        return SlurmAllocation(self, job_id, env)  # type: ignore[arg-type]  # a mixin: self is a SlurmScheduler
 
     def node_names(self) -> list[str]:
         return slurm_nodes.node_names(self.runner)
