@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from torchhpc.core.proc import Runner
-from torchhpc.diagnose.probe import RankStack, probe
+from torchhpc.diagnose.probe import RankStack, ask_nodes, probe
 from torchhpc.errors import TorchHPCError
 
 if TYPE_CHECKING:
@@ -168,23 +168,18 @@ def probe_job(
     """
     if argv is None:
         return probe(match, "localhost")
-    done = (runner or Runner()).run(argv, check=False, timeout=120)
-    if done.returncode != 0 or not done.stdout.strip():
-        detail = done.stderr.strip().splitlines()
-        raise RuntimeError(f"the per-node probe ({' '.join(argv[:6])} ...) answered {done.returncode}: "
-                           + (detail[-1] if detail else "no output"))
+    found, said = ask_nodes(runner or Runner(), argv, 120, empty_fails=True)
     if notes is not None:
-        notes.extend(ln if ln.startswith("torchhpc: hang:") else f"torchhpc: hang: probe: {ln}"
-                     for ln in done.stderr.splitlines() if ln.strip())
-    out = []
-    for line in done.stdout.splitlines():
-        try:
-            d = json.loads(line)
-        except ValueError:
-            continue
+        notes.extend(ln if ln.startswith("torchhpc: hang:") else f"torchhpc: hang: probe: {ln}" for ln in said)
+    out: dict[tuple[str, int], RankStack] = {}  # one per process: PBS Pro's pbsdsh runs a copy per slot
+    for d in found:
         d["frames"] = tuple(tuple(f) for f in d.get("frames", ()))
-        out.append(RankStack(**d))
-    return list({(s.host, s.pid): s for s in out}.values())  # one answer per process (PBS Pro: a copy per slot)
+        try:
+            s = RankStack(**d)
+        except TypeError:
+            continue
+        out[s.host, s.pid] = s
+    return list(out.values())
 
 
 class HangWatch:

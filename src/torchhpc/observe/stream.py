@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Optional, TextIO
 
-from torchhpc.diagnose.probe import _cpu_ticks, _py_spy, find_ranks
+from torchhpc.diagnose.probe import _cpu_ticks, _py_spy, find_ranks, node_args
 from torchhpc.observe.sample import RankSample, _gpus, _spy_start, _state_rss, parse_raw
 
 __all__ = ["LIVE_RATE_HZ", "WINDOW_S", "watch"]
@@ -124,19 +124,7 @@ def watch(match: Mapping[str, str], host: str, every: float = 2.0, window: int =
 
 def _main(argv: Sequence[str]) -> int:
     """``python -m torchhpc.observe.stream [--every S] [--window S] [--rate HZ] [--count N] KEY=VALUE...``"""
-    args = list(argv)
-    opts = {"--every": 2.0, "--window": float(WINDOW_S), "--rate": float(LIVE_RATE_HZ), "--count": 0.0}
-    for flag in list(opts):
-        if flag in args:
-            i = args.index(flag)
-            opts[flag] = float(args[i + 1])
-            del args[i:i + 2]
-    match = dict(a.split("=", 1) for a in args if "=" in a)
-    host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
-    if "SLURM_JOB_ID" in match and os.environ.get("SLURMD_NODENAME"):
-        match["SLURMD_NODENAME"] = os.environ["SLURMD_NODENAME"]
-    if match.get("TORCHELASTIC_RUN_ID", "").startswith("local-"):
-        host = "localhost"  # the local scheduler's name for this machine, as in its logs and hang lines
+    opts, match, host = node_args(argv, {"--every": 2.0, "--window": WINDOW_S, "--rate": LIVE_RATE_HZ, "--count": 0})
     try:
         return watch(match, host, opts["--every"], int(opts["--window"]), int(opts["--rate"]), int(opts["--count"]))
     except KeyboardInterrupt:

@@ -16,7 +16,6 @@ ranks barely communicate, or all compute) nobody is flagged: there is no wait to
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -25,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Optional
 
+from torchhpc.diagnose.probe import ask_nodes
 from torchhpc.observe.progress import parse_progress, read_tail
 from torchhpc.observe.sample import DURATION_S, RATE_HZ, RankSample, sample
 
@@ -85,19 +85,14 @@ def probe_nodes(alloc: Allocation, nodes: Sequence[str], duration: int = DURATIO
     """The sample of each of ``nodes``: in this process (local), or once per node through the allocation."""
     if alloc.here:
         return sample(alloc.rank_match(), "localhost", duration, rate)
-    argv = sample_argv(alloc, nodes, duration, rate)
-    done = alloc.runner.run(argv, check=False, timeout=60 + duration)
-    if done.returncode != 0 and not done.stdout.strip():
-        detail = done.stderr.strip().splitlines()
-        raise RuntimeError(f"the per-node probe ({' '.join(argv[:3])} ... of job {alloc.job_id}) answered "
-                           f"{done.returncode}: " + (detail[-1] if detail else "no output"))
+    found, said = ask_nodes(alloc.runner, sample_argv(alloc, nodes, duration, rate), 60 + duration)
     if notes is not None:
-        notes.extend(ln for ln in done.stderr.splitlines() if ln.strip())
+        notes.extend(said)
     out: dict[tuple[str, int], RankSample] = {}  # one per process: PBS Pro's pbsdsh runs a copy per slot
-    for line in done.stdout.splitlines():
+    for d in found:
         try:
-            s = RankSample(**json.loads(line))
-        except (ValueError, TypeError):
+            s = RankSample(**d)
+        except TypeError:
             continue
         out[s.host, s.pid] = s
     return list(out.values())

@@ -270,10 +270,6 @@ class Scheduler(ABC):
         """The cluster's node names, to reject a typo before anything is queued ([]: cannot be asked)."""
         return []
 
-    def allocation_nodes(self, env: Mapping[str, str]) -> list[str] | None:
-        """The nodes of the allocation this process runs in (``env`` is its environment), or None."""
-        return None
-
     def explain_pending(self, st: JobStatus) -> Optional[Pending]:
         """Why a pending job waits, from the scheduler's own evidence (None: this scheduler cannot say)."""
         return None
