@@ -9,7 +9,6 @@ batch of each node; :meth:`LiveProbe.latest` hands them to the table.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Optional
 
+from torchhpc.core.supervise import stop_group
 from torchhpc.observe.sample import RankSample
 
 if TYPE_CHECKING:
@@ -78,12 +78,4 @@ class LiveProbe:
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, 15)  # its own session: srun and the local stream alike
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, 9)
-                self.proc.wait()
+            stop_group(self.proc, grace=10.0)  # its own session: srun, pbsdsh and the local stream alike

@@ -20,7 +20,6 @@ Each backend's subclass lives in its own package (``schedulers/slurm/allocation.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -28,9 +27,10 @@ from typing import Any, ClassVar, Optional, Protocol
 
 from torchhpc.core.hostlist import expand
 from torchhpc.core.proc import Runner
+from torchhpc.core.supervise import stop_group
 from torchhpc.errors import SchedulerError
 
-__all__ = ["Allocation", "ipv4", "killpg"]
+__all__ = ["Allocation", "ipv4"]
 
 
 def ipv4(host: str) -> str:
@@ -39,14 +39,6 @@ def ipv4(host: str) -> str:
         return str(socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0])
     except OSError:
         return host
-
-
-def killpg(pid: int, sig: int) -> None:
-    """``sig`` to the process group ``pid`` leads; one already gone is no error."""
-    try:
-        os.killpg(pid, sig)
-    except OSError:
-        pass
 
 
 class Scheduler(Protocol):
@@ -104,12 +96,7 @@ class Allocation:
     def kill_step(self, proc: subprocess.Popen[bytes], grace: float = 5.0) -> int:
         """End a step: TERM to its session (KILL at once without ``grace``), KILL to what is left after
         ``grace`` seconds. Returns its exit status."""
-        killpg(proc.pid, signal.SIGTERM if grace else signal.SIGKILL)
-        try:
-            return proc.wait(timeout=max(grace, 0.1))
-        except subprocess.TimeoutExpired:
-            killpg(proc.pid, signal.SIGKILL)
-            return proc.wait()
+        return stop_group(proc, grace)
 
     def requeue(self, exclude: Sequence[str] = ()) -> str:
         """Put the job back in the queue, without ``exclude``; "" when done, else why not."""

@@ -16,8 +16,9 @@ import threading
 from collections.abc import Sequence
 from typing import Optional
 
+from torchhpc.core.supervise import killpg
 from torchhpc.errors import CommandError
-from torchhpc.schedulers.allocation import Allocation, ipv4, killpg
+from torchhpc.schedulers.allocation import Allocation, ipv4
 
 __all__ = ["DEFAULT_SLURMD_PORT", "SlurmAllocation", "overlap_step"]
 
