@@ -4,9 +4,11 @@ and the batch script it is rendered into (the cluster scenarios are tests/integr
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -16,6 +18,7 @@ import pytest
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.diagnose.classify import CLASSES
+from torchhpc.diagnose.hang import HANG_FILE
 from torchhpc.errors import SpecError
 from torchhpc.schedulers import get_scheduler
 from torchhpc.supervisor import POLICY, RESTART_CLASSES, action_for, load_attempts
@@ -205,3 +208,17 @@ def test_a_stop_file_from_a_node_loss_teardown_does_not_read_as_a_stop(tmp_path:
     assert not stop.exists()
     tries = load_attempts(str(tmp_path))
     assert [(a["class"], a["excluded"]) for a in tries] == [("node-failure", ["127.0.0.2"])], tries
+
+
+def test_a_hung_attempt_is_probed_and_ended_through_the_allocation(tmp_path: Path) -> None:
+    """The supervisor's hang watch asks the allocation (here the local one: the probe runs on this
+    machine) for the ranks' stacks: a rank that writes nothing and uses no CPU is named, the step is
+    killed and the attempt recorded as a hang. Real processes; no scheduler is stood in for."""
+    step = "() { RANK=0 TORCHELASTIC_RUN_ID=local- exec " + sys.executable + " -c 'import time; time.sleep(120)'; }"
+    env = {"PATH": os.environ["PATH"], "BASH_FUNC__torchhpc_step%%": step}
+    opts = Options(job_dir=str(tmp_path), nodes=1, nproc_per_node=1, launcher="srun", hang_timeout=0.5,
+                   probe_every=60.0, scheduler="local")
+    assert Supervisor(opts, env=env).run() != 0
+    tries = load_attempts(str(tmp_path))
+    assert [(a["class"], a["nodes"]) for a in tries] == [("hang", ["localhost"])], tries
+    assert (tmp_path / HANG_FILE).exists(), sorted(p.name for p in tmp_path.iterdir())

@@ -195,15 +195,20 @@ class HangWatch:
         self.match, self.timeout, self.on_hang = match, timeout, on_hang
         self.ranks_dir, self.job_dir, self.node_argv = ranks_dir, job_dir, node_argv
         self.act, self.say, self.runner, self.output = act, say, runner, output
-        self.fired = False
+        self.fired, self.quiet = False, 0.0
         self._next_probe = 0.0
 
-    def check(self, state: str, now: Optional[float] = None) -> Optional[HangVerdict]:
+    def check(self, state: str, now: Optional[float] = None, started: Optional[float] = None,
+              timeout: Optional[float] = None) -> Optional[HangVerdict]:
+        """``started``: an attempt's start (the supervisor's): it is quiet since then at most, and
+        ``timeout`` replaces the watch's own while it starts."""
         if self.fired or state != "RUNNING":
             return None
         now = time.time() if now is None else now
         quiet = quiet_for(self.ranks_dir, now, self.output)
-        if quiet is None or quiet < self.timeout or now < self._next_probe:
+        if started is not None:
+            quiet = now - started if quiet is None else min(quiet, now - started)
+        if quiet is None or quiet < (timeout or self.timeout) or now < self._next_probe:
             return None
         notes: list[str] = []
         try:
@@ -220,7 +225,7 @@ class HangWatch:
             self._next_probe = now + max(10.0, self.timeout / 2)
             return None
         verdict = culprit(stacks)
-        self.fired = True
+        self.fired, self.quiet = True, quiet
         for line in render(verdict, quiet):
             self.say(line)
         saved = save(self.job_dir, verdict, quiet) if os.path.isdir(self.job_dir) else ""
@@ -248,7 +253,7 @@ def watch_job(scheduler: Scheduler, job_id: str, timeout: float, on_hang: str,
 
     def default_act(what: str) -> None:
         if what == "requeue":
-            scheduler.requeue(job_id)
+            alloc.requeue()
         else:
             scheduler.cancel(job_id)
 

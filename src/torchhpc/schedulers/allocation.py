@@ -49,7 +49,7 @@ class Scheduler(Protocol):
 
     def status(self, job_id: str) -> Any: ...
 
-    def requeue(self, job_id: str) -> None: ...
+    def cancel(self, job_id: str) -> None: ...
 
 
 class Allocation:
@@ -99,9 +99,10 @@ class Allocation:
         return stop_group(proc, grace)
 
     def requeue(self, exclude: Sequence[str] = ()) -> str:
-        """Put the job back in the queue, without ``exclude``; "" when done, else why not."""
-        self.scheduler.requeue(self.job_id)
-        return f"the {self.scheduler.name} scheduler cannot exclude nodes" if exclude else ""
+        """Put the job back in the queue (its script runs again), without ``exclude``: "" when done, else
+        why not. The base cancels it: this scheduler cannot requeue."""
+        self.scheduler.cancel(self.job_id)
+        return f"the {self.scheduler.name} scheduler cannot requeue a job: it was cancelled"
 
     def controller(self) -> tuple[bool, str]:
         """Whether the scheduler's controller answers, and its words ((True, "") where it cannot be asked)."""

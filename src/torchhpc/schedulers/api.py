@@ -257,10 +257,6 @@ class Scheduler(ABC):
         a local job's own process); else ``wait --hang-timeout`` watches it from outside."""
         return False
 
-    def requeue(self, job_id: str) -> None:
-        """Put a running job back in the queue (its script runs again); cancelled where that cannot be done."""
-        self.cancel(job_id)
-
     def allocation_of(self, job_id: str, env: Mapping[str, str] | None = None) -> Allocation:
         """The running job's nodes as this scheduler reaches them (:mod:`~torchhpc.schedulers.allocation`);
         ``env``: the environment of a process inside the job (default: this one's)."""

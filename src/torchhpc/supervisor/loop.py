@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from torchhpc.core.proc import Runner
 from torchhpc.schedulers import get_scheduler
@@ -30,7 +30,7 @@ from torchhpc.supervisor.policy import POLICY, action_for
 __all__ = ["Options", "Supervisor", "choose"]
 
 POLL_S = 0.5
-STARTING = 4  # the hang timeout's multiple allowed before an attempt's first line (see Supervisor._hang)
+STARTING = 4  # the hang timeout's multiple allowed before an attempt's first line (see Supervisor._attempt)
 
 
 @dataclass
@@ -179,7 +179,7 @@ class Supervisor:
         proc = self.alloc.start_step(["bash", "-c", "_torchhpc_step"], self._env(attempt))
         misses = dict.fromkeys(attempt.nodes, 0)
         next_check = self.clock() + self.o.probe_every
-        next_hang = 0.0
+        watch = self._hang_watch(attempt)
         while True:
             try:
                 rc = proc.wait(timeout=POLL_S)
@@ -197,46 +197,29 @@ class Supervisor:
                     say(f"node(s) {','.join(dead)} stopped answering: stopping the step")
                     rc = self.alloc.kill_step(proc, grace=0.0)  # a dead node's step never ends cleanly: no grace
                     return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True)
-            if self.o.hang_timeout and now >= next_hang:
-                hung = self._hang(attempt, now, sizes)
-                if hung is False:
-                    next_hang = now + max(10.0, self.o.hang_timeout / 2)
-                if isinstance(hung, Outcome):
-                    hung.teardown = not self._stopping()
-                    hung.rc = self.alloc.kill_step(proc)
-                    return hung
+            if watch is None:
+                continue
+            # Until a rank of this attempt has written a byte (imports, rendezvous, a checkpoint load; a
+            # starved rank may use little CPU on a busy node) the quiet allowed is STARTING times the
+            # timeout (ft_launcher likewise waits longer for the first heartbeat).
+            starting = not any(n > sizes.get(path, 0) for path, n in _sizes(self.ranks_dir).items())
+            verdict = watch.check("RUNNING", now, attempt.started, watch.timeout * STARTING if starting else None)
+            if verdict:
+                rank = verdict.culprits[0] if verdict.culprits else None
+                out = Outcome("hang", 1, rank=rank, detail=f"quiet for {watch.quiet:.0f}s", teardown=not self._stopping())
+                out.rc = self.alloc.kill_step(proc)
+                return out
 
-    def _hang(self, attempt: Attempt, now: float, sizes: dict[str, int]) -> Outcome | bool | None:
-        """None: not quiet long enough; False: quiet but computing; an Outcome: a hang.
-
-        Until a rank of this attempt has written its first line, the attempt is starting (imports,
-        rendezvous, a checkpoint load), and a starved rank may use little CPU on a busy node: the
-        quiet time allowed is then ``STARTING`` times the hang timeout (ft_launcher likewise has a
-        longer timeout for the first heartbeat)."""
+    def _hang_watch(self, attempt: Attempt) -> Any:
+        """The hang watch of one attempt, through the allocation (diagnose/hang.py's, as ``wait`` uses)."""
         from torchhpc.diagnose import hang
 
-        quiet = hang.quiet_for(self.ranks_dir, now)
-        quiet = now - attempt.started if quiet is None else min(quiet, now - attempt.started)
-        limit = self.o.hang_timeout or 0.0
-        if not any(n > sizes.get(path, 0) for path, n in _sizes(self.ranks_dir).items()):
-            limit *= STARTING  # no rank wrote a byte yet (the log wrapper makes empty files first)
-        if quiet < limit:
+        if not self.o.hang_timeout:
             return None
-        try:
-            match = self.alloc.rank_match()
-            stacks = hang.probe_job(match, self.alloc.on_nodes(hang.probe_argv(match), attempt.nodes), self.runner)
-        except (RuntimeError, OSError) as e:
-            say(f"hang probe failed: {e}")
-            return False
-        if not stacks or any(s.cpu_s >= 0.1 for s in stacks):
-            return False
-        verdict = hang.culprit(stacks)
-        for line in hang.render(verdict, quiet):
-            print(line, flush=True)
-        if os.path.isdir(self.o.job_dir):
-            hang.save(self.o.job_dir, verdict, quiet)
-        rank = verdict.culprits[0] if verdict.culprits else None
-        return Outcome("hang", 1, rank=rank, detail=f"quiet for {quiet:.0f}s")
+        match = self.alloc.rank_match()
+        return hang.HangWatch(match, self.o.hang_timeout, "restart", self.ranks_dir, self.o.job_dir,
+                              lambda: self.alloc.on_nodes(hang.probe_argv(match), attempt.nodes), lambda _what: None,
+                              lambda line: print(line, flush=True), runner=self.runner)
 
     def _judge(self, rc: int, attempt: Attempt, sizes: dict[str, int]) -> Outcome:
         """The step ended by itself: success, or the class its ranks' new lines show."""

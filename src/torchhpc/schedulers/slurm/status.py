@@ -104,9 +104,6 @@ class SlurmQueries:
     def task_id(self, job_id: str, task: int) -> str | None:
         return f"{job_id}_{task}"  # Slurm knows each array task by itself
 
-    def requeue(self, job_id: str) -> None:
-        self.runner.run(["scontrol", "requeue", job_id], check=False, timeout=60)
-
     def allocation_of(self, job_id: str, env: Mapping[str, str] | None = None) -> Allocation:
         from torchhpc.schedulers.slurm.allocation import SlurmAllocation
 
