@@ -25,7 +25,7 @@ from torchhpc.core.proc import Runner
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.allocation import ipv4
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
-from torchhpc.supervisor.policy import POLICY, action_for
+from torchhpc.supervisor.policy import action_for, why_not
 
 __all__ = ["Options", "Supervisor", "choose"]
 
@@ -112,15 +112,11 @@ class Supervisor:
             if self._stopping():
                 say("the stop file exists (time limit or preemption): no restart")
                 return out.rc
-            action = action_for(out.klass)
-            if action != "restart":
-                say(f"not restarting after {out.klass}: {POLICY.get(out.klass, ('', 'never guessed'))[1]}")
-                return out.rc if out.rc > 0 else 1
-            if count >= self.o.max_restarts:
-                if out.dead and self.o.requeue:
-                    return self._requeue(sorted(excluded))
-                say(f"not restarting: {self.o.max_restarts} restart(s) allowed, {count} done; "
-                    f"the job ends with the {out.klass} verdict (torchhpc diagnose)")
+            why = why_not(out.klass, count, self.o.max_restarts)
+            if why and out.dead and self.o.requeue and action_for(out.klass) == "restart":
+                return self._requeue(sorted(excluded))
+            if why:
+                say(why)
                 return out.rc if out.rc > 0 else 1
             previous = [h for h in step_nodes if h not in excluded]
 
