@@ -1,6 +1,6 @@
 """What ``torchhpc top`` costs the node it looks at: CPU of one look, and the slowdown of the ranks.
 
-``top`` runs the node-side probe (``python -m torchhpc.diagnose.sample``) once per node per refresh
+``top`` runs the node-side probe (``python -m torchhpc.observe.sample``) once per node per refresh
 (every 2 s): /proc for CPU and memory, one ``py-spy record --nonblocking --idle`` per rank for 1 s.
 This starts RANKS stand-in ranks here (plain Python, no torch: each alternates 20 ms of busy
 work with 20 ms asleep, the shape of compute then a wait in a collective, and carries the
@@ -9,7 +9,7 @@ variables the probe matches), then, in interleaved rounds:
 1. **cost of one look** (``top --once``): a fresh Python process, its own CPU and its py-spy
    children's (``RUSAGE_CHILDREN``), at each sampling rate; as a share of one core if it were
    repeated every 2 s. Also the same process finding no rank (Python start-up and /proc alone).
-   **Cost of the live view**: its one stream process per node (``torchhpc.diagnose.stream``)
+   **Cost of the live view**: its one stream process per node (``torchhpc.observe.stream``)
    over ``--live-s`` seconds, CPU over wall time.
 2. **disturbance**: the ranks' work done (busy iterations per second) during a look against the
    same length of time without one, as a ratio (1.00 = untouched).
@@ -69,7 +69,7 @@ def work(tmp: Path, k: int) -> int:
 def look(run_id: str, rate: int) -> float:
     """CPU seconds of one look: the probe process and its py-spy children."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-m", "torchhpc.diagnose.sample", "--duration", "1", "--rate", str(rate),
+    subprocess.run([sys.executable, "-m", "torchhpc.observe.sample", "--duration", "1", "--rate", str(rate),
                     f"TORCHELASTIC_RUN_ID={run_id}"], capture_output=True, check=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -79,7 +79,7 @@ def stream(run_id: str, refreshes: int, rate: int) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of the live view's per-node stream over ``refreshes`` refreshes."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    subprocess.run([sys.executable, "-m", "torchhpc.diagnose.stream", "--every", str(REFRESH_S), "--count",
+    subprocess.run([sys.executable, "-m", "torchhpc.observe.stream", "--every", str(REFRESH_S), "--count",
                     str(refreshes), "--rate", str(rate), f"TORCHELASTIC_RUN_ID={run_id}"], capture_output=True, check=True)
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -18,6 +18,7 @@ rank in a real Charliecloud container (the test image from .ci/build-test-image.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -153,3 +154,71 @@ def test_depend_line_chains_pbs_bodies(slurm: Any, tmp_path: Path) -> None:
     assert slurm.wait(anyway)["JobState"] == "COMPLETED"
     assert "body anyway" in (tmp_path / "anyway.out").read_text() + "".join(
         p.read_text() for p in tmp_path.glob("anyway-*/ranks/*.log"))
+
+
+# A PBS job seen from inside, as `torchhpc top` and the hang probe reach it: pbsdsh and qstat stood in
+# for (no PBS MOM or server here). The stand-in pbsdsh really runs its argv once on each node of the
+# node file, as a step of the Slurm job that plays the PBS job; PBS Pro's would start a copy per slot.
+FAKE_PBSDSH = """#!/bin/bash
+[ "$1" = "--" ] && shift
+for h in $(awk '!seen[$0]++' "$PBS_NODEFILE"); do
+  srun --overlap --jobid="$SLURM_JOB_ID" -N1 -n1 -w "$h" --quiet "$@" &
+done
+wait
+"""
+FAKE_QSTAT = """#!/bin/bash
+hosts=$(awk '!seen[$0]++ {printf "%s%s/0", sep, $0; sep="+"}' "$PBS_NODEFILE")
+printf '{"Jobs": {"%s": {"job_state": "R", "exec_host": "%s", "Job_Name": "sleepy"}}}\\n' "$PBS_JOBID" "$hosts"
+"""
+LOOK = """
+bash {script} &
+body=$!
+for _ in $(seq 180); do
+  [ "$(grep -l started {ranks}/rank-*.log 2>/dev/null | wc -l)" -ge 4 ] && break
+  sleep 1
+done
+{python} -m torchhpc top "pbs:$PBS_JOBID" --json > {out}/top.json 2> {out}/top.err || true
+{python} {out}/probe.py > {out}/probe.json 2> {out}/probe.err || true
+kill "$body" 2>/dev/null || true
+wait "$body" || true
+"""
+PROBE = """import json, os
+from torchhpc.diagnose.hang import probe_argv, probe_job
+from torchhpc.schedulers import get_scheduler
+
+alloc = get_scheduler("pbs").allocation_of(os.environ["PBS_JOBID"])
+match = alloc.rank_match()
+stacks = probe_job(match, alloc.on_nodes(probe_argv(match), alloc.nodes()), alloc.runner)
+print(json.dumps(sorted({s.rank for s in stacks})))
+"""
+
+
+def test_top_and_the_hang_probe_reach_the_ranks_of_a_pbs_body(slurm: Any, tmp_path: Path) -> None:
+    """The rendered PBS body (mpirun, 2 nodes x 2 ranks) runs for real; from inside the job, ``torchhpc
+    top`` and the hang probe reach its ranks through the PBS allocation (pbsdsh, stood in as above)
+    and find every rank by its PBS_JOBID. The dev cluster's nodes share one /proc, so each node's
+    sampler sees all four ranks: the test counts ranks, not which node named them."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("pbsdsh", FAKE_PBSDSH), ("qstat", FAKE_QSTAT)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "probe.py").write_text(PROBE)
+    program = "import time; print('started', flush=True); time.sleep(300)"
+    s = spec(entrypoint=Entrypoint.parse([PYTHON, "-c", program]), name="sleepy", output_dir=str(tmp_path))
+    pbs = tmp_path / "job.pbs"
+    pbs.write_text(PBSScheduler(runner=FakeRunner()).render(s).script or "")
+    head = WRAPPER.format(nodefile=tmp_path / "nodefile", slots=2, workdir=REPO, script=pbs)
+    head = head.replace(f"exec bash {pbs}\n", f'export PATH="{bin_dir}:$PATH"\n')
+    look = LOOK.format(script=pbs, ranks=f'{tmp_path}/sleepy-"${{PBS_JOBID%%.*}}"/ranks', python=PYTHON, out=tmp_path)
+    wrapper = tmp_path / "wrapper.sh"
+    wrapper.write_text(head + look)
+    job = slurm.sbatch(["-N2", "--ntasks-per-node=2", f"--output={tmp_path / 'out.log'}", "--time=5", str(wrapper)],
+                       cwd=str(tmp_path))
+    info = slurm.wait(job, timeout=300)
+    said = "\n".join(p.read_text(errors="replace") for p in [*sorted(tmp_path.glob("*.err")), tmp_path / "out.log"]
+                     if p.exists())
+    assert info.get("JobState") == "COMPLETED", f"{info}\n{said}"
+    rows = json.loads((tmp_path / "top.json").read_text())
+    assert sorted({r["rank"] for r in rows if r["state"] != "gone"}) == [0, 1, 2, 3], f"{rows}\n{said}"
+    assert json.loads((tmp_path / "probe.json").read_text()) == [0, 1, 2, 3], said

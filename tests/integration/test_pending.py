@@ -35,7 +35,9 @@ def text_status(slurm: SlurmClient, job: str) -> str:
 
 
 def sbatch(slurm: SlurmClient, *args: str) -> str:
-    return slurm.run(["sbatch", "--parsable", "-t", "5", *args]).stdout.strip().split(";")[0]
+    """Submit a held or pending job; its output goes nowhere (sbatch's default, slurm-N.out in the
+    current directory, once left eight such files in the repository root)."""
+    return slurm.run(["sbatch", "--parsable", "-t", "5", "--output=/dev/null", *args]).stdout.strip().split(";")[0]
 
 
 def pending(slurm: SlurmClient, job: str, reason: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, missing
-from torchhpc.schedulers.slurm import slurm as slurm_mod
+from torchhpc.schedulers.slurm import site as site_mod
 
 pytestmark = pytest.mark.cluster("slurm")
 PI = str(REPO / "examples" / "pi.py")
@@ -36,7 +36,7 @@ def cli(*args: str, site_conf: str | None, cwd: Path) -> subprocess.CompletedPro
 
 @pytest.fixture(autouse=True)
 def _no_site_conf() -> None:
-    if any(os.path.exists(p) for p in slurm_mod.SITE_CONFS):
+    if any(os.path.exists(p) for p in site_mod.SITE_CONFS):
         missing("this machine has a site slurm.conf: the dev cluster never stands in for it here")
 
 
@@ -82,9 +82,9 @@ def test_site_conf_file_wins_over_a_running_dev_cluster(slurm_cluster: Any, tmp_
 
     monkeypatch.delenv("SLURM_CONF", raising=False)
     monkeypatch.setitem(SITE_ENV, "slurm", [_devcluster_env])
-    assert slurm_mod.dev_target() is not None  # the dev cluster is up, and would be used
+    assert site_mod.dev_target() is not None  # the dev cluster is up, and would be used
     fake = tmp_path / "slurm.conf"
     fake.write_text("ClusterName=site\n")
-    monkeypatch.setattr(slurm_mod, "SITE_CONFS", (str(fake),))
-    assert slurm_mod.dev_target() is None
-    assert slurm_mod._site_env() is None  # the clients run as they are, against the site
+    monkeypatch.setattr(site_mod, "SITE_CONFS", (str(fake),))
+    assert site_mod.dev_target() is None
+    assert site_mod.site_env() is None  # the clients run as they are, against the site

@@ -11,8 +11,8 @@ import pytest
 from torchhpc.core.array import parse_array, substitute
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import SpecError
+from torchhpc.schedulers.batch.step import array_lines
 from torchhpc.schedulers.slurm.slurm import expand_output, output_pattern
-from torchhpc.schedulers.step import array_lines
 
 
 @pytest.mark.parametrize(

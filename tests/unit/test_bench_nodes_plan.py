@@ -197,8 +197,9 @@ def test_resolve_nodes_checks_names_and_counts() -> None:
         resolve_nodes(_Sched("local"), 2, None, env={})
     with pytest.raises(UsageError, match="Slurm option"):
         resolve_nodes(_Sched("pbs"), None, "node1", env={})
-    # inside salloc without --nodes: the allocation's nodes
-    assert resolve_nodes(_Sched("slurm"), None, None, env={"SLURM_JOB_NODELIST": "node[1-3]"}) == (
+    # inside salloc without --nodes: the allocation's nodes (salloc sets both variables)
+    inside = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-3]"}
+    assert resolve_nodes(_Sched("slurm"), None, None, env=inside) == (
         3, ["node1", "node2", "node3"], True)
 
 

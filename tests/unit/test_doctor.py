@@ -120,8 +120,10 @@ def test_slurm_reachability() -> None:
     assert check_slurm(ctx()).status == "skip"  # FakeRunner: no srun/scontrol/sbatch
     up = "Slurmctld(primary) at ctl is UP\n"
     env = {"SLURM_JOB_ID": "1"}
-    c = check_slurm(ctx(env=env, srun="", sbatch="", scontrol=up))
+    c = check_slurm(ctx(env=env, srun="", sbatch="", squeue="", scancel="", scontrol=up))
     assert c.status == "pass" and "UP" in c.detail
+    c = check_slurm(ctx(env=env, srun="", sbatch="", scontrol=up))
+    assert c.status == "warn" and "missing squeue,scancel" in c.detail
     c = check_slurm(ctx(env=env, srun="", sbatch="", scontrol=(1, "Slurmctld(primary) at ctl is DOWN\n", "")))
     assert c.status == "fail" and c.hint
 

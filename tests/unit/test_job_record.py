@@ -2,7 +2,7 @@
 and records written before it existed still read.
 
 tests/data/records/ holds files written by the record store as it was before this module
-(``schedulers/script.py``'s ``save_record``/``update_record``, called with the exact fields each
+(``schedulers/batch/script.py``'s ``save_record``/``update_record``, called with the exact fields each
 backend passed); they must read back field for field, and an older torchhpc must still find its
 keys in a record this version writes.
 """

@@ -2,7 +2,7 @@
 
     errors  <  torchhpc/__init__ (the version)  <  core  <  env | network | containers | launchers
     <  jobdir  <  schedulers | dist | profiles | devcluster  <  bench | config | diagnose
-    <  resolve | doctor  <  job  <  sweep | functions  <  cli  <  __main__
+    <  resolve | doctor | supervisor | observe  <  job  <  sweep | functions  <  cli  <  __main__
 
 A package may import itself and anything in a lower layer; packages of one
 layer do not import each other (env, network, containers and launchers stay
@@ -35,7 +35,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "jobdir",  # what a job leaves on disk: record, never-overwrite writer, rank logs
         "schedulers dist profiles devcluster",
         "bench config diagnose",  # diagnose: the failure verdict and the hang watch (jobdir, core)
-        "resolve doctor supervisor",  # supervisor: the in-allocation restart loop (diagnose, jobdir, core)
+        "resolve doctor supervisor observe",  # supervisor: the in-allocation restart loop; observe: top (diagnose)
         "job remote",  # remote: --remote's shipping and ssh forwarding (config, resolve, profiles)
         "sweep functions pipeline",  # functions: Executor (job), the pickle, the rank entry (env, dist), Stop/Checkpoint
         "cli _fnrun requeue",  # _fnrun, requeue: stubs for jobs of the previous release (functions)
@@ -273,3 +273,42 @@ def test_a_planted_import_against_the_layers_fails(tmp_path: Path) -> None:
         "network/planted.py:1: network imports torchhpc.containers, a sibling in its own layer",
         "schedulers/planted.py:1: schedulers imports torchhpc.cli.main, a higher layer",
     ], bad
+
+
+# The client commands of the schedulers torchhpc drives: only their own rooms build them.
+SCHEDULER_COMMANDS = frozenset(
+    "srun scontrol squeue scancel sacct sbatch salloc sinfo sacctmgr sdiag qsub qstat qdel qrerun pbsdsh "
+    "pbsnodes kubectl runai".split()
+)
+COMMAND_ROOMS = frozenset({"schedulers", "devcluster", "launchers"})
+
+
+def scheduler_commands(root: Path = SRC) -> list[str]:
+    """``path:line: srun`` for each list or tuple literal outside schedulers/, devcluster/ and launchers/
+    whose first item is a scheduler's client command: the supervisor, top, the hang probe and doctor
+    ask the job's allocation (schedulers/allocation.py) instead of writing ``srun --overlap`` again."""
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        here = path.relative_to(root).parts
+        if here[0] in COMMAND_ROOMS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
+                first = node.elts[0]
+                if isinstance(first, ast.Constant) and first.value in SCHEDULER_COMMANDS:
+                    bad.append(f"{'/'.join(here)}:{node.lineno}: {first.value}")
+    return bad
+
+
+def test_only_the_scheduler_rooms_build_scheduler_commands() -> None:
+    assert scheduler_commands() == []
+
+
+def test_a_planted_scheduler_command_fails(tmp_path: Path) -> None:
+    tree = tmp_path / "torchhpc"
+    for room in ("supervisor", "observe", "schedulers"):
+        (tree / room).mkdir(parents=True)
+    (tree / "supervisor" / "a.py").write_text('def f(j):\n    return ["scancel", "--signal=KILL", j]\n')
+    (tree / "observe" / "b.py").write_text('X = ("qstat", "-f")\nY = ["echo", "srun"]\nZ = ("pbsdsh",)\n')
+    (tree / "schedulers" / "c.py").write_text('X = ["srun", "--overlap"]\n')
+    assert scheduler_commands(tree) == ["observe/b.py:1: qstat", "observe/b.py:3: pbsdsh", "supervisor/a.py:2: scancel"]

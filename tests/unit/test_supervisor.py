@@ -4,9 +4,11 @@ and the batch script it is rendered into (the cluster scenarios are tests/integr
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -16,13 +18,13 @@ import pytest
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.diagnose.classify import CLASSES
+from torchhpc.diagnose.hang import HANG_FILE
 from torchhpc.errors import SpecError
 from torchhpc.schedulers import get_scheduler
 from torchhpc.supervisor import POLICY, RESTART_CLASSES, action_for, load_attempts
 from torchhpc.supervisor.__main__ import parse
 from torchhpc.supervisor.attempts import Attempt, save_attempts
-from torchhpc.supervisor.loop import Options, Supervisor, _classify, _sizes
-from torchhpc.supervisor.nodes import alive, choose
+from torchhpc.supervisor.loop import Options, Supervisor, _classify, _sizes, choose
 from torchhpc.supervisor.show import attempt_lines
 
 
@@ -42,14 +44,15 @@ def test_choose_keeps_the_survivors_and_fills_from_the_spares_in_allocation_orde
     assert choose(alloc, ["n1", "n2"], ["n1"], 2) == ["n1"]  # not enough: the caller requeues or ends
 
 
-def test_alive_is_a_tcp_connect() -> None:
+def test_alive_is_a_tcp_connect_to_slurmd() -> None:
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
     port = srv.getsockname()[1]
-    assert alive("127.0.0.1", port, timeout=1.0)
+    alloc = get_scheduler("slurm", _Slurm([], port)).allocation_of("7", {})
+    assert alloc.alive("127.0.0.1", timeout=1.0)
     srv.close()
-    assert not alive("127.0.0.1", port, timeout=1.0)
+    assert not alloc.alive("127.0.0.1", timeout=1.0)
 
 
 def test_attempts_round_trip_with_the_issue_fields(tmp_path: Path) -> None:
@@ -179,7 +182,7 @@ def test_a_stop_file_from_a_node_loss_teardown_does_not_read_as_a_stop(tmp_path:
     port = listeners[0].getsockname()[1]
     stop, go = tmp_path / "stop", tmp_path / "go"
     step = f'() {{ while [ ! -e {go} ]; do sleep 0.05; done; touch "$TORCHHPC_STOP_FILE"; exit 1; }}'
-    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "x", "TORCHHPC_STOP_FILE": str(stop),
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "127.0.0.[1-2]", "TORCHHPC_STOP_FILE": str(stop),
            "BASH_FUNC__torchhpc_step%%": step}
     slurm = _Slurm(["127.0.0.1", "127.0.0.2"], port)
     opts = Options(job_dir=str(tmp_path), nodes=2, nproc_per_node=1, launcher="srun", max_restarts=1,
@@ -205,3 +208,17 @@ def test_a_stop_file_from_a_node_loss_teardown_does_not_read_as_a_stop(tmp_path:
     assert not stop.exists()
     tries = load_attempts(str(tmp_path))
     assert [(a["class"], a["excluded"]) for a in tries] == [("node-failure", ["127.0.0.2"])], tries
+
+
+def test_a_hung_attempt_is_probed_and_ended_through_the_allocation(tmp_path: Path) -> None:
+    """The supervisor's hang watch asks the allocation (here the local one: the probe runs on this
+    machine) for the ranks' stacks: a rank that writes nothing and uses no CPU is named, the step is
+    killed and the attempt recorded as a hang. Real processes; no scheduler is stood in for."""
+    step = "() { RANK=0 TORCHELASTIC_RUN_ID=local- exec " + sys.executable + " -c 'import time; time.sleep(120)'; }"
+    env = {"PATH": os.environ["PATH"], "BASH_FUNC__torchhpc_step%%": step}
+    opts = Options(job_dir=str(tmp_path), nodes=1, nproc_per_node=1, launcher="srun", hang_timeout=0.5,
+                   probe_every=60.0, scheduler="local")
+    assert Supervisor(opts, env=env).run() != 0
+    tries = load_attempts(str(tmp_path))
+    assert [(a["class"], a["nodes"]) for a in tries] == [("hang", ["localhost"])], tries
+    assert (tmp_path / HANG_FILE).exists(), sorted(p.name for p in tmp_path.iterdir())

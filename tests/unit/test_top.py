@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from torchhpc.diagnose.progress import parse_progress
-from torchhpc.diagnose.sample import RankSample, gpu_by_pid, parse_raw, rocm_cards
-from torchhpc.diagnose.top import FOLD_AT, RankRow, gather, stragglers, table
 from torchhpc.dist.progress import mark_step
+from torchhpc.observe.progress import parse_progress
+from torchhpc.observe.sample import RankSample, gpu_by_pid, parse_raw, rocm_cards
+from torchhpc.observe.top import FOLD_AT, RankRow, gather, stragglers, table
 
 DATA = REPO / "tests" / "data"
 
@@ -133,14 +133,22 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_refuses_a_scheduler_without_a_probe_in_one_line() -> None:
-    r = _cli("pbs:12.server", "--once")
-    assert r.returncode == 2 and r.stderr.startswith("Error: torchhpc top cannot reach the ranks of a pbs job")
+    r = _cli("kubernetes:train-1", "--once")
+    assert r.returncode == 2 and r.stderr.startswith("Error: torchhpc top cannot reach the ranks of a kubernetes job")
     assert "HINT:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_says_pbsdsh_needs_the_job() -> None:
+    """PBS jobs are reached with pbsdsh, which only the job's own processes may run: from outside it,
+    top says so and names the fix (the body under PBS: tests/integration/test_pbs_body.py)."""
+    r = _cli("pbs:12.server", "--dry-run")
+    assert r.returncode != 0 and "Error: pbsdsh reaches the nodes of PBS job 12.server only from inside it" in r.stderr
+    assert "HINT:" in r.stderr and "qsub -I" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_cli_dry_run_prints_the_probe_and_bad_filters_are_usage_errors() -> None:
     r = _cli("slurm:123", "--dry-run")
-    assert r.returncode == 0 and "srun --overlap --jobid=123" in r.stdout and "torchhpc.diagnose.sample" in r.stdout
+    assert r.returncode == 0 and "srun --overlap --jobid=123" in r.stdout and "torchhpc.observe.sample" in r.stdout
     bad = _cli("slurm:123", "--rank", "3-1", "--json")
     assert bad.returncode == 2 and json.loads(bad.stdout)["error"].startswith("--rank")
 

@@ -70,7 +70,8 @@ def resolve_nodes(scheduler: Any, nodes: int | None, nodelist: str | None,
             raise UsageError(f"--nodes {nodes} but --nodelist {nodelist} names {len(names)} node(s)",
                              "give one of them")
         return len(names), names, False
-    allocated = scheduler.allocation_nodes(env) if nodes is None else None
+    alloc = scheduler.allocation_of("", env)  # salloc, an sbatch script, a PBS job: the nodes it holds
+    allocated = alloc.nodes() if nodes is None and alloc.inside() else None
     if allocated:
         return len(allocated), allocated, True
     n = 1 if nodes is None else nodes

@@ -159,6 +159,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def cmd_wrap(args: argparse.Namespace) -> int:
     from torchhpc.containers import setup_lines, srun_options, wrap
     from torchhpc.core.shell import join
+    from torchhpc.launchers.builders import srun_step
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
@@ -175,7 +176,7 @@ def cmd_wrap(args: argparse.Namespace) -> int:
         print(line)
     srun = srun_options(spec)
     argv = wrap(spec, command, gpus=args.gpus, gpu_kind=args.gpu_kind, pass_env=args.pass_env)
-    print(join(["srun", *srun, *argv]) if srun else join(argv))
+    print(join(srun_step(srun, argv) if srun else argv))
     return 0
 
 

@@ -85,7 +85,7 @@ def register(sub: Any) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     if args.more:
         return _status_many(args)
-    from torchhpc.schedulers.depend import job_dependencies
+    from torchhpc.schedulers.batch.depend import job_dependencies
 
     name, job = handle_of(args)
     from torchhpc.supervisor.show import attempt_lines, job_attempts

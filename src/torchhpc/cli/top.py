@@ -44,7 +44,7 @@ def _refuse(name: str) -> None:
     if not getattr(scheduler_class(name), "supports_rank_probe", False):
         raise UsageError(
             f"torchhpc top cannot reach the ranks of a {name} job (no per-node probe for it yet)",
-            "`torchhpc status` and `torchhpc logs -f` follow it; top works for local and slurm jobs",
+            "`torchhpc status` and `torchhpc logs -f` follow it; top works for local, slurm and pbs jobs",
         )
 
 
@@ -57,26 +57,27 @@ def cmd_top(args: argparse.Namespace) -> int:
                          "give --interval 0.5 or more (default 2)")
     _refuse(name)
     sched = get_scheduler(name)
-    here = type(sched).runs_here
+    alloc = sched.allocation_of(job)
+    here = alloc.here
     if args.dry_run:
         from torchhpc.core.shell import join
-        from torchhpc.diagnose.live import stream_argv
-        from torchhpc.diagnose.top import sample_argv
+        from torchhpc.observe.live import stream_argv
+        from torchhpc.observe.top import sample_argv
 
         print(f"# torchhpc top {name}:{job}: nothing runs on a dry run; NODES: the job's nodes when it runs")
         if here:
             print("# --once: in this process (/proc and py-spy on this machine)")
         else:
             print("# --once, one task per node:")
-            print(join(sample_argv(job, ["NODES"])))
+            print(join(sample_argv(alloc, ["NODES"])))
         print("# live, one stream per node for the session:")
-        print(join(stream_argv(here, job, ["NODES"], args.interval)))
+        print(join(stream_argv(alloc, ["NODES"], args.interval)))
         return 0
     once = args.once or args.json
     live: Any = None
     try:
         while True:
-            rows, line, live = _look(sched, name, job, ranks, nodes, None if once else (live or True), args.interval)
+            rows, line, live = _look(sched, alloc, ranks, nodes, None if once else (live or True), args.interval)
             if args.json:
                 print(json.dumps([r.to_json() for r in rows]))
                 return 0
@@ -92,23 +93,24 @@ def cmd_top(args: argparse.Namespace) -> int:
 
 
 def _show(line: str, rows: Any, clear: bool) -> None:
-    from torchhpc.diagnose.top import table
+    from torchhpc.observe.top import table
 
     out = [line, *(table(rows) if rows else [])]
     sys.stdout.write(("\033[H\033[J" if clear else "") + "\n".join(out) + "\n")
     sys.stdout.flush()
 
 
-def _look(sched: Any, name: str, job: str, ranks: Optional[list[int]], nodes: Optional[list[str]],
+def _look(sched: Any, alloc: Any, ranks: Optional[list[int]], nodes: Optional[list[str]],
           live: Any, every: float) -> tuple[Any, str, Any]:
     """(the rows, the title line, the live probe); the rows are [] while the job waits or after it ended.
 
     ``live`` None: one look (``--once``); True: start the per-node stream; else the stream to read."""
     from torchhpc.core.hostlist import expand
-    from torchhpc.diagnose.live import LiveProbe, stream_argv
-    from torchhpc.diagnose.top import gather, probe_nodes
     from torchhpc.jobdir.logs import job_log, task_record
+    from torchhpc.observe.live import LiveProbe, stream_argv
+    from torchhpc.observe.top import gather, probe_nodes
 
+    name, job = sched.name, alloc.job_id
     st = sched.status(job)
     title = f"{name}:{job} {st.state}" + (f" elapsed {st.elapsed}" if st.elapsed else "")
     if st.terminal:
@@ -116,22 +118,21 @@ def _look(sched: Any, name: str, job: str, ranks: Optional[list[int]], nodes: Op
     if st.state != "RUNNING":
         reason = f" ({st.reason})" if st.reason and st.reason not in ("None", "(null)") else ""
         return [], f"{title}{reason}: no rank runs yet", live
-    here = type(sched).runs_here
+    here = alloc.here
     on = ["localhost"] if here else expand(st.nodes)
     if nodes is not None:
         on = [n for n in on if n in nodes]
         if not on:
             raise UsageError(f"--node: none of {','.join(nodes)} is a node of {name}:{job} ({st.nodes})",
                              "give nodes the job runs on (torchhpc status shows them)")
-    runner = getattr(sched, "runner", None)
     if live is None:
         try:
-            samples = probe_nodes(here, job, on, runner)
+            samples = probe_nodes(alloc, on)
         except RuntimeError as e:
             raise SchedulerError(str(e), "is the job still running? `torchhpc status` says") from None
     else:
         if live is True or not live.alive():
-            live = LiveProbe(stream_argv(here, job, on, every), None if runner is None else runner.env)
+            live = LiveProbe(stream_argv(alloc, on, every), alloc.runner.env)
         samples = live.latest(wait_s=30.0)
     rec = task_record(name, job)
     world = rec.nodes * rec.nproc_per_node if rec.job_id and nodes is None else None

@@ -1,6 +1,6 @@
 """The one quoting rule for generated shell text.
 
-The renderers (schedulers/batch.py and its backends, launchers, containers) assemble
+The renderers (schedulers/batch/base.py and its backends, launchers, containers) assemble
 script lines, but every value that reaches a generated script passes through
 :func:`quote`, :func:`join`, :func:`assignment` or :func:`directive` here.
 Deliberate expansion (``$SLURM_JOB_ID``) is marked with :class:`Raw`, a real ``str`` subclass: a bare type alias as a

@@ -18,12 +18,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from typing import IO, Optional
+from typing import IO, Any, Optional
 
 from torchhpc.core.shell import join
 from torchhpc.errors import CommandNotFound, JobFailed
 
-__all__ = ["PREFIX", "Supervisor", "describe_exit", "exit_status"]
+__all__ = ["PREFIX", "Supervisor", "describe_exit", "exit_status", "killpg", "stop_group"]
 
 PREFIX = "[rank{rank}]: "
 # A torchhpc error as a script ends with it (thd.init's hook, a tool inside the job): every rank of a
@@ -234,12 +234,12 @@ class Supervisor:
         """SIGTERM every running rank's group, SIGKILL after the grace period; how many were running."""
         alive = self._running()
         for r in alive:
-            _killpg(self.procs[r].pid, signal.SIGTERM)
+            killpg(self.procs[r].pid, signal.SIGTERM)
         deadline = time.monotonic() + self.grace
         while self._running() and time.monotonic() < deadline:
             time.sleep(self.poll)
         for r in self._running():
-            _killpg(self.procs[r].pid, signal.SIGKILL)
+            killpg(self.procs[r].pid, signal.SIGKILL)
         deadline = time.monotonic() + self.grace
         while self._running() and time.monotonic() < deadline:
             time.sleep(self.poll)
@@ -248,7 +248,7 @@ class Supervisor:
     def _sweep(self) -> None:
         """Kill what a rank left behind in its group: a job's processes end with the job."""
         for p in self.procs:
-            _killpg(p.pid, signal.SIGKILL)
+            killpg(p.pid, signal.SIGKILL)
 
     def _show_tail(self, rank: int) -> None:
         if not self.rank0_only or rank == 0 or not self.tails[rank]:
@@ -313,9 +313,21 @@ def _write(stream: IO[str], line: str) -> None:
     stream.flush()
 
 
-def _killpg(pgid: int, sig: int) -> None:
+def killpg(pgid: int, sig: int) -> None:
+    """``sig`` to the process group ``pgid``; one already gone is no error."""
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def stop_group(proc: subprocess.Popen[Any], grace: float = 5.0) -> int:
+    """End a process that leads its own session: TERM to the group (KILL at once without ``grace``),
+    KILL to what is left after ``grace`` seconds. Returns its exit status."""
+    killpg(proc.pid, signal.SIGTERM if grace else signal.SIGKILL)
+    try:
+        return proc.wait(timeout=max(grace, 0.1))
+    except subprocess.TimeoutExpired:
+        killpg(proc.pid, signal.SIGKILL)
+        return proc.wait()
 

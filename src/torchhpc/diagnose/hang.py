@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from torchhpc.core.proc import Runner
-from torchhpc.diagnose.probe import RankStack, probe
+from torchhpc.diagnose.probe import RankStack, ask_nodes, probe
 from torchhpc.errors import TorchHPCError
 
 if TYPE_CHECKING:
@@ -221,23 +221,18 @@ def probe_job(
     """
     if argv is None:
         return probe(match, "localhost")
-    done = (runner or Runner()).run(argv, check=False, timeout=120)
-    if done.returncode != 0 or not done.stdout.strip():
-        detail = done.stderr.strip().splitlines()
-        raise RuntimeError(f"the per-node probe ({' '.join(argv[:6])} ...) answered {done.returncode}: "
-                           + (detail[-1] if detail else "no output"))
+    found, said = ask_nodes(runner or Runner(), argv, 120, empty_fails=True)
     if notes is not None:
-        notes.extend(ln if ln.startswith("torchhpc: hang:") else f"torchhpc: hang: probe: {ln}"
-                     for ln in done.stderr.splitlines() if ln.strip())
-    out = []
-    for line in done.stdout.splitlines():
-        try:
-            d = json.loads(line)
-        except ValueError:
-            continue
+        notes.extend(ln if ln.startswith("torchhpc: hang:") else f"torchhpc: hang: probe: {ln}" for ln in said)
+    out: dict[tuple[str, int], RankStack] = {}  # one per process: PBS Pro's pbsdsh runs a copy per slot
+    for d in found:
         d["frames"] = tuple(tuple(f) for f in d.get("frames", ()))
-        out.append(RankStack(**d))
-    return out
+        try:
+            s = RankStack(**d)
+        except TypeError:
+            continue
+        out[s.host, s.pid] = s
+    return list(out.values())
 
 
 class HangWatch:
@@ -253,15 +248,20 @@ class HangWatch:
         self.match, self.timeout, self.on_hang = match, timeout, on_hang
         self.ranks_dir, self.job_dir, self.node_argv = ranks_dir, job_dir, node_argv
         self.act, self.say, self.runner, self.output = act, say, runner, output
-        self.fired = False
+        self.fired, self.quiet = False, 0.0
         self._next_probe = 0.0
 
-    def check(self, state: str, now: Optional[float] = None) -> Optional[HangVerdict]:
+    def check(self, state: str, now: Optional[float] = None, started: Optional[float] = None,
+              timeout: Optional[float] = None) -> Optional[HangVerdict]:
+        """``started``: an attempt's start (the supervisor's): it is quiet since then at most, and
+        ``timeout`` replaces the watch's own while it starts."""
         if self.fired or state != "RUNNING":
             return None
         now = time.time() if now is None else now
         quiet = quiet_for(self.ranks_dir, now, self.output)
-        if quiet is None or quiet < self.timeout or now < self._next_probe:
+        if started is not None:
+            quiet = now - started if quiet is None else min(quiet, now - started)
+        if quiet is None or quiet < (timeout or self.timeout) or now < self._next_probe:
             return None
         notes: list[str] = []
         try:
@@ -278,7 +278,7 @@ class HangWatch:
             self._next_probe = now + max(10.0, self.timeout / 2)
             return None
         verdict = with_flight(culprit(stacks), self.job_dir)
-        self.fired = True
+        self.fired, self.quiet = True, quiet
         for line in render(verdict, quiet):
             self.say(line)
         saved = save(self.job_dir, verdict, quiet) if os.path.isdir(self.job_dir) else ""
@@ -294,7 +294,6 @@ def watch_job(scheduler: Scheduler, job_id: str, timeout: float, on_hang: str,
     or ``scontrol requeue``). None, said in one line, when no log file is known for the job.
     ``torchhpc wait``/``run`` (cli/follow.py) and a local background job's own process
     (supervisor/background.py) watch through this."""
-    from torchhpc.core.hostlist import expand
     from torchhpc.jobdir.logs import job_log
 
     log = job_log(scheduler.name, job_id)
@@ -302,25 +301,17 @@ def watch_job(scheduler: Scheduler, job_id: str, timeout: float, on_hang: str,
         say(f"torchhpc: --hang-timeout: no log files known for {scheduler.name}:{job_id}; not watching")
         return None
     job_dir = os.path.dirname(log.ranks_dir) if log.ranks_dir else os.path.dirname(log.output or "")
-    match = scheduler.rank_match(job_id)
+    alloc = scheduler.allocation_of(job_id)
+    match = alloc.rank_match()
 
     def default_act(what: str) -> None:
         if what == "requeue":
-            scheduler.requeue(job_id)
+            alloc.requeue()
         else:
             scheduler.cancel(job_id)
 
     def node_argv() -> list[str] | None:  # asked when probing: a pending job's "nodes" is only a count
-        if type(scheduler).runs_here:
-            return None
-        try:
-            nnodes = max(1, len(expand(scheduler.status(job_id).nodes)))
-        except Exception:
-            nnodes = 1
-        argv = scheduler.node_command(job_id, nnodes, probe_argv(match))
-        if argv is None:
-            raise RuntimeError(f"the {scheduler.name} scheduler cannot run a command on its job's nodes")
-        return argv
+        return None if alloc.here else alloc.on_nodes(probe_argv(match), alloc.nodes())
 
     return HangWatch(match, timeout, on_hang, log.ranks_dir or "", job_dir, node_argv, act or default_act, say,
                      runner=getattr(scheduler, "runner", None), output=log.output or "")

@@ -18,9 +18,10 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Any, Optional
 
-__all__ = ["CPU_SAMPLE_S", "LINE_MAX", "RankStack", "find_ranks", "line_of", "parse_py_spy", "probe"]
+__all__ = ["CPU_SAMPLE_S", "LINE_MAX", "RankStack", "ask_nodes", "find_ranks", "line_of", "node_args", "parse_py_spy",
+           "probe"]
 
 CPU_SAMPLE_S = 2.0  # how long a probe watches CPU time: a busy rank uses some in that time
 
@@ -152,12 +153,49 @@ def line_of(s: RankStack) -> str:
         frames = frames[:-1]
 
 
+def node_args(argv: Sequence[str], flags: Mapping[str, float]) -> tuple[dict[str, float], dict[str, str], str]:
+    """A node-side program's command line (this probe, top's sampler and stream): ``--FLAG VALUE``
+    options over ``flags``' defaults, the ``KEY=VALUE`` items that mark the job's ranks, and this
+    node's name. In a Slurm step the node joins the match (the dev cluster's nodes share one /proc);
+    a local job's node is "localhost", as in its logs."""
+    args, opts = list(argv), dict(flags)
+    for flag in opts:
+        if flag in args:
+            i = args.index(flag)
+            opts[flag] = float(args[i + 1])
+            del args[i:i + 2]
+    match = dict(a.split("=", 1) for a in args if "=" in a)
+    node = os.environ.get("SLURMD_NODENAME")
+    if "SLURM_JOB_ID" in match and node:
+        match["SLURMD_NODENAME"] = node
+    local = match.get("TORCHELASTIC_RUN_ID", "").startswith("local-")
+    return opts, match, "localhost" if local else node or os.uname().nodename.split(".")[0]
+
+
+def ask_nodes(runner: Any, argv: Sequence[str], timeout: float, empty_fails: bool = False
+              ) -> tuple[list[dict[str, Any]], list[str]]:
+    """Run a node-side program on the job's nodes (``argv``: the allocation's command for it) and read
+    back its JSON objects, one a line, and its other stderr lines. RuntimeError when it printed nothing
+    and failed (or, with ``empty_fails``, printed nothing at all)."""
+    done = runner.run(list(argv), check=False, timeout=timeout)
+    if not done.stdout.strip() and (done.returncode != 0 or empty_fails):
+        detail = done.stderr.strip().splitlines()
+        raise RuntimeError(f"the per-node probe ({' '.join(argv[:6])} ...) answered {done.returncode}: "
+                           + (detail[-1] if detail else "no output"))
+    found = []
+    for line in done.stdout.splitlines():
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(d, dict):
+            found.append(d)
+    return found, [ln for ln in done.stderr.splitlines() if ln.strip()]
+
+
 def _main(argv: Sequence[str]) -> int:
     """``python -m torchhpc.diagnose.probe KEY=VALUE...``: probe this node, print JSON lines."""
-    match = dict(a.split("=", 1) for a in argv if "=" in a)
-    host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
-    if "SLURM_JOB_ID" in match and os.environ.get("SLURMD_NODENAME"):
-        match["SLURMD_NODENAME"] = os.environ["SLURMD_NODENAME"]  # /proc may show other nodes' ranks
+    _opts, match, host = node_args(argv, {})
     stacks = probe(match, host)
     for s in stacks:
         print(line_of(s), flush=True)

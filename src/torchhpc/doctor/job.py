@@ -96,25 +96,23 @@ def _is_local(host: str) -> bool:
 
 
 def check_slurm(ctx: Context) -> Check:
-    present = [c for c in ("srun", "scontrol", "sbatch") if ctx.runner.which(c)]
+    from torchhpc.schedulers import get_scheduler
+
+    alloc = get_scheduler("slurm", ctx.runner).allocation_of("", ctx.environ)
+    missing = alloc.missing_clients()
+    present = [c for c in alloc.clients if c not in missing]
     if not present:
-        return Check("slurm", "skip", "no Slurm client (srun/scontrol/sbatch) on PATH")
-    missing = [c for c in ("srun", "scontrol", "sbatch") if c not in present]
+        return Check("slurm", "skip", f"no Slurm client ({'/'.join(alloc.clients)}) on PATH")
     conf = ctx.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
     if not ctx.path(conf).exists() and "SLURM_JOB_ID" not in ctx.environ:
         return Check("slurm", "warn", f"{','.join(present)} installed but {conf} does not exist: no cluster configured here",
                      "on a cluster login node, set SLURM_CONF or load the site's slurm module")
-    if "scontrol" not in present:
+    if "scontrol" in missing:
         return Check("slurm", "warn", f"found {','.join(present)} but not {','.join(missing)}")
-    try:
-        done = ctx.runner.run(["scontrol", "ping"], check=False, timeout=15)
-    except CommandError as e:
-        return Check("slurm", "fail", f"scontrol ping: {e.message}", "is SLURM_CONF right and the controller up?")
-    out = (done.stdout + done.stderr).strip().replace("\n", "; ")
-    if done.returncode != 0 or "UP" not in out:
-        return Check("slurm", "fail", f"scontrol ping: {out or 'exit ' + str(done.returncode)}",
-                     "the controller does not answer: check SLURM_CONF and munge")
-    detail = f"{', '.join(present)} on PATH; {out}"
+    up, said = alloc.controller()
+    if not up:
+        return Check("slurm", "fail", said, "the controller does not answer: is SLURM_CONF right, the controller up, munge running?")
+    detail = f"{', '.join(present)} on PATH; {said.removeprefix('scontrol ping: ')}"
     if missing:
         return Check("slurm", "warn", detail + f"; missing {','.join(missing)}")
     return Check("slurm", "pass", detail)

@@ -13,7 +13,7 @@ from torchhpc.core.shell import Raw
 from torchhpc.core.spec import JobSpec
 from torchhpc.launchers.task import task_argv
 
-__all__ = ["mpirun_argv", "srun_argv", "torchrun_argv"]
+__all__ = ["mpirun_argv", "srun_argv", "srun_step", "torchrun_argv"]
 
 
 def torchrun_argv(
@@ -69,6 +69,11 @@ def srun_argv(tasks_per_node: int, *, cpus_per_task: int | None = None, extra: S
         argv.append(f"--cpus-per-task={cpus_per_task}")
     argv += list(extra)
     return argv
+
+
+def srun_step(options: Sequence[str], argv: Sequence[str]) -> list[str]:
+    """``srun OPTIONS ARGV``: a command under a runtime's srun flags (pyxis), as ``container wrap`` prints it."""
+    return ["srun", *options, *argv]
 
 
 def mpirun_argv(

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from torchhpc.core.supervise import killpg
 from torchhpc.errors import JobFailed, UsageError
 
 __all__ = [
@@ -287,10 +288,7 @@ def run_local(
 def _kill_all(procs: Sequence[subprocess.Popen[str]]) -> None:
     for p in procs:
         if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            killpg(p.pid, signal.SIGKILL)
 
 
 def _report_line(output: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from torchhpc.core.shell import join, quote
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import JobFailed, TorchHPCError
 from torchhpc.jobdir.files import Written
+from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.capabilities import check
 from torchhpc.schedulers.options import Option, with_defaults
 from torchhpc.schedulers.options import resolve as resolve_options
@@ -256,26 +257,14 @@ class Scheduler(ABC):
         a local job's own process); else ``wait --hang-timeout`` watches it from outside."""
         return False
 
-    def requeue(self, job_id: str) -> None:
-        """Put a running job back in the queue (its script runs again); cancelled where that cannot be done."""
-        self.cancel(job_id)
-
-    def node_command(self, job_id: str, nnodes: int, argv: list[str]) -> list[str] | None:
-        """The command that runs ``argv`` once on every node of a running job (the hang probe), or None
-        when this scheduler cannot reach its nodes (a local job's ranks are this machine's processes)."""
-        return None
-
-    def rank_match(self, job_id: str) -> dict[str, str]:
-        """Environment items that mark the processes of ``job_id``'s ranks on a node, for the hang probe."""
-        return {}
+    def allocation_of(self, job_id: str, env: Mapping[str, str] | None = None) -> Allocation:
+        """The running job's nodes as this scheduler reaches them (:mod:`~torchhpc.schedulers.allocation`);
+        ``env``: the environment of a process inside the job (default: this one's)."""
+        return Allocation(self, job_id, env)
 
     def node_names(self) -> list[str]:
         """The cluster's node names, to reject a typo before anything is queued ([]: cannot be asked)."""
         return []
-
-    def allocation_nodes(self, env: Mapping[str, str]) -> list[str] | None:
-        """The nodes of the allocation this process runs in (``env`` is its environment), or None."""
-        return None
 
     def explain_pending(self, st: JobStatus) -> Optional[Pending]:
         """Why a pending job waits, from the scheduler's own evidence (None: this scheduler cannot say)."""
@@ -295,9 +284,9 @@ class Scheduler(ABC):
         progress: Callable[[JobStatus, float], None] | None = None,
     ) -> JobStatus:
         """Until a terminal state: the end marker first, :meth:`status` only to confirm it and on a
-        backed-off schedule (:mod:`~torchhpc.schedulers.waiting`); ``progress`` sees each answer,
+        backed-off schedule (:mod:`~torchhpc.schedulers.batch.waiting`); ``progress`` sees each answer,
         and the last one at least every ``poll`` seconds."""
-        from torchhpc.schedulers.waiting import EndWatch
+        from torchhpc.schedulers.batch.waiting import EndWatch
 
         watch = EndWatch(lambda: self.status(job_id), self.end_dir(job_id), poll=poll,
                          controller=self.queries_controller)

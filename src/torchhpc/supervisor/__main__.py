@@ -23,10 +23,11 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--hang-timeout", type=float, default=None, help="quiet seconds before the stacks are read")
     p.add_argument("--requeue", action="store_true", help="when no spare is left, requeue without the failed nodes")
     p.add_argument("--probe-every", type=float, default=2.0, help="seconds between liveness checks of the step's nodes")
+    p.add_argument("--scheduler", default="slurm", help="the scheduler whose allocation this runs in")
     a = p.parse_args(argv)
     return Options(job_dir=a.job_dir, nodes=a.nodes, nproc_per_node=a.nproc_per_node, launcher=a.launcher,
                    max_restarts=a.max_restarts, hang_timeout=a.hang_timeout, requeue=a.requeue,
-                   probe_every=a.probe_every)
+                   probe_every=a.probe_every, scheduler=a.scheduler)
 
 
 if __name__ == "__main__":

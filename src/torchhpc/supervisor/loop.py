@@ -17,19 +17,20 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from torchhpc.core.proc import Runner
-from torchhpc.supervisor import nodes as nodes_mod
+from torchhpc.schedulers import get_scheduler
+from torchhpc.schedulers.allocation import ipv4
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
-from torchhpc.supervisor.policy import POLICY, action_for
+from torchhpc.supervisor.policy import action_for, why_not
 
-__all__ = ["Options", "Supervisor"]
+__all__ = ["Options", "Supervisor", "choose"]
 
 POLL_S = 0.5
-STARTING = 4  # the hang timeout's multiple allowed before an attempt's first line (see Supervisor._hang)
+STARTING = 4  # the hang timeout's multiple allowed before an attempt's first line (see Supervisor._attempt)
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Options:
     requeue: bool = False
     probe_every: float = 2.0
     misses: int = 2  # failed liveness checks in a row before a node counts as dead
+    scheduler: str = "slurm"  # whose allocation this runs in (asked through schedulers/allocation.py)
 
 
 @dataclass
@@ -70,29 +72,29 @@ class Supervisor:
         self.runner = runner or Runner()
         self.env = dict(os.environ if env is None else env)
         self.clock = clock
-        self.job = self.env.get("SLURM_JOB_ID", "")
+        self.alloc = get_scheduler(opts.scheduler, self.runner).allocation_of("", self.env)  # the job we run in
+        self.job = self.alloc.job_id
         self.ranks_dir = os.path.join(opts.job_dir, "ranks")
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> int:
-        allocation = nodes_mod.hostnames(self.runner, self.env.get("SLURM_JOB_NODELIST", ""))
-        port = nodes_mod.slurmd_port(self.runner)
+        allocation = self.alloc.nodes()
         history = load_attempts(self.o.job_dir)
         excluded = {h for a in history for h in a.get("excluded", ())}
         previous: list[str] = []
         say(f"job {self.job}: {len(allocation)} nodes ({','.join(allocation)}), {self.o.nodes} used, "
             f"max restarts {self.o.max_restarts}" + (f", excluded before: {','.join(sorted(excluded))}" if excluded else ""))
         while True:
-            usable = [h for h in allocation if h not in excluded and nodes_mod.alive(h, port)]
+            usable = [h for h in allocation if h not in excluded and self.alloc.alive(h)]
             dead_now = [h for h in allocation if h not in excluded and h not in usable]
-            step_nodes = nodes_mod.choose(allocation, previous, usable, self.o.nodes)
+            step_nodes = choose(allocation, previous, usable, self.o.nodes)
             count = len(history)
             if len(step_nodes) < self.o.nodes:
                 excluded |= set(dead_now)
                 return self._out_of_nodes(history, sorted(excluded), usable)
             attempt = Attempt(attempt=count, nodes=step_nodes, started=self.clock(), slurm_job=self.job)
             say(f"attempt {count} on {','.join(step_nodes)} (TORCHHPC_RESTART_COUNT={count})")
-            out = self._attempt(attempt, port)
+            out = self._attempt(attempt)
             attempt.ended, attempt.klass, attempt.exit_code = self.clock(), out.klass, out.rc
             attempt.rank, attempt.detail = out.rank, out.detail[:300]
             excluded |= set(out.dead)
@@ -110,15 +112,11 @@ class Supervisor:
             if self._stopping():
                 say("the stop file exists (time limit or preemption): no restart")
                 return out.rc
-            action = action_for(out.klass)
-            if action != "restart":
-                say(f"not restarting after {out.klass}: {POLICY.get(out.klass, ('', 'never guessed'))[1]}")
-                return out.rc if out.rc > 0 else 1
-            if count >= self.o.max_restarts:
-                if out.dead and self.o.requeue:
-                    return self._requeue(sorted(excluded))
-                say(f"not restarting: {self.o.max_restarts} restart(s) allowed, {count} done; "
-                    f"the job ends with the {out.klass} verdict (torchhpc diagnose)")
+            why = why_not(out.klass, count, self.o.max_restarts)
+            if why and out.dead and self.o.requeue and action_for(out.klass) == "restart":
+                return self._requeue(sorted(excluded))
+            if why:
+                say(why)
                 return out.rc if out.rc > 0 else 1
             previous = [h for h in step_nodes if h not in excluded]
 
@@ -133,11 +131,9 @@ class Supervisor:
         """No spare left: requeue the job with the failed nodes excluded (``--requeue``)."""
         say(f"no spare left: requeuing job {self.job} without {','.join(excluded)}")
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue signals the batch step: finish the update
-        self.runner.run(["scontrol", "requeue", self.job], check=False, timeout=30)
-        done = self.runner.run(["scontrol", "update", f"JobId={self.job}", f"ExcNodeList={','.join(excluded)}"],
-                               check=False, timeout=30)
-        if done.returncode != 0:
-            say(f"could not exclude the nodes: {done.stderr.strip()}")
+        why = self.alloc.requeue(excluded)
+        if why:
+            say(f"could not exclude the nodes: {why}")
         return 0
 
     def _stopping(self) -> bool:
@@ -166,7 +162,7 @@ class Supervisor:
             TORCHHPC_STEP_HOSTS=",".join(f"{h}:{self.o.nproc_per_node}" for h in attempt.nodes),
             TORCHHPC_RESTART_COUNT=str(attempt.attempt),
             TORCHHPC_BASE_PORT=str(base),
-            MASTER_ADDR=nodes_mod.ipv4(attempt.nodes[0]),
+            MASTER_ADDR=ipv4(attempt.nodes[0]),
             MASTER_PORT=str(10000 + (base - 10000 + 101 * attempt.attempt) % 20000),
             # srun's --overlap (also the srun mpirun starts its daemons with): a failed attempt's step
             # holds its CPUs until the dead node's part of it is cleaned up, after SlurmdTimeout.
@@ -174,102 +170,71 @@ class Supervisor:
         )
         return env
 
-    def _attempt(self, attempt: Attempt, port: int) -> Outcome:
+    def _attempt(self, attempt: Attempt) -> Outcome:
         sizes = _sizes(self.ranks_dir)
-        proc = subprocess.Popen(["bash", "-c", "_torchhpc_step"], env=self._env(attempt), start_new_session=True)
+        proc = self.alloc.start_step(["bash", "-c", "_torchhpc_step"], self._env(attempt))
         misses = dict.fromkeys(attempt.nodes, 0)
         next_check = self.clock() + self.o.probe_every
-        next_hang = 0.0
+        watch = self._hang_watch(attempt)
         while True:
             try:
                 rc = proc.wait(timeout=POLL_S)
             except subprocess.TimeoutExpired:
                 rc = None
             if rc is not None:
-                return self._judge(rc, attempt, sizes, port)
+                return self._judge(rc, attempt, sizes)
             now = self.clock()
             if now >= next_check:
                 next_check = now + self.o.probe_every
                 for h in attempt.nodes:
-                    misses[h] = 0 if nodes_mod.alive(h, port, timeout=min(2.0, self.o.probe_every)) else misses[h] + 1
+                    misses[h] = 0 if self.alloc.alive(h, timeout=min(2.0, self.o.probe_every)) else misses[h] + 1
                 dead = [h for h, n in misses.items() if n >= self.o.misses]
                 if dead:
-                    say(f"node(s) {','.join(dead)} stopped answering (slurmd's port {port}): stopping the step")
-                    rc = self._stop(proc, grace=0.0)  # a dead node's step never ends cleanly: no grace
+                    say(f"node(s) {','.join(dead)} stopped answering: stopping the step")
+                    rc = self.alloc.kill_step(proc, grace=0.0)  # a dead node's step never ends cleanly: no grace
                     return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True)
-            if self.o.hang_timeout and now >= next_hang:
-                hung = self._hang(attempt, now, sizes)
-                if hung is False:
-                    next_hang = now + max(10.0, self.o.hang_timeout / 2)
-                if isinstance(hung, Outcome):
-                    hung.teardown = not self._stopping()
-                    hung.rc = self._stop(proc)
-                    return hung
+            if watch is None:
+                continue
+            # Until a rank of this attempt has written a byte (imports, rendezvous, a checkpoint load; a
+            # starved rank may use little CPU on a busy node) the quiet allowed is STARTING times the
+            # timeout (ft_launcher likewise waits longer for the first heartbeat).
+            starting = not any(n > sizes.get(path, 0) for path, n in _sizes(self.ranks_dir).items())
+            verdict = watch.check("RUNNING", now, attempt.started, watch.timeout * STARTING if starting else None)
+            if verdict:
+                rank = verdict.culprits[0] if verdict.culprits else None
+                out = Outcome("hang", 1, rank=rank, detail=f"quiet for {watch.quiet:.0f}s", teardown=not self._stopping())
+                out.rc = self.alloc.kill_step(proc)
+                return out
 
-    def _hang(self, attempt: Attempt, now: float, sizes: dict[str, int]) -> Outcome | bool | None:
-        """None: not quiet long enough; False: quiet but computing; an Outcome: a hang.
-
-        Until a rank of this attempt has written its first line, the attempt is starting (imports,
-        rendezvous, a checkpoint load), and a starved rank may use little CPU on a busy node: the
-        quiet time allowed is then ``STARTING`` times the hang timeout (ft_launcher likewise has a
-        longer timeout for the first heartbeat)."""
+    def _hang_watch(self, attempt: Attempt) -> Any:
+        """The hang watch of one attempt, through the allocation (diagnose/hang.py's, as ``wait`` uses)."""
         from torchhpc.diagnose import hang
 
-        quiet = hang.quiet_for(self.ranks_dir, now)
-        quiet = now - attempt.started if quiet is None else min(quiet, now - attempt.started)
-        limit = self.o.hang_timeout or 0.0
-        if not any(n > sizes.get(path, 0) for path, n in _sizes(self.ranks_dir).items()):
-            limit *= STARTING  # no rank wrote a byte yet (the log wrapper makes empty files first)
-        if quiet < limit:
+        if not self.o.hang_timeout:
             return None
-        try:
-            match = {"SLURM_JOB_ID": self.job}
-            n = len(attempt.nodes)
-            argv = ["srun", "--overlap", f"--jobid={self.job}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
-                    "--kill-on-bad-exit=0", f"--nodelist={','.join(attempt.nodes)}", *hang.probe_argv(match)]
-            stacks = hang.probe_job(match, argv, self.runner)
-        except (RuntimeError, OSError) as e:
-            say(f"hang probe failed: {e}")
-            return False
-        if not stacks or any(s.cpu_s >= 0.1 for s in stacks):
-            return False
-        verdict = hang.with_flight(hang.culprit(stacks), self.o.job_dir)
-        for line in hang.render(verdict, quiet):
-            print(line, flush=True)
-        if os.path.isdir(self.o.job_dir):
-            hang.save(self.o.job_dir, verdict, quiet)
-        rank = verdict.culprits[0] if verdict.culprits else None
-        return Outcome("hang", 1, rank=rank, detail=f"quiet for {quiet:.0f}s")
+        match = self.alloc.rank_match()
+        return hang.HangWatch(match, self.o.hang_timeout, "restart", self.ranks_dir, self.o.job_dir,
+                              lambda: self.alloc.on_nodes(hang.probe_argv(match), attempt.nodes), lambda _what: None,
+                              lambda line: print(line, flush=True), runner=self.runner)
 
-    def _stop(self, proc: subprocess.Popen[bytes], grace: float = 5.0) -> int:
-        """End the step: TERM to the launcher's session (KILL without ``grace``), every job step of
-        ours cancelled with KILL, then KILL to what is left of the session after ``grace`` seconds."""
-        _killpg(proc.pid, signal.SIGTERM if grace else signal.SIGKILL)
-        done = self.runner.run(["squeue", "-h", "-s", "-j", self.job, "-o", "%i"], check=False, timeout=30)
-        steps = [s for s in done.stdout.split() if s.rsplit(".", 1)[-1].isdigit()]
-        if steps:
-            self.runner.run(["scancel", "--signal=KILL", *steps], check=False, timeout=30)
-        try:
-            return proc.wait(timeout=max(grace, 0.1))
-        except subprocess.TimeoutExpired:
-            _killpg(proc.pid, signal.SIGKILL)
-            return proc.wait()
-
-    def _judge(self, rc: int, attempt: Attempt, sizes: dict[str, int], port: int) -> Outcome:
+    def _judge(self, rc: int, attempt: Attempt, sizes: dict[str, int]) -> Outcome:
         """The step ended by itself: success, or the class its ranks' new lines show."""
         if rc == 0:
             return Outcome(None, 0)
-        dead = [h for h in attempt.nodes if not nodes_mod.alive(h, port)]
+        dead = [h for h in attempt.nodes if not self.alloc.alive(h)]
         if dead:  # the step ended because a node died: Slurm's SIGTERM to the rest made any stop file
             return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True)
         return _classify(self.ranks_dir, sizes, rc)
 
 
-def _killpg(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except OSError:
-        pass
+def choose(allocation: Sequence[str], previous: Sequence[str], usable: Iterable[str], n: int) -> list[str]:
+    """N usable nodes: the previous attempt's survivors first (their caches are warm), then the
+    spares, in the allocation's order. Fewer than N when fewer are usable."""
+    ok = set(usable)
+    keep = [h for h in previous if h in ok]
+    more = [h for h in allocation if h in ok and h not in keep]
+    picked = set((keep + more)[:n])
+    return [h for h in allocation if h in picked]
 
 
 def _sizes(ranks_dir: str) -> dict[str, int]:

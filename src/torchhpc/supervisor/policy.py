@@ -7,7 +7,7 @@ exception, an out-of-memory or an import error would fail the same way and burn 
 
 from __future__ import annotations
 
-__all__ = ["NEVER", "POLICY", "RESTART_CLASSES", "action_for"]
+__all__ = ["NEVER", "POLICY", "RESTART_CLASSES", "action_for", "why_not"]
 
 # class -> (action, why); the action is "restart" or "end"
 POLICY: dict[str, tuple[str, str]] = {
@@ -34,3 +34,13 @@ NEVER = frozenset(k for k, (a, _w) in POLICY.items() if a == "end")
 def action_for(klass: str) -> str:
     """``"restart"`` or ``"end"`` for a verdict class (an unknown class ends: never guess)."""
     return POLICY.get(klass, ("end", ""))[0]
+
+
+def why_not(klass: str, count: int, max_restarts: int) -> str:
+    """Why attempt ``count`` (0-based), ended by ``klass``, gets no restart; "" when it does."""
+    if action_for(klass) != "restart":
+        return f"not restarting after {klass}: {POLICY.get(klass, ('', 'never guessed'))[1]}"
+    if count >= max_restarts:
+        return (f"not restarting: {max_restarts} restart(s) allowed, {count} done; "
+                f"the job ends with the {klass} verdict (torchhpc diagnose)")
+    return ""

@@ -25,7 +25,7 @@ from typing import Any, Optional, TypeVar
 
 from torchhpc.errors import JobFailed
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
-from torchhpc.supervisor.policy import POLICY, action_for
+from torchhpc.supervisor.policy import why_not
 
 __all__ = ["Restarts", "classify_log"]
 
@@ -120,14 +120,10 @@ class Restarts:
     def _again(self, klass: str, count: int) -> bool:
         if not self.max_restarts:
             return False
-        if action_for(klass) != "restart":
-            self.say(f"not restarting after {klass}: {POLICY.get(klass, ('', 'never guessed'))[1]}")
-            return False
-        if count >= self.max_restarts:
-            self.say(f"not restarting: {self.max_restarts} restart(s) allowed, {count} done; "
-                     f"the job ends with the {klass} verdict (torchhpc diagnose)")
-            return False
-        return True
+        why = why_not(klass, count, self.max_restarts)
+        if why:
+            self.say(why)
+        return not why
 
 
 def _start_watch(make: Callable[[Callable[[str], None]], Any], fired: threading.Event,

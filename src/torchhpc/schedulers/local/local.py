@@ -28,10 +28,11 @@ from torchhpc.core.supervise import Supervisor, describe_exit, exit_status
 from torchhpc.errors import JobFailed, SchedulerError, SpecError
 from torchhpc.launchers import get_launcher
 from torchhpc.launchers.boot import boot_argv, boot_pythonpath
+from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
+from torchhpc.schedulers.batch.script import default_python
 from torchhpc.schedulers.local.jobs import LocalJobs
 from torchhpc.schedulers.options import Option, declare
-from torchhpc.schedulers.script import default_python
 
 __all__ = [
     "CONTRACT",
@@ -234,8 +235,10 @@ class LocalScheduler(Scheduler):
     runs_here = True
     queries_controller = False  # status reads the job's own record file
 
-    def rank_match(self, job_id: str) -> dict[str, str]:
-        return {"TORCHELASTIC_RUN_ID": f"local-{job_id}"}  # the run id each rank's environment carries
+    def allocation_of(self, job_id: str, env: Mapping[str, str] | None = None) -> Allocation:
+        from torchhpc.schedulers.local.allocation import LocalAllocation
+
+        return LocalAllocation(self, job_id, env)
 
     OPTIONS = declare(
         Option("master_port", "fixed MASTER_PORT instead of a free one (or --env MASTER_PORT=...)", "int"),
@@ -404,7 +407,7 @@ class LocalScheduler(Scheduler):
         return job.run()
 
     def _wait_dependencies(self, spec: JobSpec, err: IO[str]) -> None:
-        from torchhpc.schedulers.depend import DependencyState, wait_dependencies
+        from torchhpc.schedulers.batch.depend import DependencyState, wait_dependencies
 
         def say(states: list[DependencyState]) -> None:
             print("torchhpc: waiting: " + "; ".join(s.line() for s in states if s.verdict == "waiting"),

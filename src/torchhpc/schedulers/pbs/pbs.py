@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from torchhpc.core.depend import dependency_value
@@ -33,13 +33,14 @@ from torchhpc.jobdir.log_wiring import LOG_DIR_VAR, LOG_REF, job_dir, log_argv, 
 from torchhpc.jobdir.logs import filter_rank
 from torchhpc.jobdir.record import read_record, update_record
 from torchhpc.launchers import SHIM_VAR, get_launcher, launcher_of, mpirun_argv, task_argv
+from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.api import JobStatus, Submission
-from torchhpc.schedulers.batch import BatchScheduler
+from torchhpc.schedulers.batch.base import BatchScheduler
+from torchhpc.schedulers.batch.script import default_python, script_path
+from torchhpc.schedulers.batch.step import in_container, job_env_names, torchrun_command
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pbs.parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
 from torchhpc.schedulers.pending import Pending
-from torchhpc.schedulers.script import default_python, script_path
-from torchhpc.schedulers.step import in_container, job_env_names, torchrun_command
 
 __all__ = ["PORT_EXPR", "PBSScheduler", "job_name", "pbs_size", "pbs_walltime"]
 
@@ -124,6 +125,7 @@ class PBSScheduler(BatchScheduler):
     traps_first = False
     stop_comment = "# Nothing lost: ask every rank to checkpoint and stop before the walltime (PBS gives no warning)."
     stop_traps = (("terminated", "TERM"),)
+    supports_rank_probe = True  # pbsdsh from inside the job (schedulers/pbs/allocation.py)
     OPTIONS = declare(
         Option("queue", "queue to submit to (#PBS -q)"),
         Option("account", "project/allocation to charge (#PBS -A), e.g. st-alice-1-gpu on Sockeye"),
@@ -383,6 +385,11 @@ class PBSScheduler(BatchScheduler):
             if found is not None:
                 out[job_id] = status_from_attrs(*found)
         return out
+
+    def allocation_of(self, job_id: str, env: Mapping[str, str] | None = None) -> Allocation:
+        from torchhpc.schedulers.pbs.allocation import PBSAllocation
+
+        return PBSAllocation(self, job_id, env)
 
     def cancel(self, job_id: str) -> None:
         # -W force would skip the epilogue; plain qdel lets PBS clean up the nodes.

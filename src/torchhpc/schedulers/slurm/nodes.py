@@ -1,20 +1,18 @@
 """What the Slurm backend answers about nodes: GPUs per node (GRES), node names, the allocation.
 
-Asked through the scheduler (:meth:`~torchhpc.schedulers.api.Scheduler.preflight`, ``node_names``,
-``allocation_nodes``, ``node_command``), so no caller parses ``sinfo`` or builds ``srun`` itself.
+Asked through the scheduler (:meth:`~torchhpc.schedulers.api.Scheduler.preflight`, ``node_names``;
+a job's own nodes: slurm/allocation.py), so no caller parses ``sinfo`` itself.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
-from torchhpc.core import hostlist
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import CommandError, SpecError
 
-__all__ = ["allocation_nodes", "check_gpus", "gres_gpus", "node_command", "node_names"]
+__all__ = ["check_gpus", "gres_gpus", "node_names"]
 
 
 def gres_gpus(gres: str) -> int:
@@ -67,16 +65,3 @@ def node_names(runner: Runner) -> list[str]:
     except CommandError:
         return []  # cannot ask: sbatch will say it
     return sorted({line.strip() for line in out.splitlines() if line.strip()})
-
-
-def allocation_nodes(env: Mapping[str, str]) -> list[str] | None:
-    """The nodes of the allocation this shell runs in (``salloc``, an ``sbatch`` script), or None."""
-    nodelist = env.get("SLURM_JOB_NODELIST")
-    return hostlist.expand(nodelist) if nodelist else None
-
-
-def node_command(job_id: str, nnodes: int, argv: list[str]) -> list[str]:
-    """``argv`` once per node of a running job: a step beside the job's own (``--overlap``) that
-    does not end the job when a node's copy fails."""
-    return ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={nnodes}", f"--ntasks={nnodes}",
-            "--ntasks-per-node=1", "--kill-on-bad-exit=0", *argv]

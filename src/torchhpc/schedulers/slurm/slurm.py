@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -39,12 +38,13 @@ from torchhpc.jobdir.logs import filter_rank
 from torchhpc.jobdir.record import update_record
 from torchhpc.launchers import SHIM_VAR, launcher_of, mpirun_argv, srun_argv, task_argv
 from torchhpc.schedulers.api import Submission
-from torchhpc.schedulers.batch import BatchScheduler
+from torchhpc.schedulers.batch.base import BatchScheduler
+from torchhpc.schedulers.batch.script import default_python, script_path
+from torchhpc.schedulers.batch.step import in_container, job_container, job_env_names, torchrun_command
 from torchhpc.schedulers.options import Option, declare
-from torchhpc.schedulers.script import default_python, script_path
 from torchhpc.schedulers.slurm.parse import parse_scontrol
-from torchhpc.schedulers.slurm.status import SlurmQueries, expand_output
-from torchhpc.schedulers.step import in_container, job_container, job_env_names, torchrun_command
+from torchhpc.schedulers.slurm.site import dev_target, site_runner
+from torchhpc.schedulers.slurm.status import SlurmQueries, expand_output, output_pattern
 
 __all__ = ["SlurmScheduler", "expand_output", "filter_rank", "parse_scontrol"]
 
@@ -73,45 +73,6 @@ def _container_srun_options(spec: JobSpec) -> list[str]:
     from torchhpc.containers import srun_options
 
     return srun_options(job_container(spec, spec.container))
-
-
-# Where a site's own Slurm configuration lives when $SLURM_CONF does not say (Slurm's default, Debian's).
-SITE_CONFS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
-
-
-def _site_env() -> Mapping[str, str] | None:
-    """The machine's own Slurm when it has one; else a provider registered in ``SITE_ENV`` (the CLI
-    registers a running ``torchhpc devcluster``, so that ``devcluster up`` followed by a plain
-    ``torchhpc run --scheduler slurm`` works without exporting anything by hand).
-
-    The site's configuration wins: with ``$SLURM_CONF`` set or a ``slurm.conf`` in its default
-    place, no provider is asked, even if a dev cluster runs (docs/slurm-target.md says the rule)."""
-    if os.environ.get("SLURM_CONF") or any(os.path.exists(p) for p in SITE_CONFS):
-        return None
-    from torchhpc.schedulers import SITE_ENV
-
-    for provider in SITE_ENV.get("slurm", ()):
-        try:
-            env = provider()
-        except Exception:  # a broken dev cluster state file must not break a real site
-            env = None
-        if env is not None:
-            return env
-    return None
-
-
-def dev_target() -> str | None:
-    """One line naming the stand-in that Slurm commands go to (a dev cluster), or None for the site's own Slurm."""
-    env = _site_env()
-    if env is None:
-        return None
-    return (f"Slurm target: the torchhpc dev cluster (SLURM_CONF={env.get('SLURM_CONF', '?')}), "
-            "as this machine has no Slurm configuration of its own ($SLURM_CONF unset, no /etc/slurm/slurm.conf)")
-
-
-def _site_runner() -> Runner:
-    """Looked up at the first command, not here: a dry run probes nothing."""
-    return Runner(env_factory=_site_env)
 
 
 class SlurmScheduler(SlurmQueries, BatchScheduler):
@@ -160,8 +121,8 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     )
 
     def __init__(self, runner: Runner | None = None) -> None:
-        self._site = runner is None  # its commands go where _site_env says (a given runner: where it says)
-        super().__init__(runner or _site_runner())
+        self._site = runner is None  # its commands go where site_env says (a given runner: where it says)
+        super().__init__(runner or site_runner())
 
     def target(self) -> str | None:
         return dev_target() if self._site else None
@@ -469,27 +430,3 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             # there), before the runtime they provide starts and before $SIF, which they set, expands.
             shell = ["bash", "-c", " && ".join([*loads, "exec " + join(shell)])]
         return argv + inner + shell
-
-
-def output_pattern(spec: JobSpec) -> str:
-    """sbatch's ``--output``: ``DIR/%x-%j.out``, where only our ``%x`` and ``%j`` are patterns.
-
-    A ``%`` in the directory is written ``%%`` (sbatch would expand ``%j`` there too); a
-    job name that ``%x`` would turn into a path or a pattern (``/``, ``../``, ``%``) is
-    written literally, made file-name safe. sbatch expands nothing in a name that holds
-    a backslash, so such a directory is refused.
-    """
-    from torchhpc.errors import QuotingError
-
-    out = os.path.abspath(spec.output_dir)
-    if "\\" in out:
-        raise QuotingError(
-            f"--output-dir {out!r} contains a backslash: sbatch would not expand %j in the log name",
-            "choose a directory without a backslash",
-        )
-    out = out.replace("%", "%%")
-    job = "%A_%a" if spec.array is not None else "%j"  # an array: one file per task, ARRAYJOB_TASK
-    if "/" in spec.name or "%" in spec.name:
-        safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name).lstrip(".") or "job"
-        return os.path.join(out, f"{safe}-{job}.out")
-    return os.path.join(out, f"%x-{job}.out")

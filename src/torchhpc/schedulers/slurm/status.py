@@ -6,6 +6,7 @@ a mixin over :class:`~torchhpc.schedulers.api.Scheduler`'s ``runner`` and ``name
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -14,8 +15,9 @@ from typing import ClassVar, Optional
 import torchhpc.schedulers.slurm.nodes as slurm_nodes
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import JobSpec
-from torchhpc.errors import CommandError, SchedulerError
+from torchhpc.errors import CommandError, QuotingError, SchedulerError
 from torchhpc.jobdir.logs import filter_rank, task_record
+from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.pending import Pending
 from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct, tasks_from_scontrol
@@ -23,7 +25,7 @@ from torchhpc.schedulers.slurm.many import SACCT_FIELDS
 from torchhpc.schedulers.slurm.parse import parse_scontrol, transient
 from torchhpc.schedulers.slurm.parse import status_from_scontrol as _status_from_scontrol
 
-__all__ = ["SlurmQueries", "expand_output"]
+__all__ = ["SlurmQueries", "expand_output", "output_pattern"]
 
 
 
@@ -102,20 +104,13 @@ class SlurmQueries:
     def task_id(self, job_id: str, task: int) -> str | None:
         return f"{job_id}_{task}"  # Slurm knows each array task by itself
 
-    def requeue(self, job_id: str) -> None:
-        self.runner.run(["scontrol", "requeue", job_id], check=False, timeout=60)
+    def allocation_of(self, job_id: str, env: Mapping[str, str] | None = None) -> Allocation:
+        from torchhpc.schedulers.slurm.allocation import SlurmAllocation
 
-    def node_command(self, job_id: str, nnodes: int, argv: list[str]) -> list[str] | None:
-        return slurm_nodes.node_command(job_id, nnodes, argv)
-
-    def rank_match(self, job_id: str) -> dict[str, str]:
-        return {"SLURM_JOB_ID": job_id}
+        return SlurmAllocation(self, job_id, env)  # type: ignore[arg-type]  # a mixin: self is a SlurmScheduler
 
     def node_names(self) -> list[str]:
         return slurm_nodes.node_names(self.runner)
-
-    def allocation_nodes(self, env: Mapping[str, str]) -> list[str] | None:
-        return slurm_nodes.allocation_nodes(env)
 
     def log_paths(self, job_id: str) -> list[str]:
         rec = task_record(self.name, job_id)  # an array task: its array's record
@@ -159,3 +154,25 @@ def expand_output(pattern: str, name: str, job_id: str) -> str:
     array_id, _, task = job_id.partition("_")
     values = {"%": "%", "x": name, "j": job_id, "A": array_id, "a": task}
     return re.sub(r"%([%xjAa])", lambda m: values[m.group(1)], pattern)
+
+
+def output_pattern(spec: JobSpec) -> str:
+    """sbatch's ``--output``: ``DIR/%x-%j.out``, where only our ``%x`` and ``%j`` are patterns.
+
+    A ``%`` in the directory is written ``%%`` (sbatch would expand ``%j`` there too); a
+    job name that ``%x`` would turn into a path or a pattern (``/``, ``../``, ``%``) is
+    written literally, made file-name safe. sbatch expands nothing in a name that holds
+    a backslash, so such a directory is refused.
+    """
+    out = os.path.abspath(spec.output_dir)
+    if "\\" in out:
+        raise QuotingError(
+            f"--output-dir {out!r} contains a backslash: sbatch would not expand %j in the log name",
+            "choose a directory without a backslash",
+        )
+    out = out.replace("%", "%%")
+    job = "%A_%a" if spec.array is not None else "%j"  # an array: one file per task, ARRAYJOB_TASK
+    if "/" in spec.name or "%" in spec.name:
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name).lstrip(".") or "job"
+        return os.path.join(out, f"{safe}-{job}.out")
+    return os.path.join(out, f"%x-{job}.out")

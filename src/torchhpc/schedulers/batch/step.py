@@ -2,7 +2,7 @@
 variables its ranks need by name, torchrun's per-node command, a job array's task arguments, and
 where a long launch line breaks for a reader.
 
-:mod:`~torchhpc.schedulers.batch` assembles the script around these; the backends
+:mod:`~torchhpc.schedulers.batch.base` assembles the script around these; the backends
 (:mod:`~torchhpc.schedulers.slurm.slurm`, :mod:`~torchhpc.schedulers.pbs.pbs`) call them in their
 launch lines.
 """
@@ -15,7 +15,7 @@ from dataclasses import replace
 from torchhpc.core.shell import Raw, join, quote, split_words
 from torchhpc.core.spec import ContainerSpec, JobSpec
 from torchhpc.launchers import launcher_of, torchrun_argv
-from torchhpc.schedulers.script import default_python
+from torchhpc.schedulers.batch.script import default_python
 
 __all__ = [
     "RUNTIMES",

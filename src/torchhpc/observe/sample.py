@@ -14,7 +14,7 @@ the local scheduler), it finds the job's rank processes in ``/proc`` as the hang
 * asks ``nvidia-smi`` (per process and per GPU) or ``rocm-smi`` (per card, by ``LOCAL_RANK``)
   for GPU utilization and memory, only where the tool exists on the node.
 
-Prints one JSON object per rank (``python -m torchhpc.diagnose.sample KEY=VALUE ...``).
+Prints one JSON object per rank (``python -m torchhpc.observe.sample KEY=VALUE ...``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from torchhpc.diagnose.hang import collective
-from torchhpc.diagnose.probe import _cpu_ticks, _environ, _py_spy, find_ranks
+from torchhpc.diagnose.probe import _cpu_ticks, _environ, _py_spy, find_ranks, node_args
 
 __all__ = ["RankSample", "gpu_by_pid", "parse_raw", "sample"]
 
@@ -214,20 +214,9 @@ def sample(match: Mapping[str, str], host: str, duration: int = DURATION_S, rate
 
 
 def _main(argv: Sequence[str]) -> int:
-    """``python -m torchhpc.diagnose.sample [--duration S] [--rate HZ] KEY=VALUE...``: JSON lines."""
-    args = list(argv)
-    duration, rate = DURATION_S, RATE_HZ
-    for flag in ("--duration", "--rate"):
-        if flag in args:
-            i = args.index(flag)
-            value = int(args[i + 1])
-            del args[i:i + 2]
-            duration, rate = (value, rate) if flag == "--duration" else (duration, value)
-    match = dict(a.split("=", 1) for a in args if "=" in a)
-    host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
-    if "SLURM_JOB_ID" in match and os.environ.get("SLURMD_NODENAME"):
-        match["SLURMD_NODENAME"] = os.environ["SLURMD_NODENAME"]  # /proc may show other nodes' ranks
-    found = sample(match, host, duration, rate)
+    """``python -m torchhpc.observe.sample [--duration S] [--rate HZ] KEY=VALUE...``: JSON lines."""
+    opts, match, host = node_args(argv, {"--duration": DURATION_S, "--rate": RATE_HZ})
+    found = sample(match, host, int(opts["--duration"]), int(opts["--rate"]))
     for s in found:
         print(json.dumps(asdict(s) | {"error": s.error[:300]}), flush=True)  # one line, whole through srun
     if not found:

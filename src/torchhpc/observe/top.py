@@ -1,8 +1,8 @@
 """``torchhpc top``'s data: one row per rank of a running job, and the straggler among them.
 
-A row joins what the node-side probe (:mod:`torchhpc.diagnose.sample`) saw of the rank's
+A row joins what the node-side probe (:mod:`torchhpc.observe.sample`) saw of the rank's
 process with what its log shows: seconds since its last line, and its progress
-(:mod:`torchhpc.diagnose.progress`).
+(:mod:`torchhpc.observe.progress`).
 
 **Straggler.** In synchronous training every rank advances at the same step rate, so the rate
 cannot show the slow one. What differs is where the ranks spend their time: the fast ones finish
@@ -16,18 +16,20 @@ ranks barely communicate, or all compute) nobody is flagged: there is no wait to
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from torchhpc.core.proc import Runner
-from torchhpc.diagnose.progress import parse_progress, read_tail
-from torchhpc.diagnose.sample import DURATION_S, RATE_HZ, RankSample, sample
+from torchhpc.diagnose.probe import ask_nodes
+from torchhpc.observe.progress import parse_progress, read_tail
+from torchhpc.observe.sample import DURATION_S, RATE_HZ, RankSample, sample
+
+if TYPE_CHECKING:
+    from torchhpc.schedulers.allocation import Allocation
 
 __all__ = ["FOLD_AT", "MIN_GAP", "MIN_SAMPLES", "RankRow", "gather", "probe_nodes", "sample_argv", "stragglers"]
 
@@ -71,34 +73,29 @@ def stragglers(shares: dict[int, float], samples: dict[int, int]) -> set[int]:
     return {r for r, s in known.items() if s < median / 2 and median - s >= MIN_GAP}
 
 
-def sample_argv(job_id: str, nodes: Sequence[str], duration: int = DURATION_S, rate: int = RATE_HZ) -> list[str]:
-    """One look at every node of a Slurm job: one task per node, inside the job's allocation."""
-    n = len(nodes)
-    return ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
-            "--kill-on-bad-exit=0", "--quiet", f"--nodelist={','.join(nodes)}", sys.executable, "-m",
-            "torchhpc.diagnose.sample", "--duration", str(duration), "--rate", str(rate), f"SLURM_JOB_ID={job_id}"]
+def sample_argv(alloc: Allocation, nodes: Sequence[str], duration: int = DURATION_S, rate: int = RATE_HZ) -> list[str]:
+    """One look at each of ``nodes``: the sampler once per node, inside the job's allocation."""
+    match = [f"{k}={v}" for k, v in alloc.rank_match().items()]
+    module = [sys.executable, "-m", "torchhpc.observe.sample", "--duration", str(duration), "--rate", str(rate)]
+    return alloc.on_nodes([*module, *match], nodes)
 
 
-def probe_nodes(here: bool, job_id: str, nodes: Sequence[str], runner: Optional[Runner] = None,
-                duration: int = DURATION_S, rate: int = RATE_HZ, notes: Optional[list[str]] = None) -> list[RankSample]:
-    """The sample of every node of the job: in this process (local), or ``srun --overlap`` once per node."""
-    if here:
-        return sample({"TORCHELASTIC_RUN_ID": f"local-{job_id}"}, "localhost", duration, rate)
-    argv = sample_argv(job_id, nodes, duration, rate)
-    done = (runner or Runner()).run(argv, check=False, timeout=60 + duration)
-    if done.returncode != 0 and not done.stdout.strip():
-        detail = done.stderr.strip().splitlines()
-        raise RuntimeError(f"the per-node probe (srun --overlap --jobid={job_id} ...) answered {done.returncode}: "
-                           + (detail[-1] if detail else "no output"))
+def probe_nodes(alloc: Allocation, nodes: Sequence[str], duration: int = DURATION_S, rate: int = RATE_HZ,
+                notes: Optional[list[str]] = None) -> list[RankSample]:
+    """The sample of each of ``nodes``: in this process (local), or once per node through the allocation."""
+    if alloc.here:
+        return sample(alloc.rank_match(), "localhost", duration, rate)
+    found, said = ask_nodes(alloc.runner, sample_argv(alloc, nodes, duration, rate), 60 + duration)
     if notes is not None:
-        notes.extend(ln for ln in done.stderr.splitlines() if ln.strip())
-    out = []
-    for line in done.stdout.splitlines():
+        notes.extend(said)
+    out: dict[tuple[str, int], RankSample] = {}  # one per process: PBS Pro's pbsdsh runs a copy per slot
+    for d in found:
         try:
-            out.append(RankSample(**json.loads(line)))
-        except (ValueError, TypeError):
+            s = RankSample(**d)
+        except TypeError:
             continue
-    return out
+        out[s.host, s.pid] = s
+    return list(out.values())
 
 
 def _quiet_and_progress(log: Any, now: float) -> tuple[dict[int, tuple[float, str]], dict[int, str]]:

@@ -1,7 +1,7 @@
 """The client side of the live ``torchhpc top``: one long-lived probe per node, read in the background.
 
-:mod:`torchhpc.diagnose.stream` runs on every node (``srun --overlap`` once for the session; a
-plain child process for the local scheduler) and prints a batch of rank samples every refresh,
+:mod:`torchhpc.observe.stream` runs on every node (once for the session through the job's
+allocation: ``srun --overlap``, ``pbsdsh``, a plain child process for the local scheduler) and prints a batch of rank samples every refresh,
 each node's batch ended by ``{"batch": N, "host": H}``. A reader thread keeps the newest complete
 batch of each node; :meth:`LiveProbe.latest` hands them to the table.
 """
@@ -9,27 +9,26 @@ batch of each node; :meth:`LiveProbe.latest` hands them to the table.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from torchhpc.diagnose.sample import RankSample
+from torchhpc.core.supervise import stop_group
+from torchhpc.observe.sample import RankSample
+
+if TYPE_CHECKING:
+    from torchhpc.schedulers.allocation import Allocation
 
 __all__ = ["LiveProbe", "stream_argv"]
 
 
-def stream_argv(here: bool, job_id: str, nodes: Sequence[str], every: float) -> list[str]:
-    """The command that starts the per-node stream (srun into the allocation, or a local child)."""
-    module = [sys.executable, "-m", "torchhpc.diagnose.stream", "--every", f"{every:g}"]
-    if here:
-        return [*module, f"TORCHELASTIC_RUN_ID=local-{job_id}"]
-    n = len(nodes)
-    return ["srun", "--overlap", f"--jobid={job_id}", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1",
-            "--kill-on-bad-exit=0", "--quiet", f"--nodelist={','.join(nodes)}", *module, f"SLURM_JOB_ID={job_id}"]
+def stream_argv(alloc: Allocation, nodes: Sequence[str], every: float) -> list[str]:
+    """The command that starts the per-node stream, once on each of ``nodes`` through the job's allocation."""
+    match = [f"{k}={v}" for k, v in alloc.rank_match().items()]
+    return alloc.on_nodes([sys.executable, "-m", "torchhpc.observe.stream", "--every", f"{every:g}", *match], nodes)
 
 
 class LiveProbe:
@@ -71,20 +70,12 @@ class LiveProbe:
         deadline = time.monotonic() + wait_s
         while not self._batches and time.monotonic() < deadline and self.proc.poll() is None:
             time.sleep(0.1)
-        with self._lock:
-            return [s for batch in self._batches.values() for s in batch]
+        with self._lock:  # one row per process: PBS Pro's pbsdsh starts a stream per slot
+            return list({(s.host, s.pid): s for batch in self._batches.values() for s in batch}.values())
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, 15)  # its own session: srun and the local stream alike
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, 9)
-                self.proc.wait()
+            stop_group(self.proc, grace=10.0)  # its own session: srun, pbsdsh and the local stream alike

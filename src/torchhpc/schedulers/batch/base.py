@@ -33,14 +33,14 @@ from torchhpc.jobdir.log_wiring import LOG_VAR, LOG_WRAPPER, job_dir
 from torchhpc.jobdir.record import dependency_record, new_record, save_record
 from torchhpc.launchers import SHIM_VAR, launcher_of
 from torchhpc.schedulers.api import Scheduler, Submission
-from torchhpc.schedulers.script import (
+from torchhpc.schedulers.batch.script import (
     default_python,
     env_block,
     header_lines,
     read_log,
     script_path,
 )
-from torchhpc.schedulers.step import array_lines, launch_breaks
+from torchhpc.schedulers.batch.step import array_lines, launch_breaks
 
 __all__ = [
     "PREFIX",

@@ -1,6 +1,6 @@
 """The node side of the live ``torchhpc top``: one process per node for the whole session.
 
-``top --once`` starts :mod:`torchhpc.diagnose.sample` once per node, a fresh Python each time
+``top --once`` starts :mod:`torchhpc.observe.sample` once per node, a fresh Python each time
 (about 0.1 CPU-second with its py-spy runs, fine once). Refreshing every 2 s that way would cost
 the node ~9 % of a core, far over the 1 % goal; so the live table starts this module once per
 node (one ``srun --overlap`` step that stays) and it prints a batch of JSON lines every
@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Optional, TextIO
 
-from torchhpc.diagnose.probe import _cpu_ticks, _py_spy, find_ranks
-from torchhpc.diagnose.sample import RankSample, _gpus, _spy_start, _state_rss, parse_raw
+from torchhpc.diagnose.probe import _cpu_ticks, _py_spy, find_ranks, node_args
+from torchhpc.observe.sample import RankSample, _gpus, _spy_start, _state_rss, parse_raw
 
 __all__ = ["LIVE_RATE_HZ", "WINDOW_S", "watch"]
 
@@ -123,20 +123,8 @@ def watch(match: Mapping[str, str], host: str, every: float = 2.0, window: int =
 
 
 def _main(argv: Sequence[str]) -> int:
-    """``python -m torchhpc.diagnose.stream [--every S] [--window S] [--rate HZ] [--count N] KEY=VALUE...``"""
-    args = list(argv)
-    opts = {"--every": 2.0, "--window": float(WINDOW_S), "--rate": float(LIVE_RATE_HZ), "--count": 0.0}
-    for flag in list(opts):
-        if flag in args:
-            i = args.index(flag)
-            opts[flag] = float(args[i + 1])
-            del args[i:i + 2]
-    match = dict(a.split("=", 1) for a in args if "=" in a)
-    host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
-    if "SLURM_JOB_ID" in match and os.environ.get("SLURMD_NODENAME"):
-        match["SLURMD_NODENAME"] = os.environ["SLURMD_NODENAME"]
-    if match.get("TORCHELASTIC_RUN_ID", "").startswith("local-"):
-        host = "localhost"  # the local scheduler's name for this machine, as in its logs and hang lines
+    """``python -m torchhpc.observe.stream [--every S] [--window S] [--rate HZ] [--count N] KEY=VALUE...``"""
+    opts, match, host = node_args(argv, {"--every": 2.0, "--window": WINDOW_S, "--rate": LIVE_RATE_HZ, "--count": 0})
     try:
         return watch(match, host, opts["--every"], int(opts["--window"]), int(opts["--rate"]), int(opts["--count"]))
     except KeyboardInterrupt:

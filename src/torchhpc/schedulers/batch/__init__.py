@@ -1,0 +1,1 @@
+"""What Slurm and PBS share: the batch base, the script, the step, the end watch, dependencies."""
