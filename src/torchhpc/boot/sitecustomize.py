@@ -103,7 +103,10 @@ def flight_env(environ=os.environ):
     want = environ.get(FR_VAR, "").strip().lower()
     if want in _OFF:
         return
-    environ.setdefault("TORCH_FR_BUFFER_SIZE", want if want.isdigit() else FR_DEFAULT)
+    size = environ.get("TORCH_FR_BUFFER_SIZE") or environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE")
+    size = size or (want if want.isdigit() else FR_DEFAULT)
+    environ.setdefault("TORCH_FR_BUFFER_SIZE", size)
+    environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", size)  # the name torch before 2.7 reads
     d = flight_dir(environ)
     if d:  # NCCL's own dump on a watchdog timeout lands beside ours (torch appends the rank)
         environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
@@ -120,9 +123,11 @@ def flight_dump(d, suffix=""):
         return False
     path = os.path.join(d, f"rank-{dist.get_rank()}{suffix}")
     try:
-        from torch._C._distributed_c10d import _dump_fr_trace  # type: ignore[attr-defined]
+        import torch._C._distributed_c10d as c10d
 
-        data = _dump_fr_trace(True, False, False)
+        # NCCL keeps its own recorder (its entries carry CUDA events); gloo's is the generic one
+        nccl = "nccl" in str(dist.get_backend()) and hasattr(c10d, "_dump_nccl_trace")
+        data = (c10d._dump_nccl_trace if nccl else c10d._dump_fr_trace)(True, False, False)
     except Exception as e:  # an old torch, a backend without a recorder: say so where the watch looks
         data, path = f"{type(e).__name__}: {e}".encode(), path + ".error"
     os.makedirs(d, exist_ok=True)
