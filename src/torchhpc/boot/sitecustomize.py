@@ -127,7 +127,7 @@ def flight_dump(d, suffix=""):
 
         # NCCL keeps its own recorder (its entries carry CUDA events); gloo's is the generic one
         nccl = "nccl" in str(dist.get_backend()) and hasattr(c10d, "_dump_nccl_trace")
-        data = (c10d._dump_nccl_trace if nccl else c10d._dump_fr_trace)(True, False, False)
+        data = (c10d._dump_nccl_trace if nccl else c10d._dump_fr_trace)(True, False, False)  # type: ignore[attr-defined]
     except Exception as e:  # an old torch, a backend without a recorder: say so where the watch looks
         data, path = f"{type(e).__name__}: {e}".encode(), path + ".error"
     os.makedirs(d, exist_ok=True)
