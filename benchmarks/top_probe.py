@@ -30,9 +30,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from torchhpc.observe.stream import WINDOW_S
-from pathlib import Path
 
 REFRESH_S = 2.0
 RANK = r"""
