@@ -93,7 +93,7 @@ GROUP_RANK=$((RANK / LOCAL_WORLD_SIZE))
 _MPI_UNSET = r"""for _torchhpc_p in OMPI_COMM_WORLD_ PMI_ MV2_COMM_WORLD_; do
   _torchhpc_r=${_torchhpc_p}RANK _torchhpc_s=${_torchhpc_p}SIZE
   if [ -n "${!_torchhpc_r:-}${!_torchhpc_s:-}" ] && [ "${!_torchhpc_r:-}:${!_torchhpc_s:-}" != "$RANK:$WORLD_SIZE" ]; then
-    if [ "$_torchhpc_p" = PMI_ ]; then unset PMI_RANK PMI_SIZE; else for _torchhpc_v in $(compgen -v "$_torchhpc_p"); do unset "$_torchhpc_v"; done; fi
+    case $_torchhpc_p in PMI_) unset PMI_RANK PMI_SIZE ;; OMPI_*) unset "${!OMPI_COMM_WORLD_@}" ;; *) unset "${!MV2_COMM_WORLD_@}" ;; esac
   fi
 done
 """
