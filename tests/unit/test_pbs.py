@@ -139,7 +139,7 @@ def test_mpirun_line_has_the_seed_flags() -> None:
         "mpirun -np 8",
         '--hostfile "$PBS_NODEFILE"',
         "--oversubscribe",
-        "-x MASTER_ADDR -x MASTER_PORT -x PATH -x NCCL_DEBUG",
+        "-x MASTER_ADDR -x MASTER_PORT -x PATH -x TORCHHPC_BOOT_DIR -x NCCL_DEBUG",
         "--bind-to none",
         "-mca pml ob1 -mca btl '^openib'",
         'bash -c "$_torchhpc_task_shim" torchhpc-task-mpirun python3 examples/pi.py --n 1000000',
