@@ -57,6 +57,7 @@ class Outcome:
     # the ranks of the dying node itself, before its link was gone), not by a warning. A time-limit
     # warning at the very moment a node dies is lost with it: the restarted or requeued job runs on.
     teardown: bool = False
+    found_by: str = "step-end"  # attempts.json's found_by: probe, hang-watch, or the step ended by itself
 
 
 def say(text: str) -> None:
@@ -95,6 +96,7 @@ class Supervisor:
             out = self._attempt(attempt, port)
             attempt.ended, attempt.klass, attempt.exit_code = self.clock(), out.klass, out.rc
             attempt.rank, attempt.detail = out.rank, out.detail[:300]
+            attempt.found_by = out.found_by if out.klass is not None else ""
             excluded |= set(out.dead)
             if out.teardown:
                 self._clear_stop()
@@ -196,7 +198,8 @@ class Supervisor:
                 if dead:
                     say(f"node(s) {','.join(dead)} stopped answering (slurmd's port {port}): stopping the step")
                     rc = self._stop(proc, grace=0.0)  # a dead node's step never ends cleanly: no grace
-                    return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True)
+                    return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True,
+                                   found_by="probe")
             if self.o.hang_timeout and now >= next_hang:
                 hung = self._hang(attempt, now, sizes)
                 if hung is False:
@@ -239,7 +242,7 @@ class Supervisor:
         if os.path.isdir(self.o.job_dir):
             hang.save(self.o.job_dir, verdict, quiet)
         rank = verdict.culprits[0] if verdict.culprits else None
-        return Outcome("hang", 1, rank=rank, detail=f"quiet for {quiet:.0f}s")
+        return Outcome("hang", 1, rank=rank, detail=f"quiet for {quiet:.0f}s", found_by="hang-watch")
 
     def _stop(self, proc: subprocess.Popen[bytes], grace: float = 5.0) -> int:
         """End the step: TERM to the launcher's session (KILL without ``grace``), every job step of
