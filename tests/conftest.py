@@ -11,9 +11,11 @@ CI must never pass by skipping the real thing.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
 
@@ -46,11 +48,21 @@ def hostile(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def missing(reason: str) -> None:
-    """Skip locally; fail in CI (where the real thing is mandatory)."""
+def missing(reason: str) -> NoReturn:
+    """Skip locally; fail in CI (where the real thing is mandatory). Also at a module's top level."""
     if in_ci():
-        pytest.fail(f"{reason} (CI=true makes this mandatory)")
-    pytest.skip(reason)
+        pytest.fail(f"{reason} (CI=true makes this mandatory)", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def need(module: str, why: str = "") -> Any:
+    """``pytest.importorskip`` under the :func:`missing` rule: the module, else a skip here and a failure in
+    CI (whose venv has the dev, lightning and compat extras: scripts/test.sh). At a module's top level
+    the whole module fails in CI rather than skipping unseen."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        missing(f"{module} cannot be imported ({e})" + (f": {why}" if why else ""))
 
 
 @pytest.fixture

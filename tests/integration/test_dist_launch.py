@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PYTHON, REPO, missing
+from tests.conftest import PYTHON, REPO, missing, need
 from torchhpc.core.shell import join
 from torchhpc.jobdir.log_wiring import log_argv
 from torchhpc.jobdir.logs import rank_files
 from torchhpc.launchers import MPIRUN
 
-pytest.importorskip("torch")
+need("torch")
 # Each rank imports torch (~2 s on the shared 2-core machines): every test here takes seconds.
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,7 @@ import sys
 import venv
 from pathlib import Path
 
-import pytest
-
+from tests.conftest import need
 from torchhpc.launchers import TASK_SHIM
 from torchhpc.launchers.boot import BOOT_DIR, boot_argv, boot_hash, boot_pythonpath, boot_shell
 
@@ -97,7 +96,7 @@ def test_local_ranks_get_the_package_dir_and_containers_the_shell_lines() -> Non
 
 
 def test_the_hook_wraps_the_real_torch_distributed() -> None:
-    pytest.importorskip("torch")
+    need("torch")
     code = (
         "import atexit, sys\n"
         "import torch.distributed as dist\n"
@@ -126,7 +125,7 @@ print("done", dist.get_rank() if dist.is_initialized() else os.environ["RANK"], 
 
 
 def test_two_gloo_ranks_that_destroy_their_group_finish(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    need("torch")
     script = tmp_path / "destroy.py"
     script.write_text(GLOO_DESTROY)
     from torchhpc.schedulers.local.local import free_port

@@ -31,6 +31,8 @@ from contextlib import contextmanager
 
 import pytest
 
+from tests.conftest import need
+
 RUNS = int(os.environ.get("TORCHHPC_TEARDOWN_RUNS", "3"))
 GLOO_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop", "pt_tcpstore_uv")
 RANK = textwrap.dedent(
@@ -103,7 +105,7 @@ def run_job(world: int, mode: str) -> list[tuple[int, str, str]]:
 
 
 def test_short_gloo_jobs_beside_busy_loops_leave_cleanly() -> None:
-    pytest.importorskip("torch")
+    need("torch")
     problems: list[str] = []
     with busy_loops(2):
         for i in range(RUNS):
@@ -143,7 +145,7 @@ def test_docs_ddp_script_without_cleanup_never_aborts_under_load() -> None:
     """A smoke check, not a proof: the abort is a scheduling race. Measured with the docs' script
     under `torchhpc run -n 2` beside two busy loops: 7 of 30 runs aborted before the cure, 0 of 30
     after (the deterministic check of the cure is the test below)."""
-    pytest.importorskip("torch")
+    need("torch")
     problems: list[str] = []
     with busy_loops(2):
         for i in range(DDP_RUNS):
