@@ -17,7 +17,7 @@ import sys
 import venv
 from pathlib import Path
 
-from tests.conftest import need
+from tests.conftest import need, reaped
 from torchhpc.launchers import TASK_SHIM
 from torchhpc.launchers.boot import BOOT_DIR, boot_argv, boot_hash, boot_pythonpath, boot_shell
 
@@ -137,7 +137,8 @@ def test_two_gloo_ranks_that_destroy_their_group_finish(tmp_path: Path) -> None:
                "LOCAL_RANK": str(rank), "PYTHONPATH": boot_pythonpath(dict(os.environ)) or "", "OMP_NUM_THREADS": "1"}
         procs.append(subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
-    outs = [p.communicate(timeout=600) for p in procs]  # 14 s here when quiet, 120 s beside busy loops
+    with reaped(procs):
+        outs = [p.communicate(timeout=600) for p in procs]  # 14 s here when quiet, 120 s beside busy loops
     for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, err[-2000:]
         assert out.strip() == f"done {rank} 3.0"

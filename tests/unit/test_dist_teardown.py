@@ -31,7 +31,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from tests.conftest import need
+from tests.conftest import need, reaped
 
 RUNS = int(os.environ.get("TORCHHPC_TEARDOWN_RUNS", "3"))
 GLOO_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop", "pt_tcpstore_uv")
@@ -98,9 +98,10 @@ def run_job(world: int, mode: str) -> list[tuple[int, str, str]]:
             )
         )
     results = []
-    for p in procs:
-        out, err = p.communicate(timeout=300)
-        results.append((p.returncode, out, err))
+    with reaped(procs):
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            results.append((p.returncode, out, err))
     return results
 
 
@@ -159,10 +160,11 @@ def test_docs_ddp_script_without_cleanup_never_aborts_under_load() -> None:
                 )
                 for r in range(2)
             ]
-            for r, p in enumerate(procs):
-                out, err = p.communicate(timeout=300)
-                if p.returncode != 0 or "terminate called" in err or "DONE" not in out:
-                    problems.append(f"run {i} rank {r} exit {p.returncode}: {err.strip()[-400:]}")
+            with reaped(procs):
+                for r, p in enumerate(procs):
+                    out, err = p.communicate(timeout=300)
+                    if p.returncode != 0 or "terminate called" in err or "DONE" not in out:
+                        problems.append(f"run {i} rank {r} exit {p.returncode}: {err.strip()[-400:]}")
     assert not problems, "\n".join(problems)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import need
+from tests.conftest import need, reaped
 from torchhpc.dist import stop
 
 
@@ -88,7 +88,8 @@ def test_all_ranks_stop_at_the_same_step(tmp_path: Path) -> None:
         subprocess.Popen([sys.executable, "-c", RANK, str(r), store], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for r in (0, 1)
     ]
-    outs = [p.communicate(timeout=120) for p in ranks]
+    with reaped(ranks):
+        outs = [p.communicate(timeout=120) for p in ranks]
     for p, (_o, e) in zip(ranks, outs):
         assert p.returncode == 0, e
     assert outs[0][0].strip() == "0 4 [False, False, False, True]"
