@@ -18,8 +18,7 @@ import sys
 import venv
 from pathlib import Path
 
-import pytest
-
+from tests.conftest import need, reaped
 from torchhpc.launchers import TASK_SHIM
 from torchhpc.launchers.boot import BOOT_DIR, boot_argv, boot_hash, boot_line, boot_pythonpath, boot_shell
 
@@ -119,7 +118,7 @@ def test_local_ranks_get_the_package_dir_and_containers_the_shell_lines() -> Non
 
 
 def test_the_hook_wraps_the_real_torch_distributed() -> None:
-    pytest.importorskip("torch")
+    need("torch")
     code = (
         "import atexit, sys\n"
         "import torch.distributed as dist\n"
@@ -148,7 +147,7 @@ print("done", dist.get_rank() if dist.is_initialized() else os.environ["RANK"], 
 
 
 def test_two_gloo_ranks_that_destroy_their_group_finish(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    need("torch")
     script = tmp_path / "destroy.py"
     script.write_text(GLOO_DESTROY)
     from torchhpc.schedulers.local.local import free_port
@@ -160,7 +159,8 @@ def test_two_gloo_ranks_that_destroy_their_group_finish(tmp_path: Path) -> None:
                "LOCAL_RANK": str(rank), "PYTHONPATH": boot_pythonpath(dict(os.environ)) or "", "OMP_NUM_THREADS": "1"}
         procs.append(subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
-    outs = [p.communicate(timeout=600) for p in procs]  # 14 s here when quiet, 120 s beside busy loops
+    with reaped(procs):
+        outs = [p.communicate(timeout=600) for p in procs]  # 14 s here when quiet, 120 s beside busy loops
     for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, err[-2000:]
         assert out.strip() == f"done {rank} 3.0"

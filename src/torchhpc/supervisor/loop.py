@@ -59,6 +59,7 @@ class Outcome:
     # the ranks of the dying node itself, before its link was gone), not by a warning. A time-limit
     # warning at the very moment a node dies is lost with it: the restarted or requeued job runs on.
     teardown: bool = False
+    found_by: str = "step-end"  # attempts.json's found_by: probe, hang-watch, or the step ended by itself
 
 
 def say(text: str) -> None:
@@ -97,6 +98,7 @@ class Supervisor:
             out = self._attempt(attempt)
             attempt.ended, attempt.klass, attempt.exit_code = self.clock(), out.klass, out.rc
             attempt.rank, attempt.detail = out.rank, out.detail[:300]
+            attempt.found_by = out.found_by if out.klass is not None else ""
             excluded |= set(out.dead)
             if out.teardown:
                 self._clear_stop()
@@ -192,7 +194,8 @@ class Supervisor:
                 if dead:
                     say(f"node(s) {','.join(dead)} stopped answering: stopping the step")
                     rc = self.alloc.kill_step(proc, grace=0.0)  # a dead node's step never ends cleanly: no grace
-                    return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True)
+                    return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True,
+                                   found_by="probe")
             if watch is None:
                 continue
             # Until a rank of this attempt has written a byte (imports, rendezvous, a checkpoint load; a
@@ -202,7 +205,8 @@ class Supervisor:
             verdict = watch.check("RUNNING", now, attempt.started, watch.timeout * STARTING if starting else None)
             if verdict:
                 rank = verdict.culprits[0] if verdict.culprits else None
-                out = Outcome("hang", 1, rank=rank, detail=f"quiet for {watch.quiet:.0f}s", teardown=not self._stopping())
+                out = Outcome("hang", 1, rank=rank, detail=f"quiet for {watch.quiet:.0f}s", teardown=not self._stopping(),
+                              found_by="hang-watch")
                 out.rc = self.alloc.kill_step(proc)
                 return out
 
