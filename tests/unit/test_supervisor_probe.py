@@ -65,7 +65,7 @@ def _run(tmp_path: Path, slurmds: dict[str, socket.socket], hosts: list[str], *,
     """The supervisor on ``hosts`` (2 used) with a 0.1 s probe; node 127.0.0.2 dies once the step has
     started (its ``started`` marker), while the step still runs."""
     port = next(iter(slurmds.values())).getsockname()[1]
-    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "x",
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": ",".join(hosts),
            "TORCHHPC_STOP_FILE": str(tmp_path / "stop"), "TORCHHPC_BASE_PORT": "29500",
            "BASH_FUNC__torchhpc_step%%": step}
     slurm = _Slurm(hosts, port)
