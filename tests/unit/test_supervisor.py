@@ -222,3 +222,17 @@ def test_a_hung_attempt_is_probed_and_ended_through_the_allocation(tmp_path: Pat
     tries = load_attempts(str(tmp_path))
     assert [(a["class"], a["nodes"]) for a in tries] == [("hang", ["localhost"])], tries
     assert (tmp_path / HANG_FILE).exists(), sorted(p.name for p in tmp_path.iterdir())
+
+
+def test_each_hung_attempt_names_its_own_culprit(tmp_path: Path) -> None:
+    """Two hung attempts, each of one rank whose number is the attempt's (RANK=$TORCHHPC_RESTART_COUNT):
+    attempts.json must name rank 0 for the first and rank 1 for the second, so the second verdict comes
+    from its own probe, not from the first attempt's watch (issue 47: only tries[0] was ever checked)."""
+    step = ("() { RANK=$TORCHHPC_RESTART_COUNT TORCHELASTIC_RUN_ID=local- exec " + sys.executable
+            + " -c 'import time; time.sleep(120)'; }")
+    env = {"PATH": os.environ["PATH"], "BASH_FUNC__torchhpc_step%%": step}
+    opts = Options(job_dir=str(tmp_path), nodes=1, nproc_per_node=1, launcher="srun", hang_timeout=0.5,
+                   probe_every=60.0, scheduler="local", max_restarts=1)
+    assert Supervisor(opts, env=env).run() != 0
+    tries = load_attempts(str(tmp_path))
+    assert [(a["class"], a["rank"], a["found_by"]) for a in tries] == [("hang", 0, "hang-watch"), ("hang", 1, "hang-watch")], tries
