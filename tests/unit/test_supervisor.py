@@ -67,6 +67,21 @@ def test_attempts_round_trip_with_the_issue_fields(tmp_path: Path) -> None:
     assert load_attempts(str(tmp_path)) == []
 
 
+def test_attempts_carry_the_parts_of_a_recovery(tmp_path: Path) -> None:
+    """The fields `torchhpc events` reads: optional, null when unknown, and read back unchanged."""
+    bare = Attempt(attempt=0, nodes=["n1"], started=1.0).to_json()
+    assert {k: bare[k] for k in ("first_line", "fault", "found_by", "teardown_s", "health_s", "checkpoint_step",
+                                  "launched")} == dict.fromkeys(("first_line", "fault", "found_by", "teardown_s",
+                                                                 "health_s", "checkpoint_step", "launched"))
+    assert bare["health"] == {}
+    a = Attempt(attempt=1, nodes=["n1", "n3"], started=10.0, launched=11.5, first_line=14.0, fault=20.0,
+                found_by="probe", teardown_s=0.4, health_s=1.2, health={"n2": "job dir not writable"},
+                checkpoint_step=1200)
+    save_attempts(str(tmp_path), [a.to_json()])
+    back = Attempt.from_json(load_attempts(str(tmp_path))[0])
+    assert back == a
+
+
 def test_classify_reads_only_what_the_attempt_wrote(tmp_path: Path) -> None:
     ranks = tmp_path / "ranks"
     ranks.mkdir()
