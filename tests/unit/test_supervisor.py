@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from torchhpc.core.exitcodes import EXIT_CODES
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.diagnose.classify import CLASSES
@@ -25,6 +26,7 @@ from torchhpc.supervisor import POLICY, RESTART_CLASSES, action_for, load_attemp
 from torchhpc.supervisor.__main__ import parse
 from torchhpc.supervisor.attempts import Attempt, save_attempts
 from torchhpc.supervisor.loop import Options, Supervisor, _classify, _sizes, choose
+from torchhpc.supervisor.progress import NoProgress, newest_checkpoint
 from torchhpc.supervisor.show import attempt_lines
 
 
@@ -233,7 +235,57 @@ def test_a_hung_attempt_is_probed_and_ended_through_the_allocation(tmp_path: Pat
     env = {"PATH": os.environ["PATH"], "BASH_FUNC__torchhpc_step%%": step}
     opts = Options(job_dir=str(tmp_path), nodes=1, nproc_per_node=1, launcher="srun", hang_timeout=0.5,
                    probe_every=60.0, scheduler="local")
-    assert Supervisor(opts, env=env).run() != 0
+    assert Supervisor(opts, env=env).run() == EXIT_CODES["hang"]
     tries = load_attempts(str(tmp_path))
     assert [(a["class"], a["nodes"]) for a in tries] == [("hang", ["localhost"])], tries
+    assert tries[0]["found_by"] == "hang-watch" and tries[0]["fault"] >= tries[0]["launched"] >= tries[0]["started"]
+    assert tries[0]["teardown_s"] is not None and tries[0]["first_line"] is None  # it never wrote a line
     assert (tmp_path / HANG_FILE).exists(), sorted(p.name for p in tmp_path.iterdir())
+
+
+def _failing_step(tmp_path: Path, save: bool) -> str:
+    """A bash step that fails with a rendezvous error each attempt, saving a checkpoint first when ``save``."""
+    ranks, ckpt = tmp_path / "ranks", tmp_path / "ckpt"
+    ranks.mkdir(exist_ok=True)
+    ckpt.mkdir(exist_ok=True)
+    n = "$TORCHHPC_RESTART_COUNT"
+    saving = f"touch {ckpt}/ckpt-$((100 * ({n} + 1))).pt; " if save else ""
+    return ("() { " + saving + f"echo 'torch.distributed.DistNetworkError: attempt {n}' >> {ranks}/rank-0@localhost.log;"
+            " exit 1; }")
+
+
+def test_the_newest_checkpoint_comes_from_the_helper_or_the_directory(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    assert newest_checkpoint(str(tmp_path), str(ckpt)) is None
+    (ckpt / "checkpoint-900").mkdir(parents=True)
+    (ckpt / "epoch=3-step=1200.ckpt").write_text("")
+    (ckpt / ".ckpt-000001300.pt.tmp-7").write_text("")  # a save in progress does not count
+    got = newest_checkpoint(str(tmp_path), str(ckpt))
+    assert got is not None and got.step == 1200
+    (tmp_path / "checkpoint.json").write_text(json.dumps({"step": 1500, "path": "x", "time": 1.0}))
+    got = newest_checkpoint(str(tmp_path), str(ckpt))
+    assert got is not None and got.step == 1500  # the helper's word first
+    storm = NoProgress(2, str(tmp_path))
+    assert storm.after("hang") == 1500 and storm.why_stop() == ""
+    assert storm.after("network") == 1500
+    assert storm.why_stop().startswith("restart storm: hang x1, network x1 at step 1500, no checkpoint advance")
+
+
+def test_restarts_that_never_advance_the_checkpoint_end_with_no_progress(tmp_path: Path) -> None:
+    """Real steps (bash on the local allocation) fail with a network error each time and save nothing:
+    with 5 restarts allowed, the supervisor stops after 3 attempts with no-progress and its code."""
+    env = {"PATH": os.environ["PATH"], "BASH_FUNC__torchhpc_step%%": _failing_step(tmp_path, save=False)}
+    opts = Options(job_dir=str(tmp_path), nodes=1, nproc_per_node=1, launcher="srun", max_restarts=5,
+                   probe_every=60.0, scheduler="local", checkpoint_dir=str(tmp_path / "ckpt"))
+    assert Supervisor(opts, env=env).run() == EXIT_CODES["no-progress"]
+    tries = load_attempts(str(tmp_path))
+    assert [(a["class"], a["checkpoint_step"], a["found_by"]) for a in tries] == [("network", None, "step-end")] * 3
+
+
+def test_restarts_that_save_a_newer_checkpoint_go_on(tmp_path: Path) -> None:
+    """The same failures, each after a newer checkpoint: the restarts are spent, not stopped early."""
+    env = {"PATH": os.environ["PATH"], "BASH_FUNC__torchhpc_step%%": _failing_step(tmp_path, save=True)}
+    opts = Options(job_dir=str(tmp_path), nodes=1, nproc_per_node=1, launcher="srun", max_restarts=3,
+                   probe_every=60.0, scheduler="local", checkpoint_dir=str(tmp_path / "ckpt"))
+    assert Supervisor(opts, env=env).run() == EXIT_CODES["network"]
+    assert [a["checkpoint_step"] for a in load_attempts(str(tmp_path))] == [100, 200, 300, 400]

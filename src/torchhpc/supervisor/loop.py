@@ -25,7 +25,8 @@ from torchhpc.core.proc import Runner
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.allocation import ipv4
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
-from torchhpc.supervisor.policy import action_for, why_not
+from torchhpc.supervisor.policy import action_for, exit_code_for, why_not
+from torchhpc.supervisor.progress import NoProgress
 
 __all__ = ["Options", "Supervisor", "choose"]
 
@@ -45,6 +46,8 @@ class Options:
     probe_every: float = 2.0
     misses: int = 2  # failed liveness checks in a row before a node counts as dead
     scheduler: str = "slurm"  # whose allocation this runs in (asked through schedulers/allocation.py)
+    max_no_progress: int = 3  # attempts in a row without a checkpoint advance before no-progress (0: off)
+    checkpoint_dir: Optional[str] = None  # where the program's checkpoints are (supervisor/progress.py)
 
 
 @dataclass
@@ -59,6 +62,10 @@ class Outcome:
     # the ranks of the dying node itself, before its link was gone), not by a warning. A time-limit
     # warning at the very moment a node dies is lost with it: the restarted or requeued job runs on.
     teardown: bool = False
+    fault: Optional[float] = None  # when the supervisor saw the failure (attempts.json's parts of a recovery)
+    found_by: Optional[str] = None  # "probe", "step-end" or "hang-watch"
+    teardown_s: Optional[float] = None
+    first_line: Optional[float] = None
 
 
 def say(text: str) -> None:
@@ -82,6 +89,7 @@ class Supervisor:
         history = load_attempts(self.o.job_dir)
         excluded = {h for a in history for h in a.get("excluded", ())}
         previous: list[str] = []
+        progress = NoProgress(self.o.max_no_progress, self.o.job_dir, self.o.checkpoint_dir)
         say(f"job {self.job}: {len(allocation)} nodes ({','.join(allocation)}), {self.o.nodes} used, "
             f"max restarts {self.o.max_restarts}" + (f", excluded before: {','.join(sorted(excluded))}" if excluded else ""))
         while True:
@@ -97,6 +105,9 @@ class Supervisor:
             out = self._attempt(attempt)
             attempt.ended, attempt.klass, attempt.exit_code = self.clock(), out.klass, out.rc
             attempt.rank, attempt.detail = out.rank, out.detail[:300]
+            attempt.fault, attempt.found_by, attempt.teardown_s = out.fault, out.found_by, out.teardown_s
+            attempt.first_line = out.first_line
+            attempt.checkpoint_step = progress.after(out.klass)
             excluded |= set(out.dead)
             if out.teardown:
                 self._clear_stop()
@@ -117,7 +128,11 @@ class Supervisor:
                 return self._requeue(sorted(excluded))
             if why:
                 say(why)
-                return out.rc if out.rc > 0 else 1
+                return exit_code_for(out.klass)
+            storm = progress.why_stop()
+            if storm:
+                say(storm)
+                return exit_code_for("no-progress")
             previous = [h for h in step_nodes if h not in excluded]
 
     def _out_of_nodes(self, history: list[dict[str, object]], excluded: list[str], usable: list[str]) -> int:
@@ -125,7 +140,7 @@ class Supervisor:
             return self._requeue(excluded)
         say(f"only {len(usable)} healthy node(s) ({','.join(usable) or 'none'}) for {self.o.nodes}; "
             f"excluded: {','.join(excluded) or 'none'}: the job ends (node-failure)")
-        return 1
+        return exit_code_for("node-failure")
 
     def _requeue(self, excluded: list[str]) -> int:
         """No spare left: requeue the job with the failed nodes excluded (``--requeue``)."""
@@ -172,7 +187,9 @@ class Supervisor:
 
     def _attempt(self, attempt: Attempt) -> Outcome:
         sizes = _sizes(self.ranks_dir)
+        attempt.launched = self.clock()
         proc = self.alloc.start_step(["bash", "-c", "_torchhpc_step"], self._env(attempt))
+        first_line: Optional[float] = None
         misses = dict.fromkeys(attempt.nodes, 0)
         next_check = self.clock() + self.o.probe_every
         watch = self._hang_watch(attempt)
@@ -182,8 +199,14 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 rc = None
             if rc is not None:
-                return self._judge(rc, attempt, sizes)
+                seen = self.clock()
+                out = self._judge(rc, attempt, sizes)
+                out.fault, out.found_by, out.teardown_s = (seen, "step-end", 0.0) if out.klass else (None, None, None)
+                out.first_line = first_line
+                return out
             now = self.clock()
+            if first_line is None and _wrote(self.ranks_dir, sizes):
+                first_line = now  # within POLL_S of the rank's first line
             if now >= next_check:
                 next_check = now + self.o.probe_every
                 for h in attempt.nodes:
@@ -191,19 +214,24 @@ class Supervisor:
                 dead = [h for h, n in misses.items() if n >= self.o.misses]
                 if dead:
                     say(f"node(s) {','.join(dead)} stopped answering: stopping the step")
+                    fault = self.clock()
                     rc = self.alloc.kill_step(proc, grace=0.0)  # a dead node's step never ends cleanly: no grace
-                    return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True)
+                    return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True,
+                                   fault=fault, found_by="probe", teardown_s=round(self.clock() - fault, 3),
+                                   first_line=first_line)
             if watch is None:
                 continue
             # Until a rank of this attempt has written a byte (imports, rendezvous, a checkpoint load; a
             # starved rank may use little CPU on a busy node) the quiet allowed is STARTING times the
             # timeout (ft_launcher likewise waits longer for the first heartbeat).
-            starting = not any(n > sizes.get(path, 0) for path, n in _sizes(self.ranks_dir).items())
+            starting = first_line is None
             verdict = watch.check("RUNNING", now, attempt.started, watch.timeout * STARTING if starting else None)
             if verdict:
                 rank = verdict.culprits[0] if verdict.culprits else None
-                out = Outcome("hang", 1, rank=rank, detail=f"quiet for {watch.quiet:.0f}s", teardown=not self._stopping())
+                out = Outcome("hang", 1, rank=rank, detail=f"quiet for {watch.quiet:.0f}s", teardown=not self._stopping(),
+                              fault=now, found_by="hang-watch", first_line=first_line)
                 out.rc = self.alloc.kill_step(proc)
+                out.teardown_s = round(self.clock() - now, 3)
                 return out
 
     def _hang_watch(self, attempt: Attempt) -> Any:
@@ -247,6 +275,11 @@ def _sizes(ranks_dir: str) -> dict[str, int]:
         except OSError:
             pass
     return out
+
+
+def _wrote(ranks_dir: str, sizes: dict[str, int]) -> bool:
+    """Whether a rank of this attempt has written a byte (its log grew past ``sizes``)."""
+    return any(n > sizes.get(path, 0) for path, n in _sizes(ranks_dir).items())
 
 
 def _classify(ranks_dir: str, sizes: dict[str, int], rc: int) -> Outcome:

@@ -281,6 +281,10 @@ class BatchScheduler(Scheduler):
             argv += ["--hang-timeout", f"{spec.hang_timeout:g}"]
         if spec.requeue:
             argv.append("--requeue")
+        if spec.max_no_progress != 3:
+            argv += ["--max-no-progress", str(spec.max_no_progress)]
+        if spec.checkpoint_dir:
+            argv += ["--checkpoint-dir", spec.checkpoint_dir]
         line = join(argv)
         wrapped = [x[2:] for x in wrap_command(line, [split_words(line).index("--nodes")])]
         wrapped[-1] += " &" if stopping else ""

@@ -36,6 +36,8 @@ class Attempts(Protocol):
 
     def run(self, attempt: Callable[[int], int]) -> int: ...
 
+    def exit_code(self, fallback: int) -> int: ...
+
 
 def supervise(d: Path, scheduler: Any, attempts: Callable[[Path, Submission], Attempts]) -> int:
     """The background supervisor: run the submission on ``scheduler``, as many attempts as
@@ -82,6 +84,8 @@ def supervise(d: Path, scheduler: Any, attempts: Callable[[Path, Submission], At
         code, reason = e.exit_code, e.message
         if tries.fired:
             reason = f"the hang watch cancelled the run (--hang-timeout {submission.spec.hang_timeout:g})"
+        if (state == "FAILED" or tries.fired) and (submission.spec.max_restarts or submission.spec.hang_timeout):
+            code = tries.exit_code(code)  # the class's code (core/exitcodes.py), as the Slurm supervisor's
         print(f"torchhpc: {reason}", file=sys.stderr, flush=True)
     except Exception as e:  # recorded, never left as RUNNING
         state, code, reason = "FAILED", 1, f"{type(e).__name__}: {e}"
