@@ -95,3 +95,15 @@ def test_a_hang_before_the_first_checkpoint_stops_after_three_attempts(clean_use
     assert "restart storm: hang x3 before the first checkpoint, no checkpoint advance" in r.stderr, r.stderr
     assert _attempts(_handle(r.stderr), tmp_path) == [("hang", None)] * 3
     _no_rank_left()
+
+
+def test_a_restart_tells_the_program_where_to_resume(clean_user_env: None, tmp_path: Path) -> None:
+    """--on-restart-append: nothing added to the first attempt; the second gets the newest checkpoint."""
+    script = str(Path(__file__).parent / "scripts" / "resume_when_told.py")
+    r = torchhpc(dict(os.environ), "run", "-n", "1", "--max-restarts", "1", "--on-restart-append",
+                 "--resume_from_checkpoint {latest:ckpt/checkpoint-*}", script, cwd=tmp_path, timeout=200)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "attempt 0 argv []" in r.stdout and "resumed from ckpt/checkpoint-10" in r.stdout, r.stdout
+    assert "attempt 1 adds to the program: --resume_from_checkpoint ckpt/checkpoint-10" in r.stderr, r.stderr
+    [record] = (tmp_path / "state").rglob("attempts.json")  # a run that completed prints no handle
+    assert [(a["class"], a["rank"]) for a in json.loads(record.read_text())] == [("network", 0), (None, None)]

@@ -27,6 +27,7 @@ from torchhpc.supervisor.__main__ import parse
 from torchhpc.supervisor.attempts import Attempt, save_attempts
 from torchhpc.supervisor.loop import Options, Supervisor, _classify, _sizes, choose
 from torchhpc.supervisor.progress import NoProgress, newest_checkpoint
+from torchhpc.supervisor.resume import restart_args
 from torchhpc.supervisor.show import attempt_lines
 
 
@@ -289,3 +290,29 @@ def test_restarts_that_save_a_newer_checkpoint_go_on(tmp_path: Path) -> None:
                    probe_every=60.0, scheduler="local", checkpoint_dir=str(tmp_path / "ckpt"))
     assert Supervisor(opts, env=env).run() == EXIT_CODES["network"]
     assert [a["checkpoint_step"] for a in load_attempts(str(tmp_path))] == [100, 200, 300, 400]
+
+
+def test_restart_args_name_the_newest_match_from_the_second_attempt_on(tmp_path: Path) -> None:
+    told: list[str] = []
+    template = "--resume_from_checkpoint {latest:ckpt/checkpoint-*} --x 'a b'"
+    assert restart_args(template, 0, str(tmp_path)) == []  # the first attempt runs as given
+    assert restart_args(template, 1, str(tmp_path), say=told.append) == []  # nothing saved yet: from scratch
+    assert "nothing matches ckpt/checkpoint-*" in told[0]
+    for i, step in enumerate((20, 100)):  # the newest by time, not by name
+        (tmp_path / "ckpt" / f"checkpoint-{step}").mkdir(parents=True)
+        os.utime(tmp_path / "ckpt" / f"checkpoint-{step}", (1000 - i, 1000 - i))
+    assert restart_args(template, 2, str(tmp_path)) == ["--resume_from_checkpoint", "ckpt/checkpoint-20", "--x", "a b"]
+    with pytest.raises(SpecError, match="--on-restart-append"):
+        _spec(on_restart_append="--resume 'unclosed")
+
+
+def test_the_step_takes_the_restart_args_only_when_asked() -> None:
+    from torchhpc.schedulers import get_scheduler as sched
+
+    plain = sched("slurm").render(_spec(max_restarts=1, spares=1)).script or ""
+    told = sched("slurm").render(_spec(max_restarts=1, spares=1, on_restart_append="--resume {latest:c/*}",
+                                       checkpoint_dir="c", max_no_progress=2)).script or ""
+    assert 'train.py "$@"' not in plain and "--on-restart-append" not in plain and "--checkpoint-dir" not in plain
+    assert 'train.py "$@"' in told and "--on-restart-append '--resume {latest:c/*}'" in told, told
+    assert "--checkpoint-dir c" in told and "--max-no-progress 2" in told
+    assert subprocess.run(["bash", "-n"], input=told, text=True).returncode == 0

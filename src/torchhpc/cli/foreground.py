@@ -17,6 +17,7 @@ A job array keeps the plain foreground run (its tasks are separate runs, each la
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any, Optional
@@ -27,6 +28,7 @@ from torchhpc.errors import JobFailed, UsageError
 from torchhpc.schedulers.api import Submission
 from torchhpc.supervisor.policy import exit_code_for
 from torchhpc.supervisor.restarts import Restarts
+from torchhpc.supervisor.resume import restart_args
 
 __all__ = ["run_foreground"]
 
@@ -54,8 +56,12 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
                      watch=watch, max_no_progress=spec.max_no_progress, checkpoint_dir=spec.checkpoint_dir)
 
     def attempt(count: int) -> int:
+        extra = restart_args(spec.on_restart_append, count, say=lambda text: eprint(f"torchhpc: {text}"))
+        if extra:
+            eprint(f"torchhpc: attempt {count} adds to the program: {' '.join(extra)}")
+        this = dataclasses.replace(submission, argv=(*submission.argv, *extra)) if extra else submission
         with open(log_path, "a", encoding="utf-8", errors="backslashreplace") as log:
-            return int(scheduler.run(submission, rank0_only=rank0_only, run_id=f"local-{job_id}", log=log,
+            return int(scheduler.run(this, rank0_only=rank0_only, run_id=f"local-{job_id}", log=log,
                                      restart_count=count))
 
     state, code, reason, hint = "COMPLETED", 0, "", ""

@@ -246,6 +246,14 @@ class JobSpec:
             raise SpecError(f"--spares={self.spares} must not be negative", "give the number of spare nodes, e.g. --spares 1")
         if self.max_restarts < 0:
             raise SpecError(f"--max-restarts={self.max_restarts} must not be negative", "0 means: never restart")
+        if self.on_restart_append:
+            import shlex
+
+            try:
+                shlex.split(self.on_restart_append)
+            except ValueError as e:
+                raise SpecError(f"--on-restart-append={self.on_restart_append!r} cannot be split into words: {e}",
+                                "quote it as for a shell, e.g. '--resume_from_checkpoint {latest:ckpt/*}'") from None
         if self.max_no_progress < 0:
             raise SpecError(f"--max-no-progress={self.max_no_progress} must not be negative", "0 means: never stop for it")
         if self.hang_timeout is not None and self.hang_timeout < 5:

@@ -27,11 +27,13 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--max-no-progress", type=int, default=3,
                    help="attempts in a row without a checkpoint advance before the job ends with no-progress (0: never)")
     p.add_argument("--checkpoint-dir", default=None, help="where the program's checkpoints are (the newest file's step)")
+    p.add_argument("--on-restart-append", default="", metavar="ARGS",
+                   help="arguments added to the program on attempts after the first ({latest:GLOB}: the newest match)")
     a = p.parse_args(argv)
     return Options(job_dir=a.job_dir, nodes=a.nodes, nproc_per_node=a.nproc_per_node, launcher=a.launcher,
                    max_restarts=a.max_restarts, hang_timeout=a.hang_timeout, requeue=a.requeue,
                    probe_every=a.probe_every, scheduler=a.scheduler, max_no_progress=a.max_no_progress,
-                   checkpoint_dir=a.checkpoint_dir)
+                   checkpoint_dir=a.checkpoint_dir, on_restart_append=a.on_restart_append)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from torchhpc.schedulers.allocation import ipv4
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
 from torchhpc.supervisor.policy import action_for, exit_code_for, why_not
 from torchhpc.supervisor.progress import NoProgress
+from torchhpc.supervisor.resume import restart_args
 
 __all__ = ["Options", "Supervisor", "choose"]
 
@@ -48,6 +49,7 @@ class Options:
     scheduler: str = "slurm"  # whose allocation this runs in (asked through schedulers/allocation.py)
     max_no_progress: int = 3  # attempts in a row without a checkpoint advance before no-progress (0: off)
     checkpoint_dir: Optional[str] = None  # where the program's checkpoints are (supervisor/progress.py)
+    on_restart_append: str = ""  # arguments added on attempts after the first (supervisor/resume.py)
 
 
 @dataclass
@@ -188,7 +190,11 @@ class Supervisor:
     def _attempt(self, attempt: Attempt) -> Outcome:
         sizes = _sizes(self.ranks_dir)
         attempt.launched = self.clock()
-        proc = self.alloc.start_step(["bash", "-c", "_torchhpc_step"], self._env(attempt))
+        extra = restart_args(self.o.on_restart_append, attempt.attempt, say=say)
+        if extra:
+            say(f"attempt {attempt.attempt} adds to the program: {' '.join(extra)}")
+        # "$@": the rendered step ends its launch line with it when --on-restart-append is given
+        proc = self.alloc.start_step(["bash", "-c", '_torchhpc_step "$@"', "_torchhpc_step", *extra], self._env(attempt))
         first_line: Optional[float] = None
         misses = dict.fromkeys(attempt.nodes, 0)
         next_check = self.clock() + self.o.probe_every

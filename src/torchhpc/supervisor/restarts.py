@@ -27,6 +27,7 @@ from torchhpc.errors import JobFailed
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
 from torchhpc.supervisor.policy import exit_code_for, why_not
 from torchhpc.supervisor.progress import NoProgress
+from torchhpc.supervisor.resume import restart_args
 
 __all__ = ["Restarts", "classify_log"]
 
@@ -77,12 +78,17 @@ class Restarts:
     def __init__(self, *, max_restarts: int, job_dir: str, log_path: str,
                  watch: Optional[Callable[[Callable[[str], None]], Any]] = None,
                  say: Callable[[str], None] = lambda text: print(f"torchhpc: {text}", file=sys.stderr, flush=True),
-                 max_no_progress: int = 3, checkpoint_dir: Optional[str] = None) -> None:
+                 max_no_progress: int = 3, checkpoint_dir: Optional[str] = None, on_restart_append: str = "") -> None:
         self.max_restarts, self.job_dir, self.log_path = max_restarts, job_dir, log_path
         self.watch, self.say = watch, say
         self.fired = False
         self.klass: Optional[str] = None
+        self.on_restart_append = on_restart_append
         self.progress = NoProgress(max_no_progress if max_restarts else 0, job_dir, checkpoint_dir)
+
+    def extra_args(self, count: int) -> list[str]:
+        """What attempt ``count`` adds to the program (``--on-restart-append``, supervisor/resume.py)."""
+        return restart_args(self.on_restart_append, count, say=self.say)
 
     def exit_code(self, fallback: int) -> int:
         """The class-coded exit status (core/exitcodes.py) of the job's end; ``fallback`` when no class is known."""

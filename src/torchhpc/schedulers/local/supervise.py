@@ -9,6 +9,7 @@ the schedulers: it reads the verdict and the hang watch).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import signal
@@ -37,6 +38,8 @@ class Attempts(Protocol):
     def run(self, attempt: Callable[[int], int]) -> int: ...
 
     def exit_code(self, fallback: int) -> int: ...
+
+    def extra_args(self, count: int) -> list[str]: ...
 
 
 def supervise(d: Path, scheduler: Any, attempts: Callable[[Path, Submission], Attempts]) -> int:
@@ -73,7 +76,12 @@ def supervise(d: Path, scheduler: Any, attempts: Callable[[Path, Submission], At
     rec.update(state="RUNNING", reason="", started=time.time())
     write_state(d, rec)
     def attempt(count: int) -> int:
-        return int(scheduler.run(submission, run_id="local-" + d.name, stdout=sys.stdout, stderr=sys.stdout,
+        this = submission
+        extra = tries.extra_args(count)  # --on-restart-append (supervisor/resume.py)
+        if extra:
+            print(f"torchhpc: attempt {count} adds to the program: {' '.join(extra)}", file=sys.stderr, flush=True)
+            this = dataclasses.replace(submission, argv=(*submission.argv, *extra))
+        return int(scheduler.run(this, run_id="local-" + d.name, stdout=sys.stdout, stderr=sys.stdout,
                                  dependencies=False, restart_count=count))
 
     tries = attempts(d, submission)
