@@ -25,6 +25,7 @@ from torchhpc.schedulers import get_scheduler
 from torchhpc.supervisor import POLICY, RESTART_CLASSES, action_for, load_attempts
 from torchhpc.supervisor.__main__ import parse
 from torchhpc.supervisor.attempts import Attempt, save_attempts
+from torchhpc.supervisor.health import check_here, gate
 from torchhpc.supervisor.loop import Options, Supervisor, _classify, _sizes, choose
 from torchhpc.supervisor.progress import NoProgress, newest_checkpoint
 from torchhpc.supervisor.resume import restart_args
@@ -316,3 +317,30 @@ def test_the_step_takes_the_restart_args_only_when_asked() -> None:
     assert 'train.py "$@"' in told and "--on-restart-append '--resume {latest:c/*}'" in told, told
     assert "--checkpoint-dir c" in told and "--max-no-progress 2" in told
     assert subprocess.run(["bash", "-n"], input=told, text=True).returncode == 0
+
+
+def test_the_health_gate_names_a_held_port_and_an_unwritable_job_dir(tmp_path: Path) -> None:
+    """The node side runs for real here (the local allocation's on_nodes runs the argv on this machine)."""
+    local = get_scheduler("local").allocation_of("x", {})
+    held = socket.socket()
+    held.bind(("", 0))
+    held.listen(1)
+    port = held.getsockname()[1]
+    try:
+        bad = gate(local.on_nodes, ["localhost"], str(tmp_path), port, gpus=False)
+    finally:
+        held.close()
+    assert bad == {"localhost": f"rendezvous port {port} in use on the node (a leftover process holds it)"}
+    assert gate(local.on_nodes, ["localhost"], str(tmp_path), port, gpus=False) == {}
+    assert "not writable from the node" in check_here(str(tmp_path / "gone"), port, gpus=False)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".health")]  # its probe file is gone
+
+
+def test_the_health_gate_excludes_a_node_that_does_not_answer_and_no_one_when_none_does(tmp_path: Path) -> None:
+    def one_answers(argv: object, nodes: object) -> list[str]:  # only n1's copy prints (n2's node hangs)
+        return ["bash", "-c", 'echo \'{"node": "n1", "fail": ""}\'; sleep 30']
+
+    assert gate(one_answers, ["n1", "n2"], str(tmp_path), 1, gpus=False, timeout=1.0) == {
+        "n2": "no answer from the health check within 1s"}
+    with pytest.raises(RuntimeError, match="no node answered"):
+        gate(lambda argv, nodes: ["false"], ["n1", "n2"], str(tmp_path), 1, gpus=False, timeout=1.0)

@@ -50,6 +50,7 @@ class Options:
     max_no_progress: int = 3  # attempts in a row without a checkpoint advance before no-progress (0: off)
     checkpoint_dir: Optional[str] = None  # where the program's checkpoints are (supervisor/progress.py)
     on_restart_append: str = ""  # arguments added on attempts after the first (supervisor/resume.py)
+    health: bool = True  # the health gate before each attempt (supervisor/health.py)
 
 
 @dataclass
@@ -97,12 +98,18 @@ class Supervisor:
         while True:
             usable = [h for h in allocation if h not in excluded and self.alloc.alive(h)]
             dead_now = [h for h in allocation if h not in excluded and h not in usable]
+            health_s, sick = self._health(usable, len(history))
+            if sick:
+                say("health gate: " + "; ".join(f"{h}: {why}" for h, why in sorted(sick.items())) + ": excluded")
+                excluded |= set(sick)
+                usable = [h for h in usable if h not in sick]
             step_nodes = choose(allocation, previous, usable, self.o.nodes)
             count = len(history)
             if len(step_nodes) < self.o.nodes:
                 excluded |= set(dead_now)
                 return self._out_of_nodes(history, sorted(excluded), usable)
-            attempt = Attempt(attempt=count, nodes=step_nodes, started=self.clock(), slurm_job=self.job)
+            attempt = Attempt(attempt=count, nodes=step_nodes, started=self.clock(), slurm_job=self.job,
+                              health_s=health_s, health=sick)
             say(f"attempt {count} on {','.join(step_nodes)} (TORCHHPC_RESTART_COUNT={count})")
             out = self._attempt(attempt)
             attempt.ended, attempt.klass, attempt.exit_code = self.clock(), out.klass, out.rc
@@ -170,6 +177,26 @@ class Supervisor:
             except OSError:
                 pass
 
+    def _health(self, nodes: list[str], count: int) -> tuple[Optional[float], dict[str, str]]:
+        """The health gate over the candidate nodes (supervisor/health.py): its seconds and the failing nodes."""
+        if not self.o.health or not nodes:
+            return None, {}
+        from torchhpc.supervisor.health import gate
+
+        gpus = any(self.env.get(v) for v in ("SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "SLURM_GPUS_PER_NODE"))
+        t = self.clock()
+        try:
+            sick = gate(self.alloc.on_nodes, nodes, self.o.job_dir, self._port(count), gpus)
+        except Exception as e:  # the gate is a courtesy: a gate that cannot run excludes no one
+            say(f"health gate not run: {type(e).__name__}: {e}")
+            return None, {}
+        return round(self.clock() - t, 3), sick
+
+    def _port(self, count: int) -> int:
+        """The rendezvous port of attempt ``count``: moved per attempt (a dead attempt's socket may linger)."""
+        base = int(self.env.get("TORCHHPC_BASE_PORT") or self.env.get("MASTER_PORT") or 29500)
+        return 10000 + (base - 10000 + 101 * count) % 20000
+
     # -- one attempt -------------------------------------------------------------------------
     def _env(self, attempt: Attempt) -> dict[str, str]:
         env = dict(self.env)
@@ -180,7 +207,7 @@ class Supervisor:
             TORCHHPC_RESTART_COUNT=str(attempt.attempt),
             TORCHHPC_BASE_PORT=str(base),
             MASTER_ADDR=ipv4(attempt.nodes[0]),
-            MASTER_PORT=str(10000 + (base - 10000 + 101 * attempt.attempt) % 20000),
+            MASTER_PORT=str(self._port(attempt.attempt)),
             # srun's --overlap (also the srun mpirun starts its daemons with): a failed attempt's step
             # holds its CPUs until the dead node's part of it is cleaned up, after SlurmdTimeout.
             SLURM_OVERLAP="1",
