@@ -32,6 +32,9 @@ from torchhpc.supervisor.resume import restart_args
 __all__ = ["Options", "Supervisor", "choose"]
 
 POLL_S = 0.5
+# A live slurmd completes the TCP handshake in well under a millisecond, even on a busy node (the kernel
+# answers); 1 s is generous, and a node counts as dead only after Options.misses misses in a row.
+PROBE_TIMEOUT_S = 1.0
 STARTING = 4  # the hang timeout's multiple allowed before an attempt's first line (see Supervisor._attempt)
 
 
@@ -243,7 +246,9 @@ class Supervisor:
             if now >= next_check:
                 next_check = now + self.o.probe_every
                 for h in attempt.nodes:
-                    misses[h] = 0 if self.alloc.alive(h, timeout=min(2.0, self.o.probe_every)) else misses[h] + 1
+                    misses[h] = 0 if self.alloc.alive(h, timeout=min(PROBE_TIMEOUT_S, self.o.probe_every)) else misses[h] + 1
+                if any(misses.values()):  # confirm a miss at once, not a probe interval later (detection <= 5 s)
+                    next_check = now
                 dead = [h for h, n in misses.items() if n >= self.o.misses]
                 if dead:
                     say(f"node(s) {','.join(dead)} stopped answering: stopping the step")
