@@ -240,3 +240,33 @@ def test_devcluster_fail_and_revive_say_what_they_did_and_are_idempotent(
     assert "link up" in back and "slurmd started" in back, back
     assert "already up" in devcluster(slurm_cluster, "revive", node)
     wait_until(lambda: slurm.run(["sinfo", "-h", "-n", node, "-o", "%T"]).stdout.strip() == "idle", 120, f"{node} idle")
+
+
+def test_a_node_failing_the_health_gate_is_excluded_with_the_reason(
+    slurm_cluster: Any, slurm: SlurmClient, tmp_path: Path
+) -> None:
+    """A real leftover listener holds the rendezvous port on one node (in that node's network
+    namespace): the health gate before the first attempt excludes that node and attempts.json says
+    why; the job runs on the other two and completes."""
+    nodes = list(slurm_cluster.nodes)
+    sick, port = nodes[-1], 23456
+    hold = (f"import socket, time; s = socket.socket(); s.bind(('', {port})); s.listen(1); "
+            "print('held', flush=True); time.sleep(600)")
+    holder = subprocess.Popen(["ip", "netns", "exec", slurm_cluster.netns(sick), sys.executable, "-c", hold],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        job = run_plain(slurm_cluster, tmp_path, "gate",
+                        ["-N", "2", "--nproc-per-node", "2", "--spares", "1", "--max-restarts", "1",
+                         "--env", f"MASTER_PORT={port}", "--opt", f"nodelist={','.join([*nodes[:2], sick])}"],
+                        [FAULT, "abort", "99"])  # no rank 99: every rank ends well
+        info = slurm.wait(job, timeout=300)
+    finally:
+        holder.kill()
+        holder.wait()
+    tries = attempts(tmp_path, "gate", job)
+    assert info["JobState"] == "COMPLETED", log_of(tmp_path, "gate", job)[-3000:]
+    assert [a["class"] for a in tries] == [None], tries
+    assert tries[0]["health"] == {sick: f"rendezvous port {port} in use on the node (a leftover process holds it)"}
+    assert sick in tries[0]["excluded"] and sick not in tries[0]["nodes"], tries
+    report("health-gate", health_s=float(tries[0]["health_s"]))
