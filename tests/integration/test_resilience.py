@@ -23,6 +23,7 @@ import pytest
 from tests.conftest import REPO
 from tests.integration.conftest import SlurmClient
 from tests.integration.test_nothing_lost import assert_bit_identical, events, log_of, submit, wait_until
+from torchhpc.core.exitcodes import EXIT_CODES
 
 pytestmark = pytest.mark.cluster("slurm")
 
@@ -160,6 +161,7 @@ def test_a_user_exception_is_never_restarted(slurm_cluster: Any, slurm: SlurmCli
     tries = attempts(tmp_path, "exc", job)
     assert info["JobState"] == "FAILED", info
     assert [(a["class"], a["rank"]) for a in tries] == [("user-exception", 1)], tries
+    assert info["ExitCode"] == f"{EXIT_CODES['user-exception']}:0", info  # the class's code (docs/resilience.md)
     said = torchhpc_out(slurm_cluster, "diagnose", f"slurm:{job}", cwd=tmp_path)
     assert "user-exception" in said and "rank 1" in said, said
     shown = json.loads(torchhpc_out(slurm_cluster, "status", f"slurm:{job}", "--json", cwd=tmp_path))
@@ -270,3 +272,18 @@ def test_a_node_failing_the_health_gate_is_excluded_with_the_reason(
     assert tries[0]["health"] == {sick: f"rendezvous port {port} in use on the node (a leftover process holds it)"}
     assert sick in tries[0]["excluded"] and sick not in tries[0]["nodes"], tries
     report("health-gate", health_s=float(tries[0]["health_s"]))
+
+
+def test_a_hang_before_the_first_checkpoint_stops_after_three_attempts(
+    slurm_cluster: Any, slurm: SlurmClient, tmp_path: Path
+) -> None:
+    """Issue 44's acceptance under Slurm: 5 restarts allowed, rank 3 hangs in every attempt before any
+    checkpoint: the supervisor ends the job with no-progress after the third attempt, with its code."""
+    job = run_plain(slurm_cluster, tmp_path, "storm", ["-N", "2", "--nproc-per-node", "2", "--hang-timeout", "15",
+                                                        "--max-restarts", "5"], [HANG, "3"])
+    info = slurm.wait(job, timeout=600)
+    tries = attempts(tmp_path, "storm", job)
+    assert info["JobState"] == "FAILED", info
+    assert info["ExitCode"] == f"{EXIT_CODES['no-progress']}:0", info
+    assert [(a["class"], a["checkpoint_step"]) for a in tries] == [("hang", None)] * 3, tries
+    assert "restart storm: hang x3 before the first checkpoint" in log_of(tmp_path, "storm", job)
