@@ -88,6 +88,7 @@ class Supervisor:
         self.alloc = get_scheduler(opts.scheduler, self.runner).allocation_of("", self.env)  # the job we run in
         self.job = self.alloc.job_id
         self.ranks_dir = os.path.join(opts.job_dir, "ranks")
+        self._warmed: set[str] = set()
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> int:
@@ -113,6 +114,7 @@ class Supervisor:
                 return self._out_of_nodes(history, sorted(excluded), usable)
             attempt = Attempt(attempt=count, nodes=step_nodes, started=self.clock(), slurm_job=self.job,
                               health_s=health_s, health=sick)
+            self._warm([h for h in usable if h not in step_nodes])
             say(f"attempt {count} on {','.join(step_nodes)} (TORCHHPC_RESTART_COUNT={count})")
             out = self._attempt(attempt)
             attempt.ended, attempt.klass, attempt.exit_code = self.clock(), out.klass, out.rc
@@ -194,6 +196,19 @@ class Supervisor:
             say(f"health gate not run: {type(e).__name__}: {e}")
             return None, {}
         return round(self.clock() - t, 3), sick
+
+    def _warm(self, spares: list[str]) -> None:
+        """Page Python and torch in on the idle spares, once, in the background: a spare's first attempt
+        then reads them from memory, not from a cold (often network) file system. Never waited for."""
+        todo = [h for h in spares if h not in self._warmed]
+        if not todo or not self.o.health:
+            return
+        self._warmed.update(todo)
+        try:
+            subprocess.Popen(self.alloc.on_nodes([sys.executable, "-c", "import torch"], todo),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        except Exception as e:  # a courtesy: the attempt does not depend on it
+            say(f"could not warm the spares: {e}")
 
     def _port(self, count: int) -> int:
         """The rendezvous port of attempt ``count``: moved per attempt (a dead attempt's socket may linger)."""
