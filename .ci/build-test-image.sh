@@ -34,7 +34,8 @@ mkdir -p "$(dirname "$CACHE")"
 exec 9>"$CACHE.lock"
 flock 9
 
-want="$VERSION $TORCH ${COMPAT[*]} $DEBS $IMAGE_TAG"
+MARKER=/etc/torchhpc-test-image  # a file only the image has: tests read it from the ranks to prove they ran inside
+want="$VERSION $TORCH ${COMPAT[*]} $DEBS $IMAGE_TAG $MARKER"
 # ch-run binds only onto directories that exist in the (read-only) image: make the
 # checkout's path one, so the working directory can be bound at the same place.
 [[ -d $ROOTFS/usr ]] && mkdir -p "$ROOTFS$HERE"
@@ -142,6 +143,7 @@ if [[ ! -f $site/.torchhpc-$VERSION-$TORCH ]]; then
   touch "$site/.torchhpc-$VERSION-$TORCH"
 fi
 mkdir -p "$ROOTFS$HERE" "$ROOTFS/var/tmp"
+echo "torchhpc test image $VERSION" >"$ROOTFS$MARKER"
 "$ROOTFS/usr/bin/python3" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' 2>/dev/null \
   || chroot "$ROOTFS" python3 -c 'import sys; assert sys.version_info[:2] == (3, 11)'
 
@@ -159,6 +161,7 @@ cat >"$CACHE/env" <<ENV
 export TORCHHPC_PODMAN_BINARY=$CACHE/bin/podman
 export TORCHHPC_TEST_PODMAN_IMAGE=$IMAGE_TAG
 export TORCHHPC_TEST_CH_IMAGE=$ROOTFS
+export TORCHHPC_TEST_IMAGE_MARKER=$MARKER
 ENV
 echo "$want" >"$STAMP"
 log "ready: $CACHE"

@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from torchhpc.observe.stream import WINDOW_S
+
 REFRESH_S = 2.0
 RANK = r"""
 import os, sys, time
@@ -134,7 +136,7 @@ def main() -> int:
               f"{statistics.median(pct):>8.2f} ({min(pct):.2f}-{max(pct):.2f}) {r:>26}")
     for rate, (cpu, wall) in live.items():
         print(f"  {f'live {rate} Hz':<14} {cpu:>8.3f} CPU-s over {wall:.0f} s {100.0 * cpu / wall:>14.2f}  "
-              "(one stream per node for the session; py-spy windows of 20 s)")
+              f"(one stream per node for the session; py-spy windows of {WINDOW_S} s)")
     return 0
 
 

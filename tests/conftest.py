@@ -11,9 +11,16 @@ CI must never pass by skipping the real thing.
 
 from __future__ import annotations
 
+import importlib
 import os
+import subprocess
 import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
 
@@ -46,11 +53,38 @@ def hostile(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def missing(reason: str) -> None:
-    """Skip locally; fail in CI (where the real thing is mandatory)."""
+def missing(reason: str) -> NoReturn:
+    """Skip locally; fail in CI (where the real thing is mandatory). Also at a module's top level."""
     if in_ci():
-        pytest.fail(f"{reason} (CI=true makes this mandatory)")
-    pytest.skip(reason)
+        pytest.fail(f"{reason} (CI=true makes this mandatory)", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def need(module: str, why: str = "") -> Any:
+    """``pytest.importorskip`` under the :func:`missing` rule: the module, else a skip here and a failure in
+    CI (whose venv has the dev, lightning and compat extras: scripts/test.sh). At a module's top level
+    the whole module fails in CI rather than skipping unseen."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        missing(f"{module} cannot be imported ({e})" + (f": {why}" if why else ""))
+
+
+@contextmanager
+def reaped(procs: Sequence[subprocess.Popen[Any]]) -> Iterator[Sequence[subprocess.Popen[Any]]]:
+    """Kill and reap every process still running when the block ends: a ``communicate`` timeout or a
+    failed assertion must not leave ranks running (and holding ports) into the next test."""
+    try:
+        yield procs
+    finally:
+        running = [p for p in procs if p.poll() is None]
+        for p in running:
+            p.kill()
+        for p in running:
+            try:
+                p.communicate(timeout=30)  # reaps it and closes its pipes
+            except (subprocess.TimeoutExpired, ValueError, OSError):
+                p.wait(timeout=30)
 
 
 @pytest.fixture
@@ -64,3 +98,63 @@ def clean_user_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     monkeypatch.setenv("TORCHHPC_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.chdir(REPO)
+
+
+# --- nothing left behind -----------------------------------------------------------------------------
+# Every process a test starts inherits this variable (subprocesses copy os.environ): one still running
+# when the session ends was left behind. The dev cluster's daemons are started outside a test run.
+SESSION_VAR = "PYTEST_THPC_SESSION"  # not TORCHHPC_*: clean_user_env drops those
+_DAEMONS = ("slurmctld", "slurmd", "slurmdbd", "slurmstepd", "munged", "mariadbd", "mysqld", "dnsmasq", "sshd")
+
+
+def _untracked() -> set[str]:
+    """Files in the checkout that git neither tracks nor ignores (empty where git is unavailable)."""
+    try:
+        done = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=all"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    return {line[3:] for line in done.stdout.splitlines() if line.startswith("?? ")}
+
+
+def session_processes(marker: str) -> list[str]:
+    """``PID COMMAND`` of live processes of this user whose environment holds ``SESSION_VAR=marker``."""
+    mine, found = os.getuid(), []
+    needle = f"{SESSION_VAR}={marker}".encode()
+    skip = {os.getpid(), os.getppid()}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit() or int(entry) in skip:
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != mine:
+                continue
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+            comm, state = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:][:1]
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if state != "Z" and comm not in _DAEMONS and needle in f.read().split(b"\0"):
+                    found.append(f"{entry} {comm}")
+        except (OSError, ValueError):
+            continue  # ended meanwhile, or not ours to read
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_behind() -> Iterator[None]:
+    """Fail the run when its tests left a process running or a new file in the checkout (CI ran
+    ``sbatch`` from the repository root once, and eight slurm-N.out files were committed)."""
+    marker = uuid.uuid4().hex
+    os.environ[SESSION_VAR] = marker
+    before = _untracked()
+    yield
+    left: list[str] = []
+    for _ in range(20):  # a background supervisor finishing its last write: a few seconds at most
+        left = session_processes(marker)
+        if not left:
+            break
+        time.sleep(0.5)
+    new = sorted(_untracked() - before)
+    problems = ([f"processes the tests started are still running: {', '.join(left)}"] if left else []) + (
+        [f"new files in the checkout: {', '.join(new[:20])}"] if new else [])
+    if problems:
+        pytest.fail("; ".join(problems) + " (a test must clean up in a finally or a fixture)", pytrace=False)

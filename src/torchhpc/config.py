@@ -50,6 +50,7 @@ CONFIG_KEYS: dict[str, str] = {
     "hang_timeout": "seconds without output or CPU use after which ranks count as hung (--hang-timeout)",
     "max_no_progress": "attempts in a row without a checkpoint advance before the job ends with no-progress; 0: never (--max-no-progress)",
     "checkpoint_dir": "where the program saves checkpoints; the newest one's step tells the supervisor it advanced (--checkpoint-dir)",
+    "flight_recorder": "collectives each rank's Flight Recorder keeps for the hang verdict, or off (--flight-recorder)",
     "remote": "[USER@]HOST whose torchhpc runs run/status/logs/... over ssh (--remote; docs/remote.md)",
 }
 

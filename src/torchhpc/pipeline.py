@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -29,11 +30,23 @@ from torchhpc.jobdir.record import record_dir
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import TERMINAL, JobStatus, Submission
 
-__all__ = ["PipelineRecord", "Step", "StepRow", "cancel", "check", "find_record", "render", "rows", "submit"]
+__all__ = ["STEP_NAME", "PipelineRecord", "Step", "StepRow", "cancel", "check", "find_record", "render", "rows", "submit"]
 
 SUFFIX = ".pipeline.json"
 # a step's keys for its dependencies, by kind (core/depend.py)
 STEP_KEYS = {"ok": "after", "any": "after_any", "fail": "after_fail"}
+# A step's name becomes its job's name, a column of the status table, the word `pipeline logs FILE STEP`
+# takes and, in a dry run, the ``<STEP>`` that stands for its job id: ASCII letters, digits, '_', '.', '-'
+# (what every scheduler's job name, a shell word and the dependency placeholder carry unchanged).
+STEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+STEP_NAME_RULE = "1-63 ASCII letters, digits, '_', '.' or '-', starting with a letter or digit"
+
+
+def name_problem(name: str, source: str) -> str | None:
+    """The line that refuses step ``name`` (None when it is a good name): it names the step and the rule."""
+    if STEP_NAME.fullmatch(name):
+        return None
+    return f"{source}: step {name!r}: a step's name is {STEP_NAME_RULE} (rename it, and the after = [...] naming it)"
 
 
 @dataclass(frozen=True)
@@ -63,7 +76,7 @@ def check_graph(
 ) -> tuple[list[str], list[str]]:
     """Problems (one line each: unknown names, a step after itself, across schedulers, a cycle) and
     an order of the names that puts every parent first. ``schedulers``: None where unknown."""
-    problems: list[str] = []
+    problems: list[str] = [p for p in (name_problem(n, source) for n in graph) if p]
     names = set(graph)
     for name, after in graph.items():
         for kind, parent in after:

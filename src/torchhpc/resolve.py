@@ -85,6 +85,7 @@ def resolve_values(
     p("hang_timeout", "--hang-timeout", None, float)
     p("max_no_progress", "--max-no-progress", 3, int)
     p("checkpoint_dir", "--checkpoint-dir")
+    p("flight_recorder", "--flight-recorder", None, _flight_recorder)
     for key in _OPTION_KEYS:
         p(key, f"--{key}")
     return profile, out
@@ -106,6 +107,17 @@ def _defaults_where_honoured(scheduler: str, out: dict[str, Value]) -> None:
         v = out[key]
         if v.value is not None and v.source.startswith(("profile", "config file")) and not getattr(cls, capability):
             out[key] = Value(None, f"not applied: the {scheduler} scheduler has none ({key} {v.value} from {v.source})")
+
+
+def _flight_recorder(text: object) -> str:
+    """``--flight-recorder N|off``: collectives kept per rank (1 to 1000000), or off."""
+    value = str(text).strip().lower()
+    if value in ("off", "0", "false", "no"):
+        return "off"
+    if value.isdigit() and 0 < int(value) <= 1_000_000:
+        return value
+    raise UsageError(f"--flight-recorder {text!r} is neither a number of collectives nor off",
+                     "e.g. --flight-recorder 2000 (the default) or --flight-recorder off")
 
 
 def _declared(scheduler: str, attribute: str, default: Any) -> Any:
@@ -196,6 +208,8 @@ def build_spec(
 
         for k, val in preset_env(network).items():
             job_env.setdefault(k, val)
+    if v["flight_recorder"].value is not None:  # the rank boot reads it (boot/sitecustomize.py)
+        job_env["TORCHHPC_FLIGHT_RECORDER"] = _flight_recorder(v["flight_recorder"].value)
     user_env = values.get("env") or ()
     job_env.update(env_pairs(user_env))
 

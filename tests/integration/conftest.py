@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -129,3 +129,40 @@ def slurm_cluster() -> ClusterState:
 def slurm(slurm_cluster: ClusterState) -> SlurmClient:
     """Client helpers bound to the dev cluster: run, sbatch, wait, sacct_state."""
     return SlurmClient(slurm_cluster)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def state_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Job records and pipeline indexes of the integration tests go to a directory of the run, never
+    to the runner's ~/.cache/torchhpc (a test that sets its own TORCHHPC_STATE_DIR keeps it)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TORCHHPC_STATE_DIR", str(tmp_path_factory.mktemp("torchhpc-state")))
+        yield
+
+
+def _queued(state: ClusterState) -> dict[str, str]:
+    """Job id -> ``STATE NAME`` of every job in the dev cluster's queue."""
+    client = SlurmClient(state)
+    out = client.run(["squeue", "-h", "-o", "%i %T %j"], timeout=30, check=False).stdout
+    return {p[0]: " ".join(p[1:]) for p in (line.split() for line in out.splitlines()) if p}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def queue_left_empty() -> Iterator[None]:
+    """The dev cluster's queue holds no job of this module when the module ends: one left there
+    (an assertion before its cancel) is cancelled, and the module fails naming it."""
+    state = load_state()
+    before = set(_queued(state)) if state is not None else set()
+    yield
+    state = state or load_state()
+    if state is None:
+        return
+    left: dict[str, str] = {}
+    for _ in range(30):  # a job cancelled a moment ago leaves the queue within seconds (COMPLETING)
+        left = {j: s for j, s in _queued(state).items() if j not in before}
+        if not left:
+            return
+        time.sleep(1)
+    SlurmClient(state).run(["scancel", *left], timeout=60, check=False)
+    pytest.fail(f"jobs left in the dev cluster's queue: {', '.join(f'{j} ({s})' for j, s in left.items())} "
+                "(cancelled now; a test must cancel its jobs in a finally or a fixture)", pytrace=False)

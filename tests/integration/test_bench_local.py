@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import need
 from torchhpc.bench.collectives import COLLECTIVES
 
-pytest.importorskip("torch")
+need("torch")
 pytestmark = pytest.mark.slow
 
 
@@ -32,7 +33,7 @@ def bench(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subp
 
 
 def test_every_collective_two_ranks_json_and_plot(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
+    need("matplotlib")
     r = bench(tmp_path, "run", "-t", ",".join(COLLECTIVES), "-b", "1K", "-e", "256K", "-f", "16",
               "-n", "3", "-w", "1", "--json", "out/all.json", "--plot", "out/all.png")
     out = r.stdout + r.stderr

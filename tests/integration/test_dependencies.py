@@ -1,7 +1,10 @@
 """--after-ok / --after-any for real: on the dev cluster's Slurm, and with the local supervisor.
 
-Each job is a one-line command (no torch import). A dependent job checks that its parent's
-file exists, so "it ran after" is proved by the job's own exit status, not by timing.
+Each job is a one-line command (no torch import). A parent waits for the test's ``go`` file, then
+writes its file and ends; a dependent job marks that it started, then checks that its parent's file
+exists. The test makes ``go`` only once every child is either PENDING on its dependency or has
+started: so "it ran after the parent ended" is proved by the job's own exit status, by an ordering
+and not a timing, and a dropped dependency fails (the child starts while its parent waits for ``go``).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +44,15 @@ def status(handle: str, env: dict[str, str] | None, cwd: Path) -> dict[str, Any]
 
 def scenario(flags: list[str], env: dict[str, str] | None, cwd: Path) -> dict[str, dict[str, Any]]:
     """ok: a job that writes ok.done; bad: one that fails. Then after-ok ok, after-ok bad, after-any bad."""
-    def touch(name: str, code: int) -> list[str]:
-        return ["--", PYTHON, "-c", f"import sys; open({name!r}, 'w'); sys.exit({code})"]
+    go = str(cwd / "go")
 
-    def needs(name: str) -> list[str]:
-        return ["--", PYTHON, "-c", f"import os, sys; sys.exit(0 if os.path.exists({name!r}) else 5)"]
+    def touch(name: str, code: int) -> list[str]:  # waits for go (at most 3 min), then writes name and ends
+        return ["--", PYTHON, "-c", f"import os, sys, time; any(os.path.exists({go!r}) or time.sleep(0.1) "
+                                    f"for _ in range(1800)); open({name!r}, 'w'); sys.exit({code})"]
+
+    def needs(name: str) -> list[str]:  # marks its start, then needs its parent's file
+        return ["--", PYTHON, "-c", f"import os, sys; open({name!r} + '.child', 'a'); "
+                                    f"sys.exit(0 if os.path.exists({name!r}) else 5)"]
 
     ok = submit(*flags, "--name", "ok", *touch(str(cwd / "ok.done"), 0), env=env, cwd=cwd)
     bad = submit(*flags, "--name", "bad", *touch(str(cwd / "bad.done"), 3), env=env, cwd=cwd)
@@ -55,6 +63,13 @@ def scenario(flags: list[str], env: dict[str, str] | None, cwd: Path) -> dict[st
                             env=env, cwd=cwd),
     }
     name = "slurm" if "slurm" in flags else "local"
+    for job in jobs.values():  # each child waits for its dependency, or (the dependency lost) has started
+        for _ in range(120):
+            st = json.loads(torchhpc("status", f"{name}:{job}", "--json", env=env, cwd=cwd).stdout)
+            if (st["state"], st["reason"]) == ("PENDING", "Dependency") or list(cwd.glob("*.child")):
+                break
+            time.sleep(0.5)
+    Path(go).touch()
     return {k: status(f"{name}:{v}", env, cwd) for k, v in jobs.items()}
 
 

@@ -108,6 +108,38 @@ def _assert_hang_named(out: str, host: str) -> None:
     assert f"planted_hang.py:{_hang_line()}" in out, out
     assert "wait in all_reduce" in out, out
     assert "diagnosis: hang" in out and "culprit: rank 3" in out, out
+    # the Flight Recorder's line leads: the collective rank 3 never entered, with its user frame
+    assert "rank 3 never entered all_reduce #1 (pg 0); ranks 0-2 have waited in it" in out, out
+
+
+PLANTED = str(REPO / "tests" / "integration" / "scripts" / "planted_collective.py")
+
+
+@pytest.mark.cluster("slurm")
+@pytest.mark.parametrize(
+    ("launcher", "case", "verdict"),
+    [
+        ("torchrun", "gather", "collective-mismatch — collective mismatch at #4 (pg 0): ranks 0-2 called all_reduce, rank 3 all_gather"),
+        ("srun", "skip", "hang — rank 3 never entered all_reduce #5 (pg 0); ranks 0-2 have waited in it for"),
+        ("mpirun", "size", "collective-mismatch — size mismatch in all_reduce #4 (pg 0): ranks 0-2 passed [[4]], rank 3 passed [[8]]"),
+        ("srun", "exit", "lost-peer — rank 3 left the group (exited without destroy_process_group) before all_reduce #4"),
+    ],
+)
+def test_a_planted_collective_fault_is_named_from_the_flight_recorder(
+    slurm_cluster: Any, launcher: str, case: str, verdict: str, tmp_path: Path
+) -> None:
+    """Rank 3 breaks the collective sequence (tests/integration/scripts/planted_collective.py): the
+    verdict names the collective it missed or the call that differs, from every rank's dump in fr/."""
+    r = torchhpc(
+        slurm_cluster.client_env(), "run", "--scheduler", "slurm", "--nodes", "2", "--nproc-per-node", "2",
+        "--launcher", launcher, "--output-dir", str(tmp_path), "--name", f"fr-{case}", "--hang-timeout", "20",
+        PLANTED, case, "3", "--wait", cwd=tmp_path, timeout=400,
+    )
+    assert r.returncode != 0
+    assert f"diagnosis: {verdict}" in r.stderr, r.stderr
+    job = re.search(r"Submitted slurm:(\d+)", r.stdout).group(1)  # type: ignore[union-attr]
+    dumps = sorted(p.name for p in (tmp_path / f"fr-{case}-{job}" / "fr").glob("rank-*"))
+    assert len(dumps) == 4, dumps  # every rank answered, on both nodes, into the job directory
 
 
 @pytest.mark.cluster("slurm")

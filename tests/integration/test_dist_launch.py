@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PYTHON, REPO, missing
+from tests.conftest import PYTHON, REPO, missing, need, reaped
 from torchhpc.core.shell import join
 from torchhpc.jobdir.log_wiring import log_argv
 from torchhpc.jobdir.logs import rank_files
 from torchhpc.launchers import MPIRUN
 
-pytest.importorskip("torch")
+need("torch")
 # Each rank imports torch (~2 s on the shared 2-core machines): every test here takes seconds.
 pytestmark = pytest.mark.slow
 
@@ -126,7 +126,8 @@ def test_popen_loop_with_torch_env_contract(worker: Path) -> None:
         )
         for r in range(2)
     ]
-    outs = [p.communicate(timeout=180)[0] for p in procs]
+    with reaped(procs):
+        outs = [p.communicate(timeout=180)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     got = check("".join(outs), 2, "torchrun")
     assert [r["local_rank"] for r in got] == [0, 1]

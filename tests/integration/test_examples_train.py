@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PYTHON, REPO
+from tests.conftest import PYTHON, REPO, need
 
 MNIST = str(REPO / "examples" / "mnist_ddp.py")
 RESNET = str(REPO / "examples" / "resnet_ddp.py")
@@ -146,7 +146,7 @@ def test_resnet_dp_mode_refuses_several_ranks() -> None:
 
 
 def test_lightning_two_ranks(tmp_path: Path) -> None:
-    pytest.importorskip("lightning", reason="the optional extra torchhpc[lightning] is not installed")
+    need("lightning", "the optional extra torchhpc[lightning] is not installed")
     cp = torchhpc_run("-n", "2", LIGHTNING, "--epochs", "1", "--train-size", "256", "--test-size", "128", "--cache", str(tmp_path), "--max-steps", "4")
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert re.search(r"lightning: world_size=2 nodes=1 devices/node=2 source=\S+ val_acc=", cp.stdout), cp.stdout

@@ -87,12 +87,14 @@ def test_local_background_lifecycle(local_env: dict[str, str], tmp_path: Path) -
     done = torchhpc(local_env, "run", "--background", "--json", "-n", "2", str(sleeper), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     handle = json.loads(done.stdout)["handle"]
-    for _ in range(100):
-        if "started" in torchhpc(local_env, "logs", handle, cwd=tmp_path).stdout:
-            break
-        time.sleep(0.3)
-    assert json.loads(torchhpc(local_env, "status", "--json", handle, cwd=tmp_path).stdout)["state"] == "RUNNING"
-    assert torchhpc(local_env, "cancel", handle, cwd=tmp_path).returncode == 0
+    try:
+        for _ in range(100):
+            if "started" in torchhpc(local_env, "logs", handle, cwd=tmp_path).stdout:
+                break
+            time.sleep(0.3)
+        assert json.loads(torchhpc(local_env, "status", "--json", handle, cwd=tmp_path).stdout)["state"] == "RUNNING"
+    finally:  # also when an assertion above failed: the sleeper must not outlive the test
+        assert torchhpc(local_env, "cancel", handle, cwd=tmp_path).returncode == 0
     done = torchhpc(local_env, "wait", handle, "--timeout", "60", cwd=tmp_path)
     assert done.returncode != 0 and "CANCELLED" in done.stderr
     # No rank survives its job.

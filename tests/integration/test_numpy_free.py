@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+from tests.conftest import need
+
+need("torch")
 pytestmark = pytest.mark.slow
 
 

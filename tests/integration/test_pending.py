@@ -91,6 +91,8 @@ def test_held(slurm: SlurmClient, jobs: list[str], how: str) -> None:
     assert p["category"] == "held"
     if how == "--hold":
         assert p["action"] == f"scontrol release {jobs[0]}"
+    else:  # root's scontrol hold is an admin hold: a user's release would be refused, so no action
+        assert p["summary"] == "held by an administrator" and p["action"] is None, p
 
 
 @pytest.fixture
@@ -140,3 +142,17 @@ def test_more_nodes_than_the_partition_is_never(slurm: SlurmClient, jobs: list[s
     jobs.append(sbatch(slurm, f"-N{n + 6}", "--wrap", "true"))
     p = pending(slurm, jobs[0], "PartitionNodeLimit")["pending"]
     assert p["category"] == "never" and f"it asks {n + 6} nodes" in p["summary"], p
+
+
+@pytest.mark.cluster("slurm")
+def test_a_partly_used_node_with_room_fits(slurm: SlurmClient, jobs: list[str]) -> None:
+    """A blocker using 1 CPU per node on all but the last node, the last node full: a job of 1 CPU per node
+    on every node waits (Resources), and the evidence counts the partly used nodes as fitting it."""
+    names = slurm.run(["sinfo", "-h", "-N", "-o", "%N"]).stdout.split()
+    jobs.append(sbatch(slurm, f"-N{len(names) - 1}", "--ntasks-per-node=1", "-w", ",".join(names[:-1]),
+                       "-J", "blocker", "--wrap", "sleep 300"))
+    jobs.append(sbatch(slurm, "-N1", "--exclusive", "-w", names[-1], "-J", "full", "--wrap", "sleep 300"))
+    jobs.append(sbatch(slurm, f"-N{len(names)}", "--ntasks-per-node=1", "-J", "beside", "--wrap", "true"))
+    p = pending(slurm, jobs[2], "Resources")["pending"]
+    text = "\n".join(p["evidence"])
+    assert f"0 idle, {len(names) - 1} partly used with room for it, 1 allocated" in text, p

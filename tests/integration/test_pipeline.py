@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -86,15 +87,32 @@ def test_prep_train_eval_on_the_dev_cluster(slurm_cluster: Any, tmp_path: Path) 
 
 @pytest.mark.cluster("slurm")
 def test_cancelling_the_first_step_cancels_the_rest(slurm_cluster: Any, slurm: Any, tmp_path: Path) -> None:
+    """Each step is cancelled by torchhpc itself: a ``scancel`` shim first on PATH logs every call. (The
+    states alone cannot show it: Slurm's kill-on-invalid-dep would end train and eval after prep.)"""
     env = slurm_cluster.client_env()
+    real = shutil.which("scancel", path=env["PATH"])
+    assert real, env["PATH"]
+    shim, calls = tmp_path / "bin" / "scancel", tmp_path / "scancel.calls"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {real} "$@"\n')
+    shim.chmod(0o755)
+    env = {**env, "PATH": f"{shim.parent}{os.pathsep}{env['PATH']}"}
     path = write(tmp_path, CHAIN, scheduler="slurm", sleep=120)
-    assert torchhpc("pipeline", str(path), env=env, cwd=tmp_path).returncode == 0
-    done = torchhpc("pipeline", "cancel", str(path), "prep", env=env, cwd=tmp_path)
-    assert done.stdout.split("\n")[:3] == ["prep: cancelled", "train: cancelled", "eval: cancelled"], done.stdout
-    rows = table(path, env)
-    for step in ("prep", "train", "eval"):
-        assert slurm.wait(rows[step]["handle"].split(":")[1], timeout=60)["JobState"] == "CANCELLED", rows
-    assert [table(path, env)[s]["state"] for s in ("prep", "train", "eval")] == ["CANCELLED"] * 3
+    ids: list[str] = []
+    try:
+        assert torchhpc("pipeline", str(path), env=env, cwd=tmp_path).returncode == 0
+        rows = table(path, env)
+        ids = [rows[s]["handle"].split(":")[1] for s in ("prep", "train", "eval")]
+        done = torchhpc("pipeline", "cancel", str(path), "prep", env=env, cwd=tmp_path)
+        assert done.stdout.split("\n")[:3] == ["prep: cancelled", "train: cancelled", "eval: cancelled"], done.stdout
+        cancelled = [line.split()[-1] for line in calls.read_text().splitlines()]
+        assert sorted(cancelled) == sorted(ids), (cancelled, ids)  # one scancel per step, each its own job
+        for job in ids:
+            assert slurm.wait(job, timeout=60)["JobState"] == "CANCELLED", rows
+        assert [table(path, env)[s]["state"] for s in ("prep", "train", "eval")] == ["CANCELLED"] * 3
+    finally:
+        if ids:
+            slurm.run(["scancel", *ids], check=False)
 
 
 LOCAL = f"""

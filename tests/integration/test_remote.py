@@ -63,8 +63,10 @@ class Remote:
         return handle.group(1), ship[0]
 
 
-def _user_venv(cluster: ClusterState) -> None:
-    """A venv of the login user's own (system python, same minor version) that sees this checkout's packages."""
+def _user_venv(cluster: ClusterState, acl: list[tuple[Path, bool]]) -> None:
+    """A venv of the login user's own (system python, same minor version) that sees this checkout's packages.
+    Each directory given an ACL entry for the login user is appended to ``acl``, with whether it had an
+    extended ACL before (the fixture then removes that entry, or the whole extended ACL it made)."""
     site = sysconfig.get_paths()["purelib"]
     ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
     if not os.path.exists(f"/usr/bin/{ver}"):
@@ -75,7 +77,10 @@ def _user_venv(cluster: ClusterState) -> None:
         # parent (execute only, nothing listed or read), as an ACL entry that names it alone.
         for parent in reversed(Path(site).parents):
             if not os.stat(parent).st_mode & 0o001:
+                had = subprocess.run(["getfacl", "--skip-base", "--absolute-names", str(parent)],
+                                     capture_output=True, text=True, timeout=30).stdout.strip()
                 subprocess.run(["setfacl", "-m", f"u:{USER}:x", str(parent)], check=True, timeout=30)
+                acl.append((parent, bool(had)))
     if subprocess.run(probe, timeout=60).returncode != 0:
         missing(f"{USER} cannot read {site} (a parent directory is private): check out the repository "
                 "where other users may enter")
@@ -89,7 +94,17 @@ def remote(slurm_cluster: ClusterState) -> Iterator[Remote]:
     if not slurm_cluster.login_ip or USER not in slurm_cluster.login_users:
         missing(f"the dev cluster has no login node for {USER}: "
                 f"`torchhpc devcluster up --nodes 4 --accounting --login --login-user {USER}`")
-    _user_venv(slurm_cluster)
+    acl: list[tuple[Path, bool]] = []
+    try:
+        yield from _remote(slurm_cluster, acl)
+    finally:  # the host's ACLs as before: the entries _user_venv added, removed (with the mask they made)
+        for parent, had in acl:
+            undo = ["setfacl", "-x", f"u:{USER}"] if had else ["setfacl", "-b"]
+            subprocess.run([*undo, str(parent)], check=False, timeout=30)
+
+
+def _remote(slurm_cluster: ClusterState, acl: list[tuple[Path, bool]]) -> Iterator[Remote]:
+    _user_venv(slurm_cluster, acl)
     work = Path(tempfile.mkdtemp(prefix="thpc-remote-test-"))
     conf = work / "ssh_config"
     conf.write_text(render_ssh_config(slurm_cluster._layout(), USER))
@@ -151,19 +166,24 @@ def test_status_logs_rank_diagnose_cancel(remote: Remote) -> None:
     sleeper.write_text("import os, time\nprint('rank', os.environ.get('RANK'), flush=True)\ntime.sleep(300)\n")
     handle, _line = remote.submit("--scheduler", "slurm", "--nodes", "2", "--nproc-per-node", "1",
                                   "--launcher", "srun", "examples/sleeper.py")
-    deadline = time.monotonic() + 120
-    while "rank 1" not in remote.torchhpc("logs", handle, "--remote", remote.host, "--rank", "1",
-                                           check=False).stdout:
-        assert time.monotonic() < deadline, "rank 1 never printed"
-        time.sleep(2)
-    assert "RUNNING" in remote.torchhpc("status", handle, "--remote", remote.host).stdout
-    diag = remote.torchhpc("diagnose", handle, "--remote", remote.host, check=False)
-    assert "evidence:" in diag.stdout, diag.stdout + diag.stderr
-    assert f"Cancelled {handle}" in remote.torchhpc("cancel", handle, "--remote", remote.host).stdout
-    deadline = time.monotonic() + 60
-    while "CANCELLED" not in remote.torchhpc("status", handle, "--remote", remote.host, check=False).stdout:
-        assert time.monotonic() < deadline
-        time.sleep(1)
+    try:
+        deadline = time.monotonic() + 120
+        while not all(f"rank {r}" in remote.torchhpc("logs", handle, "--remote", remote.host, check=False).stdout
+                      for r in (0, 1)):
+            assert time.monotonic() < deadline, "the ranks never printed"
+            time.sleep(2)
+        one = remote.torchhpc("logs", handle, "--remote", remote.host, "--rank", "1").stdout
+        assert "rank 1" in one and "rank 0" not in one, one  # rank 1's line, and none of rank 0's
+        assert "RUNNING" in remote.torchhpc("status", handle, "--remote", remote.host).stdout
+        diag = remote.torchhpc("diagnose", handle, "--remote", remote.host, check=False)
+        assert "evidence:" in diag.stdout, diag.stdout + diag.stderr
+        assert f"Cancelled {handle}" in remote.torchhpc("cancel", handle, "--remote", remote.host).stdout
+        deadline = time.monotonic() + 60
+        while "CANCELLED" not in remote.torchhpc("status", handle, "--remote", remote.host, check=False).stdout:
+            assert time.monotonic() < deadline
+            time.sleep(1)
+    finally:  # an assertion above must not leave the sleeper queued
+        remote.torchhpc("cancel", handle, "--remote", remote.host, check=False)
 
 
 def test_pbs_renders_and_submits_over_the_same_ssh(remote: Remote) -> None:

@@ -104,13 +104,16 @@ def test_cancel_running_job_leaves_no_processes(slurm_cluster: Any, tmp_path: Pa
     )
     assert r.returncode == 0, r.stderr
     job = job_id_of(r.stdout)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and len(_procs_with(marker)) < 6:  # 2 torchrun + 4 workers
-        time.sleep(1)
-    assert len(_procs_with(marker)) >= 6, _procs_with(marker)
-    assert torchhpc(slurm_cluster, "cancel", f"slurm:{job}", cwd=tmp_path).returncode == 0
-    w = torchhpc(slurm_cluster, "wait", f"slurm:{job}", "--timeout", "60", cwd=tmp_path)
-    assert "CANCELLED" in w.stderr, w.stderr
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and len(_procs_with(marker)) < 6:  # 2 torchrun + 4 workers
+            time.sleep(1)
+        assert len(_procs_with(marker)) >= 6, _procs_with(marker)
+        assert torchhpc(slurm_cluster, "cancel", f"slurm:{job}", cwd=tmp_path).returncode == 0
+        w = torchhpc(slurm_cluster, "wait", f"slurm:{job}", "--timeout", "60", cwd=tmp_path)
+        assert "CANCELLED" in w.stderr, w.stderr
+    finally:  # an assertion above must not leave the job running
+        subprocess.run(["scancel", job], env=slurm_cluster.client_env(), capture_output=True, timeout=60)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and _procs_with(marker):
         time.sleep(0.5)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PYTHON
+from tests.conftest import PYTHON, need
 from tests.unit.test_bench_report import make_result
 from torchhpc.bench.sweep import plan
 from torchhpc.cli.bench import config_from_args
@@ -58,7 +58,7 @@ def test_explain(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_report_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("matplotlib")
+    need("matplotlib")
     for n in (1, 2):
         make_result(n).save(tmp_path / f"bench-{n}n.json")
     assert main(["bench", "report", str(tmp_path), "-o", str(tmp_path / "r"), "-t", "all_reduce"]) == 0
@@ -69,7 +69,7 @@ def test_report_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_gpu_on_cpu_says_so_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible: the CPU message does not apply")
     assert main(["bench", "gpu"]) == 0

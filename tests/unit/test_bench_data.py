@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.conftest import need
+
+torch = need("torch")
 
 from torchhpc.bench.collectives import COLLECTIVES  # noqa: E402
 from torchhpc.bench.data import expected, fill_send  # noqa: E402

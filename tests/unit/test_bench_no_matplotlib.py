@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import need
 from tests.unit.test_bench_report import make_result
 from torchhpc.bench import sweep
 from torchhpc.cli.main import main
@@ -70,6 +71,6 @@ def test_sweep_without_matplotlib_reports_markdown(
 
 
 def test_write_report_with_matplotlib_links_the_png(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
+    need("matplotlib")
     md, png = sweep.write_report([_saved(tmp_path)], tmp_path / "out")
     assert png is not None and Path(png).exists() and f"]({sweep.REPORT_PNG})" in Path(md).read_text()

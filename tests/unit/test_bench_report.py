@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import need
 from torchhpc.bench.report import (
     BenchResult,
     CollectiveResult,
@@ -118,7 +119,7 @@ def test_sweep_markdown_is_the_seeds_table() -> None:
 
 
 def test_write_report_makes_markdown_and_png(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
+    need("matplotlib")
     for n in (1, 2, 3):
         make_result(n, scale=n).save(tmp_path / f"bench-{n}n.json")
     md, png = write_report([tmp_path], tmp_path / "out")

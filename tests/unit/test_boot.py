@@ -1,7 +1,8 @@
 """The rank boot directory (src/torchhpc/launchers/boot.py, src/torchhpc/boot/sitecustomize.py), for real.
 
-Every test starts real interpreters through the real per-task shim (bash) or the local scheduler's
-PYTHONPATH: a planted sitecustomize in a real venv still runs, the switch turns the cure off, a
+Every test starts real interpreters through the real per-task shim (bash, which puts the batch
+script's ``$TORCHHPC_BOOT_DIR`` first), the real shell lines of pods and local containers (which
+write the directory) or the local scheduler's PYTHONPATH: a planted sitecustomize in a real venv still runs, the switch turns the cure off, a
 program that never imports torch does not get torch imported, the hook wraps the real
 torch.distributed, and a real two-rank gloo job that destroys its group at the end finishes. The
 destroy guard's watchdog is checked against a stand-in ``torch.distributed`` whose destroy never
@@ -17,10 +18,9 @@ import sys
 import venv
 from pathlib import Path
 
-import pytest
-
+from tests.conftest import need, reaped
 from torchhpc.launchers import TASK_SHIM
-from torchhpc.launchers.boot import BOOT_DIR, boot_argv, boot_hash, boot_pythonpath, boot_shell
+from torchhpc.launchers.boot import BOOT_DIR, boot_argv, boot_hash, boot_line, boot_pythonpath, boot_shell
 
 PROBE = (
     "import sys; b = sys.modules.get('_torchhpc_boot'); "
@@ -30,11 +30,32 @@ PROBE = (
 
 
 def shim_run(argv: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """``argv`` through the task shim (no launcher: one process), with a private TMPDIR."""
+    """``argv`` through the shell lines that write the boot directory (pods, local containers), private TMPDIR."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHHPC_", "SLURM_", "OMPI_", "PMI_"))}
     full.update({"TMPDIR": str(tmp_path), **env})
-    return subprocess.run(["bash", "-c", TASK_SHIM, "torchhpc-task", *argv], env=full, capture_output=True,
+    return subprocess.run(boot_argv(argv), env=full, capture_output=True, text=True, timeout=120)
+
+
+def task_run(argv: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    """``argv`` through the task shim of the batch scripts (no launcher: one process)."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHHPC_", "SLURM_", "OMPI_", "PMI_"))}
+    return subprocess.run(["bash", "-c", TASK_SHIM, "torchhpc-task", *argv], env={**full, **env}, capture_output=True,
                           text=True, timeout=120)
+
+
+def test_the_task_shim_puts_the_scripts_boot_dir_first(tmp_path: Path) -> None:
+    """The batch script exports TORCHHPC_BOOT_DIR (installed, or the copy in the output directory)."""
+    copy = tmp_path / ".torchhpc-boot-x"
+    copy.mkdir()
+    (copy / "sitecustomize.py").write_text(Path(BOOT_DIR, "sitecustomize.py").read_text())
+    r = task_run([sys.executable, "-c", PROBE + "; print(sys.path[1])"], TORCHHPC_BOOT_DIR=str(copy),
+                 PYTHONPATH="/elsewhere")
+    assert r.stdout.splitlines() == ["boot True torch False finder True", str(copy)], r.stderr
+    r = task_run(["sh", "-c", 'echo "$PYTHONPATH"'], TORCHHPC_BOOT_DIR=str(copy), PYTHONPATH="/a",
+                 TORCHHPC_EXIT_CURE="0")
+    assert r.stdout.strip() == "/a"
+    r = task_run(["sh", "-c", 'echo "$PYTHONPATH"'], PYTHONPATH="/a")  # no script around it: nothing added
+    assert r.stdout.strip() == "/a" and not r.stderr
 
 
 def test_shim_writes_a_private_boot_dir_and_puts_it_first(tmp_path: Path) -> None:
@@ -93,11 +114,11 @@ def test_local_ranks_get_the_package_dir_and_containers_the_shell_lines() -> Non
     assert path == f"{BOOT_DIR}{os.pathsep}/a"  # first, once
     argv = boot_argv(["python3", "t.py"])
     assert argv[:2] == ["sh", "-c"] and argv[2] == boot_shell() + 'exec "$@"' and argv[3:] == ["torchhpc-boot", "python3", "t.py"]
-    assert boot_shell() in TASK_SHIM
+    assert boot_line() in TASK_SHIM and "TORCHHPC_BOOT_PY" not in TASK_SHIM  # the shim carries no Python
 
 
 def test_the_hook_wraps_the_real_torch_distributed() -> None:
-    pytest.importorskip("torch")
+    need("torch")
     code = (
         "import atexit, sys\n"
         "import torch.distributed as dist\n"
@@ -126,7 +147,7 @@ print("done", dist.get_rank() if dist.is_initialized() else os.environ["RANK"], 
 
 
 def test_two_gloo_ranks_that_destroy_their_group_finish(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    need("torch")
     script = tmp_path / "destroy.py"
     script.write_text(GLOO_DESTROY)
     from torchhpc.schedulers.local.local import free_port
@@ -138,7 +159,8 @@ def test_two_gloo_ranks_that_destroy_their_group_finish(tmp_path: Path) -> None:
                "LOCAL_RANK": str(rank), "PYTHONPATH": boot_pythonpath(dict(os.environ)) or "", "OMP_NUM_THREADS": "1"}
         procs.append(subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
-    outs = [p.communicate(timeout=600) for p in procs]  # 14 s here when quiet, 120 s beside busy loops
+    with reaped(procs):
+        outs = [p.communicate(timeout=600) for p in procs]  # 14 s here when quiet, 120 s beside busy loops
     for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, err[-2000:]
         assert out.strip() == f"done {rank} 3.0"

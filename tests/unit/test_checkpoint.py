@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.conftest import need
 
-torch = pytest.importorskip("torch")
+torch = need("torch")
 
 from torchhpc.dist import checkpoint  # noqa: E402
 

@@ -12,6 +12,7 @@ import re
 
 import pytest
 
+from torchhpc.cli.main import main
 from torchhpc.core.depend import Dependency, dependency_value, parse_dependencies, verdict
 from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import Entrypoint, JobSpec
@@ -47,6 +48,22 @@ def test_bad_ids_are_refused() -> None:
     for bad in ("a b", "$(touch x)", "1;2", "-1", "<prep>"):
         with pytest.raises(SpecError, match="is not a job id"):
             parse_dependencies("ok", bad, "slurm")
+
+
+@pytest.mark.parametrize("flag, given, hint", [
+    ("--after-ok", "afterok:1", "give the job id itself: --after-ok 1"),
+    ("--after-ok", "afterany:7:8", "give the job id itself: --after-any 7,8"),
+    ("--after-any", "afternotok:3", "give the job id itself: --after-fail 3"),
+    ("--after-fail", "afterany:", "give the job id itself: --after-any JOB_ID"),
+    ("--after-ok", "singleton", "torchhpc has no 'singleton' dependency: give the id of the job to wait for, "
+                                "e.g. --after-ok 123"),
+])
+def test_slurms_own_syntax_is_told_to_give_the_id(capsys: pytest.CaptureFixture[str], flag: str, given: str,
+                                                   hint: str) -> None:
+    """Not read as a scheduler named ``afterok``: one line that says what to type instead."""
+    assert main(["run", "--scheduler", "slurm", "--dry-run", flag, given, "examples/pi.py"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"Error: {flag} {given}: that is Slurm's --dependency syntax, not a job id\nHINT: {hint}\n", err
 
 
 def test_value_groups_kinds_and_drops_repeats() -> None:
@@ -126,7 +143,6 @@ def test_a_dependency_line_says_never() -> None:
 
 
 def test_sweep_takes_the_flags(capsys: pytest.CaptureFixture[str], tmp_path: object) -> None:
-    from torchhpc.cli.main import main
 
     argv = ["sweep", "--scheduler", "slurm", "--grid", "a=1,2", "--output-dir", str(tmp_path), "--after-ok", "5",
             "--after-fail", "slurm:6", "--dry-run", "examples/pi.py"]

@@ -15,7 +15,9 @@ from datetime import timedelta
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.conftest import need
+
+torch = need("torch")
 import torch.distributed as dist  # noqa: E402
 
 import torchhpc.dist as thd  # noqa: E402

@@ -31,6 +31,8 @@ from contextlib import contextmanager
 
 import pytest
 
+from tests.conftest import need, reaped
+
 RUNS = int(os.environ.get("TORCHHPC_TEARDOWN_RUNS", "3"))
 GLOO_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop", "pt_tcpstore_uv")
 RANK = textwrap.dedent(
@@ -96,14 +98,15 @@ def run_job(world: int, mode: str) -> list[tuple[int, str, str]]:
             )
         )
     results = []
-    for p in procs:
-        out, err = p.communicate(timeout=300)
-        results.append((p.returncode, out, err))
+    with reaped(procs):
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            results.append((p.returncode, out, err))
     return results
 
 
 def test_short_gloo_jobs_beside_busy_loops_leave_cleanly() -> None:
-    pytest.importorskip("torch")
+    need("torch")
     problems: list[str] = []
     with busy_loops(2):
         for i in range(RUNS):
@@ -143,7 +146,7 @@ def test_docs_ddp_script_without_cleanup_never_aborts_under_load() -> None:
     """A smoke check, not a proof: the abort is a scheduling race. Measured with the docs' script
     under `torchhpc run -n 2` beside two busy loops: 7 of 30 runs aborted before the cure, 0 of 30
     after (the deterministic check of the cure is the test below)."""
-    pytest.importorskip("torch")
+    need("torch")
     problems: list[str] = []
     with busy_loops(2):
         for i in range(DDP_RUNS):
@@ -157,10 +160,11 @@ def test_docs_ddp_script_without_cleanup_never_aborts_under_load() -> None:
                 )
                 for r in range(2)
             ]
-            for r, p in enumerate(procs):
-                out, err = p.communicate(timeout=300)
-                if p.returncode != 0 or "terminate called" in err or "DONE" not in out:
-                    problems.append(f"run {i} rank {r} exit {p.returncode}: {err.strip()[-400:]}")
+            with reaped(procs):
+                for r, p in enumerate(procs):
+                    out, err = p.communicate(timeout=300)
+                    if p.returncode != 0 or "terminate called" in err or "DONE" not in out:
+                        problems.append(f"run {i} rank {r} exit {p.returncode}: {err.strip()[-400:]}")
     assert not problems, "\n".join(problems)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import torchhpc
-from tests.conftest import REPO
+from tests.conftest import REPO, need
 from torchhpc.errors import SpecError
 
 pytestmark = pytest.mark.usefixtures("clean_user_env")
@@ -123,7 +123,7 @@ def test_open_file_in_an_argument_refused_naming_it(tmp_path: Path) -> None:
 def test_tensor_off_the_cpu_refused_naming_it(tmp_path: Path) -> None:
     """A CUDA tensor cannot be made here (no GPU); a tensor on the meta device takes the same path:
     any tensor not on the CPU is refused before pickling, named, with the .cpu() hint."""
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     weights = {"w": torch.zeros(3, device="meta")}
 
     def fn() -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PYTHON, REPO
+from tests.conftest import PYTHON, REPO, need
 from torchhpc.core.gpus import (
     needs_gpu_per_rank,
     ranks_per_gpu_error,
@@ -75,7 +75,7 @@ def test_backend_and_visibility_text() -> None:
     assert visible_devices({}) == "CUDA_VISIBLE_DEVICES unset"
 
 
-torch = pytest.importorskip("torch")
+torch = need("torch")
 import torch.distributed as dist  # noqa: E402
 
 import torchhpc.dist as thd  # noqa: E402

@@ -319,3 +319,17 @@ def test_env_detector_counts_processes_not_pods() -> None:
                     "RANK": "1", "WORLD_SIZE": "2", "PYTHONUNBUFFERED": "0"})
     with pytest.raises(EnvironmentDetectionError, match="pod's index"):
         detect(pod_env)
+
+
+@pytest.mark.parametrize("text", [
+    "a\nb", "a\nb\n", "a\nb\n\n\n", "x\n\n  y\n", "\nfirst\n", "tab\tin\nx", "é ü\n😀 ok\nz", "a\n...\n---\nb",
+    "#c\n- d: e\n", "a \nb  \n", 'q"\\x\n\'s $HOME', "  lead\nx", "ctrl\x01\nx", "a\r\nb", "\n\n", "\n \nx",
+])
+def test_multi_line_strings_read_back_exactly(text: str) -> None:
+    """A literal block where one holds the text as it is (a pod's script reads as a script), else double-quoted."""
+    obj = {"command": ["bash", "-c", text], "env": {"v": text}}
+    out = to_yaml(obj)
+    assert yaml.safe_load(out) == obj
+    literal = (not text.lstrip("\n").startswith((" ", "\t")) and text.strip("\n") and not text.endswith("\n\n")
+               and not any(c in text for c in "\x01\r"))
+    assert ("- |" in out) == bool(literal), out

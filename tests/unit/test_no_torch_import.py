@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, need
 
 PROBE = r"""
 import contextlib, io, json, sys
@@ -56,7 +56,7 @@ def test_import_torchhpc_loads_no_torch() -> None:
 
 def test_probe_can_see_torch() -> None:
     """The probe itself works: importing torch is reported."""
-    pytest.importorskip("torch")
+    need("torch")
     loaded, _ = torch_modules_after("import torch")
     assert "torch" in loaded
 

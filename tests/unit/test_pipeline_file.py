@@ -87,7 +87,7 @@ after = ["a"]
     assert len(lines) == 6, lines
     assert any("step a: unknown key 'nodez' (did you mean nodes?)" in x for x in lines)
     assert any("step b: nodes = 'two' is not a whole number" in x for x in lines)
-    assert any("step c: --mem='12' has no unit" in x for x in lines)
+    assert any("step c: mem = '12' has no unit" in x for x in lines)
     assert any("step b: after names 'zzz', which is no step" in x for x in lines)
     assert any("the steps a -> c -> a wait for each other in a cycle" in x for x in lines)
     assert any("step d (local) cannot wait for step a (slurm)" in x for x in lines)
@@ -98,6 +98,48 @@ def test_the_cli_prints_the_lines_and_exits_2(tmp_path: Path, capsys: pytest.Cap
     assert main(["pipeline", path]) == 2
     err = capsys.readouterr().err
     assert "step a: after names the step itself" in err and "HINT: fix the lines above; nothing was submitted" in err
+
+
+@pytest.mark.parametrize("name", ["train v2", "\u00fcn\u00ef", "-x", "a/b", "a" * 64])
+def test_a_step_name_outside_the_rule_is_refused_when_the_file_is_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+    """Such a name would reach the job name, the status table, `logs STEP` and the dry run's <STEP>
+    placeholder; the reader refuses it, naming the step and the characters allowed (docs/pipelines.md)."""
+    path = write(tmp_path, f'[steps."{name}"]\nprogram = ["examples/pi.py"]\n'
+                           f'[steps.next]\nprogram = ["examples/pi.py"]\nafter = ["{name}"]\n')
+    assert main(["pipeline", path, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"step {name!r}: a step's name is 1-63 ASCII letters, digits, '_', '.' or '-'" in err, err
+    assert "<" not in err and "--after-ok" not in err, err  # no placeholder, no flag the user never typed
+    assert err.count("\n") == 2, err  # one line, and the HINT
+
+
+def test_good_step_names_go_everywhere(tmp_path: Path) -> None:
+    path = write(tmp_path, '[steps."train.v2_b-1"]\nprogram = ["examples/pi.py"]\n'
+                           '[steps.eval]\nprogram = ["examples/pi.py"]\nafter = ["train.v2_b-1"]\n')
+    _, steps = load_pipeline(path)
+    assert [s.name for s in pipeline.check(steps)] == ["train.v2_b-1", "eval"]
+    assert steps[0].spec.name == "train.v2_b-1"
+    assert pipeline.render(steps)[1][1].script is not None
+
+
+def test_an_option_error_names_the_key_as_written_with_the_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, '[defaults]\nscheduler = "slurm"\n'
+                           '[steps.X]\nprogram = ["examples/pi.py"]\npartition = "p\\nx"\n'
+                           '[steps.Y]\nprogram = ["examples/pi.py"]\nopt = {constraint = "a\\nb"}\n'
+                           '[steps.Z]\nprogram = ["examples/pi.py"]\nnproc-per-node = 0\n')
+    assert main(["pipeline", path, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "step X: partition = 'p\\nx' contains a newline or carriage return" in err, err
+    assert "step Y: opt.constraint = 'a\\nb' contains a newline" in err, err
+    assert "step Z: nproc-per-node = 0 must be at least 1" in err, err
+    assert "--opt" not in err and "--partition" not in err and "--nproc" not in err, err
+
+
+def test_the_command_line_names_its_own_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--scheduler", "slurm", "--dry-run", "--partition", "p\nx", "examples/pi.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Error: --partition 'p\\nx' contains a newline") and "--opt" not in err, err
 
 
 def test_dry_run_renders_every_step_with_its_parents_as_placeholders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

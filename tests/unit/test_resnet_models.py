@@ -18,9 +18,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import PYTHON, REPO
+from tests.conftest import PYTHON, REPO, need
 
-torch = pytest.importorskip("torch")
+torch = need("torch")
 from torch import nn  # noqa: E402
 
 sys.path.insert(0, str(REPO / "examples"))

@@ -3,6 +3,8 @@ geometry rules, and status parsing on recorded scontrol/sacct lines (real Slurm 
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -132,7 +134,8 @@ def test_filter_rank() -> None:
     assert filter_rank("[1,1]<stdout>:z\n[1,0]<stdout>:w\n", 1, "mpirun", 2) == "[1,1]<stdout>:z\n"
 
 
-def test_stop_file_directory_is_bound_into_containers(tmp_path: Path) -> None:
+def test_output_directory_is_bound_into_containers(tmp_path: Path) -> None:
+    """The stop file, the rank logs (pyxis), and torchhpc's boot copy for an image without torchhpc are there."""
     from torchhpc.core.spec import ContainerSpec
 
     s = SlurmScheduler(runner=FakeRunner())
@@ -141,9 +144,10 @@ def test_stop_file_directory_is_bound_into_containers(tmp_path: Path) -> None:
         c = ContainerSpec("img", runtime=runtime)
         with_stop = s.render(spec(container=c, time="10", requeue=True, output_dir=out)).script or ""
         assert needle in with_stop, runtime
-        without = s.render(spec(container=c, output_dir=out, launcher="srun")).script or ""
-        # pyxis runs the whole task inside, so the rank's log file too: bound always
-        assert (needle in without) == (runtime == "pyxis"), runtime
+        plain = s.render(spec(container=c, output_dir=out, launcher="srun"))
+        assert needle in (plain.script or ""), runtime  # the boot copy, written there at submit
+        assert f'export TORCHHPC_BOOT_DIR={out}/.torchhpc-boot-' in (plain.script or "")
+        assert [p for p, _ in plain.files][1].startswith(f"{out}/.torchhpc-boot-")
 
 
 def test_a_dry_run_probes_no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -173,3 +177,43 @@ def test_command_errors_quote_like_the_shell_module() -> None:
 
     argv = ["sbatch", "a b", "x'y", "", "--opt=a,b:c@d%e+f", "$(id)"]
     assert str(CommandError(argv, 1)).startswith(f"`{join(argv)}` exited with code 1")
+
+
+def test_the_2x2_srun_render_is_short_enough_to_read(tmp_path: Path) -> None:
+    """Issue 43: the rank boot lives in the package, not in the script: <= 130 lines of <= 160 characters."""
+    import sys
+
+    sub = SlurmScheduler(runner=FakeRunner()).render(spec(launcher="srun", entrypoint=Entrypoint.parse(["examples/pi.py"])))
+    lines = str(sub).splitlines()  # what --dry-run prints: the script, the submit command, the notes
+    assert len(lines) <= 130, len(lines)
+    assert max(map(len, lines)) <= 160, max(lines, key=len)
+    assert "TORCHHPC_BOOT_PY" not in str(sub) and "import " not in (sub.script or "")
+    # this interpreter imports torchhpc: the ranks use its installed boot directory, nothing is written
+    from torchhpc.launchers.boot import BOOT_DIR
+
+    assert sys.executable in (sub.script or "") and f"export TORCHHPC_BOOT_DIR={BOOT_DIR}" in (sub.script or "")
+    assert [p for p, _ in sub.files] == [sub.script_path]
+
+
+def test_a_python_without_torchhpc_gets_the_boot_file_in_the_output_dir(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--python names another interpreter (or a container's): the submitter writes the boot file beside the job,
+    by its content's name (jobs share it), and the script points there; nothing is written while rendering."""
+    from torchhpc.launchers.boot import boot_hash, boot_source
+
+    monkeypatch.setenv("TORCHHPC_STATE_DIR", str(tmp_path / "state"))
+    out = tmp_path / "out"
+    s = SlurmScheduler(runner=FakeRunner(responses={"sbatch": "4242;cluster\n", "scontrol": ""}))
+    sub = s.render(spec(output_dir=str(out)))  # python="python3": not this interpreter
+    boot = out / f".torchhpc-boot-{boot_hash()}"
+    assert f"export TORCHHPC_BOOT_DIR={boot}\n" in (sub.script or "") and not out.exists()
+    assert s.schedule(sub) == "4242"
+    assert (boot / "sitecustomize.py").read_text() == boot_source()
+    again = SlurmScheduler(runner=FakeRunner(responses={"sbatch": "4243;cluster\n", "scontrol": ""}))
+    assert again.schedule(again.render(spec(output_dir=str(out)))) == "4243"  # a second job shares it
+    assert sorted(p.name for p in boot.iterdir()) == ["sitecustomize.py"]
+    # the script by hand where that directory is missing (sbatch FILE elsewhere): one line, and it runs on
+    check = next(ln.strip() for ln in (sub.script or "").splitlines() if ln.strip().startswith('[ -f "$TORCHHPC_BOOT_DIR'))
+    r = subprocess.run(["bash", "-c", f"set -euo pipefail; {check}; echo runs"], capture_output=True, text=True,
+                       timeout=30, env={"PATH": os.environ["PATH"], "TORCHHPC_BOOT_DIR": str(tmp_path / "gone")})
+    assert r.stdout == "runs\n" and r.stderr.count("\n") == 1 and "no exit cures" in r.stderr, r.stderr

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import need, reaped
 from torchhpc.dist import stop
 
 
@@ -34,7 +35,7 @@ def test_request_stop_sets_the_flag() -> None:
 
 
 def test_should_stop_alone_and_every_n(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("torch")
+    need("torch")
     monkeypatch.setattr(stop, "watch", lambda *a, **k: None)  # keep pytest's own SIGTERM handling
     assert stop.should_stop() is False
     stop.request_stop()
@@ -81,13 +82,14 @@ RANK = textwrap.dedent(
 
 def test_all_ranks_stop_at_the_same_step(tmp_path: Path) -> None:
     """Two real gloo ranks (FileStore, no ports); only rank 1 sees the request, both stop at step 4."""
-    pytest.importorskip("torch")
+    need("torch")
     store = str(tmp_path / "store")
     ranks = [
         subprocess.Popen([sys.executable, "-c", RANK, str(r), store], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for r in (0, 1)
     ]
-    outs = [p.communicate(timeout=120) for p in ranks]
+    with reaped(ranks):
+        outs = [p.communicate(timeout=120) for p in ranks]
     for p, (_o, e) in zip(ranks, outs):
         assert p.returncode == 0, e
     assert outs[0][0].strip() == "0 4 [False, False, False, True]"

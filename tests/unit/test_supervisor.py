@@ -74,10 +74,10 @@ def test_attempts_round_trip_with_the_issue_fields(tmp_path: Path) -> None:
 def test_attempts_carry_the_parts_of_a_recovery(tmp_path: Path) -> None:
     """The fields `torchhpc events` reads: optional, null when unknown, and read back unchanged."""
     bare = Attempt(attempt=0, nodes=["n1"], started=1.0).to_json()
-    assert {k: bare[k] for k in ("first_line", "fault", "found_by", "teardown_s", "health_s", "checkpoint_step",
-                                  "launched")} == dict.fromkeys(("first_line", "fault", "found_by", "teardown_s",
+    assert {k: bare[k] for k in ("first_line", "fault", "teardown_s", "health_s", "checkpoint_step",
+                                  "launched")} == dict.fromkeys(("first_line", "fault", "teardown_s",
                                                                  "health_s", "checkpoint_step", "launched"))
-    assert bare["health"] == {}
+    assert bare["health"] == {} and bare["found_by"] == ""
     a = Attempt(attempt=1, nodes=["n1", "n3"], started=10.0, launched=11.5, first_line=14.0, fault=20.0,
                 found_by="probe", teardown_s=0.4, health_s=1.2, health={"n2": "job dir not writable"},
                 checkpoint_step=1200)

@@ -207,3 +207,43 @@ def test_a_rank_still_importing_is_not_a_hang(tmp_path: Path) -> None:
     finally:
         hang.probe_job = real  # type: ignore[assignment]
     assert not acted and not watch.fired
+
+
+def test_each_rank_of_the_local_log_keeps_its_own_tqdm_bar(tmp_path: Path) -> None:
+    """The local log's tqdm redraws end in \\r, not a newline: rank 1's bar must not land on rank 0
+    (seen: rank 0 showed '-' and rank 1 the description '[rank0]'). The bytes are those of a real
+    2-rank gloo job whose ranks both ran tqdm with desc=f"[rank{r}]" (one redraw each, shortened)."""
+    out = tmp_path / "output.log"
+    out.write_bytes(
+        b"[rank0]: up\n[rank1]: up\n"
+        b"[rank0]: [rank0]:  11%|\xe2\x96\x88         | 218/2000 [00:10<01:29, 19.89it/s]"
+        b"\r[rank1]: [rank1]:   5%|\xe2\x96\x8c         | 110/2000 [00:11<03:09,  9.95it/s]"
+        b"\r[rank0]: [rank0]:  11%|\xe2\x96\x88         | 220/2000 [00:11<01:29, 19.89it/s]"
+    )
+
+    class Log:
+        ranks_dir, output = None, str(out)
+
+    rows = gather([_sample(0, "localhost", 1), _sample(1, "localhost", 1)], Log(), world=2)
+    got = {r.rank: (r.progress or {}).get("n") for r in rows}
+    assert got == {0: 220, 1: 110}, got
+
+
+def test_gpu_health_reads_throttle_reasons_ecc_and_xids() -> None:
+    """nvidia-smi's CSV (``--query-gpu=uuid,pci.bus_id,clocks_event_reasons.active,
+    ecc.errors.uncorrected.volatile.total --format=csv,noheader``) and the kernel's ``NVRM: Xid`` lines,
+    in their documented formats: no NVIDIA GPU here (the GPU run of docs/observe.md read a real one)."""
+    from torchhpc.observe.sample import gpu_health
+
+    rows = [["GPU-a", "00000000:18:00.0", "0x0000000000000000", "0"],
+            ["GPU-b", "00000000:3B:00.0", "0x0000000000000040", "2"],
+            ["GPU-c", "00000000:86:00.0", "0x0000000000000001", "[N/A]"]]
+    log = "[ 12.3] NVRM: Xid (PCI:0000:86:00): 79, pid=1234, GPU has fallen off the bus.\n"
+    assert gpu_health(rows, log) == {"GPU-a": "ok", "GPU-b": "hw-thermal,ecc:2", "GPU-c": "xid:79"}
+
+
+def test_the_gpu_health_column_shows_only_where_a_gpu_answered() -> None:
+    plain = table([RankRow(0, "n1", "running")])
+    assert "GPU_HEALTH" not in plain[0]
+    gpu = table([RankRow(0, "n1", "running", gpu_health="hw-thermal"), RankRow(1, "n1", "running", gpu_health="ok")])
+    assert "GPU_HEALTH" in gpu[0] and "hw-thermal" in gpu[1] and " ok " in gpu[2]

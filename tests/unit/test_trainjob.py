@@ -180,7 +180,7 @@ MAPPED: dict[str, tuple[dict[str, Any], Check]] = {
                in patch_pod(o)["spec"]["volumes"]),
     "program arguments": ({"entrypoint": Entrypoint.parse(["t.py", "--lr", "0.1"])},
                           lambda o: o["spec"]["trainer"]["command"][3:] == ["torchhpc-pod", "--lr", "0.1"]),
-    "setup lines": ({"setup": ("source /opt/env.sh",)}, lambda o: _script(o).split("\n")[-1].startswith("source /opt/env.sh; ")),
+    "setup lines": ({"setup": ("source /opt/env.sh",)}, lambda o: "\nsource /opt/env.sh\nexec " in _script(o)),
     "api": ({"options": (("image", IMAGE), ("api", "trainjob"))}, lambda o: o["kind"] == "TrainJob"),
     "runtime": ({"options": (("image", IMAGE), ("runtime", "torch-cuda-251"))},
                 lambda o: o["spec"]["runtimeRef"] == {"name": "torch-cuda-251"}),
@@ -209,7 +209,7 @@ MAPPED: dict[str, tuple[dict[str, Any], Check]] = {
     "shm_size": ({"options": (("image", IMAGE), ("shm_size", "8G"))},
                  lambda o: {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}}
                  in patch_pod(o)["spec"]["volumes"]),
-    "workdir": ({"options": (("image", IMAGE), ("workdir", "/w d"))}, lambda o: _script(o).split("\n")[-1].startswith("cd '/w d'; ")),
+    "workdir": ({"options": (("image", IMAGE), ("workdir", "/w d"))}, lambda o: "\ncd '/w d'\nexec " in _script(o)),
     "service_account": ({"options": (("image", IMAGE), ("service_account", "trainer"))},
                         lambda o: patch_pod(o)["spec"]["serviceAccountName"] == "trainer"),
     "max_restarts": ({"options": (("image", IMAGE), ("max_restarts", "2"))}, lambda o: "--max-restarts 2" in _script(o)),
@@ -465,3 +465,21 @@ def test_profile_keys_choose_api_and_runtime(tmp_path: Path, monkeypatch: pytest
     validate_trainjob(obj)
     assert obj["spec"]["runtimeRef"] == {"name": "torch-cuda-251"}
     assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "lq"
+
+
+def test_no_manifest_line_is_over_200_characters() -> None:
+    """Issue 43: a manifest a person can read. The pod script (boot file included) is a YAML literal block,
+    the torchrun line is wrapped; every TrainJob and PyTorchJob render of the golden cases, also with --network auto;
+    ReplicatedJob names stay within Trainer v2.4.0's 20 characters for runtimes."""
+    from tests.unit.test_kubernetes import CASES as PYTORCHJOB_CASES
+
+    specs = [*CASES.values(), *PYTORCHJOB_CASES.values(), spec(network="auto")]
+    for s in specs:
+        text = KubernetesScheduler(runner=FakeRunner()).render(s).script or ""
+        longest = max(text.splitlines(), key=len)
+        assert len(longest) <= 200, longest[:120]
+        assert re.search(r"\n +- \|-?\n +if \[", text), "the pod script is a literal block"
+        obj = yaml.safe_load(text)
+        for patch in obj.get("spec", {}).get("runtimePatches", []):
+            for job in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
+                assert len(job["name"]) <= 20, job["name"]

@@ -2,6 +2,8 @@
 
 Once torch.distributed is imported: settle the gloo threads at exit, and before destroy_process_group
 (which exits the rank with all tracebacks after $TORCHHPC_DESTROY_TIMEOUT s, default 60, 0: never).
+Also turns torch's Flight Recorder on and dumps it into the job directory when the hang watch asks
+($TORCHHPC_FLIGHT_RECORDER: entries per rank, default 2000; off: none).
 Stdlib only, no eager torch import; then the hidden sitecustomize runs. TORCHHPC_EXIT_CURE=0: off.
 """
 
@@ -82,9 +84,98 @@ def _guarded(destroy):
     return destroy_process_group
 
 
+FR_VAR = "TORCHHPC_FLIGHT_RECORDER"
+FR_DEFAULT = "2000"  # collectives kept per rank: a few steps of a large model, ~1 MB
+FR_REQUEST = "request"  # <fr dir>/request, touched by the hang watch: every rank then writes <fr dir>/rank-N
+
+
+def flight_dir(environ=os.environ):
+    """Where this rank's Flight Recorder dumps go ("" when off or unknown): $TORCHHPC_FR_DIR, else
+    ``fr/`` beside the job's rank logs. Never a node's /tmp: the watch reads them from the job directory."""
+    if environ.get(FR_VAR, "").strip().lower() in _OFF:
+        return ""
+    ranks = environ.get("TORCHHPC_RANKS_DIR", "").rstrip("/")
+    return environ.get("TORCHHPC_FR_DIR") or (os.path.join(os.path.dirname(ranks), "fr") if ranks else "")
+
+
+def flight_env(environ=os.environ):
+    """Turn the recorder on before torch reads its variables; the user's own values win."""
+    want = environ.get(FR_VAR, "").strip().lower()
+    if want in _OFF:
+        return
+    size = environ.get("TORCH_FR_BUFFER_SIZE") or environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE")
+    size = size or (want if want.isdigit() else FR_DEFAULT)
+    environ.setdefault("TORCH_FR_BUFFER_SIZE", size)
+    environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", size)  # the name torch before 2.7 reads
+    d = flight_dir(environ)
+    if d:  # NCCL's own dump on a watchdog timeout lands beside ours (torch appends the rank)
+        environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+        environ.setdefault("TORCH_FR_DUMP_TEMP_FILE", os.path.join(d, "rank-"))
+
+
+def flight_dump(d, suffix=""):
+    """This rank's recorder into ``<d>/rank-N<suffix>`` (tmp + rename); False when no group is up.
+
+    Runs on a thread of its own: a rank blocked inside a collective dumps too (the call waits with
+    the GIL released). Collectives only, no C++ stacks (those cost a second; py-spy reads the stacks)."""
+    dist = sys.modules.get(HOOKED)
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return False
+    path = os.path.join(d, f"rank-{dist.get_rank()}{suffix}")
+    try:
+        import torch._C._distributed_c10d as c10d
+
+        # NCCL keeps its own recorder (its entries carry CUDA events); gloo's is the generic one
+        nccl = "nccl" in str(dist.get_backend()) and hasattr(c10d, "_dump_nccl_trace")
+        data = (c10d._dump_nccl_trace if nccl else c10d._dump_fr_trace)(True, False, False)  # type: ignore[attr-defined]
+    except Exception as e:  # an old torch, a backend without a recorder: say so where the watch looks
+        data, path = f"{type(e).__name__}: {e}".encode(), path + ".error"
+    os.makedirs(d, exist_ok=True)
+    with open(f"{path}.{os.getpid()}", "wb") as f:
+        f.write(data)
+    os.replace(f"{path}.{os.getpid()}", path)
+    return True
+
+
+def _flight_watch(d, every=0.5):
+    """Dump whenever ``<d>/request`` changes (a stat every ``every`` s: no cost worth measuring)."""
+    request, seen = os.path.join(d, FR_REQUEST), None
+    while True:
+        time.sleep(every)
+        try:
+            stamp = os.stat(request).st_mtime_ns
+        except OSError:
+            continue
+        if stamp != seen:
+            seen = stamp
+            try:
+                flight_dump(d)
+            except Exception as e:
+                sys.stderr.write(f"torchhpc: flight recorder dump failed ({type(e).__name__}: {e})\n")
+
+
+def _left_group(d):
+    """At exit with the process group still up (no destroy_process_group): dump, marked as leaving."""
+    try:
+        flight_dump(d, ".left")
+    except Exception:
+        pass
+
+
+def flight(d):
+    """The dump thread and the exit dump, for a job that has a directory to dump into."""
+    import threading
+
+    if not d or not os.path.isdir(os.path.dirname(d.rstrip("/"))):
+        return
+    atexit.register(_left_group, d)
+    threading.Thread(target=_flight_watch, args=(d,), name="torchhpc-flight", daemon=True).start()
+
+
 def cure(module):
     """Apply the cures to a freshly imported ``torch.distributed`` (and its c10d module)."""
     atexit.register(gloo_workers_settle)
+    flight(flight_dir())
     mods = [module, sys.modules.get("torch.distributed.distributed_c10d")]
     for mod in mods:
         destroy = getattr(mod, "destroy_process_group", None)
@@ -164,5 +255,6 @@ def chain():
 
 if __name__ == "sitecustomize":
     sys.modules["_torchhpc_boot"] = sys.modules[__name__]  # stays reachable once chain() replaced the name
+    flight_env()
     install()
     chain()

@@ -62,7 +62,7 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
         this = dataclasses.replace(submission, argv=(*submission.argv, *extra)) if extra else submission
         with open(log_path, "a", encoding="utf-8", errors="backslashreplace") as log:
             return int(scheduler.run(this, rank0_only=rank0_only, run_id=f"local-{job_id}", log=log,
-                                     restart_count=count))
+                                     restart_count=count, job_dir=os.path.dirname(log_path)))
 
     state, code, reason, hint = "COMPLETED", 0, "", ""
     try:

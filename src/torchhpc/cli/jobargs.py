@@ -104,6 +104,9 @@ def add_job_arguments(p: argparse.ArgumentParser, *, program: bool = True) -> No
     s.add_argument("--on-restart-append", default=None, metavar="ARGS",
                    help="arguments added to the program on attempts after the first; {latest:GLOB} becomes the "
                         "newest match, e.g. '--resume_from_checkpoint {latest:ckpt/checkpoint-*}'")
+    s.add_argument("--flight-recorder", default=None, metavar="N|off",
+                   help="collectives each rank's torch Flight Recorder keeps, dumped into the job directory "
+                        "when a hang is named (default 2000; off: none); docs/diagnose.md")
     c = p.add_argument_group("container")
     c.add_argument("--container", default=None, metavar="IMAGE", help="run every rank inside this image (SIF, docker://..., image name, or directory)")
     c.add_argument("--runtime", default=None, choices=RUNTIMES, help="container runtime (default apptainer, or the profile's)")

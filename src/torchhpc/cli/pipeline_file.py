@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 from typing import Any
 
 from torchhpc.cli.jobargs import add_job_arguments, exclude_nodes, spec_from_args
 from torchhpc.core.suggest import did_you_mean
 from torchhpc.errors import ConfigError, TorchHPCError
-from torchhpc.pipeline import STEP_KEYS, Step, check_graph
+from torchhpc.pipeline import STEP_KEYS, Step, check_graph, name_problem
 
-__all__ = ["load_pipeline", "step_keys"]
+__all__ = ["as_written", "load_pipeline", "step_keys"]
 
 _TOP_KEYS = ("name", "defaults", "steps")
 # dependencies name steps (after, after_any, after_fail), not job ids; -n is --nproc-per-node's short form
@@ -142,9 +143,25 @@ def _step(name: str, table: dict[str, Any], keys: dict[str, argparse.Action], so
     try:
         spec = spec_from_args(ns, program)
     except TorchHPCError as e:
-        problems.append(f"{where}: {e.message}")
+        problems.append(f"{where}: {as_written(e.message, table, keys)}")
         return after, None
     return after, Step(name, spec, tuple(after))
+
+
+def as_written(message: str, table: dict[str, Any], keys: dict[str, argparse.Action]) -> str:
+    """``message`` (``run``'s words: ``--partition 'p\\nx' contains ...``) with each flag the step set
+    named by the key the file gives it (``partition = 'p\\nx' contains ...``), tables as ``opt.KEY``."""
+    for key in table:
+        action = keys.get(key)
+        if action is None:
+            continue
+        for flag in sorted((o for o in action.option_strings if o.startswith("--")), key=len, reverse=True):
+            at = rf"(?<![\w-]){re.escape(flag)}(?![\w-])"
+            if isinstance(table[key], dict):  # env = {A = "1"} -> "--env A" reads env.A
+                message = re.sub(at + r" (\w+)", key + r".\1 =", message)  # key: one of run's, no backslash
+            message = re.sub(at + r"(?:=| (?=['\"]))", f"{key} = ", message)
+            message = re.sub(at, key, message)
+    return message
 
 
 def load_pipeline(path: str, *, dry_run: bool = False) -> tuple[str, list[Step]]:
@@ -172,6 +189,9 @@ def load_pipeline(path: str, *, dry_run: bool = False) -> tuple[str, list[Step]]
     for step_name, table in steps_table.items():
         if not isinstance(table, dict):
             problems.append(f"{path}: steps.{step_name} is not a table")
+            continue
+        if name_problem(step_name, path):  # check_graph says so, once; its job is not built under that name
+            graph[step_name] = []
             continue
         graph[step_name], step = _step(step_name, {**defaults, **table}, keys, path, problems, dry_run)
         if step is not None:

@@ -84,6 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 @json_errors
 def _run(args: argparse.Namespace, program: list[str]) -> int:
+    from torchhpc.diagnose.hang import pg_timeout_note
     from torchhpc.job import check_gpus, check_program, no_gpu_warning
 
     spec = spec_from_args(args, program)
@@ -98,6 +99,9 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
         )
     if args.hang_timeout:
         check_on_hang(scheduler, args.on_hang)  # requeue where the scheduler cannot: refused
+    note = pg_timeout_note(args.hang_timeout or spec.hang_timeout, spec.gpus_per_node)
+    if note:
+        eprint(f"Note: {note}")
     if args.hang_timeout and args.on_hang != "cancel" and scheduler.watches_hangs(spec):
         raise UsageError(
             f"--on-hang {args.on_hang}: this job watches itself for hangs and restarts a hung run by policy "

@@ -34,6 +34,26 @@ KINDS: dict[str, tuple[str, str]] = {
 # ``<step>``: a pipeline step not submitted yet, only in a pipeline's dry run (the id it will get).
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\[\]-]*|<[A-Za-z0-9_.-]+>")
 _SUCCESS = "COMPLETED"
+# Slurm's and PBS's own --dependency words: typed to --after-ok they are not job ids nor a scheduler's name.
+_NATIVE = re.compile(r"(after|afterok|afterany|afternotok|aftercorr|afterburstbuffer|singleton|before\w*|on)(?::(.*))?",
+                     re.IGNORECASE)
+
+
+def _native_syntax(flag: str, word: str) -> SpecError | None:
+    """``afterok:1`` given to a flag: the error that says which flag and id mean it (None: not that syntax)."""
+    m = _NATIVE.fullmatch(word)
+    if m is None:
+        return None
+    native = m.group(1).lower()
+    ids = [i for i in re.split(r"[:?,+]", m.group(2) or "") if _JOB_ID.fullmatch(i) and not _NATIVE.fullmatch(i)]
+    flags = {w: f for f, w in KINDS.values()}
+    wanted = flags.get(native, flag)
+    example = f"{wanted} {','.join(ids) or 'JOB_ID'}"
+    if native in flags:
+        hint = f"give the job id itself: {example}"
+    else:
+        hint = f"torchhpc has no {native!r} dependency: give the id of the job to wait for, e.g. {flag} 123"
+    return SpecError(f"{flag} {word}: that is Slurm's --dependency syntax, not a job id", hint)
 
 
 @dataclass(frozen=True)
@@ -79,6 +99,9 @@ def parse_dependencies(kind: Kind, given: object, scheduler: str) -> tuple[Depen
             word = word.strip()
             if not word:
                 continue
+            native = _native_syntax(flag, word)
+            if native is not None:
+                raise native
             name, sep, job_id = word.rpartition(":") if ":" in word else ("", "", word)
             if job_id.startswith("<"):  # a pipeline's dry-run placeholder, never a job a user can name
                 raise SpecError(f"{flag} {word!r} is not a job id", "give the id a submission printed (123 or slurm:123)")

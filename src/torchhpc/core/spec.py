@@ -161,6 +161,11 @@ class ContainerSpec:
             check_value(value, f"container option {key}", line=True)
 
 
+# Scheduler options that have a flag of their own: an error names the flag the user typed, not --opt.
+OPTION_FLAGS = {"partition": "--partition", "account": "--account", "qos": "--qos", "queue": "--queue",
+                "image": "--image", "exclude": "--exclude"}
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One distributed job, independent of where it runs."""
@@ -237,7 +242,7 @@ class JobSpec:
             check_value(v, f"--env {k}")
         for k, v in self.options:
             check_value(k, "--opt", line=True, empty=False)
-            check_value(v, f"--opt {k}", line=True)
+            check_value(v, OPTION_FLAGS.get(k, f"--opt {k}"), line=True)
         for line in self.setup:
             check_value(line, "setup line", line=True)
         if self.max_timeout_requeues < 0:

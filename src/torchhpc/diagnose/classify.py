@@ -40,6 +40,10 @@ CLASSES: dict[str, tuple[str, str]] = {
         "ranks and GPUs do not match (a rank bound to a GPU that is not there, or two ranks on one GPU)",
         "one rank per visible GPU (--nproc-per-node = GPUs per node); `torchhpc env` shows what each rank sees",
     ),
+    "collective-mismatch": (
+        "the ranks called different collectives, or passed tensors of different sizes",
+        "make every rank call the same collectives in the same order with the same shapes",
+    ),
     "cancelled": ("cancelled by a user", "nothing to fix: someone ran scancel/cancel"),
     "lost-peer": ("a rank lost its peer, and no rank shows why", "{logs} of every rank; the one that died left no traceback"),
     "unknown": ("no evidence names a cause", "read {logs}"),
@@ -66,6 +70,8 @@ _RANK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"Connection refused|Address already in use"
         ),
     ),
+    # gloo's words when a peer's message has another size than this rank's call expects
+    ("collective-mismatch", re.compile(r"Received data size doesn't match expected size|distributed collective mismatch")),
     ("native-crash", re.compile(r"terminate called|Segmentation fault|Fatal Python error|core dumped|SIGSEGV|SIGABRT|Aborted")),
 )
 # A rank that only saw its peer die: a consequence, not a cause.

@@ -10,7 +10,14 @@ as a pickled dict: ``version``, ``pg_config``, ``pg_status`` (per process group
 In a hang, the ranks waiting in a collective have enqueued it; the culprit has not: its
 ``last_enqueued_collective`` is behind theirs. The dumps are read with a restricted unpickler that
 builds only plain containers and scalars (a dump file must never run code). torch ships the full
-analyser as ``torch.distributed.flight_recorder`` (``torchfrtrace``).
+analyser as ``torch.distributed.flight_recorder`` (``torchfrtrace``): where it imports, its
+``match_one_event`` decides whether two ranks' entries of one collective match (op, sizes, dtypes);
+without it, the same three fields are compared here.
+
+How dumps get here (boot/sitecustomize.py): every rank keeps ``TORCH_FR_BUFFER_SIZE`` entries
+(``--flight-recorder N|off``); the hang watch touches ``<job dir>/fr/request`` (:func:`request`) and
+each rank's dump thread writes ``<job dir>/fr/rank-N``, from a thread of its own, so a rank blocked in
+a collective answers too. A rank that exits with its process group still up writes ``rank-N.left``.
 """
 
 from __future__ import annotations
@@ -19,11 +26,12 @@ import io
 import os
 import pickle
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FlightVerdict", "behind", "load_dumps", "read_dump"]
+__all__ = ["FR_DIR", "Finding", "analyse", "behind", "collect", "load_dumps", "read_dump", "request"]
 
 _SAFE = {("builtins", n) for n in ("dict", "list", "tuple", "set", "frozenset", "str", "bytes", "int", "float",
                                    "bool", "NoneType")}
@@ -44,11 +52,11 @@ def read_dump(data: bytes) -> dict[str, Any]:
     return out
 
 
-def load_dumps(directory: str, prefix: str = "") -> dict[int, dict[str, Any]]:
-    """rank -> dump for every ``<prefix><rank>`` file in ``directory`` that reads."""
+def load_dumps(directory: str, prefix: str = "", suffix: str = "") -> dict[int, dict[str, Any]]:
+    """rank -> dump for every ``<prefix><rank><suffix>`` file in ``directory`` that reads."""
     found: dict[int, dict[str, Any]] = {}
     for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
-        m = re.fullmatch(re.escape(prefix) + r"(\d+)", name)
+        m = re.fullmatch(re.escape(prefix) + r"(\d+)" + re.escape(suffix), name)
         if not m:
             continue
         try:
@@ -57,6 +65,211 @@ def load_dumps(directory: str, prefix: str = "") -> dict[int, dict[str, Any]]:
         except (OSError, pickle.UnpicklingError, EOFError, ValueError):
             continue
     return found
+
+
+FR_DIR = "fr"  # in the job directory
+
+
+def request(job_dir: str) -> float:
+    """Ask every rank of the job to dump (touch ``<job dir>/fr/request``); the time asked."""
+    d = os.path.join(job_dir, FR_DIR)
+    os.makedirs(d, exist_ok=True)
+    path, now = os.path.join(d, "request"), time.time()
+    with open(path, "a"):
+        pass
+    os.utime(path, (now, now))
+    return now
+
+
+def collect(job_dir: str, ranks: int, since: float = 0.0, wait: float = 5.0, every: float = 0.25
+            ) -> tuple[dict[int, dict[str, Any]], set[int]]:
+    """The dumps written after ``since`` (and every ``.left`` one), waiting up to ``wait`` s for ``ranks``
+    of them: (rank -> dump, the ranks that left the group with it up)."""
+    d = os.path.join(job_dir, FR_DIR)
+    deadline = time.monotonic() + wait
+    while True:
+        fresh = {r for r in range(ranks) if _mtime(os.path.join(d, f"rank-{r}")) >= since}
+        left = set(load_dumps(d, "rank-", ".left"))
+        if len(fresh | left) >= ranks or time.monotonic() >= deadline:
+            break
+        time.sleep(every)
+    dumps = {r: v for r, v in load_dumps(d, "rank-").items() if r in fresh}
+    for r, v in load_dumps(d, "rank-", ".left").items():
+        dumps.setdefault(r, v)
+    return dumps, left
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return -1.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One process group's story from the dumps, for the verdict's first line."""
+
+    kind: str  # missed | left | mismatch-op | mismatch-size | stalled | no-dump | in-step
+    pg: str
+    seq: int  # the collective (sequence number in the group) the story is about
+    op: str  # what the waiting ranks called there ("all_reduce")
+    culprits: tuple[int, ...]
+    waiting: tuple[int, ...]
+    waited_s: float = 0.0
+    detail: str = ""  # the culprits' own call (mismatch), or why a rank has no dump
+
+    def line(self) -> str:
+        from torchhpc.jobdir.logs import format_ranks
+
+        who = f"rank{'s' if len(self.culprits) > 1 else ''} {format_ranks(self.culprits)}"
+        them = f"ranks {format_ranks(self.waiting)}" if len(self.waiting) > 1 else f"rank {format_ranks(self.waiting)}"
+        at = f"{self.op} #{self.seq} (pg {self.pg})"
+        waited = f" for {self.waited_s:.0f} s" if self.waited_s >= 1 else ""
+        if self.kind == "missed":
+            return f"{who} never entered {at}; {them} have waited in it{waited}"
+        if self.kind == "left":
+            return f"{who} left the group (exited without destroy_process_group) before {at}; {them} waited in it{waited}"
+        if self.kind == "mismatch-op":
+            return f"collective mismatch at #{self.seq} (pg {self.pg}): {them} called {self.op}, {who} {self.detail}"
+        if self.kind == "mismatch-size":
+            return f"size mismatch in {at}: {them} passed {self.detail.split('|')[0]}, {who} {self.detail.split('|')[1]}"
+        if self.kind == "stalled":
+            return f"every rank entered {at} with matching arguments: a stall in the transport, not the program"
+        if self.kind == "no-dump" and self.waiting:
+            return f"{who} wrote no flight recorder dump ({self.detail}); {them} wait in {at}{waited}"
+        if self.kind == "no-dump":
+            return f"{who} wrote no flight recorder dump ({self.detail})"
+        return f"no rank waits in a collective of pg {self.pg} (last: {at}): the ranks are in their own code"
+
+
+def _op(entry: Mapping[str, Any]) -> str:
+    return str(entry.get("profiling_name", "")).partition(":")[2].split(" ")[0] or str(entry.get("profiling_name", "?"))
+
+
+def _entry(dump: Mapping[str, Any], pg: str, seq: int) -> Mapping[str, Any]:
+    found: Mapping[str, Any] = {}
+    for e in dump.get("entries", ()):
+        if isinstance(e, Mapping) and str(e.get("pg_id")) == pg and e.get("collective_seq_id") == seq and not e.get("is_p2p"):
+            found = e
+    return found
+
+
+def _match(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    """"" when two ranks' entries of one collective agree, else "op" or "size" (torch's matcher where present)."""
+    if _op(a) != _op(b):
+        return "op"
+    try:  # torch's own analyser (imports torch: only ever asked after a hang)
+        from torch.distributed.flight_recorder.components.types import MatchState
+        from torch.distributed.flight_recorder.components.utils import match_one_event
+
+        pg = str(a.get("pg_id", "0"))
+        state = match_one_event(dict(a), dict(b), {pg: {0, 1}}, pg).state
+        return "" if state == MatchState.FULLY_MATCHED else ("op" if state == MatchState.COLLECTIVE_TYPE_MISMATCH else "size")
+    except Exception:  # no torch here, or a format it does not know: compare the fields ourselves
+        same = all(a.get(k) == b.get(k) for k in ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes"))
+        return "" if same else "size"
+
+
+def _late(dumps: Mapping[int, Mapping[str, Any]], pg: str, top: int, op: str, late: tuple[int, ...],
+          ahead: tuple[int, ...], left: set[int], waited: float) -> list[Finding]:
+    """The ranks behind: left the group, still in an earlier collective whose call differs from the
+    others' (the others finished theirs: e.g. a larger tensor waits for data that never comes), or missed."""
+    out = []
+    gone = tuple(r for r in late if r in left)
+    if gone:
+        out.append(Finding("left", pg, top, op, gone, ahead, waited))
+    missed = []
+    for r in (r for r in late if r not in gone):
+        st = (dumps[r].get("pg_status") or {}).get(pg, {})
+        mine = int(st.get("last_enqueued_collective", -1)) if isinstance(st, Mapping) else -1
+        e, ref = _entry(dumps[r], pg, mine), _entry(dumps[ahead[0]], pg, mine)
+        kind = _match(ref, e) if e and ref else ""
+        if kind == "op":
+            out.append(Finding("mismatch-op", pg, mine, _op(ref), (r,), ahead, waited, _op(e)))
+        elif kind:
+            out.append(Finding("mismatch-size", pg, mine, _op(ref), (r,), ahead, waited,
+                               f"{ref.get('input_sizes')}|passed {e.get('input_sizes')}"))
+        else:
+            missed.append(r)
+    if missed:
+        out.append(Finding("missed", pg, top, op, tuple(missed), ahead, waited))
+    return out
+
+
+def post_mortem(job_dir: str) -> list[Finding]:
+    """A finished job's story from whatever its ranks dumped (``.left`` at exit, or on request)."""
+    d = os.path.join(job_dir, FR_DIR)
+    left = load_dumps(d, "rank-", ".left")
+    dumps = {**load_dumps(d, "rank-"), **left}  # the exit dump is the newer one
+    if not dumps:
+        return []
+    world = max([max(dumps) + 1, *(pg_size(v) for v in dumps.values())])
+    return [f for f in analyse(dumps, world, set(left)) if f.kind != "in-step"]
+
+
+def pg_size(dump: Mapping[str, Any]) -> int:
+    """The default group's size from a dump's ``pg_config`` (its ``ranks`` is a printed list)."""
+    conf = dump.get("pg_config")
+    groups = conf.values() if isinstance(conf, Mapping) else ()
+    return max((len(re.findall(r"\d+", str(g.get("ranks", "")))) for g in groups if isinstance(g, Mapping)), default=0)
+
+
+_NO_DUMP = "its process is gone, is stopped, or never started a process group"
+
+
+def analyse(dumps: Mapping[int, Mapping[str, Any]], world: int, left: set[int] = frozenset(),  # type: ignore[assignment]
+            now: float | None = None) -> list[Finding]:
+    """Per process group: who never entered the collective the others wait in, who left the group,
+    or whose call differs from the others' at the same sequence number. ``now``: for how long the
+    others have waited (None: a finished job, no wait figure)."""
+    out: list[Finding] = []
+    missing = tuple(r for r in range(world) if r not in dumps)
+    groups: dict[str, dict[int, int]] = {}
+    for rank, d in dumps.items():
+        for pg, st in (d.get("pg_status") or {}).items():
+            if isinstance(st, Mapping):
+                groups.setdefault(str(pg), {})[rank] = int(st.get("last_enqueued_collective", -1))
+    for rank in dumps:  # a rank that never enqueued a collective has no status yet: it is at 0 in the default group
+        if "0" in groups:
+            groups["0"].setdefault(rank, 0)
+    for pg, seq in sorted(groups.items()):
+        top = max(seq.values())
+        ahead = tuple(sorted(r for r, s in seq.items() if s == top))
+        late = tuple(sorted(r for r, s in seq.items() if s < top))
+        ref = _entry(dumps[ahead[0]], pg, top)
+        op = _op(ref) if ref else "collective"
+        created = [float(e.get("time_created_ns") or 0) / 1e9 for r in ahead if (e := _entry(dumps[r], pg, top))]
+        waited = max(0.0, now - min(created)) if created and now is not None else 0.0
+        if late:
+            out += _late(dumps, pg, top, op, late, ahead, left, waited)
+            continue
+        entries = {r: _entry(dumps[r], pg, top) for r in ahead}
+        kinds = {r: _match(ref, e) if e else "" for r, e in entries.items()}
+        odd = tuple(r for r, k in kinds.items() if k)
+        if odd and len(odd) * 2 > len(ahead):  # the reference was the odd one out: take the majority's view
+            ref = entries[odd[0]]
+            kinds = {r: _match(ref, e) if e else "" for r, e in entries.items()}
+            odd = tuple(r for r, k in kinds.items() if k)
+        if odd:
+            others = tuple(r for r in ahead if r not in odd)
+            e = entries[odd[0]]
+            if kinds[odd[0]] == "op":
+                out.append(Finding("mismatch-op", pg, top, _op(ref), odd, others, waited, _op(e)))
+            else:
+                sizes = f"{ref.get('input_sizes')}|passed {e.get('input_sizes')}"
+                out.append(Finding("mismatch-size", pg, top, _op(ref), odd, others, waited, sizes))
+        elif ref and not ref.get("retired") and str(ref.get("state")) != "completed":
+            if missing:  # the others wait for someone: the rank that could not answer
+                out.append(Finding("no-dump", pg, top, op, missing, ahead, waited, _NO_DUMP))
+                missing = ()
+            else:
+                out.append(Finding("stalled", pg, top, op, (), ahead, waited))
+        else:
+            out.append(Finding("in-step", pg, top, op, (), ahead))
+    if missing:
+        out.append(Finding("no-dump", "0", 0, "", missing, (), 0.0, _NO_DUMP))
+    return out
 
 
 @dataclass(frozen=True)

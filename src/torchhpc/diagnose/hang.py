@@ -13,7 +13,10 @@ follows a job:
    then nothing is done and the watch goes on;
 3. **name the culprit** (:func:`culprit`): the rank whose stack is not in a collective while the
    others wait in one, with its innermost user frame (file:line);
-4. **act** as the user chose (``--on-hang cancel``, the default, or ``requeue``), after saving
+4. **ask the Flight Recorder** (:func:`with_flight`): every rank dumps its recorded collectives into
+   ``<job dir>/fr/`` (boot/sitecustomize.py), and :mod:`torchhpc.diagnose.flight` names the rank that
+   never entered collective #N, a mismatched op or size, or a rank that left the group;
+5. **act** as the user chose (``--on-hang cancel``, the default, or ``requeue``), after saving
    the diagnosis in the job directory (``hang.json``), where ``torchhpc diagnose`` reads it.
 
 Without py-spy the stacks cannot be read from outside: the verdict says so and names the quiet
@@ -57,6 +60,23 @@ _COLLECTIVES = re.compile(
     r"init_process_group)$"
 )
 
+# torch's default process-group timeouts: a collective stuck longer ends in an error, not a hang
+PG_TIMEOUT_S = {"nccl": 600.0, "gloo": 1800.0}
+
+
+def pg_timeout_note(hang_timeout: Optional[float], gpus: int) -> str:
+    """One line when ``--hang-timeout`` is longer than the process group's own default timeout (NCCL
+    10 min, gloo 30 min): the group then ends a stuck collective with an error before the watch looks.
+    torchhpc says so rather than raise the group's timeout: a program's own ``timeout=`` must stay its own."""
+    backend = "nccl" if gpus else "gloo"
+    limit = PG_TIMEOUT_S[backend]
+    if not hang_timeout or hang_timeout <= limit:
+        return ""
+    return (f"--hang-timeout {hang_timeout:g} is longer than {backend.upper() if gpus else backend}'s default "
+            f"process-group timeout ({limit:g} s): a stuck collective fails with a timeout error first, and "
+            "its Flight Recorder dump names it (pass init_process_group(timeout=...) to let the watch see the hang)")
+
+
 def quiet_for(ranks_dir: str, now: float, output: str = "") -> Optional[float]:
     """Seconds since any rank last wrote to its log (None: no rank file yet).
 
@@ -85,7 +105,7 @@ def in_collective(frames: Sequence[tuple[str, str, int]]) -> bool:
 def user_frame(frames: Sequence[tuple[str, str, int]]) -> str:
     """The innermost frame outside installed packages: where the user's code is, file:line."""
     for _fn, path, line in frames:
-        if "site-packages" in path or "dist-packages" in path or path.startswith("<"):
+        if "site-packages" in path or "dist-packages" in path or path.startswith(("<", "torch/")):
             continue
         return f"{path}:{line}"
     return ""
@@ -97,6 +117,9 @@ class HangVerdict:
     waiting: tuple[int, ...]
     stacks: tuple[RankStack, ...] = field(default=())
     note: str = ""
+    flight: tuple[str, ...] = ()  # the Flight Recorder's story, one line per process group (first: the hang's name)
+    flight_culprits: tuple[int, ...] = ()  # the ranks its first line names
+    flight_kind: str = ""  # its kind (diagnose.flight.Finding): missed, left, mismatch-op, mismatch-size, ...
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -114,12 +137,42 @@ def culprit(stacks: Sequence[RankStack]) -> HangVerdict:
     return HangVerdict(others, waiting, tuple(stacks), note)
 
 
+def with_flight(v: HangVerdict, job_dir: str, wait: float = 5.0) -> HangVerdict:
+    """``v`` with the Flight Recorder's story: every rank is asked to dump (up to ``wait`` s; a rank
+    that does not answer is named). Nothing is added when no rank dumped at all (recorder off)."""
+    from dataclasses import replace
+
+    from torchhpc.diagnose import flight
+
+    if not job_dir or not os.path.isdir(job_dir):
+        return v
+    since = flight.request(job_dir) - 0.5
+    dumps, left = flight.collect(job_dir, len(v.stacks), since, wait)
+    if not dumps:
+        return v
+    world = max([len(v.stacks), *(flight.pg_size(d) for d in dumps.values())])
+    if world > len(dumps):  # a rank the probe did not see (it exited) may still have left a dump
+        dumps, left = flight.collect(job_dir, world, since, 1.0)
+    by_rank = {s.rank: s for s in v.stacks}
+    lines, findings = [], flight.analyse(dumps, world, left, time.time())
+    for f in findings:
+        line = f.line()
+        for r in f.culprits[:2]:
+            s = by_rank.get(r)
+            if s is not None and s.frames and not in_collective(s.frames):
+                line += f"; rank {r} is in {user_frame(s.frames) or s.frames[0][1]} ({s.frames[0][0]})"
+        lines.append(line)
+    return replace(v, flight=tuple(lines), flight_culprits=findings[0].culprits if findings else (),
+                   flight_kind=findings[0].kind if findings else "")
+
+
 def render(v: HangVerdict, quiet_s: float) -> list[str]:
     """The hang's lines for the user: culprit, its host and file:line, what the others do."""
     from torchhpc.jobdir.logs import format_ranks
 
     by_rank = {s.rank: s for s in v.stacks}
     lines = [f"torchhpc: hang: no rank printed for {quiet_s:.0f}s and no rank used CPU"]
+    lines += [f"torchhpc: hang: {line}" for line in v.flight]
     for r in v.culprits[:4]:
         s = by_rank[r]
         where = user_frame(s.frames)
@@ -224,7 +277,7 @@ class HangWatch:
         if not stacks or busy:  # silent but computing, or starting (or gone): not a hang; look again later
             self._next_probe = now + max(10.0, self.timeout / 2)
             return None
-        verdict = culprit(stacks)
+        verdict = with_flight(culprit(stacks), self.job_dir)
         self.fired, self.quiet = True, quiet
         for line in render(verdict, quiet):
             self.say(line)

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
 from torchhpc.diagnose.classify import CLASSES, classify_text, launcher_events
+from torchhpc.diagnose.flight import Finding, post_mortem
 from torchhpc.jobdir.logs import Line, format_ranks
 
 __all__ = ["Evidence", "RankFailure", "Verdict", "diagnose", "gather", "progress_lines"]
@@ -75,6 +76,7 @@ class Evidence:
     job: str = ""  # "slurm:123", for the suggested commands
     hang: Optional[Mapping[str, object]] = None  # the hang watch's saved diagnosis (hang.json)
     local: bool = False  # the local scheduler: its supervisor's reason names the rank that ended first
+    flight: Sequence[Finding] = ()  # what the ranks' Flight Recorder dumps say (diagnose/flight.py)
 
 
 @dataclass(frozen=True)
@@ -102,14 +104,14 @@ class Verdict:
         if f is not None:
             at = f" on {f.host}" if f.host else ""
             own = f", {f.exit}" if f.exit else ""
-            out.append(f"  {'culprit' if self.klass == 'hang' else 'first failed'}: rank {f.rank}{at}{own}")
+            out.append(f"  {'culprit' if self.klass in ('hang', 'collective-mismatch') else 'first failed'}: rank {f.rank}{at}{own}")
             if f.error:
                 out.append(f"  {f.error[:200]}")
             if f.where:
                 out.append(f"  at {f.where}")
             if f.log:
                 out.append(f"  log: {f.log}")
-        if self.consequences and self.klass == "hang":
+        if self.consequences and self.klass in ("hang", "collective-mismatch"):
             out.append(f"  ranks {format_ranks(self.consequences)} waited for it in a collective")
         elif self.consequences:
             out.append(f"  then ranks {format_ranks(self.consequences)} failed as a consequence (lost their peer, or stopped by the launcher)")
@@ -139,6 +141,36 @@ def diagnose(ev: Evidence) -> Verdict:
     seen: list[str] = []
     if ev.hang:
         return _hang_verdict(ev)
+    v = _verdict(ev, per_rank, job_lines, logs_cmd, seen)
+    return _with_flight(v, ev) if ev.flight else v
+
+
+_LEFT_STEP = ("rank {rank} ended before the others: every rank must run the same collectives, then "
+              "destroy_process_group(); read why it ended early in its log")
+
+
+def _with_flight(v: Verdict, ev: Evidence) -> Verdict:
+    """Where a rank left the group or the ranks' calls differ, the dumps name the rank the logs could not."""
+    from dataclasses import replace
+
+    f = ev.flight[0]
+    if v.klass not in ("lost-peer", "unknown", "native-crash", "collective-mismatch") or not f.culprits:
+        return v
+    klass = "collective-mismatch" if f.kind.startswith("mismatch") else v.klass
+    r = f.culprits[0]
+    own = v.first if v.first is not None and v.first.rank == r else None
+    error = "exited with its process group still up (no destroy_process_group)" if f.kind == "left" else f.line()
+    first = RankFailure(rank=r, host=ev.nodes.get(r, ""), klass=klass, error=own.error if own else error,
+                        where=own.where if own else "", log=ev.rank_logs.get(r, ""))
+    rest = tuple(x for x in sorted({*v.consequences, *((v.first.rank,) if v.first else ())}) if x != r)
+    return replace(v, klass=klass, summary=f.line(), first=first, consequences=rest,
+                   next_step=_LEFT_STEP.format(rank=r) if f.kind == "left" else
+                   CLASSES[klass][1] if klass != v.klass else v.next_step,
+                   evidence=(*v.evidence, "fr/"))
+
+
+def _verdict(ev: Evidence, per_rank: dict[int, list[str]], job_lines: list[str], logs_cmd: str,
+             seen: list[str]) -> Verdict:
 
     # 1. the scheduler's verdict on the whole job
     job_class = _JOB_STATES.get(ev.state.split()[0] if ev.state else "", "")
@@ -230,28 +262,37 @@ def diagnose(ev: Evidence) -> Verdict:
 
 def _hang_verdict(ev: Evidence) -> Verdict:
     """The verdict from the hang watch's record: the culprit rank, its stack, the ranks that waited."""
-    from torchhpc.diagnose.hang import user_frame
+    from torchhpc.diagnose.hang import collective, user_frame
 
     h = ev.hang or {}
     stacks = {int(s["rank"]): s for s in h.get("stacks", ()) if isinstance(s, dict)}  # type: ignore[attr-defined]
     culprits = [int(r) for r in h.get("culprits", ())]  # type: ignore[attr-defined]
     waiting = tuple(sorted(int(r) for r in h.get("waiting", ())))  # type: ignore[attr-defined]
+    flight = [str(x) for x in h.get("flight", ())]  # type: ignore[attr-defined]
+    named = [int(r) for r in h.get("flight_culprits", ())]  # type: ignore[attr-defined]
+    if named:  # the Flight Recorder saw which collective each rank reached: it outranks the stacks
+        culprits = named + [r for r in culprits if r not in named]
+        waiting = tuple(r for r in waiting if r not in named)
     first = None
     if culprits:
         s = stacks.get(culprits[0], {})
         frames = [tuple(f) for f in s.get("frames", ())]
         top = frames[0][0] if frames else ""
         first = RankFailure(
-            rank=culprits[0], host=str(s.get("host", "")), klass="hang",
-            error=f"not in a collective ({top})" if top else str(s.get("error", "")),
+            rank=culprits[0], host=str(s.get("host", "")), klass="hang" if not named else str(h.get("flight_kind")),
+            error=(f"in {collective(frames)}" if collective(frames) else f"not in a collective ({top})") if top
+            else str(s.get("error", "")),
             where=user_frame(frames), log=ev.rank_logs.get(culprits[0], ""),  # type: ignore[arg-type]
         )
-    meaning, step = CLASSES["hang"]
+    klass = "collective-mismatch" if str(h.get("flight_kind", "")).startswith("mismatch") else "hang"
+    meaning, step = CLASSES[klass]
     quiet = h.get("quiet_s")
     summary = meaning + (f" for {float(quiet):.0f}s" if isinstance(quiet, (int, float)) else "")  # type: ignore[arg-type]
-    if waiting:
+    if flight:
+        summary = flight[0]
+    elif waiting:
         summary += "; the others wait in a collective"
-    return Verdict("hang", summary, first, waiting, step, ev.job, ev.state, ev.exit_code, ("hang.json",))
+    return Verdict(klass, summary, first, waiting, step, ev.job, ev.state, ev.exit_code, ("hang.json",))
 
 
 def gather(scheduler: object, name: str, job_id: str) -> Evidence:
@@ -291,6 +332,7 @@ def gather(scheduler: object, name: str, job_id: str) -> Evidence:
     hang = load_hang(where) if where else None
     return Evidence(
         hang=hang,
+        flight=post_mortem(where) if where and not hang else (),
         lines=lines,
         failed_at=log.failure_order(),
         rank_logs={r: p for r, (p, _n) in files.items()},

@@ -29,54 +29,13 @@ any pending destruction gets the GIL while it may. It costs a few ms at exit; wh
 from __future__ import annotations
 
 import atexit
-import os
-import time
 
-__all__ = ["gloo_workers_settle", "settle_at_exit"]
+# One copy of the settle, in the stdlib-only boot file that also runs where torchhpc is not installed.
+from torchhpc.boot.sitecustomize import GLOO_WORKER, gloo_workers_settle
 
-GLOO_WORKER = "pt_gloo_runloop"
+__all__ = ["GLOO_WORKER", "gloo_workers_settle", "settle_at_exit"]
+
 _REGISTERED = False
-
-
-def _worker_states(name: str = GLOO_WORKER) -> list[str] | None:
-    """The scheduler state (R, S, D, ...) of each thread of this process named ``name``; None without /proc."""
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return None
-    states = []
-    for tid in tids:
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                if f.read().strip() != name:
-                    continue
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                states.append(f.read().rsplit(")", 1)[1].split()[0])
-        except OSError:
-            continue  # the thread ended meanwhile
-    return states
-
-
-def gloo_workers_settle(timeout: float = 5.0, every: float = 0.01, quiet: int = 3) -> bool:
-    """Sleep (GIL released) until every gloo worker thread has been asleep ``quiet`` samples in a row.
-
-    A worker still finishing a work (running, or waiting for the GIL that this thread no
-    longer holds) shows as running within a sample or two; one that sleeps through
-    ``quiet`` samples waits for the next work. True when settled (or there is no worker),
-    False after ``timeout`` seconds.
-    """
-    deadline = time.monotonic() + timeout
-    calm = 0
-    while True:
-        states = _worker_states()
-        if not states:  # no /proc, or no gloo group was ever started
-            return True
-        calm = calm + 1 if all(s in ("S", "D") for s in states) else 0
-        if calm >= quiet:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(every)
 
 
 def settle_at_exit() -> None:

@@ -107,9 +107,8 @@ def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True) 
         arm.append("  trap '_torchhpc_end_state=CANCELLED; exit 143' TERM")
     arm.append("}")
     return [
-        "# The job's end into its directory, <job dir>/end.json (state, exit status, time; tmp file + rename),",
-        "# from the EXIT trap: also after a failure or a cancel. Clients wait on it instead of asking the",
-        "# controller every second (docs/script.md).",
+        "# The job's end into <job dir>/end.json from the EXIT trap (also after a failure or a cancel): clients",
+        "# wait on that file instead of asking the controller every second (docs/script.md).",
         '_torchhpc_end_state=""',
         "_torchhpc_end() {",
         "  local _rc=$1 _d _t _s",

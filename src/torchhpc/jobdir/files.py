@@ -16,9 +16,9 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from torchhpc.errors import QuotingError
+from torchhpc.errors import QuotingError, SchedulerError
 
-__all__ = ["Written", "keep", "make_dirs", "write_new"]
+__all__ = ["Written", "keep", "make_dirs", "write_new", "write_same"]
 
 
 @dataclass
@@ -124,3 +124,23 @@ def _claim(tmp: str, path: str) -> str:
         if got != tmp:
             return got
     return tmp
+
+
+def write_same(path: str, content: str) -> Written:
+    """A file named by its content (torchhpc's boot copy), shared by jobs: written when missing, kept when it
+    holds the same text, never replaced (other text there is an error). The answer: what this call created."""
+    data = content.encode()
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            if f.read() == data:
+                return Written()
+        raise SchedulerError(f"{path} holds other text than torchhpc's file of that name", f"move {path} away")
+    made = Written(dirs=make_dirs(os.path.dirname(path)))
+    fd, tmp = tempfile.mkstemp(prefix=".boot.", suffix=".py", dir=os.path.dirname(path))
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, 0o644)
+    made.paths[path] = keep(tmp, path)
+    if made.paths[path] == tmp:  # written meanwhile by another submission (the same text, by its name)
+        os.unlink(made.paths.pop(path))
+    return made

@@ -39,17 +39,14 @@ RANKS_DIR = "ranks"
 # before; a directory that exists but cannot be written is said once per rank. The node is the
 # kernel's host name: $HOSTNAME is inherited from the batch shell (Slurm sets it there).
 LOG_DIR_VAR = "TORCHHPC_RANKS_DIR"
-LOG_WRAPPER = r"""_torchhpc_rank=0
-for _torchhpc_v in $1; do if [ -n "${!_torchhpc_v:-}" ]; then _torchhpc_rank=${!_torchhpc_v}; break; fi; done
-shift
+LOG_WRAPPER = r"""_torchhpc_rank=0; for _torchhpc_v in $1; do [ -z "${!_torchhpc_v:-}" ] || { _torchhpc_rank=${!_torchhpc_v}; break; }; done; shift
 if [ -d "${TORCHHPC_RANKS_DIR:-}" ]; then
   read -r _torchhpc_host </proc/sys/kernel/hostname 2>/dev/null || _torchhpc_host=${SLURMD_NODENAME:-${HOSTNAME:-}}
   _torchhpc_log="$TORCHHPC_RANKS_DIR/rank-$_torchhpc_rank@${_torchhpc_host%%.*}.log"
   if : >>"$_torchhpc_log" 2>/dev/null; then exec >>"$_torchhpc_log" 2>&1
   else echo "torchhpc: cannot write $_torchhpc_log; rank $_torchhpc_rank's output stays here" >&2; fi
 fi
-unset _torchhpc_rank _torchhpc_v _torchhpc_host _torchhpc_log
-: "${PYTHONUNBUFFERED:=1}"; export PYTHONUNBUFFERED
+unset _torchhpc_rank _torchhpc_v _torchhpc_host _torchhpc_log; : "${PYTHONUNBUFFERED:=1}"; export PYTHONUNBUFFERED
 exec "$@"
 """
 

@@ -1,44 +1,38 @@
 """The rank boot directory: torch's exit cures in every rank torchhpc starts, without an import.
 
-Why: torch 2.13's gloo backend aborts a rank at interpreter exit about half the time on a
-loaded machine (a ``pt_gloo_runloop`` thread takes the GIL during ``Py_FinalizeEx``), and
-``destroy_process_group()`` at the end of a script can hang (the main thread holds the GIL
-while it waits for that thread). ``torchhpc.dist.init()`` cures the first, but Hugging Face
-Trainer, Lightning and plain scripts never call it (in the compat matrix, half of the HF Trainer jobs
-ended FAILED after training was done).
+Why: torch 2.13's gloo backend aborts a rank at interpreter exit about half the time on a loaded
+machine (a ``pt_gloo_runloop`` thread takes the GIL during ``Py_FinalizeEx``), and
+``destroy_process_group()`` at the end of a script can hang (the main thread holds the GIL while it
+waits for that thread). ``torchhpc.dist.init()`` cures the first, but Hugging Face Trainer, Lightning
+and plain scripts never call it (in the compat matrix, half of the HF Trainer jobs ended FAILED).
 
-How: a directory holding only ``sitecustomize.py`` (src/torchhpc/boot/sitecustomize.py,
-stdlib only, no eager ``import torch``) goes first on the rank's PYTHONPATH. Python imports
-it at start-up; it puts a finder first on ``sys.meta_path`` that answers for
-``torch.distributed`` only (a string compare per import, nothing when torch is never
-imported) and, once that module ran,
+How: a directory holding only ``sitecustomize.py`` (src/torchhpc/boot/sitecustomize.py, stdlib only,
+no eager ``import torch``) goes first on the rank's PYTHONPATH. Its finder answers for
+``torch.distributed`` only (a string compare per import) and, once that module ran,
 
-* registers an atexit handler that lets gloo's worker threads finish before Python
-  finalizes (the cure of ``torchhpc.dist.teardown``, copied: the file must run where
-  torchhpc is not installed); registered early, it runs after the program's own handlers;
-* wraps ``destroy_process_group`` (in ``torch.distributed`` and its c10d module) so that it
-  first lets those threads settle: a thread still destroying its last work wants the GIL
-  that the destroying main thread holds, a hang until the time limit. If the destroy has
-  still not returned after ``$TORCHHPC_DESTROY_TIMEOUT`` seconds (default 60; 0: no
-  limit), faulthandler's watchdog (a C thread: it needs no GIL) prints every thread's
-  traceback and exits the rank with status 1, so the job fails instead of hanging.
+* registers an atexit handler that lets gloo's worker threads finish before Python finalizes
+  (``torchhpc.dist.teardown`` uses the same code); registered early, it runs after the program's;
+* wraps ``destroy_process_group`` (``torch.distributed`` and its c10d module) to let those threads
+  settle first; a destroy still running after ``$TORCHHPC_DESTROY_TIMEOUT`` s (default 60; 0: no
+  limit) gets faulthandler's watchdog (a C thread, no GIL): every traceback, exit status 1.
 
-Then it runs the ``sitecustomize`` it hides (the venv's, conda's, the image's: the next one
-on sys.path), as Python would have. A program that is not Python ignores PYTHONPATH;
+Then it runs the ``sitecustomize`` it hides (the venv's, the image's), as Python would have.
 ``python -I``/``-E``/``-S`` skip it as they skip any sitecustomize.
 
-Where the directory comes from:
+Where the directory comes from (as ddtrace-run and opentelemetry-instrument: it ships in the package):
 
-* local ranks on this machine: the installed package's own ``torchhpc/boot`` directory;
-* everywhere else (the per-task shim, a container of the local scheduler, a pod), the
-  rank's shell writes it itself: ``${TMPDIR:-/tmp}/torchhpc-boot-UID-HASH``, created mode
-  700 and used only if owned by the rank's user (no other user can plant code there), the
-  file written to a temporary name and renamed (ranks of a node race), named by a hash of
-  its content (an upgrade never runs an old copy). No bind mount, no shared filesystem,
-  nothing that must be installed in an image: the few lines travel in the script.
+* local ranks: the installed package's own ``torchhpc/boot`` directory;
+* a batch script (Slurm, PBS) exports ``$TORCHHPC_BOOT_DIR``, resolved by the submitter at render time
+  (schedulers/batch/script.py): the installed directory where the job's Python is this one, else (a
+  container, ``--python``) a copy in the output directory, written at submit. The task shim puts it
+  first on PYTHONPATH: ``TORCHHPC_*`` crosses into every container runtime, the host's PYTHONPATH must
+  not. A script run by hand whose directory is missing says so in one line and runs without;
+* a pod or a container of the local scheduler: the shell writes it (:func:`boot_shell`) to
+  ``${TMPDIR:-/tmp}/torchhpc-boot-UID-HASH``, mode 700, used only if the rank's user owns it (no one
+  else can plant code there), renamed into place (ranks race), named by its content's hash.
 
-``TORCHHPC_EXIT_CURE=0`` (e.g. ``--env TORCHHPC_EXIT_CURE=0``) turns it off: the directory
-is not put on PYTHONPATH, and the file does nothing but chain where it still is.
+``TORCHHPC_EXIT_CURE=0`` turns it off: the directory is not put on PYTHONPATH, and the file does
+nothing but chain where it still is.
 """
 
 from __future__ import annotations
@@ -51,8 +45,11 @@ from pathlib import Path
 
 __all__ = [
     "BOOT_DIR",
+    "BOOT_VAR",
     "SWITCH",
     "boot_argv",
+    "boot_hash",
+    "boot_line",
     "boot_pythonpath",
     "boot_shell",
     "boot_source",
@@ -62,6 +59,8 @@ __all__ = [
 # The directory that holds the boot sitecustomize.py in the installed package.
 BOOT_DIR = str(Path(__file__).resolve().parent.parent / "boot")
 SWITCH = "TORCHHPC_EXIT_CURE"
+# The batch script's boot directory, for the task shim (boot_line).
+BOOT_VAR = "TORCHHPC_BOOT_DIR"
 OFF = ("0", "false", "no", "off")
 # The heredoc's end word: the boot file must never contain it as a line.
 EOF_WORD = "TORCHHPC_BOOT_PY"
@@ -91,6 +90,13 @@ def boot_pythonpath(env: Mapping[str, str]) -> str | None:
         return None
     rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOT_DIR]
     return os.pathsep.join([BOOT_DIR, *rest])
+
+
+def boot_line() -> str:
+    """The task shim's line: ``$TORCHHPC_BOOT_DIR`` first on PYTHONPATH, unless switched off (a missing one is
+    harmless there: the script said so once)."""
+    return (f'if [ -n "${{{BOOT_VAR}:-}}" ] && [ "${{{SWITCH}:-1}}" != 0 ]; then '
+            f'export PYTHONPATH="${BOOT_VAR}${{PYTHONPATH:+:$PYTHONPATH}}"; fi\n')
 
 
 def boot_shell() -> str:

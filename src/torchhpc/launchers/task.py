@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from torchhpc.launchers.boot import boot_shell
+from torchhpc.launchers.boot import boot_line
 
 __all__ = ["BRANCHES", "LAUNCHERS", "SHIM_VAR", "TASK_SHIM", "shim_for", "shim_name", "task_argv"]
 
@@ -75,8 +75,7 @@ fi
 GROUP_RANK=$((RANK / LOCAL_WORLD_SIZE))
 """,
     "srun": r"""if [ -z "${SLURM_PROCID:-}" ]; then echo "torchhpc-task: started for srun, but SLURM_PROCID is not set" >&2; exit 2; fi
-RANK=$SLURM_PROCID WORLD_SIZE=${SLURM_STEP_NUM_TASKS:-${SLURM_NTASKS:-1}} LOCAL_RANK=${SLURM_LOCALID:-0}
-LOCAL_WORLD_SIZE=1 _torchhpc_i=0
+RANK=$SLURM_PROCID WORLD_SIZE=${SLURM_STEP_NUM_TASKS:-${SLURM_NTASKS:-1}} LOCAL_RANK=${SLURM_LOCALID:-0} LOCAL_WORLD_SIZE=1 _torchhpc_i=0
 IFS=, read -ra _torchhpc_groups <<< "${SLURM_STEP_TASKS_PER_NODE:-${SLURM_TASKS_PER_NODE:-1}}"
 for _torchhpc_g in "${_torchhpc_groups[@]}"; do
   _torchhpc_n=${_torchhpc_g%%(*} _torchhpc_r=1
@@ -90,18 +89,13 @@ GROUP_RANK=${SLURM_NODEID:-$((RANK / LOCAL_WORLD_SIZE))}
 GROUP_RANK=$((RANK / LOCAL_WORLD_SIZE))
 """,
 }
-# MPI worlds that are not this rank's: unset (every launcher).
-_MPI_UNSET = r"""if [ -n "${OMPI_COMM_WORLD_RANK:-}${OMPI_COMM_WORLD_SIZE:-}" ] \
-   && [ "${OMPI_COMM_WORLD_RANK:-}:${OMPI_COMM_WORLD_SIZE:-}" != "$RANK:$WORLD_SIZE" ]; then
-  for _torchhpc_v in "${!OMPI_COMM_WORLD_@}"; do unset "$_torchhpc_v"; done
-fi
-if [ -n "${PMI_RANK:-}${PMI_SIZE:-}" ] && [ "${PMI_RANK:-}:${PMI_SIZE:-}" != "$RANK:$WORLD_SIZE" ]; then
-  unset PMI_RANK PMI_SIZE
-fi
-if [ -n "${MV2_COMM_WORLD_RANK:-}${MV2_COMM_WORLD_SIZE:-}" ] \
-   && [ "${MV2_COMM_WORLD_RANK:-}:${MV2_COMM_WORLD_SIZE:-}" != "$RANK:$WORLD_SIZE" ]; then
-  for _torchhpc_v in "${!MV2_COMM_WORLD_@}"; do unset "$_torchhpc_v"; done
-fi
+# MPI worlds that are not this rank's: unset (every launcher). PMI_: only its RANK and SIZE (PMI_FD... are the PM's).
+_MPI_UNSET = r"""for _torchhpc_p in OMPI_COMM_WORLD_ PMI_ MV2_COMM_WORLD_; do
+  _torchhpc_r=${_torchhpc_p}RANK _torchhpc_s=${_torchhpc_p}SIZE
+  if [ -n "${!_torchhpc_r:-}${!_torchhpc_s:-}" ] && [ "${!_torchhpc_r:-}:${!_torchhpc_s:-}" != "$RANK:$WORLD_SIZE" ]; then
+    case $_torchhpc_p in PMI_) unset PMI_RANK PMI_SIZE ;; OMPI_*) unset "${!OMPI_COMM_WORLD_@}" ;; *) unset "${!MV2_COMM_WORLD_@}" ;; esac
+  fi
+done
 """
 # An elastic agent that is not there (every launcher but torchrun).
 _ELASTIC_UNSET = r"""for _torchhpc_v in "${!TORCHELASTIC_@}"; do unset "$_torchhpc_v"; done
@@ -134,21 +128,24 @@ _SLURM_REWRITE = r"""if [ -n "${SLURM_PROCID:-}" ]; then
   fi
 fi
 """
-_TAIL = r"""if [ -n "${TORCHHPC_GPU_PER_TASK:-}" ] && [ "${_torchhpc_launcher:-${0#torchhpc-task-}}" != torchrun ]; then
+# One GPU per rank from the node's list (every launcher but torchrun, whose agent sets it).
+_GPU = r"""if [ -n "${TORCHHPC_GPU_PER_TASK:-}" ]; then
   IFS=, read -ra _torchhpc_l <<< "${!TORCHHPC_GPU_PER_TASK:-}"
   export "$TORCHHPC_GPU_PER_TASK=${_torchhpc_l[$LOCAL_RANK]:-$LOCAL_RANK}"
 fi
-if [ -n "${TORCHHPC_CPU_MASKS:-}" ] && [ "${_torchhpc_launcher:-${0#torchhpc-task-}}" = mpirun ]; then
+"""
+# CPU masks per local rank (mpirun only: srun and torchrun bind by their own flags).
+_MASKS = r"""if [ -n "${TORCHHPC_CPU_MASKS:-}" ]; then
   IFS=, read -ra _torchhpc_l <<< "$TORCHHPC_CPU_MASKS"
   taskset -p "${_torchhpc_l[$((LOCAL_RANK % ${#_torchhpc_l[@]}))]}" $$ >/dev/null 2>&1 \
     || echo "torchhpc-task: rank $RANK: taskset could not apply a mask of TORCHHPC_CPU_MASKS" >&2
 fi
-: "${MASTER_ADDR:=127.0.0.1}" "${MASTER_PORT:=29500}"
+"""
+# The exit cures (launchers/boot.py): the boot directory the script exported, first on PYTHONPATH.
+_TAIL = r""": "${MASTER_ADDR:=127.0.0.1}" "${MASTER_PORT:=29500}"
 export RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
 export NODE_RANK=$GROUP_RANK
-"""
-# The exit cures (launchers/boot.py): the boot directory first on PYTHONPATH unless TORCHHPC_EXIT_CURE=0.
-_TAIL += boot_shell() + 'exec "$@"\n'
+""" + boot_line() + 'exec "$@"\n'
 
 
 def _indent(text: str, by: str = "  ") -> str:
@@ -170,6 +167,8 @@ TASK_SHIM = (
     + _MPI_UNSET
     + _guarded(_ELASTIC_UNSET, '[ "$_torchhpc_launcher" != torchrun ]')
     + _SLURM_REWRITE.replace('if [ -n "${SLURM_PROCID:-}" ]', 'if [ "$_torchhpc_launcher" != srun ] && [ -n "${SLURM_PROCID:-}" ]', 1)
+    + _guarded(_GPU, '[ "$_torchhpc_launcher" != torchrun ]')
+    + _guarded(_MASKS, '[ "$_torchhpc_launcher" = mpirun ]')
     + _TAIL
 )
 
@@ -181,12 +180,9 @@ def shim_for(launcher: str) -> str:
     """
     if launcher not in BRANCHES or launcher == "none":
         raise ValueError(f"unknown launcher {launcher!r} for the task shim (one of {', '.join(LAUNCHERS)})")
-    text = "set -e\n" + BRANCHES[launcher] + _MPI_UNSET
-    if launcher != "torchrun":
-        text += _ELASTIC_UNSET
-    if launcher != "srun":
-        text += _SLURM_REWRITE
-    return text + _TAIL
+    parts = (_ELASTIC_UNSET * (launcher != "torchrun"), _SLURM_REWRITE * (launcher != "srun"),
+             _GPU * (launcher != "torchrun"), _MASKS * (launcher == "mpirun"))  # each for the launchers it concerns
+    return "set -e\n" + BRANCHES[launcher] + _MPI_UNSET + "".join(parts) + _TAIL
 
 
 # Batch scripts define the shim once, in their generated helpers, under this name and pass

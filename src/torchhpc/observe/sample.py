@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -57,6 +58,7 @@ class RankSample:
     gpu_util: Optional[float] = None  # % (the GPU the rank uses)
     gpu_mem_mb: Optional[float] = None  # this process's GPU memory (nvidia-smi), else its card's
     error: str = ""
+    gpu_health: str = ""  # "ok", or what holds its GPU back: throttle reasons, ECC errors, XIDs ("": no NVIDIA GPU)
 
 
 def _state_rss(pid: int) -> tuple[str, float]:
@@ -125,6 +127,63 @@ def gpu_by_pid(apps: Sequence[Sequence[str]], gpus: Sequence[Sequence[str]]) -> 
     return out
 
 
+# nvidia-smi's clocks event (throttle) reasons that mean the hardware holds the GPU back, not its load
+_THROTTLE = {0x4: "power-cap", 0x8: "hw-slowdown", 0x20: "sw-thermal", 0x40: "hw-thermal", 0x80: "power-brake"}
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
+
+
+def gpu_health(gpus: Sequence[Sequence[str]], kernel_log: str = "") -> dict[str, str]:
+    """GPU uuid -> "ok" or what is wrong, from nvidia-smi's CSV answer to ``--query-gpu=uuid,pci.bus_id,
+    clocks_event_reasons.active,ecc.errors.uncorrected.volatile.total`` and the kernel log's ``NVRM: Xid``
+    lines (``dmesg``: XIDs are nowhere else; unreadable without the right, then only the first two)."""
+    xids: dict[str, list[str]] = {}
+    for m in _XID.finditer(kernel_log):
+        xids.setdefault(_bus(m.group(1)), []).append(m.group(2))
+    out: dict[str, str] = {}
+    for row in gpus:
+        if len(row) < 4:
+            continue
+        uuid, bus, reasons, ecc = (c.strip() for c in row[:4])
+        bad = []
+        try:
+            mask = int(reasons, 16) if reasons.lower().startswith("0x") else int(reasons)
+            bad += [name for bit, name in _THROTTLE.items() if mask & bit]
+        except ValueError:
+            pass
+        if ecc.isdigit() and int(ecc) > 0:
+            bad.append(f"ecc:{ecc}")
+        seen = xids.get(_bus(bus), [])
+        if seen:
+            bad.append("xid:" + ",".join(sorted(set(seen), key=int)))
+        out[uuid] = ",".join(bad) or "ok"
+    return out
+
+
+def _bus(pci: str) -> str:
+    """"86:00" of nvidia-smi's "00000000:86:00.0" and the kernel's "0000:86:00" (bus and device)."""
+    m = re.search(r"([0-9a-f]{2}:[0-9a-f]{2})(?:\.\d)?$", pci.strip().lower())
+    return m.group(1) if m else pci.strip().lower()
+
+
+def _gpu_health(pids: Mapping[int, int]) -> dict[int, str]:
+    """rank -> its GPU's health (:func:`gpu_health`), NVIDIA only; {} without nvidia-smi."""
+    if not shutil.which("nvidia-smi"):
+        return {}
+    apps = _csv(["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader,nounits"])
+    fields = "uuid,pci.bus_id,{},ecc.errors.uncorrected.volatile.total"
+    rows = _csv(["nvidia-smi", "--query-gpu=" + fields.format("clocks_event_reasons.active"), "--format=csv,noheader"])
+    if not rows:  # drivers before 535 call it clocks_throttle_reasons
+        rows = _csv(["nvidia-smi", "--query-gpu=" + fields.format("clocks_throttle_reasons.active"),
+                     "--format=csv,noheader"])
+    try:
+        log = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        log = ""
+    health = gpu_health(rows, log)
+    uuid_of = {int(r[0]): r[1].strip() for r in apps if len(r) >= 2 and r[0].strip().isdigit()}
+    return {r: health[uuid_of[p]] for r, p in pids.items() if uuid_of.get(p) in health}
+
+
 def rocm_cards(text: str) -> dict[int, tuple[float, float]]:
     """card index -> (use %, VRAM used %) from ``rocm-smi --showuse --showmemuse --json``."""
     try:
@@ -178,7 +237,7 @@ def sample(match: Mapping[str, str], host: str, duration: int = DURATION_S, rate
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="torchhpc-top-") as tmp:
         spies = {r: _spy_start(spy, p, duration, rate, os.path.join(tmp, f"{r}.txt")) for r, p in pids.items()} if spy else {}
-        gpu = _gpus(pids)
+        gpu, health = _gpus(pids), _gpu_health(pids)
         if not spies:
             time.sleep(duration)
         errors: dict[int, str] = {}
@@ -209,7 +268,7 @@ def sample(match: Mapping[str, str], host: str, duration: int = DURATION_S, rate
                 error = "py-spy is not installed here (pip install py-spy): no collective share"
             util, mem = gpu.get(r, (None, None))
             out.append(RankSample(r, host, p, state, round(cpu, 1), round(rss, 1), total, inside, dict(calls),
-                                  util, mem, error))
+                                  util, mem, error, health.get(r, "")))
     return out
 
 

@@ -29,12 +29,12 @@ from dataclasses import asdict
 from typing import Optional, TextIO
 
 from torchhpc.diagnose.probe import _cpu_ticks, _py_spy, find_ranks, node_args
-from torchhpc.observe.sample import RankSample, _gpus, _spy_start, _state_rss, parse_raw
+from torchhpc.observe.sample import RankSample, _gpu_health, _gpus, _spy_start, _state_rss, parse_raw
 
 __all__ = ["LIVE_RATE_HZ", "WINDOW_S", "watch"]
 
-WINDOW_S = 20  # seconds of stack samples per py-spy run in the live view (its start-up is the cost)
-LIVE_RATE_HZ = 5  # samples a second in the live view: 100 a window; each costs py-spy ~0.5 ms of CPU
+WINDOW_S = 60  # seconds of stack samples per py-spy run in the live view (its start-up is the cost)
+LIVE_RATE_HZ = 2  # samples a second in the live view: 120 a window; each costs py-spy ~0.5 ms of CPU
 RESCAN_S = 30.0  # look for (re)started rank processes this often even when none is gone
 
 
@@ -79,6 +79,7 @@ def watch(match: Mapping[str, str], host: str, every: float = 2.0, window: int =
     last = time.monotonic()
     counts: dict[int, tuple[int, int, Counter[str]]] = {}
     gpu: dict[int, tuple[Optional[float], Optional[float]]] = {}
+    health: dict[int, str] = {}
     win: Optional[_Window] = None
     batch = windows = 0
     with tempfile.TemporaryDirectory(prefix="torchhpc-top-") as tmp:
@@ -93,7 +94,7 @@ def watch(match: Mapping[str, str], host: str, every: float = 2.0, window: int =
                     # the first windows are short (1, 2, 4... s), so the first tables already have shares
                     win = _Window(spy, pids, min(window, 2 ** windows), rate, tmp)
                     windows += 1
-                    gpu = _gpus(pids)
+                    gpu, health = _gpus(pids), _gpu_health(pids)
                 wall = max(1e-3, now - last)
                 last = now
                 lines = []
@@ -107,7 +108,7 @@ def watch(match: Mapping[str, str], host: str, every: float = 2.0, window: int =
                     util, mem = gpu.get(r, (None, None))
                     error = "" if spy else "py-spy is not installed here (pip install py-spy): no collective share"
                     s = RankSample(r, host, p, state, round(cpu, 1), round(rss, 1), total, inside, dict(calls),
-                                   util, mem, error)
+                                   util, mem, error, health.get(r, ""))
                     lines.append(json.dumps(asdict(s) | {"error": s.error[:300]}))  # whole through srun
                 lines.append(json.dumps({"batch": batch, "host": host}))
                 stream.write("\n".join(lines) + "\n")

@@ -17,6 +17,7 @@ ranks barely communicate, or all compute) nobody is flagged: there is no wait to
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import sys
 import time
@@ -57,6 +58,7 @@ class RankRow:
     collectives: dict[str, int] = field(default_factory=dict)
     straggler: bool = False
     error: str = ""
+    gpu_health: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -110,10 +112,11 @@ def _quiet_and_progress(log: Any, now: float) -> tuple[dict[int, tuple[float, st
             return last_writes(log.ranks_dir), {r: read_tail(p) for r, (p, _n) in files.items()}
     if not log.output:
         return {}, {}
-    # the local scheduler's one combined log: every line "[rankN]: ...", one write time for all
+    # the local scheduler's one combined log: every line "[rankN]: ...", one write time for all. A tqdm
+    # redraw ends in "\r", not a newline: each "\r[rankN]: " starts that rank's own segment.
     text = read_tail(log.output, 512 * 1024)
     tails: dict[int, list[str]] = {}
-    for line in text.split("\n"):
+    for line in re.split(r"\n|\r(?=\[rank\d+\]: )", text):
         if line.startswith("[rank"):
             head, _, rest = line.partition("]: ")
             if head[5:].isdigit():
@@ -135,7 +138,8 @@ def gather(samples: Iterable[RankSample], log: Any, world: Optional[int] = None,
     for s in samples:
         pct = round(100.0 * s.in_collective / s.samples, 1) if s.samples else None
         rows[s.rank] = RankRow(s.rank, s.host, s.state, s.pid, s.cpu_pct, s.rss_mb, s.gpu_util, s.gpu_mem_mb,
-                               samples=s.samples, collective_pct=pct, collectives=dict(s.calls), error=s.error)
+                               samples=s.samples, collective_pct=pct, collectives=dict(s.calls), error=s.error,
+                               gpu_health=s.gpu_health)
     for r in set(writes) | set(range(world or 0)):
         if r not in rows:
             rows[r] = RankRow(r, writes.get(r, (0.0, ""))[1], "gone")
@@ -175,13 +179,14 @@ def table(rows: Sequence[RankRow], fold: Optional[bool] = None) -> list[str]:
 
     fold = len(rows) > FOLD_AT if fold is None else fold
     if not fold:
+        gpu = any(r.gpu_health for r in rows)  # the health column only where an NVIDIA GPU answered
         lines = [f"{'RANK':>4} {'HOST':<10} {'STATE':<9} {'CPU%':>5} {'RSS_MB':>7} {'GPU%':>4} {'GPU_MB':>6} "
-                 f"{'QUIET':>5} {'COLL%':>5}  PROGRESS"]
+                 + (f"{'GPU_HEALTH':<12} " if gpu else "") + f"{'QUIET':>5} {'COLL%':>5}  PROGRESS"]
         for r in rows:
             coll = _fmt(r.collective_pct) + ("*" if r.straggler else "")
             lines.append(f"{r.rank:>4} {r.host[:10]:<10} {r.state[:9]:<9} {_fmt(r.cpu_pct):>5} {_fmt(r.rss_mb):>7} "
-                         f"{_fmt(r.gpu_util):>4} {_fmt(r.gpu_mem_mb):>6} {_fmt(r.quiet_s):>5} {coll:>5}  "
-                         f"{progress_text(r.progress)}")
+                         f"{_fmt(r.gpu_util):>4} {_fmt(r.gpu_mem_mb):>6} " + (f"{r.gpu_health or '-':<12} " if gpu else "")
+                         + f"{_fmt(r.quiet_s):>5} {coll:>5}  {progress_text(r.progress)}")
     else:
         lines = [f"{'HOST':<10} {'RANKS':<10} {'STATES':<14} {'CPU%':>5} {'RSS_MB':>7} {'QUIET':>5} "
                  f"{'COLL%':>9}  STRAGGLERS"]

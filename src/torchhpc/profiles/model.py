@@ -47,6 +47,7 @@ FIELD_DOCS: dict[str, str] = {
     "hang_timeout": "seconds without output or CPU use after which ranks count as hung (--hang-timeout)",
     "max_no_progress": "attempts in a row without a checkpoint advance before the job ends with no-progress; 0: never (--max-no-progress)",
     "checkpoint_dir": "where the program saves checkpoints; the newest one's step tells the supervisor it advanced (--checkpoint-dir)",
+    "flight_recorder": "collectives each rank's Flight Recorder keeps for the hang verdict, or off (--flight-recorder)",
 }
 
 _INT = ("gpus_per_node", "cpus_per_gpu", "spares", "max_restarts", "hang_timeout", "max_no_progress")
@@ -102,6 +103,7 @@ class Profile:
     hang_timeout: Optional[int] = None
     max_no_progress: Optional[int] = None
     checkpoint_dir: Optional[str] = None
+    flight_recorder: Optional[str] = None
     # [USER@]HOST of the site's login node: --remote's default (docs/remote.md)
     remote: Optional[str] = None
 

@@ -3,7 +3,9 @@
 A JSON list; each object holds ``attempt`` (0, 1, ...), ``nodes`` (the step's nodes),
 ``class`` (the verdict's class, ``null`` for a success), ``excluded`` (nodes excluded after it),
 ``started`` and ``ended`` (epoch seconds), ``exit_code``, ``rank`` and ``detail`` (the first
-failed rank and its error line, when known). A requeued job appends to the same file, so the
+failed rank and its error line, when known), ``found_by`` (how the supervisor learnt of the
+failure: ``probe``, its liveness check of the step's nodes, which stops the step itself;
+``hang-watch``; ``step-end``, the step ended by itself; ``""`` for a success). A requeued job appends to the same file, so the
 list is the job's whole history and ``TORCHHPC_RESTART_COUNT`` is its length so far.
 
 The parts of a recovery (``torchhpc events`` reads them; all optional, ``null`` when not known;
@@ -46,7 +48,7 @@ class Attempt:
     launched: Optional[float] = None
     first_line: Optional[float] = None
     fault: Optional[float] = None
-    found_by: Optional[str] = None
+    found_by: str = ""
     teardown_s: Optional[float] = None
     health_s: Optional[float] = None
     health: dict[str, str] = field(default_factory=dict)

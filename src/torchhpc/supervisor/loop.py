@@ -68,8 +68,8 @@ class Outcome:
     # the ranks of the dying node itself, before its link was gone), not by a warning. A time-limit
     # warning at the very moment a node dies is lost with it: the restarted or requeued job runs on.
     teardown: bool = False
+    found_by: str = "step-end"  # attempts.json's found_by: probe, hang-watch, or the step ended by itself
     fault: Optional[float] = None  # when the supervisor saw the failure (attempts.json's parts of a recovery)
-    found_by: Optional[str] = None  # "probe", "step-end" or "hang-watch"
     teardown_s: Optional[float] = None
     first_line: Optional[float] = None
 
@@ -119,7 +119,8 @@ class Supervisor:
             out = self._attempt(attempt)
             attempt.ended, attempt.klass, attempt.exit_code = self.clock(), out.klass, out.rc
             attempt.rank, attempt.detail = out.rank, out.detail[:300]
-            attempt.fault, attempt.found_by, attempt.teardown_s = out.fault, out.found_by, out.teardown_s
+            attempt.found_by = out.found_by if out.klass is not None else ""
+            attempt.fault, attempt.teardown_s = out.fault, out.teardown_s
             attempt.first_line = out.first_line
             attempt.checkpoint_step = progress.after(out.klass)
             excluded |= set(out.dead)
@@ -252,7 +253,7 @@ class Supervisor:
             if rc is not None:
                 seen = self.clock()
                 out = self._judge(rc, attempt, sizes)
-                out.fault, out.found_by, out.teardown_s = (seen, "step-end", 0.0) if out.klass else (None, None, None)
+                out.fault, out.teardown_s = (seen, 0.0) if out.klass else (None, None)
                 out.first_line = first_line
                 return out
             now = self.clock()

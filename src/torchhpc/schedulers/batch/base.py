@@ -6,15 +6,11 @@ A batch script is always the same story, told once here::
     -> rendezvous (host list, MASTER_ADDR, MASTER_PORT) -> network presets/detection
     -> per-task shim -> stop protocol -> launch -> wait -> exit status
 
-A backend (:mod:`~torchhpc.schedulers.slurm.slurm`, :mod:`~torchhpc.schedulers.pbs.pbs`)
-supplies only data and parsers: its directive prefix and lines, the variable
-holding the job id, how to list the hosts, the launch step, how it is warned
-before the end (Slurm signals the batch shell; PBS gives no warning, so the
-script keeps its own timer), the submit argv and how to read the job id back.
+A backend (:mod:`~torchhpc.schedulers.slurm.slurm`, :mod:`~torchhpc.schedulers.pbs.pbs`) supplies
+only data and parsers: directives, the job id's variable, the host list, the launch step, how it is
+warned before the end (Slurm signals; PBS does not, the script keeps a timer), the submit argv.
 
-Every variable the script uses for itself starts with ``_torchhpc_`` so that a
-user's ``--env _n=...`` (or any name) is never overwritten by the script; user
-variables with that prefix are refused where ``--env`` is parsed.
+The script's own variables start with ``_torchhpc_`` (refused in ``--env``): a user's are never overwritten.
 """
 
 from __future__ import annotations
@@ -28,37 +24,30 @@ from typing import Any, ClassVar
 from torchhpc.core.shell import Raw, TrustedScript, join, quote, split_words, wrap_command
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import SchedulerError
-from torchhpc.jobdir.files import keep, make_dirs
+from torchhpc.jobdir.files import keep, make_dirs, write_new, write_same
 from torchhpc.jobdir.log_wiring import LOG_VAR, LOG_WRAPPER, job_dir
 from torchhpc.jobdir.record import dependency_record, new_record, save_record
 from torchhpc.launchers import SHIM_VAR, launcher_of
 from torchhpc.schedulers.api import Scheduler, Submission
 from torchhpc.schedulers.batch.script import (
+    boot_lines,
     default_python,
     env_block,
     header_lines,
+    job_boot,
     read_log,
     script_path,
 )
 from torchhpc.schedulers.batch.step import array_lines, launch_breaks
 
-__all__ = [
-    "PREFIX",
-    "WAIT_LINES",
-    "BatchScheduler",
-    "stop_file",
-]
+__all__ = ["PREFIX", "WAIT_LINES", "BatchScheduler", "stop_file"]
 
 # Shell variables of the script itself (never a user's): see the module docstring.
 PREFIX = "_torchhpc_"
 
-# Run the step in the background, so traps fire while it runs (bash defers traps until a
-# foreground command ends), and wait for it. A trap interrupts `wait` with 128+signal while
-# the step may run on; bash keeps the status of a child it reaped (also one reaped while the
-# trap ran), so after a wait that a trap cut short we wait again: at once the step's own
-# status if it ended meanwhile, else until it ends. The old `while kill -0` test lost the
-# status of a step that ended between the trap and the test (a requeue test saw exit 140 after a
-# clean checkpoint).
+# The step runs in the background (bash defers traps until a foreground command ends). A trap cuts `wait`
+# short with 128+signal; bash keeps a reaped child's status, so we wait again: the step's own status. (`while
+# kill -0` lost the status of a step that ended between trap and test: exit 140 after a clean checkpoint.)
 WAIT_COMMENT = (
     "# Wait for the step (in the background, so traps fire while it runs); a trap cuts `wait` short with",
     "# 128+signal while the step runs on: wait again for the step's own status.",
@@ -81,18 +70,14 @@ def stop_file(spec: JobSpec) -> str:
 
 # MASTER_ADDR, defined once in every script's helpers and called as `_torchhpc_master_addr HOST`.
 MASTER_ADDR_LINES = (
-    "# MASTER_ADDR unless set: the host's IPv4 (torch's TCPStore prefers an address), else its name",
-    "# (|| true: under pipefail an unresolvable name must fall back to the name, not end the job).",
+    "# MASTER_ADDR unless set: the host's IPv4 (TCPStore prefers one), else its name (|| true: not fatal under pipefail).",
     "_torchhpc_master_addr() {",
     '  MASTER_ADDR="${MASTER_ADDR:-$( (getent ahostsv4 "$1" || true) | awk \'NR==1{print $1}\')}"',
     '  MASTER_ADDR="${MASTER_ADDR:-$1}"',
     "}",
 )
 
-LOG_COMMENT = (
-    "# Each rank's stdout and stderr into its own file, $TORCHHPC_RANKS_DIR/rank-N@NODE.log, written by the",
-    "# rank itself (whole lines); the rank from the first set variable named in $1. Then it execs the rest.",
-)
+LOG_COMMENT = ("# Each rank's output into $TORCHHPC_RANKS_DIR/rank-N@NODE.log (N: the first set variable named in $1), then exec.",)
 
 
 def _indent(lines: list[str], by: str = "  ") -> list[str]:
@@ -116,10 +101,7 @@ class BatchScheduler(Scheduler):
     array_index_ref: ClassVar[str] = ""
     # "{spec}"-free description for the start line, e.g. "$SLURM_JOB_ID on $SLURM_JOB_NODELIST"
     job_label: ClassVar[str] = ""
-    # torchrun's workers go through the shim too (their agents run in a one-task-per-node step whose
-    # SLURM_* they inherit): set where the scheduler leaves such variables behind.
-    torchrun_worker_shim: ClassVar[bool] = False
-    shim_comment: ClassVar[str] = "# Per-task shim: maps the launcher's rank variables to RANK, LOCAL_RANK, ... then execs."
+    shim_comment: ClassVar[str] = "# Per-task shim: RANK, LOCAL_RANK... from the launcher; SLURM_*, OMPI_* true or unset (docs/compat.md)."
     # stop protocol: traps before anything else (a warning may come early) or just before the step
     traps_first: ClassVar[bool] = True
     stop_comment: ClassVar[str] = ""
@@ -204,7 +186,8 @@ class BatchScheduler(Scheduler):
         rendezvous, one launch command wrapped at its arguments), then torchhpc's helpers, marked
         as generated, and ``main "$@"`` on the last line (bash needs a function defined before it runs).
 
-        The script stays self-contained: ``sbatch``/``qsub`` of the file by hand works.
+        By hand (``sbatch``/``qsub`` of the file) it runs too; where its boot directory is missing, without
+        the exit cures, said in one line (script.boot_lines).
         """
         self.check(spec)
         lines = header_lines("#!/bin/bash", self.how_to_submit)
@@ -231,6 +214,7 @@ class BatchScheduler(Scheduler):
             f'launcher {spec.launcher}, {spec.nodes}x{spec.nproc_per_node} ranks"',
             *self.check_lines(spec),
             *self.log_lines(spec),
+            *boot_lines(spec),
             "",
         ]
         launcher = launcher_of(spec)
@@ -260,8 +244,6 @@ class BatchScheduler(Scheduler):
     def supervised_lines(self, spec: JobSpec, launch: list[str], stopping: bool) -> list[str]:
         """The launch as the bash function ``_torchhpc_step``, run by the in-allocation supervisor
         (:mod:`torchhpc.supervisor`) on N healthy nodes per attempt, restarted by policy."""
-        from torchhpc.jobdir.log_wiring import LOG_VAR
-
         text = "\n".join(launch)
         helpers = [v for v in (LOG_VAR, SHIM_VAR) if v in text]
         lines = [
@@ -345,13 +327,9 @@ class BatchScheduler(Scheduler):
         return []
 
     def container_setup_lines(self, spec: JobSpec) -> list[str]:
-        if spec.container is None:
-            return []
-        try:
-            from torchhpc.containers import setup_lines
-        except ImportError:
-            return []
-        return setup_lines(spec.container)
+        from torchhpc.containers import setup_lines
+
+        return [] if spec.container is None else setup_lines(spec.container)
 
     def network_lines(self, spec: JobSpec) -> list[str]:
         """``--network``: the presets with setdefault semantics, then ``auto`` detection on the first node.
@@ -369,12 +347,9 @@ class BatchScheduler(Scheduler):
         """Time limit and preemption: the stop file, the traps (``_torchhpc_arm_stop``), and the wait
         for the step in the background with what follows it (``_torchhpc_wait_step``).
 
-        Why a file and not a signal: torchrun's agent turns signals into its own
-        shutdown, mpirun and container runtimes forward them differently, and
-        NCCL claims signals of its own. A file on the job's output directory is
-        seen the same way by every rank under every launcher and runtime; ranks
-        poll it with ``torchhpc.dist.should_stop()`` (one small all_reduce per
-        step, so all stop at the same step), checkpoint, and exit.
+        Why a file and not a signal: torchrun's agent, mpirun, container runtimes and NCCL each
+        handle signals their own way; every rank sees a file in the output directory the same way,
+        polls it with ``torchhpc.dist.should_stop()`` (one small all_reduce: all stop at the same step).
         """
         return [
             "# The stop protocol (docs/nothing-lost.md): a stop file every rank polls with torchhpc.dist.should_stop().",
@@ -409,7 +384,7 @@ class BatchScheduler(Scheduler):
             argv=self.submit_argv(path),
             script=script,
             script_path=path,
-            files=((path, script),),
+            files=((path, script), *job_boot(spec)[1]),  # the boot copy, where the job's Python lacks torchhpc
         )
 
     def schedule(self, submission: Submission) -> str:
@@ -418,8 +393,10 @@ class BatchScheduler(Scheduler):
         The script's display name (``<output-dir>/<name>.sbatch``) may be the user's own file:
         it is never written (schedulers/files.py). A submission that fails removes what it made.
         """
-        written = submission.write_files(private=True)
         path = submission.script_path or ""
+        # the boot copy (script.job_boot) at its content's name, shared by jobs; then the script, privately
+        boot = [write_same(p, text) for p, text in submission.files if p != path]
+        written = write_new([f for f in submission.files if f[0] == path], private=True)
         tmp = written.paths.get(path, path)
         argv = list(submission.argv)
         if path and argv and argv[-1] == path:
@@ -429,10 +406,11 @@ class BatchScheduler(Scheduler):
             job_id = self.parse_job_id(done.stdout)
             if not job_id:
                 raise SchedulerError(f"{self.submit_command} printed {done.stdout.strip()!r}, not a job id")
+            script = self.place_script(submission, job_id, tmp) if path else ""
         except BaseException:
-            written.remove()
+            for made in [written, *boot]:
+                made.remove()
             raise
-        script = self.place_script(submission, job_id, tmp) if path else ""
         spec = submission.spec
         save_record(new_record(
             self.name,

@@ -5,12 +5,14 @@ The job record lives in :mod:`torchhpc.jobdir.record`."""
 from __future__ import annotations
 
 import os
+import sys
 
 from torchhpc import __version__
-from torchhpc.core.shell import export_lines
+from torchhpc.core.shell import export_lines, quote
 from torchhpc.core.spec import JobSpec
+from torchhpc.launchers.boot import BOOT_DIR, BOOT_VAR, boot_hash, boot_source
 
-__all__ = ["default_python", "env_block", "header_lines", "read_log", "script_path"]
+__all__ = ["boot_lines", "default_python", "env_block", "header_lines", "job_boot", "read_log", "script_path"]
 
 
 def header_lines(shebang: str, how_to_submit: str) -> list[str]:
@@ -45,9 +47,26 @@ def default_python(spec: JobSpec, python: str | None = None) -> str:
         return spec.entrypoint.python
     if spec.container is not None:
         return "python"
-    import sys
-
     return sys.executable or "python3"
+
+
+def job_boot(spec: JobSpec) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The boot directory of the job's ranks (the exit cures, launchers/boot.py) and the file to write for it:
+    this Python's installed ``boot/`` where the job runs this Python, nothing to write; else (a container, ``--python``)
+    a copy in the output directory (every node and container sees it), named by its content, written at submit."""
+    if spec.container is None and default_python(spec) == sys.executable:
+        return BOOT_DIR, ()
+    where = os.path.join(os.path.abspath(spec.output_dir), f".torchhpc-boot-{boot_hash()}")
+    return where, ((os.path.join(where, "sitecustomize.py"), boot_source()),)
+
+
+def boot_lines(spec: JobSpec) -> list[str]:
+    """The script's part of the exit cures: export the boot directory; the task shim puts it on PYTHONPATH."""
+    return [
+        "# The exit cures in every rank (gloo settle, destroy guard): the task shim puts this first on PYTHONPATH.",
+        f"export {BOOT_VAR}={quote(job_boot(spec)[0])}",
+        f'[ -f "${BOOT_VAR}/sitecustomize.py" ] || echo "torchhpc: no exit cures: ${BOOT_VAR} has no sitecustomize.py" >&2',
+    ]
 
 
 def script_path(spec: JobSpec, suffix: str) -> str:

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from torchhpc.core.shell import Raw, join, quote, split_words
 from torchhpc.core.spec import ContainerSpec, JobSpec
-from torchhpc.launchers import launcher_of, torchrun_argv
+from torchhpc.launchers import torchrun_argv
 from torchhpc.schedulers.batch.script import default_python
 
 __all__ = [
@@ -30,12 +30,11 @@ __all__ = [
 
 
 def job_container(spec: JobSpec, container: ContainerSpec) -> ContainerSpec:
-    """The job's container, with the output directory bound when ranks must see the stop file there,
-    or write their log files from inside (torchrun's workers; pyxis runs the whole task inside)."""
-    if spec.stop_signal_seconds or spec.requeue or launcher_of(spec).per_node or container.runtime == "pyxis":
-        out = os.path.abspath(spec.output_dir)
-        if not any(b.split(":")[0] == out for b in container.binds):
-            return replace(container, binds=(*container.binds, out))
+    """The job's container, with the output directory bound: its ranks read torchhpc's boot copy there
+    (script.job_boot), the stop file, and write their log files from inside (torchrun's workers, pyxis)."""
+    out = os.path.abspath(spec.output_dir)
+    if not any(b.split(":")[0] == out for b in container.binds):
+        return replace(container, binds=(*container.binds, out))
     return container
 
 

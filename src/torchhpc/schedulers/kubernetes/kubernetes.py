@@ -2,12 +2,8 @@
 
 ``--opt api=trainjob`` (the default; :mod:`torchhpc.schedulers.kubernetes.trainjob`)
 renders ``trainer.kubeflow.org/v1alpha1``. ``--opt api=pytorchjob`` keeps the
-training-operator v1 render (``kubeflow.org/v1``) for clusters that still run
-it: one Master pod plus ``nodes - 1`` Worker pods; each pod runs torchrun once
-with ``--nproc-per-node`` processes. The operator sets ``MASTER_ADDR``/``MASTER_PORT``
-and, per pod, ``RANK`` (the pod's index; newer operators also ``PET_NODE_RANK``).
-Its ``WORLD_SIZE`` counts pods in older releases and processes in newer ones,
-so we never read it: ``--nnodes`` is written in at render time.
+training-operator v1 render (``kubeflow.org/v1``, :mod:`torchhpc.schedulers.kubernetes.pytorchjob`)
+for clusters that still run it.
 
 The manifest is emitted as YAML by a tiny deterministic emitter (PyYAML is not a
 runtime dependency). ``submit`` pipes it to ``kubectl apply -f -`` when kubectl
@@ -22,34 +18,22 @@ import os
 import re
 import urllib.parse
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
-from torchhpc.core.shell import Raw, join
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.validate import check_dns_label
 from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.jobdir.record import JobRecord, new_record, read_record, record_dir, save_record
-from torchhpc.launchers import get_launcher, torchrun_argv
-from torchhpc.launchers.boot import boot_shell
-from torchhpc.network.presets import auto_lines, wants_auto
+from torchhpc.launchers import get_launcher
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.kubernetes import trainjob as tj
 from torchhpc.schedulers.kubernetes.kube_io import KubeAPI, to_yaml
-from torchhpc.schedulers.kubernetes.pods import (
-    RDMA_ANNOTATION,
-    k8s_name,
-    normalized_options,
-    pairs,
-    volume_claims,
-)
+from torchhpc.schedulers.kubernetes.pods import normalized_options
+from torchhpc.schedulers.kubernetes.pytorchjob import CONTAINER, GROUP_PATH, manifest
 from torchhpc.schedulers.options import Option, declare
 
 __all__ = ["GROUP_PATH", "KubeAPI", "KubernetesScheduler", "manifest", "status_from_job", "to_yaml"]
 
-GROUP_PATH = "/apis/kubeflow.org/v1"
-CONTAINER = "pytorch"  # the operator finds the training container by this name
-PORT_NAME, PORT = "pytorchjob-port", 23456  # the operator's defaults, written out
 
 # Per API: (kubectl resource, API group path, plural, container to read logs from, how to check the cluster has it).
 APIS: dict[str, tuple[str, str, str, str, str]] = {
@@ -58,105 +42,6 @@ APIS: dict[str, tuple[str, str, str, str, str]] = {
     "pytorchjob": ("pytorchjobs.kubeflow.org", GROUP_PATH, "pytorchjobs", CONTAINER,
                    "`kubectl get crd pytorchjobs.kubeflow.org` (Kubeflow training-operator v1)"),
 }
-
-
-# --- the PyTorchJob manifest ------------------------------------------------------------
-
-
-def pod_script(spec: JobSpec, python: str) -> str:
-    """``bash -c`` text: torchrun over pods. The script's own arguments arrive as ``"$@"``,
-    so they are never parsed by a shell."""
-    # A leading "--" of the program stays in the text: torchrun would drop it from "$@".
-    bare = spec.with_(entrypoint=replace(spec.entrypoint, args=_lead(spec)))
-    argv = torchrun_argv(
-        bare,
-        python,
-        nnodes=str(spec.nodes),
-        rdzv_id="",
-        endpoint="",
-        node_rank=Raw('"${PET_NODE_RANK:-$RANK}"'),
-        extra=["--tee", "3"],
-    )
-    start = ""
-    if spec.network and wants_auto(spec.network):
-        # --network auto at pod start: NCCL_IB_GID_INDEX, NCCL_IB_HCA... from this pod's sysfs.
-        start = "; ".join(ln for ln in auto_lines(python) if not ln.startswith("#")) + "; "
-    # The exit cures (launchers/boot.py): the pod's shell writes the boot directory, torchrun's workers inherit it.
-    return boot_shell() + start + "exec " + join([*argv, Raw('"$@"')])
-
-
-def _lead(spec: JobSpec) -> tuple[str, ...]:
-    return ("--",) if spec.entrypoint.args[:1] == ("--",) else ()
-
-
-def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
-    """The PyTorchJob object, as plain data (the same dict is YAML for kubectl and JSON for the API)."""
-    opts = normalized_options(spec)
-    spec = spec.with_(options=tuple(opts.items()))
-    python = spec.entrypoint.python or "python"
-    limits = tj.resources(spec, opts)
-    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    shm: dict[str, Any] = {"medium": "Memory"}
-    if opts.get("shm_size"):
-        shm["sizeLimit"] = tj.quantity(opts["shm_size"], "shm_size (from --opt)")
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
-    for i, c in enumerate(volume_claims(spec, opts)):
-        mount: dict[str, Any] = {"name": f"pvc-{i}", "mountPath": c.path}
-        claim: dict[str, Any] = {"claimName": c.claim}
-        if c.read_only:
-            mount["readOnly"] = claim["readOnly"] = True
-        mounts.append(mount)
-        volumes.append({"name": f"pvc-{i}", "persistentVolumeClaim": claim})
-    container: dict[str, Any] = {
-        "name": CONTAINER,
-        "image": image,
-        "imagePullPolicy": opts.get("image_pull_policy", "IfNotPresent"),
-        "command": ["bash", "-c", pod_script(spec, python), "torchhpc-pod", *spec.entrypoint.args[len(_lead(spec)):]],
-    }
-    if opts.get("workdir"):
-        container["workingDir"] = opts["workdir"]
-    # For torchhpc's env detector: the operator's RANK/WORLD_SIZE count pods, this says how many processes each.
-    env = [("TORCHHPC_NPROC_PER_NODE", str(spec.nproc_per_node)), *spec.env]
-    container["env"] = [{"name": k, "value": v} for k, v in env]
-    container["ports"] = [{"name": PORT_NAME, "containerPort": PORT}]
-    if limits:
-        container["resources"] = {"limits": limits, "requests": dict(limits)}
-    container["volumeMounts"] = mounts
-    pod_spec: dict[str, Any] = {"containers": [container], "volumes": volumes}
-    if opts.get("service_account"):
-        pod_spec["serviceAccountName"] = opts["service_account"]
-    if opts.get("node_selector"):
-        pod_spec["nodeSelector"] = dict(pairs(opts, "node_selector"))
-    if opts.get("toleration"):
-        pod_spec["tolerations"] = tj.tolerations(opts)
-    annotations = dict(pairs(opts, "annotation"))
-    if opts.get("rdma"):
-        annotations[RDMA_ANNOTATION] = opts["rdma"]
-    template: dict[str, Any] = {"spec": pod_spec}
-    if annotations:
-        template = {"metadata": {"annotations": annotations}, "spec": pod_spec}
-    restart = opts.get("restart_policy", "Never")
-    replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": restart, "template": template}}
-    if spec.nodes > 1:
-        replicas["Worker"] = {"replicas": spec.nodes - 1, "restartPolicy": restart, "template": template}
-    # --max-restarts is runPolicy.backoffLimit (the larger of the two, when both are given)
-    backoff = max(int(opts.get("backoff_limit", "0")), spec.max_restarts)
-    run_policy: dict[str, Any] = {"cleanPodPolicy": "None", "backoffLimit": backoff}
-    if spec.time_seconds:
-        run_policy["activeDeadlineSeconds"] = spec.time_seconds
-    labels = {"app.kubernetes.io/managed-by": "torchhpc"}
-    if opts.get("queue"):
-        labels[tj.QUEUE_LABEL] = opts["queue"]
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": k8s_name(spec.name), "namespace": namespace, "labels": labels},
-        "spec": {
-            "nprocPerNode": str(spec.nproc_per_node),
-            "runPolicy": run_policy,
-            "pytorchReplicaSpecs": replicas,
-        },
-    }
 
 
 def _job_name(name: str) -> str:

@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from torchhpc.core.shell import Raw, join
+from torchhpc.core.shell import Raw, join, wrap_command
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import parse_size
 from torchhpc.errors import SpecError
@@ -165,9 +165,9 @@ def pod_script(spec: JobSpec, python: str, opts: Mapping[str, str]) -> str:
     lines += list(spec.setup)
     if spec.network and wants_auto(spec.network):
         lines += [ln for ln in auto_lines(python, "PET_MASTER_ADDR") if not ln.startswith("#")]
-    lines.append("exec " + join([*argv, Raw('"$@"')]))
+    lines += wrap_command("exec " + join([*argv, Raw('"$@"')]), indent="")  # a manifest line a person can read
     # The exit cures (launchers/boot.py): the pod's shell writes the boot directory, torchrun's workers inherit it.
-    return boot_shell() + "; ".join(lines)
+    return boot_shell() + "\n".join(lines)
 
 
 def _lead(spec: JobSpec) -> tuple[str, ...]:

@@ -358,6 +358,7 @@ class LocalScheduler(Scheduler):
         dependencies: bool = True,
         log: Optional[IO[str]] = None,
         restart_count: int = 0,
+        job_dir: str | None = None,
     ) -> int:
         """Start every rank, relay its output, stop all when one fails; 0 or :class:`JobFailed`.
 
@@ -366,6 +367,7 @@ class LocalScheduler(Scheduler):
         ``log`` receives every rank's prefixed lines as well (a foreground run's ``output.log``).
         ``restart_count``: the attempts before this one (``--max-restarts``, supervisor/restarts.py),
         given to the ranks as ``TORCHHPC_RESTART_COUNT`` and torchrun's ``TORCHELASTIC_RESTART_COUNT``.
+        ``job_dir``: the run's directory, where the ranks' Flight Recorder dumps go (``fr/``).
         """
         spec = submission.spec
         if spec.after and dependencies:
@@ -384,6 +386,8 @@ class LocalScheduler(Scheduler):
         rid = run_id or fixed.get("TORCHELASTIC_RUN_ID") or new_run_id()
         base = {k: v for k, v in os.environ.items() if k not in STALE}
         base.update(common_env(spec))
+        if job_dir:
+            base.setdefault("TORCHHPC_FR_DIR", os.path.join(job_dir, "fr"))
         envs = [
             {**base, **rank_env(spec, r, master_addr=addr, master_port=port, run_id=rid),
              **_restart_env(spec, restart_count)}

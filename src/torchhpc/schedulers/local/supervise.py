@@ -82,7 +82,7 @@ def supervise(d: Path, scheduler: Any, attempts: Callable[[Path, Submission], At
             print(f"torchhpc: attempt {count} adds to the program: {' '.join(extra)}", file=sys.stderr, flush=True)
             this = dataclasses.replace(submission, argv=(*submission.argv, *extra))
         return int(scheduler.run(this, run_id="local-" + d.name, stdout=sys.stdout, stderr=sys.stdout,
-                                 dependencies=False, restart_count=count))
+                                 dependencies=False, restart_count=count, job_dir=str(d)))
 
     tries = attempts(d, submission)
     try:

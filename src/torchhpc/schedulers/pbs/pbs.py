@@ -33,6 +33,7 @@ from torchhpc.jobdir.log_wiring import LOG_DIR_VAR, LOG_REF, job_dir, log_argv, 
 from torchhpc.jobdir.logs import filter_rank
 from torchhpc.jobdir.record import read_record, update_record
 from torchhpc.launchers import SHIM_VAR, get_launcher, launcher_of, mpirun_argv, task_argv
+from torchhpc.launchers.boot import BOOT_VAR
 from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.api import JobStatus, Submission
 from torchhpc.schedulers.batch.base import BatchScheduler
@@ -119,8 +120,6 @@ class PBSScheduler(BatchScheduler):
     # PBS Pro sets PBS_ARRAY_INDEX, Torque PBS_ARRAYID
     array_index_ref = '"${PBS_ARRAY_INDEX:-${PBS_ARRAYID:-}}"'
     job_label = "$PBS_JOBID on ${_torchhpc_hosts[*]}"
-    shim_comment = "# Per-task shim: maps OMPI_COMM_WORLD_* to RANK, WORLD_SIZE, LOCAL_RANK, ... then execs."
-    torchrun_worker_shim = True  # for the exit cures it writes (launchers/boot.py)
     # PBS sends no warning before the walltime kill: the traps are set just before the step starts.
     traps_first = False
     stop_comment = "# Nothing lost: ask every rank to checkpoint and stop before the walltime (PBS gives no warning)."
@@ -222,7 +221,7 @@ class PBSScheduler(BatchScheduler):
         python = default_python(spec)
         opts = self.settings(spec)
         # PATH as the seed does, but not into a container: the image's own PATH must find its python.
-        exports = [*RENDEZVOUS_VARS, *(["PATH"] if spec.container is None else []), *job_env_names(spec)]
+        exports = [*RENDEZVOUS_VARS, *(["PATH"] if spec.container is None else []), BOOT_VAR, *job_env_names(spec)]
         if spec.stop_signal_seconds:
             exports.append("TORCHHPC_STOP_FILE")
         launcher = launcher_of(spec)

@@ -1,7 +1,8 @@
 """Why a Slurm job is pending, from what Slurm says: squeue, sinfo, sacctmgr, and the job's scontrol record.
 
 :func:`queries` names the calls one ``status`` makes, all at once (one round, run concurrently
-by :func:`explain`): the partition's nodes (``sinfo``), its queue (``squeue``), and only where the
+by :func:`explain`): the partition's nodes (``sinfo``) and what each has left (``scontrol show
+node``: a partly used node with room for the job fits it), its queue (``squeue``), and only where the
 job's reason asks for them, the dependencies' states and the QOS or association limit
 (``sacctmgr``). :func:`classify` is a pure function of their parsed output, unit-tested on
 output recorded from the dev cluster (tests/data/slurm/pending/).
@@ -117,6 +118,8 @@ def queries(job: Mapping[str, str]) -> dict[str, list[str]]:
     out = {
         "nodes": ["sinfo", "-h", "-N", "-p", part, "-o", SINFO_FORMAT],
         "queue": ["squeue", "-h", "-p", part, "-t", "PD,R,CG,CF,S", "-o", SQUEUE_FORMAT],
+        # what a partly used (mixed) node has left: sinfo's -o has no allocated memory
+        "use": ["scontrol", "show", "node", "-o"],
     }
     deps = [d for _k, d, _m in dependencies(job.get("Dependency", ""))]
     if deps:
@@ -208,22 +211,52 @@ def _fit(nodes: Sequence[NodeRow], job: Mapping[str, str]) -> list[NodeRow]:
     return [n for n in nodes if all(f in n.features for f in feats) and n.cpus >= cpus]
 
 
-def _idle(nodes: Sequence[NodeRow], job: Mapping[str, str]) -> int:
-    return sum(1 for n in _fit(nodes, job) if n.state.rstrip("*~#!%$@^-").lower() == "idle")
+def _room(use: str, job: Mapping[str, str]) -> set[str]:
+    """The nodes of ``scontrol show node -o`` with the CPUs and memory one node of the job needs free.
+
+    CPUs per node: MinCPUsNode, or the job's CPUs over its nodes. Memory only where the job asks some
+    (MinMemoryNode, MinMemoryCPU x CPUs): without it (MinMemoryNode=0) Slurm does not count memory.
+    """
+    nodes = max(1, _int(job.get("NumNodes", "1")))
+    cpus = max(_int(job.get("MinCPUsNode", "1")), -(-_int(job.get("NumCPUs", "1")) // nodes))
+    mem = _amount("=" + job.get("MinMemoryNode", "0")) or _amount("=" + job.get("MinMemoryCPU", "0")) * cpus
+    out = set()
+    for line in use.splitlines():
+        f = dict(re.findall(r"(?:^|\s)(\w+)=(\S*)", line))
+        total = _int(f.get("CPUEfctv", "") or f.get("CPUTot", "0"))
+        if "NodeName" in f and total - _int(f.get("CPUAlloc", "0")) >= cpus and (
+                not mem or _int(f.get("RealMemory", "0")) - _int(f.get("AllocMem", "0")) >= mem):
+            out.add(f["NodeName"])
+    return out
 
 
-def _tally(nodes: Sequence[NodeRow], job: Mapping[str, str], queue: Sequence[QueueRow]) -> list[str]:
+def _state(n: NodeRow, room: set[str]) -> str:
+    """idle, mixed (partly used, with room for the job), allocated (no room), drained, down, ..."""
+    s = n.state.rstrip("*~#!%$@^-").lower()
+    if s == "mixed" and n.node in room:
+        return "mixed"
+    return ("idle" if s == "idle" else "allocated" if s in ("allocated", "mixed", "completing")
+            else "drained" if s.startswith("drain") else "down" if s.startswith("down") else s)
+
+
+def _free(nodes: Sequence[NodeRow], job: Mapping[str, str], use: str) -> int:
+    """The nodes that could take one node of the job now: idle, or mixed with room for it."""
+    room = _room(use, job)
+    return sum(1 for n in _fit(nodes, job) if _state(n, room) in ("idle", "mixed"))
+
+
+def _tally(nodes: Sequence[NodeRow], job: Mapping[str, str], queue: Sequence[QueueRow], use: str = "") -> list[str]:
     """The nodes that could fit the request, by state, and what the busy ones are doing."""
     fit = _fit(nodes, job)
+    room = _room(use, job)
     by: dict[str, list[str]] = {}
     for n in fit:
-        s = n.state.rstrip("*~#!%$@^-").lower()
-        key = ("idle" if s == "idle" else "allocated" if s in ("allocated", "mixed", "completing")
-               else "drained" if s.startswith("drain") else "down" if s.startswith("down") else s)
-        by.setdefault(key, []).append(n.node)
+        by.setdefault(_state(n, room), []).append(n.node)
     part = nodes[0].partition if nodes else job.get("Partition", "?")
-    counts = ", ".join(f"{len(by.get(k, []))} {k}" for k in ("idle", "allocated", "drained", "down"))
-    extra = "".join(f", {len(v)} {k}" for k, v in by.items() if k not in ("idle", "allocated", "drained", "down"))
+    shown = ("idle", "mixed", "allocated", "drained", "down")
+    counts = ", ".join(f"{len(by.get(k, []))} {'partly used with room for it' if k == 'mixed' else k}"
+                       for k in shown if k != "mixed" or by.get(k))
+    extra = "".join(f", {len(v)} {k}" for k, v in by.items() if k not in shown)
     asked = job.get("NumNodes", "?")
     lo, _, hi = asked.partition("-")
     asked = lo if hi in ("", lo) else asked
@@ -231,7 +264,7 @@ def _tally(nodes: Sequence[NodeRow], job: Mapping[str, str], queue: Sequence[Que
            f"node(s), {job.get('NumCPUs', '?')} CPU(s)"]
     running = [q for q in queue if q.state in ("RUNNING", "COMPLETING")]
     for q in running[:6]:
-        on = [h for h in expand(q.nodelist) if h in by.get("allocated", [])] if q.nodelist else []
+        on = [h for h in expand(q.nodelist) if h in by.get("allocated", []) + by.get("mixed", [])] if q.nodelist else []
         if on:
             end = f", until {q.end}" if q.end not in _UNSET else ""
             out.append(f"  {compress(on)}: job {q.job_id} ({q.name}, {q.user}, {q.nodes} node(s){end})")
@@ -264,7 +297,7 @@ def classify(job: Mapping[str, str], answers: Mapping[str, str]) -> Pending:
             action = "ask an administrator to set it up, or submit to another partition (sinfo lists them)"
         elif any(w.startswith("it asks") for w in never):
             action = f"ask for at most {len({n.node for n in nodes})} nodes, or another partition; cancel this one"
-        return Pending("never", summary, action, (*evidence, *never[1:], *_tally(nodes, job, queue)))
+        return Pending("never", summary, action, (*evidence, *never[1:], *_tally(nodes, job, queue, answers.get("use", ""))))
     if reason in _HELD:
         who = "an administrator" if reason == "JobHeldAdmin" else "its user (sbatch --hold or scontrol hold)"
         action = f"scontrol release {jid}" if reason != "JobHeldAdmin" else None
@@ -298,7 +331,7 @@ def classify(job: Mapping[str, str], answers: Mapping[str, str]) -> Pending:
     m = _LIMIT.match(reason)
     if m:
         return _limit(job, answers, m, evidence)
-    tally = _tally(nodes, job, queue)
+    tally = _tally(nodes, job, queue, answers.get("use", ""))
     me = _int(job.get("Priority", "0"))
     ahead = sorted((q for q in queue if q.state == "PENDING" and q.job_id != jid and q.priority > me),
                    key=lambda q: -q.priority)
@@ -308,12 +341,12 @@ def classify(job: Mapping[str, str], answers: Mapping[str, str]) -> Pending:
         evidence.append(f"Slurm's estimated start: {estimate}")
     if reason in ("Resources", "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions") \
             or reason.startswith("ReqNodeNotAvail"):
-        idle = _idle(nodes, job)
+        free = _free(nodes, job, answers.get("use", ""))
         action = None
         if estimate:
             action = f"nothing to change: Slurm expects it to start at {estimate}"
-        elif 0 < idle < asked:
-            action = f"--nodes {idle} would fit the idle nodes now"
+        elif 0 < free < asked:
+            action = f"--nodes {free} would fit the free nodes now"
         return Pending("resources", f"waiting for nodes: it asks {asked}, and not enough that fit it are free",
                        action, (*evidence, *tally, ahead_line))
     if reason == "Priority":

@@ -37,6 +37,7 @@ from torchhpc.jobdir.log_wiring import (
 from torchhpc.jobdir.logs import filter_rank
 from torchhpc.jobdir.record import update_record
 from torchhpc.launchers import SHIM_VAR, launcher_of, mpirun_argv, srun_argv, task_argv
+from torchhpc.launchers.boot import BOOT_VAR
 from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.batch.base import BatchScheduler
 from torchhpc.schedulers.batch.script import default_python, script_path
@@ -93,11 +94,6 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     job_id_ref = "$SLURM_JOB_ID"
     array_index_ref = '"$SLURM_ARRAY_TASK_ID"'
     job_label = "$SLURM_JOB_ID on $SLURM_JOB_NODELIST"
-    shim_comment = (
-        "# Per-task shim (every rank, torchrun's workers too): RANK, LOCAL_RANK, ... from the launcher; SLURM_*,"
-        "\n# OMPI_* and TORCHELASTIC_* true for this rank or unset (docs/compat.md); then execs."
-    )
-    torchrun_worker_shim = True
     stop_comment = (
         "# Nothing lost: on the time-limit warning (USR2) or the job's end (TERM) ask every rank to checkpoint and stop."
     )
@@ -216,7 +212,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         if spec.supervised:  # the supervisor's hosts, each with its slots (mpirun --host node1:2,node3:2)
             np = Raw(str(spec.nodes * spec.nproc_per_node))
             extra_mpi += ["-x", "TORCHHPC_RESTART_COUNT", "--host", Raw('"$TORCHHPC_STEP_HOSTS"')]
-        mpi = mpirun_argv(np, spec.nproc_per_node, export=[*RENDEZVOUS_VARS, "PATH", *job_env_names(spec)],
+        mpi = mpirun_argv(np, spec.nproc_per_node, export=[*RENDEZVOUS_VARS, "PATH", BOOT_VAR, *job_env_names(spec)],
                           extra=extra_mpi)
         return [join([*mpi, *_per_rank(spec, _wrap(spec, rank_cmd))])]
 
@@ -231,9 +227,8 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
                 *make_ranks_dir_lines(script_path(spec, self.suffix), ref),
             ]
         return [
-            "# Each rank's stdout and stderr go to its own file, written by the rank itself (whole lines,",
-            "# whatever the launcher does with its pipes): <job dir>/ranks/rank-N@NODE.log. `torchhpc logs`.",
-            "# (torchhpc creates it when it submits; by hand, `sbatch FILE`, the output stays in Slurm's file)",
+            "# Each rank's output into its own file, whole lines: <job dir>/ranks/rank-N@NODE.log (`torchhpc logs`).",
+            "# torchhpc creates it when it submits; by hand (`sbatch FILE`) the output stays in Slurm's file.",
             f"export {LOG_DIR_VAR}={ranks_dir_ref(script_path(spec, self.suffix), '$SLURM_JOB_ID')}",
             f'if [ -d "${LOG_DIR_VAR}" ]; then echo "torchhpc: rank output in ${LOG_DIR_VAR}"; fi',
         ]
@@ -263,8 +258,8 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         path = sub.script_path
         out = job_dir(path, "").replace("%", "%%") + "%j/slurm.out"  # overrides the script's own (for `sbatch FILE`)
         note = (
-            f"job directory: {job_dir(path, '<job id>')}/ (job.sbatch, slurm.out, ranks/rank-N@NODE.log);"
-            " torchhpc creates it while the job is held, then runs `scontrol release <job id>`"
+            f"job directory: {job_dir(path, '<job id>')}/ (job.sbatch, slurm.out, ranks/), made while the job is held"
+            " (then `scontrol release`)"
         )
         return replace(sub, argv=(*sub.argv[:-1], "--hold", f"--output={out}", sub.argv[-1]), notes=(*sub.notes, note))
 
@@ -321,8 +316,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
 
     def helper_lines(self, spec: JobSpec) -> list[str]:
         return [
-            "# MASTER_PORT unless set: derived from the job id, moved deterministically while something listens",
-            "# on it here (the batch shell runs on the first node, where the rendezvous server will listen).",
+            "# MASTER_PORT unless set: from the job id, moved while something listens on it here (the first node).",
             "_torchhpc_master_port() {",
             '  if [ -n "${MASTER_PORT:-}" ]; then return; fi',
             "  for _torchhpc_try in 0 1 2 3 4 5 6 7; do",

@@ -1,0 +1,125 @@
+"""The training-operator v1 ``PyTorchJob`` (``--opt api=pytorchjob``): one Master pod plus ``nodes - 1``
+Workers, each running torchrun once. The operator sets ``MASTER_ADDR``/``MASTER_PORT`` and ``RANK`` (the
+pod's index; newer ones also ``PET_NODE_RANK``); its ``WORLD_SIZE`` counts pods in older releases and
+processes in newer ones, so ``--nnodes`` is written in at render time. kubernetes.py submits it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from torchhpc.core.shell import Raw, join, wrap_command
+from torchhpc.core.spec import JobSpec
+from torchhpc.launchers import torchrun_argv
+from torchhpc.launchers.boot import boot_shell
+from torchhpc.network.presets import auto_lines, wants_auto
+from torchhpc.schedulers.kubernetes import trainjob as tj
+from torchhpc.schedulers.kubernetes.pods import (
+    RDMA_ANNOTATION,
+    k8s_name,
+    normalized_options,
+    pairs,
+    volume_claims,
+)
+
+__all__ = ["CONTAINER", "GROUP_PATH", "manifest", "pod_script"]
+
+GROUP_PATH = "/apis/kubeflow.org/v1"
+CONTAINER = "pytorch"  # the operator finds the training container by this name
+PORT_NAME, PORT = "pytorchjob-port", 23456  # the operator's defaults, written out
+
+
+def pod_script(spec: JobSpec, python: str) -> str:
+    """``bash -c`` text: torchrun over pods. The script's own arguments arrive as ``"$@"``,
+    so they are never parsed by a shell."""
+    # A leading "--" of the program stays in the text: torchrun would drop it from "$@".
+    bare = spec.with_(entrypoint=replace(spec.entrypoint, args=_lead(spec)))
+    argv = torchrun_argv(
+        bare,
+        python,
+        nnodes=str(spec.nodes),
+        rdzv_id="",
+        endpoint="",
+        node_rank=Raw('"${PET_NODE_RANK:-$RANK}"'),
+        extra=["--tee", "3"],
+    )
+    start = ""
+    if spec.network and wants_auto(spec.network):
+        # --network auto at pod start: NCCL_IB_GID_INDEX, NCCL_IB_HCA... from this pod's sysfs.
+        start = "".join(ln + "\n" for ln in auto_lines(python) if not ln.startswith("#"))
+    # The exit cures (launchers/boot.py): the pod's shell writes the boot directory, torchrun's workers inherit it.
+    return boot_shell() + start + "\n".join(wrap_command("exec " + join([*argv, Raw('"$@"')]), indent=""))
+
+
+def _lead(spec: JobSpec) -> tuple[str, ...]:
+    return ("--",) if spec.entrypoint.args[:1] == ("--",) else ()
+
+
+def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
+    """The PyTorchJob object, as plain data (the same dict is YAML for kubectl and JSON for the API)."""
+    opts = normalized_options(spec)
+    spec = spec.with_(options=tuple(opts.items()))
+    python = spec.entrypoint.python or "python"
+    limits = tj.resources(spec, opts)
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    shm: dict[str, Any] = {"medium": "Memory"}
+    if opts.get("shm_size"):
+        shm["sizeLimit"] = tj.quantity(opts["shm_size"], "shm_size (from --opt)")
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
+    for i, c in enumerate(volume_claims(spec, opts)):
+        mount: dict[str, Any] = {"name": f"pvc-{i}", "mountPath": c.path}
+        claim: dict[str, Any] = {"claimName": c.claim}
+        if c.read_only:
+            mount["readOnly"] = claim["readOnly"] = True
+        mounts.append(mount)
+        volumes.append({"name": f"pvc-{i}", "persistentVolumeClaim": claim})
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image,
+        "imagePullPolicy": opts.get("image_pull_policy", "IfNotPresent"),
+        "command": ["bash", "-c", pod_script(spec, python), "torchhpc-pod", *spec.entrypoint.args[len(_lead(spec)):]],
+    }
+    if opts.get("workdir"):
+        container["workingDir"] = opts["workdir"]
+    # For torchhpc's env detector: the operator's RANK/WORLD_SIZE count pods, this says how many processes each.
+    env = [("TORCHHPC_NPROC_PER_NODE", str(spec.nproc_per_node)), *spec.env]
+    container["env"] = [{"name": k, "value": v} for k, v in env]
+    container["ports"] = [{"name": PORT_NAME, "containerPort": PORT}]
+    if limits:
+        container["resources"] = {"limits": limits, "requests": dict(limits)}
+    container["volumeMounts"] = mounts
+    pod_spec: dict[str, Any] = {"containers": [container], "volumes": volumes}
+    if opts.get("service_account"):
+        pod_spec["serviceAccountName"] = opts["service_account"]
+    if opts.get("node_selector"):
+        pod_spec["nodeSelector"] = dict(pairs(opts, "node_selector"))
+    if opts.get("toleration"):
+        pod_spec["tolerations"] = tj.tolerations(opts)
+    annotations = dict(pairs(opts, "annotation"))
+    if opts.get("rdma"):
+        annotations[RDMA_ANNOTATION] = opts["rdma"]
+    template: dict[str, Any] = {"spec": pod_spec}
+    if annotations:
+        template = {"metadata": {"annotations": annotations}, "spec": pod_spec}
+    restart = opts.get("restart_policy", "Never")
+    replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": restart, "template": template}}
+    if spec.nodes > 1:
+        replicas["Worker"] = {"replicas": spec.nodes - 1, "restartPolicy": restart, "template": template}
+    # --max-restarts is runPolicy.backoffLimit (the larger of the two, when both are given)
+    backoff = max(int(opts.get("backoff_limit", "0")), spec.max_restarts)
+    run_policy: dict[str, Any] = {"cleanPodPolicy": "None", "backoffLimit": backoff}
+    if spec.time_seconds:
+        run_policy["activeDeadlineSeconds"] = spec.time_seconds
+    labels = {"app.kubernetes.io/managed-by": "torchhpc"}
+    if opts.get("queue"):
+        labels[tj.QUEUE_LABEL] = opts["queue"]
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": k8s_name(spec.name), "namespace": namespace, "labels": labels},
+        "spec": {
+            "nprocPerNode": str(spec.nproc_per_node),
+            "runPolicy": run_policy,
+            "pytorchReplicaSpecs": replicas,
+        },
+    }
