@@ -102,6 +102,78 @@ def one(path: str, env: dict[str, str], out: Path, fault_at: int, every: int, st
     return fig
 
 
+PARTS_RANK = REPO / "benchmarks" / "recovery_rank.py"
+_MARK = re.compile(r"^(?:\[\S+\] )?(UP|IMPORTED|RDZV|STEP 0) restart=(\d+) t=([\d.]+)", re.M)
+
+
+def parts(launcher: str, env: dict[str, str], out: Path, state_dir: str, fault_at: int = 20) -> dict[str, float]:
+    """One 2x2 gloo job under ``launcher`` with one spare loses its second node at step ``fault_at``;
+    the restart split into its parts, from attempts.json and the rank's own stage lines (seconds)."""
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"parts{launcher[:3]}"
+    run = sh([sys.executable, "-m", "torchhpc", "run", "--scheduler", "slurm", "--launcher", launcher, "-N", "2",
+              "--nproc-per-node", "2", "--name", name, "--output-dir", str(out), "--spares", "1",
+              "--max-restarts", "1", str(PARTS_RANK), str(fault_at + 60)], env, cwd=out)
+    job = re.search(r"Submitted slurm:(\d+)", run).group(1)  # type: ignore[union-attr]
+    job_dir = out / f"{name}-{job}"
+
+    def marks() -> list[tuple[str, int, float]]:
+        text = "".join(p.read_text(errors="replace") for p in job_dir.glob("ranks/rank-0@*.log"))
+        return [(k, int(r), float(t)) for k, r, t in _MARK.findall(text)]
+
+    def steps() -> int:
+        text = "".join(p.read_text(errors="replace") for p in job_dir.glob("ranks/rank-0@*.log"))
+        return max([int(n) for n in re.findall(r"STEP (\d+) restart=0", text)] or [-1])
+
+    nodes = wait(lambda: job_field(env, job, "NodeList") if job_field(env, job, "JobState") == "RUNNING" else "",
+                 300, "the job to start")
+    wait(lambda: steps() >= fault_at, 300, f"step {fault_at}", every=0.05)
+    victim = sh(["scontrol", "show", "hostnames", nodes], env).split()[1]
+    t_fault = time.time()
+    cli = [sys.executable, "-m", "torchhpc", "devcluster"]
+    sh([*cli, "fail", victim, "--state-dir", state_dir], env)
+    try:
+        wait(lambda: any(k == "STEP 0" and r >= 1 for k, r, _t in marks()), 300, "the second attempt's first step")
+        wait(lambda: job_field(env, job, "JobState") in ("COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"), 300, "the end")
+    finally:
+        sh([*cli, "revive", victim, "--state-dir", state_dir], env)
+    a0, a1 = json.loads((job_dir / "attempts.json").read_text())[:2]
+    m = {k: t for k, r, t in marks() if r >= 1}
+    fig = {
+        "detect": a0["fault"] - t_fault,
+        "teardown": a0["teardown_s"] or 0.0,
+        "health": a1["health_s"] or 0.0,
+    }
+    fig["other"] = a1["launched"] - t_fault - fig["detect"] - fig["teardown"] - fig["health"]
+    fig["step_start"] = m["UP"] - a1["launched"]
+    fig["import"] = m["IMPORTED"] - m["UP"]
+    fig["rendezvous"] = m["RDZV"] - m["IMPORTED"]
+    fig["first_line"] = (a1["first_line"] or float("nan")) - t_fault
+    fig["first_step"] = m["STEP 0"] - t_fault
+    fig["completed"] = float(job_field(env, job, "JobState") == "COMPLETED")
+    return fig
+
+
+def main_parts(a: argparse.Namespace, state: Any) -> int:
+    env = state.client_env()
+    out = Path(tempfile.mkdtemp(prefix="thpc-recovery-parts-"))
+    keys = ("detect", "teardown", "health", "other", "step_start", "import", "rendezvous", "first_line", "first_step")
+    results: dict[str, list[dict[str, float]]] = {ln: [] for ln in a.launchers.split(",")}
+    for r in range(a.rounds):
+        for launcher in results:
+            results[launcher].append(parts(launcher, env, out / f"r{r}-{launcher}", state.state_dir))
+            print(f"# round {r} {launcher}: load {os.getloadavg()[0]:.2f} "
+                  + " ".join(f"{k}={v:.2f}" for k, v in results[launcher][-1].items()), flush=True)
+    print("# restart after a node loss, 2x2 gloo, one spare: fault -> ..., seconds, median over rounds")
+    print(f"{'launcher':<10}" + "".join(f"{k:>11}" for k in keys))
+    for launcher, figs in results.items():
+        print(f"{launcher:<10}" + "".join(f"{statistics.median(f[k] for f in figs):>11.2f}" for k in keys))
+    print(f"# load average now: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
 def probe_cost(netns: str, nodes: list[str], n: int = 200) -> float:
     """Mean seconds of one liveness check (a TCP connect to slurmd), timed in the batch host's namespace."""
     code = ("import time; from torchhpc.schedulers import get_scheduler\n"
@@ -119,11 +191,17 @@ def main() -> int:
     p.add_argument("--fault-at", type=int, default=30)
     p.add_argument("--every", type=int, default=10)
     p.add_argument("--json", default=None, help="also write the figures here")
+    p.add_argument("--parts", action="store_true",
+                   help="the supervisor's restart only, 2x2, split into detect, teardown, health gate, step start, "
+                        "import, rendezvous, first line and first step, for each of --launchers")
+    p.add_argument("--launchers", default="srun,torchrun,mpirun")
     a = p.parse_args()
     state = load_state()
     if state is None:
         print("no dev cluster up: torchhpc devcluster up --nodes 3", file=sys.stderr)
         return 2
+    if a.parts:
+        return main_parts(a, state)
     env = state.client_env()
     out = Path(tempfile.mkdtemp(prefix="thpc-recovery-"))
     results: dict[str, list[dict[str, float]]] = {"supervisor": [], "requeue": []}

@@ -48,6 +48,8 @@ CONFIG_KEYS: dict[str, str] = {
     "spares": "spare nodes allocated beside the job's, used after a node failure (--spares)",
     "max_restarts": "restarts inside the allocation after a node failure, hang or network error (--max-restarts)",
     "hang_timeout": "seconds without output or CPU use after which ranks count as hung (--hang-timeout)",
+    "max_no_progress": "attempts in a row without a checkpoint advance before the job ends with no-progress; 0: never (--max-no-progress)",
+    "checkpoint_dir": "where the program saves checkpoints; the newest one's step tells the supervisor it advanced (--checkpoint-dir)",
     "flight_recorder": "collectives each rank's Flight Recorder keeps for the hang verdict, or off (--flight-recorder)",
     "remote": "[USER@]HOST whose torchhpc runs run/status/logs/... over ssh (--remote; docs/remote.md)",
 }

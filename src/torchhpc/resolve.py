@@ -83,6 +83,8 @@ def resolve_values(
     p("spares", "--spares", 0, int)
     p("max_restarts", "--max-restarts", 0, int)
     p("hang_timeout", "--hang-timeout", None, float)
+    p("max_no_progress", "--max-no-progress", 3, int)
+    p("checkpoint_dir", "--checkpoint-dir")
     p("flight_recorder", "--flight-recorder", None, _flight_recorder)
     for key in _OPTION_KEYS:
         p(key, f"--{key}")
@@ -259,6 +261,9 @@ def build_spec(
         spares=int(v["spares"].value or 0),
         max_restarts=int(v["max_restarts"].value or 0),
         hang_timeout=None if v["hang_timeout"].value is None else float(v["hang_timeout"].value),
+        max_no_progress=int(3 if v["max_no_progress"].value is None else v["max_no_progress"].value),
+        checkpoint_dir=None if v["checkpoint_dir"].value is None else str(v["checkpoint_dir"].value),
+        on_restart_append=str(values.get("on_restart_append") or ""),
         after=dependencies(values, str(scheduler)),
     )
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from tests.integration.test_diagnose_cluster import FAULT, torchhpc
+from torchhpc.core.exitcodes import EXIT_CODES
 
 HANG_ONCE = str(Path(__file__).parent / "scripts" / "hang_once.py")
 
@@ -68,7 +69,7 @@ def test_a_background_job_restarts_itself_with_no_client(clean_user_env: None, t
 def test_a_user_exception_is_never_restarted_locally(clean_user_env: None, tmp_path: Path) -> None:
     r = torchhpc(dict(os.environ), "run", "-n", "2", "--max-restarts", "3", FAULT, "raise", "1", cwd=tmp_path,
                  timeout=200)
-    assert r.returncode == 1, r.stderr
+    assert r.returncode == EXIT_CODES["user-exception"], r.stderr  # supervised: the class's code
     assert "not restarting after user-exception" in r.stderr and "diagnosis: user-exception" in r.stderr, r.stderr
     assert _attempts(_handle(r.stderr), tmp_path) == [("user-exception", 1)]
 
@@ -76,9 +77,33 @@ def test_a_user_exception_is_never_restarted_locally(clean_user_env: None, tmp_p
 def test_when_the_restarts_are_spent_the_run_ends_with_the_hang(clean_user_env: None, tmp_path: Path) -> None:
     r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", "5", "--max-restarts", "1", HANG_ONCE, "1",
                  "always", cwd=tmp_path, timeout=200)
-    assert r.returncode == 143, r.stdout + r.stderr
+    assert r.returncode == EXIT_CODES["hang"], r.stdout + r.stderr  # the class's code, not the ranks' SIGTERM 143
     assert "not restarting: 1 restart(s) allowed, 1 done" in r.stderr, r.stderr
     assert "Error: the hang watch cancelled the run (--hang-timeout 5)" in r.stderr, r.stderr
     assert "diagnosis: hang" in r.stderr, r.stderr
     assert _attempts(_handle(r.stderr), tmp_path) == [("hang", None), ("hang", None)]
     _no_rank_left()
+
+
+def test_a_hang_before_the_first_checkpoint_stops_after_three_attempts(clean_user_env: None, tmp_path: Path) -> None:
+    """Issue 44's acceptance: 5 restarts allowed, but the program hangs each time before it saves
+    anything: the third attempt without a checkpoint advance ends the run with no-progress."""
+    (tmp_path / "ckpt").mkdir()
+    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", "5", "--max-restarts", "5",
+                 "--checkpoint-dir", "ckpt", HANG_ONCE, "1", "always", cwd=tmp_path, timeout=400)
+    assert r.returncode == EXIT_CODES["no-progress"], r.stdout + r.stderr
+    assert "restart storm: hang x3 before the first checkpoint, no checkpoint advance" in r.stderr, r.stderr
+    assert _attempts(_handle(r.stderr), tmp_path) == [("hang", None)] * 3
+    _no_rank_left()
+
+
+def test_a_restart_tells_the_program_where_to_resume(clean_user_env: None, tmp_path: Path) -> None:
+    """--on-restart-append: nothing added to the first attempt; the second gets the newest checkpoint."""
+    script = str(Path(__file__).parent / "scripts" / "resume_when_told.py")
+    r = torchhpc(dict(os.environ), "run", "-n", "1", "--max-restarts", "1", "--on-restart-append",
+                 "--resume_from_checkpoint {latest:ckpt/checkpoint-*}", script, cwd=tmp_path, timeout=200)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "attempt 0 argv []" in r.stdout and "resumed from ckpt/checkpoint-10" in r.stdout, r.stdout
+    assert "attempt 1 adds to the program: --resume_from_checkpoint ckpt/checkpoint-10" in r.stderr, r.stderr
+    [record] = (tmp_path / "state").rglob("attempts.json")  # a run that completed prints no handle
+    assert [(a["class"], a["rank"]) for a in json.loads(record.read_text())] == [("network", 0), (None, None)]

@@ -23,6 +23,7 @@ import pytest
 from tests.conftest import REPO
 from tests.integration.conftest import SlurmClient
 from tests.integration.test_nothing_lost import assert_bit_identical, events, log_of, submit, wait_until
+from torchhpc.core.exitcodes import EXIT_CODES
 
 pytestmark = pytest.mark.cluster("slurm")
 
@@ -160,6 +161,7 @@ def test_a_user_exception_is_never_restarted(slurm_cluster: Any, slurm: SlurmCli
     tries = attempts(tmp_path, "exc", job)
     assert info["JobState"] == "FAILED", info
     assert [(a["class"], a["rank"]) for a in tries] == [("user-exception", 1)], tries
+    assert info["ExitCode"] == f"{EXIT_CODES['user-exception']}:0", info  # the class's code (docs/resilience.md)
     said = torchhpc_out(slurm_cluster, "diagnose", f"slurm:{job}", cwd=tmp_path)
     assert "user-exception" in said and "rank 1" in said, said
     shown = json.loads(torchhpc_out(slurm_cluster, "status", f"slurm:{job}", "--json", cwd=tmp_path))
@@ -240,3 +242,48 @@ def test_devcluster_fail_and_revive_say_what_they_did_and_are_idempotent(
     assert "link up" in back and "slurmd started" in back, back
     assert "already up" in devcluster(slurm_cluster, "revive", node)
     wait_until(lambda: slurm.run(["sinfo", "-h", "-n", node, "-o", "%T"]).stdout.strip() == "idle", 120, f"{node} idle")
+
+
+def test_a_node_failing_the_health_gate_is_excluded_with_the_reason(
+    slurm_cluster: Any, slurm: SlurmClient, tmp_path: Path
+) -> None:
+    """A real leftover listener holds the rendezvous port on one node (in that node's network
+    namespace): the health gate before the first attempt excludes that node and attempts.json says
+    why; the job runs on the other two and completes."""
+    nodes = list(slurm_cluster.nodes)
+    sick, port = nodes[-1], 23456
+    hold = (f"import socket, time; s = socket.socket(); s.bind(('', {port})); s.listen(1); "
+            "print('held', flush=True); time.sleep(600)")
+    holder = subprocess.Popen(["ip", "netns", "exec", slurm_cluster.netns(sick), sys.executable, "-c", hold],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        job = run_plain(slurm_cluster, tmp_path, "gate",
+                        ["-N", "2", "--nproc-per-node", "2", "--spares", "1", "--max-restarts", "1",
+                         "--env", f"MASTER_PORT={port}", "--opt", f"nodelist={','.join([*nodes[:2], sick])}"],
+                        [FAULT, "abort", "99"])  # no rank 99: every rank ends well
+        info = slurm.wait(job, timeout=300)
+    finally:
+        holder.kill()
+        holder.wait()
+    tries = attempts(tmp_path, "gate", job)
+    assert info["JobState"] == "COMPLETED", log_of(tmp_path, "gate", job)[-3000:]
+    assert [a["class"] for a in tries] == [None], tries
+    assert tries[0]["health"] == {sick: f"rendezvous port {port} in use on the node (a leftover process holds it)"}
+    assert sick in tries[0]["excluded"] and sick not in tries[0]["nodes"], tries
+    report("health-gate", health_s=float(tries[0]["health_s"]))
+
+
+def test_a_hang_before_the_first_checkpoint_stops_after_three_attempts(
+    slurm_cluster: Any, slurm: SlurmClient, tmp_path: Path
+) -> None:
+    """Issue 44's acceptance under Slurm: 5 restarts allowed, rank 3 hangs in every attempt before any
+    checkpoint: the supervisor ends the job with no-progress after the third attempt, with its code."""
+    job = run_plain(slurm_cluster, tmp_path, "storm", ["-N", "2", "--nproc-per-node", "2", "--hang-timeout", "15",
+                                                        "--max-restarts", "5"], [HANG, "3"])
+    info = slurm.wait(job, timeout=600)
+    tries = attempts(tmp_path, "storm", job)
+    assert info["JobState"] == "FAILED", info
+    assert info["ExitCode"] == f"{EXIT_CODES['no-progress']}:0", info
+    assert [(a["class"], a["checkpoint_step"]) for a in tries] == [("hang", None)] * 3, tries
+    assert "restart storm: hang x3 before the first checkpoint" in log_of(tmp_path, "storm", job)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from torchhpc.core.exitcodes import EXIT_CODES
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.diagnose.classify import CLASSES
@@ -24,7 +25,10 @@ from torchhpc.schedulers import get_scheduler
 from torchhpc.supervisor import POLICY, RESTART_CLASSES, action_for, load_attempts
 from torchhpc.supervisor.__main__ import parse
 from torchhpc.supervisor.attempts import Attempt, save_attempts
+from torchhpc.supervisor.health import check_here, gate
 from torchhpc.supervisor.loop import Options, Supervisor, _classify, _sizes, choose
+from torchhpc.supervisor.progress import NoProgress, newest_checkpoint
+from torchhpc.supervisor.resume import restart_args
 from torchhpc.supervisor.show import attempt_lines
 
 
@@ -65,6 +69,21 @@ def test_attempts_round_trip_with_the_issue_fields(tmp_path: Path) -> None:
     assert "excluded n2" in attempt_lines(got)[0] and "node-failure" in attempt_lines(got)[0]
     (tmp_path / "attempts.json").write_text("not json")
     assert load_attempts(str(tmp_path)) == []
+
+
+def test_attempts_carry_the_parts_of_a_recovery(tmp_path: Path) -> None:
+    """The fields `torchhpc events` reads: optional, null when unknown, and read back unchanged."""
+    bare = Attempt(attempt=0, nodes=["n1"], started=1.0).to_json()
+    assert {k: bare[k] for k in ("first_line", "fault", "teardown_s", "health_s", "checkpoint_step",
+                                  "launched")} == dict.fromkeys(("first_line", "fault", "teardown_s",
+                                                                 "health_s", "checkpoint_step", "launched"))
+    assert bare["health"] == {} and bare["found_by"] == ""
+    a = Attempt(attempt=1, nodes=["n1", "n3"], started=10.0, launched=11.5, first_line=14.0, fault=20.0,
+                found_by="probe", teardown_s=0.4, health_s=1.2, health={"n2": "job dir not writable"},
+                checkpoint_step=1200)
+    save_attempts(str(tmp_path), [a.to_json()])
+    back = Attempt.from_json(load_attempts(str(tmp_path))[0])
+    assert back == a
 
 
 def test_classify_reads_only_what_the_attempt_wrote(tmp_path: Path) -> None:
@@ -218,9 +237,11 @@ def test_a_hung_attempt_is_probed_and_ended_through_the_allocation(tmp_path: Pat
     env = {"PATH": os.environ["PATH"], "BASH_FUNC__torchhpc_step%%": step}
     opts = Options(job_dir=str(tmp_path), nodes=1, nproc_per_node=1, launcher="srun", hang_timeout=0.5,
                    probe_every=60.0, scheduler="local")
-    assert Supervisor(opts, env=env).run() != 0
+    assert Supervisor(opts, env=env).run() == EXIT_CODES["hang"]
     tries = load_attempts(str(tmp_path))
     assert [(a["class"], a["nodes"]) for a in tries] == [("hang", ["localhost"])], tries
+    assert tries[0]["found_by"] == "hang-watch" and tries[0]["fault"] >= tries[0]["launched"] >= tries[0]["started"]
+    assert tries[0]["teardown_s"] is not None and tries[0]["first_line"] is None  # it never wrote a line
     assert (tmp_path / HANG_FILE).exists(), sorted(p.name for p in tmp_path.iterdir())
 
 
@@ -236,3 +257,104 @@ def test_each_hung_attempt_names_its_own_culprit(tmp_path: Path) -> None:
     assert Supervisor(opts, env=env).run() != 0
     tries = load_attempts(str(tmp_path))
     assert [(a["class"], a["rank"], a["found_by"]) for a in tries] == [("hang", 0, "hang-watch"), ("hang", 1, "hang-watch")], tries
+
+
+def _failing_step(tmp_path: Path, save: bool) -> str:
+    """A bash step that fails with a rendezvous error each attempt, saving a checkpoint first when ``save``."""
+    ranks, ckpt = tmp_path / "ranks", tmp_path / "ckpt"
+    ranks.mkdir(exist_ok=True)
+    ckpt.mkdir(exist_ok=True)
+    n = "$TORCHHPC_RESTART_COUNT"
+    saving = f"touch {ckpt}/ckpt-$((100 * ({n} + 1))).pt; " if save else ""
+    return ("() { " + saving + f"echo 'torch.distributed.DistNetworkError: attempt {n}' >> {ranks}/rank-0@localhost.log;"
+            " exit 1; }")
+
+
+def test_the_newest_checkpoint_comes_from_the_helper_or_the_directory(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    assert newest_checkpoint(str(tmp_path), str(ckpt)) is None
+    (ckpt / "checkpoint-900").mkdir(parents=True)
+    (ckpt / "epoch=3-step=1200.ckpt").write_text("")
+    (ckpt / ".ckpt-000001300.pt.tmp-7").write_text("")  # a save in progress does not count
+    got = newest_checkpoint(str(tmp_path), str(ckpt))
+    assert got is not None and got.step == 1200
+    (tmp_path / "checkpoint.json").write_text(json.dumps({"step": 1500, "path": "x", "time": 1.0}))
+    got = newest_checkpoint(str(tmp_path), str(ckpt))
+    assert got is not None and got.step == 1500  # the helper's word first
+    storm = NoProgress(2, str(tmp_path))
+    assert storm.after("hang") == 1500 and storm.why_stop() == ""
+    assert storm.after("network") == 1500
+    assert storm.why_stop().startswith("restart storm: hang x1, network x1 at step 1500, no checkpoint advance")
+
+
+def test_restarts_that_never_advance_the_checkpoint_end_with_no_progress(tmp_path: Path) -> None:
+    """Real steps (bash on the local allocation) fail with a network error each time and save nothing:
+    with 5 restarts allowed, the supervisor stops after 3 attempts with no-progress and its code."""
+    env = {"PATH": os.environ["PATH"], "BASH_FUNC__torchhpc_step%%": _failing_step(tmp_path, save=False)}
+    opts = Options(job_dir=str(tmp_path), nodes=1, nproc_per_node=1, launcher="srun", max_restarts=5,
+                   probe_every=60.0, scheduler="local", checkpoint_dir=str(tmp_path / "ckpt"))
+    assert Supervisor(opts, env=env).run() == EXIT_CODES["no-progress"]
+    tries = load_attempts(str(tmp_path))
+    assert [(a["class"], a["checkpoint_step"], a["found_by"]) for a in tries] == [("network", None, "step-end")] * 3
+
+
+def test_restarts_that_save_a_newer_checkpoint_go_on(tmp_path: Path) -> None:
+    """The same failures, each after a newer checkpoint: the restarts are spent, not stopped early."""
+    env = {"PATH": os.environ["PATH"], "BASH_FUNC__torchhpc_step%%": _failing_step(tmp_path, save=True)}
+    opts = Options(job_dir=str(tmp_path), nodes=1, nproc_per_node=1, launcher="srun", max_restarts=3,
+                   probe_every=60.0, scheduler="local", checkpoint_dir=str(tmp_path / "ckpt"))
+    assert Supervisor(opts, env=env).run() == EXIT_CODES["network"]
+    assert [a["checkpoint_step"] for a in load_attempts(str(tmp_path))] == [100, 200, 300, 400]
+
+
+def test_restart_args_name_the_newest_match_from_the_second_attempt_on(tmp_path: Path) -> None:
+    told: list[str] = []
+    template = "--resume_from_checkpoint {latest:ckpt/checkpoint-*} --x 'a b'"
+    assert restart_args(template, 0, str(tmp_path)) == []  # the first attempt runs as given
+    assert restart_args(template, 1, str(tmp_path), say=told.append) == []  # nothing saved yet: from scratch
+    assert "nothing matches ckpt/checkpoint-*" in told[0]
+    for i, step in enumerate((20, 100)):  # the newest by time, not by name
+        (tmp_path / "ckpt" / f"checkpoint-{step}").mkdir(parents=True)
+        os.utime(tmp_path / "ckpt" / f"checkpoint-{step}", (1000 - i, 1000 - i))
+    assert restart_args(template, 2, str(tmp_path)) == ["--resume_from_checkpoint", "ckpt/checkpoint-20", "--x", "a b"]
+    with pytest.raises(SpecError, match="--on-restart-append"):
+        _spec(on_restart_append="--resume 'unclosed")
+
+
+def test_the_step_takes_the_restart_args_only_when_asked() -> None:
+    from torchhpc.schedulers import get_scheduler as sched
+
+    plain = sched("slurm").render(_spec(max_restarts=1, spares=1)).script or ""
+    told = sched("slurm").render(_spec(max_restarts=1, spares=1, on_restart_append="--resume {latest:c/*}",
+                                       checkpoint_dir="c", max_no_progress=2)).script or ""
+    assert 'train.py "$@"' not in plain and "--on-restart-append" not in plain and "--checkpoint-dir" not in plain
+    assert 'train.py "$@"' in told and "--on-restart-append '--resume {latest:c/*}'" in told, told
+    assert "--checkpoint-dir c" in told and "--max-no-progress 2" in told
+    assert subprocess.run(["bash", "-n"], input=told, text=True).returncode == 0
+
+
+def test_the_health_gate_names_a_held_port_and_an_unwritable_job_dir(tmp_path: Path) -> None:
+    """The node side runs for real here (the local allocation's on_nodes runs the argv on this machine)."""
+    local = get_scheduler("local").allocation_of("x", {})
+    held = socket.socket()
+    held.bind(("", 0))
+    held.listen(1)
+    port = held.getsockname()[1]
+    try:
+        bad = gate(local.on_nodes, ["localhost"], str(tmp_path), port, gpus=False)
+    finally:
+        held.close()
+    assert bad == {"localhost": f"rendezvous port {port} in use on the node (a leftover process holds it)"}
+    assert gate(local.on_nodes, ["localhost"], str(tmp_path), port, gpus=False) == {}
+    assert "not writable from the node" in check_here(str(tmp_path / "gone"), port, gpus=False)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".health")]  # its probe file is gone
+
+
+def test_the_health_gate_excludes_a_node_that_does_not_answer_and_no_one_when_none_does(tmp_path: Path) -> None:
+    def one_answers(argv: object, nodes: object) -> list[str]:  # only n1's copy prints (n2's node hangs)
+        return ["bash", "-c", 'echo \'{"node": "n1", "fail": ""}\'; sleep 30']
+
+    assert gate(one_answers, ["n1", "n2"], str(tmp_path), 1, gpus=False, timeout=1.0) == {
+        "n2": "no answer from the health check within 1s"}
+    with pytest.raises(RuntimeError, match="no node answered"):
+        gate(lambda argv, nodes: ["false"], ["n1", "n2"], str(tmp_path), 1, gpus=False, timeout=1.0)

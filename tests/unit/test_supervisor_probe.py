@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from torchhpc.core.exitcodes import EXIT_CODES
 from torchhpc.core.proc import Runner
 from torchhpc.supervisor import load_attempts
 from torchhpc.supervisor.loop import Options, Supervisor
@@ -113,7 +114,7 @@ def test_the_probe_stops_the_step_and_the_next_attempt_runs_on_the_spare(
 def test_no_spare_and_no_requeue_ends_the_job_as_a_node_failure(
         tmp_path: Path, slurmds: dict[str, socket.socket]) -> None:
     rc, slurm = _run(tmp_path, slurmds, HOSTS[:2], max_restarts=1, step=_step(tmp_path, "exit 0"))
-    assert rc == 1
+    assert rc == EXIT_CODES["node-failure"]  # the class-coded exit (core/exitcodes.py)
     tries = load_attempts(str(tmp_path))
     assert [(a["class"], a["found_by"]) for a in tries] == [("node-failure", "probe")], tries
     assert not (tmp_path / "started-1").exists() and not (tmp_path / "self-ended").exists()

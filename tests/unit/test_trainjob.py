@@ -268,7 +268,9 @@ def test_mapping_table_is_complete_and_documented() -> None:
         "after": "--after-ok", "spares": "--spares", "max_restarts": "--max-restarts",
     }
     # hang_timeout: the watch of a client that follows the job (--wait), nothing in the manifest
-    implied = {"output_dir", "scheduler", "ntasks_per_node", "max_timeout_requeues", "array_params", "hang_timeout"}
+    # max_no_progress, checkpoint_dir, on_restart_append: the in-allocation supervisor's, no manifest field
+    implied = {"output_dir", "scheduler", "ntasks_per_node", "max_timeout_requeues", "array_params", "hang_timeout",
+               "max_no_progress", "checkpoint_dir", "on_restart_append"}
     assert {f.name for f in dataclasses.fields(JobSpec)} == set(field_rows) | implied
     assert set(field_rows.values()) <= rows
     doc = (REPO / "docs" / "kubernetes.md").read_text()

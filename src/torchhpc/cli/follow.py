@@ -55,6 +55,10 @@ def follow(
     eprint(f"Error: job {job_id} ended {st.state}" + (f" with exit code {st.exit_code}" if st.exit_code else ""))
     if not st.tasks:
         print_verdict(scheduler, job_id)
+    if watch is not None and getattr(watch, "fired", False):
+        from torchhpc.core.exitcodes import exit_code_for
+
+        return exit_code_for("hang")  # this watch cancelled it: the class's code, as a supervised job's (core/exitcodes.py)
     return code
 
 

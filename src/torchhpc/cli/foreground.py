@@ -17,6 +17,7 @@ A job array keeps the plain foreground run (its tasks are separate runs, each la
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any, Optional
@@ -25,7 +26,9 @@ from torchhpc.cli.common import eprint
 from torchhpc.cli.follow import check_on_hang, hang_watch, print_verdict
 from torchhpc.errors import JobFailed, UsageError
 from torchhpc.schedulers.api import Submission
+from torchhpc.supervisor.policy import exit_code_for
 from torchhpc.supervisor.restarts import Restarts
+from torchhpc.supervisor.resume import restart_args
 
 __all__ = ["run_foreground"]
 
@@ -48,12 +51,17 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
     if hang_timeout:
         def watch(act: Callable[[str], None]) -> Any:
             return hang_watch(scheduler, job_id, hang_timeout, on_hang, act=act)
-    tries = Restarts(max_restarts=submission.spec.max_restarts, job_dir=os.path.dirname(log_path),
-                     log_path=log_path, watch=watch)
+    spec = submission.spec
+    tries = Restarts(max_restarts=spec.max_restarts, job_dir=os.path.dirname(log_path), log_path=log_path,
+                     watch=watch, max_no_progress=spec.max_no_progress, checkpoint_dir=spec.checkpoint_dir)
 
     def attempt(count: int) -> int:
+        extra = restart_args(spec.on_restart_append, count, say=lambda text: eprint(f"torchhpc: {text}"))
+        if extra:
+            eprint(f"torchhpc: attempt {count} adds to the program: {' '.join(extra)}")
+        this = dataclasses.replace(submission, argv=(*submission.argv, *extra)) if extra else submission
         with open(log_path, "a", encoding="utf-8", errors="backslashreplace") as log:
-            return int(scheduler.run(submission, rank0_only=rank0_only, run_id=f"local-{job_id}", log=log,
+            return int(scheduler.run(this, rank0_only=rank0_only, run_id=f"local-{job_id}", log=log,
                                      restart_count=count, job_dir=os.path.dirname(log_path)))
 
     state, code, reason, hint = "COMPLETED", 0, "", ""
@@ -75,7 +83,12 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
         return code
     # Where the verdict found no evidence (a tool's own Error/HINT lines, a rank that printed nothing),
     # the supervisor's hint still says where to look on the screen.
-    if print_verdict(scheduler, job_id) in ("", "unknown") and hint:
+    klass = print_verdict(scheduler, job_id)
+    if klass in ("", "unknown") and hint:
         eprint(f"HINT: {hint}")
+    if state == "CANCELLED" and not tries.fired:
+        return code  # `torchhpc cancel` or a signal: its own code, as before
+    if spec.max_restarts or hang_timeout:  # a supervised run ends with its class's code (core/exitcodes.py)
+        return tries.exit_code(exit_code_for(klass or "unknown"))
     return code
 

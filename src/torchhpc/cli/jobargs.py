@@ -95,6 +95,15 @@ def add_job_arguments(p: argparse.ArgumentParser, *, program: bool = True) -> No
     s.add_argument("--max-restarts", type=int, default=None, metavar="R",
                    help="restart the launch at most R times after a node failure, hang or network error "
                         "(never after an exception in the program); 0: never")
+    s.add_argument("--max-no-progress", type=int, default=None, metavar="K",
+                   help="end the job (class no-progress) after K attempts in a row that saved no newer checkpoint "
+                        "(default 3; 0: never)")
+    s.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                   help="where the program saves checkpoints: the newest file's step tells the supervisor it advanced "
+                        "(torchhpc.dist.checkpoint tells it by itself)")
+    s.add_argument("--on-restart-append", default=None, metavar="ARGS",
+                   help="arguments added to the program on attempts after the first; {latest:GLOB} becomes the "
+                        "newest match, e.g. '--resume_from_checkpoint {latest:ckpt/checkpoint-*}'")
     s.add_argument("--flight-recorder", default=None, metavar="N|off",
                    help="collectives each rank's torch Flight Recorder keeps, dumped into the job directory "
                         "when a hang is named (default 2000; off: none); docs/diagnose.md")

@@ -202,6 +202,11 @@ class JobSpec:
     spares: int = 0
     max_restarts: int = 0
     hang_timeout: Optional[float] = None
+    # The no-progress stop (supervisor/progress.py) and what a restarted attempt adds to the program
+    # (supervisor/resume.py: {latest:GLOB} becomes the newest match when the attempt starts).
+    max_no_progress: int = 3
+    checkpoint_dir: Optional[str] = None
+    on_restart_append: str = ""
     # Job array (Slurm syntax, core/array.py) and a sweep's parameters: NAME -> one value per task, in index order.
     array: Optional[str] = None
     array_params: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -246,6 +251,16 @@ class JobSpec:
             raise SpecError(f"--spares={self.spares} must not be negative", "give the number of spare nodes, e.g. --spares 1")
         if self.max_restarts < 0:
             raise SpecError(f"--max-restarts={self.max_restarts} must not be negative", "0 means: never restart")
+        if self.on_restart_append:
+            import shlex
+
+            try:
+                shlex.split(self.on_restart_append)
+            except ValueError as e:
+                raise SpecError(f"--on-restart-append={self.on_restart_append!r} cannot be split into words: {e}",
+                                "quote it as for a shell, e.g. '--resume_from_checkpoint {latest:ckpt/*}'") from None
+        if self.max_no_progress < 0:
+            raise SpecError(f"--max-no-progress={self.max_no_progress} must not be negative", "0 means: never stop for it")
         if self.hang_timeout is not None and self.hang_timeout < 5:
             raise SpecError(f"--hang-timeout={self.hang_timeout} is under 5 seconds",
                             "a hang timeout under 5 seconds would call slow steps hangs")

@@ -130,6 +130,7 @@ def save(
             os.fsync(fd)
         finally:
             os.close(fd)
+        _tell_supervisor(step, path)
         for old in list_checkpoints(d)[:-keep] if keep > 0 else []:
             old.unlink(missing_ok=True)
         for stale in d.glob(".ckpt-*.tmp-*"):
@@ -140,6 +141,25 @@ def save(
     if world > 1 and dist.is_initialized():
         dist.barrier()
     return path
+
+
+def _tell_supervisor(step: int, path: Path) -> None:
+    """``<job dir>/checkpoint.json``: the newest step, for the supervisor's no-progress stop
+    (torchhpc.supervisor.progress). Only inside a torchhpc job; a courtesy that never fails a save."""
+    import json
+    import time
+
+    job_dir = os.environ.get("TORCHHPC_JOB_DIR") or os.path.dirname(os.environ.get("TORCHHPC_RANKS_DIR", "").rstrip("/"))
+    if not job_dir or not os.path.isdir(job_dir):
+        return
+    marker = os.path.join(job_dir, "checkpoint.json")
+    tmp = f"{marker}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump({"step": step, "path": str(path), "time": time.time()}, f)
+        os.replace(tmp, marker)
+    except OSError:
+        pass
 
 
 def resume(

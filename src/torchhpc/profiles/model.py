@@ -45,10 +45,12 @@ FIELD_DOCS: dict[str, str] = {
     "spares": "spare nodes allocated beside the job's, used after a node failure (--spares)",
     "max_restarts": "restarts inside the allocation after a node failure, hang or network error (--max-restarts)",
     "hang_timeout": "seconds without output or CPU use after which ranks count as hung (--hang-timeout)",
+    "max_no_progress": "attempts in a row without a checkpoint advance before the job ends with no-progress; 0: never (--max-no-progress)",
+    "checkpoint_dir": "where the program saves checkpoints; the newest one's step tells the supervisor it advanced (--checkpoint-dir)",
     "flight_recorder": "collectives each rank's Flight Recorder keeps for the hang verdict, or off (--flight-recorder)",
 }
 
-_INT = ("gpus_per_node", "cpus_per_gpu", "spares", "max_restarts", "hang_timeout")
+_INT = ("gpus_per_node", "cpus_per_gpu", "spares", "max_restarts", "hang_timeout", "max_no_progress")
 _TUPLE = ("modules", "container_setup", "setup", "require", "shell_optional")
 _PAIRS = ("env", "options", "container_options")
 _BOOL = ("container_optional", "image_without_torchhpc")
@@ -99,6 +101,8 @@ class Profile:
     spares: Optional[int] = None
     max_restarts: Optional[int] = None
     hang_timeout: Optional[int] = None
+    max_no_progress: Optional[int] = None
+    checkpoint_dir: Optional[str] = None
     flight_recorder: Optional[str] = None
     # [USER@]HOST of the site's login node: --remote's default (docs/remote.md)
     remote: Optional[str] = None

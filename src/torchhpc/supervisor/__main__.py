@@ -24,10 +24,19 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--requeue", action="store_true", help="when no spare is left, requeue without the failed nodes")
     p.add_argument("--probe-every", type=float, default=2.0, help="seconds between liveness checks of the step's nodes")
     p.add_argument("--scheduler", default="slurm", help="the scheduler whose allocation this runs in")
+    p.add_argument("--max-no-progress", type=int, default=3,
+                   help="attempts in a row without a checkpoint advance before the job ends with no-progress (0: never)")
+    p.add_argument("--checkpoint-dir", default=None, help="where the program's checkpoints are (the newest file's step)")
+    p.add_argument("--on-restart-append", default="", metavar="ARGS",
+                   help="arguments added to the program on attempts after the first ({latest:GLOB}: the newest match)")
+    p.add_argument("--no-health-gate", action="store_true",
+                   help="skip the checks of the next attempt's nodes (job dir writable, port free, nvidia-smi)")
     a = p.parse_args(argv)
     return Options(job_dir=a.job_dir, nodes=a.nodes, nproc_per_node=a.nproc_per_node, launcher=a.launcher,
                    max_restarts=a.max_restarts, hang_timeout=a.hang_timeout, requeue=a.requeue,
-                   probe_every=a.probe_every, scheduler=a.scheduler)
+                   probe_every=a.probe_every, scheduler=a.scheduler, max_no_progress=a.max_no_progress,
+                   checkpoint_dir=a.checkpoint_dir, on_restart_append=a.on_restart_append,
+                   health=not a.no_health_gate)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,18 @@ failed rank and its error line, when known), ``found_by`` (how the supervisor le
 failure: ``probe``, its liveness check of the step's nodes, which stops the step itself;
 ``hang-watch``; ``step-end``, the step ended by itself; ``""`` for a success). A requeued job appends to the same file, so the
 list is the job's whole history and ``TORCHHPC_RESTART_COUNT`` is its length so far.
+
+The parts of a recovery (``torchhpc events`` reads them; all optional, ``null`` when not known;
+times in epoch seconds, durations in seconds):
+
+* ``launched``: when this attempt's step was started (after the health gate);
+* ``first_line``: when a rank of this attempt wrote its first output line;
+* ``fault``: when the supervisor detected the failure; ``found_by``: how (``"probe"``: a node
+  stopped answering, ``"step-end"``: the step ended by itself, ``"hang-watch"``: the hang watch);
+* ``teardown_s``: from the detection until the step was gone;
+* ``health_s`` and ``health``: how long the health gate before this attempt took, and
+  ``{node: reason}`` for the nodes it failed (excluded like dead ones);
+* ``checkpoint_step``: the newest checkpoint's step seen at the attempt's end (``null``: none).
 """
 
 from __future__ import annotations
@@ -33,7 +45,14 @@ class Attempt:
     rank: Optional[int] = None
     detail: str = ""
     slurm_job: str = ""
+    launched: Optional[float] = None
+    first_line: Optional[float] = None
+    fault: Optional[float] = None
     found_by: str = ""
+    teardown_s: Optional[float] = None
+    health_s: Optional[float] = None
+    health: dict[str, str] = field(default_factory=dict)
+    checkpoint_step: Optional[int] = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

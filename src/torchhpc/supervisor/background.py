@@ -42,7 +42,9 @@ def attempts_for(d: Path, submission: Submission) -> Restarts:
 
         def watch(act: Callable[[str], None]) -> Optional[HangWatch]:
             return watch_job(get_scheduler(spec.scheduler), d.name, timeout, "cancel", act, say)
-    return Restarts(max_restarts=spec.max_restarts, job_dir=str(d), log_path=log, watch=watch)
+    return Restarts(max_restarts=spec.max_restarts, job_dir=str(d), log_path=log, watch=watch,
+                    max_no_progress=spec.max_no_progress, checkpoint_dir=spec.checkpoint_dir,
+                    on_restart_append=spec.on_restart_append)
 
 
 def main(argv: list[str]) -> int:

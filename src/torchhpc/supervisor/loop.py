@@ -25,11 +25,16 @@ from torchhpc.core.proc import Runner
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.allocation import ipv4
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
-from torchhpc.supervisor.policy import action_for, why_not
+from torchhpc.supervisor.policy import action_for, exit_code_for, why_not
+from torchhpc.supervisor.progress import NoProgress
+from torchhpc.supervisor.resume import restart_args
 
 __all__ = ["Options", "Supervisor", "choose"]
 
 POLL_S = 0.5
+# A live slurmd completes the TCP handshake in well under a millisecond, even on a busy node (the kernel
+# answers); 1 s is generous, and a node counts as dead only after Options.misses misses in a row.
+PROBE_TIMEOUT_S = 1.0
 STARTING = 4  # the hang timeout's multiple allowed before an attempt's first line (see Supervisor._attempt)
 
 
@@ -45,6 +50,10 @@ class Options:
     probe_every: float = 2.0
     misses: int = 2  # failed liveness checks in a row before a node counts as dead
     scheduler: str = "slurm"  # whose allocation this runs in (asked through schedulers/allocation.py)
+    max_no_progress: int = 3  # attempts in a row without a checkpoint advance before no-progress (0: off)
+    checkpoint_dir: Optional[str] = None  # where the program's checkpoints are (supervisor/progress.py)
+    on_restart_append: str = ""  # arguments added on attempts after the first (supervisor/resume.py)
+    health: bool = True  # the health gate before each attempt (supervisor/health.py)
 
 
 @dataclass
@@ -60,6 +69,9 @@ class Outcome:
     # warning at the very moment a node dies is lost with it: the restarted or requeued job runs on.
     teardown: bool = False
     found_by: str = "step-end"  # attempts.json's found_by: probe, hang-watch, or the step ended by itself
+    fault: Optional[float] = None  # when the supervisor saw the failure (attempts.json's parts of a recovery)
+    teardown_s: Optional[float] = None
+    first_line: Optional[float] = None
 
 
 def say(text: str) -> None:
@@ -76,6 +88,7 @@ class Supervisor:
         self.alloc = get_scheduler(opts.scheduler, self.runner).allocation_of("", self.env)  # the job we run in
         self.job = self.alloc.job_id
         self.ranks_dir = os.path.join(opts.job_dir, "ranks")
+        self._warmed: set[str] = set()
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> int:
@@ -83,22 +96,33 @@ class Supervisor:
         history = load_attempts(self.o.job_dir)
         excluded = {h for a in history for h in a.get("excluded", ())}
         previous: list[str] = []
+        progress = NoProgress(self.o.max_no_progress, self.o.job_dir, self.o.checkpoint_dir)
         say(f"job {self.job}: {len(allocation)} nodes ({','.join(allocation)}), {self.o.nodes} used, "
             f"max restarts {self.o.max_restarts}" + (f", excluded before: {','.join(sorted(excluded))}" if excluded else ""))
         while True:
             usable = [h for h in allocation if h not in excluded and self.alloc.alive(h)]
             dead_now = [h for h in allocation if h not in excluded and h not in usable]
+            health_s, sick = self._health(usable, len(history))
+            if sick:
+                say("health gate: " + "; ".join(f"{h}: {why}" for h, why in sorted(sick.items())) + ": excluded")
+                excluded |= set(sick)
+                usable = [h for h in usable if h not in sick]
             step_nodes = choose(allocation, previous, usable, self.o.nodes)
             count = len(history)
             if len(step_nodes) < self.o.nodes:
                 excluded |= set(dead_now)
                 return self._out_of_nodes(history, sorted(excluded), usable)
-            attempt = Attempt(attempt=count, nodes=step_nodes, started=self.clock(), slurm_job=self.job)
+            attempt = Attempt(attempt=count, nodes=step_nodes, started=self.clock(), slurm_job=self.job,
+                              health_s=health_s, health=sick)
+            self._warm([h for h in usable if h not in step_nodes])
             say(f"attempt {count} on {','.join(step_nodes)} (TORCHHPC_RESTART_COUNT={count})")
             out = self._attempt(attempt)
             attempt.ended, attempt.klass, attempt.exit_code = self.clock(), out.klass, out.rc
             attempt.rank, attempt.detail = out.rank, out.detail[:300]
             attempt.found_by = out.found_by if out.klass is not None else ""
+            attempt.fault, attempt.teardown_s = out.fault, out.teardown_s
+            attempt.first_line = out.first_line
+            attempt.checkpoint_step = progress.after(out.klass)
             excluded |= set(out.dead)
             if out.teardown:
                 self._clear_stop()
@@ -119,7 +143,11 @@ class Supervisor:
                 return self._requeue(sorted(excluded))
             if why:
                 say(why)
-                return out.rc if out.rc > 0 else 1
+                return exit_code_for(out.klass)
+            storm = progress.why_stop()
+            if storm:
+                say(storm)
+                return exit_code_for("no-progress")
             previous = [h for h in step_nodes if h not in excluded]
 
     def _out_of_nodes(self, history: list[dict[str, object]], excluded: list[str], usable: list[str]) -> int:
@@ -127,7 +155,7 @@ class Supervisor:
             return self._requeue(excluded)
         say(f"only {len(usable)} healthy node(s) ({','.join(usable) or 'none'}) for {self.o.nodes}; "
             f"excluded: {','.join(excluded) or 'none'}: the job ends (node-failure)")
-        return 1
+        return exit_code_for("node-failure")
 
     def _requeue(self, excluded: list[str]) -> int:
         """No spare left: requeue the job with the failed nodes excluded (``--requeue``)."""
@@ -155,6 +183,39 @@ class Supervisor:
             except OSError:
                 pass
 
+    def _health(self, nodes: list[str], count: int) -> tuple[Optional[float], dict[str, str]]:
+        """The health gate over the candidate nodes (supervisor/health.py): its seconds and the failing nodes."""
+        if not self.o.health or not nodes:
+            return None, {}
+        from torchhpc.supervisor.health import gate
+
+        gpus = any(self.env.get(v) for v in ("SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "SLURM_GPUS_PER_NODE"))
+        t = self.clock()
+        try:
+            sick = gate(self.alloc.on_nodes, nodes, self.o.job_dir, self._port(count), gpus)
+        except Exception as e:  # the gate is a courtesy: a gate that cannot run excludes no one
+            say(f"health gate not run: {type(e).__name__}: {e}")
+            return None, {}
+        return round(self.clock() - t, 3), sick
+
+    def _warm(self, spares: list[str]) -> None:
+        """Page Python and torch in on the idle spares, once, in the background: a spare's first attempt
+        then reads them from memory, not from a cold (often network) file system. Never waited for."""
+        todo = [h for h in spares if h not in self._warmed]
+        if not todo or not self.o.health:
+            return
+        self._warmed.update(todo)
+        try:
+            subprocess.Popen(self.alloc.on_nodes([sys.executable, "-c", "import torch"], todo),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        except Exception as e:  # a courtesy: the attempt does not depend on it
+            say(f"could not warm the spares: {e}")
+
+    def _port(self, count: int) -> int:
+        """The rendezvous port of attempt ``count``: moved per attempt (a dead attempt's socket may linger)."""
+        base = int(self.env.get("TORCHHPC_BASE_PORT") or self.env.get("MASTER_PORT") or 29500)
+        return 10000 + (base - 10000 + 101 * count) % 20000
+
     # -- one attempt -------------------------------------------------------------------------
     def _env(self, attempt: Attempt) -> dict[str, str]:
         env = dict(self.env)
@@ -165,7 +226,7 @@ class Supervisor:
             TORCHHPC_RESTART_COUNT=str(attempt.attempt),
             TORCHHPC_BASE_PORT=str(base),
             MASTER_ADDR=ipv4(attempt.nodes[0]),
-            MASTER_PORT=str(10000 + (base - 10000 + 101 * attempt.attempt) % 20000),
+            MASTER_PORT=str(self._port(attempt.attempt)),
             # srun's --overlap (also the srun mpirun starts its daemons with): a failed attempt's step
             # holds its CPUs until the dead node's part of it is cleaned up, after SlurmdTimeout.
             SLURM_OVERLAP="1",
@@ -174,7 +235,13 @@ class Supervisor:
 
     def _attempt(self, attempt: Attempt) -> Outcome:
         sizes = _sizes(self.ranks_dir)
-        proc = self.alloc.start_step(["bash", "-c", "_torchhpc_step"], self._env(attempt))
+        attempt.launched = self.clock()
+        extra = restart_args(self.o.on_restart_append, attempt.attempt, say=say)
+        if extra:
+            say(f"attempt {attempt.attempt} adds to the program: {' '.join(extra)}")
+        # "$@": the rendered step ends its launch line with it when --on-restart-append is given
+        proc = self.alloc.start_step(["bash", "-c", '_torchhpc_step "$@"', "_torchhpc_step", *extra], self._env(attempt))
+        first_line: Optional[float] = None
         misses = dict.fromkeys(attempt.nodes, 0)
         next_check = self.clock() + self.o.probe_every
         watch = self._hang_watch(attempt)
@@ -184,30 +251,41 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 rc = None
             if rc is not None:
-                return self._judge(rc, attempt, sizes)
+                seen = self.clock()
+                out = self._judge(rc, attempt, sizes)
+                out.fault, out.teardown_s = (seen, 0.0) if out.klass else (None, None)
+                out.first_line = first_line
+                return out
             now = self.clock()
+            if first_line is None and _wrote(self.ranks_dir, sizes):
+                first_line = now  # within POLL_S of the rank's first line
             if now >= next_check:
                 next_check = now + self.o.probe_every
                 for h in attempt.nodes:
-                    misses[h] = 0 if self.alloc.alive(h, timeout=min(2.0, self.o.probe_every)) else misses[h] + 1
+                    misses[h] = 0 if self.alloc.alive(h, timeout=min(PROBE_TIMEOUT_S, self.o.probe_every)) else misses[h] + 1
+                if any(misses.values()):  # confirm a miss at once, not a probe interval later (detection <= 5 s)
+                    next_check = now
                 dead = [h for h, n in misses.items() if n >= self.o.misses]
                 if dead:
                     say(f"node(s) {','.join(dead)} stopped answering: stopping the step")
+                    fault = self.clock()
                     rc = self.alloc.kill_step(proc, grace=0.0)  # a dead node's step never ends cleanly: no grace
                     return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True,
-                                   found_by="probe")
+                                   fault=fault, found_by="probe", teardown_s=round(self.clock() - fault, 3),
+                                   first_line=first_line)
             if watch is None:
                 continue
             # Until a rank of this attempt has written a byte (imports, rendezvous, a checkpoint load; a
             # starved rank may use little CPU on a busy node) the quiet allowed is STARTING times the
             # timeout (ft_launcher likewise waits longer for the first heartbeat).
-            starting = not any(n > sizes.get(path, 0) for path, n in _sizes(self.ranks_dir).items())
+            starting = first_line is None
             verdict = watch.check("RUNNING", now, attempt.started, watch.timeout * STARTING if starting else None)
             if verdict:
                 rank = verdict.culprits[0] if verdict.culprits else None
                 out = Outcome("hang", 1, rank=rank, detail=f"quiet for {watch.quiet:.0f}s", teardown=not self._stopping(),
-                              found_by="hang-watch")
+                              fault=now, found_by="hang-watch", first_line=first_line)
                 out.rc = self.alloc.kill_step(proc)
+                out.teardown_s = round(self.clock() - now, 3)
                 return out
 
     def _hang_watch(self, attempt: Attempt) -> Any:
@@ -251,6 +329,11 @@ def _sizes(ranks_dir: str) -> dict[str, int]:
         except OSError:
             pass
     return out
+
+
+def _wrote(ranks_dir: str, sizes: dict[str, int]) -> bool:
+    """Whether a rank of this attempt has written a byte (its log grew past ``sizes``)."""
+    return any(n > sizes.get(path, 0) for path, n in _sizes(ranks_dir).items())
 
 
 def _classify(ranks_dir: str, sizes: dict[str, int], rc: int) -> Outcome:

@@ -3,11 +3,16 @@
 The classes are the verdict's (:data:`torchhpc.diagnose.classify.CLASSES`). A restart helps
 only where the cause is outside the program: a node, the network, a stall. A restart after an
 exception, an out-of-memory or an import error would fail the same way and burn the allocation.
+
+The exit code each class ends the job with is :data:`EXIT_CODES`, kept in
+:mod:`torchhpc.core.exitcodes` so that the scheduler backends render failure policies from it too.
 """
 
 from __future__ import annotations
 
-__all__ = ["NEVER", "POLICY", "RESTART_CLASSES", "action_for", "why_not"]
+from torchhpc.core.exitcodes import EXIT_CODES, exit_code_for
+
+__all__ = ["EXIT_CODES", "NEVER", "POLICY", "RESTART_CLASSES", "action_for", "exit_code_for", "why_not"]
 
 # class -> (action, why); the action is "restart" or "end"
 POLICY: dict[str, tuple[str, str]] = {
@@ -22,6 +27,7 @@ POLICY: dict[str, tuple[str, str]] = {
     "environment": ("end", "an import error or a wrong torch does not heal by itself"),
     "collective-mismatch": ("end", "the program's ranks disagree on a collective: it repeats on every attempt"),
     "native-crash": ("end", "a crash in C++ repeats as a rule: read the rank's log"),
+    "no-progress": ("end", "restarts that never advance the checkpoint burn the allocation: a person looks"),
     "time-limit": ("end", "the stop protocol (--signal-before, --requeue) handles the time limit"),
     "preempted": ("end", "the stop protocol (--requeue) handles preemption"),
     "cancelled": ("end", "someone cancelled the job"),

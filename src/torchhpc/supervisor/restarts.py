@@ -25,7 +25,9 @@ from typing import Any, Optional, TypeVar
 
 from torchhpc.errors import JobFailed
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
-from torchhpc.supervisor.policy import why_not
+from torchhpc.supervisor.policy import exit_code_for, why_not
+from torchhpc.supervisor.progress import NoProgress
+from torchhpc.supervisor.resume import restart_args
 
 __all__ = ["Restarts", "classify_log"]
 
@@ -65,7 +67,8 @@ class Restarts:
     """The attempts of one local job: ``Restarts(...).run(attempt)`` calls ``attempt(count)`` until it
     returns, or fails by a cause the policy does not restart, or ``max_restarts`` restarts are spent
     (then the last :class:`JobFailed` is raised). ``fired`` tells whether the hang watch ended the
-    last attempt.
+    last attempt; ``klass`` is the class the job ended with (``no-progress`` after a restart storm,
+    see :mod:`torchhpc.supervisor.progress`), and :meth:`exit_code` its class-coded exit status.
 
     ``watch(act)`` makes the hang watch for one attempt (None: no watch); ``act`` is called once it
     has named a hang, and stops the attempt with SIGTERM to this process, as ``torchhpc cancel``
@@ -74,10 +77,22 @@ class Restarts:
 
     def __init__(self, *, max_restarts: int, job_dir: str, log_path: str,
                  watch: Optional[Callable[[Callable[[str], None]], Any]] = None,
-                 say: Callable[[str], None] = lambda text: print(f"torchhpc: {text}", file=sys.stderr, flush=True)) -> None:
+                 say: Callable[[str], None] = lambda text: print(f"torchhpc: {text}", file=sys.stderr, flush=True),
+                 max_no_progress: int = 3, checkpoint_dir: Optional[str] = None, on_restart_append: str = "") -> None:
         self.max_restarts, self.job_dir, self.log_path = max_restarts, job_dir, log_path
         self.watch, self.say = watch, say
         self.fired = False
+        self.klass: Optional[str] = None
+        self.on_restart_append = on_restart_append
+        self.progress = NoProgress(max_no_progress if max_restarts else 0, job_dir, checkpoint_dir)
+
+    def extra_args(self, count: int) -> list[str]:
+        """What attempt ``count`` adds to the program (``--on-restart-append``, supervisor/resume.py)."""
+        return restart_args(self.on_restart_append, count, say=self.say)
+
+    def exit_code(self, fallback: int) -> int:
+        """The class-coded exit status (core/exitcodes.py) of the job's end; ``fallback`` when no class is known."""
+        return exit_code_for(self.klass) if self.klass else fallback
 
     def run(self, attempt: Callable[[int], T]) -> T:
         history = load_attempts(self.job_dir) if self.max_restarts else []
@@ -95,9 +110,19 @@ class Restarts:
                 if e.message.startswith("interrupted") and not self.fired:
                     raise  # Ctrl-C or `torchhpc cancel`: the user's word is final
                 klass, rank, error = ("hang", None, "") if self.fired else classify_log(self.log_path, offset)
+                if self.fired:
+                    row.fault, row.found_by = time.time(), "hang-watch"
+                self.klass = klass
+                row.checkpoint_step = self.progress.after(klass)
                 self._record(history, row, klass, e.exit_code, rank, error)
                 if not self._again(klass, count):
                     raise
+                storm = self.progress.why_stop()
+                if storm:
+                    self.say(storm)
+                    self.klass = "no-progress"
+                    raise JobFailed(storm, "see each attempt: torchhpc status JOB; the program never saved a newer "
+                                    "checkpoint (--checkpoint-dir DIR says where it saves)", e.exit_code) from None
                 self.say(f"attempt {count} ended: {klass}" + (f" (rank {rank})" if rank is not None else "")
                          + f"; restart {count + 1} of {self.max_restarts} (TORCHHPC_RESTART_COUNT={count + 1})")
                 count += 1
@@ -106,7 +131,9 @@ class Restarts:
                 done.set()
                 if watcher is not None:
                     watcher.join(timeout=10)
+            row.checkpoint_step = self.progress.after(None)
             self._record(history, row, None, 0, None, "")
+            self.klass = None
             return result
 
     def _record(self, history: list[dict[str, Any]], row: Attempt, klass: Optional[str], code: int,

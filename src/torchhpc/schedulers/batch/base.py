@@ -252,6 +252,8 @@ class BatchScheduler(Scheduler):
             "# it checks the step's nodes every 2 s and restarts after a node failure, hang or network error.",
             "_torchhpc_step() {",
         ]
+        if spec.on_restart_append and launch:  # the program's arguments end the launch: the supervisor's go after
+            launch = [*launch[:-1], launch[-1] + ' "$@"']
         for line in launch:
             lines += ["  " + x[2:] for x in wrap_command(line, launch_breaks(line, spec))]
         lines += ["}", "export -f _torchhpc_step" + (f"; export {' '.join(helpers)}" if helpers else "")]
@@ -263,6 +265,12 @@ class BatchScheduler(Scheduler):
             argv += ["--hang-timeout", f"{spec.hang_timeout:g}"]
         if spec.requeue:
             argv.append("--requeue")
+        if spec.max_no_progress != 3:
+            argv += ["--max-no-progress", str(spec.max_no_progress)]
+        if spec.checkpoint_dir:
+            argv += ["--checkpoint-dir", spec.checkpoint_dir]
+        if spec.on_restart_append:
+            argv += ["--on-restart-append", spec.on_restart_append]
         line = join(argv)
         wrapped = [x[2:] for x in wrap_command(line, [split_words(line).index("--nodes")])]
         wrapped[-1] += " &" if stopping else ""

@@ -9,6 +9,7 @@ the schedulers: it reads the verdict and the hang watch).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import signal
@@ -35,6 +36,10 @@ class Attempts(Protocol):
     fired: bool
 
     def run(self, attempt: Callable[[int], int]) -> int: ...
+
+    def exit_code(self, fallback: int) -> int: ...
+
+    def extra_args(self, count: int) -> list[str]: ...
 
 
 def supervise(d: Path, scheduler: Any, attempts: Callable[[Path, Submission], Attempts]) -> int:
@@ -71,7 +76,12 @@ def supervise(d: Path, scheduler: Any, attempts: Callable[[Path, Submission], At
     rec.update(state="RUNNING", reason="", started=time.time())
     write_state(d, rec)
     def attempt(count: int) -> int:
-        return int(scheduler.run(submission, run_id="local-" + d.name, stdout=sys.stdout, stderr=sys.stdout,
+        this = submission
+        extra = tries.extra_args(count)  # --on-restart-append (supervisor/resume.py)
+        if extra:
+            print(f"torchhpc: attempt {count} adds to the program: {' '.join(extra)}", file=sys.stderr, flush=True)
+            this = dataclasses.replace(submission, argv=(*submission.argv, *extra))
+        return int(scheduler.run(this, run_id="local-" + d.name, stdout=sys.stdout, stderr=sys.stdout,
                                  dependencies=False, restart_count=count, job_dir=str(d)))
 
     tries = attempts(d, submission)
@@ -82,6 +92,8 @@ def supervise(d: Path, scheduler: Any, attempts: Callable[[Path, Submission], At
         code, reason = e.exit_code, e.message
         if tries.fired:
             reason = f"the hang watch cancelled the run (--hang-timeout {submission.spec.hang_timeout:g})"
+        if (state == "FAILED" or tries.fired) and (submission.spec.max_restarts or submission.spec.hang_timeout):
+            code = tries.exit_code(code)  # the class's code (core/exitcodes.py), as the Slurm supervisor's
         print(f"torchhpc: {reason}", file=sys.stderr, flush=True)
     except Exception as e:  # recorded, never left as RUNNING
         state, code, reason = "FAILED", 1, f"{type(e).__name__}: {e}"

@@ -1,0 +1,61 @@
+"""The exit code a supervised job ends with, one per verdict class (docs/resilience.md).
+
+A site's requeue logic (Slurm's ``RequeueExit=``, a wrapper script, a Kubernetes
+``podFailurePolicy`` rule) can act on the class from the exit status alone, without parsing logs.
+
+Why 80-95: the codes must not be mistaken for another convention's. 0-2 are success, a generic
+error and a usage error; 64-78 are sysexits.h (``EX_USAGE`` ...); 126-127 are the shell's "not
+executable" and "not found"; 128+N is death by signal N (137 SIGKILL, 143 SIGTERM); systemd
+reserves 200-243 and ssh returns 255. 80-95 is free of all of them, and one block of 16 holds
+every class: the infrastructure classes (restarted by the supervisor) first, then the ends that
+a stop protocol handles, then the program's own faults.
+
+Stdlib only, in ``core``: the supervisor, the CLI and every scheduler backend (the Kubernetes
+failure policy is rendered from it) read the same table.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+__all__ = ["EXIT_CODES", "INFRASTRUCTURE", "class_of_exit", "exit_code_for"]
+
+# class -> exit code; docs/resilience.md shows this table (a unit test keeps them equal)
+EXIT_CODES: dict[str, int] = {
+    # the infrastructure: a restart (or a requeue without the node) can help
+    "node-failure": 80,
+    "hang": 81,
+    "network": 82,
+    "lost-peer": 83,
+    # restarts that never advanced the checkpoint: stop, a person looks
+    "no-progress": 84,
+    # ended from outside: the stop protocol (--signal-before, --requeue) handles them
+    "time-limit": 85,
+    "preempted": 86,
+    "cancelled": 87,
+    # the program's own: the same code fails the same way
+    "user-exception": 88,
+    "cuda-oom": 89,
+    "host-oom": 90,
+    "gpu-assignment": 91,
+    "environment": 92,
+    "native-crash": 93,
+    "collective-mismatch": 94,
+    "unknown": 95,
+}
+INFRASTRUCTURE = frozenset(("node-failure", "hang", "network", "lost-peer"))
+
+_BY_CODE = {v: k for k, v in EXIT_CODES.items()}
+
+
+def exit_code_for(klass: Optional[str]) -> int:
+    """The exit code of a job that ended with ``klass`` (0 for a success, None; ``unknown``'s for a
+    class this table does not name: never 1, which says nothing)."""
+    if klass is None:
+        return 0
+    return EXIT_CODES.get(klass, EXIT_CODES["unknown"])
+
+
+def class_of_exit(code: Optional[int]) -> Optional[str]:
+    """The class an exit code stands for, or None when it is not one of :data:`EXIT_CODES`."""
+    return _BY_CODE.get(code) if code is not None else None
