@@ -145,7 +145,7 @@ def account(submit: float, start: float, end: float, attempts: Sequence[Mapping[
             startup += line - before
         else:
             gap = launched - before
-            health = min(gap, _num(pending, "health_s") or 0.0)
+            health = min(gap, _num(a, "health_s") or 0.0)  # the gate ran before this attempt
             pending["health_s"] = health
             pending["restart_s"] = gap - health + (line - launched)
             incidents.append(Incident(**pending))
@@ -171,9 +171,8 @@ def account(submit: float, start: float, end: float, attempts: Sequence[Mapping[
         productive += run - detection - recompute
         ended = at(_num(a, "ended"))
         pending = {"attempt": int(a.get("attempt") or 0), "klass": str(klass), "found_by": str(a.get("found_by") or ""),
-                   "fault": stop, "detection_s": detection, "teardown_s": ended - stop, "health_s": _num(a, "health_s"),
+                   "fault": stop, "detection_s": detection, "teardown_s": ended - stop, "health_s": 0.0,
                    "recompute_s": recompute, "recompute_known": known}
     if pending is not None:  # the last attempt failed: no restart follows
-        pending["health_s"] = 0.0
         incidents.append(Incident(**pending))
     return Account(end - submit, start - submit, startup, productive, end - cursor, tuple(incidents))
