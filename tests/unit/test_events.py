@@ -184,3 +184,12 @@ def test_clock_reads_each_format() -> None:
     assert clock("Unknown") is None and clock("") is None and clock(None) is None
     assert clock(1795768626.5) == 1795768626.5 and clock("1795768626") == 1795768626.0
     assert clock("Sat Nov 22 03:40:00 2026") == time.mktime((2026, 11, 22, 3, 40, 0, 0, 0, -1))
+
+
+def test_a_job_neither_sacct_nor_scontrol_knows_is_an_error_that_names_it() -> None:
+    from torchhpc.errors import SchedulerError
+
+    runner = FakeRunner(responses={"sacct": "", "scontrol": (1, "", "slurm_load_jobs error: Invalid job id specified\n")})
+    with pytest.raises(SchedulerError, match="slurm job 404"):
+        SlurmScheduler(runner=runner).times("404")
+    assert [c[0][0] for c in runner.calls] == ["sacct", "scontrol"]

@@ -99,8 +99,12 @@ class SlurmQueries:
             found = None
         if found is not None:
             return found
-        raw = self.status(job_id).raw
-        return times_from_scontrol(raw) if raw else JobTimes(state="UNKNOWN", source="status")
+        try:  # one scontrol, as status asks first; never a second accounting call
+            raw = parse_scontrol(self.runner.run(["scontrol", "show", "job", "-o", job_id], timeout=30).stdout)
+        except CommandError as e:
+            raise SchedulerError(f"slurm job {job_id}: sacct has no row for it and scontrol does not know it ({e.message})",
+                                 "check the job id; a job older than MinJobAge is only in accounting") from None
+        return times_from_scontrol(raw)
 
     def cancel(self, job_id: str) -> None:
         self.runner.run(["scancel", job_id])
