@@ -193,3 +193,30 @@ def test_a_job_neither_sacct_nor_scontrol_knows_is_an_error_that_names_it() -> N
     with pytest.raises(SchedulerError, match="slurm job 404"):
         SlurmScheduler(runner=runner).times("404")
     assert [c[0][0] for c in runner.calls] == ["sacct", "scontrol"]
+
+
+def test_pbs_times_cost_what_status_costs() -> None:
+    text = (DATA / "pbs" / "qstat_json_history.json").read_text()
+    by_status = FakeRunner(responses={"qstat": text})
+    PBSScheduler(runner=by_status).status("4711.pbsserver01")
+    by_times = FakeRunner(responses={"qstat": text})
+    PBSScheduler(runner=by_times).times("4711.pbsserver01")
+    assert by_times.calls == by_status.calls and len(by_times.calls) == 1
+
+
+def test_plot_without_matplotlib_is_a_clear_error_before_anything_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from torchhpc.cli.main import main
+
+    for name in list(sys.modules):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails, find_spec finds nothing
+    monkeypatch.setenv("TORCHHPC_STATE_DIR", str(tmp_path / "state"))
+    rc = main(["events", "slurm:57", "--plot", str(tmp_path / "ev.png")])
+    err = capsys.readouterr().err
+    assert rc != 0 and "--plot needs matplotlib" in err and "torchhpc[plot]" in err, err
+    assert not (tmp_path / "ev.png").exists()
