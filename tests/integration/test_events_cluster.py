@@ -62,13 +62,13 @@ def test_events_of_a_node_loss_job_match_sacct_to_the_second(
                           env=slurm_cluster.client_env(), cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
-    first = {}
+    first: dict[str, float] = {}
     for e in out["events"]:
         first.setdefault(e["kind"], e["time"])
     got = {k: first[k] for k in ("submit", "eligible", "start", "end")}
     assert got == want, (got, want)  # each of sacct's times to the second, hence every interval between them
-    for a, b in (("submit", "eligible"), ("eligible", "start"), ("start", "end"), ("submit", "end")):
-        assert got[b] - got[a] == want[b] - want[a]
+    for x, y in (("submit", "eligible"), ("eligible", "start"), ("start", "end"), ("submit", "end")):
+        assert got[y] - got[x] == want[y] - want[x]
     acct = out["account"]
     assert acct["wall_s"] == want["end"] - want["submit"] and acct["queue_s"] == want["start"] - want["submit"]
     total = acct["queue_s"] + acct["startup_s"] + acct["productive_s"] + acct["lost_s"] + acct["shutdown_s"]

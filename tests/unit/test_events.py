@@ -13,6 +13,7 @@ import json
 import struct
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,7 +114,7 @@ def test_the_account_partitions_the_wall_time() -> None:
 
 
 def test_a_hang_before_any_checkpoint_loses_the_whole_attempt() -> None:
-    rows = [{"attempt": 0, "started": 10.0, "first_line": 12.0, "ended": 40.0, "class": "hang", "checkpoint_step": None},
+    rows: list[dict[str, Any]] = [{"attempt": 0, "started": 10.0, "first_line": 12.0, "ended": 40.0, "class": "hang", "checkpoint_step": None},
             {"attempt": 1, "started": 41.0, "first_line": 43.0, "ended": 80.0, "class": None}]
     a = account(0.0, 5.0, 81.0, rows, hang_quiet_s=6.0)
     (inc,) = a.incidents
@@ -122,7 +123,7 @@ def test_a_hang_before_any_checkpoint_loses_the_whole_attempt() -> None:
 
 
 def test_old_records_and_clocks_out_of_order_still_sum() -> None:
-    rows = [{"attempt": 1, "started": 90.0}, {"attempt": 0, "started": 30.0, "ended": 200.0, "class": "network"}]
+    rows: list[dict[str, Any]] = [{"attempt": 1, "started": 90.0}, {"attempt": 0, "started": 30.0, "ended": 200.0, "class": "network"}]
     a = account(0.0, 50.0, 100.0, rows)  # the supervisor's clock runs past the scheduler's End
     assert abs(a.queue_s + a.startup_s + a.productive_s + a.lost_s + a.shutdown_s - a.wall_s) <= 1.0
 
