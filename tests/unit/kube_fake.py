@@ -50,6 +50,8 @@ def strip_x(obj: Any) -> Any:
 
 
 TRAINJOB_SCHEMA: dict[str, Any] = strip_x(TRAINJOB_RAW)
+RUNTIME_RAW: dict[str, Any] = json.loads((DATA / "trainingruntime-v1alpha1-openapi.json").read_text())["openAPIV3Schema"]
+RUNTIME_SCHEMA: dict[str, Any] = strip_x(RUNTIME_RAW)
 
 
 def unknown_fields(obj: Any, schema: dict[str, Any], path: str = "") -> list[str]:
@@ -124,6 +126,7 @@ class FakeKubeAPI:
     def __init__(self) -> None:
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.runtimes: dict[tuple[str, str], dict[str, Any]] = {}  # TrainingRuntimes, by (namespace, name)
         self.requests: list[tuple[str, str]] = []
         api = self
 
@@ -153,6 +156,18 @@ class FakeKubeAPI:
                              r"(pytorchjobs|trainjobs)(?:/([^/]+))?$", path)
                 if m and (m.group(1), m.group(3)) in KINDS:
                     return self._job(method, m.group(1), m.group(2), m.group(3), m.group(4), params)
+                m = re.match(r"^/apis/trainer.kubeflow.org/v1alpha1/namespaces/([^/]+)/trainingruntimes$", path)
+                if m and method == "POST":
+                    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                    try:
+                        jsonschema.Draft4Validator(RUNTIME_SCHEMA).validate(body)
+                    except jsonschema.ValidationError as e:
+                        return self._status(422, "Invalid", str(e)[:300])
+                    key = (m.group(1), body["metadata"]["name"])
+                    if key in api.runtimes:
+                        return self._status(409, "AlreadyExists", f'TrainingRuntime "{key[1]}" already exists')
+                    api.runtimes[key] = body
+                    return self._send(201, body)
                 m = re.match(r"^/api/v1/namespaces/([^/]+)/pods$", path)
                 if m and method == "GET":
                     want = dict(kv.split("=", 1) for kv in params.get("labelSelector", "").split(",") if kv)

@@ -140,7 +140,6 @@ def test_without_spares_or_restarts_the_script_is_unchanged() -> None:
     ("pbs", {"max_restarts": 1}, "no restart"),
     ("local", {"spares": 1, "nodes": 1}, "no other node"),
     ("kubernetes", {"spares": 1}, "rescheduled by the cluster"),
-    ("kubernetes", {"max_restarts": 1}, "api=pytorchjob"),
 ])
 def test_what_a_scheduler_cannot_do_is_refused_with_the_reason(scheduler: str, flags: dict, why: str) -> None:
     kw = {"scheduler": scheduler, "launcher": "torchrun", **flags}

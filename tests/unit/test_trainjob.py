@@ -54,7 +54,8 @@ def spec(**kw: Any) -> JobSpec:
 
 
 def render(s: JobSpec) -> dict[str, Any]:
-    obj: dict[str, Any] = yaml.safe_load(KubernetesScheduler(runner=FakeRunner()).render(s).script or "")
+    docs = [d for d in yaml.safe_load_all(KubernetesScheduler(runner=FakeRunner()).render(s).script or "") if d]
+    obj: dict[str, Any] = docs[-1]  # the TrainJob (with --max-restarts its TrainingRuntime comes first)
     return obj
 
 
@@ -213,6 +214,8 @@ MAPPED: dict[str, tuple[dict[str, Any], Check]] = {
     "service_account": ({"options": (("image", IMAGE), ("service_account", "trainer"))},
                         lambda o: patch_pod(o)["spec"]["serviceAccountName"] == "trainer"),
     "max_restarts": ({"options": (("image", IMAGE), ("max_restarts", "2"))}, lambda o: "--max-restarts 2" in _script(o)),
+    "--max-restarts": ({"max_restarts": 2}, lambda o: o["spec"]["runtimeRef"] == {
+        "name": "pi-restarts", "apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime"}),
 }
 REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "--launcher": ({"launcher": "mpirun"}, "starts torchrun in each pod"),
@@ -223,7 +226,6 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "--after-ok": ({"after": (Dependency("ok", "train-1"),)}, "cannot hold a job until another ends"),
     "--requeue": ({"requeue": True}, "cannot requeue"),
     "--spares": ({"spares": 1}, "--spares 1"),
-    "--max-restarts": ({"max_restarts": 2}, "no restart count for the whole job"),
     "--signal-before": ({"signal_before": 60, "time": "1:00:00"}, "no TrainJob equivalent"),
     "--container-env": ({"container": ContainerSpec(image="reg/c:2", runtime="docker", env=("HOME",))},
                         "inherits nothing"),

@@ -25,6 +25,7 @@ COMMANDS: tuple[str, ...] = (
     "jobs",
     "logs",
     "diagnose",
+    "events",
     "top",
     "shell",
     "env",

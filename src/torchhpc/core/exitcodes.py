@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["EXIT_CODES", "INFRASTRUCTURE", "class_of_exit", "exit_code_for"]
+__all__ = ["EXIT_CODES", "INFRASTRUCTURE", "RESTARTABLE", "class_of_exit", "exit_code_for"]
 
 # class -> exit code; docs/resilience.md shows this table (a unit test keeps them equal)
 EXIT_CODES: dict[str, int] = {
@@ -59,3 +59,7 @@ def exit_code_for(klass: Optional[str]) -> int:
 def class_of_exit(code: Optional[int]) -> Optional[str]:
     """The class an exit code stands for, or None when it is not one of :data:`EXIT_CODES`."""
     return _BY_CODE.get(code) if code is not None else None
+
+# Which classes restart is the supervisor's policy (supervisor/policy.py: RESTART_CLASSES); this repeats it
+# for the rooms below the supervisor (the Kubernetes failure policy), and a unit test keeps the two equal.
+RESTARTABLE = INFRASTRUCTURE

@@ -14,9 +14,10 @@ import signal
 from collections.abc import Iterable, Sequence
 from typing import Optional
 
+from torchhpc.core.exitcodes import EXIT_CODES
 from torchhpc.jobdir.logs import Line, parse_ranks
 
-__all__ = ["CLASSES", "classify_text", "first_cause", "launcher_events", "native_crashes"]
+__all__ = ["CLASSES", "EXIT_CODES", "classify_text", "first_cause", "launcher_events", "native_crashes"]
 
 # class -> (what it means, one suggested next step). The keys are the verdict's vocabulary.
 CLASSES: dict[str, tuple[str, str]] = {

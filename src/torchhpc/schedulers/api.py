@@ -24,8 +24,9 @@ from torchhpc.schedulers.capabilities import check
 from torchhpc.schedulers.options import Option, with_defaults
 from torchhpc.schedulers.options import resolve as resolve_options
 from torchhpc.schedulers.pending import Pending
+from torchhpc.schedulers.times import JobTimes
 
-__all__ = ["TERMINAL", "JobStatus", "Scheduler", "Submission"]
+__all__ = ["TERMINAL", "JobStatus", "JobTimes", "Scheduler", "Submission"]
 
 # States as Slurm names them; other backends map onto these.
 TERMINAL = frozenset(
@@ -269,6 +270,12 @@ class Scheduler(ABC):
     def explain_pending(self, st: JobStatus) -> Optional[Pending]:
         """Why a pending job waits, from the scheduler's own evidence (None: this scheduler cannot say)."""
         return None
+
+    def times(self, job_id: str) -> JobTimes:
+        """The job's submit/eligible/start/end on the scheduler's clock (:mod:`~torchhpc.schedulers.times`),
+        at no more cost than :meth:`status`; a backend without a clock of its own answers its state alone."""
+        st = self.status(job_id)
+        return JobTimes(state=st.state, exit_code=st.exit_code, nodes=st.nodes, source="status")
 
     def end_dir(self, job_id: str) -> Optional[str]:
         """The directory where the job leaves its end marker (:mod:`~torchhpc.jobdir.endmark`),

@@ -30,6 +30,7 @@ from torchhpc.schedulers.kubernetes import trainjob as tj
 from torchhpc.schedulers.kubernetes.kube_io import KubeAPI, to_yaml
 from torchhpc.schedulers.kubernetes.pods import normalized_options
 from torchhpc.schedulers.kubernetes.pytorchjob import CONTAINER, GROUP_PATH, manifest
+from torchhpc.schedulers.kubernetes.runtime import restart_note, training_runtime
 from torchhpc.schedulers.options import Option, declare
 
 __all__ = ["GROUP_PATH", "KubeAPI", "KubernetesScheduler", "manifest", "status_from_job", "to_yaml"]
@@ -63,7 +64,7 @@ class KubernetesScheduler(Scheduler):
     supports_cpus_per_gpu = False
     supports_container_options = True
     supports_setup = True
-    supports_restarts = True  # PyTorchJob runPolicy.backoffLimit; a TrainJob refuses it (_check)
+    supports_restarts = True  # PyTorchJob runPolicy.backoffLimit; a TrainJob: its own runtime's JobSet failurePolicy
     supports_dependencies = False  # no Job dependency in the Kubeflow APIs: refused (docs/capabilities.md)
     runs_in_pods = True
     OPTIONS = declare(
@@ -101,12 +102,6 @@ class KubernetesScheduler(Scheduler):
             raise SpecError(
                 f"--launcher {spec.launcher}: a TrainJob's torch runtime starts torchrun in each pod, nothing else",
                 "drop --launcher (torchrun is the default), or use --scheduler slurm/pbs for srun/mpirun",
-            )
-        if opts.get("api", "trainjob") == "trainjob" and spec.max_restarts:
-            raise SpecError(
-                f"--max-restarts {spec.max_restarts}: a TrainJob (trainer.kubeflow.org/v1alpha1) has no restart "
-                "count for the whole job",
-                "add --opt api=pytorchjob (it maps --max-restarts to runPolicy.backoffLimit), or drop --max-restarts",
             )
         if opts.get("api", "trainjob") == "pytorchjob":
             c = spec.container
@@ -147,7 +142,8 @@ class KubernetesScheduler(Scheduler):
 
         refuse_array(self.name, spec.array)
         api, obj = self.build(spec)
-        text = to_yaml(obj)
+        runtime = self.runtime(spec, api, obj)
+        text = (to_yaml(runtime) + "---\n" if runtime else "") + to_yaml(obj)
         path = os.path.join(os.path.abspath(spec.output_dir), f"{obj['metadata']['name']}.{api}.yaml")
         if api == "pytorchjob":
             shape = f"{spec.nodes} pods (1 Master + {spec.nodes - 1} Worker) x {spec.nproc_per_node} processes"
@@ -162,8 +158,16 @@ class KubernetesScheduler(Scheduler):
             script_path=path,
             files=((path, text),),
             stdin=text,
-            notes=(shape, f"targets {obj['apiVersion']} {obj['kind']}; check the cluster has it: {APIS[api][4]}"),
+            notes=(shape, f"targets {obj['apiVersion']} {obj['kind']}; check the cluster has it: {APIS[api][4]}",
+                   *([restart_note(runtime)] if runtime else [])),
         )
+
+    def runtime(self, spec: JobSpec, api: str, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """With --max-restarts, the TrainingRuntime the TrainJob names (schedulers/kubernetes/runtime.py)."""
+        if api != "trainjob" or not spec.max_restarts:
+            return None
+        return training_runtime(obj["metadata"]["name"], obj["metadata"]["namespace"], obj["spec"]["trainer"]["image"],
+                                spec.nodes, spec.max_restarts)
 
     # talking to Kubernetes ----------------------------------------------------------------
     def _use_kubectl(self, opts: Mapping[str, str]) -> bool:
@@ -199,9 +203,12 @@ class KubernetesScheduler(Scheduler):
         api, obj = self.build(spec)
         _, group, plural, _, check = APIS[api]
         ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-        if self._use_kubectl(opts):
+        if self._use_kubectl(opts):  # kubectl apply takes both documents, the runtime first
             self.runner.run(list(submission.argv), input=submission.stdin, hint=f"{check} shows whether it is installed")
         else:
+            runtime = self.runtime(spec, api, obj)
+            if runtime:
+                KubeAPI.from_options(opts).request("POST", f"{group}/namespaces/{ns}/trainingruntimes", runtime)
             KubeAPI.from_options(opts).request("POST", f"{group}/namespaces/{ns}/{plural}", obj)
         keep = {k: v for k, v in opts.items() if k in ("transport", "api_server", "token_file", "ca_file")}
         save_record(new_record(self.name, name, namespace=ns, nodes=spec.nodes, api=api,

@@ -44,6 +44,7 @@ from torchhpc.launchers.boot import boot_shell
 from torchhpc.network.presets import auto_lines, wants_auto
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.kubernetes.pods import RDMA_ANNOTATION, pairs, volume_claims
+from torchhpc.schedulers.kubernetes.runtime import RUNTIME_KIND, runtime_name
 
 __all__ = [
     "API_VERSION",
@@ -201,6 +202,12 @@ def trainjob(spec: JobSpec, image: str, namespace: str, opts: Mapping[str, str])
             "pass the value itself: --env NAME=VALUE",
         )
     check_env(spec)
+    if spec.max_restarts and opts.get("runtime"):
+        raise SpecError(
+            f"--max-restarts {spec.max_restarts} with --opt runtime={opts['runtime']}: the restarts live in a runtime "
+            "torchhpc renders (its JobSet failure policy), which replaces yours",
+            "drop --opt runtime, or drop --max-restarts and give your runtime a failurePolicy",
+        )
     python = spec.entrypoint.python or "python"
     trainer: dict[str, Any] = {
         "image": image,
@@ -248,7 +255,10 @@ def trainjob(spec: JobSpec, image: str, namespace: str, opts: Mapping[str, str])
     labels = {"app.kubernetes.io/managed-by": "torchhpc"}
     if opts.get("queue"):
         labels[QUEUE_LABEL] = opts["queue"]
-    body: dict[str, Any] = {"runtimeRef": {"name": opts.get("runtime") or DEFAULT_RUNTIME}}
+    ref: dict[str, Any] = {"name": opts.get("runtime") or DEFAULT_RUNTIME}
+    if spec.max_restarts:  # our own runtime, rendered beside it (schedulers/kubernetes/runtime.py)
+        ref = {"name": runtime_name(trainjob_name(spec.name)), "apiGroup": "trainer.kubeflow.org", "kind": RUNTIME_KIND}
+    body: dict[str, Any] = {"runtimeRef": ref}
     if spec.time_seconds:
         body["activeDeadlineSeconds"] = spec.time_seconds
     body["trainer"] = trainer

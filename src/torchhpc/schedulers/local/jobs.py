@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 from torchhpc.errors import SchedulerError
 from torchhpc.jobdir.record import dependency_record, new_record, record_dir, save_record
 from torchhpc.schedulers.api import JobStatus, Submission
+from torchhpc.schedulers.times import JobTimes, clock
 
 __all__ = ["LocalJobs", "job_dir"]
 
@@ -186,6 +187,17 @@ class LocalJobs:
         return JobStatus(
             job_id=job_id, state=state, exit_code=rec.get("exit_code"), reason=str(rec.get("reason", "")),
             elapsed=f"{elapsed:.1f}s", name=str(rec.get("name", "")), nodes="localhost",
+        )
+
+    def times(self, job_id: str) -> JobTimes:
+        """The record's own clock: ``submitted``, ``started`` (the supervisor's start) and ``ended``."""
+        st = self.status(job_id)
+        rec = read_state(job_dir(job_id))
+        start = clock(rec.get("started"))
+        return JobTimes(
+            submit=min(t for t in (clock(rec.get("submitted")), start, time.time()) if t is not None), start=start,
+            end=clock(rec.get("ended")) if st.terminal else None, state=st.state, exit_code=st.exit_code,
+            nodes="localhost", source="record",
         )
 
     def logs(self, job_id: str, rank: int | None = None) -> str:

@@ -29,21 +29,13 @@ from torchhpc.errors import JobFailed, SchedulerError, SpecError
 from torchhpc.launchers import get_launcher
 from torchhpc.launchers.boot import boot_argv, boot_pythonpath
 from torchhpc.schedulers.allocation import Allocation
-from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
+from torchhpc.schedulers.api import JobStatus, JobTimes, Scheduler, Submission
 from torchhpc.schedulers.batch.script import default_python
 from torchhpc.schedulers.local.jobs import LocalJobs
 from torchhpc.schedulers.options import Option, declare
 
-__all__ = [
-    "CONTRACT",
-    "LocalScheduler",
-    "describe_exit",
-    "exit_status",
-    "free_port",
-    "new_run_id",
-    "rank_env",
-    "worker_argv",
-]
+__all__ = ["CONTRACT", "LocalScheduler", "describe_exit", "exit_status", "free_port", "new_run_id", "rank_env",
+           "worker_argv"]
 
 # torchrun's worker contract (torch/distributed/elastic/agent/server/local_elastic_agent.py),
 # in its order. Every name is set for every rank.
@@ -317,6 +309,9 @@ class LocalScheduler(Scheduler):
         if st is not None:
             return st
         return LocalJobs().status(job_id)
+
+    def times(self, job_id: str) -> JobTimes:  # the record's submitted/started/ended (local/jobs.py)
+        return LocalJobs().times(job_id)
 
     def end_dir(self, job_id: str) -> str | None:
         """A background job's directory, where its supervisor leaves the end marker."""

@@ -42,6 +42,7 @@ from torchhpc.schedulers.batch.step import in_container, job_env_names, torchrun
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pbs.parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
 from torchhpc.schedulers.pending import Pending
+from torchhpc.schedulers.times import JobTimes
 
 __all__ = ["PORT_EXPR", "PBSScheduler", "job_name", "pbs_size", "pbs_walltime"]
 
@@ -366,6 +367,10 @@ class PBSScheduler(BatchScheduler):
         if found is None:
             raise self._unknown(job_id)
         return status_from_attrs(*found)
+
+    def times(self, job_id: str) -> JobTimes:  # the attributes status reads: qtime, etime, stime, ...
+        from torchhpc.schedulers.pbs.times import times_from_attrs
+        return times_from_attrs(job_id, self.status(job_id).raw)
 
     def query_many(self, ids: Sequence[str]) -> dict[str, JobStatus]:
         """One ``qstat -x -f -F json ID...`` for all (an unknown id is left out: qstat says so on

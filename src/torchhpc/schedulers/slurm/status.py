@@ -24,6 +24,7 @@ from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct, tasks_f
 from torchhpc.schedulers.slurm.many import SACCT_FIELDS
 from torchhpc.schedulers.slurm.parse import parse_scontrol, transient
 from torchhpc.schedulers.slurm.parse import status_from_scontrol as _status_from_scontrol
+from torchhpc.schedulers.times import JobTimes
 
 __all__ = ["SlurmQueries", "expand_output", "output_pattern"]
 
@@ -86,6 +87,24 @@ class SlurmQueries:
                     job_id, state, int(code) if code.isdigit() else None, "", parts[3], parts[5], parts[4]
                 )
         raise SchedulerError(f"slurm job {job_id} is unknown to scontrol and sacct", "check the job id")
+
+    def times(self, job_id: str) -> JobTimes:
+        """One ``sacct`` (the accounting daemon, no controller load); its scontrol record where
+        accounting has no row (schedulers/slurm/times.py)."""
+        from torchhpc.schedulers.slurm.times import sacct_times_argv, times_from_sacct, times_from_scontrol
+
+        try:
+            found = times_from_sacct(self.runner.run(sacct_times_argv(job_id), timeout=30).stdout, job_id)
+        except CommandError:
+            found = None
+        if found is not None:
+            return found
+        try:  # one scontrol, as status asks first; never a second accounting call
+            raw = parse_scontrol(self.runner.run(["scontrol", "show", "job", "-o", job_id], timeout=30).stdout)
+        except CommandError as e:
+            raise SchedulerError(f"slurm job {job_id}: sacct has no row for it and scontrol does not know it ({e.message})",
+                                 "check the job id; a job older than MinJobAge is only in accounting") from None
+        return times_from_scontrol(raw)
 
     def cancel(self, job_id: str) -> None:
         self.runner.run(["scancel", job_id])

@@ -1,0 +1,45 @@
+"""``torchhpc events``: a job's timeline on the scheduler's clock, its account, and the ETTR line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from torchhpc.cli.common import add_subparser, env_default
+from torchhpc.schedulers import get_scheduler, parse_handle
+
+
+def register(sub: Any) -> None:
+    p = add_subparser(
+        sub, "events",
+        "a job's timeline (queue, attempts, faults, restarts, end) and where its time went: ETTR, incidents, time lost",
+    )
+    p.add_argument("job", help="job handle, e.g. slurm:123 or local:ID (a bare id uses --scheduler)")
+    p.add_argument("-s", "--scheduler", default=env_default("--scheduler", "slurm"), help="scheduler for a bare id [TORCHHPC_SCHEDULER]")
+    p.add_argument("--json", action="store_true", help="one object: events (time, kind, ...) and account")
+    p.add_argument("--plot", metavar="FILE.png", help="draw each node's attempts and the faults (needs matplotlib)")
+    p.set_defaults(func=cmd_events)
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    from torchhpc.diagnose.events import gather
+
+    if args.plot:
+        from torchhpc.diagnose.events_plot import check_available
+
+        check_available()
+    name, job = parse_handle(args.job, args.scheduler)
+    tl = gather(get_scheduler(name), name, job)
+    if args.json:
+        json.dump(tl.to_json(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(tl.render())
+    if args.plot:
+        from torchhpc.diagnose.events_plot import plot_timeline
+
+        sys.stdout.flush()
+        print(f"wrote {plot_timeline(tl, args.plot)}", file=sys.stderr)
+    return 0

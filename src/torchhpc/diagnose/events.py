@@ -1,0 +1,222 @@
+"""``torchhpc events``: one timeline of a job on the scheduler's clock, and the account under it.
+
+It merges what each part of torchhpc already leaves behind, read after the fact:
+
+* the scheduler's own times (:meth:`Scheduler.times`: sacct's Submit/Eligible/Start/End, PBS's
+  qtime/etime/stime, the local record) and the pending reason it still shows;
+* each attempt of ``<job dir>/attempts.json`` (the supervisor's): launched, first output line,
+  the health gate, the fault and how it was found, teardown, exclusions, the restart;
+* the hang watch's ``hang.json`` and the Flight Recorder's ``fr/`` findings;
+* the end marker ``end.json``.
+
+Reading a finished job costs what :meth:`Scheduler.times` costs (on Slurm one accounting call,
+no controller call); everything else is files in the job directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torchhpc.diagnose.flight as flight
+import torchhpc.diagnose.hang as hang
+from torchhpc.diagnose.account import Account, account, duration
+from torchhpc.jobdir.endmark import read_end
+from torchhpc.jobdir.record import read_record
+from torchhpc.schedulers.api import Scheduler
+from torchhpc.schedulers.times import JobTimes
+
+__all__ = ["ATTEMPTS_FILE", "Event", "Timeline", "gather", "timeline"]
+
+ATTEMPTS_FILE = "attempts.json"  # the supervisor's (supervisor/attempts.py; diagnose sits below it)
+
+
+@dataclass(frozen=True)
+class Event:
+    time: float
+    kind: str  # submit eligible pending start attempt health first-line fault hang flight teardown exclude restart end
+    text: str = ""
+    attempt: Optional[int] = None
+    nodes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"time": round(self.time, 3), "kind": self.kind}
+        if self.text:
+            d["text"] = self.text
+        if self.attempt is not None:
+            d["attempt"] = self.attempt
+        if self.nodes:
+            d["nodes"] = list(self.nodes)
+        return d
+
+
+@dataclass(frozen=True)
+class Timeline:
+    job: str
+    times: JobTimes
+    events: tuple[Event, ...]
+    account: Account
+    attempts: tuple[Mapping[str, Any], ...] = ()
+    running: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"job": self.job, "source": self.times.source, "state": self.times.state, "running": self.running,
+                "events": [e.to_json() for e in self.events], "account": self.account.to_json(),
+                "notes": list(self.notes)}
+
+    def render(self) -> str:
+        """The timeline (clock time, and + since submit), the account, and the ETTR line last."""
+        t0 = self.events[0].time if self.events else 0.0
+        out = [f"events of {self.job} (scheduler times from {self.times.source or 'nowhere'}):"]
+        for e in self.events:
+            clock = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.time))
+            which = f" {e.attempt}" if e.kind == "attempt" else f" attempt {e.attempt}" if e.attempt is not None else ""
+            nodes = f" {','.join(e.nodes)}" if e.nodes else ""
+            text = f" {e.text}" if e.text else ""
+            out.append(f"  {clock} +{_plus(e.time - t0):>9}  {e.kind:<10}{which}{nodes}{text}")
+        a = self.account
+        out.append("account:")
+        out.append(f"  wall {duration(a.wall_s)} = queue {a.queue_s:.1f} s + start-up {a.startup_s:.1f} s"
+                   f" + productive {a.productive_s:.1f} s + lost {a.lost_s:.1f} s + shutdown {a.shutdown_s:.1f} s")
+        for n, i in enumerate(a.incidents, 1):
+            rec = f"{i.recompute_s:.1f} s" if i.recompute_known else "unknown (no checkpoint time)"
+            out.append(f"  incident {n} (attempt {i.attempt}, {i.klass}, found by {i.found_by or '?'}): "
+                       f"detection {i.detection_s:.1f} s, teardown {i.teardown_s:.1f} s, health gate {i.health_s:.1f} s, "
+                       f"restart {i.restart_s:.1f} s, recompute {rec}")
+        out.extend(f"  note: {n}" for n in self.notes)
+        out.append(a.line() + (" (still running)" if self.running else ""))
+        return "\n".join(out) + "\n"
+
+
+def _plus(s: float) -> str:
+    s = max(0.0, s)
+    h, rest = divmod(int(s), 3600)
+    m, sec = divmod(rest, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
+
+
+def _num(d: Mapping[str, Any], key: str) -> Optional[float]:
+    v = d.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def load_attempts(job_dir: str) -> list[dict[str, Any]]:
+    try:
+        with open(os.path.join(job_dir, ATTEMPTS_FILE)) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return []
+    return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
+
+
+def _attempt_events(attempts: Sequence[Mapping[str, Any]]) -> list[Event]:
+    out: list[Event] = []
+    rows = sorted(attempts, key=lambda a: int(a.get("attempt") or 0))
+    for a in rows:
+        n = int(a.get("attempt") or 0)
+        nodes = tuple(str(x) for x in a.get("nodes") or ())
+        launched = _num(a, "launched") or _num(a, "started")
+        health = a.get("health")
+        bad: dict[str, Any] = health if isinstance(health, dict) else {}
+        if launched is not None and (bad or _num(a, "health_s")):
+            why = "; ".join(f"{k}: {v}" for k, v in bad.items()) or "passed"
+            took = _num(a, "health_s")
+            out.append(Event(launched - (took or 0.0), "health", f"{why}" + (f" ({took:.1f} s)" if took else ""), n,
+                             tuple(bad)))
+        if launched is not None:
+            if n:
+                out.append(Event(launched, "restart", "", n))
+            out.append(Event(launched, "attempt", "", n, nodes))
+        if _num(a, "first_line") is not None:
+            out.append(Event(float(a["first_line"]), "first-line", "", n))
+        klass = a.get("class")
+        fault = _num(a, "fault") or (_num(a, "ended") if klass else None)
+        if klass and fault is not None:
+            who = f" rank {a['rank']}" if a.get("rank") is not None else ""
+            detail = f": {a['detail']}" if a.get("detail") else ""
+            how = f" (found by {a['found_by']})" if a.get("found_by") else ""
+            step = f", checkpoint step {a['checkpoint_step']}" if a.get("checkpoint_step") is not None else ""
+            out.append(Event(fault, "fault", f"{klass}{who}{how}{step}{detail}", n))
+        ended = _num(a, "ended")
+        if ended is not None:
+            if klass:
+                gone = f"step gone after {ended - fault:.1f} s" if fault is not None else "step gone"
+                out.append(Event(ended, "teardown", gone, n))
+            else:
+                out.append(Event(ended, "attempt-end", "succeeded", n))
+        if a.get("excluded") and ended is not None:
+            out.append(Event(ended, "exclude", "", n, tuple(str(x) for x in a["excluded"])))
+    return out
+
+
+def timeline(job: str, times: JobTimes, attempts: Sequence[Mapping[str, Any]], *,
+             hang_info: Optional[Mapping[str, Any]] = None, hang_time: Optional[float] = None,
+             findings: Sequence[flight.Finding] = (), findings_time: Optional[float] = None,
+             end_mark: Optional[tuple[float, str, Optional[int]]] = None, now: Optional[float] = None) -> Timeline:
+    """The merged events and their account. Pure: the caller (:func:`gather`) reads the files."""
+    now = time.time() if now is None else now
+    notes: list[str] = []
+    first = [t for a in attempts for t in (_num(a, "launched"), _num(a, "started")) if t is not None]
+    start = times.start if times.start is not None else (min(first) if first else None)
+    if times.start is not None and first and min(first) < times.start:
+        notes.append("the scheduler's Start is its last run's (a requeued job): the first attempt comes before it")
+        start = min(first)
+    submit = times.submit if times.submit is not None else (start if start is not None else now)
+    submit = min(submit, start) if start is not None else submit
+    end = times.end
+    if end is None and end_mark is not None:
+        end = end_mark[0]
+    running = end is None
+    stop = now if end is None else end
+    events: list[Event] = [Event(submit, "submit", (times.state and f"state now {times.state}") or "")]
+    if times.eligible is not None:
+        events.append(Event(times.eligible, "eligible"))
+    events.extend(Event(t, "pending", why) for t, why in times.reasons)
+    if start is not None:
+        events.append(Event(start, "start", "", None, tuple(times.nodes.split(",")) if times.nodes else ()))
+    events.extend(_attempt_events(attempts))
+    if hang_info is not None and hang_time is not None:
+        culprits = hang_info.get("culprits") or ()
+        quiet = _num(hang_info, "quiet_s")
+        events.append(Event(hang_time, "hang", f"ranks {list(culprits)} quiet for {quiet or 0:.0f} s"
+                            + (f": {hang_info['flight'][0]}" if hang_info.get("flight") else "")))
+    for f in findings:
+        events.append(Event(findings_time or stop, "flight", f"{f.kind}: {f.line()}"))
+    if not running:
+        code = times.exit_code if times.exit_code is not None else (end_mark[2] if end_mark else None)
+        state = times.state or (end_mark[1] if end_mark else "")
+        events.append(Event(stop, "end", f"{state}" + (f", exit {code}" if code is not None else "")))
+    if not attempts:
+        notes.append("no attempts.json: one attempt, its first line unknown (start-up is counted as productive)")
+    quiet = _num(hang_info, "quiet_s") if hang_info else None
+    acct = account(submit, start if start is not None else stop, stop, attempts, quiet)
+    events.sort(key=lambda e: e.time)  # stable: same-time events keep their causal order
+    return Timeline(job, times, tuple(events), acct, tuple(attempts), running, tuple(notes))
+
+
+def _mtime(path: str) -> Optional[float]:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def gather(scheduler: Scheduler, name: str, job_id: str, now: Optional[float] = None) -> Timeline:
+    """Read the job: the scheduler's times (one call, :meth:`Scheduler.times`), then its directory's files."""
+    times = scheduler.times(job_id)
+    job_dir = read_record(name, job_id).job_dir or scheduler.end_dir(job_id) or ""
+    attempts = load_attempts(job_dir) if job_dir else []
+    hang_info = hang.load(job_dir) if job_dir else None
+    findings = flight.post_mortem(job_dir) if job_dir else []
+    mark = read_end(job_dir) if job_dir else None
+    return timeline(
+        f"{name}:{job_id}", times, attempts, hang_info=hang_info,
+        hang_time=_mtime(os.path.join(job_dir, hang.HANG_FILE)) if hang_info else None,
+        findings=findings, findings_time=_mtime(os.path.join(job_dir, flight.FR_DIR)) if findings else None,
+        end_mark=(mark.time, mark.state, mark.exit_code) if mark and mark.time else None, now=now,
+    )

@@ -1,0 +1,102 @@
+"""``torchhpc events --plot FILE.png``: each node's attempts on a time axis, the faults marked.
+
+matplotlib is an optional extra (``torchhpc[plot]``), imported only here and only when asked, as
+``bench --plot`` does. :func:`plot_data` is the drawing as data (what the test checks);
+:func:`plot_timeline` draws it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from torchhpc.diagnose.events import Timeline
+from torchhpc.errors import UsageError
+
+__all__ = ["Bar", "Mark", "check_available", "plot_data", "plot_timeline"]
+
+_MISSING = (
+    "--plot needs matplotlib, which is not installed here",
+    "pip install 'torchhpc[plot]' (or matplotlib), or drop --plot and plot the --json later",
+)
+
+
+@dataclass(frozen=True)
+class Bar:
+    node: str
+    attempt: int
+    start: float  # seconds since submit
+    end: float
+    klass: str  # "" for a success
+
+
+@dataclass(frozen=True)
+class Mark:
+    node: str
+    attempt: int
+    time: float  # seconds since submit
+    klass: str
+
+
+def _f(v: Any) -> Optional[float]:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def plot_data(tl: Timeline) -> tuple[list[Bar], list[Mark]]:
+    """One bar per (node, attempt) from its launch to its end; one mark per fault, on the nodes it
+    excluded (the culprits) or, where none was excluded, on every node of the attempt."""
+    t0 = tl.events[0].time if tl.events else 0.0
+    end = t0 + tl.account.wall_s
+    bars: list[Bar] = []
+    marks: list[Mark] = []
+    for a in tl.attempts:
+        n = int(a.get("attempt") or 0)
+        nodes = [str(x) for x in a.get("nodes") or ()] or ["?"]
+        start = _f(a.get("launched")) or _f(a.get("started")) or t0
+        stop = _f(a.get("ended")) or end
+        klass = str(a.get("class") or "")
+        bars.extend(Bar(node, n, start - t0, stop - t0, klass) for node in nodes)
+        fault = _f(a.get("fault")) or (_f(a.get("ended")) if klass else None)
+        if klass and fault is not None:
+            culprits = [str(x) for x in a.get("excluded") or ()] or nodes
+            marks.extend(Mark(node, n, fault - t0, klass) for node in culprits)
+    return bars, marks
+
+
+def check_available() -> None:
+    """Fail before anything is read when --plot cannot be honoured (finds, never imports)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(*_MISSING)
+
+
+def plot_timeline(tl: Timeline, path: str | os.PathLike[str]) -> str:
+    """Draw :func:`plot_data` into ``path`` (PNG); the path written."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display on compute nodes
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError(*_MISSING) from None
+    bars, marks = plot_data(tl)
+    nodes = sorted({b.node for b in bars} | {m.node for m in marks})
+    row = {n: i for i, n in enumerate(nodes)}
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.5 * max(1, len(nodes))), dpi=110)
+    for b in bars:
+        color = "tab:green" if not b.klass else "tab:orange"
+        ax.barh(row[b.node], b.end - b.start, left=b.start, height=0.6, color=color, edgecolor="black")
+        ax.text(b.start + (b.end - b.start) / 2, row[b.node], f"#{b.attempt}", ha="center", va="center", fontsize=8)
+    for m in marks:
+        ax.plot([m.time], [row[m.node]], marker="X", color="tab:red", markersize=12, linestyle="none")
+        ax.annotate(m.klass, (m.time, row[m.node] + 0.35), fontsize=8, color="tab:red")
+    ax.set_yticks(range(len(nodes)), nodes)
+    ax.set_xlabel("seconds since submit")
+    ax.set_title(f"{tl.job}: {tl.account.line()}", fontsize=9)
+    ax.set_xlim(0, max(tl.account.wall_s, 1.0))
+    fig.tight_layout()
+    fig.savefig(os.fspath(path))
+    plt.close(fig)
+    return os.fspath(path)

@@ -1,0 +1,38 @@
+"""``torchhpc events`` of a real local job with one restart: 2 gloo ranks, rank 1 hangs on the first
+attempt (tests/integration/scripts/hang_once.py), the hang watch cancels it, the second attempt
+completes. Nothing is faked: the record, attempts.json, hang.json and the ranks' Flight Recorder
+dumps are the ones the run leaves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tests.conftest import need
+from tests.integration.test_diagnose_cluster import torchhpc
+from tests.integration.test_local_restarts import HANG_ONCE, _handle
+
+
+def test_events_of_a_local_job_with_a_restart(clean_user_env: None, tmp_path: Path) -> None:
+    need("matplotlib", "the PNG needs the plot extra")
+    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", "5", "--max-restarts", "1", HANG_ONCE, "1",
+                 cwd=tmp_path, timeout=200)
+    assert r.returncode == 0, r.stdout + r.stderr
+    handle = _handle(r.stderr)
+    shown = torchhpc(dict(os.environ), "events", handle, "--json", "--plot", str(tmp_path / "ev.png"), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    out = json.loads(shown.stdout)
+    kinds = [e["kind"] for e in out["events"]]
+    assert kinds[0] == "submit" and kinds[-1] == "end" and kinds.count("attempt") == 2, kinds
+    assert {"start", "fault", "restart", "hang"} <= set(kinds), kinds
+    fault = next(e for e in out["events"] if e["kind"] == "fault")
+    assert fault["attempt"] == 0 and fault["text"].startswith("hang"), fault
+    acct = out["account"]
+    total = acct["queue_s"] + acct["startup_s"] + acct["productive_s"] + acct["lost_s"] + acct["shutdown_s"]
+    assert abs(total - acct["wall_s"]) <= 1.0 and acct["incidents"] == 1, acct
+    assert acct["lost_by_part_s"]["detection"] >= 5.0, acct  # the watch's --hang-timeout 5 of quiet
+    assert (tmp_path / "ev.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = torchhpc(dict(os.environ), "events", handle, cwd=tmp_path).stdout
+    assert text.splitlines()[-1].startswith("ETTR ") and "1 incident" in text.splitlines()[-1], text
