@@ -125,3 +125,21 @@ def test_local_supervisor_reason_names_the_rank() -> None:
 def test_json_has_the_same_verdict(tmp_path: Path) -> None:
     d = diagnose(_evidence("exception-mpirun", "mpirun", tmp_path)).to_json()
     assert d["class"] == "user-exception" and d["first"]["rank"] == 2 and d["first"]["class"] == "user-exception"
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_the_dumps_of_the_others_never_hide_an_abort(launcher: str, tmp_path: Path) -> None:
+    """Rank 3 aborts (no dump: no atexit after SIGABRT); the others exit with their group up and leave
+    ``.left`` dumps. The crash's own verdict stands: a rank without a dump proves nothing (seen in CI:
+    the Flight Recorder's 'wrote no dump' line had replaced 'rank 3 ..., SIGABRT')."""
+    from dataclasses import replace
+
+    from torchhpc.diagnose.flight import Finding
+
+    ev = _evidence(f"abort-{launcher}", launcher, tmp_path, code=134)
+    gone = Finding("no-dump", "0", 4, "all_reduce", (3,), (0, 1, 2), 0.0, "its process is gone")
+    v = diagnose(replace(ev, flight=(gone,)))
+    assert v.klass == "native-crash" and v.first is not None and (v.first.rank, v.first.exit) == (3, "SIGABRT")
+    left = Finding("left", "0", 4, "all_reduce", (3,), (0, 1, 2))
+    v = diagnose(replace(ev, flight=(left,)))
+    assert v.klass == "native-crash" and v.first is not None and v.first.exit == "SIGABRT"

@@ -156,12 +156,16 @@ def _with_flight(v: Verdict, ev: Evidence) -> Verdict:
     f = ev.flight[0]
     if v.klass not in ("lost-peer", "unknown", "native-crash", "collective-mismatch") or not f.culprits:
         return v
+    # A rank with no dump proves nothing (a crash leaves none), and a crash's own words beat the
+    # dumps unless they show the ranks' calls differ (gloo aborts on a size mismatch)
+    if f.kind == "no-dump" or (v.klass == "native-crash" and not f.kind.startswith("mismatch")):
+        return v
     klass = "collective-mismatch" if f.kind.startswith("mismatch") else v.klass
     r = f.culprits[0]
     own = v.first if v.first is not None and v.first.rank == r else None
     error = "exited with its process group still up (no destroy_process_group)" if f.kind == "left" else f.line()
-    first = RankFailure(rank=r, host=ev.nodes.get(r, ""), klass=klass, error=own.error if own else error,
-                        where=own.where if own else "", log=ev.rank_logs.get(r, ""))
+    first = RankFailure(rank=r, host=ev.nodes.get(r, ""), klass=klass, exit=own.exit if own else "",
+                        error=own.error if own else error, where=own.where if own else "", log=ev.rank_logs.get(r, ""))
     rest = tuple(x for x in sorted({*v.consequences, *((v.first.rank,) if v.first else ())}) if x != r)
     return replace(v, klass=klass, summary=f.line(), first=first, consequences=rest,
                    next_step=_LEFT_STEP.format(rank=r) if f.kind == "left" else
