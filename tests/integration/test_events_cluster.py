@@ -31,12 +31,13 @@ def _sacct_clock(slurm: SlurmClient, job: str) -> dict[str, float]:
     while True:
         row = slurm.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "Submit,Eligible,Start,End"],
                         check=False).stdout.strip().splitlines()
-        if row and "Unknown" not in row[0]:
+        if row and "Unknown" not in row[-1]:  # a resized job (it lost a node) has a row per size: the last ends it
             break
         assert time.monotonic() < deadline, f"sacct has no End for job {job}: {row}"
         time.sleep(1)
     names = ("submit", "eligible", "start", "end")
-    return {k: time.mktime(time.strptime(v, "%Y-%m-%dT%H:%M:%S")) for k, v in zip(names, row[0].split("|"))}
+    fields = row[0].split("|")[:3] + row[-1].split("|")[3:]
+    return {k: time.mktime(time.strptime(v, "%Y-%m-%dT%H:%M:%S")) for k, v in zip(names, fields)}
 
 
 def test_events_of_a_node_loss_job_match_sacct_to_the_second(

@@ -221,3 +221,15 @@ def test_plot_without_matplotlib_is_a_clear_error_before_anything_is_read(
     err = capsys.readouterr().err
     assert rc != 0 and "--plot needs matplotlib" in err and "torchhpc[plot]" in err, err
     assert not (tmp_path / "ev.png").exists()
+
+
+def test_a_job_resized_after_a_node_loss_keeps_its_first_start_and_its_last_end() -> None:
+    """Recorded on the dev cluster (tests/data/slurm/sacct_times_resized.txt): a job that lost a node is
+    resized, and ``sacct -X`` gives a RESIZING row and the final one. The first dev-cluster run of the
+    events test took the first row's End, 10 s before the job ended."""
+    from torchhpc.schedulers.slurm.times import times_from_sacct
+
+    text = (Path(__file__).parent.parent / "data" / "slurm" / "sacct_times_resized.txt").read_text()
+    t = times_from_sacct(text, "5")
+    assert t is not None and t.state == "COMPLETED"
+    assert (t.start, t.end) == (clock("2026-11-27T09:30:35"), clock("2026-11-27T09:31:37"))

@@ -39,12 +39,14 @@ def times_from_sacct(text: str, job_id: str) -> Optional[JobTimes]:
     """The job's row of ``sacct -X -n -P -o TIMES_FIELDS`` (None: no row for it).
 
     A requeued job has one row per run in ``sacct -D`` only; ``-X`` without ``-D`` gives its last run,
-    whose Submit is the requeue's: the first attempt's times then come from ``attempts.json``."""
-    for line in text.splitlines():
-        parts = line.split("|", 9)
-        if len(parts) < 10 or parts[0] != job_id:
-            continue
-        _id, submit, eligible, start, end, state, code, nodes, reason, _name = parts
+    whose Submit is the requeue's: the first attempt's times then come from ``attempts.json``.
+    A job that lost a node is resized: ``-X`` then gives a row per size (RESIZING, then the final
+    one); its Submit, Eligible and Start are the first row's, its End and state the last row's."""
+    rows = [p for p in (line.split("|", 9) for line in text.splitlines()) if len(p) >= 10 and p[0] == job_id]
+    if rows:
+        first, parts = rows[0], rows[-1]
+        _id, submit, eligible, start, _e, _s, _c, _n, reason, _name = first
+        _id, _sub, _elig, _start, end, state, code, nodes, _r, _name = parts
         sub = clock(submit)
         return JobTimes(
             submit=sub, eligible=clock(eligible), start=clock(start), end=clock(end),
