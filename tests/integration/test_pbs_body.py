@@ -171,6 +171,7 @@ hosts=$(awk '!seen[$0]++ {printf "%s%s/0", sep, $0; sep="+"}' "$PBS_NODEFILE")
 printf '{"Jobs": {"%s": {"job_state": "R", "exec_host": "%s", "Job_Name": "sleepy"}}}\\n' "$PBS_JOBID" "$hosts"
 """
 LOOK = """
+set -m  # the body in a process group of its own: killing the group reaches mpirun, not only its bash
 bash {script} &
 body=$!
 for _ in $(seq 180); do
@@ -179,7 +180,7 @@ for _ in $(seq 180); do
 done
 {python} -m torchhpc top "pbs:$PBS_JOBID" --json > {out}/top.json 2> {out}/top.err || true
 {python} {out}/probe.py > {out}/probe.json 2> {out}/probe.err || true
-kill "$body" 2>/dev/null || true
+kill -TERM -- -"$body" 2>/dev/null || true
 wait "$body" || true
 """
 PROBE = """import json, os
@@ -204,7 +205,7 @@ def test_top_and_the_hang_probe_reach_the_ranks_of_a_pbs_body(slurm: Any, tmp_pa
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     (tmp_path / "probe.py").write_text(PROBE)
-    program = "import time; print('started', flush=True); time.sleep(300)"
+    program = "import time; print('started', flush=True); time.sleep(150)"  # ended by the LOOK's kill
     s = spec(entrypoint=Entrypoint.parse([PYTHON, "-c", program]), name="sleepy", output_dir=str(tmp_path))
     pbs = tmp_path / "job.pbs"
     pbs.write_text(PBSScheduler(runner=FakeRunner()).render(s).script or "")
