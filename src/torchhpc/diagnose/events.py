@@ -15,7 +15,6 @@ no controller call); everything else is files in the job directory.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +24,7 @@ from typing import Any, Optional
 import torchhpc.diagnose.flight as flight
 import torchhpc.diagnose.hang as hang
 from torchhpc.diagnose.account import Account, account, duration
+from torchhpc.jobdir.attempts import ATTEMPTS_FILE, load_attempts
 from torchhpc.jobdir.endmark import read_end
 from torchhpc.jobdir.record import read_record
 from torchhpc.schedulers.api import Scheduler
@@ -32,7 +32,6 @@ from torchhpc.schedulers.times import JobTimes
 
 __all__ = ["ATTEMPTS_FILE", "Event", "Timeline", "gather", "timeline"]
 
-ATTEMPTS_FILE = "attempts.json"  # the supervisor's (supervisor/attempts.py; diagnose sits below it)
 
 
 @dataclass(frozen=True)
@@ -103,15 +102,6 @@ def _plus(s: float) -> str:
 def _num(d: Mapping[str, Any], key: str) -> Optional[float]:
     v = d.get(key)
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def load_attempts(job_dir: str) -> list[dict[str, Any]]:
-    try:
-        with open(os.path.join(job_dir, ATTEMPTS_FILE)) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return []
-    return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
 
 
 def _attempt_events(attempts: Sequence[Mapping[str, Any]]) -> list[Event]:

@@ -23,14 +23,13 @@ times in epoch seconds, durations in seconds):
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from torchhpc.jobdir.attempts import ATTEMPTS_FILE, load_attempts, save_attempts
+
 __all__ = ["ATTEMPTS_FILE", "Attempt", "load_attempts", "save_attempts"]
 
-ATTEMPTS_FILE = "attempts.json"
 
 
 @dataclass
@@ -65,23 +64,3 @@ class Attempt:
         d["klass"] = d.pop("class", None)
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in known})
-
-
-def load_attempts(job_dir: str) -> list[dict[str, Any]]:
-    """The attempts recorded in ``job_dir`` (``[]`` when none or unreadable)."""
-    try:
-        with open(os.path.join(job_dir, ATTEMPTS_FILE)) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return []
-    return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
-
-
-def save_attempts(job_dir: str, attempts: list[dict[str, Any]]) -> None:
-    """Write the list whole, through a temporary file: a reader never sees half of it."""
-    path = os.path.join(job_dir, ATTEMPTS_FILE)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(attempts, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)

@@ -1,0 +1,33 @@
+"""``<job dir>/attempts.json`` on disk: read and written whole (supervisor/attempts.py says what an
+attempt holds). Here, below both, so that the supervisor that writes it and ``diagnose``'s timeline
+that reads it share one reader."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+__all__ = ["ATTEMPTS_FILE", "load_attempts", "save_attempts"]
+
+ATTEMPTS_FILE = "attempts.json"
+
+
+def load_attempts(job_dir: str) -> list[dict[str, Any]]:
+    """The attempts recorded in ``job_dir`` (``[]`` when none or unreadable)."""
+    try:
+        with open(os.path.join(job_dir, ATTEMPTS_FILE)) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return []
+    return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
+
+
+def save_attempts(job_dir: str, attempts: list[dict[str, Any]]) -> None:
+    """Write the list whole, through a temporary file: a reader never sees half of it."""
+    path = os.path.join(job_dir, ATTEMPTS_FILE)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(attempts, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
