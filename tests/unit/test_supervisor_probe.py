@@ -14,7 +14,6 @@ attempts.json records ``found_by``: ``probe`` (the supervisor stopped the step) 
 from __future__ import annotations
 
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -22,26 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_supervisor import _Slurm  # the same few Slurm answers, recorded
 from torchhpc.core.exitcodes import EXIT_CODES
-from torchhpc.core.proc import Runner
 from torchhpc.supervisor import load_attempts
 from torchhpc.supervisor.loop import Options, Supervisor
 
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
-
-
-class _Slurm(Runner):
-    """Answers the supervisor's Slurm commands (no controller in a unit test) and records them."""
-
-    def __init__(self, hosts: list[str], port: int) -> None:
-        super().__init__()
-        self.hosts, self.port = hosts, port
-        self.calls: list[list[str]] = []
-
-    def run(self, argv, check=True, timeout=None, **kw):  # type: ignore[no-untyped-def,override]
-        self.calls.append(list(argv))
-        out = {"hostnames": " ".join(self.hosts), "config": f"SlurmdPort = {self.port}\n"}.get(argv[2], "")
-        return subprocess.CompletedProcess(argv, 0, out, "")
 
 
 @pytest.fixture
