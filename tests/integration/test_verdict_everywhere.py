@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_diagnose_cluster import FAULT, HANG, _assert_hang_named, torchhpc
+from torchhpc.core.exitcodes import EXIT_CODES
 
 
 def _env() -> dict[str, str]:
@@ -93,7 +94,7 @@ def test_foreground_rank0_only_failure_still_names_the_hidden_rank(clean_user_en
 def test_foreground_hang_is_named_and_stopped(clean_user_env: None, tmp_path: Path) -> None:
     """`torchhpc run -n 4 --hang-timeout 20 planted_hang.py 3`: named, stacked, stopped (it used to run forever)."""
     r = torchhpc(_env(), "run", "-n", "4", "--hang-timeout", "20", HANG, "3", cwd=tmp_path, timeout=200)
-    assert r.returncode == 143, r.stderr
+    assert r.returncode == EXIT_CODES["hang"], r.stderr  # the class's code (81), not the ranks' SIGTERM 143
     _assert_hang_named(r.stderr, "localhost")
     assert "Error: the hang watch cancelled the run (--hang-timeout 20); stopped 4 running rank(s) of 4" in r.stderr
     assert "diagnosis: hang" in "\n".join(r.stderr.splitlines()[-8:])

@@ -164,6 +164,7 @@ def test_two_gloo_ranks_that_destroy_their_group_finish(tmp_path: Path) -> None:
     for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
         assert p.returncode == 0, err[-2000:]
         assert out.strip() == f"done {rank} 3.0"
+        assert "deprecated" not in err, err[-2000:]  # the recorder's variables are the names this torch reads
 
 
 def test_the_destroy_guard_ends_a_destroy_that_never_returns(tmp_path: Path) -> None:
@@ -191,3 +192,30 @@ def test_torchhpc_exec_boots_the_rank_too() -> None:
     r = subprocess.run([sys.executable, "-m", "torchhpc", "exec", "--", sys.executable, "-c", PROBE],
                        env={**env, "TORCHHPC_EXIT_CURE": "0"}, capture_output=True, text=True, timeout=120)
     assert r.stdout.strip().startswith("boot False"), r.stderr
+
+
+def test_the_recorder_uses_the_variable_names_of_the_torch_it_finds(tmp_path: Path) -> None:
+    """torch 2.7 renamed TORCH_NCCL_TRACE_BUFFER_SIZE (and warns on every rank when it is set); 2.5 reads only it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_boot_copy", Path(BOOT_DIR, "sitecustomize.py"))
+    assert spec is not None and spec.loader is not None
+    boot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(boot)
+    for name, text in (("new", "__version__ = '2.13.0+cpu'\n"), ("ngc", '__version__ = "2.5.0a0+b465a5843b.nv24.09"\n')):
+        (tmp_path / name / "torch").mkdir(parents=True)
+        (tmp_path / name / "torch" / "version.py").write_text("from typing import Optional\n" + text)
+    assert boot.torch_version([str(tmp_path / "none"), str(tmp_path / "new")]) == (2, 13)
+    assert boot.torch_version([str(tmp_path / "ngc")]) == (2, 5)
+    assert boot.torch_version([str(tmp_path / "none")]) is None
+    for where, want in (("new", {"TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE"}),
+                        ("ngc", {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE",
+                                 "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"})):
+        env = {"TORCHHPC_RANKS_DIR": "/j/ranks"}
+        old_path = sys.path[:]
+        sys.path[:] = [str(tmp_path / where)]
+        try:
+            boot.flight_env(env)
+        finally:
+            sys.path[:] = old_path
+        assert {k for k in env if k.startswith("TORCH_") and k != "TORCH_NCCL_DUMP_ON_TIMEOUT"} == want, env

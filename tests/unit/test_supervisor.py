@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -326,6 +327,7 @@ def test_the_step_takes_the_restart_args_only_when_asked() -> None:
     plain = sched("slurm").render(_spec(max_restarts=1, spares=1)).script or ""
     told = sched("slurm").render(_spec(max_restarts=1, spares=1, on_restart_append="--resume {latest:c/*}",
                                        checkpoint_dir="c", max_no_progress=2)).script or ""
+    plain, told = (re.sub(r" \\\n *", " ", s) for s in (plain, told))  # the same at any interpreter path's length
     assert 'train.py "$@"' not in plain and "--on-restart-append" not in plain and "--checkpoint-dir" not in plain
     assert 'train.py "$@"' in told and "--on-restart-append '--resume {latest:c/*}'" in told, told
     assert "--checkpoint-dir c" in told and "--max-no-progress 2" in told

@@ -98,6 +98,25 @@ def flight_dir(environ=os.environ):
     return environ.get("TORCHHPC_FR_DIR") or (os.path.join(os.path.dirname(ranks), "fr") if ranks else "")
 
 
+def torch_version(path=None):
+    """(major, minor) of the torch this interpreter would import, from its version.py (no import); None if not found."""
+    for d in sys.path if path is None else path:
+        try:
+            with open(os.path.join(d or ".", "torch", "version.py")) as f:
+                text = f.read(8192)
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("__version__"):
+                parts = line.split("=", 1)[-1].strip().strip("'\"").split(".")
+                try:
+                    return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
+                except (IndexError, ValueError):
+                    return None
+        return None
+    return None
+
+
 def flight_env(environ=os.environ):
     """Turn the recorder on before torch reads its variables; the user's own values win."""
     want = environ.get(FR_VAR, "").strip().lower()
@@ -106,11 +125,13 @@ def flight_env(environ=os.environ):
     size = environ.get("TORCH_FR_BUFFER_SIZE") or environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE")
     size = size or (want if want.isdigit() else FR_DEFAULT)
     environ.setdefault("TORCH_FR_BUFFER_SIZE", size)
-    environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", size)  # the name torch before 2.7 reads
+    old = (torch_version() or (0, 0)) < (2, 7)  # the names torch before 2.7 reads (2.7+ warns on every rank)
+    if old:
+        environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", size)
     d = flight_dir(environ)
     if d:  # NCCL's own dump on a watchdog timeout lands beside ours (torch appends the rank)
         environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
-        environ.setdefault("TORCH_FR_DUMP_TEMP_FILE", os.path.join(d, "rank-"))
+        environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE" if old else "TORCH_FR_DUMP_TEMP_FILE", os.path.join(d, "rank-"))
 
 
 def flight_dump(d, suffix=""):
