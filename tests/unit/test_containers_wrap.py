@@ -262,6 +262,16 @@ def test_charliecloud_refuses_readonly_and_cleanenv() -> None:
         wrap(ContainerSpec("/img", "charliecloud", cleanenv=True), ["true"])
 
 
+def test_charliecloud_mounts_a_bind_after_the_one_that_holds_its_target() -> None:
+    """ch-run binds only onto directories that exist, in order: the job dir inside the bound checkout
+    failed every rank with "can't mkdir ... Read-only file system" when it came first."""
+    argv = wrap(ContainerSpec("/img", "charliecloud", binds=("/w/c/out/job:/w/c/out/job", "/w/c:/w/c", "/d:/data")),
+                ["true"])
+    binds = [a for a in argv if a.startswith("--bind=")]
+    assert binds.index("--bind=/w/c:/w/c") < binds.index("--bind=/w/c/out/job:/w/c/out/job"), binds
+    assert "--bind=/d:/data" in binds
+
+
 def test_docker_relative_bind_source_becomes_absolute(_clean_env: Path) -> None:
     argv = wrap(ContainerSpec("img", "docker", binds=("data:/data",), options=(("mount_cwd", "false"),)), ["true"])
     assert argv[argv.index("-v") + 1] == f"{_clean_env}/data:/data"

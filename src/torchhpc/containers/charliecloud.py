@@ -32,7 +32,9 @@ def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAI
         )
     bound = c.binds(container, absolute=True)
     extra = c.cwd_bind(container, opts, bound)
-    for b in [*bound, *([extra] if extra else [])]:
+    # ch-run mounts in order and only onto directories that exist: a bind inside another one's
+    # target comes after it (the job dir under the bound checkout), else its mount point is missing.
+    for b in sorted([*bound, *([extra] if extra else [])], key=lambda b: b.dst.rstrip("/").count("/")):
         if b.readonly:
             raise SpecError(
                 f"--bind {b.src}:{b.dst}:ro: ch-run cannot mount read-only",
