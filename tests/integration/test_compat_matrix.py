@@ -77,6 +77,16 @@ def batch_script(dry_run: str) -> str:
     return m.group(1)
 
 
+def write_files(dry_run: str) -> None:
+    """Write the files the dry run shows beside the script (the rank boot copy a container's ranks import,
+    ``# --- <output-dir>/.torchhpc-boot-<hash>/sitecustomize.py ---``), as a submit would: without them the
+    ranks run without the exit cures and abort at exit now and then (issue 29)."""
+    for m in re.finditer(r"^# --- (/\S+/\.torchhpc-boot-\w+/sitecustomize\.py) ---\n(.*?)(?=^# --- |\Z)", dry_run,
+                         re.S | re.M):
+        Path(m.group(1)).parent.mkdir(parents=True, exist_ok=True)
+        Path(m.group(1)).write_text(m.group(2))
+
+
 def column_script(col: Column, rows: list[tuple[Row, str]], out_dir: Path) -> str:
     """One allocation for a column: the first row's #SBATCH geometry, then each row's script in turn."""
     header = [line for line in rows[0][1].splitlines() if line.startswith("#SBATCH")
@@ -115,6 +125,8 @@ def judge(log: str, row: Row, world: int = WORLD) -> Outcome:
     vias = sorted({r[4] for r in records})
     if ranks != list(range(world)) or worlds != {world} or sums != {float(world * (world + 1) // 2)}:
         return Outcome("FAIL", f"ranks {ranks}, worlds {sorted(worlds)}, sums {sorted(sums)}")
+    if "no exit cures" in log:  # the boot copy the script names is missing: the cell would not be torchhpc's
+        return Outcome("FAIL", "the ranks ran without the exit cures: " + log[log.index("no exit cures"):][:200])
     # The job must also end well: a rank that aborts at exit after its work (issue 29) fails the cell.
     exits = EXIT.findall(log)
     if exits != ["0"]:
@@ -180,6 +192,7 @@ def outcomes(slurm: Any, image: str, tmp_path_factory: pytest.TempPathFactory) -
             if rc != 0:
                 results[(row.name, col.key)] = Outcome("FAIL", f"dry run failed: rc {rc}: {err.strip()[:300]}")
                 continue
+            write_files(out)
             runnable.append((row, batch_script(out)))
         if runnable:
             script = out_dir / "column.sbatch"
