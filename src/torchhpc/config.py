@@ -126,6 +126,11 @@ def pick(
 ) -> Value:
     """One value by the documented precedence: given > TORCHHPC_<KEY> > profile > config file > default."""
     if given is not None:
+        if cast is not None and isinstance(given, str):  # Job(hang_timeout="x"): the CLI's parser casts its own
+            try:
+                given = cast(given)
+            except ValueError:
+                raise ConfigError(f"{flag} {given!r} is not valid", "give a number") from None
         return Value(given, f"command line ({flag})")
     var = "TORCHHPC_" + key.upper()
     if var in environ and environ[var] != "":

@@ -19,6 +19,7 @@ CLI's precedence (keyword > ``TORCHHPC_*`` > profile > config file > default).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from collections.abc import Sequence
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import ContainerSpec, JobSpec
-from torchhpc.errors import SpecError, UsageError
+from torchhpc.errors import SpecError, TorchHPCError, UsageError
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 
@@ -204,11 +205,31 @@ def _spec(
         values["no_container"] = no_container
     else:
         raise TypeError(f"Job(container=...) takes an image name or a ContainerSpec, not {type(container).__name__}")
-    spec = build_spec(values, program)
+    try:
+        spec = build_spec(values, program)
+    except TorchHPCError as e:  # run's words (--after-any 'x') -> the keyword the caller wrote (after_any='x')
+        e.message = as_keywords(e.message, given, opens_with_value=True)
+        e.hint = None if e.hint is None else as_keywords(e.hint, given)
+        e.args = (e.message,)
+        raise
     direct = {k: given[k] for k in _DIRECT if k in given}
     if isinstance(container, ContainerSpec):
         direct["container"] = container
     return spec.with_(**direct) if direct else spec
+
+
+def as_keywords(text: str, given: dict[str, Any], opens_with_value: bool = False) -> str:
+    """``text`` in ``run``'s words (``--nodes=0 ...``, ``--after-ok 1``) with each flag of a keyword the
+    caller gave named as that keyword (``nodes=0 ...``, ``after=1``): Job() has no flags."""
+    for key in given:
+        flags = ("--after-ok", "--after") if key == "after" else ("--" + _RENAMED.get(key, key).replace("_", "-"),)
+        for flag in flags:
+            at = rf"(?<![\w-]){re.escape(flag)}(?![\w-])"
+            if opens_with_value:  # an error's message opens with the flag and the value given
+                text = re.sub("^" + re.escape(flag) + " ", key + "=", text)
+            text = re.sub(at + r"(?:=| (?=['\"\d]))", key + "=", text)
+            text = re.sub(at, key, text)
+    return text
 
 
 def check_program(spec: JobSpec) -> None:

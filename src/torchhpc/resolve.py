@@ -272,10 +272,12 @@ def dependencies(values: Mapping[str, Any], scheduler: str) -> tuple[Any, ...]:
     """``--after-ok``/``--after``, ``--after-any``, ``--after-fail`` (or ``Job(after=..., after_any=...,
     after_fail=...)``: ids, handles, lists of them) as the spec's dependencies (core/depend.py)."""
     from torchhpc.core.depend import parse_dependencies
+    from torchhpc.schedulers import REGISTRY
 
     ok = [*(values.get("after_ok") or ()), *_as_list(values.get("after"))]
-    return (*parse_dependencies("ok", ok, scheduler), *parse_dependencies("any", values.get("after_any"), scheduler),
-            *parse_dependencies("fail", values.get("after_fail"), scheduler))
+    return (*parse_dependencies("ok", ok, scheduler, REGISTRY),
+            *parse_dependencies("any", values.get("after_any"), scheduler, REGISTRY),
+            *parse_dependencies("fail", values.get("after_fail"), scheduler, REGISTRY))
 
 
 def _as_list(value: Any) -> list[Any]:

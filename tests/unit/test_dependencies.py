@@ -66,6 +66,14 @@ def test_slurms_own_syntax_is_told_to_give_the_id(capsys: pytest.CaptureFixture[
     assert err == f"Error: {flag} {given}: that is Slurm's --dependency syntax, not a job id\nHINT: {hint}\n", err
 
 
+def test_a_handle_of_no_scheduler_is_named_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """Not "give foo:ID jobs to a --scheduler foo job": there is no scheduler foo to give them to."""
+    assert main(["run", "--scheduler", "slurm", "--dry-run", "--after-any", "foo:1", "examples/pi.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Error: --after-any foo:1: 'foo' is not a scheduler (known: local, slurm,"), err
+    assert "HINT: give the job id alone (--after-any 1) or as SCHEDULER:ID" in err and "--scheduler foo" not in err
+
+
 def test_value_groups_kinds_and_drops_repeats() -> None:
     deps = (*parse_dependencies("ok", "1,2,1", "slurm"), *parse_dependencies("any", "3", "slurm"),
             *parse_dependencies("fail", "4", "slurm"))

@@ -65,3 +65,19 @@ def test_bad_container_keywords() -> None:
     with pytest.raises(UsageError) as e:
         Job(["examples/pi.py"], scheduler="slurm", runtime="podman")
     assert "needs an image" in e.value.message
+
+
+@pytest.mark.parametrize("given, words", [
+    ({"after_any": "x y"}, "after_any='x y' is not a job id"),
+    ({"after": "afterok:1"}, "after=afterok:1: that is Slurm's --dependency syntax, not a job id HINT: give the "
+                             "job id itself: after=1"),
+    ({"nodes": 0}, "nodes=0 must be at least 1"),
+    ({"partition": "p\nx"}, "partition='p\\nx' contains a newline or carriage return HINT: partition must fit"),
+    ({"hang_timeout": "soon"}, "hang_timeout='soon' is not valid"),
+])
+def test_job_errors_name_the_keyword_the_caller_wrote(given: dict[str, object], words: str) -> None:
+    """Job() has no flags: its errors say after_any=, not --after-any (issue 46's sweep), and a value of
+    the wrong type is one UsageError, not a ValueError from deep inside."""
+    with pytest.raises(UsageError) as e:
+        Job(["train.py"], scheduler="slurm", **given)
+    assert words in str(e.value) and "--" + next(iter(given)).replace("_", "-") not in str(e.value)

@@ -84,11 +84,12 @@ class Dependency:
         return f"{self.scheduler or scheduler}:{self.job_id}"
 
 
-def parse_dependencies(kind: Kind, given: object, scheduler: str) -> tuple[Dependency, ...]:
+def parse_dependencies(kind: Kind, given: object, scheduler: str, known: Iterable[str] = ()) -> tuple[Dependency, ...]:
     """``"1,2"``, ``["slurm:1", 2]`` or handles (anything whose ``str`` is ``SCHEDULER:ID``) -> dependencies.
 
-    A handle of another scheduler than ``scheduler`` is refused in one line.
+    A handle of another scheduler than ``scheduler``, or of none in ``known`` (when given), is refused in one line.
     """
+    known = tuple(known)
     if given is None or given == "" or given == []:
         return ()
     items: Iterable[object] = [given] if isinstance(given, (str, int)) or not isinstance(given, Iterable) else given
@@ -105,6 +106,9 @@ def parse_dependencies(kind: Kind, given: object, scheduler: str) -> tuple[Depen
             name, sep, job_id = word.rpartition(":") if ":" in word else ("", "", word)
             if job_id.startswith("<"):  # a pipeline's dry-run placeholder, never a job a user can name
                 raise SpecError(f"{flag} {word!r} is not a job id", "give the id a submission printed (123 or slurm:123)")
+            if sep and known and name not in known:
+                raise SpecError(f"{flag} {word}: {name!r} is not a scheduler (known: {', '.join(known)})",
+                                f"give the job id alone ({flag} {job_id}) or as SCHEDULER:ID, e.g. slurm:{job_id}")
             if sep and name != scheduler:
                 raise SpecError(
                     f"{flag} {word}: a {name} job cannot be a dependency of a {scheduler} job",
