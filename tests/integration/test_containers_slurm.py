@@ -34,7 +34,7 @@ PROBE = (
     "import os, socket, sys; "
     "m = '/etc/torchhpc-test-image'; mark = open(m).read().split()[-1] if os.path.exists(m) else 'none'; "
     "print('probe rank', os.environ.get('RANK'), 'of', os.environ.get('WORLD_SIZE'), 'on', socket.gethostname(), "
-    "'python', sys.executable, 'marker', mark, 'cwd', os.getcwd(), flush=True)"
+    "'python', os.path.realpath(sys.executable), 'marker', mark, 'cwd', os.getcwd(), flush=True)"
 )
 
 
@@ -153,7 +153,9 @@ def test_ranks_really_run_inside_the_image(
     assert marker.is_file(), f"{marker}: the image has no marker (rebuild it: .ci/build-test-image.sh)"
     assert not Path("/etc/torchhpc-test-image").exists(), "the host has the image's marker: it proves nothing here"
     for _, _, exe, mark, cwd in probes:
-        assert exe == "/usr/bin/python" and mark == marker.read_text().split()[-1], probes  # inside the image
+        # inside the image: its interpreter, also where `python` on the host's PATH is a venv of the same path's
+        # Python (the checkout is bound, so a venv over /usr/bin/python3 resolves to the image's)
+        assert exe.startswith("/usr/bin/python3") and mark == marker.read_text().split()[-1], probes
         assert cwd == str(REPO)  # the working directory is bound at the same path
 
 
