@@ -103,10 +103,17 @@ def test_a_venvs_own_sitecustomize_still_runs(tmp_path: Path) -> None:
     )
     tmp = tmp_path / "tmp"
     tmp.mkdir()
+    # Without the boot, Python imports the first sitecustomize on its path: the planted one, or the
+    # interpreter's own where its stdlib has one (Debian's python3 does). With the boot, that same one runs.
+    plain = subprocess.run([str(python), "-c", "import sitecustomize; print(sitecustomize.__file__)"],
+                           capture_output=True, text=True, timeout=60, check=True).stdout.strip()
     r = shim_run([str(python), "-c", PROBE + "; import sitecustomize; print(sitecustomize.__file__)"], tmp)
     assert r.returncode == 0, r.stderr
-    assert marker.read_text() == "planted True"  # ran, after the boot
-    assert r.stdout.splitlines() == ["boot True torch False finder True", str(Path(site, "sitecustomize.py"))]
+    assert r.stdout.splitlines() == ["boot True torch False finder True", plain]
+    if plain == str(Path(site, "sitecustomize.py")):
+        assert marker.read_text() == "planted True"  # ran, after the boot
+    else:
+        assert plain.startswith(sys.base_prefix) and not marker.exists()  # shadowed by the stdlib's, as without us
 
 
 def test_local_ranks_get_the_package_dir_and_containers_the_shell_lines() -> None:
