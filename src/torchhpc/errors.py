@@ -7,6 +7,7 @@ exit code. Every message names the offending value, where it came from, and
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Sequence
 
@@ -70,6 +71,15 @@ class CommandError(TorchHPCError):
         # shlex.join quotes exactly as core.shell.join (same safe set); errors sits below core.
         msg = f"`{shlex.join(self.argv)}` {what}" + (f": {detail}" if detail else "")
         super().__init__(msg, hint)
+
+
+def name_flag_as(text: str, flag: str, name: str, assign: str, value_opens: str = "['\"]") -> str:
+    """``text`` (an error in ``run``'s words) with ``flag`` named as the caller wrote it: a pipeline
+    file's key (``--partition 'x'`` -> ``partition = 'x'``) or a ``Job()`` keyword (``partition='x'``).
+    ``--flag=V`` and ``--flag V`` (V opening with ``value_opens``) take ``assign``; a bare mention is ``name``."""
+    at = rf"(?<![\w-]){re.escape(flag)}(?![\w-])"
+    text = re.sub(at + rf"(?:=| (?={value_opens}))", lambda _m: name + assign, text)
+    return re.sub(at, lambda _m: name, text)
 
 
 # Messages of external tools whose cause is well known, and what to do about them.

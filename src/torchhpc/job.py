@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import ContainerSpec, JobSpec
-from torchhpc.errors import SpecError, TorchHPCError, UsageError
+from torchhpc.errors import SpecError, TorchHPCError, UsageError, name_flag_as
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 
@@ -224,11 +224,9 @@ def as_keywords(text: str, given: dict[str, Any], opens_with_value: bool = False
     for key in given:
         flags = ("--after-ok", "--after") if key == "after" else ("--" + _RENAMED.get(key, key).replace("_", "-"),)
         for flag in flags:
-            at = rf"(?<![\w-]){re.escape(flag)}(?![\w-])"
             if opens_with_value:  # an error's message opens with the flag and the value given
                 text = re.sub("^" + re.escape(flag) + " ", key + "=", text)
-            text = re.sub(at + r"(?:=| (?=['\"\d]))", key + "=", text)
-            text = re.sub(at, key, text)
+            text = name_flag_as(text, flag, key, "=", value_opens="['\"\\d]")
     return text
 
 

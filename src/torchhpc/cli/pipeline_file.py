@@ -31,7 +31,7 @@ from typing import Any
 
 from torchhpc.cli.jobargs import add_job_arguments, exclude_nodes, spec_from_args
 from torchhpc.core.suggest import did_you_mean
-from torchhpc.errors import ConfigError, TorchHPCError
+from torchhpc.errors import ConfigError, TorchHPCError, name_flag_as
 from torchhpc.pipeline import STEP_KEYS, Step, check_graph, name_problem
 
 __all__ = ["as_written", "load_pipeline", "step_keys"]
@@ -156,11 +156,10 @@ def as_written(message: str, table: dict[str, Any], keys: dict[str, argparse.Act
         if action is None:
             continue
         for flag in sorted((o for o in action.option_strings if o.startswith("--")), key=len, reverse=True):
-            at = rf"(?<![\w-]){re.escape(flag)}(?![\w-])"
             if isinstance(table[key], dict):  # env = {A = "1"} -> "--env A" reads env.A
+                at = rf"(?<![\w-]){re.escape(flag)}(?![\w-])"
                 message = re.sub(at + r" (\w+)", key + r".\1 =", message)  # key: one of run's, no backslash
-            message = re.sub(at + r"(?:=| (?=['\"]))", f"{key} = ", message)
-            message = re.sub(at, key, message)
+            message = name_flag_as(message, flag, key, " = ")
     return message
 
 
