@@ -29,9 +29,10 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
-__all__ = ["FR_DIR", "Finding", "analyse", "behind", "collect", "load_dumps", "read_dump", "request"]
+__all__ = ["FR_DIR", "Finding", "analyse", "behind", "collect", "completed", "load_dumps", "members", "post_mortem", "read_dump",
+           "request"]
 
 _SAFE = {("builtins", n) for n in ("dict", "list", "tuple", "set", "frozenset", "str", "bytes", "int", "float",
                                    "bool", "NoneType")}
@@ -120,10 +121,7 @@ class Finding:
     detail: str = ""  # the culprits' own call (mismatch), or why a rank has no dump
 
     def line(self) -> str:
-        from torchhpc.jobdir.logs import format_ranks
-
-        who = f"rank{'s' if len(self.culprits) > 1 else ''} {format_ranks(self.culprits)}"
-        them = f"ranks {format_ranks(self.waiting)}" if len(self.waiting) > 1 else f"rank {format_ranks(self.waiting)}"
+        who, them = _ranks(self.culprits), _ranks(self.waiting)
         at = f"{self.op} #{self.seq} (pg {self.pg})"
         waited = f" for {self.waited_s:.0f} s" if self.waited_s >= 1 else ""
         if self.kind == "missed":
@@ -143,6 +141,13 @@ class Finding:
         return f"no rank waits in a collective of pg {self.pg} (last: {at}): the ranks are in their own code"
 
 
+def _ranks(ranks: tuple[int, ...]) -> str:
+    """"rank 1", "ranks 0,2-3"; "no rank" rather than an empty list."""
+    from torchhpc.jobdir.logs import format_ranks
+
+    return f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)}" if ranks else "no rank"
+
+
 def _op(entry: Mapping[str, Any]) -> str:
     return str(entry.get("profiling_name", "")).partition(":")[2].split(" ")[0] or str(entry.get("profiling_name", "?"))
 
@@ -155,24 +160,68 @@ def _entry(dump: Mapping[str, Any], pg: str, seq: int) -> Mapping[str, Any]:
     return found
 
 
-def _match(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
-    """"" when two ranks' entries of one collective agree, else "op" or "size" (torch's matcher where present)."""
+def members(dumps: Mapping[int, Mapping[str, Any]], world: int) -> dict[str, Optional[frozenset[int]]]:
+    """pg id -> the global ranks of that process group, as the dumps' ``pg_config`` states them.
+
+    torch keys ``pg_config`` by the group's name and the entries say which name each pg id has
+    (``process_group``: name, description), so a group is found under either. gloo (torch 2.13) writes
+    its groups under an empty name, which cannot be told apart: there the default group (pg 0) is the
+    world and any other group's membership is unknown (None): the sizes of a call are then compared
+    across ranks only, never against a group size that was guessed."""
+    names: dict[str, set[str]] = {}
+    for d in dumps.values():
+        for pg in (d.get("pg_status") or {}):
+            names.setdefault(str(pg), {str(pg)})
+        for e in d.get("entries", ()):
+            if isinstance(e, Mapping) and e.get("pg_id") is not None:
+                group = e.get("process_group")
+                names.setdefault(str(e["pg_id"]), {str(e["pg_id"])}).update(
+                    [str(group[0])] if isinstance(group, (tuple, list)) and group and group[0] != "" else [])
+    stated: dict[str, frozenset[int]] = {}
+    for d in dumps.values():
+        conf = d.get("pg_config")
+        for key, g in (conf.items() if isinstance(conf, Mapping) else ()):
+            name = str(g.get("name") or key) if isinstance(g, Mapping) else ""
+            ranks = frozenset(int(x) for x in re.findall(r"\d+", str(g.get("ranks", "")))) if name else frozenset()
+            if ranks:
+                stated[name] = stated.get(name, frozenset()) | ranks
+    out: dict[str, Optional[frozenset[int]]] = {}
+    for pg, known in names.items():
+        found = next((stated[n] for n in sorted(known) if n in stated), None)
+        out[pg] = found if found else frozenset(range(world)) if pg == "0" else None
+    out.setdefault("0", frozenset(range(world)))
+    return out
+
+
+def _match(a: Mapping[str, Any], b: Mapping[str, Any], group: Optional[frozenset[int]] = None) -> str:
+    """"" when two ranks' entries of one collective agree, else "op" or "size".
+
+    With the group's membership known, torch's own matcher decides (it checks an all_gather's output
+    against its input times the group's size); entries only recorded at different moments (one
+    completed, one still waiting) agree, and so do all_to_all calls of one op (their sizes may differ
+    by design). Without torch or the membership, the two calls' sizes and dtypes are compared."""
     if _op(a) != _op(b):
         return "op"
-    try:  # torch's own analyser (imports torch: only ever asked after a hang)
-        from torch.distributed.flight_recorder.components.types import MatchState
-        from torch.distributed.flight_recorder.components.utils import match_one_event
+    if _op(a).startswith("all_to_all"):
+        return ""
+    if group:
+        try:  # torch's own analyser (imports torch: only ever asked after a hang)
+            from torch.distributed.flight_recorder.components.types import MatchState
+            from torch.distributed.flight_recorder.components.utils import match_one_event
 
-        pg = str(a.get("pg_id", "0"))
-        state = match_one_event(dict(a), dict(b), {pg: {0, 1}}, pg).state
-        return "" if state == MatchState.FULLY_MATCHED else ("op" if state == MatchState.COLLECTIVE_TYPE_MISMATCH else "size")
-    except Exception:  # no torch here, or a format it does not know: compare the fields ourselves
-        same = all(a.get(k) == b.get(k) for k in ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes"))
-        return "" if same else "size"
+            pg = str(a.get("pg_id", "0"))
+            state = match_one_event(dict(a), dict(b), {pg: set(group)}, pg).state
+            if state == MatchState.COLLECTIVE_TYPE_MISMATCH:
+                return "op"
+            return "size" if state in (MatchState.SIZE_OR_SYNTAX_MISMATCH, MatchState.COLLECTIVE_DTYPE_MISMATCH) else ""
+        except Exception:  # no torch here, or a format it does not know: compare the fields ourselves
+            pass
+    same = all(a.get(k) == b.get(k) for k in ("input_sizes", "output_sizes", "input_dtypes", "output_dtypes"))
+    return "" if same else "size"
 
 
 def _late(dumps: Mapping[int, Mapping[str, Any]], pg: str, top: int, op: str, late: tuple[int, ...],
-          ahead: tuple[int, ...], left: set[int], waited: float) -> list[Finding]:
+          ahead: tuple[int, ...], left: set[int], waited: float, group: Optional[frozenset[int]]) -> list[Finding]:
     """The ranks behind: left the group, still in an earlier collective whose call differs from the
     others' (the others finished theirs: e.g. a larger tensor waits for data that never comes), or missed."""
     out = []
@@ -184,7 +233,7 @@ def _late(dumps: Mapping[int, Mapping[str, Any]], pg: str, top: int, op: str, la
         st = (dumps[r].get("pg_status") or {}).get(pg, {})
         mine = int(st.get("last_enqueued_collective", -1)) if isinstance(st, Mapping) else -1
         e, ref = _entry(dumps[r], pg, mine), _entry(dumps[ahead[0]], pg, mine)
-        kind = _match(ref, e) if e and ref else ""
+        kind = _match(ref, e, group) if e and ref else ""
         if kind == "op":
             out.append(Finding("mismatch-op", pg, mine, _op(ref), (r,), ahead, waited, _op(e)))
         elif kind:
@@ -197,8 +246,21 @@ def _late(dumps: Mapping[int, Mapping[str, Any]], pg: str, top: int, op: str, la
     return out
 
 
-def post_mortem(job_dir: str) -> list[Finding]:
-    """A finished job's story from whatever its ranks dumped (``.left`` at exit, or on request)."""
+def completed(job_dir: str) -> bool:
+    """The job's own end marker says it completed (exit 0): its dumps then tell no failure's story."""
+    from torchhpc.jobdir.endmark import read_end
+
+    mark = read_end(job_dir)
+    return mark is not None and mark.state == "COMPLETED" and mark.exit_code in (0, None)
+
+
+def post_mortem(job_dir: str, done: bool = False) -> list[Finding]:
+    """A finished job's story from whatever its ranks dumped (``.left`` at exit, or on request).
+
+    None for a job that completed (``done``, or its end marker says so): ranks that end without
+    destroy_process_group() leave dumps at every exit, and a job that succeeded has no culprit."""
+    if done or completed(job_dir):
+        return []
     d = os.path.join(job_dir, FR_DIR)
     left = load_dumps(d, "rank-", ".left")
     dumps = {**load_dumps(d, "rank-"), **left}  # the exit dump is the newer one
@@ -222,7 +284,8 @@ def analyse(dumps: Mapping[int, Mapping[str, Any]], world: int, left: set[int] =
             now: float | None = None) -> list[Finding]:
     """Per process group: who never entered the collective the others wait in, who left the group,
     or whose call differs from the others' at the same sequence number. ``now``: for how long the
-    others have waited (None: a finished job, no wait figure)."""
+    others have waited (None: a finished job, no wait figure). Each group's membership is the dumps'
+    own (:func:`members`); a finding always names at least one rank."""
     out: list[Finding] = []
     missing = tuple(r for r in range(world) if r not in dumps)
     groups: dict[str, dict[int, int]] = {}
@@ -230,10 +293,13 @@ def analyse(dumps: Mapping[int, Mapping[str, Any]], world: int, left: set[int] =
         for pg, st in (d.get("pg_status") or {}).items():
             if isinstance(st, Mapping):
                 groups.setdefault(str(pg), {})[rank] = int(st.get("last_enqueued_collective", -1))
-    for rank in dumps:  # a rank that never enqueued a collective has no status yet: it is at 0 in the default group
-        if "0" in groups:
-            groups["0"].setdefault(rank, 0)
+    of = members(dumps, world)
+    for pg, group in of.items():  # a member that never enqueued a collective in it has no status yet: at 0
+        for rank in dumps:
+            if group is not None and rank in group and (pg in groups or pg == "0"):
+                groups.setdefault(pg, {}).setdefault(rank, 0)
     for pg, seq in sorted(groups.items()):
+        group = of.get(pg)
         top = max(seq.values())
         ahead = tuple(sorted(r for r, s in seq.items() if s == top))
         late = tuple(sorted(r for r, s in seq.items() if s < top))
@@ -242,17 +308,17 @@ def analyse(dumps: Mapping[int, Mapping[str, Any]], world: int, left: set[int] =
         created = [float(e.get("time_created_ns") or 0) / 1e9 for r in ahead if (e := _entry(dumps[r], pg, top))]
         waited = max(0.0, now - min(created)) if created and now is not None else 0.0
         if late:
-            out += _late(dumps, pg, top, op, late, ahead, left, waited)
+            out += _late(dumps, pg, top, op, late, ahead, left, waited, group)
             continue
         entries = {r: _entry(dumps[r], pg, top) for r in ahead}
-        kinds = {r: _match(ref, e) if e else "" for r, e in entries.items()}
+        kinds = {r: _match(ref, e, group) if e else "" for r, e in entries.items()}
         odd = tuple(r for r, k in kinds.items() if k)
         if odd and len(odd) * 2 > len(ahead):  # the reference was the odd one out: take the majority's view
             ref = entries[odd[0]]
-            kinds = {r: _match(ref, e) if e else "" for r, e in entries.items()}
+            kinds = {r: _match(ref, e, group) if e else "" for r, e in entries.items()}
             odd = tuple(r for r, k in kinds.items() if k)
-        if odd:
-            others = tuple(r for r in ahead if r not in odd)
+        others = tuple(r for r in ahead if r not in odd)
+        if odd and others:  # no majority (every call differs from every other) names no one
             e = entries[odd[0]]
             if kinds[odd[0]] == "op":
                 out.append(Finding("mismatch-op", pg, top, _op(ref), odd, others, waited, _op(e)))
