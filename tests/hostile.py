@@ -495,7 +495,7 @@ def error_ok(r: Rendered) -> bool:
     """A refusal: exit 2 and one ``Error:`` line (plus an optional HINT), no traceback; or a usage error:
     ``torchhpc run: error: ...`` first, then one usage line (cli/parser.py)."""
     lines = [x for x in r.err.strip().splitlines() if x.strip()]
-    usage = len(lines) <= 3 and ": error: " in lines[0] and lines[-1].startswith("usage: ") if lines else False
+    usage = len(lines) <= 3 and lines[-1].startswith("HINT: usage: ") if lines else False
     return r.code == 2 and not r.traceback and bool(lines) and (lines[0].startswith("Error: ") or usage)
 
 

@@ -115,6 +115,11 @@ class SchedulerError(TorchHPCError):
     """A scheduler answered something we cannot use (unknown job id, odd output)."""
 
 
+class UnknownJob(SchedulerError):
+    """The scheduler (and torchhpc's records) know no such job: every job command says so one way
+    (cli/handles.py), never with a verdict or an empty answer."""
+
+
 class JobFailed(TorchHPCError):
     """A job (or one of its ranks) ended unsuccessfully.
 

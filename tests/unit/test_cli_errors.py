@@ -38,7 +38,7 @@ def test_run_typo_is_three_lines_at_most_with_the_flag() -> None:
     assert done.returncode == 2
     assert 1 <= len(lines) <= 3, lines
     assert any("did you mean --nodes" in line for line in lines), lines
-    assert "--nodse" in lines[0] and lines[-1].startswith("usage: torchhpc run")
+    assert lines[0].startswith("Error: ") and "--nodse" in lines[0] and lines[-1].startswith("HINT: usage: torchhpc run")
 
 
 @pytest.mark.parametrize(("argv", "want"), [

@@ -7,9 +7,9 @@ import json
 import sys
 from typing import Any
 
-from torchhpc.cli.common import add_subparser, env_default
+from torchhpc.cli.common import add_subparser
+from torchhpc.cli.handles import add_job_argument, require
 from torchhpc.cli.remote import add_remote_arguments
-from torchhpc.schedulers import get_scheduler, parse_handle
 
 
 def register(sub: Any) -> None:
@@ -17,8 +17,7 @@ def register(sub: Any) -> None:
         sub, "diagnose",
         "why a job failed: the class, the first rank that failed (host, own exit, error, file:line), the next step",
     )
-    p.add_argument("job", help="job handle, e.g. slurm:123 (a bare id uses --scheduler)")
-    p.add_argument("-s", "--scheduler", default=env_default("--scheduler", "slurm"), help="scheduler for a bare id [TORCHHPC_SCHEDULER]")
+    add_job_argument(p)
     p.add_argument("--json", action="store_true", help="the verdict as JSON")
     add_remote_arguments(p)
     p.set_defaults(func=cmd_diagnose)
@@ -27,10 +26,9 @@ def register(sub: Any) -> None:
 def cmd_diagnose(args: argparse.Namespace) -> int:
     from torchhpc.diagnose.verdict import diagnose, gather
 
-    name, job = parse_handle(args.job, args.scheduler)
+    sched, name, job, _st = require(args, record_ok=True)  # an unknown job is an error, never "completed"
     from torchhpc.supervisor.show import attempt_lines, job_attempts
 
-    sched = get_scheduler(name)
     verdict = diagnose(gather(sched, name, job))
     tries = job_attempts(name, job, sched.end_dir(job))
     if args.json:

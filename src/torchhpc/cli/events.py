@@ -7,8 +7,8 @@ import json
 import sys
 from typing import Any
 
-from torchhpc.cli.common import add_subparser, env_default
-from torchhpc.schedulers import get_scheduler, parse_handle
+from torchhpc.cli.common import add_subparser
+from torchhpc.cli.handles import add_job_argument, require
 
 
 def register(sub: Any) -> None:
@@ -16,8 +16,7 @@ def register(sub: Any) -> None:
         sub, "events",
         "a job's timeline (queue, attempts, faults, restarts, end) and where its time went: ETTR, incidents, time lost",
     )
-    p.add_argument("job", help="job handle, e.g. slurm:123 or local:ID (a bare id uses --scheduler)")
-    p.add_argument("-s", "--scheduler", default=env_default("--scheduler", "slurm"), help="scheduler for a bare id [TORCHHPC_SCHEDULER]")
+    add_job_argument(p)
     p.add_argument("--json", action="store_true", help="one object: events (time, kind, ...) and account")
     p.add_argument("--plot", metavar="FILE.png", help="draw each node's attempts and the faults (needs matplotlib)")
     p.set_defaults(func=cmd_events)
@@ -30,8 +29,8 @@ def cmd_events(args: argparse.Namespace) -> int:
         from torchhpc.diagnose.events_plot import check_available
 
         check_available()
-    name, job = parse_handle(args.job, args.scheduler)
-    tl = gather(get_scheduler(name), name, job)
+    sched, name, job, _st = require(args, record_ok=True)
+    tl = gather(sched, name, job)
     if args.json:
         json.dump(tl.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -9,9 +9,10 @@ from typing import Any
 
 from torchhpc.cli.common import add_hang_arguments, add_subparser, eprint, json_errors
 from torchhpc.cli.follow import follow, status_dict
+from torchhpc.cli.handles import add_job_argument, default_scheduler, known_status, resolve
 from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.errors import CommandError, CommandNotFound, SchedulerError, TorchHPCError, UsageError
-from torchhpc.schedulers import get_scheduler, parse_handle
+from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler
 
 EXIT_CODES = """exit codes:
@@ -29,44 +30,22 @@ _LIST_ELSEWHERE = {
 }
 
 
-def default_scheduler() -> str:
-    """The scheduler for a bare id: $TORCHHPC_SCHEDULER, the profile's, the config file's, else local."""
-    from torchhpc.resolve import resolve_values
-
-    return str(resolve_values({})[1]["scheduler"].value)
-
-
-def _handle_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("job", help="job handle, e.g. slurm:123 or local:3f2a9c1b0d (a bare id uses --scheduler)")
-    p.add_argument("-s", "--scheduler", default=None,
-                   help="scheduler for a bare id (default: $TORCHHPC_SCHEDULER, the config file's, else local)")
-
-
-def handle_of(args: argparse.Namespace) -> tuple[str, str]:
-    """(scheduler, job id) from ``args.job`` and ``args.scheduler`` (None: the default scheduler)."""
-    if args.scheduler is None and ":" not in args.job:
-        args.scheduler = default_scheduler()
-    return parse_handle(args.job, args.scheduler or "local")
-
-
 def register(sub: Any) -> None:
     p = add_subparser(sub, "status", "show a job's state, exit code, reason and restarts (several: one query)")
     p.epilog = EXIT_CODES
-    _handle_arg(p)
-    p.add_argument("more", nargs="*", metavar="JOB",
-                   help="more handles: all jobs of a scheduler are asked in one question (one squeue, one qstat)")
+    add_job_argument(p, more=True)
     p.add_argument("--json", action="store_true", help="machine-readable output (errors too)")
     add_remote_arguments(p)
     p.set_defaults(func=cmd_status)
 
     p = add_subparser(sub, "cancel", "cancel a job")
-    _handle_arg(p)
+    add_job_argument(p)
     add_remote_arguments(p)
     p.set_defaults(func=cmd_cancel)
 
     p = add_subparser(sub, "wait", "wait for a job to end, showing progress; exit non-zero if it failed")
     p.epilog = EXIT_CODES
-    _handle_arg(p)
+    add_job_argument(p)
     p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
     p.add_argument("--logs", action="store_true", help="print the job's log at the end")
     add_hang_arguments(p)
@@ -87,11 +66,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         return _status_many(args)
     from torchhpc.schedulers.batch.depend import job_dependencies
 
-    name, job = handle_of(args)
+    name, job = resolve(args)
     from torchhpc.supervisor.show import attempt_lines, job_attempts
 
     sched = get_scheduler(name)
-    st = sched.status(job)
+    st = known_status(sched, name, job)
     pending = sched.explain_pending(st) if st.state in ("PENDING", "QUEUED", "HELD") else None
     tries = job_attempts(name, job, sched.end_dir(job))  # each attempt of a restarted job (docs/resilience.md)
     after = job_dependencies(sched, job)  # what it waits (or waited) for, each with its job's state now
@@ -116,8 +95,7 @@ def _status_many(args: argparse.Namespace) -> int:
     """Several handles: one ``query_many`` per scheduler (Slurm: one squeue for all), in the order given."""
     handles = []
     for text in [args.job, *args.more]:
-        args.job = text
-        handles.append(handle_of(args))
+        handles.append(resolve(args, text))
     by_sched: dict[str, list[str]] = {}
     for name, job in handles:
         by_sched.setdefault(name, []).append(job)
@@ -130,7 +108,8 @@ def _status_many(args: argparse.Namespace) -> int:
             if job in found[name]:
                 print(f"{name}:{found[name][job].line()}")
     if missing:
-        raise SchedulerError(f"unknown to their scheduler: {', '.join(missing)}", "check the job ids (`torchhpc list`)")
+        raise SchedulerError(f"not a job torchhpc or its scheduler knows: {', '.join(missing)}",
+                             "`torchhpc list` shows the jobs; a bare id means the default scheduler (--scheduler to choose)")
     return 0
 
 
@@ -158,8 +137,9 @@ def _finished(sched: Scheduler, job: str) -> JobStatus | None:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel; a job that has already ended is said so (exit 0), never reported as cancelled."""
-    name, job = handle_of(args)
+    name, job = resolve(args)
     sched = get_scheduler(name)
+    known_status(sched, name, job)  # an unknown job is said so, never "cancelled"
     done = _finished(sched, job)
     if done is None:
         try:
@@ -177,8 +157,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-
-    name, job = handle_of(args)
+    name, job = resolve(args)
+    known_status(get_scheduler(name), name, job)
     return follow(get_scheduler(name), job, timeout=args.timeout, print_logs=args.logs,
                   hang_timeout=args.hang_timeout, on_hang=args.on_hang)
 

@@ -15,7 +15,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from torchhpc.cli.common import add_subparser, env_default
+from torchhpc.cli.common import add_subparser
+from torchhpc.cli.handles import add_job_argument, require
 from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.diagnose.classify import native_crashes
 from torchhpc.errors import SchedulerError, UsageError
@@ -30,7 +31,6 @@ from torchhpc.jobdir.logs import (
     select,
 )
 from torchhpc.jobdir.record import read_record
-from torchhpc.schedulers import get_scheduler, parse_handle
 from torchhpc.schedulers.api import Scheduler
 
 # How often -f looks for new lines and asks the scheduler whether the job ended.
@@ -40,8 +40,7 @@ STATUS_EVERY = 1.0
 
 def register(sub: Any) -> None:
     p = add_subparser(sub, "logs", "print a job's output: all ranks, some ranks or nodes, matches, tracebacks")
-    p.add_argument("job", help="job handle, e.g. slurm:123 (a bare id uses --scheduler)")
-    p.add_argument("-s", "--scheduler", default=env_default("--scheduler", "slurm"), help="scheduler for a bare id [TORCHHPC_SCHEDULER]")
+    add_job_argument(p)
     p.add_argument("-f", "--follow", action="store_true", help="print new lines as they come until the job ends")
     p.add_argument("--rank", default=None, metavar="RANKS", help="only these ranks' lines: 3, 3,7 or 0-3,8")
     p.add_argument("--node", default=None, metavar="NODES", help="only ranks on these nodes: node12, node[1-4],node9")
@@ -108,13 +107,12 @@ def _node_of(sched: Scheduler, job: str, log: JobLog) -> dict[int, str]:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     ranks, nodes, grep = _ranks(args.rank), _nodes(args.node), _grep(args.grep)
-    name, job = parse_handle(args.job, args.scheduler)
+    sched, name, job, _st = require(args, record_ok=True)
     if "_" not in job and read_record(name, job).array:
         raise UsageError(
             f"{name}:{job} is a job array: each task has its own log",
             f"name one task: torchhpc logs {name}:{job}_0 (torchhpc status {name}:{job} lists the tasks)",
         )
-    sched = get_scheduler(name)
     log = _find(sched, name, job)
     if log is None:  # kubernetes, runai, or a job submitted elsewhere: the scheduler's own text
         return _scheduler_text(sched, job, ranks, args.follow)

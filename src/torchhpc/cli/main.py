@@ -81,6 +81,11 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
 
 
 def _report(e: TorchHPCError) -> int:
+    if Parser.json_errors:  # --json: every error is one JSON object on stdout (README, "Exit codes")
+        import json
+
+        print(json.dumps({"error": e.message, "hint": e.hint, "exit_code": e.exit_code}), flush=True)
+        return e.exit_code
     print(f"Error: {e.message}", file=sys.stderr)
     if e.hint:
         print(f"HINT: {e.hint}", file=sys.stderr)
@@ -90,6 +95,7 @@ def _report(e: TorchHPCError) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(only="run" if argv and argv[0] == "run" else None)
+    Parser.json_errors = "--json" in (_run_flags(parser, argv[1:]) if argv[:1] == ["run"] else argv)
     try:  # --remote HOST (or TORCHHPC_REMOTE): the login node's torchhpc runs the line (docs/remote.md)
         from torchhpc.cli.remote import intercept
 

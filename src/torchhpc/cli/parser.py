@@ -26,6 +26,9 @@ class Parser(argparse.ArgumentParser):
 
     #: The one usage line, where the computed one would say too little (``run``'s program).
     short_usage: str | None = None
+    #: Set by ``main`` when the command line asks for ``--json``: the error is then a JSON object on stdout,
+    #: like every other error of a ``--json`` command (cli/common.py ``json_errors``).
+    json_errors: bool = False
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         argv = list(sys.argv[1:] if args is None else args)
@@ -75,6 +78,8 @@ class Parser(argparse.ArgumentParser):
         for a in self._actions:
             if not a.option_strings and a.help != argparse.SUPPRESS:
                 name = a.metavar if isinstance(a.metavar, str) else a.dest.upper()
+                if a.nargs in ("*", "?"):
+                    name = f"[{name}{' ...' if a.nargs == '*' else ''}]"
                 words.append(name + (" ..." if isinstance(a, argparse._SubParsersAction) else ""))
         return "usage: " + " ".join(words)
 
@@ -89,4 +94,21 @@ class Parser(argparse.ArgumentParser):
             else:
                 message = f"{m.group('arg')} {m.group('word')!r} is not one of its choices: "
             message += near or f"choose from {', '.join(known)}"
-        self.exit(2, f"{self.prog}: error: {message}\n{self.one_line_usage()}  (`{self.prog} --help` says more)\n")
+        message = _plain_required(message)
+        hint = f"{self.one_line_usage()}  (`{self.prog} --help` says more)"
+        if Parser.json_errors:
+            import json
+
+            print(json.dumps({"error": f"{self.prog}: {message}", "hint": hint, "exit_code": 2}), flush=True)
+            self.exit(2)
+        # the same two lines as every other error of the CLI (cli/main.py): Error: ..., HINT: ...
+        self.exit(2, f"Error: {self.prog}: {message}\nHINT: {hint}\n")
+
+
+def _plain_required(message: str) -> str:
+    """argparse's "the following arguments are required: job" in the words of the usage line (JOB)."""
+    head = "the following arguments are required: "
+    if not message.startswith(head):
+        return message
+    names = [n.strip() for n in message[len(head):].split(",")]
+    return "missing " + ", ".join(n if n.startswith("-") else n.upper() for n in names)

@@ -15,16 +15,16 @@ import sys
 import time
 from typing import Any, Optional
 
-from torchhpc.cli.common import add_subparser, env_default, json_errors
+from torchhpc.cli.common import add_subparser, json_errors
+from torchhpc.cli.handles import add_job_argument, known_status, resolve
 from torchhpc.errors import SchedulerError, UsageError
-from torchhpc.schedulers import get_scheduler, parse_handle, scheduler_class
+from torchhpc.schedulers import get_scheduler, scheduler_class
 
 
 def register(sub: Any) -> None:
     p = add_subparser(sub, "top", "a live table of a running job's ranks: CPU, memory, GPU, quiet time, progress, "
                       "time in collectives, the straggler", __doc__)
-    p.add_argument("job", help="job handle, e.g. slurm:123 or local:ab12cd34ef (a bare id uses --scheduler)")
-    p.add_argument("-s", "--scheduler", default=env_default("--scheduler", "slurm"), help="scheduler for a bare id [TORCHHPC_SCHEDULER]")
+    add_job_argument(p)
     p.add_argument("--once", action="store_true", help="print one table and exit")
     p.add_argument("--json", action="store_true", help="one JSON list, one object per rank (implies --once)")
     p.add_argument("--rank", default=None, metavar="RANKS", help="only these ranks: 3, 3,7 or 0-3,8")
@@ -50,7 +50,7 @@ def _refuse(name: str) -> None:
 
 @json_errors
 def cmd_top(args: argparse.Namespace) -> int:
-    name, job = parse_handle(args.job, args.scheduler)
+    name, job = resolve(args)
     ranks, nodes = _filters(args)
     if not args.interval >= 0.5:
         raise UsageError(f"--interval {args.interval:g}: refreshing more often than twice a second shows nothing new",
@@ -73,6 +73,7 @@ def cmd_top(args: argparse.Namespace) -> int:
         print("# live, one stream per node for the session:")
         print(join(stream_argv(alloc, ["NODES"], args.interval)))
         return 0
+    known_status(sched, name, job)  # an unknown job is said so, not an empty table
     once = args.once or args.json
     live: Any = None
     try:

@@ -241,9 +241,12 @@ def _verdict(ev: Evidence, per_rank: dict[int, list[str]], job_lines: list[str],
 
     klass = job_class or (first.klass if first else "")
     if not klass:
-        if ev.state in ("COMPLETED", "") and ev.exit_code in (0, None):
-            return Verdict("none", "no failure: the job completed", None, (), "", ev.job, ev.state, ev.exit_code,
-                           tuple(seen))
+        # "completed" only where the scheduler's record says so (style lesson 17: say what was seen)
+        said = {"COMPLETED": "no failure: the job completed",
+                "": "no failure in the logs; the scheduler no longer knows how this job ended",
+                "PENDING": "no failure yet: the job is PENDING", "RUNNING": "no failure yet: the job is RUNNING"}
+        if ev.state in said and ev.exit_code in (0, None):
+            return Verdict("none", said[ev.state], None, (), "", ev.job, ev.state, ev.exit_code, tuple(seen))
         klass = "unknown"
     if job_class == "node-failure" and first is None and banner_host:
         first = RankFailure(rank=-1, host=banner_host, klass=klass)

@@ -22,7 +22,7 @@ from typing import Any
 
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.validate import check_dns_label
-from torchhpc.errors import CommandError, SchedulerError, SpecError
+from torchhpc.errors import CommandError, SchedulerError, SpecError, UnknownJob
 from torchhpc.jobdir.record import JobRecord, new_record, read_record, record_dir, save_record
 from torchhpc.launchers import get_launcher
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
@@ -224,7 +224,7 @@ class KubernetesScheduler(Scheduler):
                 done = self.runner.run(["kubectl", "get", resource, name, "-n", ns, "-o", "json"], timeout=60)
             except CommandError as e:
                 if "NotFound" in e.stderr or "not found" in e.stderr:
-                    raise SchedulerError(f"{resource} {ns}/{name} not found", f"`kubectl get {plural} -A`") from None
+                    raise UnknownJob(f"{resource} {ns}/{name} not found", f"`kubectl get {plural} -A`") from None
                 raise
             text = done.stdout
         else:

@@ -30,7 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any, ClassVar
 
-from torchhpc.errors import SchedulerError
+from torchhpc.errors import SchedulerError, UnknownJob
 from torchhpc.jobdir.record import dependency_record, new_record, record_dir, save_record
 from torchhpc.schedulers.api import JobStatus, Submission
 from torchhpc.schedulers.times import JobTimes, clock
@@ -46,7 +46,7 @@ def jobs_root() -> Path:
 
 def job_dir(job_id: str) -> Path:
     if not job_id or "/" in job_id or job_id.startswith("."):
-        raise SchedulerError(f"local:{job_id} is not a local job id", "`torchhpc list` shows the local jobs")
+        raise UnknownJob(f"local:{job_id} is not a local job id", "`torchhpc list` shows the local jobs")
     return jobs_root() / job_id
 
 
@@ -58,7 +58,7 @@ def read_state(d: Path) -> dict[str, Any]:
     try:
         data = json.loads((d / RECORD).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise SchedulerError(
+        raise UnknownJob(
             f"local:{d.name} is not a local job here (no record in {d})",
             "`torchhpc list` shows local jobs started with --background or Job.submit()",
         ) from None

@@ -28,7 +28,7 @@ from torchhpc.core.shell import Raw, directive, join
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import parse_size
 from torchhpc.core.validate import parse_bool
-from torchhpc.errors import CommandError, CommandNotFound, QuotingError, SchedulerError, SpecError
+from torchhpc.errors import CommandError, CommandNotFound, QuotingError, SchedulerError, SpecError, UnknownJob
 from torchhpc.jobdir.log_wiring import LOG_DIR_VAR, LOG_REF, job_dir, log_argv, make_ranks_dir_lines
 from torchhpc.jobdir.logs import filter_rank
 from torchhpc.jobdir.record import read_record, update_record
@@ -348,7 +348,7 @@ class PBSScheduler(BatchScheduler):
         return parse_qstat_full(done.stdout)
 
     def _unknown(self, job_id: str) -> SchedulerError:
-        return SchedulerError(
+        return UnknownJob(
             f"pbs job {job_id} is unknown to qstat",
             "finished jobs are kept only while the server's job_history_enable/keep_completed allows; "
             "check the job id and the output file",

@@ -24,7 +24,7 @@ import re
 from torchhpc.core.shell import Raw, join, validate_env_name
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.validate import check_value, parse_bool
-from torchhpc.errors import CommandError, SchedulerError, SpecError
+from torchhpc.errors import CommandError, SchedulerError, SpecError, UnknownJob
 from torchhpc.jobdir.record import new_record, read_record, save_record
 from torchhpc.launchers import get_launcher, torchrun_argv
 from torchhpc.network.gid_sh import one_line
@@ -246,7 +246,7 @@ class RunAIScheduler(Scheduler):
             done = self.runner.run(self._verb("describe", job_id), timeout=60)
         except CommandError as e:
             if "not found" in (e.stderr + e.stdout).lower():
-                raise SchedulerError(f"runai job {job_id} not found", "`runai list jobs` shows the names") from None
+                raise UnknownJob(f"runai job {job_id} not found", "`runai list jobs` shows the names") from None
             raise
         return parse_describe(job_id, done.stdout)
 

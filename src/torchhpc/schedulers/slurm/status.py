@@ -15,7 +15,7 @@ from typing import ClassVar, Optional
 import torchhpc.schedulers.slurm.nodes as slurm_nodes
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import JobSpec
-from torchhpc.errors import CommandError, QuotingError, SchedulerError
+from torchhpc.errors import CommandError, QuotingError, SchedulerError, UnknownJob
 from torchhpc.jobdir.logs import filter_rank, task_record
 from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.api import JobStatus
@@ -71,7 +71,7 @@ class SlurmQueries:
                 timeout=30,
             )
         except CommandError as e:
-            raise SchedulerError(
+            raise UnknownJob(
                 f"slurm job {job_id} is not known to scontrol and sacct failed ({e.message})",
                 "the job id may be wrong, or it ended more than MinJobAge ago on a cluster without accounting",
             ) from None
@@ -86,7 +86,7 @@ class SlurmQueries:
                 return JobStatus(
                     job_id, state, int(code) if code.isdigit() else None, "", parts[3], parts[5], parts[4]
                 )
-        raise SchedulerError(f"slurm job {job_id} is unknown to scontrol and sacct", "check the job id")
+        raise UnknownJob(f"slurm job {job_id} is unknown to scontrol and sacct", "check the job id")
 
     def times(self, job_id: str) -> JobTimes:
         """One ``sacct`` (the accounting daemon, no controller load); its scontrol record where

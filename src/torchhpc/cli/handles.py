@@ -1,0 +1,120 @@
+"""One job handle for every job command: ``SCHEDULER:ID`` or a bare id, resolved one way.
+
+``status``, ``wait``, ``cancel``, ``logs``, ``diagnose``, ``events`` and ``top`` all take the job
+through :func:`add_job_argument` and :func:`resolve`, so a bare id means the same scheduler to
+each of them: ``--scheduler``, else ``$TORCHHPC_SCHEDULER``, the profile's or the config file's,
+else local (the id ``torchhpc run`` prints for a local job is then enough). Before, four commands
+sent a bare id to the local scheduler and four to Slurm, and the id in ``Error: job X ended
+FAILED`` was "completed" to ``diagnose``.
+
+An unknown job is one error everywhere: ``Error: <handle> is not a job ...`` with ``HINT:
+torchhpc list``, exit 1, never a verdict or an empty answer (git's and kubectl's rule: one
+handle, one contract).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from torchhpc.errors import TorchHPCError, UnknownJob
+from torchhpc.schedulers import parse_handle
+from torchhpc.schedulers.api import JobStatus, Scheduler
+
+__all__ = ["add_job_argument", "default_scheduler", "handle_text", "known_status", "resolve"]
+
+HANDLE_HELP = "job handle: SCHEDULER:ID (local:3f2a9c1b0d, slurm:123) or a bare ID, which uses --scheduler"
+SCHEDULER_HELP = "scheduler for a bare id (default: $TORCHHPC_SCHEDULER, the profile's or config file's, else local)"
+
+
+def default_scheduler() -> str:
+    """The scheduler for a bare id: $TORCHHPC_SCHEDULER, the profile's, the config file's, else local."""
+    from torchhpc.resolve import resolve_values
+
+    return str(resolve_values({})[1]["scheduler"].value)
+
+
+def add_job_argument(p: argparse.ArgumentParser, *, more: bool = False) -> None:
+    """The positional job handle and ``-s/--scheduler``, the same on every job command."""
+    p.add_argument("job", metavar="JOB", help=HANDLE_HELP)
+    if more:
+        p.add_argument("more", nargs="*", default=[], metavar="JOB",
+                       help="more handles: all jobs of a scheduler are asked in one question (one squeue, one qstat)")
+    p.add_argument("-s", "--scheduler", default=None, help=SCHEDULER_HELP)
+
+
+def resolve(args: argparse.Namespace, text: str | None = None) -> tuple[str, str]:
+    """(scheduler, job id) of ``text`` (default ``args.job``); a bare id takes ``args.scheduler`` or the default."""
+    handle = args.job if text is None else text
+    if ":" in handle:
+        return parse_handle(handle)
+    name = getattr(args, "scheduler", None) or default_scheduler()
+    from torchhpc.schedulers import scheduler_class
+
+    scheduler_class(name)  # an unknown --scheduler is said as such, with did-you-mean
+    return parse_handle(handle, name)
+
+
+def handle_text(name: str, job_id: str) -> str:
+    """A handle as every command prints it, and accepts back: ``local:ID``, ``slurm:123_4``."""
+    return f"{name}:{job_id}"
+
+
+def unknown_job(name: str, job_id: str, why: str = "") -> UnknownJob:
+    """The one "unknown job" error of every job command (exit 1, HINT: torchhpc list)."""
+    detail = f" ({why})" if why else ""
+    return UnknownJob(
+        f"no job {handle_text(name, job_id)}{detail}",
+        f"`torchhpc list -s {name}` shows the jobs; a bare id means the default scheduler (--scheduler to choose)",
+    )
+
+
+def known_status(sched: Scheduler, name: str, job_id: str) -> JobStatus:
+    """The job's status, or the one "unknown job" error; other scheduler errors pass unchanged.
+
+    A scheduler says "unknown" in its own words (no record, squeue/sacct without the id, qstat's
+    "Unknown Job Id"); every one of them is a :class:`SchedulerError` whose message this turns into
+    the same line. Other errors (a command not installed, a record that cannot be read) keep their
+    own message: they are not "no such job".
+    """
+    try:
+        return sched.status(job_id)
+    except UnknownJob as e:
+        raise unknown_job(name, job_id, _short(e.message)) from None
+
+
+def _short(message: str) -> str:
+    """The scheduler's own reason in a few words: "no record in DIR", "unknown to scontrol and sacct"."""
+    import re
+
+    inner = re.search(r"\(([^()]*)\)\s*$", message)
+    if inner:
+        return inner.group(1)
+    m = re.search(r"\bis (unknown to .*|not known to .*)$", message)
+    return (m.group(1) if m else message).strip().rstrip(".")
+
+
+def require(args: argparse.Namespace, *, record_ok: bool = False) -> tuple[Any, str, str, JobStatus | None]:
+    """(scheduler object, name, id, status) of a job that exists; the unknown-job error otherwise.
+
+    ``record_ok``: a job the scheduler has forgotten (Slurm without accounting, past MinJobAge) but
+    whose torchhpc record is still on disk counts as known, with status None: its logs still say
+    what happened, and ``logs``/``diagnose``/``events`` read them.
+    """
+    from torchhpc.schedulers import get_scheduler
+
+    name, job = resolve(args)
+    sched = get_scheduler(name)
+    try:
+        return sched, name, job, known_status(sched, name, job)
+    except TorchHPCError:  # unknown to the scheduler, or its commands are not here (a copied job directory)
+        if record_ok and _has_record(name, job):
+            return sched, name, job, None
+        raise
+
+
+def _has_record(name: str, job: str) -> bool:
+    from torchhpc.jobdir.record import load_record
+
+    base = job.split("_", 1)[0] if "_" in job else job
+    return load_record(name, job) is not None or load_record(name, base) is not None
