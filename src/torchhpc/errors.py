@@ -145,6 +145,14 @@ class JobFailed(TorchHPCError):
         self.remote_traceback = remote_traceback
 
 
+class WaitTimeout(JobFailed):
+    """``wait --timeout`` (or ``Job.wait(timeout=)``) ran out while the job still runs: the job did not
+    fail, so the exit code is 124, ``timeout(1)``'s "timed out", never 1 ("the job failed")."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message, hint, returncode=124)
+
+
 class EnvironmentDetectionError(TorchHPCError):
     """Inside a job, the distributed environment is inconsistent."""
 

@@ -52,7 +52,7 @@ def follow(
     if st.ok:
         return 0
     code = st.exit_code if st.exit_code and 0 < st.exit_code < 256 else 1
-    eprint(f"Error: job {job_id} ended {st.state}" + (f" with exit code {st.exit_code}" if st.exit_code else ""))
+    eprint(f"Error: job {scheduler.name}:{job_id} ended {st.state}" + (f" with exit code {st.exit_code}" if st.exit_code else ""))
     if not st.tasks:
         print_verdict(scheduler, job_id)
     if watch is not None and getattr(watch, "fired", False):

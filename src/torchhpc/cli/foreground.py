@@ -72,10 +72,23 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
         code, reason, hint = e.exit_code, e.message, e.hint or ""
         if tries.fired:  # our own SIGTERM: say who sent it
             reason = f"the hang watch cancelled the run (--hang-timeout {hang_timeout:g})" + "".join(reason.partition(";")[1:])
+    except KeyboardInterrupt:  # Ctrl-C before the ranks ran (waiting on --after-ok): main() exits 130
+        jobs.end_here(job_id, "CANCELLED", 130, "interrupted by SIGINT (Ctrl-C) before the ranks started")
+        raise
     except BaseException as e:  # recorded, never left RUNNING; the caller reports it
         jobs.end_here(job_id, "FAILED", 1, f"{type(e).__name__}: {e}")
         raise
     jobs.end_here(job_id, state, code, reason)
+    final = _final_code(scheduler, job_id, state, code, reason, hint, tries, spec, hang_timeout)
+    if final != code:  # one truth: the record says what the shell sees (status, events, diagnose --json)
+        jobs.end_here(job_id, state, final, reason)
+    return final
+
+
+def _final_code(scheduler: Any, job_id: str, state: str, code: int, reason: str, hint: str,
+                tries: Restarts, spec: Any, hang_timeout: Optional[float]) -> int:
+    """The run's exit code, its verdict printed on stderr: the rank's own code, or its class's code
+    (core/exitcodes.py) where --hang-timeout or --max-restarts supervise the run."""
     if state == "COMPLETED":
         return 0
     eprint(f"Error: {reason}")

@@ -11,17 +11,12 @@ from torchhpc.cli.common import add_hang_arguments, add_subparser, eprint, json_
 from torchhpc.cli.follow import follow, status_dict
 from torchhpc.cli.handles import add_job_argument, default_scheduler, known_status, resolve
 from torchhpc.cli.remote import add_remote_arguments
+from torchhpc.core.exitcodes import help_table
 from torchhpc.errors import CommandError, CommandNotFound, SchedulerError, TorchHPCError, UsageError
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler
 
-EXIT_CODES = """exit codes:
-  0    done (for wait: the job completed)
-  1    the job failed, or a command (sbatch, kubectl...) failed
-  2    bad input: a flag, a handle, a profile or config value
-  N    wait: the job's own exit code when it has one
-  130  interrupted (Ctrl-C)
-"""
+EXIT_CODES = help_table()
 
 # What to use where torchhpc cannot list a scheduler's jobs itself.
 _LIST_ELSEWHERE = {

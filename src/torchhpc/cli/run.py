@@ -17,6 +17,7 @@ from torchhpc.cli.common import add_hang_arguments, add_subparser, announce_targ
 from torchhpc.cli.follow import check_on_hang, follow, status_dict, task_index  # noqa: F401 (task_index: re-exported)
 from torchhpc.cli.jobargs import add_job_arguments, misplaced_flags, spec_from_args, split_program
 from torchhpc.cli.remote import add_remote_arguments
+from torchhpc.core.exitcodes import help_table
 from torchhpc.env.compat import preflight
 from torchhpc.errors import UsageError
 from torchhpc.jobdir.record import read_record
@@ -42,15 +43,12 @@ EXAMPLES = """examples:
 
 Flags go before the program; --wait, --dry-run and --rank0-only may also follow it.
 Everything else after the program (or after --) is passed to it unchanged.
-
-exit codes: 0 done; 1 the job or a command (sbatch...) failed; 2 bad input (HINT says why);
-  a local run or --wait returns the job's own exit code; 130 interrupted.
 """
 
 
 def register(sub: Any) -> None:
     p = add_subparser(sub, "run", "run or submit a distributed job", DESCRIPTION)
-    p.epilog = EXAMPLES
+    p.epilog = EXAMPLES + "\n" + help_table()
     p.short_usage = "usage: torchhpc run [FLAGS] PROGRAM [ARGS...]  (or -m MODULE [ARGS...], or -- COMMAND...)"  # type: ignore[attr-defined]
     add_job_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="print what would run or be submitted; touch nothing")

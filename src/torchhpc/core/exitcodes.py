@@ -16,9 +16,10 @@ failure policy is rendered from it) read the same table.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Optional
 
-__all__ = ["EXIT_CODES", "INFRASTRUCTURE", "RESTARTABLE", "class_of_exit", "exit_code_for"]
+__all__ = ["EXIT_CODES", "INFRASTRUCTURE", "RESTARTABLE", "class_of_exit", "exit_code_for", "help_table"]
 
 # class -> exit code; docs/resilience.md shows this table (a unit test keeps them equal)
 EXIT_CODES: dict[str, int] = {
@@ -46,6 +47,26 @@ EXIT_CODES: dict[str, int] = {
 INFRASTRUCTURE = frozenset(("node-failure", "hang", "network", "lost-peer"))
 
 _BY_CODE = {v: k for k, v in EXIT_CODES.items()}
+
+
+def help_table() -> str:
+    """The exit codes of ``run``, ``wait`` and ``status`` as ``--help`` and the README show them: one
+    table, one home. What a command exits with is what the job's record holds, wherever it is read back
+    (status, wait, events, diagnose --json)."""
+    classes = " ".join(f"{code}\x00{klass}" for klass, code in EXIT_CODES.items())  # \x00: never split a pair
+    body = textwrap.fill(classes, width=96, initial_indent=" " * 11, subsequent_indent=" " * 11,
+                         break_on_hyphens=False).replace("\x00", " ")
+    return (
+        "exit codes (the shell's, and the job record's: status, wait, events, diagnose --json):\n"
+        "  0        done (wait: the job completed)\n"
+        "  1        the job failed with no code of its own, or a command (sbatch, kubectl...) failed\n"
+        "  2        bad input: a flag, a handle, a profile or config value (Error: + HINT:)\n"
+        "  N        the job's own exit code: a local run, run --wait, wait\n"
+        "  80-95    with --hang-timeout or --max-restarts: the failure's class (docs/resilience.md)\n"
+        f"{body}\n"
+        "  124      wait --timeout ran out; the job goes on\n"
+        "  128+N    killed by signal N: 130 Ctrl-C, 137 SIGKILL, 143 SIGTERM (torchhpc cancel)\n"
+    )
 
 
 def exit_code_for(klass: Optional[str]) -> int:

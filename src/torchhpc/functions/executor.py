@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
 from torchhpc.core.spec import Entrypoint, JobSpec
-from torchhpc.errors import JobFailed, SpecError
+from torchhpc.errors import JobFailed, SpecError, WaitTimeout
 from torchhpc.functions.pack import FunctionDir, atomic_write, check_picklable, dumps, submit_versions
 from torchhpc.functions.requeue import stop_parameter
 from torchhpc.job import Job, JobHandle
@@ -311,8 +311,8 @@ class FunctionJob:
                 self.cancel()
                 return sched.wait(self._own_id(), timeout=60, poll=self.poll), self.function_dir.records(self.task)
             if timeout is not None and now - start > timeout:
-                raise JobFailed(
-                    f"{self} still {st.state if st else 'not ended'} after {timeout:.0f}s",
+                raise WaitTimeout(
+                    f"{self} still {st.state if st else 'not ended'} after {timeout:.0f}s (the wait timed out; the job goes on)",
                     f"call result() again to keep waiting, or cancel() it; its logs: {self}.logs()",
                 )
             time.sleep(max(watch.pause(), min(self.poll, 0.1)))

@@ -17,7 +17,7 @@ from typing import ClassVar, Optional
 from torchhpc.core.proc import Runner, default_runner
 from torchhpc.core.shell import join, quote
 from torchhpc.core.spec import JobSpec
-from torchhpc.errors import JobFailed, TorchHPCError
+from torchhpc.errors import TorchHPCError, WaitTimeout
 from torchhpc.jobdir.files import Written
 from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.capabilities import check
@@ -310,8 +310,8 @@ class Scheduler(ABC):
                 return st
             if timeout is not None and elapsed > timeout:
                 state = st.state if st is not None else "not ended"
-                raise JobFailed(
-                    f"job {job_id} still {state} after {timeout:.0f}s",
+                raise WaitTimeout(
+                    f"job {self.name}:{job_id} still {state} after {timeout:.0f}s (the wait timed out; the job goes on)",
                     f"`torchhpc status {self.name}:{job_id}` to look again, `torchhpc cancel` to stop it",
                 )
             time.sleep(watch.pause())

@@ -83,6 +83,21 @@ def _pid(rec: dict[str, Any], d: Path) -> int:
         ) from None
 
 
+def _vanished(rec: dict[str, Any], d: Path, pid: int) -> dict[str, Any]:
+    """What a record says of a job whose torchhpc process is gone without writing its end.
+
+    Every way out that Python can run (an exception, Ctrl-C, SIGTERM, SIGHUP) records the end, so a
+    process that vanished was killed by SIGKILL (or the machine went down): a foreground run then
+    ended with the shell's 137. Its end is its last sign of life, the newest write to its directory,
+    so ``list`` does not count the time since as the job's.
+    """
+    last = max((p.stat().st_mtime for p in (d / RECORD, d / LOG) if p.exists()), default=time.time())
+    if rec.get("foreground"):
+        return {"exit_code": 137, "ended": last,
+                "reason": f"the foreground `torchhpc run` (pid {pid}) was killed (SIGKILL) before it could record its end"}
+    return {"ended": last, "reason": f"the job's torchhpc supervisor (pid {pid}) was killed before it recorded an end"}
+
+
 def write_state(d: Path, data: dict[str, Any]) -> None:
     tmp = d / (RECORD + ".tmp")
     tmp.write_text(json.dumps(data, indent=1))
@@ -139,10 +154,12 @@ class LocalJobs:
         return job_id, d / LOG
 
     def end_here(self, job_id: str, state: str, exit_code: int, reason: str) -> None:
-        """The end of a run :meth:`start_here` recorded."""
+        """The end of a run :meth:`start_here` recorded; again with the final exit code once the verdict
+        has chosen it (its class's code under --hang-timeout/--max-restarts), keeping the first end time."""
         d = job_dir(job_id)
         rec = read_state(d)
-        rec.update(state=state, exit_code=exit_code, reason=reason, ended=time.time())
+        rec.update(state=state, exit_code=exit_code, reason=reason)
+        rec.setdefault("ended", time.time())
         write_state(d, rec)
 
     def submit(self, submission: Submission) -> str:
@@ -175,7 +192,8 @@ class LocalJobs:
                 rec = read_state(d)  # it may have written its state just before exiting
                 state = str(rec.get("state", "PENDING"))
                 if state in ("PENDING", "RUNNING"):
-                    state, rec["reason"] = "FAILED", "the supervisor process ended without recording a state"
+                    state = "FAILED"
+                    rec.update(_vanished(rec, d, pid))
         end = rec.get("ended") or time.time()
         start = rec.get("started") or rec.get("submitted") or end
         try:
