@@ -202,7 +202,8 @@ def gather(scheduler: Scheduler, name: str, job_id: str, now: Optional[float] = 
     job_dir = read_record(name, job_id).job_dir or scheduler.end_dir(job_id) or ""
     attempts = load_attempts(job_dir) if job_dir else []
     hang_info = hang.load(job_dir) if job_dir else None
-    findings = flight.post_mortem(job_dir) if job_dir else []
+    done = times.state == "COMPLETED" and times.exit_code in (0, None)  # a job that succeeded has no culprit
+    findings = flight.post_mortem(job_dir, done) if job_dir else []
     mark = read_end(job_dir) if job_dir else None
     return timeline(
         f"{name}:{job_id}", times, attempts, hang_info=hang_info,
