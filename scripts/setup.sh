@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install torchhpc into ./.venv with PyTorch pinned (a bare `torch` would pull a multi-GB CUDA build).
 # Usage: ./scripts/setup.sh [EXTRAS]   e.g. ./scripts/setup.sh dev   (TORCH_SPEC=torch==2.13.0 by default)
-# The plot extra (matplotlib, for the README's `--plot`) is always installed; EXTRAS adds to it.
+# The plot, function and diagnose extras (matplotlib, cloudpickle, py-spy: what the README's commands use) are always installed; EXTRAS adds to them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
@@ -14,7 +14,7 @@ fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q "$TORCH_SPEC" numpy  # numpy: torch warns on every import without it
-EXTRAS="plot${1:+,$1}"  # every command of the README runs after this script alone
+EXTRAS="plot,function,diagnose${1:+,$1}"  # every command of the README runs after this script alone (py-spy: named hangs and top; cloudpickle: Executor)
 # Extras (lightning, ...) must never move torch: constrain it to what was just installed.
 constraints="$(mktemp)"; trap 'rm -f "$constraints"' EXIT
 .venv/bin/python -c 'import torch; print("torch==" + torch.__version__.split("+")[0])' > "$constraints"

@@ -101,13 +101,15 @@ def cmd_recipe(args: argparse.Namespace) -> int:
     files = {os.path.join(args.output, name): text for name, text in {recipe.filename: recipe.text, **recipe.files}.items()}
     taken = [path for path in files if os.path.lexists(path)]
     if taken and not args.force:  # a Dockerfile in a project directory is usually the user's own
-        from torchhpc.errors import UsageError
-
         raise UsageError(
             f"--output {args.output}: {', '.join(taken)} already exist(s); torchhpc does not overwrite them",
             "give another --output DIR, or add --force to replace them",
         )
-    os.makedirs(args.output, exist_ok=True)
+    try:
+        os.makedirs(args.output, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--output {args.output}: cannot create it ({e.strerror})",
+                         "give a directory you can write, e.g. --output build/") from None
     for path, text in files.items():
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)

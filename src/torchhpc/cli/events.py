@@ -22,6 +22,26 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_events)
 
 
+_PLOT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp")
+
+
+def _check_plot_path(path: str) -> None:
+    """Refuse a --plot path that cannot be written before anything is read (never matplotlib's traceback)."""
+    import os
+
+    from torchhpc.errors import UsageError
+
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    if suffix not in _PLOT_FORMATS:
+        raise UsageError(f"--plot {path}: {('.' + suffix) if suffix else 'no suffix'} is not an image format",
+                         f"end the file name with one of: {', '.join('.' + f for f in _PLOT_FORMATS)} (e.g. {os.path.splitext(path)[0] or 'events'}.png)")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"--plot {path}: the directory {folder} does not exist", "create it first, or choose another path")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"--plot {path}: the directory {folder} is not writable", "choose a directory you can write")
+
+
 def cmd_events(args: argparse.Namespace) -> int:
     from torchhpc.diagnose.events import gather
 
@@ -29,6 +49,7 @@ def cmd_events(args: argparse.Namespace) -> int:
         from torchhpc.diagnose.events_plot import check_available
 
         check_available()
+        _check_plot_path(args.plot)
     sched, name, job, _st = require(args, record_ok=True)
     tl = gather(sched, name, job)
     if args.json:

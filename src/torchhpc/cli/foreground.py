@@ -47,6 +47,7 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
         check_on_hang(scheduler, on_hang)
     jobs = scheduler  # the local scheduler keeps the run's record (schedulers/local/jobs.py)
     job_id, log_path = jobs.start_here(submission)
+    _record_early_signals()
     watch = None
     if hang_timeout:
         def watch(act: Callable[[str], None]) -> Any:
@@ -85,6 +86,19 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
     return final
 
 
+def _record_early_signals() -> None:
+    """SIGTERM (``torchhpc cancel``, ``timeout``) or SIGHUP before the ranks start (waiting on --after-ok)
+    ends the run through the recorded path, as CANCELLED 128+N; Python's default would die unrecorded.
+    The ranks' runner installs its own handlers while they run and puts these back after."""
+    import signal
+
+    def early(signum: int, frame: object) -> None:
+        raise JobFailed(f"interrupted by {signal.Signals(signum).name} before the ranks started", returncode=128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, early)
+
+
 def _final_code(scheduler: Any, job_id: str, state: str, code: int, reason: str, hint: str,
                 tries: Restarts, spec: Any, hang_timeout: Optional[float]) -> int:
     """The run's exit code, its verdict printed on stderr: the rank's own code, or its class's code
@@ -92,8 +106,8 @@ def _final_code(scheduler: Any, job_id: str, state: str, code: int, reason: str,
     if state == "COMPLETED":
         return 0
     eprint(f"Error: {reason}")
-    if reason.startswith("interrupted by SIGINT"):  # Ctrl-C: the user knows why it ended
-        return code
+    if reason.startswith("interrupted by SIGINT") or reason.endswith("before the ranks started"):
+        return code  # Ctrl-C: the user knows why; before the ranks started: no rank has anything to say
     # Where the verdict found no evidence (a tool's own Error/HINT lines, a rank that printed nothing),
     # the supervisor's hint still says where to look on the screen.
     klass = print_verdict(scheduler, job_id)

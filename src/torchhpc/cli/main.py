@@ -136,7 +136,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:  # a path the user gave that cannot be written or read: their fix, in one line
+        return _report(_os_error(e))
+    except Exception as e:  # never a traceback for a user; TORCHHPC_DEBUG=1 shows it for a bug report
+        import os
+
+        if os.environ.get("TORCHHPC_DEBUG"):
+            raise
+        return _report(TorchHPCError(f"internal error: {type(e).__name__}: {e}",
+                                     "this is a torchhpc bug: rerun with TORCHHPC_DEBUG=1 for the traceback and report it"))
     return int(rc or 0)
+
+
+def _os_error(e: OSError) -> TorchHPCError:
+    """``FileNotFoundError: [Errno 2] ... '/x/y.png'`` as one line that names the path and the fix."""
+    import errno
+    import os
+
+    path = e.filename or ""
+    what = e.strerror or str(e)
+    if e.errno == errno.ENOENT and path and not os.path.isdir(os.path.dirname(os.path.abspath(path)) or "/"):
+        hint = f"the directory {os.path.dirname(os.path.abspath(path))} does not exist: create it, or choose another path"
+    elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        hint = "choose a path you can write (or read), e.g. under your home or the current directory"
+    else:
+        hint = "check the path"
+    return TorchHPCError(f"{path}: {what}" if path else what, hint)
 
 
 def _devcluster_env() -> dict[str, str] | None:

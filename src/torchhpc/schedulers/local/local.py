@@ -25,7 +25,7 @@ from torchhpc import __version__
 from torchhpc.core.shell import Raw, assignment, join
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.supervise import Supervisor, describe_exit, exit_status
-from torchhpc.errors import JobFailed, SchedulerError, SpecError
+from torchhpc.errors import JobFailed, SchedulerError, SpecError, UnknownJob
 from torchhpc.launchers import get_launcher
 from torchhpc.launchers.boot import boot_argv, boot_pythonpath
 from torchhpc.schedulers.allocation import Allocation
@@ -292,10 +292,12 @@ class LocalScheduler(Scheduler):
         """
         _check(submission.spec)
         self._fixed(submission.spec)
+        self._check_dependencies_known(submission.spec)
         return LocalJobs().submit(submission)
 
     def start_here(self, submission: Submission) -> tuple[str, str]:
         """A record and job directory for a foreground run this process supervises: (id, its output.log)."""
+        self._check_dependencies_known(submission.spec)
         job_id, log = LocalJobs().start_here(submission)
         return job_id, str(log)
 
@@ -404,6 +406,8 @@ class LocalScheduler(Scheduler):
     def _wait_dependencies(self, spec: JobSpec, err: IO[str]) -> None:
         from torchhpc.schedulers.batch.depend import DependencyState, wait_dependencies
 
+        self._check_dependencies_known(spec)
+
         def say(states: list[DependencyState]) -> None:
             print("torchhpc: waiting: " + "; ".join(s.line() for s in states if s.verdict == "waiting"),
                   file=err, flush=True)
@@ -413,6 +417,21 @@ class LocalScheduler(Scheduler):
             raise JobFailed(
                 "DependencyNeverSatisfied: " + "; ".join(s.line() for s in never),
                 "the job did not start; `torchhpc logs` of the job it depends on says why that one failed",
+            )
+
+    def _check_dependencies_known(self, spec: JobSpec) -> None:
+        """Refuse --after-ok/--after-any/--after-fail of a job with no record, before any wait: an unknown
+        job never ends, so the wait would be forever (a typo in an id must not block a terminal)."""
+        if not spec.after:
+            return
+        known = self.query_many([d.job_id for d in spec.after])
+        missing = [d for d in spec.after if d.job_id not in known]
+        if missing:
+            from torchhpc.core.depend import KINDS
+
+            raise UnknownJob(
+                "no job " + ", ".join(f"local:{d.job_id} (from {KINDS[d.kind][0]})" for d in missing),
+                "`torchhpc list` shows the local jobs; a dependency must be a job that exists",
             )
 
     @staticmethod
