@@ -122,10 +122,11 @@ class Finding:
 
     def line(self) -> str:
         who, them = _ranks(self.culprits), _ranks(self.waiting)
+        have, wait = ("has", "waits") if len(self.waiting) == 1 else ("have", "wait")
         at = f"{self.op} #{self.seq} (pg {self.pg})"
         waited = f" for {self.waited_s:.0f} s" if self.waited_s >= 1 else ""
         if self.kind == "missed":
-            return f"{who} never entered {at}; {them} have waited in it{waited}"
+            return f"{who} never entered {at}; {them} {have} waited in it{waited}"
         if self.kind == "left":
             return f"{who} left the group (exited without destroy_process_group) before {at}; {them} waited in it{waited}"
         if self.kind == "mismatch-op":
@@ -135,7 +136,7 @@ class Finding:
         if self.kind == "stalled":
             return f"every rank entered {at} with matching arguments: a stall in the transport, not the program"
         if self.kind == "no-dump" and self.waiting:
-            return f"{who} wrote no flight recorder dump ({self.detail}); {them} wait in {at}{waited}"
+            return f"{who} wrote no flight recorder dump ({self.detail}); {them} {wait} in {at}{waited}"
         if self.kind == "no-dump":
             return f"{who} wrote no flight recorder dump ({self.detail})"
         return f"no rank waits in a collective of pg {self.pg} (last: {at}): the ranks are in their own code"
