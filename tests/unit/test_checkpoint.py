@@ -1,25 +1,45 @@
-"""torchhpc.dist.checkpoint: atomic writes, keep-K, and a resume that is bit-identical.
+"""torchhpc.dist.checkpoint: DCP directories, atomic publish, keep-K, async saves, old files, bit-identical resume.
 
-Single process, CPU, no process group (rank 0 of 1). The atomicity test kills a
-real child process with SIGKILL while its checkpoint file is half written.
+Single process, CPU (rank 0 of 1; a one-rank gloo group where DDP is needed). The
+atomicity tests kill a real child process with SIGKILL while its checkpoint is half
+written. Multi-rank DDP/FSDP2, resharding and random kills: tests/integration/test_checkpoint_fsdp.py.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.conftest import need
 
 torch = need("torch")
 
-from torchhpc.dist import checkpoint  # noqa: E402
+from torchhpc.dist import checkpoint, checkpoint_legacy  # noqa: E402
+from torchhpc.dist.context import checkpoint_group  # noqa: E402
+from torchhpc.dist.teardown import run_before_teardown  # noqa: E402
+from torchhpc.errors import UsageError  # noqa: E402
+
+
+@pytest.fixture
+def one_rank_group() -> Iterator[None]:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        checkpoint.wait()
+        dist.destroy_process_group()
 
 
 def _make() -> tuple[Any, Any, Any]:
@@ -49,7 +69,12 @@ def _params(model: Any) -> dict[str, Any]:
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path: Path) -> None:
+def _names(d: Path) -> list[str]:
+    return [p.name for p in checkpoint.list_checkpoints(d)]
+
+
+@pytest.mark.parametrize("blocking", [True, False])
+def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path: Path, blocking: bool) -> None:
     import random
 
     import numpy as np
@@ -64,9 +89,13 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path: Path) -> None
     np.random.seed(1)
     model, opt, sched = _make()
     _train(model, opt, sched, 0, 5)
-    path = checkpoint.save(tmp_path, step=5, model=model, optimizer=opt, scheduler=sched, epoch=2, batch=17)
-    assert path is not None and path.name == "ckpt-000000005.pt"
+    r = checkpoint.save(tmp_path, step=5, model=model, optimizer=opt, scheduler=sched, blocking=blocking,
+                        epoch=2, batch=17)
+    path = r if blocking else r.wait()
+    assert path == tmp_path / "ckpt-000000005" and path.is_dir()
+    assert (path / ".metadata").is_file() and (path / checkpoint.META).is_file()
     # Move every RNG and the model on, as a killed job would have done before the restart.
+    _train(model, opt, sched, 5, 7)
     torch.rand(100)
     random.random()
     np.random.rand(7)
@@ -74,12 +103,49 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path: Path) -> None
     model2, opt2, sched2 = _make()  # a fresh process would build these from scratch
     state = checkpoint.resume(tmp_path, model=model2, optimizer=opt2, scheduler=sched2)
     assert state["step"] == 5 and state["epoch"] == 2 and state["batch"] == 17
+    assert state["path"] == str(tmp_path / "ckpt-000000005")
     assert sched2.last_epoch == 5
     _train(model2, opt2, sched2, 5, 12)
     got = _params(model2)
     assert got.keys() == expected.keys()
     for k in got:
         assert torch.equal(got[k], expected[k]), k
+
+
+def test_async_save_snapshots_the_state_at_the_call(tmp_path: Path) -> None:
+    """Training goes on while the write runs: what is written is the state when save() was called."""
+    model, opt, sched = _make()
+    _train(model, opt, sched, 0, 2)
+    at_save = _params(model)
+    handle = checkpoint.save(tmp_path, step=2, model=model, optimizer=opt, blocking=False)
+    assert isinstance(handle, checkpoint.AsyncSave) and handle.step == 2
+    with torch.no_grad():
+        for prm in model.parameters():
+            prm.add_(1.0)  # in place, at once: the staged copy must not see it
+    assert handle.wait() == tmp_path / "ckpt-000000002" and handle.done()
+    model2, opt2, _ = _make()
+    checkpoint.resume(tmp_path, model=model2, optimizer=opt2)
+    for k, v in _params(model2).items():
+        assert torch.equal(v, at_save[k]), k
+
+
+def test_one_save_in_flight_the_next_save_and_resume_wait(tmp_path: Path) -> None:
+    model, opt, _ = _make()
+    first = checkpoint.save(tmp_path, step=1, model=model, optimizer=opt, blocking=False)
+    second = checkpoint.save(tmp_path, step=2, model=model, optimizer=opt, blocking=False)
+    assert first.done()  # the second save began only after the first was complete
+    assert checkpoint.resume(tmp_path, model=model, optimizer=opt)["step"] == 2
+    assert second.done()
+    assert _names(tmp_path) == ["ckpt-000000001", "ckpt-000000002"]
+
+
+def test_an_async_error_is_raised_by_wait(tmp_path: Path) -> None:
+    model, _, _ = _make()
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(Exception):  # noqa: B017  # the directory cannot be made: raised now or by wait()
+        checkpoint.save(tmp_path / "file" / "ck", step=1, model=model, blocking=False).wait()
+    checkpoint.wait()  # nothing left in flight
+    assert checkpoint.save(tmp_path / "ok", step=1, model=model) == tmp_path / "ok" / "ckpt-000000001"
 
 
 def test_resume_without_checkpoints_is_a_fresh_start(tmp_path: Path) -> None:
@@ -90,39 +156,119 @@ def test_resume_without_checkpoints_is_a_fresh_start(tmp_path: Path) -> None:
 def test_keeps_the_last_k(tmp_path: Path) -> None:
     model, opt, _ = _make()
     for step in (1, 2, 3, 4, 5):
-        checkpoint.save(tmp_path, step=step, model=model, optimizer=opt, keep=2)
-    assert [p.name for p in checkpoint.list_checkpoints(tmp_path)] == ["ckpt-000000004.pt", "ckpt-000000005.pt"]
-    assert checkpoint.latest(tmp_path) == tmp_path / "ckpt-000000005.pt"
-    assert not list(tmp_path.glob(".ckpt-*"))  # no temporary file left behind
+        checkpoint.save(tmp_path, step=step, model=model, optimizer=opt, keep=2, blocking=step % 2 == 0)
+    checkpoint.wait()
+    assert _names(tmp_path) == ["ckpt-000000004", "ckpt-000000005"]
+    assert checkpoint.latest(tmp_path) == tmp_path / "ckpt-000000005"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000004", "ckpt-000000005"]  # nothing else left
 
 
-def test_ddp_style_wrapper_saves_the_inner_module(tmp_path: Path) -> None:
-    model, _, _ = _make()
+def test_an_incomplete_directory_is_not_a_checkpoint(tmp_path: Path) -> None:
+    model, opt, _ = _make()
+    checkpoint.save(tmp_path, step=1, model=model, optimizer=opt)
+    (tmp_path / "ckpt-000000009").mkdir()  # a name without DCP's .metadata: not ours, not complete
+    (tmp_path / ".ckpt-000000002.abc.tmp").mkdir()  # a save that was killed
+    assert _names(tmp_path) == ["ckpt-000000001"]
+    assert checkpoint.resume(tmp_path, model=model, optimizer=opt)["step"] == 1
+    checkpoint.save(tmp_path, step=2, model=model, optimizer=opt)
+    assert not (tmp_path / ".ckpt-000000002.abc.tmp").exists()  # the next save clears it
 
-    class Wrapper(torch.nn.Module):  # type: ignore[name-defined,misc]  # what DDP looks like from the outside: .module
-        def __init__(self, m: Any) -> None:
-            super().__init__()
-            self.module = m
 
-    checkpoint.save(tmp_path, step=1, model=Wrapper(model))
-    payload = torch.load(tmp_path / "ckpt-000000001.pt", weights_only=False)
-    assert set(payload["model"]) == set(model.state_dict())
+def test_ddp_saves_under_plain_names_and_resumes_into_a_plain_model(tmp_path: Path, one_rank_group: None) -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model, opt, _ = _make()
+    ddp = DDP(model)
+    _train(ddp, opt, torch.optim.lr_scheduler.StepLR(opt, 3), 0, 2)
+    checkpoint.save(tmp_path, step=2, model=ddp, optimizer=opt, blocking=False).wait()
+    plain, opt2, _ = _make()
+    assert checkpoint.resume(tmp_path, model=plain, optimizer=opt2)["step"] == 2
+    for k, v in plain.state_dict().items():
+        assert torch.equal(v, model.state_dict()[k]), k
+    assert checkpoint_group() is not None
 
 
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path: Path) -> None:
     model, opt, _ = _make()
     checkpoint.save(tmp_path, step=1, model=model, optimizer=opt)
     checkpoint.save(tmp_path, step=2, model=model, optimizer=opt)
-    newest = tmp_path / "ckpt-000000002.pt"
-    newest.write_bytes(newest.read_bytes()[:100])  # damaged outside our control
+    for shard in (tmp_path / "ckpt-000000002").glob("*.distcp"):
+        shard.write_bytes(shard.read_bytes()[:100])  # damaged outside our control
     assert checkpoint.resume(tmp_path, model=model, optimizer=opt)["step"] == 1
+
+
+def test_an_old_single_file_checkpoint_resumes_and_the_newest_of_either_kind_wins(tmp_path: Path) -> None:
+    model, opt, sched = _make()
+    _train(model, opt, sched, 0, 3)
+    checkpoint_legacy.save(tmp_path, step=3, model=model, optimizer=opt, scheduler=sched, epoch=1)
+    expected = _params(model)
+    assert _names(tmp_path) == ["ckpt-000000003.pt"]
+    model2, opt2, sched2 = _make()
+    state = checkpoint.resume(tmp_path, model=model2, optimizer=opt2, scheduler=sched2)
+    assert state["step"] == 3 and state["epoch"] == 1 and sched2.last_epoch == 3
+    for k, v in _params(model2).items():
+        assert torch.equal(v, expected[k]), k
+    assert opt2.state_dict()["state"][0]["step"] == opt.state_dict()["state"][0]["step"]
+
+    checkpoint.save(tmp_path, step=2, model=model, optimizer=opt)  # older than the file: the file still wins
+    assert checkpoint.resume(tmp_path, model=model2)["step"] == 3
+    checkpoint.save(tmp_path, step=3, model=model, optimizer=opt, epoch=9)  # same step: the directory wins
+    assert _names(tmp_path)[-2:] == ["ckpt-000000003.pt", "ckpt-000000003"]
+    assert checkpoint.resume(tmp_path, model=model2)["epoch"] == 9
+
+
+def test_the_supervisor_hears_of_completed_checkpoints_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    monkeypatch.setenv("TORCHHPC_JOB_DIR", str(job))
+    model, _, _ = _make()
+    before = time.time()
+    checkpoint.save(tmp_path / "ck", step=4, model=model)
+    handle = checkpoint.save(tmp_path / "ck", step=5, model=model, blocking=False)
+    handle.wait()
+    marker = json.loads((job / "checkpoint.json").read_text())
+    assert marker["step"] == 5 and marker["path"] == str(tmp_path / "ck" / "ckpt-000000005")
+    assert [s for s, _ in marker["completed"]] == [4, 5]
+    assert before <= marker["completed"][0][1] <= marker["completed"][1][1] == marker["time"] <= time.time()
+
+
+def test_optimizer_without_model_is_refused(tmp_path: Path) -> None:
+    _, opt, _ = _make()
+    with pytest.raises(UsageError, match="without model"):
+        checkpoint.save(tmp_path, step=1, optimizer=opt)
+
+
+def test_teardown_and_exit_wait_for_the_save_in_flight(tmp_path: Path) -> None:
+    model, _, _ = _make()
+    handle = checkpoint.save(tmp_path, step=1, model=model, blocking=False)
+    run_before_teardown()  # what torchhpc.dist.cleanup() calls before destroying the group
+    assert handle.done() and checkpoint.latest(tmp_path) == tmp_path / "ckpt-000000001"
+
+
+EXITS_AT_ONCE = textwrap.dedent(
+    """
+    import sys, torch
+    from torchhpc.dist import checkpoint
+    model = torch.nn.Linear(512, 512)
+    checkpoint.save(sys.argv[1], step=7, model=model, blocking=False)
+    print("returned", flush=True)
+    """
+)
+
+
+def test_the_process_end_waits_for_an_async_save(tmp_path: Path) -> None:
+    cp = subprocess.run([sys.executable, "-c", EXITS_AT_ONCE, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0 and "returned" in cp.stdout, cp.stderr
+    assert _names(tmp_path) == ["ckpt-000000007"]
+    model = torch.nn.Linear(512, 512)
+    assert checkpoint.resume(tmp_path, model=model)["step"] == 7
 
 
 CHILD = textwrap.dedent(
     """
     import os, sys, time, torch
     from torchhpc.dist import checkpoint
-    d, ready = sys.argv[1], sys.argv[2]
+    d, ready, blocking = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
     model = torch.nn.Linear(256, 256)
     checkpoint.save(d, step=1, model=model)
     real = os.fsync
@@ -133,34 +279,35 @@ CHILD = textwrap.dedent(
     os.fsync = slow
     with torch.no_grad():
         model.weight.add_(1.0)
-    checkpoint.save(d, step=2, model=model, big=torch.zeros(4_000_000))
+    checkpoint.save(d, step=2, model=model, blocking=blocking, big=torch.zeros(4_000_000))
+    time.sleep(60)
     """
 )
 
 
-def test_sigkill_during_save_leaves_the_previous_checkpoint_loadable(tmp_path: Path) -> None:
+@pytest.mark.parametrize("blocking", [True, False])
+def test_sigkill_during_save_leaves_the_previous_checkpoint_loadable(tmp_path: Path, blocking: bool) -> None:
     d, ready = tmp_path / "ckpt", tmp_path / "ready"
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(d), str(ready)])
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(d), str(ready), "1" if blocking else "0"])
     try:
         deadline = time.monotonic() + 60
         while not ready.exists():
             assert child.poll() is None, "the child died before its second save"
             assert time.monotonic() < deadline, "the child never reached its second save"
             time.sleep(0.05)
-        tmp = list(d.glob(".ckpt-000000002.pt.tmp-*"))
-        assert tmp and tmp[0].stat().st_size > 0  # killed with a partial new checkpoint on disk
+        tmp = list(d.glob(".ckpt-000000002.*.tmp"))
+        assert tmp and any(f.stat().st_size > 0 for f in tmp[0].iterdir())  # killed with a partial checkpoint
         os.kill(child.pid, signal.SIGKILL)
     finally:
         child.kill()
         child.wait()
     assert child.returncode == -signal.SIGKILL
-    assert [p.name for p in checkpoint.list_checkpoints(d)] == ["ckpt-000000001.pt"]
+    assert _names(d) == ["ckpt-000000001"]
     model = torch.nn.Linear(256, 256)
     state = checkpoint.resume(d, model=model)
     assert state["step"] == 1
-    payload = torch.load(d / "ckpt-000000001.pt", weights_only=False)
-    assert torch.equal(model.weight, payload["model"]["weight"])
-    # The next successful save clears the stale temporary file.
+    assert not torch.equal(model.weight, torch.nn.Linear(256, 256).weight)
+    # The next successful save clears the stale temporary directory.
     checkpoint.save(d, step=3, model=model)
     assert not list(d.glob(".ckpt-*"))
-    assert [p.name for p in checkpoint.list_checkpoints(d)] == ["ckpt-000000001.pt", "ckpt-000000003.pt"]
+    assert _names(d) == ["ckpt-000000001", "ckpt-000000003"]

@@ -1,81 +1,138 @@
-"""Preemption-safe checkpoints: atomic, complete, resumable bit for bit.
-
-``save`` writes on rank 0 to a temporary file in the same directory, fsyncs
-it, renames it into place and fsyncs the directory: a kill at any moment
-leaves either the old checkpoint or the new one, never a torn file. The last
-``keep`` checkpoints stay. Every rank's RNG states are gathered, so a resumed
-run draws the same random numbers as an uninterrupted one.
+"""Checkpoints that are right under DDP and FSDP, complete or absent, and resumable bit for bit.
 
     state = checkpoint.resume(ckpt_dir, model=model, optimizer=opt)   # {} on a fresh start
     step = state.get("step", 0)
     ...
     checkpoint.save(ckpt_dir, step=step, model=model, optimizer=opt, epoch=epoch)
+    checkpoint.save(ckpt_dir, step=step, model=model, optimizer=opt, blocking=False)  # training goes on
+
+Every rank writes its own part through torch.distributed.checkpoint (DCP): a plain
+model, DDP (a replicated tensor is written once) and FSDP2 (each rank its shards)
+alike, and ``resume`` reshards to the world it runs in (saved by 4 ranks, resumed
+by 2 or 3). All ranks call ``save`` and ``resume``.
+
+A checkpoint is a directory ``ckpt-NNNNNNNNN/``: DCP's files, ``.metadata`` last,
+and ``torchhpc.pt`` (step, world size, every rank's RNG states, the scheduler, the
+extra keys). It is written as ``.ckpt-NNNNNNNNN.<token>.tmp/``; once every rank's
+write is done (DCP's closing collective) rank 0 fsyncs it, renames it into place
+and fsyncs the directory. So a name ``ckpt-…`` always means complete, a kill at any
+moment leaves the previous checkpoint whole, and :func:`latest`,
+:func:`list_checkpoints`, :func:`resume` and ``<job dir>/checkpoint.json`` (the
+supervisor's no-progress stop) see completed checkpoints only. A checkpoint
+dropped by ``keep`` is first renamed away, then deleted.
+
+``blocking=False`` returns an :class:`AsyncSave` at once after copying the state
+to host buffers (kept between saves, so host memory stays flat); the write runs
+on a thread over a gloo group of its own (:func:`torchhpc.dist.context.checkpoint_group`,
+also beside NCCL). At most one save is in flight: the next ``save``, ``resume``,
+:func:`torchhpc.dist.cleanup` and the end of the process wait for it.
+
+Single-file checkpoints ``ckpt-NNNNNNNNN.pt`` from before DCP still resume; the
+newest of either kind wins. A checkpoint that fails to load on any rank is skipped
+by every rank for the one before it.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
-import random
 import re
+import shutil
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["latest", "list_checkpoints", "resume", "save"]
+import torchhpc.dist.checkpoint_state as cs
+from torchhpc.errors import UsageError
 
-_NAME = re.compile(r"^ckpt-(\d{9})\.pt$")
+__all__ = ["META", "AsyncSave", "latest", "list_checkpoints", "resume", "save", "wait"]
 
-
-def _rank_world() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+META = "torchhpc.pt"  # beside DCP's files: step, world size, RNG states, scheduler, extra keys
+_DIR = re.compile(r"^ckpt-(\d{9})$")
+_FILE = re.compile(r"^ckpt-(\d{9})\.pt$")  # the single-file kind, written before DCP
+_HISTORY = 64  # completions kept in checkpoint.json (torchhpc events' account reads them)
 
 
-def _rng_state() -> dict[str, Any]:
-    import torch
+class AsyncSave:
+    """A save in flight (``save(blocking=False)``). :meth:`wait` returns once every rank's write is
+    done and, on rank 0, the checkpoint is in place; it returns the checkpoint's path on rank 0
+    (None elsewhere) and raises the save's error."""
 
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    def __init__(self, step: int, path: Path | None) -> None:
+        self.step, self.path = step, path
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+
+    def _finish(self, error: BaseException | None) -> None:
+        self._error = error
+        self._done.set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> Path | None:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"checkpoint of step {self.step} still being written after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self.path
+
+    def __repr__(self) -> str:
+        return f"AsyncSave(step={self.step}, done={self.done()})"
+
+
+_PENDING: AsyncSave | None = None
+_AT_EXIT = False
+
+
+def wait() -> Path | None:
+    """Wait for the save in flight, if any (raising its error once); returns what its ``wait()`` returns."""
+    global _PENDING
+    pending, _PENDING = _PENDING, None
+    return pending.wait() if pending is not None else None
+
+
+def _wait_at_exit() -> None:
     try:
-        import numpy as np
-
-        state["numpy"] = np.random.get_state()
-    except ImportError:
-        pass
-    return state
+        wait()
+    except Exception as e:  # the process ends anyway: say so rather than raise into the interpreter's exit
+        print(f"torchhpc: the last asynchronous checkpoint failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
-    import torch
+def _watch_exit() -> None:
+    """Make cleanup() and the interpreter's exit wait for the save in flight (registered once)."""
+    global _AT_EXIT
+    if not _AT_EXIT:
+        from torchhpc.dist.teardown import before_teardown
 
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    if "numpy" in state:
-        import numpy as np
-
-        np.random.set_state(state["numpy"])
+        _AT_EXIT = True
+        atexit.register(_wait_at_exit)  # after init's own exit handler, so it runs before it
+        before_teardown(_wait_at_exit)
 
 
-def _gather_rng() -> list[dict[str, Any]]:
-    from torchhpc.dist.sync import all_gather_objects
-
-    mine = _rng_state()
-    _, world = _rank_world()
-    if world == 1:
-        return [mine]
-    return all_gather_objects(mine)  # not dist.all_gather_object: it needs numpy
+def _entries(d: Path) -> list[tuple[int, int, Path]]:
+    out: list[tuple[int, int, Path]] = []
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return out
+    for name in names:
+        p = d / name
+        m = _DIR.match(name)
+        if m and (p / ".metadata").is_file() and (p / META).is_file():
+            out.append((int(m.group(1)), 1, p))  # at one step the directory sorts after the file: it wins
+            continue
+        m = _FILE.match(name)
+        if m and p.is_file():
+            out.append((int(m.group(1)), 0, p))
+    return sorted(out)
 
 
 def list_checkpoints(directory: str | os.PathLike[str]) -> list[Path]:
-    d = Path(directory)
-    if not d.is_dir():
-        return []
-    return sorted(p for p in d.iterdir() if _NAME.match(p.name))
+    """The complete checkpoints in ``directory``, oldest first (both kinds)."""
+    return [p for _, _, p in _entries(Path(directory))]
 
 
 def latest(directory: str | os.PathLike[str]) -> Path | None:
@@ -83,11 +140,67 @@ def latest(directory: str | os.PathLike[str]) -> Path | None:
     return ckpts[-1] if ckpts else None
 
 
-def _state_of(obj: Any) -> Any:
-    if obj is None:
-        return None
-    inner = getattr(obj, "module", obj)  # DDP-wrapped models save as plain ones
-    return inner.state_dict()
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _discard(p: Path) -> None:
+    """Remove a checkpoint so that no half-deleted one ever carries a complete name."""
+    if p.is_dir():
+        aside = p.with_name(f".{p.name}.{os.getpid()}.del")
+        os.replace(p, aside)
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
+
+
+def _clear_stale(d: Path, keep: Path) -> None:
+    """Temporary and half-deleted entries of saves that were killed (ours and the old helper's)."""
+    for p in d.glob(".ckpt-*"):
+        if p != keep and (p.name.endswith((".tmp", ".del")) or ".pt.tmp-" in p.name):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+def _publish(tmp: Path, final: Path, step: int, keep: int) -> Path:
+    """Rank 0, once every rank's write is done: make the checkpoint visible, tell, prune."""
+    _fsync_dir(tmp)
+    if final.exists():  # the same step saved again (a rerun): the new one replaces it
+        _discard(final)
+    os.replace(tmp, final)
+    _fsync_dir(final.parent)
+    _tell_supervisor(step, final)
+    for old in list_checkpoints(final.parent)[:-keep] if keep > 0 else []:
+        _discard(old)
+    return final
+
+
+def _tell_supervisor(step: int, path: Path) -> None:
+    """``<job dir>/checkpoint.json``: the newest step, for the supervisor's no-progress stop
+    (torchhpc.supervisor.progress), and the last completions (step, time) for ``torchhpc events``.
+    Only inside a torchhpc job; a courtesy that never fails a save."""
+    import json
+
+    job_dir = os.environ.get("TORCHHPC_JOB_DIR") or os.path.dirname(os.environ.get("TORCHHPC_RANKS_DIR", "").rstrip("/"))
+    if not job_dir or not os.path.isdir(job_dir):
+        return
+    marker = os.path.join(job_dir, "checkpoint.json")
+    now = time.time()
+    try:
+        with open(marker) as f:
+            history = [list(x) for x in json.load(f).get("completed", [])][-(_HISTORY - 1):]
+    except (OSError, ValueError, AttributeError, TypeError):
+        history = []
+    tmp = f"{marker}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump({"step": step, "path": str(path), "time": now, "completed": [*history, [step, now]]}, f)
+        os.replace(tmp, marker)
+    except OSError:
+        pass
 
 
 def save(
@@ -98,68 +211,57 @@ def save(
     optimizer: Any = None,
     scheduler: Any = None,
     keep: int = 3,
+    blocking: bool = True,
     **extra: Any,
-) -> Path | None:
-    """Write checkpoint ``step`` atomically from rank 0; all ranks must call it (RNG gather)."""
-    import torch
+) -> Any:
+    """Write checkpoint ``step`` (all ranks call it); keep the newest ``keep`` (0: all).
 
-    rngs = _gather_rng()
-    rank, world = _rank_world()
-    path: Path | None = None
+    Returns the checkpoint's path on rank 0 and None elsewhere; with ``blocking=False`` an
+    :class:`AsyncSave` at once (the state is copied first: training may step on). ``extra``
+    keys (picklable, e.g. ``epoch=3``) come back from :func:`resume`.
+    """
+    global _PENDING
+    if optimizer is not None and model is None:
+        raise UsageError("checkpoint.save(optimizer=...) without model=", "pass the model the optimizer trains")
+    wait()
+    pg = cs.group()
+    rank, world = cs.rank_world()
+    mine = {"rng": cs.rng_state(), "token": f"{os.getpid():x}{time.time_ns():x}"}
+    every = cs.gather(mine, pg)  # one small collective: every rank's RNG, and rank 0's name for this save
+    d = Path(directory)
+    final = d / f"ckpt-{step:09d}"
+    tmp = d / f".{final.name}.{every[0]['token']}.tmp"
     if rank == 0:
-        d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "step": step,
-            "world_size": world,
-            "model": _state_of(model),
-            "optimizer": _state_of(optimizer),
-            "scheduler": _state_of(scheduler),
-            "rng": rngs,
-            "extra": extra,
-        }
-        path = d / f"ckpt-{step:09d}.pt"
-        tmp = d / f".{path.name}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fd = os.open(d, os.O_RDONLY)
+        _clear_stale(d, keep=tmp)
+        tmp.mkdir(exist_ok=True)  # another rank's writer may have made it already
+        cs.write_file(tmp / META, {
+            "step": step, "world_size": world, "rng": [e["rng"] for e in every], "extra": extra,
+            "scheduler": None if scheduler is None else scheduler.state_dict(),
+        })
+    state = cs.state_of(model, optimizer)
+    if blocking:
+        cs.write(state, tmp, pg)
+        path = _publish(tmp, final, step, keep) if rank == 0 else None
+        cs.barrier(pg)  # every rank sees the new checkpoint when save returns
+        return path
+    handle = AsyncSave(step, final if rank == 0 else None)
+    future = cs.write_async(state, tmp, pg)  # returns after the copy to host memory
+
+    def finished(f: Any) -> None:  # on the writer's thread
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        _tell_supervisor(step, path)
-        for old in list_checkpoints(d)[:-keep] if keep > 0 else []:
-            old.unlink(missing_ok=True)
-        for stale in d.glob(".ckpt-*.tmp-*"):
-            if stale != tmp:
-                stale.unlink(missing_ok=True)
-    import torch.distributed as dist
+            f.result()
+            if rank == 0:
+                _publish(tmp, final, step, keep)
+        except BaseException as e:
+            handle._finish(e)
+        else:
+            handle._finish(None)
 
-    if world > 1 and dist.is_initialized():
-        dist.barrier()
-    return path
-
-
-def _tell_supervisor(step: int, path: Path) -> None:
-    """``<job dir>/checkpoint.json``: the newest step, for the supervisor's no-progress stop
-    (torchhpc.supervisor.progress). Only inside a torchhpc job; a courtesy that never fails a save."""
-    import json
-    import time
-
-    job_dir = os.environ.get("TORCHHPC_JOB_DIR") or os.path.dirname(os.environ.get("TORCHHPC_RANKS_DIR", "").rstrip("/"))
-    if not job_dir or not os.path.isdir(job_dir):
-        return
-    marker = os.path.join(job_dir, "checkpoint.json")
-    tmp = f"{marker}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w") as f:
-            json.dump({"step": step, "path": str(path), "time": time.time()}, f)
-        os.replace(tmp, marker)
-    except OSError:
-        pass
+    _watch_exit()
+    _PENDING = handle
+    future.add_done_callback(finished)
+    return handle
 
 
 def resume(
@@ -169,29 +271,43 @@ def resume(
     optimizer: Any = None,
     scheduler: Any = None,
 ) -> dict[str, Any]:
-    """Restore the newest complete checkpoint; ``{}`` when there is none.
+    """Restore the newest complete checkpoint; ``{}`` when there is none (all ranks call it).
 
-    Returns ``{"step": ..., **extra}``. A checkpoint that fails to load (a
-    file damaged outside our control) is skipped for the one before it.
+    Returns ``{"step": ..., "path": ..., **extra}``. Each rank gets its own RNG states back
+    when the world size is the one saved; in another world rank r takes saved rank r mod W's.
     """
-    import torch
-
-    rank, world = _rank_world()
+    had = _PENDING is not None
+    wait()
+    pg = cs.group()
+    if had:
+        cs.barrier(pg)  # rank 0 put it in place; now every rank lists it
+    rank, _ = cs.rank_world()
     for path in reversed(list_checkpoints(directory)):
+        meta: dict[str, Any] = {}
         try:
-            payload = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception:
+            if path.is_dir():
+                import torch
+
+                meta = torch.load(path / META, map_location="cpu", weights_only=False)
+                state = cs.state_of(model, optimizer)
+                if state:
+                    cs.read(state, path, pg)
+                    cs.apply_state(model, optimizer, state)
+                if scheduler is not None and meta.get("scheduler") is not None:
+                    scheduler.load_state_dict(meta["scheduler"])
+            else:
+                from torchhpc.dist.checkpoint_legacy import load as load_single_file
+
+                meta = load_single_file(path, model, optimizer, scheduler)
+            ok = True
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # damaged outside our control, or unreadable here (DCP's error is a BaseException)
+            ok = False
+        if not cs.agree(ok, pg):
             continue
-        if model is not None and payload.get("model") is not None:
-            getattr(model, "module", model).load_state_dict(payload["model"])
-        if optimizer is not None and payload.get("optimizer") is not None:
-            optimizer.load_state_dict(payload["optimizer"])
-        if scheduler is not None and payload.get("scheduler") is not None:
-            scheduler.load_state_dict(payload["scheduler"])
-        rngs = payload.get("rng") or []
-        if rngs and payload.get("world_size") == world:
-            _set_rng_state(rngs[rank])
-        elif rngs:
-            _set_rng_state(rngs[0])
-        return {"step": payload["step"], "path": str(path), **payload.get("extra", {})}
+        rngs = meta.get("rng") or []
+        if rngs:
+            cs.set_rng_state(rngs[rank % len(rngs)])
+        return {"step": meta["step"], "path": str(path), **(meta.get("extra") or {})}
     return {}

@@ -27,19 +27,20 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from torchhpc.core.gpus import VISIBLE_VARIABLES, needs_gpu_per_rank, ranks_per_gpu_error, visible_devices
-from torchhpc.dist.teardown import gloo_workers_settle, settle_at_exit
+from torchhpc.dist.teardown import gloo_workers_settle, run_before_teardown, settle_at_exit
 from torchhpc.env import DistEnv, detect, export
 from torchhpc.errors import EnvironmentDetectionError, TorchHPCError, UsageError
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DEFAULT_TIMEOUT", "DistContext", "cleanup", "current", "init", "log0", "print0"]
+__all__ = ["DEFAULT_TIMEOUT", "DistContext", "checkpoint_group", "cleanup", "current", "init", "log0", "print0"]
 
 DEFAULT_TIMEOUT = timedelta(minutes=10)
 BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl")
 _LOG = logging.getLogger("torchhpc.dist")
 _CONTEXT: DistContext | None = None
+_CHECKPOINT_GROUP: Any = None
 
 
 @dataclass
@@ -235,6 +236,8 @@ def init(
             _start_group(dist_env, chosen, timeout, environ)
             owns = True
             settle_at_exit()  # gloo's threads may still drop a work after the script ends (dist/teardown.py)
+    if "nccl" in chosen and dist.is_available() and dist.is_initialized():
+        checkpoint_group()  # made now, by every rank at one point: an async save needs a CPU group beside NCCL
     _CONTEXT = DistContext(
         rank=rank,
         world_size=world,
@@ -329,6 +332,31 @@ def _start_group(dist_env: DistEnv, backend: str, timeout: timedelta, environ: M
         ) from e
 
 
+def checkpoint_group() -> Any:
+    """The gloo group that :mod:`torchhpc.dist.checkpoint` talks over; None without a process group.
+
+    A group of its own even where the default one is gloo: an asynchronous save runs its
+    collectives on a thread while training runs its own on the main thread, and two threads
+    sharing one group would interleave their collectives differently on different ranks. And
+    gloo beside NCCL: the save's planning and the async write are CPU work. Made on first use,
+    which every rank reaches at one point (``init`` of an NCCL job, else the first save or
+    resume); made again after the default group was replaced.
+    """
+    global _CHECKPOINT_GROUP
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    if _CHECKPOINT_GROUP is not None:
+        try:
+            dist.get_process_group_ranks(_CHECKPOINT_GROUP)  # raises for a group destroyed with the default one
+            return _CHECKPOINT_GROUP
+        except (KeyError, RuntimeError, ValueError):
+            pass
+    _CHECKPOINT_GROUP = dist.new_group(backend="gloo")
+    return _CHECKPOINT_GROUP
+
+
 def current() -> DistContext | None:
     """The context ``init()`` returned, or None before init / after cleanup."""
     return _CONTEXT
@@ -342,10 +370,12 @@ def cleanup(barrier: bool = True) -> None:
     them. Then it waits for gloo's worker threads to settle: a work they drop
     after Python began to shut down aborts the process (dist/teardown.py).
     """
-    global _CONTEXT
+    global _CONTEXT, _CHECKPOINT_GROUP
     ctx, _CONTEXT = _CONTEXT, None
     if ctx is None or not ctx.owns_group:
         return
+    run_before_teardown()  # an async checkpoint in flight still talks over the group
+    _CHECKPOINT_GROUP = None
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():

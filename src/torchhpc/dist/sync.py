@@ -66,7 +66,7 @@ def barrier() -> None:
         dist.barrier()
 
 
-def all_gather_objects(obj: Any) -> list[Any]:
+def all_gather_objects(obj: Any, group: Any = None) -> list[Any]:
     """Every rank's picklable ``obj``, in rank order (``[obj]`` without a process group).
 
     ``dist.all_gather_object`` without its numpy dependency: torch unpickles the
@@ -74,23 +74,24 @@ def all_gather_objects(obj: Any) -> list[Any]:
     dies there ("Numpy is not available"). Two tensor all-gathers (sizes, then
     padded bytes) on the group's device do the same. For small objects only
     (host names, statuses, RNG states): the bytes come back through ``tolist()``.
+    ``group``: the process group to gather over (default: the default group).
     """
     import torch
     import torch.distributed as dist
 
     if not is_distributed():
         return [obj]
-    backend = str(dist.get_backend())
+    backend = str(dist.get_backend(group))
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
     payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8).to(device)
     size = torch.tensor([payload.numel()], dtype=torch.int64, device=device)
-    sizes = [torch.zeros_like(size) for _ in range(world_size())]
-    dist.all_gather(sizes, size)
+    sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(sizes, size, group=group)
     longest = max(int(s) for s in sizes)
     padded = torch.zeros(longest, dtype=torch.uint8, device=device)
     padded[: payload.numel()] = payload
     received = [torch.empty_like(padded) for _ in sizes]
-    dist.all_gather(received, padded)
+    dist.all_gather(received, padded, group=group)
     return [pickle.loads(bytes(r[: int(n)].cpu().tolist())) for r, n in zip(received, sizes)]
 
 

@@ -29,13 +29,36 @@ any pending destruction gets the GIL while it may. It costs a few ms at exit; wh
 from __future__ import annotations
 
 import atexit
+from collections.abc import Callable
 
 # One copy of the settle, in the stdlib-only boot file that also runs where torchhpc is not installed.
 from torchhpc.boot.sitecustomize import GLOO_WORKER, gloo_workers_settle
 
-__all__ = ["GLOO_WORKER", "gloo_workers_settle", "settle_at_exit"]
+__all__ = ["GLOO_WORKER", "before_teardown", "gloo_workers_settle", "run_before_teardown", "settle_at_exit"]
 
 _REGISTERED = False
+_BEFORE: list[Callable[[], None]] = []
+
+
+def before_teardown(fn: Callable[[], None]) -> None:
+    """Have :func:`torchhpc.dist.cleanup` call ``fn`` before it destroys the process group (once per fn).
+
+    The checkpoint helper waits here for an asynchronous save in flight: its thread still
+    talks over a process group that the teardown would pull from under it.
+    """
+    if fn not in _BEFORE:
+        _BEFORE.append(fn)
+
+
+def run_before_teardown() -> None:
+    """Call what :func:`before_teardown` registered, in order; one that raises does not stop the others."""
+    import sys
+
+    for fn in list(_BEFORE):
+        try:
+            fn()
+        except Exception as e:  # the teardown goes on: a peer may be gone
+            print(f"torchhpc: before the process group's teardown: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
 
 def settle_at_exit() -> None:
