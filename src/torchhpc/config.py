@@ -113,6 +113,15 @@ class Value:
     source: str
 
 
+def pick_profile(given: Any, environ: Mapping[str, str], config: Mapping[str, str] | None) -> Value:
+    """The site profile by the usual precedence; ``--profile none`` (or ``''``, ``$TORCHHPC_PROFILE=none``)
+    means no profile, whatever the config file names: the way to run once without the site's defaults."""
+    v = pick("profile", given, flag="--profile", environ=environ, config=config)
+    if v.value is not None and str(v.value).strip().lower() in ("none", ""):
+        return Value(None, f"{v.source}: none")
+    return v
+
+
 def pick(
     key: str,
     given: Any,

@@ -20,10 +20,10 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from torchhpc.config import Value, load_config, pick
+from torchhpc.config import Value, load_config, pick, pick_profile
 from torchhpc.core.shell import Raw
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec, env_pairs
-from torchhpc.errors import UsageError
+from torchhpc.errors import SpecError, UsageError
 
 __all__ = ["FLAGS", "build_spec", "default_name", "resolve_values"]
 
@@ -57,7 +57,7 @@ def resolve_values(
     """The profile (or None) and the scalar values that have a source, for ``config show``."""
     env = os.environ if environ is None else environ
     config = load_config(env)
-    prof_v = pick("profile", _get(values, "profile"), flag="--profile", environ=env, config=config)
+    prof_v = pick_profile(values.get("profile"), env, config)  # "" is an answer here: no profile
     profile = None
     if prof_v.value:
         from torchhpc.profiles import get_profile
@@ -78,16 +78,16 @@ def resolve_values(
     p("cpus_per_gpu", "--cpus-per-gpu", None, int)
     p("mem", "--mem")
     p("time", "--time")
-    _defaults_where_honoured(str(scheduler), out)
     p("network", "--network")
     p("spares", "--spares", 0, int)
     p("max_restarts", "--max-restarts", 0, int)
-    p("hang_timeout", "--hang-timeout", None, float)
+    p("hang_timeout", "--hang-timeout", None, _hang_timeout)
     p("max_no_progress", "--max-no-progress", 3, int)
     p("checkpoint_dir", "--checkpoint-dir")
     p("flight_recorder", "--flight-recorder", None, _flight_recorder)
     for key in _OPTION_KEYS:
         p(key, f"--{key}")
+    _defaults_where_honoured(str(scheduler), out)
     return profile, out
 
 
@@ -107,6 +107,47 @@ def _defaults_where_honoured(scheduler: str, out: dict[str, Value]) -> None:
         v = out[key]
         if v.value is not None and v.source.startswith(("profile", "config file")) and not getattr(cls, capability):
             out[key] = Value(None, f"not applied: the {scheduler} scheduler has none ({key} {v.value} from {v.source})")
+    declared = getattr(cls, "OPTIONS", {})
+    for key in _OPTION_KEYS:
+        found = out.get(key)
+        if found is None:
+            continue
+        v = found
+        if v.value and v.source.startswith(("profile", "config file")) and key not in declared:
+            out[key] = Value(None, f"not applied: the {scheduler} scheduler has none ({key} {v.value} from {v.source})")
+
+
+def _check_option_flags(scheduler: str, options: dict[str, str], given: Mapping[str, str]) -> None:
+    """A scheduler option the user asked for (``--partition``, ``--queue``, ``--exclude``, ``--opt K=V``)
+    that the scheduler does not have is refused, naming the flag as typed; never dropped in silence.
+    Defaults from a profile or the config file that the scheduler lacks were already set aside
+    (``config show``: "not applied")."""
+    from torchhpc.core.spec import OPTION_FLAGS
+    from torchhpc.schedulers import REGISTRY, scheduler_class
+
+    if scheduler not in REGISTRY:
+        return
+    declared = getattr(scheduler_class(scheduler), "OPTIONS", {})
+    for key in [k for k in options if k not in declared]:
+        if key not in given:
+            continue  # a profile's own option: its backend reads what it knows (as before)
+        flag = OPTION_FLAGS.get(key, f"--opt {key}=")
+        typed = f"{flag}{options[key]}" if flag.endswith("=") else f"{flag} {options[key]}"
+        if scheduler == "slurm" and key == "queue":
+            hint = f"Slurm calls its queues partitions: --partition {options[key]}"
+        elif key in ("partition", "account", "qos", "queue", "exclude"):
+            hint = f"drop {flag.rstrip('=')}, or submit to a batch scheduler (--scheduler slurm or pbs)"
+        else:
+            hint = f"valid: {', '.join(declared) or 'none'}; `torchhpc options {scheduler}` describes them"
+        what = {"partition": "partitions", "account": "accounts", "qos": "QOS", "queue": "queues",
+                "exclude": "nodes to exclude (one machine)"}.get(key, f"option {key!r}")
+        raise SpecError(f"{typed}: the {scheduler} scheduler has no {what}", hint)
+
+
+def _hang_timeout(text: object) -> float:
+    """``--hang-timeout S|off`` from a variable or the config file: seconds, 0.0 for off."""
+    value = str(text).strip().lower()
+    return 0.0 if value in ("off", "0", "none", "no") else float(value)
 
 
 def _flight_recorder(text: object) -> str:
@@ -177,6 +218,7 @@ def build_spec(
     name = values.get("name") or default_name(entry)
 
     options: dict[str, str] = {k: str(v[k].value) for k in _OPTION_KEYS if v[k].value}
+    asked = dict(options)  # from flags or $TORCHHPC_*: config-file defaults were cleared where not honoured
     if profile is not None:
         for k, val in profile.options:
             options.setdefault(str(k), str(val))
@@ -191,6 +233,8 @@ def build_spec(
         else:
             k, val = item.split("=", 1)
         options[str(k)] = str(val)
+        asked[str(k)] = str(val)
+    _check_option_flags(str(scheduler), options, asked)
     _check_masks_per_task(options.get("cpu_bind", ""), str(v["launcher"].value), profile)
     time = v["time"].value
     if profile is not None:
@@ -260,7 +304,7 @@ def build_spec(
         array=values.get("array"),
         spares=int(v["spares"].value or 0),
         max_restarts=int(v["max_restarts"].value or 0),
-        hang_timeout=None if v["hang_timeout"].value is None else float(v["hang_timeout"].value),
+        hang_timeout=float(v["hang_timeout"].value) or None if v["hang_timeout"].value is not None else None,  # 0: off
         max_no_progress=int(3 if v["max_no_progress"].value is None else v["max_no_progress"].value),
         checkpoint_dir=None if v["checkpoint_dir"].value is None else str(v["checkpoint_dir"].value),
         on_restart_append=str(values.get("on_restart_append") or ""),
@@ -331,20 +375,41 @@ class _NoImage(UsageError):
 
 
 def _check_requirements(profile: Any, scheduler: str, given: Mapping[str, Any], env: Mapping[str, str]) -> None:
+    """The profile's required values that are missing, all in one error; only those the scheduler has
+    (an mn5 profile's account, qos and time mean nothing to a local run)."""
+    missing = []
     for req in profile.require:
-        if given.get(req):
+        if given.get(req) or not _scheduler_has(scheduler, req):
             continue
         var = _declared(scheduler, "env_options", {}).get(req)
         if var and env.get(var):
             continue  # the submit command reads it itself (sbatch: $SBATCH_ACCOUNT, as the LUMI guide does)
-        flag = FLAGS.get(req, f"--opt {req}=VALUE")
-        also = ""
-        if req in ("account", "partition", "qos", "queue", "time"):
-            also = f" (or set {req} once in ~/.config/torchhpc/config.toml, or $TORCHHPC_{req.upper()})"
-        raise UsageError(
-            f"profile {profile.name!r} requires {flag.split()[0]}: the site rejects jobs without it",
-            f"add {flag}{also}",
-        )
+        missing.append(req)
+    if not missing:
+        return
+    flags = [FLAGS.get(req, f"--opt {req}=VALUE") for req in missing]
+    also = ""
+    if any(req in ("account", "partition", "qos", "queue", "time") for req in missing):
+        also = " (or set them once in ~/.config/torchhpc/config.toml, or as $TORCHHPC_<NAME>)"
+    names = ", ".join(f.split()[0] for f in flags)
+    raise UsageError(
+        f"profile {profile.name!r} requires {names}: the site rejects jobs without {'them' if len(missing) > 1 else 'it'}",
+        f"add {' '.join(flags)}{also}; --profile none runs without the profile",
+    )
+
+
+def _scheduler_has(scheduler: str, key: str) -> bool:
+    """Whether ``scheduler`` has the thing a profile requires: a time limit, memory, or a declared option."""
+    from torchhpc.schedulers import REGISTRY, scheduler_class
+
+    if scheduler not in REGISTRY:
+        return True
+    cls = scheduler_class(scheduler)
+    if key == "time":
+        return bool(getattr(cls, "supports_time_limit", True))
+    if key == "mem":
+        return bool(getattr(cls, "supports_memory", True))
+    return key in getattr(cls, "OPTIONS", {key: None})
 
 
 def _container(

@@ -47,11 +47,19 @@ def test_nodefile_dedup_keeps_order() -> None:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("30", 1800), ("5:30", 330), ("01:30:00", 5400), ("2-00:00:00", 172800), ("1-12", 129600), ("1-0:30", 88200)],
+    [("30", 1800), ("00:05:30", 330), ("01:30:00", 5400), ("2-00:00:00", 172800), ("1-12", 129600), ("1-0:30", 88200)],
 )
 def test_walltime(text: str, seconds: int) -> None:
     assert parse_walltime(text) == seconds
     assert parse_walltime(format_walltime(seconds)) == seconds
+
+
+def test_walltime_mm_ss_is_refused_with_both_readings() -> None:
+    """`--time 1:30` meant an hour and a half; Slurm would read 90 seconds (issue 50)."""
+    with pytest.raises(SpecError) as e:
+        parse_walltime("1:30", "--time")
+    assert "ambiguous" in e.value.message and "90 s" in e.value.message
+    assert "01:30:00" in (e.value.hint or "") and "00:01:30" in (e.value.hint or "")
 
 
 @pytest.mark.parametrize("bad", ["1:99:00", "abc", "0", "-5", "1:2:3:4"])

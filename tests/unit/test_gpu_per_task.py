@@ -73,11 +73,11 @@ def test_torchrun_on_lumi_is_refused_naming_srun(capsys: pytest.CaptureFixture[s
     from torchhpc.cli.main import main
 
     monkeypatch.setenv("SBATCH_ACCOUNT", "project_465001726")
-    assert main(["run", "--dry-run", "--profile", "lumi", "--time", "5:00", "--launcher", "torchrun", "examples/pi.py"]) != 0
+    assert main(["run", "--dry-run", "--profile", "lumi", "--time", "00:05:00", "--launcher", "torchrun", "examples/pi.py"]) != 0
     err = capsys.readouterr().err
     assert "CPU masks" in err and "HINT: use --launcher srun" in err
     for launcher in ("srun", "mpirun"):
-        assert main(["run", "--dry-run", "--profile", "lumi", "--time", "5:00", "--launcher", launcher, "examples/pi.py"]) == 0
+        assert main(["run", "--dry-run", "--profile", "lumi", "--time", "00:05:00", "--launcher", launcher, "examples/pi.py"]) == 0
     out = capsys.readouterr().out
     assert "export TORCHHPC_GPU_PER_TASK=ROCR_VISIBLE_DEVICES" in out
 
@@ -87,7 +87,7 @@ def test_import_warning_only_for_the_profile_image(capsys: pytest.CaptureFixture
     from torchhpc.cli.main import main
 
     monkeypatch.setenv("SBATCH_ACCOUNT", "project_465001726")
-    base = ["run", "--dry-run", "--profile", "lumi", "--time", "5:00"]
+    base = ["run", "--dry-run", "--profile", "lumi", "--time", "00:05:00"]
     assert main([*base, "examples/mnist_ddp.py"]) == 0  # a warning, not a refusal
     assert "imports torchhpc" in capsys.readouterr().err
     assert main([*base, "examples/pi.py"]) == 0  # its import sits in a fallback

@@ -30,7 +30,7 @@ SEED_JOBS: dict[str, tuple[dict[str, str], list[str]]] = {
     ]),
     # Seed 002, mnist.slurm; the account from SBATCH_ACCOUNT as the seed sets it.
     "lumi": ({"SBATCH_ACCOUNT": "project_465001726"}, [
-        "--profile", "lumi", "--name", "mnist", "--nodes", "4", "--time", "5:00",
+        "--profile", "lumi", "--name", "mnist", "--nodes", "4", "--time", "00:05:00",
         "--output-dir", "/scratch/demo", "examples/mnist_ddp.py",
     ]),
     # Seed 003, `srun --ntasks-per-node=1 --ntasks=2 torchrun --nnodes=2 --nproc_per_node=4 ...` (CC).

@@ -50,7 +50,7 @@ def test_mn5_batch_still_requires_time(capsys: pytest.CaptureFixture[str]) -> No
 @pytest.mark.usefixtures("clean_user_env")
 def test_lumi_shell_loads_modules_before_sif_expands(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SBATCH_ACCOUNT", "project_465001726")
-    argv = shell(capsys, "--profile", "lumi", "--time", "15:00")
+    argv = shell(capsys, "--profile", "lumi", "--time", "00:15:00")
     inner = argv[-1]
     loads = ["module load LUMI/24.03", "module load PyTorch/2.3.1-rocm-6.0.3-python-3.12-singularity-20240923"]
     assert inner.index(loads[0]) < inner.index(loads[1]) < inner.index('"$SIF"')

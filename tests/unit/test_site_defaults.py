@@ -92,7 +92,7 @@ def test_lumi_faithful_to_seed_002(capsys: pytest.CaptureFixture[str], monkeypat
     assert rc == 2 and "requires --time" in err  # the seed sets --time=5:00
     # The seed's own way of giving the account: SBATCH_ACCOUNT, read by sbatch itself.
     monkeypatch.setenv("SBATCH_ACCOUNT", "project_465001726")
-    rc, out, err = run_cli([*base[:1], "--time", "5:00", *base[1:]], capsys)
+    rc, out, err = run_cli([*base[:1], "--time", "00:05:00", *base[1:]], capsys)
     assert rc == 0, err
     assert "singularity exec" in out
     assert "--rocm" not in out  # the seed's `singularity exec $SIFPYTORCH` has none

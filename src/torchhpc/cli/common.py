@@ -101,17 +101,19 @@ def add_hang_arguments(p: Any) -> None:
     """--hang-timeout / --on-hang, for commands that follow a job (a foreground local run, run --wait, wait)."""
 
     def seconds(v: str) -> float:
+        if v.strip().lower() in ("off", "0", "none", "no"):
+            return 0.0  # off: also over a config file's or $TORCHHPC_HANG_TIMEOUT's value
         try:
             f = float(v)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{v!r} is not a number of seconds") from None
+            raise argparse.ArgumentTypeError(f"{v!r} is not a number of seconds (or off)") from None
         if f < 5:
             raise argparse.ArgumentTypeError(f"{v}: a hang timeout under 5 seconds would call slow steps hangs")
         return f
 
-    p.add_argument("--hang-timeout", type=seconds, default=env_default("--hang-timeout", None, float), metavar="SECONDS",
+    p.add_argument("--hang-timeout", type=seconds, default=env_default("--hang-timeout", None), metavar="SECONDS|off",
                    help="while torchhpc follows the job (a local run in the foreground, --wait, wait): when no rank has "
                         "printed or used CPU for this long, read every rank's stack "
-                        "(py-spy), name the culprit, then --on-hang [TORCHHPC_HANG_TIMEOUT]")
+                        "(py-spy), name the culprit, then --on-hang; off (or 0) turns it off [TORCHHPC_HANG_TIMEOUT]")
     p.add_argument("--on-hang", choices=("cancel", "requeue"), default=env_default("--on-hang", "cancel"),
                    help="what to do with a hung job after its diagnosis is saved (default: cancel)")

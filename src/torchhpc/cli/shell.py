@@ -21,9 +21,27 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_shell)
 
 
+# What a batch job has and an interactive allocation does not: given to `shell`, refused, never ignored.
+_BATCH_ONLY = (
+    ("--array", lambda s: s.array is not None, "an interactive shell is one allocation, not an array"),
+    ("--requeue", lambda s: s.requeue, "an interactive allocation is not requeued"),
+    ("--max-restarts", lambda s: s.max_restarts > 0, "nothing restarts an interactive shell"),
+    ("--spares", lambda s: s.spares > 0, "spare nodes serve the in-allocation supervisor of a batch job"),
+    ("--after-ok/--after-any/--after-fail", lambda s: bool(s.after), "salloc waits for nothing but nodes"),
+    ("--signal-before", lambda s: bool(s.signal_before), "the stop signal is for a batch job's ranks"),
+)
+
+
+def _refuse_batch_only(spec: Any) -> None:
+    for flag, used, why in _BATCH_ONLY:
+        if used(spec):
+            raise UsageError(f"{flag}: {why}", f"drop {flag.split('/')[0]} from `torchhpc shell`, or use `torchhpc run`")
+
+
 def cmd_shell(args: argparse.Namespace) -> int:
     args.interactive_shell = True  # a profile's shell_optional requirements (mn5: time) may be left out
     spec = spec_from_args(args, ["bash"])
+    _refuse_batch_only(spec)
     sched: Any = get_scheduler(spec.scheduler)
     if not sched.supports_interactive_shell:
         raise UsageError(f"the {spec.scheduler} scheduler has no interactive shell", "use --scheduler slurm")

@@ -73,6 +73,11 @@ def _sweep(args: argparse.Namespace, program: list[str]) -> int:
         write_manifest,
     )
 
+    if getattr(args, "array", None):
+        from torchhpc.errors import UsageError
+
+        raise UsageError(f"--array {args.array}: a sweep makes its array from --grid (one task per combination)",
+                         "drop --array; --array-parallelism K runs at most K tasks at once")
     grid = parse_grid(args.grid)
     if args.output_dir is None and program:
         stem = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.splitext(os.path.basename(program[0]))[0]) or "sweep"

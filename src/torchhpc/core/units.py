@@ -37,7 +37,8 @@ def format_bytes(n: int) -> str:
 def parse_walltime(text: str | int, source: str = "time") -> int:
     """Slurm wall-time formats to seconds.
 
-    ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``.
+    ``MM``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``. Slurm's ``MM:SS`` is refused: people
+    write ``1:30`` meaning an hour and a half, and Slurm would give the job 90 seconds.
     """
     if isinstance(text, int):
         if text <= 0:
@@ -49,6 +50,11 @@ def parse_walltime(text: str | int, source: str = "time") -> int:
     if not m:
         raise SpecError(f"{source}={text!r} is not a wall time", hint)
     days, a, b, c = m.groups()
+    if days is None and b is not None and c is None:  # Slurm's MM:SS: "1:30" would be 90 seconds, not 1 h 30
+        raise SpecError(
+            f"{source}={text!r} is ambiguous: Slurm reads A:B as minutes:seconds ({int(a) * 60 + int(b)} s)",
+            f"write HH:MM:SS: {int(a):02d}:{int(b):02d}:00 for {a} h {b} min, or 00:{int(a):02d}:{int(b):02d} for {a} min {b} s",
+        )
     if days is None:
         if b is None:
             total = int(a) * 60

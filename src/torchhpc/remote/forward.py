@@ -93,11 +93,11 @@ def target(command: str, given: str | None, profile: str | None = None) -> tuple
         return check_host(given), "--remote"
     if command not in REMOTE_COMMANDS:
         return None
-    from torchhpc.config import load_config, pick
+    from torchhpc.config import load_config, pick, pick_profile
 
     env = os.environ
     config = load_config(env)
-    prof_name = pick("profile", profile, flag="--profile", environ=env, config=config).value
+    prof_name = pick_profile(profile, env, config).value
     prof = None
     if prof_name:
         from torchhpc.profiles import get_profile

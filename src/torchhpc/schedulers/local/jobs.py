@@ -98,6 +98,22 @@ def _vanished(rec: dict[str, Any], d: Path, pid: int) -> dict[str, Any]:
     return {"ended": last, "reason": f"the job's torchhpc supervisor (pid {pid}) was killed before it recorded an end"}
 
 
+def _make_job_dir(d: Path, output_dir: str, name: str) -> None:
+    """The job's directory: in the store, or with ``--output-dir DIR`` at ``DIR/<name>-<id>/`` (as a Slurm
+    job's) with the store's entry a link to it, so every reader (status, logs, diagnose) finds it by id."""
+    if output_dir in ("", "."):
+        d.mkdir(parents=True, exist_ok=False)
+        return
+    target = Path(output_dir).expanduser().absolute() / name
+    try:
+        target.mkdir(parents=True, exist_ok=False)
+    except OSError as e:
+        raise SchedulerError(f"--output-dir {output_dir}: cannot create {target} ({e.strerror})",
+                             "give a directory you can write") from None
+    d.parent.mkdir(parents=True, exist_ok=True)
+    d.symlink_to(target, target_is_directory=True)
+
+
 def write_state(d: Path, data: dict[str, Any]) -> None:
     tmp = d / (RECORD + ".tmp")
     tmp.write_text(json.dumps(data, indent=1))
@@ -129,8 +145,8 @@ class LocalJobs:
         """A new job directory with its record, in both stores (``values`` go into the local one)."""
         job_id = uuid.uuid4().hex[:10]
         d = job_dir(job_id)
-        d.mkdir(parents=True, exist_ok=False)
         spec = submission.spec
+        _make_job_dir(d, spec.output_dir, f"{spec.name}-{job_id}")
         record: dict[str, Any] = {
             "scheduler": "local", "job_id": job_id, "name": spec.name, "state": "PENDING",
             "nproc_per_node": spec.nproc_per_node, "submitted": time.time(), "cwd": os.getcwd(),
