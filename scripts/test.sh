@@ -13,7 +13,7 @@ step() { printf '\n=== %s (%ss)\n' "$*" "$SECONDS" >&2; }
 
 step "system packages"
 PKGS=(slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge slurmdbd mariadb-server openmpi-bin libopenmpi-dev
-      dnsmasq-base iperf3 shellcheck iproute2 procps openssh-server openssh-client socat git acl)
+      dnsmasq-base iperf3 shellcheck iproute2 procps openssh-server openssh-client socat git acl zsh)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -88,12 +88,20 @@ _torchhpc() {{
   if ((COMP_CWORD > 1)); then
     w="$(_torchhpc_values "${{path:+$path }}${{COMP_WORDS[COMP_CWORD - 1]}}")"
     if [[ -n $w ]]; then
-      mapfile -t COMPREPLY < <(compgen -W "$w" -- "$cur")
+      _torchhpc_reply "$w" "$cur"
       return
     fi
   fi
   # No match: `complete -o default` falls back to file names (scripts, configs).
-  mapfile -t COMPREPLY < <(compgen -W "$(_torchhpc_words "$path")" -- "$cur")
+  _torchhpc_reply "$(_torchhpc_words "$path")" "$cur"
+}}
+# COMPREPLY from a word list: a read loop, not mapfile (zsh's bashcompinit has no mapfile).
+_torchhpc_reply() {{
+  local m
+  COMPREPLY=()
+  while IFS= read -r m; do
+    [[ -n $m ]] && COMPREPLY+=("$m")
+  done < <(compgen -W "$1" -- "$2")
 }}
 _torchhpc_values() {{
   local words=""

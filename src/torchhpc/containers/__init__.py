@@ -26,6 +26,7 @@ from torchhpc.errors import SpecError
 
 __all__ = [
     "MODULES",
+    "check_runtime_here",
     "per_node_lines",
     "runtime_options",
     "sbatch_directives",
@@ -99,6 +100,28 @@ def per_node_lines(container: ContainerSpec) -> list[str]:
     """Those of :func:`setup_lines` that every node must run once (enroot create), as one shell line each."""
     lines: list[str] = list(getattr(_module(container.runtime), "per_node_lines", lambda _c: [])(container))
     return lines
+
+
+# the executable each runtime runs (``binary`` / $TORCHHPC_<RUNTIME>_BINARY may name a site wrapper instead)
+_EXECUTABLE = {"charliecloud": "ch-run", "pyxis": "srun"}
+
+
+def check_runtime_here(container: ContainerSpec) -> None:
+    """Refuse, before any rank starts, a runtime whose executable is not on this machine's PATH: one line,
+    with the runtimes that are, instead of every rank's 'command not found' around the whole boot command."""
+    import shutil
+
+    from torchhpc.containers._common import binary
+
+    exe = binary(container, dict(container.options), _EXECUTABLE.get(container.runtime, container.runtime))
+    if shutil.which(exe):
+        return
+    here = [r for r in RUNTIMES if r != "pyxis" and shutil.which(_EXECUTABLE.get(r, r))]
+    raise SpecError(
+        f"--runtime {container.runtime}: `{exe}` is not on PATH here, so no rank could start",
+        (f"runtimes on PATH here: {', '.join(here)} (--runtime NAME)" if here else "no container runtime is installed here")
+        + "; --no-container runs on the host's python; `torchhpc doctor` checks them",
+    )
 
 
 def runtime_options(runtime: str) -> dict[str, str]:

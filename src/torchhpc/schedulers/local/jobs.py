@@ -115,6 +115,12 @@ def _make_job_dir(d: Path, output_dir: str, name: str) -> None:
 
 
 def write_state(d: Path, data: dict[str, Any]) -> None:
+    """The record, atomically; its ``reason`` one short line (a 300-line command in an error stays in the
+    log, where ``logs`` and ``diagnose`` read it, not in every ``list``)."""
+    reason = data.get("reason")
+    if isinstance(reason, str) and (len(reason) > 240 or "\n" in reason):
+        first = reason.strip().splitlines()[0] if reason.strip() else ""
+        data = {**data, "reason": first[:237] + "..." if len(first) > 240 or "\n" in reason.strip() else first}
     tmp = d / (RECORD + ".tmp")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, d / RECORD)

@@ -293,11 +293,13 @@ class LocalScheduler(Scheduler):
         _check(submission.spec)
         self._fixed(submission.spec)
         self._check_dependencies_known(submission.spec)
+        self._check_runtime(submission.spec)
         return LocalJobs().submit(submission)
 
     def start_here(self, submission: Submission) -> tuple[str, str]:
         """A record and job directory for a foreground run this process supervises: (id, its output.log)."""
         self._check_dependencies_known(submission.spec)
+        self._check_runtime(submission.spec)
         job_id, log = LocalJobs().start_here(submission)
         return job_id, str(log)
 
@@ -418,6 +420,14 @@ class LocalScheduler(Scheduler):
                 "DependencyNeverSatisfied: " + "; ".join(s.line() for s in never),
                 "the job did not start; `torchhpc logs` of the job it depends on says why that one failed",
             )
+
+    @staticmethod
+    def _check_runtime(spec: JobSpec) -> None:
+        """The container runtime exists here, asked before a record is made or a rank starts."""
+        if spec.container is not None:
+            from torchhpc.containers import check_runtime_here
+
+            check_runtime_here(spec.container)
 
     def _check_dependencies_known(self, spec: JobSpec) -> None:
         """Refuse --after-ok/--after-any/--after-fail of a job with no record, before any wait: an unknown
