@@ -93,7 +93,14 @@ def test_a_hang_before_the_first_checkpoint_stops_after_three_attempts(clean_use
                  "--checkpoint-dir", "ckpt", HANG_ONCE, "1", "always", cwd=tmp_path, timeout=400)
     assert r.returncode == EXIT_CODES["no-progress"], r.stdout + r.stderr
     assert "restart storm: hang x3 before the first checkpoint, no checkpoint advance" in r.stderr, r.stderr
-    assert _attempts(_handle(r.stderr), tmp_path) == [("hang", None)] * 3
+    handle = _handle(r.stderr)
+    # the job's class is the last attempt's in attempts.json, and the verdict's (it said hang x3 and "hang")
+    assert _attempts(handle, tmp_path) == [("hang", None)] * 2 + [("no-progress", None)]
+    want = "diagnosis: no-progress — restart storm: hang x3 before the first checkpoint, no checkpoint advance"
+    assert want in r.stderr, r.stderr  # the foreground run's own verdict
+    d = torchhpc(dict(os.environ), "diagnose", handle, cwd=tmp_path)
+    assert d.returncode == 1 and d.stdout.startswith(want), d.stdout
+    assert "the last attempt: hang — " in d.stdout.splitlines()[0], d.stdout
     _no_rank_left()
 
 

@@ -79,3 +79,29 @@ def test_on_hang_requeue_is_refused_where_the_job_watches_itself(capsys: pytest.
     assert main(["run", "-n", "2", "--background", "--hang-timeout", "60", "--on-hang", "requeue", "--dry-run",
                  "examples/pi.py"]) == 2
     assert "cannot requeue" in capsys.readouterr().err
+
+
+def test_a_restart_storm_ends_attempts_json_with_no_progress(tmp_path: Path) -> None:
+    """Every attempt hangs before a checkpoint: after the third, the job ends with no-progress, and so
+    does attempts.json (it said hang, hang, hang); the verdict then says no-progress too."""
+    from torchhpc.diagnose.verdict import Evidence, diagnose
+
+    log = tmp_path / "output.log"
+    log.write_text("")
+    said: list[str] = []
+
+    def attempt(count: int) -> int:
+        with open(log, "a") as f:
+            f.write("[rank1]: RuntimeError: Connection closed by peer\n")
+        raise JobFailed("rank 1 exited with code 1", returncode=1)
+
+    r = Restarts(max_restarts=5, job_dir=str(tmp_path), log_path=str(log), say=said.append,
+                 checkpoint_dir=str(tmp_path / "ckpt"))
+    with pytest.raises(JobFailed):
+        r.run(attempt)
+    tries = load_attempts(str(tmp_path))
+    assert [(a["class"], a.get("cause")) for a in tries] == [("lost-peer", None)] * 2 + [("no-progress", "lost-peer")]
+    assert r.klass == "no-progress" and r.exit_code(1) == 84
+    v = diagnose(Evidence(attempts=tries, job="local:x"))
+    assert v.klass == "no-progress" and v.summary == "restart storm: lost-peer x3 before the first checkpoint, no checkpoint advance"
+    assert v.render().startswith("diagnosis: no-progress — restart storm: lost-peer x3"), v.render()

@@ -295,7 +295,10 @@ def test_restarts_that_never_advance_the_checkpoint_end_with_no_progress(tmp_pat
                    probe_every=60.0, scheduler="local", checkpoint_dir=str(tmp_path / "ckpt"))
     assert Supervisor(opts, env=env).run() == EXIT_CODES["no-progress"]
     tries = load_attempts(str(tmp_path))
-    assert [(a["class"], a["checkpoint_step"], a["found_by"]) for a in tries] == [("network", None, "step-end")] * 3
+    got = [(a["class"], a.get("cause"), a["checkpoint_step"], a["found_by"]) for a in tries]
+    # the last attempt's class is the job's (no-progress), its own class kept as the cause
+    assert got == [("network", None, None, "step-end")] * 2 + [("no-progress", "network", None, "step-end")], got
+    assert tries[-1]["detail"].startswith("restart storm: network x3 before the first checkpoint"), tries[-1]
 
 
 def test_restarts_that_save_a_newer_checkpoint_go_on(tmp_path: Path) -> None:

@@ -45,6 +45,11 @@ CLASSES: dict[str, tuple[str, str]] = {
         "the ranks called different collectives, or passed tensors of different sizes",
         "make every rank call the same collectives in the same order with the same shapes",
     ),
+    "no-progress": (
+        "restarts never advanced the checkpoint: the supervisor ended the job (a restart storm)",
+        "fix what ended each attempt (the last one's verdict is above; `torchhpc events {job}` shows every attempt), "
+        "or make the program save where --checkpoint-dir looks",
+    ),
     "cancelled": ("cancelled by a user", "nothing to fix: someone ran scancel/cancel"),
     "lost-peer": ("a rank lost its peer, and no rank shows why", "{logs} of every rank; the one that died left no traceback"),
     "unknown": ("no evidence names a cause", "read {logs}"),

@@ -77,6 +77,7 @@ class Evidence:
     hang: Optional[Mapping[str, object]] = None  # the hang watch's saved diagnosis (hang.json)
     local: bool = False  # the local scheduler: its supervisor's reason names the rank that ended first
     flight: Sequence[Finding] = ()  # what the ranks' Flight Recorder dumps say (diagnose/flight.py)
+    attempts: Sequence[Mapping[str, object]] = ()  # the supervisor's attempts.json (supervisor/attempts.py)
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,8 @@ class Verdict:
         if f is not None:
             at = f" on {f.host}" if f.host else ""
             own = f", {f.exit}" if f.exit else ""
-            out.append(f"  {'culprit' if self.klass in ('hang', 'collective-mismatch') else 'first failed'}: rank {f.rank}{at}{own}")
+            label = {"hang": "culprit", "collective-mismatch": "culprit", "no-progress": "last attempt"}.get(self.klass)
+            out.append(f"  {label or 'first failed'}: rank {f.rank}{at}{own}")
             if f.error:
                 out.append(f"  {f.error[:200]}")
             if f.where:
@@ -140,9 +142,24 @@ def diagnose(ev: Evidence) -> Verdict:
     logs_cmd = f"`torchhpc logs {ev.job}`" if ev.job else "`torchhpc logs JOB`"
     seen: list[str] = []
     if ev.hang:
-        return _hang_verdict(ev)
-    v = _verdict(ev, per_rank, job_lines, logs_cmd, seen)
-    return _with_flight(v, ev) if ev.flight else v
+        v = _hang_verdict(ev)
+    else:
+        v = _verdict(ev, per_rank, job_lines, logs_cmd, seen)
+        v = _with_flight(v, ev) if ev.flight else v
+    return _with_storm(v, ev)
+
+
+def _with_storm(v: Verdict, ev: Evidence) -> Verdict:
+    """After the supervisor's no-progress stop the job's class is no-progress (attempts.json's last class
+    says so); the last attempt's own verdict stays in the summary and its culprit stays named."""
+    last = ev.attempts[-1] if ev.attempts else {}
+    if last.get("class") != "no-progress":
+        return v
+    words = str(last.get("detail") or "restart storm: no checkpoint advance").split("; the job ends")[0]
+    step = CLASSES["no-progress"][1]
+    own = f"; the last attempt: {v.klass} — {v.summary}" if v.klass not in ("none", "unknown", "no-progress") else ""
+    return replace(v, klass="no-progress", summary=f"{words}{own}", next_step=step.format(job=ev.job or "JOB"),
+                   evidence=(*v.evidence, "attempts.json"))
 
 
 _LEFT_STEP = ("rank {rank} ended before the others: every rank must run the same collectives, then "
@@ -334,10 +351,12 @@ def gather(scheduler: object, name: str, job_id: str) -> Evidence:
     if not nodes and hosts and "," not in hosts and "[" not in hosts:  # one node: every rank is on it
         nodes = {ln.rank: hosts for ln in lines if ln.rank is not None}
     from torchhpc.diagnose.hang import load as load_hang
+    from torchhpc.jobdir.attempts import load_attempts
 
     where = os.path.dirname(log.ranks_dir) if log.ranks_dir else os.path.dirname(log.output or "")
     hang = load_hang(where) if where else None
     return Evidence(
+        attempts=load_attempts(where) if where else [],
         hang=hang,
         flight=post_mortem(where) if where and not hang else (),
         lines=lines,

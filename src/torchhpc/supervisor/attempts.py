@@ -19,6 +19,10 @@ times in epoch seconds, durations in seconds):
 * ``health_s`` and ``health``: how long the health gate before this attempt took, and
   ``{node: reason}`` for the nodes it failed (excluded like dead ones);
 * ``checkpoint_step``: the newest checkpoint's step seen at the attempt's end (``null``: none).
+
+The last attempt's ``class`` is the job's: after a restart storm it is ``no-progress`` (the job ended
+because no attempt advanced the checkpoint), its ``cause`` is how that attempt itself ended (``hang``)
+and its ``detail`` the supervisor's words ("restart storm: hang x3 before the first checkpoint, ...").
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any, Optional
 
 from torchhpc.jobdir.attempts import ATTEMPTS_FILE, load_attempts, save_attempts
 
-__all__ = ["ATTEMPTS_FILE", "Attempt", "load_attempts", "save_attempts"]
+__all__ = ["ATTEMPTS_FILE", "Attempt", "load_attempts", "save_attempts", "storm"]
 
 
 
@@ -52,6 +56,7 @@ class Attempt:
     health_s: Optional[float] = None
     health: dict[str, str] = field(default_factory=dict)
     checkpoint_step: Optional[int] = None
+    cause: Optional[str] = None  # the attempt's own class where the job's end replaced it (see storm())
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -64,3 +69,13 @@ class Attempt:
         d["klass"] = d.pop("class", None)
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def storm(job_dir: str, history: list[dict[str, Any]], words: str) -> None:
+    """The no-progress stop, recorded: the last attempt's class becomes ``no-progress`` (its own class
+    kept as ``cause``) and ``words`` its detail, so attempts.json ends with the class the job ended with."""
+    if not history:
+        return
+    last = history[-1]
+    last["cause"], last["class"], last["detail"] = last.get("class"), "no-progress", words[:300]
+    save_attempts(job_dir, history)

@@ -25,6 +25,7 @@ from torchhpc.core.proc import Runner
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.allocation import ipv4
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
+from torchhpc.supervisor.attempts import storm as record_storm
 from torchhpc.supervisor.policy import action_for, exit_code_for, why_not
 from torchhpc.supervisor.progress import NoProgress
 from torchhpc.supervisor.resume import restart_args
@@ -147,6 +148,7 @@ class Supervisor:
             storm = progress.why_stop()
             if storm:
                 say(storm)
+                record_storm(self.o.job_dir, history, storm)
                 return exit_code_for("no-progress")
             previous = [h for h in step_nodes if h not in excluded]
 

@@ -25,6 +25,7 @@ from typing import Any, Optional, TypeVar
 
 from torchhpc.errors import JobFailed
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
+from torchhpc.supervisor.attempts import storm as record_storm
 from torchhpc.supervisor.policy import exit_code_for, why_not
 from torchhpc.supervisor.progress import NoProgress
 from torchhpc.supervisor.resume import restart_args
@@ -121,6 +122,7 @@ class Restarts:
                 if storm:
                     self.say(storm)
                     self.klass = "no-progress"
+                    record_storm(self.job_dir, history, storm)
                     raise JobFailed(storm, "see each attempt: torchhpc status JOB; the program never saved a newer "
                                     "checkpoint (--checkpoint-dir DIR says where it saves)", e.exit_code) from None
                 self.say(f"attempt {count} ended: {klass}" + (f" (rank {rank})" if rank is not None else "")
