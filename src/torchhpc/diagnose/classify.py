@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Optional
 
 from torchhpc.core.exitcodes import EXIT_CODES
-from torchhpc.jobdir.logs import Line, parse_ranks
+from torchhpc.jobdir.logs import SYNTAX_FILE, Line, compile_error_end, parse_ranks
 
 __all__ = ["CLASSES", "EXIT_CODES", "classify_text", "first_cause", "launcher_events", "native_crashes"]
 
@@ -61,7 +61,9 @@ _SIGNALS = {int(s): s.name for s in signal.Signals}
 _RANK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("cuda-oom", re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory")),
     ("host-oom", re.compile(r"oom[-_]kill|Out of memory: Killed process|MemoryError")),
-    ("environment", re.compile(r"ModuleNotFoundError|ImportError|undefined symbol|GLIBC_\S+ not found|version mismatch")),
+    # "python: No module named x" is `python -m x`'s own report of a missing module (no traceback)
+    ("environment", re.compile(r"ModuleNotFoundError|ImportError|: No module named |undefined symbol|GLIBC_\S+ not found|"
+                               r"version mismatch")),
     # Before network: NCCL reports two ranks on one GPU as an NCCL error, but no link is at fault.
     (
         "gpu-assignment",
@@ -88,6 +90,13 @@ _LOST_PEER = re.compile(
 _TB_START = "Traceback (most recent call last):"
 _TORCH_PREFIX = re.compile(r"^\[rank\d+\]: ?")  # torch prefixes its ranks' tracebacks itself
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')
+# Frames that are not the user's: installed packages, the interpreter's own library, frozen modules
+_NOT_USER = re.compile(r"/(?:site|dist)-packages/|/lib(?:64)?/python\d+(?:\.\d+)?/|^<")
+
+
+def user_file(path: str) -> bool:
+    """Whether a traceback's file is the user's own (not the stdlib's, an installed package's, or frozen)."""
+    return not _NOT_USER.search(path)
 
 # Launchers' own reports of a task's end.
 _SRUN_TASK = re.compile(r"^srun: error: (\S+): tasks? ([\d,\-]+): (.+?)\s*$")
@@ -116,8 +125,13 @@ def classify_text(texts: Sequence[str]) -> tuple[str, str, str]:
     in_tb = False
     frames: list[str] = []
     texts = [_TORCH_PREFIX.sub("", t, count=1) for t in texts]
-    for text in texts:
+    for i, text in enumerate(texts):
         s = text.strip()
+        end = compile_error_end(texts, i) if not tb_last and not in_tb else -1
+        if end >= 0:  # a compile report: the file and line that do not compile
+            m = SYNTAX_FILE.match(text)
+            tb_last, where = texts[end].strip(), f"{m.group(1)}:{m.group(2)}" if m else ""
+            continue
         if s == _TB_START:
             in_tb, frames = True, []
             continue
@@ -131,8 +145,7 @@ def classify_text(texts: Sequence[str]) -> tuple[str, str, str]:
             in_tb = False
             if not tb_last:  # the first traceback is the cause; later ones are chained handling
                 tb_last = s
-                user = [fr for fr in frames if "/site-packages/" not in fr and "/dist-packages/" not in fr
-                        and not fr.startswith("<frozen")]
+                user = [fr for fr in frames if user_file(fr.rsplit(":", 1)[0])]
                 where = (user or frames or [""])[-1]
     for name, pat in _RANK_PATTERNS:
         hit = next((t.strip() for t in texts if pat.search(t)), "")

@@ -104,8 +104,10 @@ def in_collective(frames: Sequence[tuple[str, str, int]]) -> bool:
 
 def user_frame(frames: Sequence[tuple[str, str, int]]) -> str:
     """The innermost frame outside installed packages: where the user's code is, file:line."""
+    from torchhpc.diagnose.classify import user_file
+
     for _fn, path, line in frames:
-        if "site-packages" in path or "dist-packages" in path or path.startswith(("<", "torch/")):
+        if not user_file(path) or path.startswith("torch/"):
             continue
         return f"{path}:{line}"
     return ""

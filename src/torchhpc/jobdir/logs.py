@@ -35,9 +35,11 @@ from torchhpc.launchers import LAUNCHERS
 
 __all__ = [
     "MAX_RANKS",
+    "SYNTAX_FILE",
     "JobLog",
     "Line",
     "Tracebacks",
+    "compile_error_end",
     "filter_rank",
     "first_tracebacks",
     "format_ranks",
@@ -248,6 +250,10 @@ def select(
 
 
 _TB_START = "Traceback (most recent call last):"
+# Python's report of a file it could not compile has no "Traceback" header: the file and line, the
+# source line, a caret, then the error (python x.py with a SyntaxError in x.py)
+SYNTAX_FILE = re.compile(r'^\s*File "([^"]+)", line (\d+)\s*$')
+SYNTAX_ERROR = re.compile(r"^(?:SyntaxError|IndentationError|TabError)(?::|$)")
 _TB_CHAIN = (
     "During handling of the above exception, another exception occurred:",
     "The above exception was the direct cause of the following exception:",
@@ -271,9 +277,25 @@ class Tracebacks:
         return "\n\n".join(parts) + ("\n" if parts else "")
 
 
+def compile_error_end(texts: Sequence[str], start: int) -> int:
+    """The index of the SyntaxError line that ends the compile report starting at ``start`` (-1: none)."""
+    if not SYNTAX_FILE.match(texts[start]):
+        return -1
+    for i in range(start + 1, min(start + 5, len(texts))):
+        if SYNTAX_ERROR.match(texts[i].strip()):
+            return i
+        if not texts[i].startswith((" ", "\t")):
+            return -1
+    return -1
+
+
 def _first_traceback(texts: Sequence[str]) -> tuple[int, tuple[str, ...]] | None:
-    """(index of its first line, its lines) of the first traceback in one rank's lines."""
+    """(index of its first line, its lines) of the first traceback in one rank's lines (a compile
+    report of a SyntaxError counts as one)."""
     for start, text in enumerate(texts):
+        end = compile_error_end(texts, start)
+        if end >= 0:
+            return start, tuple(texts[start : end + 1])
         if text.strip() != _TB_START:
             continue
         indent = len(text) - len(text.lstrip())
