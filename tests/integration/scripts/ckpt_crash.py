@@ -1,0 +1,186 @@
+"""SIGKILL every rank of an FSDP2 run at random moments while it checkpoints asynchronously every step.
+
+usage: ckpt_crash.py WORK --world 2 --rounds 20 --seed S [--kill-after LO HI] [--tail 5]
+
+The harness imports torch once and forks the ranks of each round (a real gloo
+group per round, on a fresh port, through ``torchhpc.dist.init``), so a round costs
+a fork, not a launch: twenty kills fit in about a minute on two cores. Every rank
+of a round is in one process group; the harness SIGKILLs that group at a moment
+drawn from ``--kill-after`` (seconds after the fork), so kills land in start-up,
+resume, training, the copy to host memory, the background write, the rename and the
+pruning alike. After each kill it notes ``latest()`` (the newest complete
+checkpoint) and whether a save was caught half written (a ``.tmp`` directory).
+The next round resumes and must land there. A last round runs ``--tail`` steps to
+its end; then an uninterrupted run without checkpoints (the reference) goes as far.
+
+Rank 0 of each round appends to ``WORK/log``: ``R round step digest`` for the state
+it resumed (``step`` 0: a fresh start), ``S round step digest`` after each step, and
+``P round step`` once a save it made is complete. ``digest`` is a SHA-256 of the
+full (unsharded) parameters, optimizer state and rank 0's RNG state. Written to
+``WORK/report.json``: the rounds and the reference digests, for the test to check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import random
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch._dynamo  # noqa: F401  # imported once here, not in every forked rank (FSDP2 loads it lazily: 1.5 s)
+import torch.distributed.checkpoint.state_dict  # noqa: F401
+import torch.nn as nn
+from torch.distributed.fsdp import fully_shard
+
+import torchhpc.dist as thd
+from torchhpc.dist import checkpoint, checkpoint_state, context  # noqa: F401
+
+p = argparse.ArgumentParser()
+p.add_argument("work")
+p.add_argument("--world", type=int, default=2)
+p.add_argument("--rounds", type=int, default=20)
+p.add_argument("--seed", type=int, default=0)
+p.add_argument("--kill-after", type=float, nargs=2, default=(0.3, 1.6))
+p.add_argument("--tail", type=int, default=5)
+p.add_argument("--step-sleep", type=float, default=0.01)
+a = p.parse_args()
+work = Path(a.work)
+ckpt, log = work / "ckpt", work / "log"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def digest(model: Any, opt: Any) -> str:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    msd, osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    buf = io.BytesIO()
+    torch.save({"model": msd, "optim": osd, "rng": torch.get_rng_state()}, buf)
+    return hashlib.sha256(buf.getvalue()).hexdigest()[:16]
+
+
+def rank_main(rank: int, round_: int, stop_at: int | None, save: bool, where: Path) -> None:
+    """One rank of one round: resume, then train (saving every step) until ``stop_at`` or killed."""
+    torch.set_num_threads(1)
+    thd.init()
+    torch.manual_seed(100 + rank)
+    g = torch.Generator().manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.Tanh(), nn.Dropout(0.1), nn.Linear(256, 256), nn.Tanh(),
+                          nn.Linear(256, 1))
+    with torch.no_grad():
+        for prm in model.parameters():
+            prm.copy_(torch.randn(prm.shape, generator=g) * 0.05)
+    for child in model.children():
+        if any(True for _ in child.parameters()):
+            fully_shard(child)
+    fully_shard(model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    start = int(checkpoint.resume(where, model=model, optimizer=opt).get("step", 0)) if save else 0
+    out = open(log, "a", buffering=1) if rank == 0 else None
+    d = digest(model, opt)
+    if out:
+        out.write(f"R {round_} {start} {d} {time.time():.3f}\n")
+    step, pending = start, None
+    while stop_at is None or step < stop_at:
+        gen = torch.Generator().manual_seed(1000 * step + rank)
+        x = torch.randn(16, 64, generator=gen)
+        y = x.sum(1, keepdim=True) + torch.randn(16, 1) * 0.01
+        loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step += 1
+        d = digest(model, opt)
+        if out:
+            out.write(f"S {round_} {step} {d} {time.time():.3f}\n")
+        if save:
+            handle = checkpoint.save(where, step=step, model=model, optimizer=opt, blocking=False, keep=3)
+            if out and pending is not None:
+                out.write(f"P {round_} {pending}\n")  # save() waited for the one before: it is complete
+            pending = handle.step
+        time.sleep(a.step_sleep)
+    checkpoint.wait()
+    if out and pending is not None:
+        out.write(f"P {round_} {pending}\n")
+    thd.cleanup()
+
+
+def start_round(round_: int, stop_at: int | None, save: bool, where: Path) -> list[int]:
+    """Fork the ranks, all in one new process group (the first rank's pid); returns their pids."""
+    port = free_port()
+    pids: list[int] = []
+    for rank in range(a.world):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                os.setpgid(0, pids[0] if pids else 0)
+                os.environ.update(RANK=str(rank), WORLD_SIZE=str(a.world), LOCAL_RANK=str(rank),
+                                  LOCAL_WORLD_SIZE=str(a.world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                rank_main(rank, round_, stop_at, save, where)
+            except BaseException as e:
+                print(f"rank {rank} of round {round_}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                code = 1
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        try:
+            os.setpgid(pid, pids[0] if pids else pid)  # also here: no race with the kill
+        except OSError:
+            pass
+        pids.append(pid)
+    return pids
+
+
+def reap(pids: list[int]) -> list[int]:
+    return [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+
+
+def lines(kind: str) -> list[list[str]]:
+    text = log.read_text() if log.exists() else ""
+    return [ln.split() for ln in text.splitlines() if ln.startswith(kind + " ") and len(ln.split()) >= 3]
+
+
+work.mkdir(parents=True, exist_ok=True)
+rng = random.Random(a.seed)
+rounds: list[dict[str, Any]] = []
+for r in range(a.rounds):
+    pids = start_round(r, None, True, ckpt)
+    wait_s = rng.uniform(*a.kill_after)
+    time.sleep(wait_s)
+    os.killpg(pids[0], signal.SIGKILL)
+    codes = reap(pids)
+    latest = checkpoint.latest(ckpt)
+    rounds.append({
+        "round": r, "killed_after_s": round(wait_s, 3), "exit_codes": codes,
+        "latest": int(latest.name.split("-")[1].split(".")[0]) if latest else 0,
+        "torn": sorted(q.name for q in ckpt.glob(".ckpt-*.tmp")) if ckpt.exists() else [],
+        "published": max((int(x[2]) for x in lines("P") if int(x[1]) == r), default=None),
+    })
+last = rounds[-1]["latest"] if rounds else 0
+codes = reap(start_round(a.rounds, last + a.tail, True, ckpt))
+assert codes == [0] * a.world, f"the last round failed: {codes}"
+reached = max(int(x[2]) for x in lines("S"))
+ref_log = log.read_text()
+log.write_text("")
+codes = reap(start_round(-1, reached, False, work / "unused"))
+assert codes == [0] * a.world, f"the reference run failed: {codes}"
+reference = {int(x[2]): x[3] for x in lines("S")}
+reference[0] = next(x[3] for x in lines("R"))
+log.write_text(ref_log)
+(work / "report.json").write_text(json.dumps({"rounds": rounds, "reference": reference, "reached": reached}, indent=1))
+print(f"{a.rounds} kills, reached step {reached}", flush=True)
