@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch._dynamo  # noqa: F401  # imported once here, not in every forked rank (FSDP2 loads it lazily: 1.5 s)
-import torch.distributed.checkpoint.state_dict  # noqa: F401
+import torch._dynamo  # imported once here, not in every forked rank (FSDP2 loads it lazily: 1.5 s)
+import torch.distributed.checkpoint.state_dict
 import torch.nn as nn
 from torch.distributed.fsdp import fully_shard
 
