@@ -31,7 +31,7 @@ FIXTURES = {
     ),
     "requirements.txt": "# the reader's own requirements (none here)\n",
 }
-LINKED = ("examples", "benchmarks")
+LINKED = ("examples", "benchmarks", ".venv")  # .venv: the README's `source .venv/bin/activate`
 
 # (rule, pattern searched in the command, why it does not run here). First match wins.
 SKIPS: list[tuple[str, str, str]] = [

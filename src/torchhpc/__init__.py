@@ -21,6 +21,7 @@ _LAZY = {
     "Stop": "torchhpc.functions.requeue",
     "Checkpoint": "torchhpc.functions.requeue",
     "checkpointable": "torchhpc.functions.requeue",
+    "Job": "torchhpc.job",  # the same object as torchhpc.job.Job (docs/pipelines.md imports it from here)
 }
 
 __all__ = ["JobFailed", "TorchHPCError", "__version__", *_LAZY]

@@ -47,7 +47,7 @@ CONFIG_KEYS: dict[str, str] = {
     "time": "default time limit, e.g. 01:00:00 (--time)",
     "spares": "spare nodes allocated beside the job's, used after a node failure (--spares)",
     "max_restarts": "restarts inside the allocation after a node failure, hang or network error (--max-restarts)",
-    "hang_timeout": "seconds without output or CPU use after which ranks count as hung (--hang-timeout)",
+    "hang_timeout": "seconds without output or CPU use after which ranks count as hung, or off (--hang-timeout)",
     "max_no_progress": "attempts in a row without a checkpoint advance before the job ends with no-progress; 0: never (--max-no-progress)",
     "checkpoint_dir": "where the program saves checkpoints; the newest one's step tells the supervisor it advanced (--checkpoint-dir)",
     "flight_recorder": "collectives each rank's Flight Recorder keeps for the hang verdict, or off (--flight-recorder)",
@@ -86,7 +86,10 @@ def load_config(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in data.items():
         if key not in CONFIG_KEYS:
-            raise ConfigError(f"unknown key {key!r} in {path}", "valid keys: " + ", ".join(CONFIG_KEYS))
+            from torchhpc.core.suggest import did_you_mean
+
+            near = did_you_mean(key, CONFIG_KEYS)
+            raise ConfigError(f"unknown key {key!r} in {path}", (f"{near} " if near else "") + "valid keys: " + ", ".join(CONFIG_KEYS))
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             raise ConfigError(f"{key} = {value!r} in {path} is not a string", f"{key}: {CONFIG_KEYS[key]}")
         out[key] = str(value)

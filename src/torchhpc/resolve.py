@@ -133,8 +133,8 @@ def _check_option_flags(scheduler: str, options: dict[str, str], given: Mapping[
             continue  # a profile's own option: its backend reads what it knows (as before)
         flag = OPTION_FLAGS.get(key, f"--opt {key}=")
         typed = f"{flag}{options[key]}" if flag.endswith("=") else f"{flag} {options[key]}"
-        if scheduler == "slurm" and key == "queue":
-            hint = f"Slurm calls its queues partitions: --partition {options[key]}"
+        if key == "queue" and "partition" in declared:  # Slurm
+            hint = f"the {scheduler} scheduler calls its queues partitions: --partition {options[key]}"
         elif key in ("partition", "account", "qos", "queue", "exclude"):
             hint = f"drop {flag.rstrip('=')}, or submit to a batch scheduler (--scheduler slurm or pbs)"
         else:

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, missing
 from tests.doc_commands import EXCLUSIVE, FIXTURES, LINKED, DocCommand, all_commands
 
 pytestmark = pytest.mark.cluster("slurm")
@@ -38,11 +38,19 @@ PARALLEL = 4
 _HANDLE = re.compile(r"\b(slurm|pbs|local):\d+(?:_\d+)?\b")
 
 
-def _env(home: Path) -> dict[str, str]:
+VENV_BIN = Path(sys.executable).parent
+# A line that changes the reader's shell for the lines after it (README: `source .venv/bin/activate`).
+_SESSION = re.compile(r"^(source|\.|export) ")
+
+
+def _env(home: Path, venv_on_path: bool = True) -> dict[str, str]:
+    """The reader's environment: their own PATH, and the venv first on it unless the block itself puts it
+    there (a block with `source .venv/bin/activate` runs from a PATH without the venv, as after setup.sh)."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("TORCHHPC_", "SLURM_", "SBATCH_", "PBS_")) and k != "XDG_CONFIG_HOME"}
+           if not k.startswith(("TORCHHPC_", "SLURM_", "SBATCH_", "PBS_", "VIRTUAL_ENV")) and k != "XDG_CONFIG_HOME"}
     env["HOME"] = str(home)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    path = [p for p in env.get("PATH", "").split(os.pathsep) if p and Path(p) != VENV_BIN]
+    env["PATH"] = os.pathsep.join([str(VENV_BIN), *path] if venv_on_path else path)
     return env
 
 
@@ -57,22 +65,54 @@ def _folder(root: Path, block: str) -> Path:
 
 
 def _run_block(root: Path, block: str, commands: list[DocCommand]) -> list[tuple[DocCommand, int, str, float]]:
+    """The block's commands in order, as one reader's shell: a `source`/`export` line holds for the lines
+    after it (each command runs after the block's earlier ones of those)."""
     d = _folder(root, block)
     results = []
     got: dict[str, str] = {}  # scheduler -> the handle this block's last submission printed
+    session: list[str] = []
+    env = _env(d / "home", venv_on_path=not any(_SESSION.match(c.command) for c in commands))
     for c in commands:
         start = time.monotonic()
         command = _HANDLE.sub(lambda m: got.get(m.group(1), m.group(0)), c.command)
         try:
-            done = subprocess.run(["bash", "-c", command], cwd=d, env=_env(d / "home"), capture_output=True,
-                                  text=True, timeout=COMMAND_TIMEOUT)
+            done = subprocess.run(["bash", "-c", "\n".join([*session, command])], cwd=d, env=env,
+                                  capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
             rc, out = done.returncode, done.stdout + done.stderr
         except subprocess.TimeoutExpired as e:
             partial = b"".join(x if isinstance(x, bytes) else x.encode() for x in (e.stdout, e.stderr) if x)
             rc, out = 124, f"timed out after {COMMAND_TIMEOUT:.0f}s\n" + partial.decode(errors="replace")
         results.append((c, rc, out, time.monotonic() - start))
+        if _SESSION.match(c.command) and rc == 0:
+            session.append(c.command)
         got.update((m.group(1), m.group(0)) for m in _HANDLE.finditer(" ".join(re.findall(r"Submitted (\S+)", out))))
     return results
+
+
+def test_readme_quick_tour_runs_line_by_line(slurm_cluster: Any, tmp_path: Path) -> None:
+    """Issue 50, item 9: the README's quick tour as a newcomer types it after ./scripts/setup.sh, from a
+    shell whose PATH has no .venv/bin until the tour's own `source .venv/bin/activate` puts it there."""
+    if not (REPO / ".venv" / "bin" / "activate").exists():
+        missing("no .venv in the checkout (./scripts/setup.sh makes it; scripts/test.sh runs it)")
+    tour = [c for c in all_commands() if c.block == _quick_tour_block()]
+    assert tour and _SESSION.match(tour[0].command), [c.command for c in tour]
+    bare = subprocess.run(["bash", "-c", "command -v torchhpc || echo none"], env=_env(tmp_path, False),
+                          capture_output=True, text=True, timeout=30).stdout.strip()
+    assert bare == "none" or Path(bare).parent != VENV_BIN, f"the test's PATH already has the venv: {bare}"
+    # The tour's `slurm:123` lines name the job its `--wait` line submitted, as a reader's would (top: that
+    # job has ended by then; tests/integration/test_top_cluster.py runs top on a live one).
+    runs = [c for c in tour if not c.skip or (c.skip.startswith("placeholder") and " top " not in f" {c.command}")]
+    results = _run_block(tmp_path, "readme-tour", runs)
+    failed = [f"{c.where}: `{c.command}` exited {rc}:\n{out[-2000:]}" for c, rc, out, _s in results if rc != 0]
+    assert not failed, "\n\n".join(failed)
+    assert len(results) >= 9, [c.command for c, *_ in results]
+
+
+def _quick_tour_block() -> str:
+    lines = (REPO / "README.md").read_text().splitlines()
+    start = lines.index("## Quick tour")
+    first = next(i for i in range(start, len(lines)) if lines[i].startswith("```sh"))
+    return f"README.md:{first + 2}"
 
 
 def test_every_doc_command_runs(slurm_cluster: Any, tmp_path: Path) -> None:

@@ -34,9 +34,12 @@ def test_rules() -> None:
 
 
 def test_setup_installs_what_the_readme_uses() -> None:
-    """`--plot ar.png` needs matplotlib: scripts/setup.sh always installs the plot extra, which has it."""
+    """`--plot ar.png` needs matplotlib, `Executor` cloudpickle, a named hang and top's COLL% py-spy:
+    scripts/setup.sh always installs the plot, function and diagnose extras, which have them (issue 50)."""
     setup = (REPO / "scripts" / "setup.sh").read_text()
-    assert re.search(r'^EXTRAS="plot\$\{1:\+,\$1\}"', setup, re.M), setup
+    assert re.search(r'^EXTRAS="plot,function,diagnose\$\{1:\+,\$1\}"', setup, re.M), setup
     pyproject = (REPO / "pyproject.toml").read_text()
     assert re.search(r'^plot = \["matplotlib', pyproject, re.M)
+    assert re.search(r'^function = \["cloudpickle', pyproject, re.M)
+    assert re.search(r'^diagnose = \["py-spy', pyproject, re.M)
     assert "bench sweep --scheduler slurm -N 1,2,4 -n 4 --out sweep/ --dry-run" in (REPO / "README.md").read_text()

@@ -23,15 +23,22 @@ The config file is $TORCHHPC_CONFIG, else $XDG_CONFIG_HOME/torchhpc/config.toml
   qos = "acc_bsccs"
   time = "00:30:00"
 
-Valid keys: scheduler, profile, account, partition, qos, queue, time.
+Valid keys (each also a flag of `torchhpc run`):
 """
+
+
+def _description() -> str:
+    """DESCRIPTION with every key the file accepts, from config.CONFIG_KEYS (the one list)."""
+    from torchhpc.config import CONFIG_KEYS
+
+    return DESCRIPTION + "".join(f"  {k:<16} {v}\n" for k, v in CONFIG_KEYS.items())
 
 
 def register(sub: Any) -> None:
     p = add_subparser(sub, "config", "show the per-user defaults (~/.config/torchhpc/config.toml) and their sources",
-                      DESCRIPTION)
+                      _description())
     csub = p.add_subparsers(dest="config_command", metavar="ACTION")
-    show = add_subparser(csub, "show", "each default, its value and its source", DESCRIPTION)
+    show = add_subparser(csub, "show", "each default, its value and its source", _description())
     show.add_argument("--profile", default=None, help="as if run with --profile NAME")
     show.add_argument("--json", action="store_true", help="machine-readable output")
     show.set_defaults(func=cmd_show)

@@ -47,9 +47,13 @@ def register(sub: Any) -> None:
     add_remote_arguments(p)
     p.set_defaults(func=cmd_wait)
 
-    p = add_subparser(sub, "list", "list your jobs (local: those started in the background; others: queued and running)")
+    p = add_subparser(sub, "list", "list your jobs (local: every run with a record, foreground and background, "
+                      "newest last; others: queued and running)")
     p.add_argument("-s", "--scheduler", default=None,
                    help="whose jobs (default: $TORCHHPC_SCHEDULER, the config file's, else local)")
+    p.add_argument("--last", action="store_true", help="only the newest job: the handle of the run you just made")
+    p.add_argument("--prune", type=_days, default=None, metavar="DAYS",
+                   help="local: forget ended jobs older than DAYS (their records and logs); running ones stay")
     p.add_argument("--json", action="store_true", help="machine-readable output (errors too)")
     add_remote_arguments(p)
     p.set_defaults(func=cmd_list)
@@ -158,10 +162,22 @@ def cmd_wait(args: argparse.Namespace) -> int:
                   hang_timeout=args.hang_timeout, on_hang=args.on_hang)
 
 
+def _days(text: str) -> float:
+    try:
+        days = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
+    if days < 0:
+        raise argparse.ArgumentTypeError(f"{text}: days cannot be negative")
+    return days
+
+
 @json_errors
 def cmd_list(args: argparse.Namespace) -> int:
     name = args.scheduler or default_scheduler()
     sched = get_scheduler(name)
+    if args.prune is not None:
+        return _prune(sched, name, args.prune, args.json)
     if type(sched).list_jobs is Scheduler.list_jobs:
         raise UsageError(
             f"torchhpc cannot list {name} jobs",
@@ -174,12 +190,27 @@ def cmd_list(args: argparse.Namespace) -> int:
             e.hint = getattr(sched, "submit_hint", "") or (
                 f"`{e.argv[0]}` is not on PATH here: run this where the {name} commands are")
         raise
+    if args.last:
+        jobs = jobs[-1:]
     if args.json:
         print(json.dumps([status_dict(name, st) for st in jobs]))
         return 0
     for st in jobs:
         print(f"{name}:{st.line()} name={st.name}")
     if not jobs:
-        where = "started with --background or Job.submit()" if sched.runs_here else "queued or running"
-        eprint(f"no {name} jobs {where}")
+        eprint(f"no {name} jobs" + ("" if sched.runs_here else " queued or running"))
+    return 0
+
+
+def _prune(sched: Scheduler, name: str, days: float, as_json: bool) -> int:
+    """``list --prune DAYS``: the local store only grows otherwise (issue 50)."""
+    forget = getattr(sched, "prune", None)
+    if forget is None:
+        raise UsageError(f"--prune: torchhpc keeps no store of {name} jobs to prune",
+                         f"the {name} scheduler forgets its jobs itself; --prune is for local jobs")
+    gone = forget(days)
+    if as_json:
+        print(json.dumps({"pruned": [f"{name}:{j}" for j in gone]}))
+    else:
+        eprint(f"forgot {len(gone)} ended {name} job{'s' if len(gone) != 1 else ''} older than {days:g} day(s)")
     return 0

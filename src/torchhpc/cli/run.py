@@ -36,7 +36,7 @@ Every value comes from, first found: the command line, its TORCHHPC_* variable, 
 
 EXAMPLES = """examples:
   torchhpc run -n 4 examples/pi.py                      4 local ranks (the default scheduler)
-  torchhpc run -n 3 -- python -c 'print(1)'            any command, after --
+  torchhpc run -n 3 -- python3 -c 'print(1)'           any command, after --
   torchhpc run -n 2 -m torchhpc.bench all_reduce -b 1K -e 64M
   torchhpc run --scheduler slurm --nodes 2 --nproc-per-node 2 --launcher srun examples/pi.py --wait
   torchhpc run --scheduler slurm --nodes 2 --gpus-per-node 4 --dry-run train.py --epochs 3

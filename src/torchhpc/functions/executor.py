@@ -237,7 +237,9 @@ class FunctionJob:
 
     def __str__(self) -> str:
         own = f"{self.handle.scheduler.name}:{self._own_id()}"
-        return own if self.task is None or own.endswith(f"_{self.task}") else f"{own}[task {self.task}]"
+        # A local array's tasks share the job's handle (no task id of their own): the handle stays one every
+        # command accepts, the task beside it.
+        return own if self.task is None or own.endswith(f"_{self.task}") else f"{own} (task {self.task})"
 
     def __repr__(self) -> str:
         return f"FunctionJob({self}, dir={str(self.function_dir.path)!r})"

@@ -277,6 +277,30 @@ class LocalJobs:
             rec.update(state="CANCELLED", reason="cancelled before it started", ended=time.time())
             write_state(d, rec)
 
+    def prune(self, days: float) -> list[str]:
+        """Remove ended jobs whose end is older than ``days``; a job still running (or unreadable) stays.
+        With --output-dir the store's link goes and the files the user asked for stay where they are."""
+        import shutil
+
+        from torchhpc.jobdir.record import record_path
+
+        cutoff = time.time() - days * 86400
+        gone = []
+        for st in self.list_jobs():
+            if not st.terminal:
+                continue
+            d = job_dir(st.job_id)
+            ended = clock(read_state(d).get("ended"))
+            if ended is None or ended > cutoff:
+                continue
+            if d.is_symlink():
+                d.unlink()
+            else:
+                shutil.rmtree(d, ignore_errors=True)
+            record_path("local", st.job_id).unlink(missing_ok=True)
+            gone.append(st.job_id)
+        return gone
+
     def list_jobs(self, include_finished: bool = True) -> list[JobStatus]:
         """Every local job with a record, oldest first; a record that cannot be read is skipped, said on stderr."""
         root = jobs_root()

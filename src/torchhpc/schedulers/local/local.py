@@ -343,8 +343,12 @@ class LocalScheduler(Scheduler):
         LocalJobs().cancel(job_id)
 
     def list_jobs(self) -> list[JobStatus]:
-        """Background jobs with a record in the state directory, oldest first."""
+        """Every job with a record in the state directory (foreground and background), oldest first."""
         return LocalJobs().list_jobs()
+
+    def prune(self, days: float) -> list[str]:
+        """Forget ended jobs older than ``days``: their records and files; the ids forgotten."""
+        return LocalJobs().prune(days)
 
     def run(
         self,
