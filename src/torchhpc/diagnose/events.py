@@ -196,11 +196,40 @@ def _mtime(path: str) -> Optional[float]:
         return None
 
 
+def _with_checkpoint_times(job_dir: str, attempts: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Give each failed attempt that lacks one a ``checkpoint_time`` (the account's recompute starts there):
+    when the newest checkpoint finished before its fault. Completion times come from ``checkpoint.json``
+    (torchhpc.dist.checkpoint writes its last completions there, after each checkpoint was complete) and
+    from the complete checkpoints in the directory it names (a ``ckpt-N/`` directory's mtime: DCP's
+    ``.metadata``, its last write, landed then; temporary ``.ckpt-*`` names are not complete)."""
+    import json
+    import re
+
+    try:
+        with open(os.path.join(job_dir, "checkpoint.json")) as f:
+            marker = json.load(f)
+        done = [float(t) for _, t in marker.get("completed") or []] + [float(marker["time"])]
+        where = os.path.dirname(str(marker.get("path") or ""))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return list(attempts)
+    complete = re.compile(r"^ckpt-\d{9}(\.pt)?$")
+    for entry in os.listdir(where) if where and os.path.isdir(where) else []:
+        path = os.path.join(where, entry)
+        if complete.match(entry) and (entry.endswith(".pt") or os.path.isfile(os.path.join(path, ".metadata"))):
+            done += [t for t in (_mtime(path),) if t is not None]
+    out: list[Mapping[str, Any]] = []
+    for a in attempts:
+        fault = _num(a, "fault") or _num(a, "ended")
+        before = [t for t in done if fault is not None and t <= fault]
+        out.append({**a, "checkpoint_time": max(before)} if a.get("class") and before and _num(a, "checkpoint_time") is None else a)
+    return out
+
+
 def gather(scheduler: Scheduler, name: str, job_id: str, now: Optional[float] = None) -> Timeline:
     """Read the job: the scheduler's times (one call, :meth:`Scheduler.times`), then its directory's files."""
     times = scheduler.times(job_id)
     job_dir = read_record(name, job_id).job_dir or scheduler.end_dir(job_id) or ""
-    attempts = load_attempts(job_dir) if job_dir else []
+    attempts = _with_checkpoint_times(job_dir, load_attempts(job_dir)) if job_dir else []
     hang_info = hang.load(job_dir) if job_dir else None
     done = times.state == "COMPLETED" and times.exit_code in (0, None)  # a job that succeeded has no culprit
     findings = flight.post_mortem(job_dir, done) if job_dir else []
