@@ -114,6 +114,28 @@ def _make_job_dir(d: Path, output_dir: str, name: str) -> None:
     d.symlink_to(target, target_is_directory=True)
 
 
+def _stop_orphans(job_id: str) -> list[int]:
+    """Stop the ranks a killed torchhpc process left behind: each rank leads its own session (so a
+    terminal's Ctrl-C reaches torchhpc only), so they outlive a SIGKILL of their parent. They carry
+    the run's id in ``TORCHELASTIC_RUN_ID``; a job recorded as ended must not go on computing."""
+    mark = f"TORCHELASTIC_RUN_ID=local-{job_id}".encode()
+    groups = set()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if mark in (entry / "environ").read_bytes().split(b"\0"):
+                groups.add(os.getpgid(int(entry.name)))
+        except (OSError, ValueError):
+            continue
+    for pgid in groups:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(pgid, sig)
+            except OSError:
+                break
+            time.sleep(0.5 if sig == signal.SIGTERM else 0)
+    return sorted(groups)
+
+
 def write_state(d: Path, data: dict[str, Any]) -> None:
     """The record, atomically; its ``reason`` one short line (a 300-line command in an error stays in the
     log, where ``logs`` and ``diagnose`` read it, not in every ``list``)."""
@@ -215,7 +237,9 @@ class LocalJobs:
                 state = str(rec.get("state", "PENDING"))
                 if state in ("PENDING", "RUNNING"):
                     state = "FAILED"
-                    rec.update(_vanished(rec, d, pid))
+                    rec.update(_vanished(rec, d, pid), state=state)
+                    write_state(d, rec)  # the first reader makes the end durable: events and diagnose read it too
+                    _stop_orphans(job_id)
         end = rec.get("ended") or time.time()
         start = rec.get("started") or rec.get("submitted") or end
         try:
