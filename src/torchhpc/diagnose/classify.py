@@ -50,7 +50,7 @@ CLASSES: dict[str, tuple[str, str]] = {
         "fix what ended each attempt (the last one's verdict is above; `torchhpc events {job}` shows every attempt), "
         "or make the program save where --checkpoint-dir looks",
     ),
-    "cancelled": ("cancelled by a user", "nothing to fix: someone ran scancel/cancel"),
+    "cancelled": ("the job was cancelled (who cancelled it is not recorded)", "nothing to fix: the job was cancelled"),
     "lost-peer": ("a rank lost its peer, and no rank shows why", "{logs} of every rank; the one that died left no traceback"),
     "unknown": ("no evidence names a cause", "read {logs}"),
 }

@@ -128,14 +128,21 @@ class HangVerdict:
 
 
 def culprit(stacks: Sequence[RankStack]) -> HangVerdict:
-    """The ranks not in a collective while the others wait in one (all of them when no stack was read)."""
+    """The ranks whose stack is outside a collective while others wait in one. None is named without that
+    evidence: not when no stack was read (the note says why), not when no rank waits in a collective
+    (every rank quiet in its own code alike; a job's only rank is its hang), and not a rank whose stack
+    could not be read."""
     waiting = tuple(s.rank for s in stacks if s.frames and in_collective(s.frames))
-    others = tuple(s.rank for s in stacks if s.rank not in waiting)
+    others = tuple(s.rank for s in stacks if s.frames and s.rank not in waiting)
     note = ""
     if not any(s.frames for s in stacks):
-        note = next((s.error for s in stacks if s.error), "no stack could be read")
+        why = next((s.error for s in stacks if s.error), "no stack could be read")
+        note = f"stacks not read: {why}"
     elif not others:
         note = "every rank waits in a collective: look for a mismatched collective (order or size) or a network stall"
+    elif not waiting and len(others) > 1:  # one rank alone is the hang; of several alike, none stands out
+        note = "no rank waits in a collective: every rank is in its own code, none stands out as the culprit"
+        others = ()
     return HangVerdict(others, waiting, tuple(stacks), note)
 
 
@@ -246,8 +253,9 @@ class HangWatch:
 
     def __init__(self, match: Mapping[str, str], timeout: float, on_hang: str, ranks_dir: str, job_dir: str,
                  node_argv: Callable[[], Optional[list[str]]], act: Callable[[str], None], say: Callable[[str], None],
-                 runner: Optional[Runner] = None, output: str = "") -> None:
+                 runner: Optional[Runner] = None, output: str = "", acting: str = "") -> None:
         self.match, self.timeout, self.on_hang = match, timeout, on_hang
+        self.acting = acting  # what the watch says it does once it fires ("" : "<on_hang> the job")
         self.ranks_dir, self.job_dir, self.node_argv = ranks_dir, job_dir, node_argv
         self.act, self.say, self.runner, self.output = act, say, runner, output
         self.fired, self.quiet = False, 0.0
@@ -284,7 +292,8 @@ class HangWatch:
         for line in render(verdict, quiet):
             self.say(line)
         saved = save(self.job_dir, verdict, quiet) if os.path.isdir(self.job_dir) else ""
-        self.say(f"torchhpc: hang: {self.on_hang} the job" + (f"; diagnosis saved in {saved}" if saved else ""))
+        doing = self.acting or f"{self.on_hang} the job"
+        self.say(f"torchhpc: hang: {doing}" + (f"; diagnosis saved in {saved}" if saved else ""))
         self.act(self.on_hang)
         return verdict
 

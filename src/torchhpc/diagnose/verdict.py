@@ -78,6 +78,7 @@ class Evidence:
     local: bool = False  # the local scheduler: its supervisor's reason names the rank that ended first
     flight: Sequence[Finding] = ()  # what the ranks' Flight Recorder dumps say (diagnose/flight.py)
     attempts: Sequence[Mapping[str, object]] = ()  # the supervisor's attempts.json (supervisor/attempts.py)
+    reason: str = ""  # the scheduler's reason for the state (DependencyNeverSatisfied; the local run's own words)
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,8 @@ class Verdict:
                 out.append(f"  log: {f.log}")
         if self.consequences and self.klass in ("hang", "collective-mismatch"):
             out.append(f"  ranks {format_ranks(self.consequences)} waited for it in a collective")
+        elif self.consequences and self.klass == "cancelled":
+            out.append(f"  ranks {format_ranks(self.consequences)} were stopped with it")
         elif self.consequences:
             out.append(f"  then ranks {format_ranks(self.consequences)} failed as a consequence (lost their peer, or stopped by the launcher)")
         out.append(f"  next: {self.next_step}")
@@ -281,7 +284,31 @@ def _verdict(ev: Evidence, per_rank: dict[int, list[str]], job_lines: list[str],
         # the scheduler ended the job; the ranks' errors are what that did to them
         consequences = tuple(sorted(others))
         first = None if job_class in ("time-limit", "cancelled", "preempted") else first
+    if klass == "cancelled":
+        meaning, step, consequences = _cancelled(ev, consequences, bool(per_rank))
     return Verdict(klass, meaning, first, consequences, step, ev.job, ev.state, ev.exit_code, tuple(seen))
+
+
+def _cancelled(ev: Evidence, ranks: tuple[int, ...], ran: bool) -> tuple[str, str, tuple[int, ...]]:
+    """(summary, next step, ranks stopped) of a cancelled job, from what the scheduler recorded of it:
+    a job that never started, a run interrupted here, the uid Slurm names; never a guess at who."""
+    reason = ev.reason or ""
+    if "DependencyNeverSatisfied" in reason or (not ran and "Dependency" in reason):
+        return ("the job never started: a job it depends on did not end as required (DependencyNeverSatisfied)",
+                f"see how the job it waited for ended: `torchhpc status {ev.job or 'JOB'}` names it", ())
+    if not ran and not ev.rank_logs:
+        ranks = ()
+    m = re.search(r"interrupted by (SIG\w+)", reason)
+    if m and m.group(1) == "SIGINT":
+        return "the run was interrupted with Ctrl-C (SIGINT)", "nothing to fix: the run was interrupted", ranks
+    if m:
+        return (f"the run was stopped by {m.group(1)} (torchhpc cancel, or a kill)",
+                "nothing to fix: the run was stopped", ranks)
+    by = re.match(r"CANCELLED by (\d+)", ev.state or "")
+    if by:
+        return f"the job was cancelled by uid {by.group(1)}", "nothing to fix: the job was cancelled", ranks
+    meaning, step = CLASSES["cancelled"]
+    return meaning, step, ranks
 
 
 def _hang_verdict(ev: Evidence) -> Verdict:
@@ -305,17 +332,28 @@ def _hang_verdict(ev: Evidence) -> Verdict:
         first = RankFailure(
             rank=culprits[0], host=str(s.get("host", "")), klass="hang" if not named else str(h.get("flight_kind")),
             error=(f"in {collective(frames)}" if collective(frames) else f"not in a collective ({top})") if top
-            else str(s.get("error", "")),
+            else "",  # no stack read: the next step says why, nothing is claimed about where the rank is
             where=user_frame(frames), log=ev.rank_logs.get(culprits[0], ""),  # type: ignore[arg-type]
         )
     klass = "collective-mismatch" if str(h.get("flight_kind", "")).startswith("mismatch") else "hang"
     meaning, step = CLASSES[klass]
     quiet = h.get("quiet_s")
+    note = str(h.get("note") or "")
     summary = meaning + (f" for {float(quiet):.0f}s" if isinstance(quiet, (int, float)) else "")  # type: ignore[arg-type]
     if flight:
         summary = flight[0]
     elif waiting:
         summary += "; the others wait in a collective"
+    elif note:
+        summary += f"; {note}"
+    read = any(s.get("frames") for s in stacks.values())
+    logs = f"`torchhpc logs {ev.job or 'JOB'}" + (f" --rank {first.rank}`" if first is not None else "`")
+    if klass == "hang" and not read:  # say what is missing, never "see the stacks above"
+        why = next((str(s.get("error")) for s in stacks.values() if s.get("error")), "") or "no stack was read"
+        step = (f"stacks not read ({why}); {logs} shows what rank {first.rank} printed last" if first is not None
+                else f"stacks not read ({why}); {logs} shows what each rank printed last")
+    elif klass == "hang" and first is None:
+        step = f"no rank waits in a collective: see where each rank is in the stacks above, or {logs}"
     return Verdict(klass, summary, first, waiting, step, ev.job, ev.state, ev.exit_code, ("hang.json",))
 
 
@@ -341,7 +379,7 @@ def gather(scheduler: object, name: str, job_id: str) -> Evidence:
         paths = []
     log = job_log(name, job_id, output=paths[0] if paths else None)
     if log is None:
-        return Evidence(state=state, exit_code=code, job=f"{name}:{job_id}")
+        return Evidence(state=state, exit_code=code, job=f"{name}:{job_id}", reason=reason)
     files = rank_files(log.ranks_dir) if log.ranks_dir else {}
     lines = log.read(final=True)
     local = bool(getattr(scheduler, "runs_here", False))
@@ -369,6 +407,7 @@ def gather(scheduler: object, name: str, job_id: str) -> Evidence:
         state=state,
         exit_code=code,
         job=f"{name}:{job_id}",
+        reason=reason,
     )
 
 

@@ -299,7 +299,9 @@ class Supervisor:
         match = self.alloc.rank_match()
         return hang.HangWatch(match, self.o.hang_timeout, "restart", self.ranks_dir, self.o.job_dir,
                               lambda: self.alloc.on_nodes(hang.probe_argv(match), attempt.nodes), lambda _what: None,
-                              lambda line: print(line, flush=True), runner=self.runner)
+                              lambda line: print(line, flush=True), runner=self.runner,
+                              acting=f"stop this attempt (--max-restarts {self.o.max_restarts}: the supervisor decides "
+                                     "whether it restarts)")
 
     def _judge(self, rc: int, attempt: Attempt, sizes: dict[str, int]) -> Outcome:
         """The step ended by itself: success, or the class its ranks' new lines show."""

@@ -102,7 +102,9 @@ class Restarts:
             offset = _size(self.log_path)
             row = Attempt(attempt=count, nodes=["localhost"], started=time.time())
             fired, done = threading.Event(), threading.Event()
-            watcher = _start_watch(self.watch, fired, done) if self.watch is not None else None
+            acting = (f"stop this attempt (--max-restarts {self.max_restarts}: the supervisor decides whether "
+                      "it restarts)") if self.max_restarts else ""
+            watcher = _start_watch(self.watch, fired, done, acting) if self.watch is not None else None
             try:
                 result = attempt(count)
             except JobFailed as e:
@@ -156,7 +158,7 @@ class Restarts:
 
 
 def _start_watch(make: Callable[[Callable[[str], None]], Any], fired: threading.Event,
-                 done: threading.Event) -> Optional[threading.Thread]:
+                 done: threading.Event, acting: str = "") -> Optional[threading.Thread]:
     def stop(_what: str) -> None:  # the same SIGTERM `torchhpc cancel` sends; the runner stops the ranks
         if not done.is_set():
             fired.set()
@@ -165,6 +167,8 @@ def _start_watch(make: Callable[[Callable[[str], None]], Any], fired: threading.
     w = make(stop)
     if w is None:
         return None
+    if acting:  # with restarts the watch stops one attempt, not the job ("cancel the job" was said, then a restart)
+        w.acting = acting
     t = threading.Thread(target=_watch_loop, args=(w, done), daemon=True, name="hang-watch")
     t.start()
     return t
