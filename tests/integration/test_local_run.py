@@ -254,7 +254,7 @@ def test_signal_to_parent_tears_everything_down(tmp_path: Path, sig: signal.Sign
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 128 + sig
-    assert f"interrupted by {sig.name}; stopped 3 running rank(s) of 3" in err
+    assert f"interrupted by {sig.name}; stopped 3 running ranks of 3" in err
     assert_all_gone(recorded_pids(tmp_path))
 
 

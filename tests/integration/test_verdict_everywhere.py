@@ -96,7 +96,7 @@ def test_foreground_hang_is_named_and_stopped(clean_user_env: None, tmp_path: Pa
     r = torchhpc(_env(), "run", "-n", "4", "--hang-timeout", "20", HANG, "3", cwd=tmp_path, timeout=200)
     assert r.returncode == EXIT_CODES["hang"], r.stderr  # the class's code (81), not the ranks' SIGTERM 143
     _assert_hang_named(r.stderr, "localhost")
-    assert "Error: the hang watch cancelled the run (--hang-timeout 20); stopped 4 running rank(s) of 4" in r.stderr
+    assert "Error: the hang watch cancelled the run (--hang-timeout 20); stopped 4 running ranks of 4" in r.stderr
     assert "diagnosis: hang" in "\n".join(r.stderr.splitlines()[-8:])
     handle = _local_handle(r.stderr)
     st = json.loads(torchhpc(_env(), "status", handle, "--json", cwd=tmp_path).stdout)

@@ -37,7 +37,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(verdict.render())
         if tries:
-            sys.stdout.write(f"attempts ({len(tries)}, attempts.json):\n" + "\n".join(attempt_lines(tries)) + "\n")
+            sys.stdout.write(f"attempts ({len(tries)}):\n" + "\n".join(attempt_lines(tries)) + "\n")
         if verdict.evidence:
             sys.stdout.write("evidence: " + "; ".join(verdict.evidence) + "\n")
     return 0 if verdict.ok else 1

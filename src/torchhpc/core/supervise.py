@@ -146,7 +146,8 @@ class Supervisor:
                 stopped = self._teardown()
                 name = signal.Signals(stop.signum).name
                 raise JobFailed(
-                    f"interrupted by {name}; stopped {stopped} running rank(s) of {len(self.envs)}",
+                    f"interrupted by {name}; stopped " + (f"{stopped} running ranks of {len(self.envs)}" if stopped > 1 else
+                                                          f"{stopped} running rank of {len(self.envs)}"),
                     returncode=128 + stop.signum,
                 ) from None
             if failed is not None:
@@ -165,7 +166,7 @@ class Supervisor:
         self._show_tail(rank)
         others = len(self.envs) - 1
         if stopped == others and others:
-            what = f"stopped the other {others} rank{'s' if others > 1 else ''}"
+            what = f"stopped the other {others} ranks" if others > 1 else "stopped the other rank"
         elif stopped:
             what = f"stopped {stopped} other rank{'s' if stopped > 1 else ''} still running"
         else:

@@ -71,7 +71,8 @@ class Timeline:
     def render(self) -> str:
         """The timeline (clock time, and + since submit), the account, and the ETTR line last."""
         t0 = self.events[0].time if self.events else 0.0
-        out = [f"events of {self.job} (scheduler times from {self.times.source or 'nowhere'}):"]
+        where = {"record": "torchhpc's record of the job"}.get(self.times.source, self.times.source or "nowhere")
+        out = [f"events of {self.job} (times from {where}):"]
         for e in self.events:
             clock = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.time))
             which = f" {e.attempt}" if e.kind == "attempt" else f" attempt {e.attempt}" if e.attempt is not None else ""

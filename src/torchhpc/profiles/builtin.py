@@ -22,7 +22,7 @@ BUILTIN: dict[str, Profile] = {
     for p in (
         Profile(
             name="mn5",
-            description="MareNostrum5 accelerated partition (BSC): 4 H100 per node, Singularity (seed 000)",
+            description="MareNostrum5 accelerated partition (BSC): 4 H100 per node, Singularity",
             scheduler="slurm",
             launcher="torchrun",
             # MN5 routes jobs to the accelerated partition through the acc_* QoS
@@ -40,7 +40,7 @@ BUILTIN: dict[str, Profile] = {
         ),
         Profile(
             name="lumi",
-            description="LUMI-G (CSC): 8 MI250X GCDs per node, Slingshot hsn0-3, PyTorch Singularity module (seed 002)",
+            description="LUMI-G (CSC): 8 MI250X GCDs per node, Slingshot hsn0-3, PyTorch Singularity module",
             scheduler="slurm",
             launcher="srun",  # one task per GCD: srun --ntasks=$((SLURM_NNODES*8))
             partition="standard-g",
@@ -76,7 +76,7 @@ BUILTIN: dict[str, Profile] = {
         ),
         Profile(
             name="alliance-cc",
-            description="Digital Research Alliance of Canada clusters: srun + torchrun, venv on modules (seed 003)",
+            description="Digital Research Alliance of Canada clusters: srun + torchrun, venv on modules",
             scheduler="slurm",
             launcher="torchrun",
             gpus_per_node=4,
@@ -89,7 +89,7 @@ BUILTIN: dict[str, Profile] = {
         ),
         Profile(
             name="sockeye",
-            description="UBC Sockeye (PBS): mpirun + python once on the first node with $PBS_NODEFILE (seed 003)",
+            description="UBC Sockeye (PBS): mpirun + python once on the first node with $PBS_NODEFILE",
             scheduler="pbs",
             launcher="mpirun",
             gpus_per_node=4,
@@ -101,7 +101,7 @@ BUILTIN: dict[str, Profile] = {
         ),
         Profile(
             name="rcp",
-            description="EPFL RCP: RunAI on Kubernetes, RoCE v2 over mlx5 with the right GID index (seed 004)",
+            description="EPFL RCP: RunAI on Kubernetes, RoCE v2 over mlx5 with the right GID index",
             scheduler="runai",
             launcher="torchrun",
             # The roce preset (NCCL_IB_HCA=mlx5, socket tuning, as the seed exports), then
