@@ -47,7 +47,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     names = [n for n, _ in CHECKS]
     for o in args.only or []:
         if o not in names:
-            raise UsageError(f"--only {o!r} is not a check", f"choose from: {', '.join(names)}")
+            from torchhpc.core.suggest import did_you_mean
+
+            near = did_you_mean(o, names)
+            raise UsageError(f"--only {o!r} is not a check", (f"{near} " if near else "") + f"choose from: {', '.join(names)}")
     ctx = Context(in_job=args.in_job, master=args.master, port=args.port, gpus=args.gpus)
     if args.gpu:
         from torchhpc.doctor.gpu import gpu_checks

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from torchhpc import __version__
 from torchhpc.cli.parser import Parser
-from torchhpc.errors import TorchHPCError
+from torchhpc.errors import TorchHPCError, UsageError
 
 # Subcommand modules, in --help order. Each has register(subparsers).
 COMMANDS: tuple[str, ...] = (
@@ -115,6 +115,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         args = argparse.Namespace(func=run_cli.cmd_run, _parser=_subparser(parser, "run"), _argv=argv[1:])
     elif argv[:1] == ["sweep"] and argv[1:2] and argv[1] not in ("status", "report", "-h", "--help"):
+        from torchhpc.core.suggest import did_you_mean
+
+        near = did_you_mean(argv[1], ("status", "report")) if not argv[1].startswith("-") else ""
+        if near:  # `sweep statsu DIR`: a mistyped action, not a program named statsu
+            return _report(UsageError(f"sweep: {argv[1]!r} is not an action", f"{near} (torchhpc sweep status|report DIR)"))
         # `sweep` (not its status/report) splits its line like `run`: the program's flags are its own.
         from torchhpc.cli import sweep as sweep_cli
 

@@ -64,6 +64,11 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
             raise UsageError(f"pipeline {action} needs the pipeline", f"torchhpc pipeline {action} FILE.toml (or its id)")
         return {"status": _status, "cancel": _cancel, "logs": _logs}[action](args, rest)
     if len(words) != 1:
+        from torchhpc.core.suggest import did_you_mean
+
+        near = did_you_mean(words[0], ACTIONS) if not words[0].endswith(".toml") else ""
+        if near:
+            raise UsageError(f"pipeline: {words[0]!r} is not an action", f"{near} (status, cancel or logs)")
         raise UsageError(f"pipeline takes one file, not {' '.join(words)}",
                          "torchhpc pipeline FILE.toml, or pipeline status|cancel|logs FILE ...")
     return _submit(args, words[0])
