@@ -397,3 +397,24 @@ def test_interactive_shell_gets_a_terminal_on_docker_and_podman() -> None:
         assert argv[argv.index("run") + 1 : argv.index("run") + 3] == ["--rm", "-it"]
         assert "-it" not in wrap(ContainerSpec("img", rt), ["bash", "-i"])
     assert wrap(ContainerSpec("x.sif", "apptainer"), ["bash", "-i"], interactive=True)[:2] == ["apptainer", "exec"]
+
+
+@pytest.mark.parametrize("runtime", ["docker", "podman"])
+def test_docker_and_podman_get_a_reference_they_accept(runtime: str) -> None:
+    """docker run refuses docker://reg/img:1 ("invalid reference format"): the scheme is Apptainer's and
+    enroot's (issue 51, item 9). Other schemes name what neither runtime pulls: refused, with the fix."""
+    from torchhpc.containers.docker import docker_ref
+
+    argv = wrap(ContainerSpec("docker://reg.example/img:1", runtime), ["true"])
+    assert argv[-2:] == ["reg.example/img:1", "true"] and not any(a.startswith("docker://") for a in argv)
+    assert docker_ref("reg/img:1", runtime) == "reg/img:1"
+    with pytest.raises(SpecError, match="oras://"):
+        wrap(ContainerSpec("oras://reg/img:1", runtime), ["true"])
+
+
+def test_docker_reference_through_the_cli_dry_run(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "torchhpc", "run", "--scheduler", "slurm", "--dry-run", "--runtime", "docker",
+                        "--container", "docker://reg/img:1", "-N", "1", "train.py"], capture_output=True, text=True,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert " reg/img:1 " in r.stdout and "docker://reg/img:1" not in r.stdout, r.stdout

@@ -49,6 +49,23 @@ exec "${pre[@]}" "${flags[@]}" "$@"
 _AMD_DEVICES = ("/dev/kfd", "/dev/dri")
 
 
+def docker_ref(image: str, runtime: str = "docker") -> str:
+    """The image as ``docker run``/``podman run`` take it: ``docker://reg/img:1`` -> ``reg/img:1``.
+
+    ``docker://`` is the scheme Apptainer, enroot and pyxis read a registry reference with; docker
+    refuses it ("invalid reference format"). Any other ``SCHEME://`` (``oras://``, ``library://``) names
+    something neither runtime pulls: refused here, with what to pass instead."""
+    if c.is_variable(image):
+        return image
+    if image.startswith("docker://"):
+        return image[len("docker://"):]
+    scheme = image.split("://", 1)[0] if "://" in image else ""
+    if scheme:
+        raise SpecError(f"--container {image}: {runtime} pulls registry images, not {scheme}:// ones",
+                        "pass a registry reference (reg/img:tag, or docker://reg/img:tag), or another --runtime")
+    return image
+
+
 def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAIN) -> list[str]:
     podman = container.runtime == "podman"
     opts = c.options(container, OPTIONS)
@@ -109,7 +126,7 @@ def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAI
     for k, v in pairs:
         head += ["-e", f"{k}={v}"]
     head += c.split_args(opts)
-    tail = [c.image_word(container.image), *argv]
+    tail = [c.image_word(docker_ref(container.image, container.runtime)), *argv]
     full = c.env_expand_argv("flag", "-e", wild, head, tail) if wild else head + tail
     if nvidia:
         pre = full[: len(full) - len(tail)]
