@@ -180,3 +180,31 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: py
     assert main(["profiles", "show", "mine", "--json"]) == 0
     assert '"account": "st-abc-1-gpu"' in capsys.readouterr().out
     assert main(["profiles", "show", "nope"]) == 2
+
+
+def test_a_profiles_module_lines_are_indented_in_main(capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """LUMI's `module load` lines sat at column 0 inside main() (issue 51, item 9); a heredoc in the setup
+    keeps its body and end word as written (an indented end word would not end it)."""
+    import subprocess
+
+    from torchhpc.cli.main import main
+    from torchhpc.core.spec import Entrypoint, JobSpec
+    from torchhpc.schedulers.slurm.slurm import SlurmScheduler
+
+    monkeypatch.setenv("SBATCH_ACCOUNT", "project_465001726")
+    assert main(["run", "--dry-run", "--profile", "lumi", "--nodes", "2", "--time", "00:05:00", "--output-dir", "/scratch/demo",
+                 "examples/mnist_ddp.py"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("main() {")
+    assert lines[at + 1: at + 4] == ["  set +u", "  module load LUMI/24.03",
+                                     "  module load PyTorch/2.3.1-rocm-6.0.3-python-3.12-singularity-20240923"]
+    assert not any(ln.startswith("module ") for ln in lines)
+    setup = ("module load a", "cat > notes.txt <<'EOF'", "  kept as written", "EOF", "module load b")
+    text = SlurmScheduler().render_script(JobSpec(entrypoint=Entrypoint.parse(["pi.py"], python="python3"),
+                                                  scheduler="slurm", output_dir="/scratch/o", setup=setup))
+    body = text.splitlines()
+    assert "  module load a" in body and "  module load b" in body and "  cat > notes.txt <<'EOF'" in body
+    i = body.index("  cat > notes.txt <<'EOF'")
+    assert body[i + 1: i + 3] == ["  kept as written", "EOF"]
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
