@@ -242,6 +242,22 @@ def test_gpu_health_reads_throttle_reasons_ecc_and_xids() -> None:
     assert gpu_health(rows, log) == {"GPU-a": "ok", "GPU-b": "hw-thermal,ecc:2", "GPU-c": "xid:79"}
 
 
+def test_a_power_capped_gpu_is_not_a_fault() -> None:
+    """An H200 at 100 % reports SW power cap (0x4) all the time: normal operation, shown apart after "ok"
+    (top showed "power-cap" in GPU_HEALTH, issue 51 item 11); heat and hardware slowdowns are faults."""
+    from torchhpc.observe.sample import gpu_health
+
+    rows = [["GPU-busy", "00000000:18:00.0", "0x0000000000000004", "0"],
+            ["GPU-hot", "00000000:3B:00.0", "0x0000000000000024", "0"],  # capped and sw thermal slowdown
+            ["GPU-slow", "00000000:86:00.0", "0x0000000000000088", "0"],  # hw slowdown, power brake
+            ["GPU-idle", "00000000:87:00.0", "0x0000000000000001", "0"]]
+    got = gpu_health(rows, "")
+    assert got == {"GPU-busy": "ok (capped)", "GPU-hot": "sw-thermal", "GPU-slow": "hw-slowdown,power-brake",
+                   "GPU-idle": "ok"}
+    row = table([RankRow(0, "n1", "running", gpu_health=got["GPU-busy"])])[1]
+    assert "ok (capped)" in row and "power-cap" not in row
+
+
 def test_the_gpu_health_column_shows_only_where_a_gpu_answered() -> None:
     plain = table([RankRow(0, "n1", "running")])
     assert "GPU_HEALTH" not in plain[0]

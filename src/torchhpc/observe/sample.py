@@ -127,13 +127,18 @@ def gpu_by_pid(apps: Sequence[Sequence[str]], gpus: Sequence[Sequence[str]]) -> 
     return out
 
 
-# nvidia-smi's clocks event (throttle) reasons that mean the hardware holds the GPU back, not its load
-_THROTTLE = {0x4: "power-cap", 0x8: "hw-slowdown", 0x20: "sw-thermal", 0x40: "hw-thermal", 0x80: "power-brake"}
+# nvidia-smi's clocks event (throttle) reasons that are faults: the GPU is held back by heat or by the
+# hardware, not by its load. SW power cap (0x4) is not among them: at full load a GPU runs at its power
+# limit by design (an H200 at 100 % reports it all the time); it is shown apart, after "ok".
+_THROTTLE = {0x8: "hw-slowdown", 0x20: "sw-thermal", 0x40: "hw-thermal", 0x80: "power-brake"}
+_POWER_CAP = 0x4
+CAPPED = "ok (capped)"  # no fault; the clocks are at the power limit (normal under full load)
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
 
 
 def gpu_health(gpus: Sequence[Sequence[str]], kernel_log: str = "") -> dict[str, str]:
-    """GPU uuid -> "ok" or what is wrong, from nvidia-smi's CSV answer to ``--query-gpu=uuid,pci.bus_id,
+    """GPU uuid -> "ok" or its faults (thermal or hardware slowdown, ECC, XID; "ok (capped)": no fault, at its
+    power limit), from nvidia-smi's CSV answer to ``--query-gpu=uuid,pci.bus_id,
     clocks_event_reasons.active,ecc.errors.uncorrected.volatile.total`` and the kernel log's ``NVRM: Xid``
     lines (``dmesg``: XIDs are nowhere else; unreadable without the right, then only the first two)."""
     xids: dict[str, list[str]] = {}
@@ -144,10 +149,11 @@ def gpu_health(gpus: Sequence[Sequence[str]], kernel_log: str = "") -> dict[str,
         if len(row) < 4:
             continue
         uuid, bus, reasons, ecc = (c.strip() for c in row[:4])
-        bad = []
+        bad, capped = [], False
         try:
             mask = int(reasons, 16) if reasons.lower().startswith("0x") else int(reasons)
             bad += [name for bit, name in _THROTTLE.items() if mask & bit]
+            capped = bool(mask & _POWER_CAP)
         except ValueError:
             pass
         if ecc.isdigit() and int(ecc) > 0:
@@ -155,7 +161,7 @@ def gpu_health(gpus: Sequence[Sequence[str]], kernel_log: str = "") -> dict[str,
         seen = xids.get(_bus(bus), [])
         if seen:
             bad.append("xid:" + ",".join(sorted(set(seen), key=int)))
-        out[uuid] = ",".join(bad) or "ok"
+        out[uuid] = ",".join(bad) or (CAPPED if capped else "ok")
     return out
 
 
