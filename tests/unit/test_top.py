@@ -198,7 +198,7 @@ def test_a_rank_still_importing_is_not_a_hang(tmp_path: Path) -> None:
     importing = (("_find_and_load", "<frozen importlib._bootstrap>", 1176), ("<module>", "train.py", 1))
     stacks = [RankStack(0, "n1", 1, 0.03, importing)]
     acted: list[str] = []
-    watch = hang.HangWatch(False, "1", 5.0, "cancel", str(ranks), str(tmp_path), lambda: 1, acted.append,
+    watch = hang.HangWatch({}, 5.0, "cancel", str(ranks), str(tmp_path), lambda: None, acted.append,
                            lambda _line: None)
     real = hang.probe_job
     hang.probe_job = lambda *a, **k: stacks  # type: ignore[assignment]
