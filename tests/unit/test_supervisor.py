@@ -117,7 +117,7 @@ def _spec(**kw: object) -> JobSpec:
 
 @pytest.mark.parametrize("launcher", ["srun", "torchrun", "mpirun"])
 def test_slurm_script_allocates_the_spares_and_runs_the_step_under_the_supervisor(launcher: str) -> None:
-    script = get_scheduler("slurm").render(_spec(launcher=launcher, spares=1, max_restarts=2, hang_timeout=30)).script
+    script = get_scheduler("slurm").render(_spec(launcher=launcher, spares=1, max_restarts=2, hang_timeout=30)).script or ""
     assert "#SBATCH --nodes=3" in script and "#SBATCH --no-kill" in script
     assert "_torchhpc_step() {" in script and "export -f _torchhpc_step" in script
     assert "-m torchhpc.supervisor" in script and "--max-restarts 2" in script and "--hang-timeout 30" in script
@@ -132,7 +132,7 @@ def test_slurm_script_allocates_the_spares_and_runs_the_step_under_the_superviso
 
 
 def test_without_spares_or_restarts_the_script_is_unchanged() -> None:
-    script = get_scheduler("slurm").render(_spec(launcher="srun", hang_timeout=30)).script
+    script = get_scheduler("slurm").render(_spec(launcher="srun", hang_timeout=30)).script or ""
     assert "torchhpc.supervisor" not in script and "--no-kill" not in script and "#SBATCH --nodes=2" in script
 
 
@@ -154,7 +154,7 @@ def test_what_a_scheduler_cannot_do_is_refused_with_the_reason(scheduler: str, f
 def test_kubernetes_pytorchjob_maps_max_restarts_to_backoff_limit() -> None:
     sub = get_scheduler("kubernetes").render(
         _spec(scheduler="kubernetes", max_restarts=3, options=(("image", "img:1"), ("api", "pytorchjob"))))
-    assert "backoffLimit: 3" in sub.script or '"backoffLimit": 3' in json.dumps(sub.script)
+    assert "backoffLimit: 3" in (sub.script or "") or '"backoffLimit": 3' in json.dumps(sub.script)
 
 
 def test_job_ids_go_on_past_the_last_cluster(tmp_path: Path) -> None:
