@@ -188,6 +188,20 @@ def test_ddp_saves_under_plain_names_and_resumes_into_a_plain_model(tmp_path: Pa
     assert checkpoint_group() is not None
 
 
+def test_the_checkpoint_group_is_its_own_and_outlives_no_default_group() -> None:
+    import torch.distributed as dist
+
+    assert checkpoint_group() is None  # no process group, no checkpoint group
+    for _ in range(2):  # a group destroyed with its default group is made anew for the next one
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        try:
+            group = checkpoint_group()
+            assert group is not None and group is not dist.group.WORLD and checkpoint_group() is group
+            assert dist.get_backend(group) == "gloo"
+        finally:
+            dist.destroy_process_group()
+
+
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path: Path) -> None:
     model, opt, _ = _make()
     checkpoint.save(tmp_path, step=1, model=model, optimizer=opt)

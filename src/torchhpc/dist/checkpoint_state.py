@@ -164,12 +164,54 @@ def write(state: dict[str, Any], path: Path, pg: Any) -> None:
     dcp.save(state, storage_writer=_writer(path, pg), process_group=pg, no_dist=pg is None)
 
 
+def _share(state: Any, rank: int, world: int) -> Any:
+    """``state`` less the whole (non-DTensor) tensors that other ranks write.
+
+    DCP takes a whole tensor that every rank holds (DDP's parameters, Adam's moments of a
+    plain model) as replicated and writes it once; but an async save would first copy all of
+    them to host memory on every rank. Dealt out here by size (largest first, to the rank
+    with the least so far; the same on every rank, since the shapes are), each rank copies
+    and writes only its share: the pause and the host buffers shrink by the world size.
+    DTensors (FSDP2's shards) and other values stay on every rank, as DCP expects them.
+    """
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    whole: list[tuple[tuple[Any, ...], int]] = []
+
+    def walk(node: Any, where: tuple[Any, ...]) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, (*where, k))
+        elif isinstance(node, torch.Tensor) and not isinstance(node, DTensor):
+            whole.append((where, node.numel() * node.element_size()))
+
+    walk(state, ())
+    load, owner = [0] * world, {}
+    for where, size in sorted(whole, key=lambda w: (-w[1], repr(w[0]))):
+        r = load.index(min(load))
+        load[r] += size
+        owner[where] = r
+
+    def keep(node: Any, where: tuple[Any, ...]) -> Any:
+        if not isinstance(node, dict):
+            return node
+        return {k: keep(v, (*where, k)) for k, v in node.items() if owner.get((*where, k), rank) == rank}
+
+    return keep(state, ())
+
+
 def write_async(state: dict[str, Any], path: Path, pg: Any) -> Any:
-    """Copy ``state`` to host buffers now (the pause), write it on a thread; a Future of the write's end."""
+    """Copy this rank's share of ``state`` to host buffers now (the pause), write it on a thread; a Future
+    of the write's end."""
     global _STAGER
     import torch
+    import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+    if pg is not None and dist.get_world_size(pg) > 1:
+        state = _share(state, dist.get_rank(pg), dist.get_world_size(pg))
 
     if _STAGER is None:
         cuda = torch.cuda.is_available()
