@@ -11,7 +11,7 @@ Where the newest checkpoint is read from, first found first:
 * ``<job dir>/checkpoint.json``, written by torchhpc's helper (:func:`torchhpc.dist.checkpoint.save`)
   when the job's directory is known to the ranks (``TORCHHPC_JOB_DIR`` or ``TORCHHPC_RANKS_DIR``);
 * the newest file or directory under ``--checkpoint-dir DIR`` (two levels deep): its step is the
-  last number in its name (``ckpt-000001200.pt``, ``checkpoint-1200``, ``epoch=3-step=1200.ckpt``),
+  last number in its name (``ckpt-000001200``, ``ckpt-000001200.pt``, ``checkpoint-1200``, ``epoch=3-step=1200.ckpt``),
   and a name without one counts by its modification time.
 """
 
