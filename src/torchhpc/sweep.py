@@ -201,23 +201,58 @@ def task_rows(directory: str) -> list[dict[str, Any]]:
         raise UsageError(f"the sweep in {directory!r} was never submitted (a dry run?)", "submit it: torchhpc sweep ...")
     overall = sched.status(job_id)
     by_id = {t.job_id: t for t in overall.tasks}
+    shared = _shared_log(sched, job_id, [t["index"] for t in man["tasks"]])
     rows = []
     for task in man["tasks"]:
         i = task["index"]
         tid = f"{job_id}_{i}"
-        st = by_id.get(tid)
+        st = by_id.get(tid) or _local_task(shared, tid, i, overall)
         result = None
         if sched.task_id(job_id, i) is not None:  # a task with its own logs (a Slurm array task)
             try:
                 result = last_result(sched.logs(tid))
             except SchedulerError:
                 result = None
+        elif shared is not None:  # one log, each line [task I]-prefixed (the local scheduler)
+            result = last_result(shared.get(i, ""))
         row: dict[str, Any] = {"task": i, **task["params"]}
         row.update(state=st.state if st else overall.state, exit_code=st.exit_code if st else None,
                    restarts=st.restarts if st else 0, elapsed=st.elapsed if st else "")
         row.update({f"result.{k}": v for k, v in flat_metrics(result).items()})
         rows.append(row)
     return rows
+
+
+_TASK_LINE = re.compile(r"^\[task (\d+)\] (.*)$")
+_TASK_END = re.compile(r"^torchhpc: task \d+ ended (\w+), exit (-?\d+), after ([\d.]+) s$")
+
+
+def _shared_log(sched: Scheduler, job_id: str, indices: Sequence[int]) -> Optional[dict[int, str]]:
+    """task -> its lines of a log that holds every task's, ``[task I]``-prefixed (the local scheduler's
+    array); None where each task has its own (Slurm, PBS) or the log cannot be read."""
+    if not indices or sched.task_id(job_id, indices[0]) is not None:
+        return None
+    try:
+        text = sched.logs(job_id)
+    except SchedulerError:
+        return None
+    out: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        m = _TASK_LINE.match(line)
+        if m:
+            out.setdefault(int(m.group(1)), []).append(m.group(2))
+    return {i: "\n".join(lines) for i, lines in out.items()}
+
+
+def _local_task(shared: Optional[Mapping[int, str]], tid: str, index: int, overall: JobStatus) -> Optional[JobStatus]:
+    """One task's end from its own ``torchhpc: task I ended STATE, exit N, after S s`` line (local/array.py);
+    None while it has not ended (the job's state is then the row's)."""
+    for line in reversed((shared or {}).get(index, "").splitlines()):
+        m = _TASK_END.match(line)
+        if m:
+            return JobStatus(job_id=tid, state=m.group(1), exit_code=int(m.group(2)), elapsed=f"{float(m.group(3)):.1f}s",
+                             name=overall.name, nodes=overall.nodes)
+    return None
 
 
 def columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -259,6 +294,21 @@ def report(directory: str, metric: Optional[str] = None, param: Optional[str] = 
         if png:
             paths["png"] = png
     return paths
+
+
+def no_png_reason(rows: Sequence[Mapping[str, Any]], metric: Optional[str] = None) -> str:
+    """Why :func:`report` wrote no report.png, as observed: no numeric RESULT metric in any task's log,
+    or no matplotlib to draw it with."""
+    numeric = [c for c in columns(rows) if c.startswith("result.") and any(isinstance(r.get(c), (int, float)) for r in rows)]
+    if metric and ("result." + metric.removeprefix("result.")) not in numeric:
+        return f"no task's RESULT line has a numeric {metric.removeprefix('result.')!r}"
+    if not numeric:
+        return "no task printed a RESULT line with a number (print('RESULT ' + json.dumps({...})))"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return "matplotlib is not installed"
+    return "no task has both the parameter and the metric as numbers"
 
 
 def _plot(rows: Sequence[Mapping[str, Any]], metric: str, param: str, path: str) -> Optional[str]:

@@ -133,5 +133,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     paths = report(args.directory, metric=args.metric, param=args.param)
     with open(paths["md"]) as f:
         sys.stdout.write(f.read())
-    eprint("wrote " + ", ".join(paths.values()) + ("" if "png" in paths else " (no PNG: matplotlib is not installed)"))
+    if "png" not in paths:  # say why, as seen: no metric found, or no matplotlib
+        from torchhpc.sweep import no_png_reason, task_rows
+
+        why = no_png_reason(task_rows(args.directory), args.metric)
+    eprint("wrote " + ", ".join(paths.values()) + ("" if "png" in paths else f" (no PNG: {why})"))
     return 0

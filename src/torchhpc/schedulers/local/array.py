@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -23,7 +24,9 @@ from torchhpc.errors import JobFailed
 if TYPE_CHECKING:
     from torchhpc.schedulers.api import Submission
 
-__all__ = ["run_array", "task_spec"]
+__all__ = ["TASK_END", "run_array", "task_spec"]
+
+TASK_END = "torchhpc: task {index} ended {state}, exit {code}, after {s:.1f} s"  # one line per task, [task I]-prefixed
 
 
 def task_spec(spec: JobSpec, index: int) -> JobSpec:
@@ -78,12 +81,16 @@ def run_array(run_task: Callable[[JobSpec, IO[str], IO[str]], object], submissio
     def one(index: int) -> None:
         o = _Prefixed(out, f"[task {index}] ", lock)
         e = _Prefixed(err, f"[task {index}] ", lock)
+        t0 = time.monotonic()
         try:
             run_task(task_spec(spec, index), cast(IO[str], o), cast(IO[str], e))
         except JobFailed as ex:
             failed[index] = ex.exit_code or 1
         finally:
             o.flush()
+            # each task's own end, as Slurm's accounting keeps it per array task (`sweep status` reads it)
+            state = "FAILED" if index in failed else "COMPLETED"
+            e.write(TASK_END.format(index=index, state=state, code=failed.get(index, 0), s=time.monotonic() - t0) + "\n")
             e.flush()
 
     with ThreadPoolExecutor(max_workers=arr.parallel or 1) as pool:
