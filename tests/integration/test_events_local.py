@@ -36,3 +36,21 @@ def test_events_of_a_local_job_with_a_restart(clean_user_env: None, tmp_path: Pa
     assert (tmp_path / "ev.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = torchhpc(dict(os.environ), "events", handle, cwd=tmp_path).stdout
     assert text.splitlines()[-1].startswith("ETTR ") and "1 incident" in text.splitlines()[-1], text
+
+
+def test_events_of_an_unsupervised_hang_count_it(clean_user_env: None, tmp_path: Path) -> None:
+    """No --max-restarts, so no attempts.json: the hang is still an incident (it was "ETTR 100 %, 0 incidents"),
+    and the plot draws the run's bar (it drew an empty axis)."""
+    need("matplotlib", "the PNG needs the plot extra")
+    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", "5", HANG_ONCE, "1", "always",
+                 cwd=tmp_path, timeout=200)
+    assert r.returncode != 0, r.stdout + r.stderr
+    handle = _handle(r.stderr)
+    shown = torchhpc(dict(os.environ), "events", handle, "--json", "--plot", str(tmp_path / "ev.png"), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    acct = json.loads(shown.stdout)["account"]
+    assert acct["incidents"] == 1 and acct["incident_list"][0]["class"] == "hang", acct
+    assert acct["ettr"] < 1.0 and acct["lost_by_part_s"]["detection"] >= 5.0, acct
+    assert (tmp_path / "ev.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = torchhpc(dict(os.environ), "events", handle, cwd=tmp_path).stdout
+    assert "1 incident" in text.splitlines()[-1] and "[]" not in text, text

@@ -62,6 +62,7 @@ class Timeline:
     attempts: tuple[Mapping[str, Any], ...] = ()
     running: bool = False
     notes: tuple[str, ...] = field(default=())
+    runs: tuple[Mapping[str, Any], ...] = ()  # what the account and the plot count: attempts, else the job as one
 
     def to_json(self) -> dict[str, Any]:
         return {"job": self.job, "source": self.times.source, "state": self.times.state, "running": self.running,
@@ -83,14 +84,54 @@ class Timeline:
         out.append("account:")
         out.append(f"  wall {duration(a.wall_s)} = queue {a.queue_s:.1f} s + start-up {a.startup_s:.1f} s"
                    f" + productive {a.productive_s:.1f} s + lost {a.lost_s:.1f} s + shutdown {a.shutdown_s:.1f} s")
+        rows = {int(r.get("attempt") or 0): r for r in self.runs or self.attempts}
         for n, i in enumerate(a.incidents, 1):
             rec = f"{i.recompute_s:.1f} s" if i.recompute_known else "unknown (no checkpoint time)"
             out.append(f"  incident {n} (attempt {i.attempt}, {i.klass}, found by {i.found_by or '?'}): "
-                       f"detection {i.detection_s:.1f} s, teardown {i.teardown_s:.1f} s, health gate {i.health_s:.1f} s, "
+                       f"detection {_detection(i.found_by, i.detection_s, rows.get(i.attempt, {}))}, "
+                       f"teardown {i.teardown_s:.1f} s, health gate {i.health_s:.1f} s, "
                        f"restart {i.restart_s:.1f} s, recompute {rec}")
         out.extend(f"  note: {n}" for n in self.notes)
         out.append(a.line() + (" (still running)" if self.running else ""))
         return "\n".join(out) + "\n"
+
+
+def _detection(found_by: str, seconds: float, row: Mapping[str, Any]) -> str:
+    """The detection time as known: a fault the supervisor's probe found happened at most one probe
+    interval before it was seen (the account counts it as found when seen: 0 s), so the bound is said."""
+    if found_by != "probe":
+        return f"{seconds:.1f} s"
+    every = _num(row, "probe_s")
+    return f"<= {every:g} s (the probe's interval)" if every else "<= the probe's interval (not recorded)"
+
+
+_END_CLASS = {"FAILED": "failure", "TIMEOUT": "time-limit", "DEADLINE": "time-limit", "NODE_FAIL": "node-failure",
+              "BOOT_FAIL": "node-failure", "OUT_OF_MEMORY": "host-oom", "PREEMPTED": "preempted"}
+
+
+def _as_one_attempt(start: Optional[float], stop: float, running: bool, state: str, nodes: tuple[str, ...],
+                    hang_info: Optional[Mapping[str, Any]], hang_time: Optional[float]) -> list[dict[str, Any]]:
+    """A job without attempts.json (no supervisor) as the one attempt it was, for the account and the plot:
+    a hang the watch named, or an end the scheduler calls a failure, is its incident (it was counted
+    "ETTR 100 %, 0 incidents")."""
+    if start is None:
+        return []
+    row: dict[str, Any] = {"attempt": 0, "started": start, "nodes": list(nodes), "ended": None if running else stop}
+    klass = "hang" if hang_info is not None else _END_CLASS.get(state.split()[0] if state else "", "")
+    if klass and not running:
+        fault = hang_time if hang_info is not None and hang_time is not None else stop
+        row.update({"class": klass, "fault": min(fault, stop),
+                    "found_by": "hang-watch" if hang_info is not None else "step-end"})
+    return [row]
+
+
+def _start_nodes(attempts: Sequence[Mapping[str, Any]], final: str) -> tuple[str, ...]:
+    """The nodes the job started on: every node an attempt ran on or excluded (a job resized after a node
+    loss ends with fewer: the scheduler's NodeList is the end's), else the scheduler's list."""
+    from torchhpc.core.hostlist import compress
+
+    seen = {str(h) for a in attempts for key in ("nodes", "excluded") for h in a.get(key) or ()}
+    return (compress(sorted(seen)),) if seen else ((final,) if final else ())
 
 
 def _plus(s: float) -> str:
@@ -107,6 +148,7 @@ def _num(d: Mapping[str, Any], key: str) -> Optional[float]:
 
 def _attempt_events(attempts: Sequence[Mapping[str, Any]]) -> list[Event]:
     out: list[Event] = []
+    excluded: set[str] = set()
     rows = sorted(attempts, key=lambda a: int(a.get("attempt") or 0))
     for a in rows:
         n = int(a.get("attempt") or 0)
@@ -140,8 +182,10 @@ def _attempt_events(attempts: Sequence[Mapping[str, Any]]) -> list[Event]:
                 out.append(Event(ended, "teardown", gone, n))
             else:
                 out.append(Event(ended, "attempt-end", "succeeded", n))
-        if a.get("excluded") and ended is not None:
-            out.append(Event(ended, "exclude", "", n, tuple(str(x) for x in a["excluded"])))
+        new = [str(x) for x in a.get("excluded") or () if str(x) not in excluded]  # the list is cumulative
+        excluded.update(new)
+        if new and ended is not None:
+            out.append(Event(ended, "exclude", "", n, tuple(new)))
     return out
 
 
@@ -169,12 +213,15 @@ def timeline(job: str, times: JobTimes, attempts: Sequence[Mapping[str, Any]], *
         events.append(Event(times.eligible, "eligible"))
     events.extend(Event(t, "pending", why) for t, why in times.reasons)
     if start is not None:
-        events.append(Event(start, "start", "", None, tuple(times.nodes.split(",")) if times.nodes else ()))
+        events.append(Event(start, "start", "", None, _start_nodes(attempts, times.nodes)))
     events.extend(_attempt_events(attempts))
     if hang_info is not None and hang_time is not None:
-        culprits = hang_info.get("culprits") or ()
+        from torchhpc.jobdir.logs import format_ranks
+
+        culprits = tuple(int(r) for r in hang_info.get("culprits") or ())
         quiet = _num(hang_info, "quiet_s")
-        events.append(Event(hang_time, "hang", f"ranks {list(culprits)} quiet for {quiet or 0:.0f} s"
+        who = f"rank{'s' if len(culprits) > 1 else ''} {format_ranks(culprits)}" if culprits else "every rank"
+        events.append(Event(hang_time, "hang", f"{who} quiet for {quiet or 0:.0f} s"
                             + (f": {hang_info['flight'][0]}" if hang_info.get("flight") else "")))
     for f in findings:
         events.append(Event(findings_time or stop, "flight", f"{f.kind}: {f.line()}"))
@@ -182,12 +229,15 @@ def timeline(job: str, times: JobTimes, attempts: Sequence[Mapping[str, Any]], *
         code = times.exit_code if times.exit_code is not None else (end_mark[2] if end_mark else None)
         state = times.state or (end_mark[1] if end_mark else "")
         events.append(Event(stop, "end", f"{state}" + (f", exit {code}" if code is not None else "")))
+    runs: Sequence[Mapping[str, Any]] = attempts
     if not attempts:
         notes.append("no attempts.json: one attempt, its first line unknown (start-up is counted as productive)")
+        state = times.state or (end_mark[1] if end_mark else "")
+        runs = _as_one_attempt(start, stop, running, state, _start_nodes((), times.nodes), hang_info, hang_time)
     quiet = _num(hang_info, "quiet_s") if hang_info else None
-    acct = account(submit, start if start is not None else stop, stop, attempts, quiet)
+    acct = account(submit, start if start is not None else stop, stop, runs, quiet)
     events.sort(key=lambda e: e.time)  # stable: same-time events keep their causal order
-    return Timeline(job, times, tuple(events), acct, tuple(attempts), running, tuple(notes))
+    return Timeline(job, times, tuple(events), acct, tuple(attempts), running, tuple(notes), tuple(runs))
 
 
 def _mtime(path: str) -> Optional[float]:

@@ -50,7 +50,7 @@ def plot_data(tl: Timeline) -> tuple[list[Bar], list[Mark]]:
     end = t0 + tl.account.wall_s
     bars: list[Bar] = []
     marks: list[Mark] = []
-    for a in tl.attempts:
+    for a in tl.runs or tl.attempts:  # a job without attempts.json is drawn as the one attempt it was
         n = int(a.get("attempt") or 0)
         nodes = [str(x) for x in a.get("nodes") or ()] or ["?"]
         start = _f(a.get("launched")) or _f(a.get("started")) or t0
@@ -92,6 +92,13 @@ def plot_timeline(tl: Timeline, path: str | os.PathLike[str]) -> str:
     for m in marks:
         ax.plot([m.time], [row[m.node]], marker="X", color="tab:red", markersize=12, linestyle="none")
         ax.annotate(m.klass, (m.time, row[m.node] + 0.35), fontsize=8, color="tab:red")
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(facecolor="tab:green", edgecolor="black", label="attempt that succeeded (or runs)"),
+                       Patch(facecolor="tab:orange", edgecolor="black", label="attempt ended by a fault"),
+                       Line2D([], [], marker="X", color="tab:red", linestyle="none", markersize=10, label="fault")],
+              loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(nodes) < 3 else -0.2), ncol=3, fontsize=8, frameon=False)
     ax.set_yticks(range(len(nodes)), nodes)
     ax.set_xlabel("seconds since submit")
     ax.set_title(f"{tl.job}: {tl.account.line()}", fontsize=9)

@@ -18,7 +18,8 @@ times in epoch seconds, durations in seconds):
 * ``teardown_s``: from the detection until the step was gone;
 * ``health_s`` and ``health``: how long the health gate before this attempt took, and
   ``{node: reason}`` for the nodes it failed (excluded like dead ones);
-* ``checkpoint_step``: the newest checkpoint's step seen at the attempt's end (``null``: none).
+* ``checkpoint_step``: the newest checkpoint's step seen at the attempt's end (``null``: none);
+* ``probe_s``: the supervisor's probe interval, the bound on the detection of a fault it found.
 
 The last attempt's ``class`` is the job's: after a restart storm it is ``no-progress`` (the job ended
 because no attempt advanced the checkpoint), its ``cause`` is how that attempt itself ended (``hang``)
@@ -57,6 +58,7 @@ class Attempt:
     health: dict[str, str] = field(default_factory=dict)
     checkpoint_step: Optional[int] = None
     cause: Optional[str] = None  # the attempt's own class where the job's end replaced it (see storm())
+    probe_s: Optional[float] = None  # the supervisor's probe interval: a fault it found happened at most this long before
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

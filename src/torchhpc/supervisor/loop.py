@@ -114,7 +114,7 @@ class Supervisor:
                 excluded |= set(dead_now)
                 return self._out_of_nodes(history, sorted(excluded), usable)
             attempt = Attempt(attempt=count, nodes=step_nodes, started=self.clock(), slurm_job=self.job,
-                              health_s=health_s, health=sick)
+                              health_s=health_s, health=sick, probe_s=self.o.probe_every)
             self._warm([h for h in usable if h not in step_nodes])
             say(f"attempt {count} on {','.join(step_nodes)} (TORCHHPC_RESTART_COUNT={count})")
             out = self._attempt(attempt)
