@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 __all__ = [
-    "SCHEMA", "JobRecord", "dependency_record", "load_record", "new_record", "read_record", "record_dir", "record_path", "save_record", "update_record",
+    "SCHEMA", "JobRecord", "dependency_record", "forget_record", "load_record", "new_record", "read_record", "record_dir", "record_path", "save_record", "update_record",
 ]
 
 # The version of the record's layout. 1: the flat object of torchhpc <= 0.x (no "schema" key).
@@ -166,6 +166,11 @@ def dependency_record(spec: Any) -> dict[str, Any]:
     """The job's dependencies for its record (``after``: ``[[kind, job id], ...]``, kept in
     :attr:`JobRecord.extra`), so that ``status`` can say what a waiting job waits for."""
     return {"after": [[d.kind, d.job_id] for d in spec.after]} if getattr(spec, "after", ()) else {}
+
+
+def forget_record(scheduler: str, job_id: str) -> None:
+    """Remove the job's record (``torchhpc list --prune``); none is no error."""
+    record_path(scheduler, job_id).unlink(missing_ok=True)
 
 
 def update_record(scheduler: str, job_id: str, **changes: Any) -> None:

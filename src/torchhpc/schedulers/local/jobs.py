@@ -306,7 +306,7 @@ class LocalJobs:
         With --output-dir the store's link goes and the files the user asked for stay where they are."""
         import shutil
 
-        from torchhpc.jobdir.record import record_path
+        from torchhpc.jobdir.record import forget_record
 
         cutoff = time.time() - days * 86400
         gone = []
@@ -321,7 +321,7 @@ class LocalJobs:
                 d.unlink()
             else:
                 shutil.rmtree(d, ignore_errors=True)
-            record_path("local", st.job_id).unlink(missing_ok=True)
+            forget_record("local", st.job_id)
             gone.append(st.job_id)
         return gone
 
