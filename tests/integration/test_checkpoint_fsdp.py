@@ -120,7 +120,9 @@ def test_sigkill_of_every_rank_at_20_random_moments(tmp_path: Path) -> None:
     resumed = {int(x[1]): (int(x[2]), x[3]) for x in log if x[0] == "R" and len(x) >= 4}
     steps = [(int(x[2]), x[3]) for x in log if x[0] == "S" and len(x) >= 4]
 
-    assert len(rounds) == 20 and all(r["exit_codes"] == [-9, -9] for r in rounds)
+    assert len(rounds) == 20, rounds
+    for r in rounds:  # every rank died by the kill, none of anything before it
+        assert r["exit_codes"] == [-9, -9], (r, cp.stderr[-3000:])
     for r in rounds:
         if r["published"] is not None:  # a save the run saw complete is never lost
             assert r["latest"] >= r["published"], r
@@ -136,5 +138,6 @@ def test_sigkill_of_every_rank_at_20_random_moments(tmp_path: Path) -> None:
     for step, digest in steps:
         assert digest == reference[step], f"step {step} differs from the uninterrupted run"
     assert resumed[20][0] == rounds[-1]["latest"] and report["reached"] == rounds[-1]["latest"] + 5
-    assert len(resumed) >= 12, resumed  # most kills came after start-up: the resumes were really tested
-    assert sum(1 for r in rounds if r["torn"]) >= 3, rounds  # and some caught a save half written
+    training = [r for r in rounds if r["phase"] == "training"]
+    assert len(training) == 16 and all(r["round"] in resumed for r in training)  # killed after they resumed
+    assert sum(1 for r in training if r["torn"]) >= 3, rounds  # some kills caught a save half written
