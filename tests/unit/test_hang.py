@@ -9,6 +9,9 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from torchhpc.diagnose.hang import (
     culprit,
@@ -87,3 +90,49 @@ def test_quiet_for_reads_the_newest_rank_file(tmp_path: Path) -> None:
     os.utime(out, (now - 7, now - 7))
     q2 = quiet_for(str(tmp_path / "none"), now, str(out))
     assert q2 is not None and 6 <= q2 <= 8
+
+
+def _watch_with(tmp_path: Path, stacks: list[RankStack]) -> tuple[Any, list[str], list[str], float]:
+    from torchhpc.diagnose import hang
+
+    ranks = tmp_path / "ranks"
+    ranks.mkdir(exist_ok=True)
+    (ranks / "rank-0@n1.log").write_text("FINISHED at=20\n")
+    acted: list[str] = []
+    said: list[str] = []
+    watch = hang.HangWatch({}, 15.0, "restart", str(ranks), str(tmp_path), lambda: None, acted.append, said.append)
+    hang.probe_job = lambda *a, **k: stacks  # type: ignore[assignment]
+    return watch, acted, said, (ranks / "rank-0@n1.log").stat().st_mtime
+
+
+TEARDOWN = (("destroy_process_group", "/v/site-packages/torch/distributed/distributed_c10d.py", 2080),
+            ("_destroy_dist_connection", "/v/site-packages/lightning/fabric/utilities/distributed.py", 300),
+            ("teardown", "/v/site-packages/lightning/pytorch/strategies/ddp.py", 420))
+JOINING = (("_shutdown", "/usr/lib/python3.11/threading.py", 1590),)
+
+
+def test_a_quiet_exit_is_not_a_hang_until_its_grace_is_spent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 51, item 10: under load a rank's exit after Lightning's teardown stayed quiet and idle for 46 s
+    and the watch (--hang-timeout 15) ended a run that had finished."""
+    from torchhpc.diagnose import hang
+
+    monkeypatch.setattr(hang, "probe_job", hang.probe_job)
+    monkeypatch.setattr(hang, "with_flight", lambda v, _d, wait=5.0: v)
+    stacks = [RankStack(0, "n1", 10, 0.0, TEARDOWN), RankStack(1, "n1", 11, 0.0, JOINING)]
+    assert hang.exiting(TEARDOWN) and hang.exiting(JOINING) and not hang.exiting(parse_py_spy(SLEEPING))
+    watch, acted, said, t = _watch_with(tmp_path, stacks)
+    assert watch.check("RUNNING", now=t + 46) is None and not acted and not watch.fired
+    assert said == ["torchhpc: hang: ranks 0-1 quiet for 46s in their exit: not a hang yet (up to 90 s more)"]
+    watch._next_probe = 0.0
+    assert watch.check("RUNNING", now=t + 15 + hang.EXIT_GRACE_S + 1) is not None and acted == ["restart"]
+
+
+def test_an_exiting_rank_others_wait_for_is_no_excuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rank left the loop early and sits in destroy_process_group; the others wait in all_reduce for it."""
+    from torchhpc.diagnose import hang
+
+    monkeypatch.setattr(hang, "probe_job", hang.probe_job)
+    monkeypatch.setattr(hang, "with_flight", lambda v, _d, wait=5.0: v)
+    stacks = [RankStack(0, "n1", 10, 0.0, TEARDOWN), RankStack(1, "n1", 11, 0.0, parse_py_spy(WAITING))]
+    watch, acted, _said, t = _watch_with(tmp_path, stacks)
+    assert watch.check("RUNNING", now=t + 16) is not None and acted == ["restart"]

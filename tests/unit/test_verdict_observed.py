@@ -53,7 +53,40 @@ def test_ranks_that_sleep_alike_name_no_culprit() -> None:
     v = culprit(stacks)
     assert v.culprits == () and v.waiting == () and "none stands out" in v.note
     out = diagnose(Evidence(hang=_hang_json(stacks), job="local:x")).render()
-    assert "culprit:" not in out and "no rank waits in a collective" in out, out
+    assert "culprit:" not in out and "no Python stack is in a torch.distributed call" in out, out
+
+
+def test_a_flight_recorder_culprit_replaces_the_stacks_guess(tmp_path: Any) -> None:
+    """Lightning: rank 0 waits in DDP's all_reduce from C++ (its Python stack is in backward), rank 1 sleeps.
+    The stacks alone name no one; the dumps name rank 1, and no line then says "no rank waits"."""
+    import pickle
+
+    from torchhpc.diagnose import flight
+    from torchhpc.diagnose.hang import with_flight
+
+    backward = (("_engine_run_backward", "torch/autograd/graph.py", 979), ("training_step", "/home/u/t.py", 40))
+    stacks = [RankStack(0, "localhost", 100, 0.0, backward), RankStack(1, "localhost", 101, 0.0, SLEEP)]
+    v = culprit(stacks)
+    entry = {"pg_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": 52, "profiling_name": "gloo:all_reduce",
+             "input_sizes": [[4]], "output_sizes": [[4]], "input_dtypes": ["Float"], "output_dtypes": ["Float"],
+             "state": "scheduled", "retired": False, "is_p2p": False, "time_created_ns": 1}
+    d = tmp_path / flight.FR_DIR
+    d.mkdir()
+    for rank, last in ((0, 52), (1, 51)):
+        dump = {"version": "2.10", "pg_config": {"": {"name": "", "desc": "", "ranks": "[0, 1]"}},
+                "pg_status": {"0": {"last_enqueued_collective": last}},
+                "entries": [{**entry, "collective_seq_id": last, "retired": last == 51}]}
+        (d / f"rank-{rank}").write_bytes(pickle.dumps(dump))
+    monkey = flight.collect
+    flight.collect = lambda job_dir, ranks, since, wait: (flight.load_dumps(str(d), "rank-"), set())  # type: ignore[assignment,misc]
+    try:
+        named = with_flight(v, str(tmp_path))
+    finally:
+        flight.collect = monkey  # type: ignore[assignment]
+    assert named.flight_culprits == (1,) and named.note == "", named
+    lines = render(named, 16.0)
+    assert lines[1].startswith("torchhpc: hang: rank 1 never entered all_reduce #52 (pg 0)"), lines
+    assert not any("none stands out" in ln or "no Python stack" in ln for ln in lines), lines
 
 
 def test_the_watch_says_what_it_does() -> None:

@@ -45,6 +45,7 @@ __all__ = [
     "HANG_FILE",
     "HangWatch",
     "culprit",
+    "exiting",
     "in_collective",
     "probe_job",
     "quiet_for",
@@ -59,6 +60,20 @@ _COLLECTIVES = re.compile(
     r"all_to_all\w*|send|recv|isend|irecv|wait|monitored_barrier|_store_based_barrier|rendezvous|"
     r"init_process_group)$"
 )
+
+# Where a rank that finished its work waits while it exits: torch's teardown (destroy_process_group, also
+# torchhpc's guard of it), the interpreter joining threads at exit, torchhpc's exit cures (boot/sitecustomize.py)
+_EXITING = {"destroy_process_group": "", "_shutdown": "threading.py", "gloo_workers_settle": "sitecustomize.py",
+            "_left_group": "sitecustomize.py", "flight_dump": "sitecustomize.py"}
+# How much longer than --hang-timeout an exit may stay quiet before the watch looks at it as a hang: the
+# destroy guard ends a rank stuck in destroy_process_group after 60 s (TORCHHPC_DESTROY_TIMEOUT), with its stack
+EXIT_GRACE_S = 90.0
+
+
+def exiting(frames: Sequence[tuple[str, str, int]]) -> bool:
+    """Whether a stack is a rank's exit in progress (its teardown, or the interpreter's own at exit)."""
+    return any(fn in _EXITING and path.endswith(_EXITING[fn]) for fn, path, _ln in frames)
+
 
 # torch's default process-group timeouts: a collective stuck longer ends in an error, not a hang
 PG_TIMEOUT_S = {"nccl": 600.0, "gloo": 1800.0}
@@ -141,7 +156,8 @@ def culprit(stacks: Sequence[RankStack]) -> HangVerdict:
     elif not others:
         note = "every rank waits in a collective: look for a mismatched collective (order or size) or a network stall"
     elif not waiting and len(others) > 1:  # one rank alone is the hang; of several alike, none stands out
-        note = "no rank waits in a collective: every rank is in its own code, none stands out as the culprit"
+        note = ("no Python stack is in a torch.distributed call (a collective DDP runs from C++ in backward does "
+                "not show there): none stands out as the culprit")
         others = ()
     return HangVerdict(others, waiting, tuple(stacks), note)
 
@@ -171,8 +187,10 @@ def with_flight(v: HangVerdict, job_dir: str, wait: float = 5.0) -> HangVerdict:
             if s is not None and s.frames and not in_collective(s.frames):
                 line += f"; rank {r} is in {user_frame(s.frames) or s.frames[0][1]} ({s.frames[0][0]})"
         lines.append(line)
-    return replace(v, flight=tuple(lines), flight_culprits=findings[0].culprits if findings else (),
-                   flight_kind=findings[0].kind if findings else "")
+    named = findings[0].culprits if findings else ()
+    # the dumps saw which collective each rank reached: a note from the stacks alone no longer stands
+    return replace(v, flight=tuple(lines), flight_culprits=named, flight_kind=findings[0].kind if findings else "",
+                   note="" if named and v.note and not v.note.startswith("stacks not read") else v.note)
 
 
 def render(v: HangVerdict, quiet_s: float) -> list[str]:
@@ -260,6 +278,7 @@ class HangWatch:
         self.act, self.say, self.runner, self.output = act, say, runner, output
         self.fired, self.quiet = False, 0.0
         self._next_probe = 0.0
+        self._said_ending = False
 
     def check(self, state: str, now: Optional[float] = None, started: Optional[float] = None,
               timeout: Optional[float] = None) -> Optional[HangVerdict]:
@@ -285,6 +304,21 @@ class HangWatch:
         # two cores each got 0.03-0.05 CPU-s in the 2 s sample while importing torch (measured).
         busy = [s.rank for s in stacks if s.cpu_s >= 0.1 or any("<frozen importlib" in f[1] for f in s.frames)]
         if not stacks or busy:  # silent but computing, or starting (or gone): not a hang; look again later
+            self._next_probe = now + max(10.0, self.timeout / 2)
+            return None
+        # A rank in its exit (Lightning's teardown, destroy_process_group, the interpreter joining threads)
+        # is ending, not hung: under load its exit stayed quiet and idle for 46 s and the watch ended a
+        # run that had finished. Unless another rank waits in a collective for it, it gets EXIT_GRACE_S more.
+        ending = tuple(s.rank for s in stacks if exiting(s.frames))
+        waiting = any(in_collective(s.frames) for s in stacks if s.rank not in ending)
+        if ending and not waiting and quiet < (timeout or self.timeout) + EXIT_GRACE_S:
+            if not self._said_ending:
+                from torchhpc.jobdir.logs import format_ranks
+
+                self.say(f"torchhpc: hang: rank{'s' if len(ending) > 1 else ''} {format_ranks(ending)} quiet for "
+                         f"{quiet:.0f}s in {'their' if len(ending) > 1 else 'its'} exit: not a hang yet "
+                         f"(up to {EXIT_GRACE_S:.0f} s more)")
+                self._said_ending = True
             self._next_probe = now + max(10.0, self.timeout / 2)
             return None
         verdict = with_flight(culprit(stacks), self.job_dir)
