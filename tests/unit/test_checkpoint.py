@@ -202,13 +202,24 @@ def test_the_checkpoint_group_is_its_own_and_outlives_no_default_group() -> None
             dist.destroy_process_group()
 
 
-def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path: Path) -> None:
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model, opt, _ = _make()
     checkpoint.save(tmp_path, step=1, model=model, optimizer=opt)
     checkpoint.save(tmp_path, step=2, model=model, optimizer=opt)
     for shard in (tmp_path / "ckpt-000000002").glob("*.distcp"):
         shard.write_bytes(shard.read_bytes()[:100])  # damaged outside our control
     assert checkpoint.resume(tmp_path, model=model, optimizer=opt)["step"] == 1
+    assert f"checkpoint {tmp_path / 'ckpt-000000002'} not loaded" in capsys.readouterr().err  # said, not silent
+
+
+def test_a_model_saved_alone_resumes_with_an_optimizer_given(tmp_path: Path) -> None:
+    model, opt, _ = _make()
+    _train(model, opt, torch.optim.lr_scheduler.StepLR(opt, 3), 0, 2)
+    checkpoint.save(tmp_path, step=2, model=model)
+    model2, opt2, _ = _make()
+    assert checkpoint.resume(tmp_path, model=model2, optimizer=opt2)["step"] == 2  # not skipped for its optimizer
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in model2.state_dict().items())
+    assert opt2.state_dict()["state"] == {}  # nothing to restore: the optimizer starts fresh, as before
 
 
 def test_an_old_single_file_checkpoint_resumes_and_the_newest_of_either_kind_wins(tmp_path: Path) -> None:

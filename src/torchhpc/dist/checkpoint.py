@@ -238,6 +238,7 @@ def save(
         cs.write_file(tmp / META, {
             "step": step, "world_size": world, "rng": [e["rng"] for e in every], "extra": extra,
             "scheduler": None if scheduler is None else scheduler.state_dict(),
+            "parts": [k for k, v in (("model", model), ("optim", optimizer)) if v is not None],
         })
     state = cs.state_of(model, optimizer)
     if blocking:
@@ -289,7 +290,8 @@ def resume(
                 import torch
 
                 meta = torch.load(path / META, map_location="cpu", weights_only=False)
-                state = cs.state_of(model, optimizer)
+                parts = meta.get("parts", ("model", "optim"))  # what was saved: a model alone resumes as before
+                state = cs.state_of(model if "model" in parts else None, optimizer if "optim" in parts else None)
                 if state:
                     cs.read(state, path, pg)
                     cs.apply_state(model, optimizer, state)
@@ -302,8 +304,12 @@ def resume(
             ok = True
         except (KeyboardInterrupt, SystemExit):
             raise
-        except BaseException:  # damaged outside our control, or unreadable here (DCP's error is a BaseException)
+        except BaseException as e:  # damaged outside our control, or unreadable here (DCP's error is a BaseException)
             ok = False
+            if rank == 0:
+                why = str(e).strip().splitlines()
+                print(f"torchhpc: checkpoint {path} not loaded ({type(e).__name__}: {why[0] if why else ''}); "
+                      "trying the one before", file=sys.stderr, flush=True)
         if not cs.agree(ok, pg):
             continue
         rngs = meta.get("rng") or []
