@@ -4,12 +4,27 @@
 # (network namespaces on this machine), builds the local container test image, runs pytest, and
 # takes the cluster down again. Cluster and container tests are mandatory when CI=true.
 # Usage: sudo ./scripts/test.sh [pytest args]
+#        ./scripts/test.sh --quick [pytest args]   lint, unit tests and goldens: no packages, no cluster,
+#                                                  a few minutes; the check to run on every change
+# TORCHHPC_TEST_TIMES=FILE records each test's wall and CPU time: python scripts/test_times.py FILE
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 
 step() { printf '\n=== %s (%ss)\n' "$*" "$SECONDS" >&2; }
+
+if [ "${1:-}" = "--quick" ]; then
+  shift
+  [ -x .venv/bin/python ] || { step "python environment"; ./scripts/setup.sh dev,lightning,compat; }
+  step "lint"
+  ruff check src tests examples benchmarks
+  mypy
+  step "unit tests and goldens (no cluster; -m 'not slow': the soaks and matrices run in the full suite)"
+  python -m pytest -q -n 2 -m "not slow" -p no:cacheprovider tests/unit "$@"
+  step "done"
+  exit 0
+fi
 
 step "system packages"
 PKGS=(slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge slurmdbd mariadb-server openmpi-bin libopenmpi-dev

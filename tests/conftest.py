@@ -158,3 +158,37 @@ def nothing_left_behind() -> Iterator[None]:
         [f"new files in the checkout: {', '.join(new[:20])}"] if new else [])
     if problems:
         pytest.fail("; ".join(problems) + " (a test must clean up in a finally or a fixture)", pytrace=False)
+
+
+# --------------------------------------------------------------------------- where the suite's time goes
+# With TORCHHPC_TEST_TIMES=FILE, each test appends one JSON line: its node id, its wall seconds, and the
+# CPU seconds the whole machine spent meanwhile (/proc/stat: every process, the dev cluster's ranks
+# included). scripts/test_times.py turns the file into docs/testing.md's table by module: wall time
+# and how much of it the machine waited (issue 53). Off unless asked; a line per test, nothing else.
+_TIMES = os.environ.get("TORCHHPC_TEST_TIMES")
+
+
+def _busy_seconds() -> float:
+    """CPU seconds the machine has been busy since boot (all cores; idle and iowait excluded)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Iterator[None]:
+    if not _TIMES:
+        yield
+        return
+    start, busy = time.monotonic(), _busy_seconds()
+    yield
+    import json
+
+    line = {"test": item.nodeid, "wall_s": round(time.monotonic() - start, 3),
+            "cpu_s": round(_busy_seconds() - busy, 3), "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
+    with open(_TIMES, "a") as f:
+        f.write(json.dumps(line) + "\n")

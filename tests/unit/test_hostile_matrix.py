@@ -21,6 +21,7 @@ from tests.hostile import CORE, SETUPS, corpus, reduced_pick, run_matrix
 KINDS = ("local", "slurm", "pbs", "kubernetes", "runai")
 
 
+@pytest.mark.slow  # minutes: every hostile value through every render and a real shell (the full suite runs it)
 @pytest.mark.parametrize("kind", KINDS)
 def test_hostile_matrix(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A relative value (--output-dir q7ph) resolves against the working directory, and the rendered

@@ -199,6 +199,9 @@ def render_slurm_conf(layout: Layout, *, accounting: bool, real_memory_mb: int, 
         "SwitchType=switch/none",
         "MpiDefault=none",
         "SchedulerType=sched/backfill",
+        # A pending job is looked at again within a second, not the default 60 s (main loop) / 30 s (backfill):
+        # the suite's tests wait on scheduling, not on a timer (issue 53; Slurm's own backfill tests do the same).
+        "SchedulerParameters=bf_interval=1,sched_interval=1",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_CPU",
         # Every node sees the machine's real cores; declare 4 per node anyway.

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Where the test suite's time goes, by module: docs/testing.md's table, from one run's timings.
+
+    TORCHHPC_TEST_TIMES=times.jsonl ./scripts/test.sh      # or any pytest run: one JSON line per test
+    python scripts/test_times.py times.jsonl [--cores 2] [--top 15]
+
+Per module: its tests, their wall minutes (summed over tests), and the share of that time the
+machine's CPUs were idle (waiting: on a job to be scheduled, a timeout to expire, a node to be
+declared dead). The CPU figure is the whole machine's (/proc/stat), so it counts the dev cluster's
+ranks and daemons too; with tests side by side (xdist) a module's share is an estimate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import defaultdict
+
+
+def table(lines: list[dict[str, object]], cores: int, top: int) -> str:
+    by_module: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for rec in lines:
+        module = str(rec["test"]).split("::", 1)[0]
+        by_module[module].append((float(rec["wall_s"]), float(rec["cpu_s"])))  # type: ignore[arg-type]
+    total_wall = sum(w for runs in by_module.values() for w, _ in runs)
+    rows = sorted(by_module.items(), key=lambda kv: -sum(w for w, _ in kv[1]))
+    out = ["| minutes | tests | waiting | module |", "|---:|---:|---:|---|"]
+    rest_wall, rest_tests = 0.0, 0
+    for i, (module, runs) in enumerate(rows):
+        wall = sum(w for w, _ in runs)
+        cpu = sum(c for _, c in runs)
+        if i >= top:
+            rest_wall += wall
+            rest_tests += len(runs)
+            continue
+        waiting = max(0.0, 1.0 - cpu / (wall * cores)) if wall > 0 else 0.0
+        out.append(f"| {wall / 60:.1f} | {len(runs)} | {waiting:.0%} | {module} |")
+    if rest_tests:
+        out.append(f"| {rest_wall / 60:.1f} | {rest_tests} | | the other {len(rows) - top} modules |")
+    out.append(f"| **{total_wall / 60:.1f}** | **{len(lines)}** | | all (test time summed over tests) |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("times", help="the JSON lines TORCHHPC_TEST_TIMES wrote")
+    p.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="the machine's cores (default: this one's)")
+    p.add_argument("--top", type=int, default=15, help="modules shown one by one (default 15)")
+    args = p.parse_args(argv)
+    try:
+        with open(args.times) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError) as e:
+        print(f"Error: {args.times}: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.write(table(lines, args.cores, args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
