@@ -34,6 +34,7 @@ from torchhpc.schedulers.batch.script import (
     default_python,
     env_block,
     header_lines,
+    indent_setup,
     job_boot,
     read_log,
     script_path,
@@ -82,27 +83,6 @@ LOG_COMMENT = ("# Each rank's output into $TORCHHPC_RANKS_DIR/rank-N@NODE.log (N
 
 def _indent(lines: list[str], by: str = "  ") -> list[str]:
     return [by + line if line else line for line in lines]
-
-
-_HEREDOC = re.compile(r"(?<!<)<<(?!<)(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
-
-
-def _indent_setup(lines: list[str], by: str = "  ") -> list[str]:
-    """The setup lines inside ``main()``, indented like the rest of it, except a heredoc's body and its
-    end word: they stay as written (an indented end word no longer ends a ``<<WORD`` heredoc)."""
-    out: list[str] = []
-    end: tuple[str, bool] | None = None  # (the end word, <<- strips leading tabs)
-    for line in lines:
-        if end is not None:
-            out.append(line)
-            if (line.lstrip("\t") if end[1] else line) == end[0]:
-                end = None
-            continue
-        out.append(by + line if line else line)
-        m = _HEREDOC.search(line)
-        if m:
-            end = (m.group(3), m.group(1) == "-")
-    return out
 
 
 class BatchScheduler(Scheduler):
@@ -218,7 +198,7 @@ class BatchScheduler(Scheduler):
         body: list[str] = [*self.preamble_lines(spec), *self.container_setup_lines(spec)]
         lines += _indent(body)
         # module lines run outside `set -u` (Lmod reads unset variables); a heredoc's body stays as written
-        lines += _indent_setup(env_block(spec))
+        lines += indent_setup(env_block(spec))
         body = []
         if spec.array is not None:
             more, spec = array_lines(spec, self.array_index_ref)

@@ -5,6 +5,7 @@ The job record lives in :mod:`torchhpc.jobdir.record`."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from torchhpc import __version__
@@ -12,7 +13,8 @@ from torchhpc.core.shell import export_lines, quote
 from torchhpc.core.spec import JobSpec
 from torchhpc.launchers.boot import BOOT_DIR, BOOT_VAR, boot_hash, boot_source
 
-__all__ = ["boot_lines", "default_python", "env_block", "header_lines", "job_boot", "read_log", "script_path"]
+__all__ = ["boot_lines", "default_python", "env_block", "header_lines", "indent_setup", "job_boot", "read_log",
+           "script_path"]
 
 
 def header_lines(shebang: str, how_to_submit: str) -> list[str]:
@@ -32,6 +34,27 @@ def env_block(spec: JobSpec) -> list[str]:
         lines += ["set +u", *spec.setup, "set -u"]
     lines += export_lines(spec.env_dict)
     return lines
+
+
+_HEREDOC = re.compile(r"(?<!<)<<(?!<)(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+
+
+def indent_setup(lines: list[str], by: str = "  ") -> list[str]:
+    """The setup lines inside ``main()``, indented like the rest of it, except a heredoc's body and its
+    end word: they stay as written (an indented end word no longer ends a ``<<WORD`` heredoc)."""
+    out: list[str] = []
+    end: tuple[str, bool] | None = None  # (the end word, <<- strips leading tabs)
+    for line in lines:
+        if end is not None:
+            out.append(line)
+            if (line.lstrip("\t") if end[1] else line) == end[0]:
+                end = None
+            continue
+        out.append(by + line if line else line)
+        m = _HEREDOC.search(line)
+        if m:
+            end = (m.group(3), m.group(1) == "-")
+    return out
 
 
 def default_python(spec: JobSpec, python: str | None = None) -> str:
