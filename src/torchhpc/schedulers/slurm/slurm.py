@@ -259,7 +259,8 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         out = job_dir(path, "").replace("%", "%%") + "%j/slurm.out"  # overrides the script's own (for `sbatch FILE`)
         note = (
             f"job directory: {job_dir(path, '<job id>')}/ (job.sbatch, slurm.out, ranks/), made while the job is held"
-            " (then `scontrol release`)"
+            f" (then `scontrol release`); the script above is kept there as job.sbatch, no {os.path.basename(path)}"
+            " is left beside it"
         )
         return replace(sub, argv=(*sub.argv[:-1], "--hold", f"--output={out}", sub.argv[-1]), notes=(*sub.notes, note))
 
