@@ -202,6 +202,27 @@ def test_the_checkpoint_group_is_its_own_and_outlives_no_default_group() -> None
             dist.destroy_process_group()
 
 
+def test_init_of_an_nccl_job_makes_the_cpu_group_async_saves_need(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An NCCL job gets its gloo group from init(), at one point on every rank (seen here through an adopted
+    group whose backend reads as nccl: there is no NCCL on this machine)."""
+    import torch.distributed as dist
+
+    import torchhpc.dist as thd
+    from torchhpc.dist import context
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl" if group is None else "gloo")
+        monkeypatch.setattr(context, "_CONTEXT", None)
+        monkeypatch.setattr(context, "_CHECKPOINT_GROUP", None)
+        ctx = thd.init(env={})
+        assert ctx.backend == "nccl" and context._CHECKPOINT_GROUP is not None
+        assert checkpoint_group() is context._CHECKPOINT_GROUP
+    finally:
+        context._CONTEXT = None
+        dist.destroy_process_group()
+
+
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model, opt, _ = _make()
     checkpoint.save(tmp_path, step=1, model=model, optimizer=opt)
