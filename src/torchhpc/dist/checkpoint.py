@@ -285,6 +285,7 @@ def resume(
     rank, _ = cs.rank_world()
     for path in reversed(list_checkpoints(directory)):
         meta: dict[str, Any] = {}
+        why = "it could not be read on another rank"
         try:
             if path.is_dir():
                 import torch
@@ -305,12 +306,11 @@ def resume(
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:  # damaged outside our control, or unreadable here (DCP's error is a BaseException)
-            ok = False
-            if rank == 0:
-                why = str(e).strip().splitlines()
-                print(f"torchhpc: checkpoint {path} not loaded ({type(e).__name__}: {why[0] if why else ''}); "
-                      "trying the one before", file=sys.stderr, flush=True)
+            ok, lines = False, str(e).strip().splitlines()
+            why = f"{type(e).__name__}: {lines[0] if lines else ''}"
         if not cs.agree(ok, pg):
+            if rank == 0:
+                print(f"torchhpc: checkpoint {path} not loaded ({why}); trying the one before", file=sys.stderr, flush=True)
             continue
         rngs = meta.get("rng") or []
         if rngs:
