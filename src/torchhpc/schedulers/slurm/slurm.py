@@ -259,10 +259,11 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         out = job_dir(path, "").replace("%", "%%") + "%j/slurm.out"  # overrides the script's own (for `sbatch FILE`)
         note = (
             f"job directory: {job_dir(path, '<job id>')}/ (job.sbatch, slurm.out, ranks/), made while the job is held"
-            f" (then `scontrol release`); the script above is kept there as job.sbatch, no {os.path.basename(path)}"
-            " is left beside it"
+            " (then `scontrol release`)"
         )
-        return replace(sub, argv=(*sub.argv[:-1], "--hold", f"--output={out}", sub.argv[-1]), notes=(*sub.notes, note))
+        kept = f"the script above is kept in that directory as job.sbatch; no {os.path.basename(path)} is left behind"
+        return replace(sub, argv=(*sub.argv[:-1], "--hold", f"--output={out}", sub.argv[-1]),
+                       notes=(*sub.notes, note, kept))
 
     def schedule(self, submission: Submission) -> str:
         """Submit held, make the job's directory (its name needs the id), put the script in, release.
