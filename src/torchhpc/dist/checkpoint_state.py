@@ -172,10 +172,10 @@ def _share(state: Any, rank: int, world: int) -> Any:
     them to host memory on every rank. Dealt out here by size (largest first, to the rank
     with the least so far; the same on every rank, since the shapes are), each rank copies
     and writes only its share: the pause and the host buffers shrink by the world size.
-    DTensors (FSDP2's shards) and other values stay on every rank, as DCP expects them.
+    DTensors (FSDP2's shards), other tensor subclasses and other values stay on every rank,
+    as DCP expects them.
     """
     import torch
-    from torch.distributed.tensor import DTensor
 
     whole: list[tuple[tuple[Any, ...], int]] = []
 
@@ -183,7 +183,7 @@ def _share(state: Any, rank: int, world: int) -> Any:
         if isinstance(node, dict):
             for k, v in node.items():
                 walk(v, (*where, k))
-        elif isinstance(node, torch.Tensor) and not isinstance(node, DTensor):
+        elif type(node) in (torch.Tensor, torch.nn.Parameter):  # not DTensor, ShardedTensor or other subclasses
             whole.append((where, node.numel() * node.element_size()))
 
     walk(state, ())
