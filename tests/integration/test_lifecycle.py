@@ -140,7 +140,7 @@ def test_local_supervisor_killed_reads_failed(local_env: dict[str, str], tmp_pat
         if st.terminal:
             break
         time.sleep(0.1)
-    assert st.state == "FAILED" and "without recording a state" in st.reason
+    assert st.state == "FAILED" and "was killed before it recorded an end" in st.reason
     # SIGKILL gave the supervisor no chance to stop its ranks: stop them here, by PID (ours: cwd is tmp_path).
     for proc in Path("/proc").iterdir():
         try:

@@ -174,7 +174,7 @@ def test_killed_rank_is_named_with_its_signal(tmp_path: Path) -> None:
     env = job_env(tmp_path, {"1": "kill9", "0": "sleep"}, child=True)
     cp = cli(["run", "-n", "2", "--", *worker_cmd()], env, timeout=60)
     assert cp.returncode == 128 + 9
-    assert "rank 1 was killed by signal 9 (SIGKILL); stopped the other 1 rank" in cp.stderr
+    assert "rank 1 was killed by signal 9 (SIGKILL); stopped the other rank" in cp.stderr
     # rank 1's `sleep` grandchild lost its parent but not its process group: swept too
     assert_all_gone(recorded_pids(tmp_path))
 
@@ -191,7 +191,7 @@ def test_sigterm_ignoring_rank_gets_sigkill(tmp_path: Path) -> None:
     finally:
         os.environ.clear()
         os.environ.update(old)
-    assert e.value.message == "rank 0 exited with code 3; stopped the other 1 rank"
+    assert e.value.message == "rank 0 exited with code 3; stopped the other rank"
     assert e.value.exit_code == 3
     assert_all_gone(recorded_pids(tmp_path))
 
