@@ -202,6 +202,34 @@ def test_the_checkpoint_group_is_its_own_and_outlives_no_default_group() -> None
             dist.destroy_process_group()
 
 
+def test_whole_tensors_are_dealt_out_once_and_evenly_for_async_copies() -> None:
+    """Each rank stages only its share of the tensors every rank holds whole (DDP): together exactly all of
+    them, each once, the bytes about even; everything that is not a plain tensor stays on every rank."""
+    from torchhpc.dist.checkpoint_state import _share, state_of
+
+    class Odd(torch.Tensor):  # a subclass (as ShardedTensor is): per-rank data, never dealt out
+        pass
+
+    model, opt, sched = _make()
+    _train(model, opt, sched, 0, 1)
+    state = {**state_of(model, opt), "odd": torch.zeros(3).as_subclass(Odd)}
+
+    def leaves(node: Any, where: tuple[Any, ...] = ()) -> dict[tuple[Any, ...], Any]:
+        if isinstance(node, dict):
+            return {k: v for key, sub in node.items() for k, v in leaves(sub, (*where, key)).items()}
+        return {where: node}
+
+    everything = leaves(state)
+    shares = [leaves(_share(state, r, 3)) for r in range(3)]
+    plain = {k for k, v in everything.items() if type(v) is torch.Tensor}
+    for k in plain:
+        assert sum(k in sh for sh in shares) == 1, k
+    for k in set(everything) - plain:
+        assert all(k in sh for sh in shares), k
+    sizes = [sum(v.numel() * v.element_size() for k, v in sh.items() if k in plain) for sh in shares]
+    assert max(sizes) - min(sizes) <= max(v.numel() * v.element_size() for k, v in everything.items() if k in plain)
+
+
 def test_init_of_an_nccl_job_makes_the_cpu_group_async_saves_need(monkeypatch: pytest.MonkeyPatch) -> None:
     """An NCCL job gets its gloo group from init(), at one point on every rank (seen here through an adopted
     group whose backend reads as nccl: there is no NCCL on this machine)."""
