@@ -48,7 +48,7 @@ def follow(
                 _print_log(scheduler, task.job_id, f"[task {task_index(task.job_id)}] ")
         else:
             _print_log(scheduler, job_id, "")
-    eprint(f"{scheduler.name}:{job_id} {st.line()}")
+    eprint(f"{scheduler.name}:{st.line()}")  # st.line() starts with the id: one handle, not "local:ID ID"
     if st.ok:
         return 0
     code = st.exit_code if st.exit_code and 0 < st.exit_code < 256 else 1
