@@ -80,6 +80,29 @@ def test_local_rank_1_raising_is_jobfailed_with_rank_host_and_traceback(tmp_path
     assert "ValueError: rank 1 refuses" in job.logs()
 
 
+def test_a_script_functions_traceback_names_its_file(tmp_path: Path) -> None:
+    """A function of a script's __main__ goes by value; cloudpickle names its file "<dynamic-code>".
+    The remote traceback names the script, line and function instead (issue 51, item 6)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import torchhpc\n"
+        "def boom(x):\n"
+        "    raise ValueError(f'bad {x}')\n"
+        "if __name__ == '__main__':\n"
+        "    job = torchhpc.Executor(scheduler='local', nproc_per_node=1).submit(boom, 3)\n"
+        "    try:\n"
+        "        job.result(timeout=120)\n"
+        "    except torchhpc.JobFailed as e:\n"
+        "        print(e.remote_traceback)\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert f'File "{script}", line 3, in boom' in done.stdout, done.stdout + done.stderr
+    assert "<dynamic-code>" not in done.stdout
+
+
 def test_function_keywords_never_meet_job_keywords(tmp_path: Path) -> None:
     """``nodes`` given to submit() is the function's own keyword, not the job's."""
 

@@ -131,6 +131,9 @@ class Executor:
         meta = {
             "versions": submit_versions(),
             "function": getattr(fn, "__qualname__", repr(fn)),
+            # cloudpickle names the file of every function it sends by value "<dynamic-code>" (for
+            # deterministic pickles); the rank puts this file back into the traceback it reports.
+            "source_file": _source_file(fn),
             "world_size": spec.world_size,
             "tasks": None if items is None else len(items),
             "created": time.time(),
@@ -354,3 +357,10 @@ def _failed(job: FunctionJob, rec: dict[str, Any], st: JobStatus) -> JobFailed:
         "the rank's traceback is in .remote_traceback; every rank's output: .logs()",
         rank=int(rec["rank"]), host=rec.get("host"), remote_traceback=tb,
     )
+
+
+def _source_file(fn: Callable[..., Any]) -> Optional[str]:
+    """The file that defines ``fn`` (a script's ``__main__``), or None (a notebook cell, a builtin)."""
+    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+    name = getattr(code, "co_filename", "") if code is not None else ""
+    return os.path.abspath(name) if name and not name.startswith("<") and os.path.exists(name) else None

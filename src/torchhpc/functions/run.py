@@ -97,7 +97,7 @@ def main(argv: list[str]) -> int:
         fail(fdir, rank, task, type(e).__name__, f"cannot load the function: {e}", traceback.format_exc())
         traceback.print_exc()
         return EXIT_REFUSED
-    return _call(fdir, rank, task, call, cloudpickle)
+    return _call(fdir, rank, task, call, cloudpickle, meta.get("source_file"))
 
 
 def _already_returned(fdir: FunctionDir, task: Optional[int], world_size: int) -> bool:
@@ -121,7 +121,8 @@ def submit_versions_here() -> dict[str, Optional[str]]:
     return here
 
 
-def _call(fdir: FunctionDir, rank: int, task: Optional[int], call: dict[str, Any], cloudpickle: Any) -> int:
+def _call(fdir: FunctionDir, rank: int, task: Optional[int], call: dict[str, Any], cloudpickle: Any,
+          source_file: Optional[str] = None) -> int:
     import torchhpc.dist as thd
 
     fn, args, kwargs = call["fn"], tuple(call["args"]), dict(call["kwargs"])
@@ -143,6 +144,8 @@ def _call(fdir: FunctionDir, rank: int, task: Optional[int], call: dict[str, Any
     except BaseException as e:  # SystemExit/KeyboardInterrupt in user code are failures of the call too
         # The user's frames only: the runner's own frame (this call) is noise in every report.
         tb = "".join(traceback.format_exception(type(e), e, e.__traceback__.tb_next if e.__traceback__ else None))
+        if source_file:  # the submitted function's own file, where cloudpickle left "<dynamic-code>"
+            tb = tb.replace('File "<dynamic-code>"', f'File "{source_file}"')
         sys.stderr.write(tb)
         fail(fdir, rank, task, type(e).__name__, str(e), tb)
         sys.stdout.flush()
