@@ -284,5 +284,7 @@ def test_a_hang_before_the_first_checkpoint_stops_after_three_attempts(
     tries = attempts(tmp_path, "storm", job)
     assert info["JobState"] == "FAILED", info
     assert info["ExitCode"] == f"{EXIT_CODES['no-progress']}:0", info
-    assert [(a["class"], a["checkpoint_step"]) for a in tries] == [("hang", None)] * 3, tries
+    # the stop makes the last attempt's class the job's (issue 51, item 3), its own class kept as the cause
+    assert [(a["class"], a["checkpoint_step"]) for a in tries] == [("hang", None)] * 2 + [("no-progress", None)], tries
+    assert tries[-1].get("cause") == "hang", tries[-1]
     assert "restart storm: hang x3 before the first checkpoint" in log_of(tmp_path, "storm", job)
