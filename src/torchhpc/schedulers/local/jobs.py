@@ -116,24 +116,49 @@ def _make_job_dir(d: Path, output_dir: str, name: str) -> None:
 
 def _stop_orphans(job_id: str) -> list[int]:
     """Stop the ranks a killed torchhpc process left behind: each rank leads its own session (so a
-    terminal's Ctrl-C reaches torchhpc only), so they outlive a SIGKILL of their parent. They carry
-    the run's id in ``TORCHELASTIC_RUN_ID``; a job recorded as ended must not go on computing."""
+    terminal's Ctrl-C reaches torchhpc only), so they outlive a SIGKILL of their parent. A job recorded
+    as ended must not go on computing.
+
+    Only a rank is stopped: a process whose environment names this run (``TORCHELASTIC_RUN_ID``), that
+    leads its own process group and session as the runner starts ranks, and that no Slurm daemon
+    started (a Slurm job submitted from that environment inherits the variable; its group may be
+    slurmd's own, which must never be signalled).
+    """
     mark = f"TORCHELASTIC_RUN_ID=local-{job_id}".encode()
-    groups = set()
+    ranks = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
-            if mark in (entry / "environ").read_bytes().split(b"\0"):
-                groups.add(os.getpgid(int(entry.name)))
+            pid = int(entry.name)
+            if mark not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            if os.getpgid(pid) != pid or os.getsid(pid) != pid or _under_a_daemon(pid):
+                continue
+            ranks.append(pid)
         except (OSError, ValueError):
             continue
-    for pgid in groups:
+    for pid in ranks:
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
-                os.killpg(pgid, sig)
+                os.killpg(pid, sig)
             except OSError:
                 break
             time.sleep(0.5 if sig == signal.SIGTERM else 0)
-    return sorted(groups)
+    return sorted(ranks)
+
+
+def _under_a_daemon(pid: int) -> bool:
+    """Whether a scheduler's daemon (slurmd, slurmstepd, ...) is among ``pid``'s ancestors."""
+    seen = 0
+    while pid > 1 and seen < 64:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if comm in ("slurmd", "slurmstepd", "pbs_mom", "kubelet"):
+            return True
+        pid, seen = int(rest[1]), seen + 1
+    return False
 
 
 def write_state(d: Path, data: dict[str, Any]) -> None:
