@@ -41,6 +41,8 @@ _HANDLE = re.compile(r"\b(slurm|pbs|local):\d+(?:_\d+)?\b")
 VENV_BIN = Path(sys.executable).parent
 # A line that changes the reader's shell for the lines after it (README: `source .venv/bin/activate`).
 _SESSION = re.compile(r"^(source|\.|export) ")
+# A block that activates the venv itself runs from a PATH without it (README: after ./scripts/setup.sh).
+_ACTIVATE = re.compile(r"^(source|\.) \S*activate\b")
 
 
 def _env(home: Path, venv_on_path: bool = True) -> dict[str, str]:
@@ -71,7 +73,7 @@ def _run_block(root: Path, block: str, commands: list[DocCommand]) -> list[tuple
     results = []
     got: dict[str, str] = {}  # scheduler -> the handle this block's last submission printed
     session: list[str] = []
-    env = _env(d / "home", venv_on_path=not any(_SESSION.match(c.command) for c in commands))
+    env = _env(d / "home", venv_on_path=not any(_ACTIVATE.search(c.command) for c in commands))
     for c in commands:
         start = time.monotonic()
         command = _HANDLE.sub(lambda m: got.get(m.group(1), m.group(0)), c.command)
