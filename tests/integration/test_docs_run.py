@@ -39,10 +39,11 @@ _HANDLE = re.compile(r"\b(slurm|pbs|local):\d+(?:_\d+)?\b")
 
 
 VENV_BIN = Path(sys.executable).parent
-# A line that changes the reader's shell for the lines after it (README: `source .venv/bin/activate`).
-_SESSION = re.compile(r"^(source|\.|export) ")
-# A block that activates the venv itself runs from a PATH without it (README: after ./scripts/setup.sh).
-_ACTIVATE = re.compile(r"^(source|\.) \S*activate\b")
+# A block that activates the venv itself (README: `source .venv/bin/activate`, after ./scripts/setup.sh)
+# runs from a PATH without it, and the activation holds for the block's later lines, as in the reader's
+# shell. Other lines run on their own: an `export` before a skipped line (docs/scale.md's cluster of its
+# own, brought up by a line that does not run here) must not redirect the lines after it.
+_SESSION = _ACTIVATE = re.compile(r"^(source|\.) \S*activate\b")
 
 
 def _env(home: Path, venv_on_path: bool = True) -> dict[str, str]:
