@@ -80,6 +80,16 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
     raise KeyError(name)
 
 
+def _wants_json(parser: argparse.ArgumentParser, argv: list[str]) -> bool:
+    """``--json`` as the command's output switch (``status --json``), not a flag that takes a file
+    (``bench nodes --json FILE``): only then are its errors JSON, parse errors included."""
+    words = _run_flags(parser, argv[1:]) if argv[:1] == ["run"] else argv
+    if "--json" not in words or not isinstance(parser, Parser):
+        return False
+    owner = parser._owner(argv)
+    return any("--json" in a.option_strings and a.nargs == 0 for a in owner._actions)
+
+
 def _report(e: TorchHPCError) -> int:
     if Parser.json_errors:  # --json: every error is one JSON object on stdout (README, "Exit codes")
         import json
@@ -95,7 +105,7 @@ def _report(e: TorchHPCError) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(only="run" if argv and argv[0] == "run" else None)
-    Parser.json_errors = "--json" in (_run_flags(parser, argv[1:]) if argv[:1] == ["run"] else argv)
+    Parser.json_errors = _wants_json(parser, argv)
     try:  # --remote HOST (or TORCHHPC_REMOTE): the login node's torchhpc runs the line (docs/remote.md)
         from torchhpc.cli.remote import intercept
 
