@@ -35,7 +35,8 @@ from typing import Any
 
 from torchhpc.errors import ConfigError
 
-__all__ = ["CONFIG_KEYS", "Value", "config_path", "load_config", "pick"]
+__all__ = ["CONFIG_KEYS", "Value", "config_path", "flight_recorder_value", "hang_timeout_value", "load_config", "pick",
+           "pick_profile"]
 
 CONFIG_KEYS: dict[str, str] = {
     "scheduler": "default scheduler: local, slurm, pbs, kubernetes or runai",
@@ -114,6 +115,23 @@ class Value:
 
     value: Any
     source: str
+
+
+def hang_timeout_value(text: object) -> float:
+    """``--hang-timeout S|off`` from a variable or the config file: seconds, 0.0 for off."""
+    value = str(text).strip().lower()
+    return 0.0 if value in ("off", "0", "none", "no") else float(value)
+
+
+def flight_recorder_value(text: object) -> str:
+    """``--flight-recorder N|off``: collectives kept per rank (1 to 1000000), or off."""
+    value = str(text).strip().lower()
+    if value in ("off", "0", "false", "no"):
+        return "off"
+    if value.isdigit() and 0 < int(value) <= 1_000_000:
+        return value
+    raise ConfigError(f"--flight-recorder {text!r} is neither a number of collectives nor off",
+                      "e.g. --flight-recorder 2000 (the default) or --flight-recorder off")
 
 
 def pick_profile(given: Any, environ: Mapping[str, str], config: Mapping[str, str] | None) -> Value:

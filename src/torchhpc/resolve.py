@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from torchhpc.config import Value, load_config, pick, pick_profile
+from torchhpc.config import Value, flight_recorder_value, hang_timeout_value, load_config, pick, pick_profile
 from torchhpc.core.shell import Raw
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec, env_pairs
 from torchhpc.errors import SpecError, UsageError
@@ -81,10 +81,10 @@ def resolve_values(
     p("network", "--network")
     p("spares", "--spares", 0, int)
     p("max_restarts", "--max-restarts", 0, int)
-    p("hang_timeout", "--hang-timeout", None, _hang_timeout)
+    p("hang_timeout", "--hang-timeout", None, hang_timeout_value)
     p("max_no_progress", "--max-no-progress", 3, int)
     p("checkpoint_dir", "--checkpoint-dir")
-    p("flight_recorder", "--flight-recorder", None, _flight_recorder)
+    p("flight_recorder", "--flight-recorder", None, flight_recorder_value)
     for key in _OPTION_KEYS:
         p(key, f"--{key}")
     _defaults_where_honoured(str(scheduler), out)
@@ -142,23 +142,6 @@ def _check_option_flags(scheduler: str, options: dict[str, str], given: Mapping[
         what = {"partition": "partitions", "account": "accounts", "qos": "QOS", "queue": "queues",
                 "exclude": "nodes to exclude (one machine)"}.get(key, f"option {key!r}")
         raise SpecError(f"{typed}: the {scheduler} scheduler has no {what}", hint)
-
-
-def _hang_timeout(text: object) -> float:
-    """``--hang-timeout S|off`` from a variable or the config file: seconds, 0.0 for off."""
-    value = str(text).strip().lower()
-    return 0.0 if value in ("off", "0", "none", "no") else float(value)
-
-
-def _flight_recorder(text: object) -> str:
-    """``--flight-recorder N|off``: collectives kept per rank (1 to 1000000), or off."""
-    value = str(text).strip().lower()
-    if value in ("off", "0", "false", "no"):
-        return "off"
-    if value.isdigit() and 0 < int(value) <= 1_000_000:
-        return value
-    raise UsageError(f"--flight-recorder {text!r} is neither a number of collectives nor off",
-                     "e.g. --flight-recorder 2000 (the default) or --flight-recorder off")
 
 
 def _declared(scheduler: str, attribute: str, default: Any) -> Any:
@@ -253,7 +236,7 @@ def build_spec(
         for k, val in preset_env(network).items():
             job_env.setdefault(k, val)
     if v["flight_recorder"].value is not None:  # the rank boot reads it (boot/sitecustomize.py)
-        job_env["TORCHHPC_FLIGHT_RECORDER"] = _flight_recorder(v["flight_recorder"].value)
+        job_env["TORCHHPC_FLIGHT_RECORDER"] = flight_recorder_value(v["flight_recorder"].value)
     user_env = values.get("env") or ()
     job_env.update(env_pairs(user_env))
 

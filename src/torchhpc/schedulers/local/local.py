@@ -25,13 +25,14 @@ from torchhpc import __version__
 from torchhpc.core.shell import Raw, assignment, join
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.supervise import Supervisor, describe_exit, exit_status
-from torchhpc.errors import JobFailed, SchedulerError, SpecError, UnknownJob
+from torchhpc.errors import JobFailed, SchedulerError, SpecError
 from torchhpc.launchers import get_launcher
 from torchhpc.launchers.boot import boot_argv, boot_pythonpath
 from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.api import JobStatus, JobTimes, Scheduler, Submission
 from torchhpc.schedulers.batch.script import default_python
 from torchhpc.schedulers.local.jobs import LocalJobs
+from torchhpc.schedulers.local.preflight import check_startable
 from torchhpc.schedulers.options import Option, declare
 
 __all__ = ["CONTRACT", "LocalScheduler", "describe_exit", "exit_status", "free_port", "new_run_id", "rank_env",
@@ -285,21 +286,16 @@ class LocalScheduler(Scheduler):
         return run_id
 
     def submit_background(self, submission: Submission) -> str:
-        """Start the job in the background with a record (``torchhpc run --background``, ``Job.submit()``).
-
-        Its id works with :meth:`status`, :meth:`logs`, :meth:`cancel`, :meth:`wait` and
-        :meth:`list_jobs` from any process (see :mod:`torchhpc.schedulers.local.jobs`).
-        """
+        """Start the job in the background with a record (``torchhpc run --background``, ``Job.submit()``);
+        its id works with status, logs, cancel, wait and list from any process (schedulers/local/jobs.py)."""
         _check(submission.spec)
         self._fixed(submission.spec)
-        self._check_dependencies_known(submission.spec)
-        self._check_runtime(submission.spec)
+        check_startable(submission.spec, self.query_many)
         return LocalJobs().submit(submission)
 
     def start_here(self, submission: Submission) -> tuple[str, str]:
         """A record and job directory for a foreground run this process supervises: (id, its output.log)."""
-        self._check_dependencies_known(submission.spec)
-        self._check_runtime(submission.spec)
+        check_startable(submission.spec, self.query_many)
         job_id, log = LocalJobs().start_here(submission)
         return job_id, str(log)
 
@@ -412,7 +408,7 @@ class LocalScheduler(Scheduler):
     def _wait_dependencies(self, spec: JobSpec, err: IO[str]) -> None:
         from torchhpc.schedulers.batch.depend import DependencyState, wait_dependencies
 
-        self._check_dependencies_known(spec)
+        check_startable(spec, self.query_many)
 
         def say(states: list[DependencyState]) -> None:
             print("torchhpc: waiting: " + "; ".join(s.line() for s in states if s.verdict == "waiting"),
@@ -423,29 +419,6 @@ class LocalScheduler(Scheduler):
             raise JobFailed(
                 "DependencyNeverSatisfied: " + "; ".join(s.line() for s in never),
                 "the job did not start; `torchhpc logs` of the job it depends on says why that one failed",
-            )
-
-    @staticmethod
-    def _check_runtime(spec: JobSpec) -> None:
-        """The container runtime exists here, asked before a record is made or a rank starts."""
-        if spec.container is not None:
-            from torchhpc.containers import check_runtime_here
-
-            check_runtime_here(spec.container)
-
-    def _check_dependencies_known(self, spec: JobSpec) -> None:
-        """Refuse --after-ok/--after-any/--after-fail of a job with no record, before any wait: an unknown
-        job never ends, so the wait would be forever (a typo in an id must not block a terminal)."""
-        if not spec.after:
-            return
-        known = self.query_many([d.job_id for d in spec.after])
-        missing = [d for d in spec.after if d.job_id not in known]
-        if missing:
-            from torchhpc.core.depend import KINDS
-
-            raise UnknownJob(
-                "no job " + ", ".join(f"local:{d.job_id} (from {KINDS[d.kind][0]})" for d in missing),
-                "`torchhpc list` shows the local jobs; a dependency must be a job that exists",
             )
 
     @staticmethod
