@@ -98,22 +98,11 @@ def _defaults_where_honoured(scheduler: str, out: dict[str, Value]) -> None:
     local run fail. Given on the command line or as ``$TORCHHPC_TIME``, the same value is a request,
     and the capability check refuses it (docs/capabilities.md).
     """
-    from torchhpc.schedulers import REGISTRY, scheduler_class
-
-    if scheduler not in REGISTRY:
-        return  # get_scheduler names the mistake later
-    cls = scheduler_class(scheduler)
-    for key, capability in (("time", "supports_time_limit"), ("mem", "supports_memory")):
-        v = out[key]
-        if v.value is not None and v.source.startswith(("profile", "config file")) and not getattr(cls, capability):
-            out[key] = Value(None, f"not applied: the {scheduler} scheduler has none ({key} {v.value} from {v.source})")
-    declared = getattr(cls, "OPTIONS", {})
-    for key in _OPTION_KEYS:
-        found = out.get(key)
-        if found is None:
+    for key in ("time", "mem", *_OPTION_KEYS):
+        v = out.get(key)
+        if v is None or v.value in (None, "") or not v.source.startswith(("profile", "config file")):
             continue
-        v = found
-        if v.value and v.source.startswith(("profile", "config file")) and key not in declared:
+        if not _scheduler_has(scheduler, key):  # an unknown scheduler has everything: get_scheduler names it later
             out[key] = Value(None, f"not applied: the {scheduler} scheduler has none ({key} {v.value} from {v.source})")
 
 
@@ -287,7 +276,7 @@ def build_spec(
         array=values.get("array"),
         spares=int(v["spares"].value or 0),
         max_restarts=int(v["max_restarts"].value or 0),
-        hang_timeout=float(v["hang_timeout"].value) or None if v["hang_timeout"].value is not None else None,  # 0: off
+        hang_timeout=float(v["hang_timeout"].value or 0) or None,  # None and 0 (off): no watch
         max_no_progress=int(3 if v["max_no_progress"].value is None else v["max_no_progress"].value),
         checkpoint_dir=None if v["checkpoint_dir"].value is None else str(v["checkpoint_dir"].value),
         on_restart_append=str(values.get("on_restart_append") or ""),
@@ -382,17 +371,18 @@ def _check_requirements(profile: Any, scheduler: str, given: Mapping[str, Any], 
 
 
 def _scheduler_has(scheduler: str, key: str) -> bool:
-    """Whether ``scheduler`` has the thing a profile requires: a time limit, memory, or a declared option."""
+    """Whether ``scheduler`` has ``key``: a time limit, memory, or a declared option. The one rule for a
+    default it cannot honour (not applied) and for a profile's requirement (not asked)."""
     from torchhpc.schedulers import REGISTRY, scheduler_class
 
     if scheduler not in REGISTRY:
         return True
     cls = scheduler_class(scheduler)
     if key == "time":
-        return bool(getattr(cls, "supports_time_limit", True))
+        return bool(cls.supports_time_limit)
     if key == "mem":
-        return bool(getattr(cls, "supports_memory", True))
-    return key in getattr(cls, "OPTIONS", {key: None})
+        return bool(cls.supports_memory)
+    return key in cls.OPTIONS
 
 
 def _container(

@@ -33,9 +33,9 @@ def json_errors(func: Any) -> Any:
         except TorchHPCError as e:
             if not getattr(args, "json", False):
                 raise
-            import json
+            from torchhpc.cli.parser import print_json_error
 
-            print(json.dumps({"error": e.message, "hint": e.hint, "exit_code": e.exit_code}), flush=True)
+            print_json_error(e.message, e.hint, e.exit_code)
             return e.exit_code
 
     return wrapper

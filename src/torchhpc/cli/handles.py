@@ -7,7 +7,7 @@ else local (the id ``torchhpc run`` prints for a local job is then enough). Befo
 sent a bare id to the local scheduler and four to Slurm, and the id in ``Error: job X ended
 FAILED`` was "completed" to ``diagnose``.
 
-An unknown job is one error everywhere: ``Error: <handle> is not a job ...`` with ``HINT:
+An unknown job is one error everywhere: ``Error: no job <handle> (...)`` with ``HINT:
 torchhpc list``, exit 1, never a verdict or an empty answer (git's and kubectl's rule: one
 handle, one contract).
 """
@@ -21,10 +21,11 @@ from torchhpc.errors import TorchHPCError, UnknownJob
 from torchhpc.schedulers import parse_handle
 from torchhpc.schedulers.api import JobStatus, Scheduler
 
-__all__ = ["add_job_argument", "default_scheduler", "handle_text", "known_status", "resolve"]
+__all__ = ["UNKNOWN_HINT", "add_job_argument", "default_scheduler", "handle_text", "known_status", "require", "resolve"]
 
 HANDLE_HELP = "job handle: SCHEDULER:ID (local:3f2a9c1b0d, slurm:123) or a bare ID, which uses --scheduler"
 SCHEDULER_HELP = "scheduler for a bare id (default: $TORCHHPC_SCHEDULER, the profile's or config file's, else local)"
+UNKNOWN_HINT = "`{list}` shows the jobs; a bare id means the default scheduler (--scheduler to choose)"
 
 
 def default_scheduler() -> str:
@@ -65,7 +66,7 @@ def unknown_job(name: str, job_id: str, why: str = "") -> UnknownJob:
     detail = f" ({why})" if why else ""
     return UnknownJob(
         f"no job {handle_text(name, job_id)}{detail}",
-        f"`torchhpc list -s {name}` shows the jobs; a bare id means the default scheduler (--scheduler to choose)",
+        UNKNOWN_HINT.format(list=f"torchhpc list -s {name}"),
     )
 
 
@@ -116,5 +117,4 @@ def require(args: argparse.Namespace, *, record_ok: bool = False) -> tuple[Any, 
 def _has_record(name: str, job: str) -> bool:
     from torchhpc.jobdir.record import load_record
 
-    base = job.split("_", 1)[0] if "_" in job else job
-    return load_record(name, job) is not None or load_record(name, base) is not None
+    return load_record(name, job) is not None or load_record(name, job.split("_", 1)[0]) is not None

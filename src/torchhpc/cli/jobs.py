@@ -9,10 +9,10 @@ from typing import Any
 
 from torchhpc.cli.common import add_hang_arguments, add_subparser, eprint, json_errors
 from torchhpc.cli.follow import follow, status_dict
-from torchhpc.cli.handles import add_job_argument, default_scheduler, known_status, resolve
+from torchhpc.cli.handles import UNKNOWN_HINT, add_job_argument, default_scheduler, known_status, resolve
 from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.core.exitcodes import help_table
-from torchhpc.errors import CommandError, CommandNotFound, SchedulerError, TorchHPCError, UsageError
+from torchhpc.errors import CommandError, CommandNotFound, TorchHPCError, UnknownJob, UsageError
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler
 
@@ -107,8 +107,7 @@ def _status_many(args: argparse.Namespace) -> int:
             if job in found[name]:
                 print(f"{name}:{found[name][job].line()}")
     if missing:
-        raise SchedulerError(f"not a job torchhpc or its scheduler knows: {', '.join(missing)}",
-                             "`torchhpc list` shows the jobs; a bare id means the default scheduler (--scheduler to choose)")
+        raise UnknownJob(f"no job {', '.join(missing)}", UNKNOWN_HINT.format(list="torchhpc list"))
     return 0
 
 
@@ -138,8 +137,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel; a job that has already ended is said so (exit 0), never reported as cancelled."""
     name, job = resolve(args)
     sched = get_scheduler(name)
-    known_status(sched, name, job)  # an unknown job is said so, never "cancelled"
-    done = _finished(sched, job)
+    st = known_status(sched, name, job)  # an unknown job is said so, never "cancelled"
+    done = st if st.terminal else None
     if done is None:
         try:
             sched.cancel(job)
@@ -157,8 +156,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_wait(args: argparse.Namespace) -> int:
     name, job = resolve(args)
-    known_status(get_scheduler(name), name, job)
-    return follow(get_scheduler(name), job, timeout=args.timeout, print_logs=args.logs,
+    sched = get_scheduler(name)
+    known_status(sched, name, job)
+    return follow(sched, job, timeout=args.timeout, print_logs=args.logs,
                   hang_timeout=args.hang_timeout, on_hang=args.on_hang)
 
 

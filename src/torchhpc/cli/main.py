@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from torchhpc import __version__
-from torchhpc.cli.parser import Parser
+from torchhpc.cli.parser import Parser, print_json_error
 from torchhpc.errors import TorchHPCError, UsageError
 
 # Subcommand modules, in --help order. Each has register(subparsers).
@@ -92,9 +92,7 @@ def _wants_json(parser: argparse.ArgumentParser, argv: list[str]) -> bool:
 
 def _report(e: TorchHPCError) -> int:
     if Parser.json_errors:  # --json: every error is one JSON object on stdout (README, "Exit codes")
-        import json
-
-        print(json.dumps({"error": e.message, "hint": e.hint, "exit_code": e.exit_code}), flush=True)
+        print_json_error(e.message, e.hint, e.exit_code)
         return e.exit_code
     print(f"Error: {e.message}", file=sys.stderr)
     if e.hint:

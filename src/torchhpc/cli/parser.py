@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from torchhpc.core.suggest import did_you_mean
 
-__all__ = ["Parser"]
+__all__ = ["Parser", "print_json_error"]
 
 _CHOICE = re.compile(r"argument (?P<arg>\S+): invalid choice: '(?P<word>[^']*)' \(choose from (?P<known>.*)\)$")
 
@@ -97,12 +97,18 @@ class Parser(argparse.ArgumentParser):
         message = _plain_required(message)
         hint = f"{self.one_line_usage()}  (`{self.prog} --help` says more)"
         if Parser.json_errors:
-            import json
-
-            print(json.dumps({"error": f"{self.prog}: {message}", "hint": hint, "exit_code": 2}), flush=True)
+            print_json_error(f"{self.prog}: {message}", hint, 2)
             self.exit(2)
         # the same two lines as every other error of the CLI (cli/main.py): Error: ..., HINT: ...
         self.exit(2, f"Error: {self.prog}: {message}\nHINT: {hint}\n")
+
+
+def print_json_error(message: str, hint: str | None, exit_code: int) -> None:
+    """An error of a ``--json`` command: one JSON object on stdout, the one shape every path prints
+    (a parse error here, a command's error in cli/main.py and cli/common.py's ``json_errors``)."""
+    import json
+
+    print(json.dumps({"error": message, "hint": hint, "exit_code": exit_code}), flush=True)
 
 
 def _plain_required(message: str) -> str:
