@@ -3,7 +3,7 @@ PATH shim in front of the real commands (benchmarks/controller_load.py also read
 
 - ``status`` of a 100-task array is one call; ``status`` of several jobs is one call.
 - ``run --wait`` learns the end from <job dir>/end.json, written by the real batch script, and asks
-  the controller on the backed-off schedule (schedulers/batch/waiting.py), not every second.
+  the controller on the backed-off schedule (schedulers/waiting.py), not every second.
 - ``scancel`` while the step runs: the batch shell's trap writes CANCELLED and ``wait`` returns.
 """
 

@@ -1,4 +1,4 @@
-"""Job dependencies as data and as each scheduler writes them (core/depend.py, schedulers/batch/depend.py).
+"""Job dependencies as data and as each scheduler writes them (core/depend.py, schedulers/dependencies.py).
 
 PBS cannot run here: its line is checked against the documented syntax of ``qsub -W depend=``
 (PBS Professional Reference Guide, qsub: ``depend=<type>:<arg list>[,<type>:<arg list>...]``,
@@ -19,7 +19,7 @@ from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import SpecError
 from torchhpc.job import Job, JobHandle
 from torchhpc.schedulers import get_scheduler
-from torchhpc.schedulers.batch.depend import DependencyState
+from torchhpc.schedulers.dependencies import DependencyState
 from torchhpc.schedulers.pbs.pbs import PBSScheduler
 from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 

@@ -16,7 +16,7 @@ import pytest
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.jobdir.endmark import END_FILE, end_lines, quoted_dir, read_end, write_end
 from torchhpc.schedulers.api import JobStatus
-from torchhpc.schedulers.batch.waiting import CAP, EndWatch
+from torchhpc.schedulers.waiting import CAP, EndWatch
 
 
 def test_write_then_read_is_whole_and_leaves_no_temporary(tmp_path: Path) -> None:

@@ -63,7 +63,7 @@ def register(sub: Any) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     if args.more:
         return _status_many(args)
-    from torchhpc.schedulers.batch.depend import job_dependencies
+    from torchhpc.schedulers.dependencies import job_dependencies
 
     name, job = resolve(args)
     from torchhpc.supervisor.show import attempt_lines, job_attempts

@@ -148,10 +148,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
     ended = threading.Event()
 
     def watch() -> None:  # the scheduler may answer slowly: never hold the printing up
-        from torchhpc.schedulers.batch.waiting import EndWatch
+        from torchhpc.schedulers.waiting import EndWatch
 
         end = EndWatch(lambda: sched.status(job), sched.end_dir(job), poll=STATUS_EVERY,
-                       controller=sched.queries_controller)  # the end marker first (schedulers/batch/waiting.py)
+                       controller=sched.queries_controller)  # the end marker first (schedulers/waiting.py)
         while not ended.is_set():
             try:
                 end.step()

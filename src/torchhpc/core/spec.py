@@ -9,6 +9,7 @@ same message.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -28,6 +29,7 @@ __all__ = [
     "Entrypoint",
     "JobSpec",
     "LauncherKind",
+    "default_python",
 ]
 
 
@@ -371,3 +373,19 @@ def env_pairs(items: Sequence[str] | Mapping[str, str], source: str = "--env") -
         k, v = item.split("=", 1)
         out.append((k, v))
     return tuple(out)
+
+
+def default_python(spec: JobSpec, python: str | None = None) -> str:
+    """The interpreter ranks run: explicit, else ``python`` in a container, else this one.
+
+    Outside containers we use the submitting interpreter (as submitit does): a
+    venv on a shared filesystem is the common case and ``python`` on the
+    compute node's PATH is often a different one.
+    """
+    if python:
+        return python
+    if spec.entrypoint.python:
+        return spec.entrypoint.python
+    if spec.container is not None:
+        return "python"
+    return sys.executable or "python3"

@@ -294,8 +294,8 @@ class FunctionJob:
         """Wait for the job's end; a job whose rank failed but that lingers is cancelled (nothing left running).
 
         The end comes from the job's end marker first; the scheduler is asked on a backed-off
-        schedule and to confirm (schedulers/batch/waiting.py), the rank records are read between."""
-        from torchhpc.schedulers.batch.waiting import EndWatch
+        schedule and to confirm (schedulers/waiting.py), the rank records are read between."""
+        from torchhpc.schedulers.waiting import EndWatch
 
         sched = self.handle.scheduler
         watch = EndWatch(self.status, sched.end_dir(self._own_id()), poll=self.poll, controller=sched.queries_controller)

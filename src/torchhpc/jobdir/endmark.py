@@ -4,7 +4,7 @@ Why: a client waiting for a job used to ask the controller (``scontrol``) every 
 long as the job ran; on a shared controller that load is what sites rate-limit. The job knows
 its own end first, and its directory is on the filesystem the client shares, so the batch
 script (and the local supervisor) write the end there and the client watches that one file
-with a cheap ``stat``; the controller is asked only to confirm it (:mod:`~torchhpc.schedulers.batch.waiting`).
+with a cheap ``stat``; the controller is asked only to confirm it (:mod:`~torchhpc.schedulers.waiting`).
 
 The file is one JSON object ``{"state", "exit_code", "time", "restart"}``: ``state`` is the
 job's own view (COMPLETED for exit 0, FAILED, CANCELLED when the scheduler ended it), a hint

@@ -291,9 +291,9 @@ class Scheduler(ABC):
         progress: Callable[[JobStatus, float], None] | None = None,
     ) -> JobStatus:
         """Until a terminal state: the end marker first, :meth:`status` only to confirm it and on a
-        backed-off schedule (:mod:`~torchhpc.schedulers.batch.waiting`); ``progress`` sees each answer,
+        backed-off schedule (:mod:`~torchhpc.schedulers.waiting`); ``progress`` sees each answer,
         and the last one at least every ``poll`` seconds."""
-        from torchhpc.schedulers.batch.waiting import EndWatch
+        from torchhpc.schedulers.waiting import EndWatch
 
         watch = EndWatch(lambda: self.status(job_id), self.end_dir(job_id), poll=poll,
                          controller=self.queries_controller)

@@ -22,7 +22,7 @@ from abc import abstractmethod
 from typing import Any, ClassVar
 
 from torchhpc.core.shell import Raw, TrustedScript, join, quote, split_words, wrap_command
-from torchhpc.core.spec import JobSpec
+from torchhpc.core.spec import JobSpec, default_python
 from torchhpc.errors import SchedulerError
 from torchhpc.jobdir.files import keep, make_dirs, write_new, write_same
 from torchhpc.jobdir.log_wiring import LOG_VAR, LOG_WRAPPER, job_dir
@@ -31,7 +31,6 @@ from torchhpc.launchers import SHIM_VAR, launcher_of
 from torchhpc.schedulers.api import Scheduler, Submission
 from torchhpc.schedulers.batch.script import (
     boot_lines,
-    default_python,
     env_block,
     header_lines,
     indent_setup,

@@ -10,10 +10,10 @@ import sys
 
 from torchhpc import __version__
 from torchhpc.core.shell import export_lines, quote
-from torchhpc.core.spec import JobSpec
+from torchhpc.core.spec import JobSpec, default_python
 from torchhpc.launchers.boot import BOOT_DIR, BOOT_VAR, boot_hash, boot_source
 
-__all__ = ["boot_lines", "default_python", "env_block", "header_lines", "indent_setup", "job_boot", "read_log",
+__all__ = ["boot_lines", "env_block", "header_lines", "indent_setup", "job_boot", "read_log",
            "script_path"]
 
 
@@ -55,22 +55,6 @@ def indent_setup(lines: list[str], by: str = "  ") -> list[str]:
         if m:
             end = (m.group(3), m.group(1) == "-")
     return out
-
-
-def default_python(spec: JobSpec, python: str | None = None) -> str:
-    """The interpreter ranks run: explicit, else ``python`` in a container, else this one.
-
-    Outside containers we use the submitting interpreter (as submitit does): a
-    venv on a shared filesystem is the common case and ``python`` on the
-    compute node's PATH is often a different one.
-    """
-    if python:
-        return python
-    if spec.entrypoint.python:
-        return spec.entrypoint.python
-    if spec.container is not None:
-        return "python"
-    return sys.executable or "python3"
 
 
 def job_boot(spec: JobSpec) -> tuple[str, tuple[tuple[str, str], ...]]:

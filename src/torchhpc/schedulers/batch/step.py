@@ -13,9 +13,8 @@ import os
 from dataclasses import replace
 
 from torchhpc.core.shell import Raw, join, quote, split_words
-from torchhpc.core.spec import ContainerSpec, JobSpec
+from torchhpc.core.spec import ContainerSpec, JobSpec, default_python
 from torchhpc.launchers import torchrun_argv
-from torchhpc.schedulers.batch.script import default_python
 
 __all__ = [
     "RUNTIMES",

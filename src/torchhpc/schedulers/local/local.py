@@ -23,14 +23,13 @@ from typing import IO, Any, ClassVar, Optional
 
 from torchhpc import __version__
 from torchhpc.core.shell import Raw, assignment, join
-from torchhpc.core.spec import JobSpec
+from torchhpc.core.spec import JobSpec, default_python
 from torchhpc.core.supervise import Supervisor, describe_exit, exit_status
 from torchhpc.errors import JobFailed, SchedulerError, SpecError
 from torchhpc.launchers import get_launcher
 from torchhpc.launchers.boot import boot_argv, boot_pythonpath
 from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.api import JobStatus, JobTimes, Scheduler, Submission
-from torchhpc.schedulers.batch.script import default_python
 from torchhpc.schedulers.local.jobs import LocalJobs
 from torchhpc.schedulers.local.preflight import check_startable
 from torchhpc.schedulers.options import Option, declare
@@ -406,7 +405,7 @@ class LocalScheduler(Scheduler):
         return job.run()
 
     def _wait_dependencies(self, spec: JobSpec, err: IO[str]) -> None:
-        from torchhpc.schedulers.batch.depend import DependencyState, wait_dependencies
+        from torchhpc.schedulers.dependencies import DependencyState, wait_dependencies
 
         check_startable(spec, self.query_many)
 

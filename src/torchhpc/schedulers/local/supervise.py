@@ -25,7 +25,7 @@ from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.local.jobs import SUBMISSION, read_state, write_state
 
 if TYPE_CHECKING:
-    from torchhpc.schedulers.batch.depend import DependencyState
+    from torchhpc.schedulers.dependencies import DependencyState
 
 __all__ = ["supervise"]
 
@@ -109,7 +109,7 @@ def supervise(d: Path, scheduler: Any, attempts: Callable[[Path, Submission], At
 def _wait(d: Path, submission: Submission, scheduler: Any) -> str:
     """PENDING, its reason naming what it waits for, until the dependencies are met: "" then, else
     the reason it can never start (``DependencyNeverSatisfied: ...``, Slurm's word)."""
-    from torchhpc.schedulers.batch.depend import wait_dependencies
+    from torchhpc.schedulers.dependencies import wait_dependencies
 
     def waiting(states: list[DependencyState]) -> None:
         rec = read_state(d)

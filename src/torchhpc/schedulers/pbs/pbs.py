@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from torchhpc.core.depend import dependency_value
 from torchhpc.core.shell import Raw, directive, join
-from torchhpc.core.spec import JobSpec
+from torchhpc.core.spec import JobSpec, default_python
 from torchhpc.core.units import parse_size
 from torchhpc.core.validate import parse_bool
 from torchhpc.errors import CommandError, CommandNotFound, QuotingError, SchedulerError, SpecError, UnknownJob
@@ -37,7 +37,7 @@ from torchhpc.launchers.boot import BOOT_VAR
 from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.api import JobStatus, Submission
 from torchhpc.schedulers.batch.base import BatchScheduler
-from torchhpc.schedulers.batch.script import default_python, script_path
+from torchhpc.schedulers.batch.script import script_path
 from torchhpc.schedulers.batch.step import in_container, job_env_names, torchrun_command
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pbs.parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from torchhpc.core.depend import dependency_value
 from torchhpc.core.proc import Runner
 from torchhpc.core.shell import Raw, directive, join, quote
-from torchhpc.core.spec import JobSpec
+from torchhpc.core.spec import JobSpec, default_python
 from torchhpc.core.units import format_bytes, format_walltime, parse_size
 from torchhpc.core.validate import parse_bool
 from torchhpc.errors import CommandError, SchedulerError, SpecError
@@ -40,7 +40,7 @@ from torchhpc.launchers import SHIM_VAR, launcher_of, mpirun_argv, srun_argv, ta
 from torchhpc.launchers.boot import BOOT_VAR
 from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.batch.base import BatchScheduler
-from torchhpc.schedulers.batch.script import default_python, script_path
+from torchhpc.schedulers.batch.script import script_path
 from torchhpc.schedulers.batch.step import in_container, job_container, job_env_names, torchrun_command
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.slurm.parse import parse_scontrol
