@@ -12,8 +12,9 @@ module must be given a layer here.
 Below the layers, modules: no import circle between any two modules of src (lazy,
 ``TYPE_CHECKING`` and ``import_module`` imports count, and ``from package import
 module`` imports the package's ``__init__`` too), and no module outside
-``schedulers/`` imports a backend's package: it asks the registry. docs/architecture.md
-draws the same rules.
+``schedulers/`` imports a backend's package: it asks the registry; the top of ``schedulers/``
+does not import ``schedulers/batch/`` (what only Slurm and PBS share). No module is over 450
+lines. docs/architecture.md draws the same rules.
 """
 
 from __future__ import annotations
@@ -312,3 +313,42 @@ def test_a_planted_scheduler_command_fails(tmp_path: Path) -> None:
     (tree / "observe" / "b.py").write_text('X = ("qstat", "-f")\nY = ["echo", "srun"]\nZ = ("pbsdsh",)\n')
     (tree / "schedulers" / "c.py").write_text('X = ["srun", "--overlap"]\n')
     assert scheduler_commands(tree) == ["observe/b.py:1: qstat", "observe/b.py:3: pbsdsh", "supervisor/a.py:2: scancel"]
+
+
+MAX_LINES = 450  # house style: modules of a few hundred lines
+
+
+def long_modules(root: Path = SRC, limit: int = MAX_LINES) -> list[str]:
+    """``path: N lines`` for every module of src over ``limit`` lines: split it by what it does."""
+    counts = ((path, len(path.read_text().splitlines())) for path in sorted(root.rglob("*.py")))
+    return [f"{path.relative_to(root)}: {n} lines (over {limit})" for path, n in counts if n > limit]
+
+
+def batch_reach(root: Path = SRC) -> list[str]:
+    """Imports of ``schedulers/batch/`` from the top of ``schedulers/`` (the contract, the registry,
+    waiting, dependencies): batch/ is what Slurm and PBS share, below them, and the contract does not
+    reach down into it. (Outside ``schedulers/``, :func:`backend_reach` and the layers keep it out.)"""
+    bad: list[str] = []
+    for path in sorted((root / "schedulers").glob("*.py")):
+        for line, target in imports(path, root, names_too=True):
+            if target[:2] == ("schedulers", "batch"):
+                bad.append(f"schedulers/{path.name}:{line}: imports torchhpc.{'.'.join(target)}")
+    return bad
+
+
+def test_no_module_is_over_450_lines() -> None:
+    assert long_modules() == []
+
+
+def test_the_top_of_schedulers_does_not_import_batch() -> None:
+    assert batch_reach() == []
+
+
+def test_planted_long_module_and_batch_import_fail(tmp_path: Path) -> None:
+    tree = tmp_path / "torchhpc"
+    (tree / "schedulers" / "batch").mkdir(parents=True)
+    (tree / "schedulers" / "api.py").write_text("def f():\n    from torchhpc.schedulers.batch import base\n")
+    (tree / "schedulers" / "batch" / "base.py").write_text("from torchhpc.schedulers.api import f\n" + "x = 1\n" * 450)
+    assert long_modules(tree) == ["schedulers/batch/base.py: 451 lines (over 450)"]
+    assert batch_reach(tree) == ["schedulers/api.py:2: imports torchhpc.schedulers.batch",
+                                 "schedulers/api.py:2: imports torchhpc.schedulers.batch.base"]
