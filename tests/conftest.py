@@ -24,6 +24,8 @@ from typing import Any, NoReturn
 
 import pytest
 
+pytest_plugins = ["tests.parallel"]
+
 HOSTILE: list[str] = [
     "a 0",
     'a"=0"',
@@ -141,11 +143,11 @@ def session_processes(marker: str) -> list[str]:
 
 @pytest.fixture(scope="session", autouse=True)
 def nothing_left_behind() -> Iterator[None]:
-    """Fail the run when its tests left a process running or a new file in the checkout (CI ran
-    ``sbatch`` from the repository root once, and eight slurm-N.out files were committed)."""
+    """Fail the run when its tests left a process running. Under xdist each worker checks its own
+    (its own marker); the files and the dev cluster's queue are the controller's to check
+    (:func:`pytest_sessionfinish`): a worker cannot tell another worker's work in flight from litter."""
     marker = uuid.uuid4().hex
     os.environ[SESSION_VAR] = marker
-    before = _untracked()
     yield
     left: list[str] = []
     for _ in range(20):  # a background supervisor finishing its last write: a few seconds at most
@@ -153,11 +155,47 @@ def nothing_left_behind() -> Iterator[None]:
         if not left:
             break
         time.sleep(0.5)
-    new = sorted(_untracked() - before)
-    problems = ([f"processes the tests started are still running: {', '.join(left)}"] if left else []) + (
-        [f"new files in the checkout: {', '.join(new[:20])}"] if new else [])
+    if left:
+        pytest.fail(f"processes the tests started are still running: {', '.join(left)} "
+                    "(a test must clean up in a finally or a fixture)", pytrace=False)
+
+
+def _controller(config: pytest.Config) -> bool:
+    """The one process that sees the whole run: xdist's controller, or pytest itself without xdist."""
+    return not hasattr(config, "workerinput")
+
+
+_BEFORE = pytest.StashKey[tuple[set[str], set[str]]]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _controller(session.config):
+        from tests.cluster_queue import queued
+
+        session.config.stash[_BEFORE] = (_untracked(), set(queued()))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when it left a new file in the checkout (CI ran ``sbatch`` from the repository root
+    once, and eight slurm-N.out files were committed) or a job of its own in the dev cluster's queue."""
+    if not _controller(session.config) or _BEFORE not in session.config.stash:
+        return
+    from tests.cluster_queue import cancel, left_in_queue
+
+    files_before, jobs_before = session.config.stash[_BEFORE]
+    new = sorted(_untracked() - files_before)
+    jobs = left_in_queue(lambda job, fields: job not in jobs_before)
+    problems = ([f"new files in the checkout: {', '.join(new[:20])}"] if new else []) + (
+        [f"jobs left in the dev cluster's queue: {', '.join(f'{j} ({s})' for j, s in jobs.items())} "
+         "(cancelled now)"] if jobs else [])
+    if jobs:
+        cancel(jobs)
     if problems:
-        pytest.fail("; ".join(problems) + " (a test must clean up in a finally or a fixture)", pytrace=False)
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        text = "; ".join(problems) + " (a test must clean up in a finally or a fixture)"
+        if reporter is not None:
+            reporter.write_line(f"FAILED nothing left behind: {text}", red=True, bold=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 # --------------------------------------------------------------------------- where the suite's time goes

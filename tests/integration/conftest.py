@@ -15,12 +15,14 @@ Jobs see this machine's filesystem, so a test can write a script under
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Iterator, Sequence
 
 import pytest
 
+from tests.cluster_queue import cancel, left_in_queue, names_any, queued
 from tests.conftest import missing
 from torchhpc.core.proc import Completed, Runner
 from torchhpc.devcluster import ClusterState, load_state
@@ -140,29 +142,20 @@ def state_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
 
 
-def _queued(state: ClusterState) -> dict[str, str]:
-    """Job id -> ``STATE NAME`` of every job in the dev cluster's queue."""
-    client = SlurmClient(state)
-    out = client.run(["squeue", "-h", "-o", "%i %T %j"], timeout=30, check=False).stdout
-    return {p[0]: " ".join(p[1:]) for p in (line.split() for line in out.splitlines()) if p}
-
-
 @pytest.fixture(scope="module", autouse=True)
-def queue_left_empty() -> Iterator[None]:
+def queue_left_empty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The dev cluster's queue holds no job of this module when the module ends: one left there
-    (an assertion before its cancel) is cancelled, and the module fails naming it."""
-    state = load_state()
-    before = set(_queued(state)) if state is not None else set()
+    (an assertion before its cancel) is cancelled, and the module fails naming it. Under xdist other
+    workers submit meanwhile: a worker counts the jobs whose script or working directory lies in its
+    own temporary folder (the controller checks the whole queue at the end of the run)."""
+    before = set(queued())
     yield
-    state = state or load_state()
-    if state is None:
-        return
-    left: dict[str, str] = {}
-    for _ in range(30):  # a job cancelled a moment ago leaves the queue within seconds (COMPLETING)
-        left = {j: s for j, s in _queued(state).items() if j not in before}
-        if not left:
-            return
-        time.sleep(1)
-    SlurmClient(state).run(["scancel", *left], timeout=60, check=False)
-    pytest.fail(f"jobs left in the dev cluster's queue: {', '.join(f'{j} ({s})' for j, s in left.items())} "
-                "(cancelled now; a test must cancel its jobs in a finally or a fixture)", pytrace=False)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        mine = (str(tmp_path_factory.getbasetemp()), os.environ.get("TORCHHPC_STATE_DIR", ""))
+        left = left_in_queue(lambda job, fields: job not in before and names_any(fields, mine))
+    else:
+        left = left_in_queue(lambda job, fields: job not in before)
+    if left:
+        cancel(left)
+        pytest.fail(f"jobs left in the dev cluster's queue: {', '.join(f'{j} ({s})' for j, s in left.items())} "
+                    "(cancelled now; a test must cancel its jobs in a finally or a fixture)", pytrace=False)

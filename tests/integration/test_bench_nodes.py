@@ -87,6 +87,7 @@ def test_bad_input_is_one_line_with_a_hint(slurm_cluster: ClusterState, tmp_path
     assert not list(tmp_path.glob("*.sbatch")), "nothing may be submitted on bad input"
 
 
+@pytest.mark.exclusive  # degrades node3's link and measures every pair
 @pytest.mark.cluster("slurm")
 def test_healthy_then_degraded_node3_is_named_excluded_and_restored(
     slurm_cluster: ClusterState, slurm: SlurmClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -40,6 +40,7 @@ def _sacct_clock(slurm: SlurmClient, job: str) -> dict[str, float]:
     return {k: time.mktime(time.strptime(v, "%Y-%m-%dT%H:%M:%S")) for k, v in zip(names, fields)}
 
 
+@pytest.mark.exclusive  # fails a node of the shared dev cluster
 def test_events_of_a_node_loss_job_match_sacct_to_the_second(
     slurm_cluster: Any, slurm: SlurmClient, tmp_path: Path
 ) -> None:

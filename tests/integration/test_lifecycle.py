@@ -35,10 +35,12 @@ def test_slurm_refuses_before_sbatch(slurm_cluster: Any, tmp_path: Path) -> None
     assert done.returncode == 2, done.stdout + done.stderr
     assert "has no GPUs (from sinfo)" in done.stderr and "Submitted" not in done.stdout
     # A missing script: one line before sbatch, and squeue shows nothing new.
-    before = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True).stdout
+    # (jobs of this test only: other tests submit side by side, and every job here names tmp_path)
+    mine = ["squeue", "-h", "-o", "%i %o %Z"]
+    before = [j for j in subprocess.run(mine, env=env, capture_output=True, text=True).stdout.splitlines() if str(tmp_path) in j]
     done = torchhpc(env, "run", "-s", "slurm", "--nodes", "2", "missing.py", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.startswith("Error: the program 'missing.py' does not exist")
-    after = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True).stdout
+    after = [j for j in subprocess.run(mine, env=env, capture_output=True, text=True).stdout.splitlines() if str(tmp_path) in j]
     assert before == after
     # list and status --json against the real cluster.
     done = torchhpc(env, "run", "-s", "slurm", "--json", PI, "--steps", "100", cwd=tmp_path)

@@ -364,6 +364,7 @@ def _netns_of(pid: int) -> str:
     return subprocess.run(["ip", "netns", "identify", str(pid)], capture_output=True, text=True).stdout.strip()
 
 
+@pytest.mark.exclusive  # takes a node's link down
 def test_node_link_down_requeues_resumes_and_leaves_no_process(
     slurm_cluster: Any, slurm: SlurmClient, reference: Path, tmp_path: Path
 ) -> None:

@@ -18,6 +18,9 @@ import pytest
 from tests.conftest import missing
 from tests.integration.conftest import SlurmClient
 
+# Every node taken, a QOS added, a partition set down: nothing else may submit meanwhile.
+pytestmark = pytest.mark.exclusive
+
 
 def status(slurm: SlurmClient, job: str) -> dict[str, Any]:
     r = subprocess.run([sys.executable, "-m", "torchhpc", "status", f"slurm:{job}", "--json"], env=slurm.env,

@@ -77,6 +77,7 @@ def reference(slurm_cluster: Any, slurm: SlurmClient, tmp_path_factory: pytest.T
     return out / "final.pt"
 
 
+@pytest.mark.exclusive  # fails a node of the shared dev cluster
 @pytest.mark.parametrize("launcher", ["srun", "torchrun", "mpirun"])
 def test_node_loss_with_a_spare_completes_on_its_own(
     launcher: str, slurm_cluster: Any, slurm: SlurmClient, reference: Path, tmp_path: Path
@@ -171,6 +172,7 @@ def test_a_user_exception_is_never_restarted(slurm_cluster: Any, slurm: SlurmCli
 # Seen in a fresh-clone CI run: the dying node's ranks got SIGTERM and made the stop file, so the
 # supervisor read a preemption, gave up its requeue, and the batch shell requeued the job without
 # ExcNodeList. The supervisor now removes a stop file that a node loss explains (Outcome.teardown).
+@pytest.mark.exclusive  # fails a node of the shared dev cluster
 def test_node_loss_without_spares_requeues_without_the_node(
     slurm_cluster: Any, slurm: SlurmClient, reference: Path, tmp_path: Path
 ) -> None:
@@ -228,6 +230,7 @@ def test_each_resume_idiom_picks_up_after_an_in_allocation_restart(
     assert "FINISHED at=20" in text
 
 
+@pytest.mark.exclusive  # fails a node of the shared dev cluster
 def test_devcluster_fail_and_revive_say_what_they_did_and_are_idempotent(
     slurm_cluster: Any, slurm: SlurmClient
 ) -> None:
@@ -243,6 +246,7 @@ def test_devcluster_fail_and_revive_say_what_they_did_and_are_idempotent(
     wait_until(lambda: slurm.run(["sinfo", "-h", "-n", node, "-o", "%T"]).stdout.strip() == "idle", 120, f"{node} idle")
 
 
+@pytest.mark.exclusive  # makes one node fail the health gate (a listener on the rendezvous port)
 def test_a_node_failing_the_health_gate_is_excluded_with_the_reason(
     slurm_cluster: Any, slurm: SlurmClient, tmp_path: Path
 ) -> None:

@@ -31,7 +31,8 @@ from tests.conftest import missing
 from torchhpc import devcluster
 from torchhpc.devcluster import ClusterState
 
-pytestmark = [pytest.mark.cluster("slurm"), pytest.mark.slow]
+# exclusive: a second cluster of 16 nodes on the same two cores would slow every test beside it
+pytestmark = [pytest.mark.cluster("slurm"), pytest.mark.slow, pytest.mark.exclusive]
 
 NODES = int(os.environ.get("TORCHHPC_SCALE_NODES", "16"))
 TORCHRUN_NODES = min(NODES, int(os.environ.get("TORCHHPC_SCALE_TORCHRUN_NODES", "8")))

@@ -1,0 +1,156 @@
+"""Running the suite side by side (pytest-xdist), safely: groups, and a readers-writer lock.
+
+Most integration tests only submit jobs and wait on them: two cores can wait on many at once
+(issue 53). Some change what every other test relies on: they fail or degrade a node, change the
+dev cluster's configuration or accounting, hold every node, or load the machine on purpose. Those
+are marked ``@pytest.mark.exclusive`` and run one at a time, with nothing else touching the cluster.
+
+- **Groups** (``--dist loadgroup``): each integration module is one group, so its module fixtures
+  run once and in one worker; every exclusive test joins the group ``exclusive`` (one worker, one at
+  a time). Unit tests are spread one by one. Under ``--no-loadscope-reorder`` (what scripts/test.sh
+  uses) the groups go out in the order :func:`pytest_collection_modifyitems` leaves them: the
+  exclusive chain first, then the longest modules (from :data:`WEIGHT`), then the rest.
+- **The lock**: an integration test holds a shared lock for its set-up, call and teardown; an
+  exclusive test holds it exclusively. Writers go first (a turnstile): once an exclusive test asks,
+  no new test starts until it is done, so it waits for the tests in flight, never for a stream of
+  new ones. Both are ``flock`` locks on files of this run, so a crashed worker releases its own.
+
+Outside xdist (one process) no lock is taken and the order is left alone.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+EXCLUSIVE = "exclusive"
+
+# Minutes a module took in the last full run, for the order groups are handed out in: the longest
+# first, so that the run does not end waiting on one long module started last. Re-made from
+# `TORCHHPC_TEST_TIMES` (scripts/test_times.py); a module missing here counts as short.
+WEIGHT: dict[str, float] = {
+    "tests/integration/test_compat_matrix.py": 7.3,
+    "tests/integration/test_nothing_lost.py": 5.0,
+    "tests/integration/test_diagnose_cluster.py": 6.2,
+    "tests/integration/test_docs_run.py": 4.5,
+    "tests/integration/test_functions.py": 3.9,
+    "tests/integration/test_examples_train.py": 3.3,
+    "tests/integration/test_resilience.py": 3.0,
+    "tests/integration/test_arrays.py": 2.5,
+    "tests/integration/test_verdict_everywhere.py": 2.5,
+    "tests/integration/test_local_restarts.py": 1.5,
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "exclusive: changes what other tests rely on (fails or degrades a node, changes the dev cluster's "
+        "configuration or accounting, holds every node, loads the machine on purpose): runs alone under xdist",
+    )
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def _is_integration(item: pytest.Item) -> bool:
+    return _module(item).startswith("tests/integration/")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist appends the group to each node id
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not _workers(config):
+        return
+    for item in items:
+        if item.get_closest_marker(EXCLUSIVE):
+            item.add_marker(pytest.mark.xdist_group(EXCLUSIVE))
+        elif _is_integration(item):
+            item.add_marker(pytest.mark.xdist_group(_module(item).rsplit("/", 1)[-1].removesuffix(".py")))
+
+    def rank(pair: tuple[int, pytest.Item]) -> tuple[int, float, int]:
+        index, item = pair
+        if item.get_closest_marker(EXCLUSIVE):
+            return (0, 0.0, index)
+        if _is_integration(item):
+            return (1, -WEIGHT.get(_module(item), 0.0), index)
+        return (2, 0.0, index)
+
+    items[:] = [item for _, item in sorted(enumerate(items), key=rank)]
+
+
+def _workers(config: pytest.Config) -> int:
+    """How many xdist workers this run has (0: no xdist), in the controller and in each worker."""
+    if hasattr(config, "workerinput"):
+        return int(config.workerinput.get("workercount", 0))
+    n = getattr(config.option, "numprocesses", None)
+    return int(n) if isinstance(n, int) else 0
+
+
+class RunLock:
+    """A writer-preferring readers-writer lock shared by this run's workers (two ``flock`` files)."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._turnstile: IO[bytes] = open(directory / "turnstile.lock", "ab")
+        self._rw: IO[bytes] = open(directory / "rw.lock", "ab")
+
+    @contextmanager
+    def shared(self) -> Iterator[float]:
+        start = time.monotonic()
+        fcntl.flock(self._turnstile, fcntl.LOCK_EX)  # queue behind a writer that is waiting
+        try:
+            fcntl.flock(self._rw, fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(self._turnstile, fcntl.LOCK_UN)
+        try:
+            yield time.monotonic() - start
+        finally:
+            fcntl.flock(self._rw, fcntl.LOCK_UN)
+
+    @contextmanager
+    def exclusive(self) -> Iterator[float]:
+        start = time.monotonic()
+        fcntl.flock(self._turnstile, fcntl.LOCK_EX)  # no new reader from now on
+        try:
+            fcntl.flock(self._rw, fcntl.LOCK_EX)  # the readers in flight finish
+            try:
+                yield time.monotonic() - start
+            finally:
+                fcntl.flock(self._rw, fcntl.LOCK_UN)
+        finally:
+            fcntl.flock(self._turnstile, fcntl.LOCK_UN)
+
+
+_LOCK: RunLock | None = None
+
+
+def _run_lock() -> RunLock | None:
+    global _LOCK
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        return None
+    if _LOCK is None:
+        _LOCK = RunLock(Path(tempfile.gettempdir()) / f"torchhpc-tests-{run}")
+    return _LOCK
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Iterator[None]:
+    lock = _run_lock() if (_is_integration(item) or item.get_closest_marker(EXCLUSIVE)) else None
+    if lock is None:
+        yield
+        return
+    with (lock.exclusive() if item.get_closest_marker(EXCLUSIVE) else lock.shared()) as waited:
+        if waited > 5:
+            item.user_properties.append(("lock_wait_s", round(waited, 1)))
+        yield
+
