@@ -151,7 +151,9 @@ def baseline(env: dict[str, str], work: Path, jobs: int, seconds: float) -> dict
 
 def parse_timing(n: int = 1000) -> dict[str, float]:
     """query_many over n jobs, from the recorded squeue rows replicated (new ids), and sacct for a tenth."""
-    from torchhpc.core.proc import FakeRunner
+    sys.path.insert(0, str(REPO))  # tests.fakes: the fake runner
+    from tests.fakes import FakeRunner
+
     from torchhpc.schedulers.slurm.many import query_many
 
     data = REPO / "tests" / "data" / "slurm"

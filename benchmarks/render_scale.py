@@ -21,8 +21,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fakes: the fake runner
+
+from tests.fakes import FakeRunner
+
 from torchhpc.core.hostlist import compress, expand
-from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.env import detect, tasks_per_node
 from torchhpc.launchers.task import task_argv

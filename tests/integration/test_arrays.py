@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import PYTHON, REPO
-from torchhpc.core.proc import FakeRunner
+from tests.fakes import FakeRunner
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.schedulers.pbs.pbs import PBSScheduler
 

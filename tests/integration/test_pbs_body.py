@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import PYTHON, REPO, missing
-from torchhpc.core.proc import FakeRunner
+from tests.fakes import FakeRunner
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.schedulers.pbs.pbs import PBSScheduler
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from tests.fakes import FakeRunner
 from torchhpc.bench import nodes_plan as plan
 from torchhpc.bench.nodes_job import make_spec, resolve_nodes
 from torchhpc.cli.main import main
-from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import UsageError
 from torchhpc.schedulers import get_scheduler

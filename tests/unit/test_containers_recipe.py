@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import missing
+from tests.fakes import FakeRunner
 from tests.golden_util import assert_golden
 from torchhpc.cli.main import main
 from torchhpc.containers import convert, recipe
-from torchhpc.core.proc import FakeRunner
 from torchhpc.errors import CommandError, SpecError
 
 NGC = "nvcr.io/nvidia/pytorch:24.03-py3"

@@ -12,9 +12,9 @@ import re
 
 import pytest
 
+from tests.fakes import FakeRunner
 from torchhpc.cli.main import main
 from torchhpc.core.depend import Dependency, dependency_value, parse_dependencies, verdict
-from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import SpecError
 from torchhpc.job import Job, JobHandle

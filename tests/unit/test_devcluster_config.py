@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes import FakeRunner
 from torchhpc.cli.main import main
-from torchhpc.core.proc import FakeRunner
 from torchhpc.devcluster import ClusterState, config, daemons, netns
 from torchhpc.devcluster.bringup import binds
 from torchhpc.devcluster.state import default_state_dir, read_state

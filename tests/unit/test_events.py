@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import need
-from torchhpc.core.proc import FakeRunner
+from tests.fakes import FakeRunner
 from torchhpc.diagnose.account import account
 from torchhpc.diagnose.events import ATTEMPTS_FILE, gather, timeline
 from torchhpc.diagnose.events_plot import plot_data

@@ -30,9 +30,9 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
+from tests.fakes import FakeRunner
 from tests.unit.kube_fake import PYTORCHJOB_SCHEMA, FakeKubeAPI, unknown_fields, validate_pytorchjob
 from tests.unit.test_pbs import check_golden
-from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.errors import SchedulerError, SpecError
 from torchhpc.schedulers import get_scheduler

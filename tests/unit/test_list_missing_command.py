@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 import torchhpc.cli.jobs as jobs_cli
+from tests.fakes import FakeRunner
 from torchhpc.cli.main import main
-from torchhpc.core.proc import FakeRunner
 from torchhpc.errors import CommandNotFound
 from torchhpc.schedulers.pbs.pbs import PBSScheduler
 from torchhpc.schedulers.slurm.slurm import SlurmScheduler

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from torchhpc.core.proc import FakeRunner
+from tests.fakes import FakeRunner
 from torchhpc.errors import SchedulerError
 
 HAND_SBATCH = "#!/bin/bash\n#SBATCH -N 1\n# my own pi job, hand-written\nsrun python pi.py\n"

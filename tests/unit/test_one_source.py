@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from torchhpc.core.proc import FakeRunner
+from tests.fakes import FakeRunner
 from torchhpc.core.spec import Entrypoint, JobSpec, LauncherKind
 from torchhpc.errors import SpecError
 from torchhpc.jobdir.logs import filter_rank, parse_line

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, missing
+from tests.fakes import FakeRunner
 from tests.script_text import helpers, lines
-from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.errors import CommandError, QuotingError, SchedulerError, SpecError
 from torchhpc.schedulers import get_scheduler

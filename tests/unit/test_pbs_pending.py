@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from torchhpc.core.proc import FakeRunner
+from tests.fakes import FakeRunner
 from torchhpc.schedulers.pbs.parse import parse_qstat_full, status_from_attrs
 from torchhpc.schedulers.pbs.pbs import PBSScheduler
 from torchhpc.schedulers.pbs.pending import classify

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torchhpc.core.proc import FakeRunner
+from tests.fakes import FakeRunner
 from torchhpc.schedulers.slurm.many import parse_squeue, query_many
 
 DATA = Path(__file__).parent.parent / "data" / "slurm"

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.fakes import FakeRunner
 from tests.unit.test_pbs import check_golden
-from torchhpc.core.proc import FakeRunner
 from torchhpc.core.shell import join
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.errors import SchedulerError, SpecError

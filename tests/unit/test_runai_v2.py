@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO
+from tests.fakes import FakeRunner
 from tests.unit.test_pbs import check_golden
-from torchhpc.core.proc import FakeRunner
 from torchhpc.core.shell import join
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import SpecError

@@ -12,8 +12,8 @@ import subprocess
 
 import pytest
 
+from tests.fakes import FakeRunner
 from torchhpc.core.hostlist import compress, expand, first_host, read_nodefile
-from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.env import detect, tasks_per_node
 from torchhpc.launchers.task import task_argv

@@ -331,7 +331,7 @@ def test_plot_without_matplotlib_fails_before_the_run(tmp_path: Path) -> None:
 
 def test_gpus_checked_against_sinfo() -> None:
     """sinfo answers are recorded formats (the dev cluster has no GPUs: tests/integration covers that for real)."""
-    from torchhpc.core.proc import FakeRunner
+    from tests.fakes import FakeRunner
     from torchhpc.job import check_gpus
     from torchhpc.schedulers.slurm.nodes import gres_gpus as _gres_gpus
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from torchhpc.core.proc import FakeRunner
+from tests.fakes import FakeRunner
 from torchhpc.schedulers.pending import CATEGORIES, Pending
 from torchhpc.schedulers.slurm.parse import parse_scontrol
 from torchhpc.schedulers.slurm.pending import classify, dependencies, explain, queries

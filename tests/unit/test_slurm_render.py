@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes import FakeRunner
 from tests.golden_util import assert_golden, lint_script
-from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import SpecError
 from torchhpc.schedulers.slurm.slurm import SlurmScheduler, filter_rank, parse_scontrol

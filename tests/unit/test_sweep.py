@@ -60,7 +60,7 @@ def test_grid_json_list_for_values_with_commas() -> None:
 
 
 def test_python_api_array_and_sweep_render(tmp_path: Path) -> None:
-    from torchhpc.core.proc import FakeRunner
+    from tests.fakes import FakeRunner
     from torchhpc.job import Job
     from torchhpc.sweep import Sweep
 

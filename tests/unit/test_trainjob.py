@@ -29,10 +29,10 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
+from tests.fakes import FakeRunner
 from tests.unit.kube_fake import TRAINJOB_SCHEMA, FakeKubeAPI, trainjob_rule_errors, validate_trainjob
 from tests.unit.test_pbs import check_golden
 from torchhpc.core.depend import Dependency
-from torchhpc.core.proc import FakeRunner
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.errors import SchedulerError, SpecError
 from torchhpc.schedulers.kubernetes.kube_io import KubeAPI

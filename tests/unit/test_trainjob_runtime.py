@@ -21,13 +21,13 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
+from tests.fakes import FakeRunner
 from tests.unit.kube_fake import RUNTIME_RAW as RAW
 from tests.unit.kube_fake import RUNTIME_SCHEMA as SCHEMA
 from tests.unit.kube_fake import FakeKubeAPI, unknown_fields, validate_trainjob
 from tests.unit.test_pbs import check_golden
 from tests.unit.test_trainjob import spec
 from torchhpc.core.exitcodes import EXIT_CODES, RESTARTABLE, class_of_exit
-from torchhpc.core.proc import FakeRunner
 from torchhpc.diagnose.classify import CLASSES
 from torchhpc.diagnose.classify import EXIT_CODES as CLASSIFY_CODES
 from torchhpc.errors import SpecError

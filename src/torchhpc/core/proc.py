@@ -2,7 +2,7 @@
 
 Every call to sbatch, squeue, qsub, kubectl, podman, ... goes through a
 :class:`Runner`. Errors carry argv, exit code and stderr. Unit tests pass a
-:class:`FakeRunner`; integration tests use the real one. Nothing patches
+fake one (``tests/fakes.py``); integration tests use the real one. Nothing patches
 ``subprocess`` globally.
 """
 
@@ -12,11 +12,11 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torchhpc.errors import CommandError, CommandNotFound
 
-__all__ = ["Completed", "FakeRunner", "Runner", "default_runner"]
+__all__ = ["Completed", "Runner", "default_runner"]
 
 
 @dataclass(frozen=True)
@@ -94,58 +94,6 @@ class Runner:
     def which(self, program: str) -> str | None:
         path = (self.env or os.environ).get("PATH")
         return shutil.which(program, path=path)
-
-
-Responder = Callable[[Sequence[str], "str | None"], "Completed | tuple[int, str, str] | str"]
-
-
-@dataclass
-class FakeRunner(Runner):
-    """A runner for unit tests: answers from a table keyed by the program name.
-
-    ``responses["sbatch"] = "Submitted batch job 42\\n"`` or a callable
-    ``(argv, input) -> (rc, stdout, stderr)``. Every call is recorded in ``calls``.
-    """
-
-    responses: dict[str, object] = field(default_factory=dict)
-    calls: list[tuple[list[str], str | None]] = field(default_factory=list)
-    present: set[str] | None = None
-
-    def __post_init__(self) -> None:
-        super().__init__(env={}, timeout=1)
-
-    def run(  # type: ignore[override]
-        self,
-        argv: Sequence[str],
-        *,
-        input: str | None = None,
-        check: bool = True,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        hint: str | None = None,
-        cwd: str | None = None,
-    ) -> Completed:
-        argv = [str(a) for a in argv]
-        self.calls.append((argv, input))
-        resp = self.responses.get(argv[0])
-        if resp is None:
-            raise CommandNotFound(argv, hint)
-        out = resp(argv, input) if callable(resp) else resp
-        if isinstance(out, Completed):
-            done = out
-        elif isinstance(out, tuple):
-            rc, so, se = out
-            done = Completed(tuple(argv), int(rc), str(so), str(se))
-        else:
-            done = Completed(tuple(argv), 0, str(out), "")
-        if check and done.returncode != 0:
-            raise CommandError(argv, done.returncode, done.stderr, hint, done.stdout)
-        return done
-
-    def which(self, program: str) -> str | None:
-        if self.present is not None:
-            return f"/usr/bin/{program}" if program in self.present else None
-        return f"/usr/bin/{program}" if program in self.responses else None
 
 
 def default_runner() -> Runner:
