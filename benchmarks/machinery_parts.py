@@ -30,7 +30,7 @@ from pathlib import Path
 
 from torchhpc.jobdir.endmark import end_lines, quoted_dir
 from torchhpc.jobdir.log_wiring import LOG_WRAPPER
-from torchhpc.launchers import TASK_SHIM
+from torchhpc.launchers import TASK_SH
 from torchhpc.launchers.boot import BOOT_DIR
 
 GOAL = 0.05
@@ -74,9 +74,9 @@ def main() -> int:
         logged = {**base, "TORCHHPC_RANKS_DIR": str(work / "ranks")}
         booted = {**base, "PYTHONPATH": os.pathsep.join(filter(None, [str(BOOT_DIR), base.get("PYTHONPATH", "")]))}
         pairs: dict[str, tuple[Callable[[], float], Callable[[], float]]] = {
-            "task shim": (lambda: timed(["bash", "-c", TASK_SHIM, "torchhpc-task-srun", "true"], slurm),
+            "task shim": (lambda: timed(["bash", TASK_SH, "srun", "true"], slurm),
                           lambda: timed(["true"])),
-            "log wrapper": (lambda: timed(["bash", "-c", LOG_WRAPPER, "torchhpc-log", "SLURM_PROCID", "true"], logged),
+            "log wrapper": (lambda: timed(["bash", LOG_WRAPPER, "SLURM_PROCID", "true"], logged),
                             lambda: timed(["true"])),
             "boot file": (lambda: timed([sys.executable, "-c", "pass"], booted),
                           lambda: timed([sys.executable, "-c", "pass"], base)),

@@ -381,6 +381,10 @@ def execute(setup: Setup, r: Rendered, workdir: Path, stub_env: str) -> tuple[li
         env.update({"RANK": "0", "PET_NODE_RANK": "0", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "23456",
                     "PET_NNODES": "1", "PET_MASTER_ADDR": "10.0.0.1", "PET_MASTER_PORT": "23456"})
     else:
+        for name, text in r.files.items():  # the boot copy torchhpc writes at submit (the job's python is not this one)
+            if Path(name).parent.name.startswith(".torchhpc-boot-"):
+                Path(name).parent.mkdir(parents=True, exist_ok=True)
+                Path(name).write_text(text)
         script = script_of(setup, r)
         path = workdir / "job.sh"
         path.write_bytes(script.encode("utf-8", "surrogateescape"))

@@ -19,8 +19,8 @@ import venv
 from pathlib import Path
 
 from tests.conftest import need, reaped
-from torchhpc.launchers import TASK_SHIM
-from torchhpc.launchers.boot import BOOT_DIR, boot_argv, boot_hash, boot_line, boot_pythonpath, boot_shell
+from torchhpc.launchers import TASK_SH
+from torchhpc.launchers.boot import BOOT_DIR, boot_argv, boot_hash, boot_pythonpath, boot_shell
 
 PROBE = (
     "import sys; b = sys.modules.get('_torchhpc_boot'); "
@@ -39,7 +39,7 @@ def shim_run(argv: list[str], tmp_path: Path, **env: str) -> subprocess.Complete
 def task_run(argv: list[str], **env: str) -> subprocess.CompletedProcess[str]:
     """``argv`` through the task shim of the batch scripts (no launcher: one process)."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHHPC_", "SLURM_", "OMPI_", "PMI_"))}
-    return subprocess.run(["bash", "-c", TASK_SHIM, "torchhpc-task", *argv], env={**full, **env}, capture_output=True,
+    return subprocess.run(["bash", TASK_SH, "auto", *argv], env={**full, **env}, capture_output=True,
                           text=True, timeout=120)
 
 
@@ -122,7 +122,8 @@ def test_local_ranks_get_the_package_dir_and_containers_the_shell_lines() -> Non
     assert path == f"{BOOT_DIR}{os.pathsep}/a"  # first, once
     argv = boot_argv(["python3", "t.py"])
     assert argv[:2] == ["sh", "-c"] and argv[2] == boot_shell() + 'exec "$@"' and argv[3:] == ["torchhpc-boot", "python3", "t.py"]
-    assert boot_line() in TASK_SHIM and "TORCHHPC_BOOT_PY" not in TASK_SHIM  # the shim carries no Python
+    shim = Path(TASK_SH).read_text()
+    assert 'export PYTHONPATH="$TORCHHPC_BOOT_DIR' in shim and "TORCHHPC_BOOT_PY" not in shim  # the shim carries no Python
 
 
 def test_the_hook_wraps_the_real_torch_distributed() -> None:

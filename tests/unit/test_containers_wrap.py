@@ -20,9 +20,8 @@ import pytest
 from tests.conftest import HOSTILE
 from tests.golden_util import assert_golden, lint_script
 from torchhpc.containers import MODULES, runtime_options, sbatch_directives, setup_lines, srun_options, wrap
-from torchhpc.containers._common import enroot_ref
+from torchhpc.containers._common import BOOT_DIR, enroot_ref
 from torchhpc.containers.apptainer import image_uri
-from torchhpc.containers.docker import GPU_PRELUDE
 from torchhpc.core.shell import join
 from torchhpc.core.spec import RUNTIMES, ContainerSpec
 from torchhpc.errors import ConfigError, QuotingError, SpecError, TorchHPCError
@@ -125,7 +124,7 @@ def render_case(name: str) -> str:
         *setup_lines(spec),
     ]
     srun = srun_options(spec)
-    cmd = wrap(spec, argv, gpus=gpus, gpu_kind=kind, pass_env=pass_env)
+    cmd = wrap(spec, argv, gpus=gpus, gpu_kind=kind, pass_env=pass_env, boot_var="TORCHHPC_BOOT_DIR")  # a script's form
     lines.append(join(["srun", *srun, *cmd]) if srun else join(cmd))
     text = "\n".join(lines) + "\n"
     return text.replace(os.getcwd(), "/home/user/project")
@@ -163,7 +162,7 @@ def test_seed000_docker_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     argv = wrap(ContainerSpec("mn5", "docker", options=(("mount_cwd", "false"),)), ["bash"], gpus=1)
     text = join(argv)
     # The GPUs are added when the task starts (test_containers_allocation.py): never --gpus all.
-    assert argv[:5] == ["bash", "-c", GPU_PRELUDE, "torchhpc-gpus", "docker"]
+    assert argv[:3] == ["bash", f"{BOOT_DIR}/gpus.sh", "docker"]
     assert " docker run --rm --ipc=host --network=host --uts=host " in text and "all" not in argv
     assert "--ulimit memlock=-1 --ulimit stack=67108864" in text
     assert argv[-2:] == ["mn5", "bash"]
@@ -172,8 +171,8 @@ def test_seed000_docker_flags(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_podman_uses_cdi_and_wildcards() -> None:
     argv = wrap(ContainerSpec("img", "podman"), ["true"], gpus=2, pass_env=["SLURM_*", "RANK"])
-    assert argv[:5] == ["bash", "-c", GPU_PRELUDE, "torchhpc-gpus", "podman"]  # the GPUs, at task start
-    assert argv[6] == "podman"  # podman understands PREFIX* itself: no env prelude
+    assert argv[:3] == ["bash", f"{BOOT_DIR}/gpus.sh", "podman"]  # the GPUs, at task start
+    assert argv[4] == "podman"  # podman understands PREFIX* itself: no env prelude
     assert "SLURM_*" in argv and "--gpus" not in argv and "nvidia.com/gpu=all" not in argv
     assert wrap(ContainerSpec("img", "podman"), ["true"], gpus=0, pass_env=["RANK"])[0] == "podman"
 

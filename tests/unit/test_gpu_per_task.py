@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from tests.conftest import missing
-from torchhpc.launchers.task import TASK_SHIM, shim_name
+from torchhpc.launchers.task import TASK_SH
 from torchhpc.profiles import BUILTIN
 from torchhpc.profiles.builtin import LUMI_CPU_MASKS
 
@@ -24,9 +24,9 @@ MPI = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORL
        "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
 
 
-def run_shim(launcher: str, env: dict[str, str], cmd: str, shim: str = TASK_SHIM) -> str:
+def run_shim(launcher: str, env: dict[str, str], cmd: str, shim: str = TASK_SH) -> str:
     full = {"PATH": os.environ["PATH"], **env}
-    done = subprocess.run(["bash", "-c", shim, shim_name(launcher), "bash", "-c", cmd],
+    done = subprocess.run(["bash", shim, launcher, "bash", "-c", cmd],
                           env=full, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
@@ -39,7 +39,7 @@ def test_lumi_profile_asks_for_it() -> None:
 
 
 def test_srun_task_gets_the_gcd_of_its_local_id() -> None:
-    shim = TASK_SHIM
+    shim = TASK_SH
     env = {**SRUN, "TORCHHPC_GPU_PER_TASK": "ROCR_VISIBLE_DEVICES"}
     assert run_shim("srun", env, 'echo "$ROCR_VISIBLE_DEVICES"', shim) == "3"
     # The node's list already set (a job with 4 of the 8 GCDs): the task takes its own entry of it.

@@ -167,7 +167,7 @@ def test_log_wrapper_sends_each_rank_to_its_own_file(tmp_path: Path) -> None:
     assert (gone.stdout, gone.stderr) == ("hi\n", "")
     assert not (tmp_path / "none").exists()
     # a directory that cannot be written: said on stderr, output kept
-    bad = subprocess.run(["bash", "-c", LOG_WRAPPER, "x", "RANK", "echo", "hi"], env={**env, "TORCHHPC_RANKS_DIR": "/proc"}, capture_output=True, text=True)
+    bad = subprocess.run(["bash", LOG_WRAPPER, "RANK", "echo", "hi"], env={**env, "TORCHHPC_RANKS_DIR": "/proc"}, capture_output=True, text=True)
     assert bad.stdout == "hi\n" and "cannot write" in bad.stderr
 
 
@@ -213,11 +213,10 @@ def test_cli_bad_filters(flag: str, value: str, capsys: pytest.CaptureFixture[st
 
 
 def test_torchrun_workers_go_through_the_wrapper() -> None:
-    torchrun = ["python", "-m", "torch.distributed.run", "--nnodes", "2", "--tee", "3", "--no-python", "bash", "-c", "SHIM", "t", "python", "train.py"]
+    torchrun = ["python", "-m", "torch.distributed.run", "--nnodes", "2", "--tee", "3", "--no-python", "bash", "SHIM", "torchrun", "python", "train.py"]
     argv = torchrun_per_rank(torchrun)
     assert argv[:5] == ["python", "-m", "torch.distributed.run", "--nnodes", "2"]
-    assert argv[5:8] == ["--no-python", "bash", "-c"]
-    assert argv[9:] == ["torchhpc-log", "RANK", "bash", "-c", "SHIM", "t", "python", "train.py"]
+    assert argv[5:] == ["--no-python", "bash", '"$TORCHHPC_BOOT_DIR/rank.sh"', "RANK", "bash", "SHIM", "torchrun", "python", "train.py"]
 
 
 def test_ranks_dir_ref_expands_in_bash(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from tests.script_text import helpers, lines
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.errors import CommandError, QuotingError, SchedulerError, SpecError
 from torchhpc.schedulers import get_scheduler
+from torchhpc.schedulers.batch.script import job_boot
 from torchhpc.schedulers.pbs.parse import parse_qstat_full, parse_qstat_json, status_from_attrs
 from torchhpc.schedulers.pbs.pbs import PBSScheduler, job_name, pbs_size, pbs_walltime
 
@@ -142,7 +143,7 @@ def test_mpirun_line_has_the_seed_flags() -> None:
         "-x MASTER_ADDR -x MASTER_PORT -x PATH -x TORCHHPC_BOOT_DIR -x NCCL_DEBUG",
         "--bind-to none",
         "-mca pml ob1 -mca btl '^openib'",
-        'bash -c "$_torchhpc_task_shim" torchhpc-task-mpirun python3 examples/pi.py --n 1000000',
+        'bash "$TORCHHPC_BOOT_DIR/task.sh" mpirun python3 examples/pi.py --n 1000000',
     ):
         assert piece in launch, piece
 
@@ -190,7 +191,7 @@ def test_hostile_values_rejected_or_carried(hostile: str, tmp_path: Path) -> Non
 def test_preamble_runs_in_bash(tmp_path: Path) -> None:
     """The rendezvous block, run by bash with a made-up nodefile: first host, deduplicated, port from job id."""
     script = PBSScheduler(runner=FakeRunner()).render(spec()).script or ""
-    pre = helpers(script) + script[script.index("mapfile") : script.index("  # Launch:")]
+    pre = helpers(script) + script[script.index("mapfile") : script.index("  # torchhpc's rank programs")]
     nodefile = tmp_path / "nodes"
     nodefile.write_text("se007\nse007\nse003\nse007\nse003\n")
     env = {"PATH": os.environ["PATH"], "PBS_NODEFILE": str(nodefile), "PBS_JOBID": "4711.pbsserver01"}
@@ -208,9 +209,9 @@ def test_preamble_runs_in_bash(tmp_path: Path) -> None:
 
 def test_container_wraps_each_rank() -> None:
     launch = launch_line(PBSScheduler(runner=FakeRunner()).render(CASES["sockeye_apptainer"]).script or "")
-    assert launch.index("mpirun") < launch.index("apptainer") < launch.index("_torchhpc_task_shim")
+    assert launch.index("mpirun") < launch.index("apptainer") < launch.index("task.sh")
     assert "/arc/project/st-alice-1/pytorch.sif" in launch and "--nv" in launch
-    assert launch.endswith("torchhpc-task-mpirun python examples/pi.py &")
+    assert launch.endswith('task.sh" mpirun python examples/pi.py &')
     pyxis = ContainerSpec(image="nvcr.io#nvidia/pytorch:24.01-py3", runtime="pyxis")
     with pytest.raises(SpecError, match="pyxis needs srun"):
         PBSScheduler(runner=FakeRunner()).render(spec(container=pyxis))
@@ -384,6 +385,9 @@ def test_stop_file_before_walltime_runs_in_bash(tmp_path: Path) -> None:
     sees it and exits 0, the script exits 0; no PBS warning signal is needed."""
     s = spec(time="1", signal_before=58, output_dir=str(tmp_path))  # walltime 60 s, stop after 2 s
     script = PBSScheduler(runner=FakeRunner()).render(s).script or ""
+    for path, text in job_boot(s)[1]:  # the boot copy torchhpc writes at submit (python3 is not this one)
+        Path(path).parent.mkdir(exist_ok=True)
+        Path(path).write_text(text)
     block = script[script.index("# Nothing lost") :]
     assert "sleep 2 && _torchhpc_stop time-limit" in block and "-x TORCHHPC_STOP_FILE" in block
     fake = tmp_path / "bin" / "mpirun"

@@ -199,7 +199,7 @@ def test_a_python_without_torchhpc_gets_the_boot_file_in_the_output_dir(tmp_path
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """--python names another interpreter (or a container's): the submitter writes the boot file beside the job,
     by its content's name (jobs share it), and the script points there; nothing is written while rendering."""
-    from torchhpc.launchers.boot import boot_hash, boot_source
+    from torchhpc.launchers.boot import SHELL_PROGRAMS, boot_hash, boot_source
 
     monkeypatch.setenv("TORCHHPC_STATE_DIR", str(tmp_path / "state"))
     out = tmp_path / "out"
@@ -211,9 +211,9 @@ def test_a_python_without_torchhpc_gets_the_boot_file_in_the_output_dir(tmp_path
     assert (boot / "sitecustomize.py").read_text() == boot_source()
     again = SlurmScheduler(runner=FakeRunner(responses={"sbatch": "4243;cluster\n", "scontrol": ""}))
     assert again.schedule(again.render(spec(output_dir=str(out)))) == "4243"  # a second job shares it
-    assert sorted(p.name for p in boot.iterdir()) == ["sitecustomize.py"]
-    # the script by hand where that directory is missing (sbatch FILE elsewhere): one line, and it runs on
+    assert sorted(p.name for p in boot.iterdir()) == sorted(["sitecustomize.py", *SHELL_PROGRAMS])
+    # the script by hand where that directory is missing (sbatch FILE elsewhere): it stops, in one line
     check = next(ln.strip() for ln in (sub.script or "").splitlines() if ln.strip().startswith('[ -f "$TORCHHPC_BOOT_DIR'))
     r = subprocess.run(["bash", "-c", f"set -euo pipefail; {check}; echo runs"], capture_output=True, text=True,
                        timeout=30, env={"PATH": os.environ["PATH"], "TORCHHPC_BOOT_DIR": str(tmp_path / "gone")})
-    assert r.stdout == "runs\n" and r.stderr.count("\n") == 1 and "no exit cures" in r.stderr, r.stderr
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1 and "install torchhpc" in r.stderr, r.stderr

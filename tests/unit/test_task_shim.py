@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import missing
 from tests.script_text import lines
-from torchhpc.launchers.task import TASK_SHIM, shim_for, shim_name, task_argv
+from torchhpc.launchers.task import TASK_SH, task_argv
 
 PRINT = "env -0"
 
@@ -64,15 +64,10 @@ SLURM_OWN = ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NODELI
 def run_shim(env: dict[str, str], launcher: str | None) -> dict[str, str]:
     if shutil.which("bash") is None:
         missing("bash is not installed")
-    outs = []
-    # a named launcher: the whole shim and the one branch a batch script carries (shim_for) must agree
-    for shim in (TASK_SHIM, *([shim_for(launcher)] if launcher else [])):
-        argv = task_argv(["bash", "-c", PRINT], shim=shim, launcher=launcher)
-        done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, timeout=30, check=False)
-        assert done.returncode == 0, done.stderr.decode()
-        outs.append(dict(item.split("=", 1) for item in done.stdout.decode().split("\0") if "=" in item))
-    assert all(out == outs[0] for out in outs), outs
-    return outs[0]
+    argv = task_argv(["bash", "-c", PRINT], launcher=launcher)
+    done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    return dict(item.split("=", 1) for item in done.stdout.decode().split("\0") if "=" in item)
 
 
 def assert_rank3(out: dict[str, str]) -> None:
@@ -173,17 +168,18 @@ def test_no_launcher_is_one_process() -> None:
     ],
 )
 def test_a_named_launcher_without_its_variables_fails_clearly(launcher: str, env: dict[str, str], needle: str) -> None:
-    for shim in (TASK_SHIM, shim_for(launcher)):
-        argv = task_argv(["true"], shim=shim, launcher=launcher)
-        done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True, timeout=30)
-        assert done.returncode == 2 and needle in done.stderr
+    argv = task_argv(["true"], launcher=launcher)
+    done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and needle in done.stderr
 
 
-def test_shim_names() -> None:
-    assert shim_name() == "torchhpc-task" and shim_name("torchrun") == "torchhpc-task-torchrun"
+def test_the_launcher_is_the_first_argument() -> None:
+    assert task_argv(["t"], launcher="torchrun") == ["bash", TASK_SH, "torchrun", "t"]
+    assert task_argv(["t"]) == ["bash", TASK_SH, "auto", "t"]
     with pytest.raises(ValueError, match="unknown launcher"):
-        shim_name("pdsh")
-    assert not [line for line in TASK_SHIM.splitlines() if line.lstrip().startswith("#")]  # #SBATCH-safe
+        task_argv(["t"], launcher="pdsh")
+    done = subprocess.run(["bash", TASK_SH, "pdsh", "true"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "unknown launcher 'pdsh'" in done.stderr
 
 
 def test_slurm_torchrun_workers_start_through_the_shim_and_pods_do_not() -> None:
@@ -195,10 +191,7 @@ def test_slurm_torchrun_workers_start_through_the_shim_and_pods_do_not() -> None
     script = SlurmScheduler().render(spec).script or ""
     launch = next(line for line in lines(script) if "torch.distributed.run" in line)
     # each worker: the log wrapper (its own file per rank), then the task shim, then the program
-    assert "--no-python bash -c" in launch
-    assert 'torchhpc-log RANK bash -c "$_torchhpc_task_shim" torchhpc-task-torchrun' in launch
-    assert launch.index("--no-python") < launch.index("torchhpc-log RANK")
+    assert '--no-python bash "$TORCHHPC_BOOT_DIR/rank.sh" RANK bash "$TORCHHPC_BOOT_DIR/task.sh" torchrun' in launch
     assert launch.rstrip(" &").endswith("train.py --lr 1")
-    # the script carries torchrun's branch of the shim only, defined in the helpers after main()
-    shim = script[script.index("_torchhpc_task_shim='") :]
-    assert "TORCHELASTIC_RUN_ID" in shim and "SLURM_STEP_TASKS_PER_NODE:-" not in shim and "OMPI_COMM_WORLD_LOCAL_RANK" not in shim
+    # the script carries no shell program: the shim and the log wrapper are files of the boot directory
+    assert "TORCHELASTIC_RUN_ID" not in script and "_torchhpc_task_shim" not in script

@@ -61,14 +61,16 @@ def wrap(
     gpu_kind: str = "nvidia",
     pass_env: Sequence[str] = (),
     interactive: bool = False,
+    boot_var: str = "",
 ) -> list[str]:
     """The argv that runs ``argv`` inside ``container`` (unchanged for pyxis: see :func:`srun_options`).
 
     ``gpus`` > 0 asks for the node's GPUs of ``gpu_kind`` ("nvidia" or "amd"); ``pass_env``
     lists variable names and ``PREFIX*`` patterns that must reach the process inside;
-    ``interactive`` asks for a terminal (``torchhpc shell``: docker/podman ``-it``).
+    ``interactive`` asks for a terminal (``torchhpc shell``: docker/podman ``-it``); ``boot_var``
+    names the variable that holds the boot directory in a script (else the installed one's path).
     """
-    how = Wrapping(gpus=gpus, gpu_kind=gpu_kind, pass_env=tuple(pass_env), interactive=interactive)
+    how = Wrapping(gpus=gpus, gpu_kind=gpu_kind, pass_env=tuple(pass_env), interactive=interactive, boot_var=boot_var)
     out: list[str] = _module(container.runtime).wrap(container, list(argv), how)
     return out
 

@@ -10,6 +10,7 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from torchhpc.core.shell import Raw
 from torchhpc.core.spec import ContainerSpec
@@ -25,6 +26,9 @@ COMMON_OPTIONS: dict[str, str] = {
     "apptainer and singularity do this themselves)",
 }
 
+# The installed boot directory (launchers/boot.py; not imported: containers and launchers stay apart): its
+# shell programs env.sh and gpus.sh run a wrapped command where argv alone cannot.
+BOOT_DIR = str(Path(__file__).resolve().parent.parent / "boot")
 # Used with fullmatch only: ``$`` would also match before a final newline.
 _ENV_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?|\*")
 _TRUE = {"1", "true", "yes", "on"}
@@ -67,12 +71,18 @@ class Bind:
 class Wrapping:
     """How a rank's command enters its container, the same for every runtime: ``gpus`` > 0 asks for
     the node's GPUs of ``gpu_kind`` ("nvidia" or "amd"); ``pass_env`` lists the variable names and
-    ``PREFIX*`` patterns that must reach the process inside; ``interactive`` asks for a terminal."""
+    ``PREFIX*`` patterns that must reach the process inside; ``interactive`` asks for a terminal;
+    ``boot_var`` names the script's variable holding the boot directory ("": the installed one)."""
 
     gpus: int = 0
     gpu_kind: str = "nvidia"
     pass_env: tuple[str, ...] = ()
     interactive: bool = False
+    boot_var: str = ""
+
+    def program(self, name: str) -> str:
+        """The word that names a shell program of the boot directory (env.sh, gpus.sh)."""
+        return Raw(f'"${self.boot_var}/{name}"') if self.boot_var else os.path.join(BOOT_DIR, name)
 
 
 PLAIN = Wrapping()
@@ -198,28 +208,11 @@ def cwd_bind(container: ContainerSpec, opts: Mapping[str, str], existing: Iterab
     return Bind(cwd, cwd)
 
 
-# A tiny bash program that turns name patterns into runtime flags *at run time* (argv cannot
-# expand "SLURM_*": the job's variables exist only on the compute node). Its inputs are
-# positional parameters, never spliced into the program text.
-#   $1 mode: "flag" -> FLAG NAME for each match (docker -e NAME, enroot --env NAME)
-#            "export" -> export PREFIX$NAME=$VALUE (APPTAINERENV_NAME survives --cleanenv)
-#   $2 FLAG or PREFIX, $3 count of patterns, patterns..., $N count of leading argv words,
-#   those words, then the rest of argv; flags are inserted between the two parts.
-ENV_EXPAND = (
-    'mode=$1 arg=$2 n=$3; shift 3; pats=("${@:1:n}"); shift "$n"; m=$1; shift; '
-    'head=("${@:1:m}"); shift "$m"; flags=(); '
-    "for v in $(compgen -e); do for p in \"${pats[@]}\"; do case $v in $p) "
-    'if [ "$mode" = export ]; then export "$arg$v=${!v}"; else flags+=("$arg" "$v"); fi; break;; '
-    'esac; done; done; exec "${head[@]}" "${flags[@]}" "$@"'
-)
-
-
-def env_expand_argv(mode: str, arg: str, patterns: Sequence[str], head: Sequence[str], tail: Sequence[str]) -> list[str]:
-    """argv that runs ``head + flags(patterns) + tail`` with flags found in the live environment."""
-    return [
-        "bash", "-c", ENV_EXPAND, "torchhpc-env", mode, arg,
-        str(len(patterns)), *patterns, str(len(head)), *head, *tail,
-    ]
+def env_expand_argv(mode: str, arg: str, patterns: Sequence[str], head: Sequence[str], tail: Sequence[str],
+                    how: Wrapping = PLAIN) -> list[str]:
+    """argv that runs ``head + flags(patterns) + tail`` with flags found in the live environment (boot/env.sh:
+    argv cannot expand "SLURM_*", the job's variables exist only on the compute node)."""
+    return ["bash", how.program("env.sh"), mode, arg, str(len(patterns)), *patterns, str(len(head)), *head, *tail]
 
 
 def has_wildcards(patterns: Iterable[str]) -> bool:

@@ -109,7 +109,7 @@ def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAI
         # scheduler variables must be re-exported under the prefix when the task starts.
         patterns = c.all_patterns(container, how.pass_env)
         if patterns:
-            cmd = c.env_expand_argv("export", prefix, patterns, [], cmd)
+            cmd = c.env_expand_argv("export", prefix, patterns, [], cmd, how)
     return cmd
 
 

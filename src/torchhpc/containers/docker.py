@@ -3,7 +3,7 @@
 The flags follow the MareNostrum5 guide (``--ipc=host --ulimit memlock=-1 --ulimit stack=67108864``)
 plus what a rank needs to reach its peers: the host network and UTS namespaces, so
 MASTER_ADDR and hostnames mean the same inside. GPUs are exactly those the scheduler
-gave this task or node, read when the task starts (:data:`GPU_PRELUDE`): ``--gpus
+gave this task or node, read when the task starts (boot/gpus.sh): ``--gpus
 '"device=I,J"'`` on Docker, one CDI device ``nvidia.com/gpu=I`` each on Podman. Never
 ``all``: the daemon (or CDI) sees every GPU of the node, including another job's. Podman runs for real here under Slurm
 (tests/integration); Docker has no engine on this machine, so its rendering is
@@ -33,19 +33,6 @@ OPTIONS: dict[str, str] = {
 
 DEFAULT_ULIMITS = "memlock=-1,stack=67108864"
 
-# The GPU flags, from the allocation when the task starts: Slurm's SLURM_STEP_GPUS / SLURM_JOB_GPUS
-# hold the node's physical indices (what the Docker daemon and CDI count), CUDA_VISIBLE_DEVICES is
-# the fallback off Slurm. $1 is the runtime, $2 how many words precede the image; the flags go there.
-GPU_PRELUDE = r"""rt=$1 n=$2; shift 2; pre=("${@:1:n}"); shift "$n"
-g=${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-${CUDA_VISIBLE_DEVICES:-}}}
-if [ -z "$g" ] || [ "$g" = NoDevFiles ]; then
-  echo "torchhpc: $rt: no GPU allocated to this task (SLURM_STEP_GPUS, SLURM_JOB_GPUS and CUDA_VISIBLE_DEVICES are empty)" >&2; exit 2
-fi
-flags=()
-if [ "$rt" = podman ]; then IFS=, read -ra ids <<< "$g"; for i in "${ids[@]}"; do flags+=(--device "nvidia.com/gpu=$i"); done
-else flags=(--gpus "\"device=$g\""); fi
-exec "${pre[@]}" "${flags[@]}" "$@"
-"""
 _AMD_DEVICES = ("/dev/kfd", "/dev/dri")
 
 
@@ -87,7 +74,7 @@ def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAI
     head += ["run", "--rm"]
     if how.interactive:
         head.append("-it")  # a shell needs a terminal; the other runtimes keep the caller's
-    nvidia = how.gpus > 0 and how.gpu_kind == "nvidia"  # flags added when the task starts (GPU_PRELUDE)
+    nvidia = how.gpus > 0 and how.gpu_kind == "nvidia"  # flags added when the task starts (boot/gpus.sh)
     if how.gpus > 0 and not nvidia:
         if how.gpu_kind == "amd":
             for dev in _AMD_DEVICES:
@@ -127,10 +114,10 @@ def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAI
         head += ["-e", f"{k}={v}"]
     head += c.split_args(opts)
     tail = [c.image_word(docker_ref(container.image, container.runtime)), *argv]
-    full = c.env_expand_argv("flag", "-e", wild, head, tail) if wild else head + tail
+    full = c.env_expand_argv("flag", "-e", wild, head, tail, how) if wild else head + tail
     if nvidia:
         pre = full[: len(full) - len(tail)]
-        return ["bash", "-c", GPU_PRELUDE, "torchhpc-gpus", container.runtime, str(len(pre)), *pre, *tail]
+        return ["bash", how.program("gpus.sh"), container.runtime, str(len(pre)), *pre, *tail]
     return full
 
 

@@ -121,7 +121,7 @@ def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAI
     inner = ["sh", "-c", _CD, "torchhpc-cd", wd, *argv] if wd else list(argv)
     tail = [target, *inner]
     if wild:
-        return c.env_expand_argv("flag", "--env", wild, head, tail)
+        return c.env_expand_argv("flag", "--env", wild, head, tail, how)
     return head + tail
 
 

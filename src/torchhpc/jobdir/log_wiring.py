@@ -1,7 +1,7 @@
 """How each rank's output gets its own file: the script side of :mod:`torchhpc.jobdir.logs`.
 
 The batch scripts export ``$TORCHHPC_RANKS_DIR`` and run every rank's command through
-:data:`LOG_WRAPPER`; :mod:`torchhpc.jobdir.logs` reads the files back. Shell text is
+:data:`LOG_WRAPPER` (boot/rank.sh); :mod:`torchhpc.jobdir.logs` reads the files back. Shell text is
 built with :mod:`torchhpc.core.shell` (the one quoting rule).
 """
 
@@ -10,13 +10,12 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from torchhpc.core.shell import Raw
 from torchhpc.launchers import TORCHRUN
+from torchhpc.launchers.boot import BOOT_DIR, boot_ref
 
 __all__ = [
     "LOG_DIR_VAR",
     "LOG_REF",
-    "LOG_VAR",
     "LOG_WRAPPER",
     "RANKS_DIR",
     "job_dir",
@@ -28,42 +27,22 @@ __all__ = [
 
 RANKS_DIR = "ranks"
 
-# Runs each rank's program with its stdout and stderr appended to its own file in
-# $TORCHHPC_RANKS_DIR (exported by the batch script; not an argument, so no job name or path
-# is in the launch command), then execs it: signals reach the program directly. The rank
-# comes from the first set variable of a list the launcher decides (Launcher.rank_vars): srun and
-# mpirun run the wrapper before the task shim and outside any container, torchrun around each
-# worker. PYTHONUNBUFFERED (only defaulted): a file is block-buffered otherwise and `logs -f`
-# would see lines minutes late. Without the directory (a script submitted by hand, where
-# torchhpc did not create it) the output stays on the launcher's stream, labelled there as
-# before; a directory that exists but cannot be written is said once per rank. The node is the
-# kernel's host name: $HOSTNAME is inherited from the batch shell (Slurm sets it there).
+# Each rank's program runs through src/torchhpc/boot/rank.sh (the comments there say how): its output
+# appended to its own file in $TORCHHPC_RANKS_DIR (exported by the batch script; not an argument, so
+# no job name or path is in the launch command), then exec. The rank comes from the first set variable
+# of a list the launcher decides (Launcher.rank_vars): srun and mpirun run the wrapper before the task
+# shim and outside any container, torchrun around each worker.
 LOG_DIR_VAR = "TORCHHPC_RANKS_DIR"
-LOG_WRAPPER = r"""_torchhpc_rank=0; for _torchhpc_v in $1; do [ -z "${!_torchhpc_v:-}" ] || { _torchhpc_rank=${!_torchhpc_v}; break; }; done; shift
-if [ -d "${TORCHHPC_RANKS_DIR:-}" ]; then
-  read -r _torchhpc_host </proc/sys/kernel/hostname 2>/dev/null || _torchhpc_host=${SLURMD_NODENAME:-${HOSTNAME:-}}
-  _torchhpc_log="$TORCHHPC_RANKS_DIR/rank-$_torchhpc_rank@${_torchhpc_host%%.*}.log"
-  if : >>"$_torchhpc_log" 2>/dev/null; then exec >>"$_torchhpc_log" 2>&1
-  else echo "torchhpc: cannot write $_torchhpc_log; rank $_torchhpc_rank's output stays here" >&2; fi
-fi
-unset _torchhpc_rank _torchhpc_v _torchhpc_host _torchhpc_log; : "${PYTHONUNBUFFERED:=1}"; export PYTHONUNBUFFERED
-exec "$@"
-"""
-
-# Where the wrapper reads the rank, per launcher (first set wins; the task shim's order for MPI).
-
-
-# Batch scripts define the wrapper once, in their generated helpers, under this name (reserved prefix:
-# no --env can change it) and pass "$_torchhpc_rank_log", so the launch line carries no program text.
-LOG_VAR = "_torchhpc_rank_log"
-LOG_REF = Raw(f'"${LOG_VAR}"')
+# The wrapper in the installed package, and a batch script's word for it (its boot directory's copy).
+LOG_WRAPPER = os.path.join(BOOT_DIR, "rank.sh")
+LOG_REF = boot_ref("rank.sh")
 
 
 def log_argv(command: Sequence[str], rank_vars: str = "RANK", wrapper: str = LOG_WRAPPER) -> list[str]:
-    """``bash -c LOG_WRAPPER torchhpc-log VARS CMD...``: CMD's output into ``$TORCHHPC_RANKS_DIR/rank-N@NODE.log``.
+    """``bash rank.sh VARS CMD...``: CMD's output into ``$TORCHHPC_RANKS_DIR/rank-N@NODE.log``.
 
-    ``wrapper=LOG_REF`` in a batch script, which defines the text once (:data:`LOG_VAR`)."""
-    return ["bash", "-c", wrapper, "torchhpc-log", rank_vars, *command]
+    ``wrapper=LOG_REF`` in a batch script (``"$TORCHHPC_BOOT_DIR/rank.sh"``)."""
+    return ["bash", wrapper, rank_vars, *command]
 
 
 def job_dir(script_path: str, job_id: str) -> str:

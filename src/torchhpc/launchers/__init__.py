@@ -9,22 +9,16 @@ through :mod:`torchhpc.core.shell`.
 
 from __future__ import annotations
 
-from torchhpc.core.shell import TrustedScript
-from torchhpc.launchers import task as _task
 from torchhpc.launchers.builders import mpirun_argv, srun_argv, torchrun_argv
 from torchhpc.launchers.kinds import LAUNCHERS, MPIRUN, SRUN, TORCHRUN, Launcher, get_launcher, launcher_of
-from torchhpc.launchers.task import SHIM_VAR, task_argv
-
-# The shim is torchhpc's own multi-line code: scripts keep it as a readable single-quoted
-# block (quote() writes any other value holding a newline on one line, as $'...').
-TASK_SHIM = TrustedScript(_task.TASK_SHIM)
+from torchhpc.launchers.task import TASK_REF, TASK_SH, task_argv
 
 __all__ = [
     "LAUNCHERS",
     "MPIRUN",
-    "SHIM_VAR",
     "SRUN",
-    "TASK_SHIM",
+    "TASK_REF",
+    "TASK_SH",
     "TORCHRUN",
     "Launcher",
     "get_launcher",

@@ -1,4 +1,9 @@
-"""The rank boot directory: torch's exit cures in every rank torchhpc starts, without an import.
+"""The rank boot directory: torch's exit cures in every rank torchhpc starts, and the shell programs ranks run.
+
+Beside ``sitecustomize.py`` the directory holds the shell programs a batch script runs by path
+(``bash "$TORCHHPC_BOOT_DIR/rank.sh" ...``), so no script carries program text: ``rank.sh`` (each
+rank's log file), ``task.sh`` (the per-task shim, one ``case`` per launcher), ``env.sh`` (a
+container's environment patterns) and ``gpus.sh`` (docker's and podman's GPUs). shellcheck lints them.
 
 Why: torch 2.13's gloo backend aborts a rank at interpreter exit about half the time on a loaded
 machine (a ``pt_gloo_runloop`` thread takes the GIL during ``Py_FinalizeEx``), and
@@ -26,7 +31,7 @@ Where the directory comes from (as ddtrace-run and opentelemetry-instrument: it 
   (schedulers/batch/script.py): the installed directory where the job's Python is this one, else (a
   container, ``--python``) a copy in the output directory, written at submit. The task shim puts it
   first on PYTHONPATH: ``TORCHHPC_*`` crosses into every container runtime, the host's PYTHONPATH must
-  not. A script run by hand whose directory is missing says so in one line and runs without;
+  not. A script run by hand whose directory is missing stops with one line (its programs are there);
 * a pod or a container of the local scheduler: the shell writes it (:func:`boot_shell`) to
   ``${TMPDIR:-/tmp}/torchhpc-boot-UID-HASH``, mode 700, used only if the rank's user owns it (no one
   else can plant code there), renamed into place (ranks race), named by its content's hash.
@@ -43,14 +48,18 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from torchhpc.core.shell import Raw
+
 __all__ = [
     "BOOT_DIR",
     "BOOT_VAR",
+    "SHELL_PROGRAMS",
     "SWITCH",
     "boot_argv",
+    "boot_files",
     "boot_hash",
-    "boot_line",
     "boot_pythonpath",
+    "boot_ref",
     "boot_shell",
     "boot_source",
     "cure_enabled",
@@ -59,8 +68,10 @@ __all__ = [
 # The directory that holds the boot sitecustomize.py in the installed package.
 BOOT_DIR = str(Path(__file__).resolve().parent.parent / "boot")
 SWITCH = "TORCHHPC_EXIT_CURE"
-# The batch script's boot directory, for the task shim (boot_line).
+# The batch script's boot directory: task.sh puts it first on PYTHONPATH.
 BOOT_VAR = "TORCHHPC_BOOT_DIR"
+# The shell programs beside it (src/torchhpc/boot/*.sh), run by path; they travel with every copy.
+SHELL_PROGRAMS = ("rank.sh", "task.sh", "env.sh", "gpus.sh")
 OFF = ("0", "false", "no", "off")
 # The heredoc's end word: the boot file must never contain it as a line.
 EOF_WORD = "TORCHHPC_BOOT_PY"
@@ -75,8 +86,23 @@ def boot_source() -> str:
     return text
 
 
+@functools.lru_cache(maxsize=1)
+def boot_files() -> tuple[tuple[str, str], ...]:
+    """(name, text) of every file a copy of the boot directory holds: the sitecustomize and the shell programs."""
+    return (("sitecustomize.py", boot_source()), *((n, Path(BOOT_DIR, n).read_text()) for n in SHELL_PROGRAMS))
+
+
 def boot_hash() -> str:
-    return hashlib.sha256(boot_source().encode()).hexdigest()[:12]
+    """The content's name of a boot copy: every file of it (a new shell program is a new copy)."""
+    h = hashlib.sha256()
+    for name, text in boot_files():
+        h.update(f"{name}\0{text}\0".encode())
+    return h.hexdigest()[:12]
+
+
+def boot_ref(name: str) -> Raw:
+    """A batch script's word for a file of its boot directory: ``"$TORCHHPC_BOOT_DIR/NAME"``."""
+    return Raw(f'"${BOOT_VAR}/{name}"')
 
 
 def cure_enabled(env: Mapping[str, str]) -> bool:
@@ -90,13 +116,6 @@ def boot_pythonpath(env: Mapping[str, str]) -> str | None:
         return None
     rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != BOOT_DIR]
     return os.pathsep.join([BOOT_DIR, *rest])
-
-
-def boot_line() -> str:
-    """The task shim's line: ``$TORCHHPC_BOOT_DIR`` first on PYTHONPATH, unless switched off (a missing one is
-    harmless there: the script said so once)."""
-    return (f'if [ -n "${{{BOOT_VAR}:-}}" ] && [ "${{{SWITCH}:-1}}" != 0 ]; then '
-            f'export PYTHONPATH="${BOOT_VAR}${{PYTHONPATH:+:$PYTHONPATH}}"; fi\n')
 
 
 def boot_shell() -> str:

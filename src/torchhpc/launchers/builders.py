@@ -31,9 +31,8 @@ def torchrun_argv(
 
     ``-m torch.distributed.run`` rather than ``torchrun`` so the interpreter
     that runs the workers is the one whose torch launched them (venvs, containers).
-    ``worker_shim`` (the per-task shim's text, or ``Raw('"$_torchhpc_task_shim"')``)
-    starts every worker through it (``--no-python bash -c SHIM torchhpc-task-torchrun
-    python ...``): under srun the workers inherit the agents' one-task-per-node
+    ``worker_shim`` (the per-task shim's path, or ``TASK_REF`` in a batch script)
+    starts every worker through it (``--no-python bash SHIM torchrun python ...``): under srun the workers inherit the agents' one-task-per-node
     SLURM_PROCID/SLURM_NTASKS, which the shim rewrites to each worker's rank.
     """
     argv: list[str] = [

@@ -16,7 +16,6 @@ from torchhpc.core.spec import JobSpec, LauncherKind
 from torchhpc.errors import SpecError
 from torchhpc.launchers.builders import mpirun_argv, srun_argv, torchrun_argv
 from torchhpc.launchers.tags import Tag, mpirun_tag, srun_tag, torchrun_tag
-from torchhpc.launchers.task import shim_for
 
 __all__ = ["DEFAULT_CPUS_PER_PROC", "LAUNCHERS", "MPIRUN", "SRUN", "TORCHRUN", "Launcher", "get_launcher", "launcher_of"]
 
@@ -56,11 +55,6 @@ class Launcher:
     def needs_shim(self) -> bool:
         """Processes started one per rank see only their launcher's variables: the shim maps them."""
         return not self.per_node
-
-    @property
-    def task_shim(self) -> str:
-        """The task shim a batch script carries for this launcher: its own branch only (launchers/task.py)."""
-        return shim_for(self.name)
 
     def tasks_per_node(self, spec: JobSpec) -> int:
         return 1 if self.per_node else spec.nproc_per_node

@@ -11,7 +11,7 @@ import sys
 from torchhpc import __version__
 from torchhpc.core.shell import export_lines, quote
 from torchhpc.core.spec import JobSpec, default_python
-from torchhpc.launchers.boot import BOOT_DIR, BOOT_VAR, boot_hash, boot_source
+from torchhpc.launchers.boot import BOOT_DIR, BOOT_VAR, boot_files, boot_hash
 
 __all__ = ["boot_lines", "env_block", "header_lines", "indent_setup", "job_boot", "read_log",
            "script_path"]
@@ -58,21 +58,23 @@ def indent_setup(lines: list[str], by: str = "  ") -> list[str]:
 
 
 def job_boot(spec: JobSpec) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """The boot directory of the job's ranks (the exit cures, launchers/boot.py) and the file to write for it:
-    this Python's installed ``boot/`` where the job runs this Python, nothing to write; else (a container, ``--python``)
-    a copy in the output directory (every node and container sees it), named by its content, written at submit."""
+    """The boot directory of the job's ranks (the exit cures and the shell programs, launchers/boot.py) and the files
+    to write for it: this Python's installed ``boot/`` where the job runs this Python, nothing to write; else (a container,
+    ``--python``) a copy in the output directory (every node and container sees it), named by its content, written at submit."""
     if spec.container is None and default_python(spec) == sys.executable:
         return BOOT_DIR, ()
     where = os.path.join(os.path.abspath(spec.output_dir), f".torchhpc-boot-{boot_hash()}")
-    return where, ((os.path.join(where, "sitecustomize.py"), boot_source()),)
+    return where, tuple((os.path.join(where, name), text) for name, text in boot_files())
 
 
 def boot_lines(spec: JobSpec) -> list[str]:
-    """The script's part of the exit cures: export the boot directory; the task shim puts it on PYTHONPATH."""
+    """Export the boot directory: the shell programs the launch runs, and the exit cures the task shim puts on
+    PYTHONPATH. Without it (a script copied where torchhpc is not installed) the job stops with one line."""
     return [
-        "# The exit cures in every rank (gloo settle, destroy guard): the task shim puts this first on PYTHONPATH.",
+        "# torchhpc's rank programs (rank.sh, task.sh) and the exit cures (gloo settle, destroy guard).",
         f"export {BOOT_VAR}={quote(job_boot(spec)[0])}",
-        f'[ -f "${BOOT_VAR}/sitecustomize.py" ] || echo "torchhpc: no exit cures: ${BOOT_VAR} has no sitecustomize.py" >&2',
+        f'[ -f "${BOOT_VAR}/task.sh" ] || {{ echo "torchhpc: no ${BOOT_VAR}/task.sh (install torchhpc; torchhpc run copies it)" >&2; '
+        'exit 2; }',
     ]
 
 

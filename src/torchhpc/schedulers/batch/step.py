@@ -15,6 +15,7 @@ from dataclasses import replace
 from torchhpc.core.shell import Raw, join, quote, split_words
 from torchhpc.core.spec import ContainerSpec, JobSpec, default_python
 from torchhpc.launchers import torchrun_argv
+from torchhpc.launchers.boot import BOOT_VAR
 
 __all__ = [
     "RUNTIMES",
@@ -68,6 +69,7 @@ def in_container(spec: JobSpec, argv: list[str], pass_env: list[str], interactiv
         gpu_kind=spec.gpu_kind,
         pass_env=[*pass_env, "TORCHHPC_*", *job_env_names(spec)],
         interactive=interactive,
+        boot_var=BOOT_VAR,
     )
 
 
@@ -134,9 +136,10 @@ def launch_breaks(line: str, spec: JobSpec) -> list[int]:
         if i == 0:
             continue
         nxt = words[i + 1 : i + 3]
-        if (w == "bash" and nxt[:1] == ["-c"]) or nxt == ["-m", "torch.distributed.run"] or w in RUNTIMES:
+        if (w == "bash" and nxt[:1] and (nxt[0] == "-c" or nxt[0].endswith((".sh", '.sh"')))) \
+                or nxt == ["-m", "torch.distributed.run"] or (w in RUNTIMES and not words[i - 1].endswith('gpus.sh"')):
             out.append(i)
-        elif i >= 2 and words[i - 2] == "torchhpc-log":
+        elif i >= 2 and words[i - 2].endswith(("rank.sh", 'rank.sh"')):
             out.append(i)
     for prog in (program, script):
         n = len(prog)

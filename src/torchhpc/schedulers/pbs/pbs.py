@@ -32,7 +32,7 @@ from torchhpc.errors import CommandError, CommandNotFound, QuotingError, Schedul
 from torchhpc.jobdir.log_wiring import LOG_DIR_VAR, LOG_REF, job_dir, log_argv, make_ranks_dir_lines
 from torchhpc.jobdir.logs import filter_rank
 from torchhpc.jobdir.record import read_record, update_record
-from torchhpc.launchers import SHIM_VAR, get_launcher, launcher_of, mpirun_argv, task_argv
+from torchhpc.launchers import TASK_REF, get_launcher, launcher_of, mpirun_argv, task_argv
 from torchhpc.launchers.boot import BOOT_VAR
 from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.api import JobStatus, Submission
@@ -234,12 +234,12 @@ class PBSScheduler(BatchScheduler):
                 hostfile=Raw('"$PBS_NODEFILE"'),
                 extra=[*self._mpirun_extra(opts), "--tag-output", "-x", LOG_DIR_VAR],
             )
-            rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'), launcher=launcher.kind)
+            rank_cmd = task_argv(spec.entrypoint.argv(python), shim=TASK_REF, launcher=launcher.kind)
             # each rank's output into its own file (jobdir/logs.py), before the shim and the container
             return [join([*mpi, *log_argv(_wrap(spec, rank_cmd), launcher.rank_vars, wrapper=LOG_REF)])]
         # torchrun's workers go through the shim too: it gives them the exit cures (launchers/boot.py).
         cmd = torchrun_command(spec, python, nnodes=Raw('"$NNODES"'), rdzv_id=Raw('"$_torchhpc_jobnum"'),
-                               worker_shim=Raw(f'"${SHIM_VAR}"'))
+                               worker_shim=TASK_REF)
         if opts["per_node"] == "mpirun":
             mpi = mpirun_argv(
                 Raw('"$NNODES"'), 1, export=exports, hostfile=Raw('"$PBS_NODEFILE"'),

@@ -36,7 +36,7 @@ from torchhpc.jobdir.log_wiring import (
 )
 from torchhpc.jobdir.logs import filter_rank
 from torchhpc.jobdir.record import update_record
-from torchhpc.launchers import SHIM_VAR, launcher_of, mpirun_argv, srun_argv, task_argv
+from torchhpc.launchers import TASK_REF, launcher_of, mpirun_argv, srun_argv, task_argv
 from torchhpc.launchers.boot import BOOT_VAR
 from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.batch.base import BatchScheduler
@@ -198,11 +198,11 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             nnodes, rdzv_id = Raw('"$SLURM_NNODES"'), Raw('"$SLURM_JOB_ID"')
             if spec.supervised:
                 nnodes, rdzv_id = Raw(str(spec.nodes)), Raw('"$SLURM_JOB_ID-$TORCHHPC_RESTART_COUNT"')
-            cmd = torchrun_command(spec, python, nnodes=nnodes, rdzv_id=rdzv_id, worker_shim=Raw(f'"${SHIM_VAR}"'))
+            cmd = torchrun_command(spec, python, nnodes=nnodes, rdzv_id=rdzv_id, worker_shim=TASK_REF)
             cmd = torchrun_per_rank(cmd)
             step = srun_argv(1, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
             return [join([*step, *_wrap(spec, cmd)])]
-        rank_cmd = task_argv(spec.entrypoint.argv(python), shim=Raw(f'"${SHIM_VAR}"'), launcher=spec.launcher)
+        rank_cmd = task_argv(spec.entrypoint.argv(python), shim=TASK_REF, launcher=spec.launcher)
         if launcher.own_step:
             step = srun_argv(spec.nproc_per_node, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
             return [join([*step, *_per_rank(spec, _wrap(spec, rank_cmd))])]
