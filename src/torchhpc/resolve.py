@@ -158,8 +158,32 @@ def build_spec(
     profile, v = resolve_values(values, env)
     scheduler = v["scheduler"].value
     gpus = int(v["gpus_per_node"].value or 0)
+    nodes, nproc = _geometry(values, env, gpus)
+    entry = Entrypoint.parse(list(program), module=values.get("module"), python=values.get("python"))
+    options = _options(values, v, profile, env)
+    job_env = _job_env(values, v, profile)
+    container, setup = _container_and_setup(values, profile, scheduler, options, env, entry, preview)
+    return JobSpec(
+        entrypoint=entry, nodes=nodes, nproc_per_node=nproc, gpus_per_node=gpus, gpu_kind=v["gpu_kind"].value,
+        cpus_per_task=values.get("cpus_per_task"), cpus_per_gpu=v["cpus_per_gpu"].value, mem=v["mem"].value,
+        time=v["time"].value, name=values.get("name") or default_name(entry),
+        output_dir=pick("output_dir", values.get("output_dir"), flag="--output-dir", environ=env, default=".").value,
+        env=job_env, launcher=v["launcher"].value, container=container, scheduler=scheduler,
+        options=tuple(options.items()), ntasks_per_node=values.get("ntasks_per_node"), network=v["network"].value,
+        setup=setup, signal_before=values.get("signal_before"), requeue=bool(values.get("requeue")),
+        max_timeout_requeues=int(values["max_requeues"]) if values.get("max_requeues") is not None else 3,
+        array=values.get("array"), spares=int(v["spares"].value or 0), max_restarts=int(v["max_restarts"].value or 0),
+        hang_timeout=float(v["hang_timeout"].value or 0) or None,  # None and 0 (off): no watch
+        max_no_progress=int(3 if v["max_no_progress"].value is None else v["max_no_progress"].value),
+        checkpoint_dir=None if v["checkpoint_dir"].value is None else str(v["checkpoint_dir"].value),
+        on_restart_append=str(values.get("on_restart_append") or ""), after=dependencies(values, str(scheduler)),
+    )
 
-    # Geometry: nodes, and processes per node from exactly one unambiguous source.
+
+def _geometry(values: Mapping[str, Any], env: Mapping[str, str], gpus: int) -> tuple[int, int]:
+    """(nodes, processes per node), the latter from exactly one unambiguous source: ``-n``,
+    ``--nproc-per-node``, ``--ntasks`` divided over the nodes, else one per GPU (or one).
+    ``--nodes`` below one is JobSpec's to refuse; nothing is divided by it here."""
     nodes = pick("nodes", _get(values, "nodes"), flag="--nodes", environ=env, default=1, cast=int).value
     short, long_, total = values.get("nproc_short"), values.get("nproc_per_node"), values.get("ntasks")
     if short is not None and long_ is not None and short != long_:
@@ -171,11 +195,9 @@ def build_spec(
             f"(divided evenly over the {nodes} nodes)",
         )
     per_node = long_ if long_ is not None else short
-    if total is not None:
-        if total < 1:
-            raise UsageError(f"--ntasks {total} must be at least 1", "give the number of processes in total, e.g. --ntasks 4")
-        if nodes < 1:  # before dividing by it
-            raise UsageError(f"--nodes {nodes} must be at least 1", "give the number of nodes, e.g. --nodes 2")
+    if total is not None and total < 1:
+        raise UsageError(f"--ntasks {total} must be at least 1", "give the number of processes in total, e.g. --ntasks 4")
+    if total is not None and nodes >= 1:
         if total % nodes:
             raise UsageError(
                 f"--ntasks {total} cannot be divided evenly over --nodes {nodes}",
@@ -184,11 +206,14 @@ def build_spec(
         if per_node is not None and per_node * nodes != total:
             raise UsageError(f"--ntasks {total} and {per_node} per node on {nodes} node(s) disagree", "give one of them")
         per_node = total // nodes
-    nproc = pick("nproc_per_node", per_node, flag="--nproc-per-node", environ=env, default=gpus or 1, cast=int).value
+    return nodes, pick("nproc_per_node", per_node, flag="--nproc-per-node", environ=env, default=gpus or 1, cast=int).value
 
-    entry = Entrypoint.parse(list(program), module=values.get("module"), python=values.get("python"))
-    name = values.get("name") or default_name(entry)
 
+def _options(values: Mapping[str, Any], v: Mapping[str, Value], profile: Any, env: Mapping[str, str]) -> dict[str, str]:
+    """The scheduler options: flags and ``$TORCHHPC_*``, then the profile's defaults, then ``--opt K=V``;
+    checked against the scheduler (an option it lacks), the launcher (CPU masks) and the profile's
+    requirements."""
+    scheduler = v["scheduler"].value
     options: dict[str, str] = {k: str(v[k].value) for k in _OPTION_KEYS if v[k].value}
     asked = dict(options)  # from flags or $TORCHHPC_*: config-file defaults were cleared where not honoured
     if profile is not None:
@@ -208,15 +233,22 @@ def build_spec(
         asked[str(k)] = str(val)
     _check_option_flags(str(scheduler), options, asked)
     _check_masks_per_task(options.get("cpu_bind", ""), str(v["launcher"].value), profile)
-    time = v["time"].value
     if profile is not None:
-        given = {**options, "time": time, "mem": v["mem"].value}
+        given = {**options, "time": v["time"].value, "mem": v["mem"].value}
         if values.get("interactive_shell"):  # torchhpc shell: what the site's salloc may leave out
             given.update({req: "(not needed by a shell)" for req in profile.shell_optional})
         _check_requirements(profile, scheduler, given, env)
+    if _declared(scheduler, "runs_in_pods", False) and values.get("bind") and not values.get("container"):
+        # Pods take --image, not --container: --bind CLAIM:/path (a PVC) still reaches the scheduler, never dropped.
+        options.setdefault("bind", ",".join(values["bind"]))
+    return options
 
+
+def _job_env(values: Mapping[str, Any], v: Mapping[str, Value], profile: Any) -> tuple[tuple[str, str], ...]:
+    """The job's environment: the profile's, the network preset's where no script applies it, the
+    Flight Recorder switch, then the user's ``--env`` (which wins)."""
     job_env = dict(profile.env) if profile is not None else {}
-    network = v["network"].value
+    network, scheduler = v["network"].value, v["scheduler"].value
     # Batch scripts apply presets themselves with setdefault semantics (network.presets.script_lines), so a
     # variable exported at submit time still wins; the other schedulers get them as job environment here.
     if network and not _declared(scheduler, "renders_script", False):
@@ -226,12 +258,16 @@ def build_spec(
             job_env.setdefault(k, val)
     if v["flight_recorder"].value is not None:  # the rank boot reads it (boot/sitecustomize.py)
         job_env["TORCHHPC_FLIGHT_RECORDER"] = flight_recorder_value(v["flight_recorder"].value)
-    user_env = values.get("env") or ()
-    job_env.update(env_pairs(user_env))
+    job_env.update(env_pairs(values.get("env") or ()))
+    return tuple(job_env.items())
 
-    if _declared(scheduler, "runs_in_pods", False) and values.get("bind") and not values.get("container"):
-        # Pods take --image, not --container: --bind CLAIM:/path (a PVC) still reaches the scheduler, never dropped.
-        options.setdefault("bind", ",".join(values["bind"]))
+
+def _container_and_setup(
+    values: Mapping[str, Any], profile: Any, scheduler: str, options: dict[str, str], env: Mapping[str, str],
+    entry: Entrypoint, preview: Callable[[UsageError], None] | None,
+) -> tuple[Any, tuple[str, ...]]:
+    """The container (or None) and the profile's setup lines (its container setup too, in a container).
+    A dry run shows a profile's image without an image, and notes one that lacks torchhpc."""
     try:
         container = _container(values, profile, scheduler, options, env)
     except _NoImage as e:
@@ -244,44 +280,9 @@ def build_spec(
         notice = _imports_torchhpc(entry, str(profile.container_image), profile.name)
         if notice is not None:
             preview(notice)
-    setup: tuple[str, ...] = ()
-    if profile is not None:
-        setup = tuple(profile.setup)
-        if container is not None:
-            setup += tuple(profile.container_setup)
-    cpus = values.get("cpus_per_task")
-    return JobSpec(
-        entrypoint=entry,
-        nodes=nodes,
-        nproc_per_node=nproc,
-        gpus_per_node=gpus,
-        gpu_kind=v["gpu_kind"].value,
-        cpus_per_task=cpus,
-        cpus_per_gpu=v["cpus_per_gpu"].value,
-        mem=v["mem"].value,
-        time=time,
-        name=name,
-        output_dir=pick("output_dir", values.get("output_dir"), flag="--output-dir", environ=env, default=".").value,
-        env=tuple(job_env.items()),
-        launcher=v["launcher"].value,
-        container=container,
-        scheduler=scheduler,
-        options=tuple(options.items()),
-        ntasks_per_node=values.get("ntasks_per_node"),
-        network=network,
-        setup=setup,
-        signal_before=values.get("signal_before"),
-        requeue=bool(values.get("requeue")),
-        max_timeout_requeues=int(values["max_requeues"]) if values.get("max_requeues") is not None else 3,
-        array=values.get("array"),
-        spares=int(v["spares"].value or 0),
-        max_restarts=int(v["max_restarts"].value or 0),
-        hang_timeout=float(v["hang_timeout"].value or 0) or None,  # None and 0 (off): no watch
-        max_no_progress=int(3 if v["max_no_progress"].value is None else v["max_no_progress"].value),
-        checkpoint_dir=None if v["checkpoint_dir"].value is None else str(v["checkpoint_dir"].value),
-        on_restart_append=str(values.get("on_restart_append") or ""),
-        after=dependencies(values, str(scheduler)),
-    )
+    if profile is None:
+        return container, ()
+    return container, tuple(profile.setup) + (tuple(profile.container_setup) if container is not None else ())
 
 
 def dependencies(values: Mapping[str, Any], scheduler: str) -> tuple[Any, ...]:

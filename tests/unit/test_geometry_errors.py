@@ -44,7 +44,7 @@ def test_ntasks_below_one_is_named(ntasks: str, nodes: str, capsys: pytest.Captu
 def test_ntasks_with_zero_nodes_is_an_error_not_a_traceback() -> None:
     with pytest.raises(UsageError) as e:
         build_spec({"scheduler": "slurm", "nodes": 0, "ntasks": 4}, ["pi.py"])
-    assert e.value.message == "--nodes 0 must be at least 1"
+    assert e.value.message == "--nodes=0 must be at least 1"  # JobSpec's one check; nothing divided by 0
 
 
 def test_ntasks_still_divided_over_nodes(capsys: pytest.CaptureFixture[str]) -> None:
