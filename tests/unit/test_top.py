@@ -165,7 +165,7 @@ def test_start_up_samples_do_not_count() -> None:
 def test_progress_bar_redraws_reach_the_local_log() -> None:
     import os
 
-    from torchhpc.core.supervise import _pieces
+    from torchhpc.core.processes import _pieces
 
     r, w = os.pipe()
     os.write(w, b"up\n\r 10%|#  | 1/10\r 20%|## | 2/10\rdone\r\n")

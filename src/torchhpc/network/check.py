@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from torchhpc.core.supervise import killpg
+from torchhpc.core.processes import killpg
 from torchhpc.errors import JobFailed, UsageError
 
 __all__ = [

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Optional
 
-from torchhpc.core.supervise import stop_group
+from torchhpc.core.processes import stop_group
 from torchhpc.observe.sample import RankSample
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Optional, Protocol
 
 from torchhpc.core.hostlist import expand
 from torchhpc.core.proc import Runner
-from torchhpc.core.supervise import stop_group
+from torchhpc.core.processes import stop_group
 from torchhpc.errors import SchedulerError
 
 __all__ = ["Allocation", "ipv4"]

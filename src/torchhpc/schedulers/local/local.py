@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import IO, Any, ClassVar, Optional
 
 from torchhpc import __version__
+from torchhpc.core.processes import RankProcesses, describe_exit, exit_status
 from torchhpc.core.shell import Raw, assignment, join
 from torchhpc.core.spec import JobSpec, default_python
-from torchhpc.core.supervise import Supervisor, describe_exit, exit_status
 from torchhpc.errors import JobFailed, SchedulerError, SpecError
 from torchhpc.launchers import get_launcher
 from torchhpc.launchers.boot import boot_argv, boot_pythonpath
@@ -221,9 +221,9 @@ class LocalScheduler(Scheduler):
     def run_background(self, job_dir: str, attempts: Callable[..., Any]) -> int:
         """The body of a background job's supervisor process (``torchhpc.supervisor.background``): run the
         submission kept in ``job_dir`` here, each attempt through ``attempts`` (restarts, the hang watch)."""
-        from torchhpc.schedulers.local.supervise import supervise
+        from torchhpc.schedulers.local.detached import run_detached
 
-        return supervise(Path(job_dir), self, attempts)
+        return run_detached(Path(job_dir), self, attempts)
     runs_here = True
     queries_controller = False  # status reads the job's own record file
 
@@ -392,7 +392,7 @@ class LocalScheduler(Scheduler):
             for r in range(spec.nproc_per_node)
         ]
         grace = _grace(spec.option("grace"), self.grace)
-        job = Supervisor(
+        job = RankProcesses(
             list(submission.argv),
             envs,
             stdout=stdout or sys.stdout,

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from typing import Optional
 
-from torchhpc.core.supervise import killpg
+from torchhpc.core.processes import killpg
 from torchhpc.errors import CommandError
 from torchhpc.schedulers.allocation import Allocation, ipv4
 

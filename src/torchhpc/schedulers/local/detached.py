@@ -1,4 +1,4 @@
-"""The background supervisor of a local job, run by ``python -m torchhpc.supervisor.background DIR``.
+"""A local job run detached from its client (``run --background``), by ``python -m torchhpc.supervisor.background DIR``.
 
 Its own module, beside :mod:`~torchhpc.schedulers.local.jobs` (which starts the process and
 reads its record); the scheduler that runs the ranks is handed in
@@ -27,7 +27,7 @@ from torchhpc.schedulers.local.jobs import SUBMISSION, read_state, write_state
 if TYPE_CHECKING:
     from torchhpc.schedulers.dependencies import DependencyState
 
-__all__ = ["supervise"]
+__all__ = ["run_detached"]
 
 
 class Attempts(Protocol):
@@ -42,8 +42,8 @@ class Attempts(Protocol):
     def extra_args(self, count: int) -> list[str]: ...
 
 
-def supervise(d: Path, scheduler: Any, attempts: Callable[[Path, Submission], Attempts]) -> int:
-    """The background supervisor: run the submission on ``scheduler``, as many attempts as
+def run_detached(d: Path, scheduler: Any, attempts: Callable[[Path, Submission], Attempts]) -> int:
+    """Run the submission in ``d`` on ``scheduler``, as many attempts as
     ``attempts(d, submission)`` allows, and record how it ended."""
     def cancelled_early(signum: int, frame: object) -> None:
         raise JobFailed(f"interrupted by {signal.Signals(signum).name} before the ranks started", returncode=128 + signum)

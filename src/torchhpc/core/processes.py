@@ -1,4 +1,4 @@
-"""A foreground process supervisor: N processes, their output relayed line by line, one failure stops all.
+"""A job's rank processes in the foreground: N processes, their output relayed line by line, one failure stops all.
 
 The local scheduler's engine (:mod:`torchhpc.schedulers.local.local` builds each
 rank's environment; this module only manages processes). Every child runs in
@@ -23,7 +23,7 @@ from typing import IO, Any, Optional
 from torchhpc.core.shell import join
 from torchhpc.errors import CommandNotFound, JobFailed
 
-__all__ = ["PREFIX", "Supervisor", "describe_exit", "exit_status", "killpg", "stop_group"]
+__all__ = ["PREFIX", "RankProcesses", "describe_exit", "exit_status", "killpg", "stop_group"]
 
 PREFIX = "[rank{rank}]: "
 # A torchhpc error as a script ends with it (thd.init's hook, a tool inside the job): every rank of a
@@ -53,7 +53,7 @@ class _Stop(Exception):
         self.signum = signum
 
 
-class Supervisor:
+class RankProcesses:
     """One foreground run: the processes, their output pumps, their waiters, and teardown.
 
     A waiter thread per rank blocks in ``wait()`` and queues ``(rank, code)`` the
