@@ -72,6 +72,13 @@ def test_attempts_round_trip_with_the_issue_fields(tmp_path: Path) -> None:
     assert load_attempts(str(tmp_path)) == []
 
 
+def test_an_attempt_holds_any_schedulers_job_id_and_reads_the_old_name() -> None:
+    """``job_id`` (any scheduler's id); attempts.json files written before it was named so say ``slurm_job``."""
+    assert Attempt(attempt=0, nodes=[], started=1.0, job_id="pbs.7").to_json()["job_id"] == "pbs.7"
+    old = {"attempt": 0, "nodes": ["n1"], "started": 1.0, "class": None, "slurm_job": "42"}
+    assert Attempt.from_json(old).job_id == "42"
+
+
 def test_attempts_carry_the_parts_of_a_recovery(tmp_path: Path) -> None:
     """The fields `torchhpc events` reads: optional, null when unknown, and read back unchanged."""
     bare = Attempt(attempt=0, nodes=["n1"], started=1.0).to_json()

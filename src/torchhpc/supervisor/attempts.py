@@ -48,7 +48,7 @@ class Attempt:
     exit_code: Optional[int] = None
     rank: Optional[int] = None
     detail: str = ""
-    slurm_job: str = ""
+    job_id: str = ""  # the scheduler's id of the job the attempt ran in (``slurm_job`` in older files)
     launched: Optional[float] = None
     first_line: Optional[float] = None
     fault: Optional[float] = None
@@ -69,6 +69,7 @@ class Attempt:
     def from_json(cls, d: dict[str, Any]) -> Attempt:
         d = dict(d)
         d["klass"] = d.pop("class", None)
+        d.setdefault("job_id", d.pop("slurm_job", ""))  # attempts.json written before the rename
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in known})
 

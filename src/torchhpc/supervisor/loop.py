@@ -113,7 +113,7 @@ class Supervisor:
             if len(step_nodes) < self.o.nodes:
                 excluded |= set(dead_now)
                 return self._out_of_nodes(history, sorted(excluded), usable)
-            attempt = Attempt(attempt=count, nodes=step_nodes, started=self.clock(), slurm_job=self.job,
+            attempt = Attempt(attempt=count, nodes=step_nodes, started=self.clock(), job_id=self.job,
                               health_s=health_s, health=sick, probe_s=self.o.probe_every)
             self._warm([h for h in usable if h not in step_nodes])
             say(f"attempt {count} on {','.join(step_nodes)} (TORCHHPC_RESTART_COUNT={count})")
