@@ -5,13 +5,15 @@ Most integration tests only submit jobs and wait on them: two cores can wait on 
 dev cluster's configuration or accounting, hold every node, or load the machine on purpose. Those
 are marked ``@pytest.mark.exclusive`` and run one at a time, with nothing else touching the cluster.
 
-- **Groups** (``--dist loadgroup``): each integration module is one group, so its module fixtures
-  run once and in one worker; every exclusive test joins the group ``exclusive`` (one worker, one at
+- **Groups** (``--dist loadgroup``): each integration module's cluster tests are one group and its
+  local tests another, so a module fixture runs once per group, in one worker; every exclusive test joins the group ``exclusive`` (one worker, one at
   a time). Unit tests are spread one by one. Under ``--no-loadscope-reorder`` (what scripts/test.sh
   uses) the groups go out in the order :func:`pytest_collection_modifyitems` leaves them: the
-  exclusive chain first, then the longest modules (from :data:`WEIGHT`), then the rest.
-- **The lock**: an integration test holds a shared lock for its set-up, call and teardown; an
-  exclusive test holds it exclusively. Writers go first (a turnstile): once an exclusive test asks,
+  exclusive chain first, then what needs no cluster (the unit tests, the local integration modules),
+  then the cluster's modules, the longest first (:data:`WEIGHT`).
+- **The lock**: a test that uses the dev cluster (its ``cluster`` mark or fixtures) holds a shared
+  lock for its set-up, call and teardown; an exclusive test holds it exclusively. Tests that do not
+  use the cluster take no lock: they run beside the exclusive chain. Writers go first (a turnstile): once an exclusive test asks,
   no new test starts until it is done, so it waits for the tests in flight, never for a stream of
   new ones. Both are ``flock`` locks on files of this run, so a crashed worker releases its own.
 
@@ -66,6 +68,11 @@ def _is_integration(item: pytest.Item) -> bool:
     return _module(item).startswith("tests/integration/")
 
 
+def _on_cluster(item: pytest.Item) -> bool:
+    """Whether the test uses the shared dev cluster (its mark or its fixtures): only those take the lock."""
+    return bool(item.get_closest_marker("cluster")) or bool({"slurm_cluster", "slurm"} & set(getattr(item, "fixturenames", ())))
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist appends the group to each node id
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not _workers(config):
@@ -73,18 +80,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker(EXCLUSIVE):
             item.add_marker(pytest.mark.xdist_group(EXCLUSIVE))
-        elif _is_integration(item):
-            item.add_marker(pytest.mark.xdist_group(_module(item).rsplit("/", 1)[-1].removesuffix(".py")))
+        elif _is_integration(item):  # a module's cluster tests and its local ones: two groups
+            stem = _module(item).rsplit("/", 1)[-1].removesuffix(".py")
+            item.add_marker(pytest.mark.xdist_group(stem if _on_cluster(item) else f"{stem}-local"))
 
     def rank(pair: tuple[int, pytest.Item]) -> tuple[int, float, int]:
         index, item = pair
         if item.get_closest_marker(EXCLUSIVE):
-            return (0, 0.0, index)
-        if _is_integration(item):
+            return (0, 0.0, index)  # the one chain that cannot overlap the cluster's other users: first
+        if not _on_cluster(item):  # no lock: these run beside the exclusive chain
             return (1, -WEIGHT.get(_module(item), 0.0), index)
-        return (2, 0.0, index)
+        return (2, -WEIGHT.get(_module(item), 0.0), index)
 
     items[:] = [item for _, item in sorted(enumerate(items), key=rank)]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse to run when xdist's loadgroup did not take: the exclusive tests would then be spread over
+    workers that wait on each other's lock until the run's timeout. pytest-xdist 3.8 groups by renaming
+    ``Node._nodeid``, which pytest 9.2 no longer reads (its node ids live in ``Node._id``): hence the dev
+    extra's ``pytest<9.2``."""
+    config = session.config
+    if not getattr(config.option, "loadgroup", False):
+        return
+    lost = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+    if lost:
+        raise pytest.UsageError(
+            f"pytest-xdist's --dist loadgroup did not group {len(lost)} tests (e.g. {lost[0]}) under pytest "
+            f"{pytest.__version__}: install the dev extra's pytest (pip install -e '.[dev]')")
 
 
 def _workers(config: pytest.Config) -> int:
@@ -145,7 +168,7 @@ def _run_lock() -> RunLock | None:
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Iterator[None]:
-    lock = _run_lock() if (_is_integration(item) or item.get_closest_marker(EXCLUSIVE)) else None
+    lock = _run_lock() if (_on_cluster(item) or item.get_closest_marker(EXCLUSIVE)) else None
     if lock is None:
         yield
         return
