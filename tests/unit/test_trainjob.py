@@ -35,8 +35,8 @@ from tests.unit.test_pbs import check_golden
 from torchhpc.core.depend import Dependency
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.errors import SchedulerError, SpecError
-from torchhpc.schedulers.kubernetes.kube_io import KubeAPI
 from torchhpc.schedulers.kubernetes.kubernetes import KubernetesScheduler
+from torchhpc.schedulers.kubernetes.rest import KubeAPI
 from torchhpc.schedulers.kubernetes.trainjob import status_from_trainjob, trainjob_name
 
 GOLDEN = REPO / "tests" / "golden" / "kubernetes"

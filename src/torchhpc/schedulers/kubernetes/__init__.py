@@ -1,1 +1,1 @@
-"""The Kubernetes backend: TrainJob (trainjob), PyTorchJob (kubernetes), YAML and REST (kube_io), pods."""
+"""The Kubernetes backend: TrainJob (trainjob), PyTorchJob (kubernetes), the YAML emitter (yaml_text), the REST client (rest), pods."""

@@ -27,10 +27,11 @@ from torchhpc.jobdir.record import JobRecord, new_record, read_record, record_di
 from torchhpc.launchers import get_launcher
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.kubernetes import trainjob as tj
-from torchhpc.schedulers.kubernetes.kube_io import KubeAPI, to_yaml
 from torchhpc.schedulers.kubernetes.pods import normalized_options
 from torchhpc.schedulers.kubernetes.pytorchjob import CONTAINER, GROUP_PATH, manifest
+from torchhpc.schedulers.kubernetes.rest import KubeAPI
 from torchhpc.schedulers.kubernetes.runtime import restart_note, training_runtime
+from torchhpc.schedulers.kubernetes.yaml_text import to_yaml
 from torchhpc.schedulers.options import Option, declare
 
 __all__ = ["GROUP_PATH", "KubeAPI", "KubernetesScheduler", "manifest", "status_from_job", "to_yaml"]

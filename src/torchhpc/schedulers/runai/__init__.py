@@ -1,1 +1,1 @@
-"""The RunAI backend: the scheduler (runai) and the v2 CLI's commands (runai_cli)."""
+"""The RunAI backend: the scheduler (runai) and the CLI's commands (commands: v2's submit, both CLIs' lifecycle)."""

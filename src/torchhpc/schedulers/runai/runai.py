@@ -1,4 +1,4 @@
-"""The RunAI backend: the current ``runai training pytorch submit`` (:mod:`.runai_cli`), or, with
+"""The RunAI backend: the current ``runai training pytorch submit`` (:mod:`.commands`), or, with
 ``--opt cli=v1`` (the rcp profile), ``runai submit-dist pytorch`` as the EPFL RCP guide uses it (the RunAI on RCP guide).
 
 Two traps from the seed are handled here so users stop falling into them:
@@ -32,7 +32,7 @@ from torchhpc.network.presets import wants_auto
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.kubernetes.pods import RDMA_ANNOTATION, k8s_name, normalized_options, volume_claims
 from torchhpc.schedulers.options import Option, declare
-from torchhpc.schedulers.runai.runai_cli import LIFECYCLE, refuse_v1_only, submit_argv_v2
+from torchhpc.schedulers.runai.commands import LIFECYCLE, refuse_v1_only, submit_argv_v2
 
 __all__ = ["RDMA_ANNOTATION", "RunAIScheduler", "normalized_options", "pod_command", "runai_state", "second_layer"]
 
