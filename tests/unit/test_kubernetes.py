@@ -257,7 +257,8 @@ def test_kubectl_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sched = KubernetesScheduler(runner=runner)
     s = spec(options=(PJ, ("image", IMAGE), ("namespace", "ml")), output_dir=str(tmp_path))
     job = sched.submit(s)
-    argv, stdin = runner.calls[0]
+    (create, cm), (argv, stdin) = runner.calls[:2]  # the boot ConfigMap first, then the job that mounts it
+    assert create == ["kubectl", "create", "-f", "-"] and yaml.safe_load(cm or "")["kind"] == "ConfigMap"
     assert argv == ["kubectl", "apply", "-f", "-"] and stdin is not None
     validate(yaml.safe_load(stdin))
     assert sched.status(job).state == "RUNNING"
@@ -333,3 +334,20 @@ def test_multi_line_strings_read_back_exactly(text: str) -> None:
     literal = (not text.lstrip("\n").startswith((" ", "\t")) and text.strip("\n") and not text.endswith("\n\n")
                and not any(c in text for c in "\x01\r"))
     assert ("- |" in out) == bool(literal), out
+
+
+@pytest.mark.parametrize(("stderr", "inline"), [
+    ('Error from server (AlreadyExists): configmaps "torchhpc-boot-x" already exists', False),
+    ('Error from server (Forbidden): configmaps is forbidden: User "u" cannot create resource "configmaps"', True),
+])
+def test_the_boot_configmap_exists_or_the_file_goes_inline(stderr: str, inline: bool, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """One boot file per namespace (a ConfigMap named by its hash); where it cannot be made, the pods carry it."""
+    monkeypatch.setenv("TORCHHPC_STATE_DIR", str(tmp_path))
+    runner = FakeRunner(responses={"kubectl": lambda argv, _i: (1, "", stderr) if argv[1] == "create" else "ok\n"})
+    KubernetesScheduler(runner=runner).submit(spec(options=(PJ, ("image", IMAGE)), output_dir=str(tmp_path)))
+    text = runner.calls[1][1] or ""
+    validate(yaml.safe_load(text))
+    assert ("TORCHHPC_BOOT_PY" in text) is inline and ("torchhpc-boot-" in text and "configMap" in text) is not inline
+    sub = KubernetesScheduler(runner=FakeRunner()).render(spec(options=(PJ, ("image", IMAGE), ("boot", "inline"))))
+    assert "TORCHHPC_BOOT_PY" in (sub.script or "") and "configMap" not in (sub.script or "")

@@ -216,6 +216,8 @@ MAPPED: dict[str, tuple[dict[str, Any], Check]] = {
     "max_restarts": ({"options": (("image", IMAGE), ("max_restarts", "2"))}, lambda o: "--max-restarts 2" in _script(o)),
     "--max-restarts": ({"max_restarts": 2}, lambda o: o["spec"]["runtimeRef"] == {
         "name": "pi-restarts", "apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime"}),
+    "boot": ({"options": (("image", IMAGE), ("boot", "inline"))},
+             lambda o: "TORCHHPC_BOOT_PY" in o["spec"]["trainer"]["command"][2] and "configMap" not in str(o)),
 }
 REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "--launcher": ({"launcher": "mpirun"}, "starts torchrun in each pod"),
@@ -430,7 +432,8 @@ def test_kubectl_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runner = FakeRunner(responses={"kubectl": kubectl})
     sched = KubernetesScheduler(runner=runner)
     job = sched.submit(spec(options=(("image", IMAGE), ("namespace", "ml")), output_dir=str(tmp_path)))
-    argv, stdin = runner.calls[0]
+    assert runner.calls[0][0] == ["kubectl", "create", "-f", "-"]  # the boot ConfigMap, before the job
+    argv, stdin = runner.calls[1]
     assert argv == ["kubectl", "apply", "-f", "-"] and stdin is not None
     validate_trainjob(yaml.safe_load(stdin))
     st = sched.status(job)

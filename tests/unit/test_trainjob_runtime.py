@@ -137,7 +137,7 @@ def test_over_http_the_runtime_is_created_before_the_trainjob(tmp_path: Path) ->
         sched = KubernetesScheduler(runner=FakeRunner(present=set()))  # no kubectl: the HTTP path
         job = sched.submit(spec(options=opts, max_restarts=2, output_dir=str(tmp_path / "out")))
         posts = [p for m, p in api.requests if m == "POST"]
-        assert [p.rsplit("/", 1)[1] for p in posts] == ["trainingruntimes", "trainjobs"], posts
+        assert [p.rsplit("/", 1)[1] for p in posts] == ["configmaps", "trainingruntimes", "trainjobs"], posts
         runtime = api.runtimes[("team-a", "pi-restarts")]
         assert runtime["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"] == 2
         assert api.jobs[("team-a", job)]["spec"]["runtimeRef"]["name"] == "pi-restarts"

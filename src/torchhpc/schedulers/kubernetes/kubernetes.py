@@ -26,6 +26,7 @@ from torchhpc.errors import CommandError, SchedulerError, SpecError, UnknownJob
 from torchhpc.jobdir.record import JobRecord, new_record, read_record, record_dir, save_record
 from torchhpc.launchers import get_launcher
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
+from torchhpc.schedulers.kubernetes import bootmap
 from torchhpc.schedulers.kubernetes import trainjob as tj
 from torchhpc.schedulers.kubernetes.pods import normalized_options
 from torchhpc.schedulers.kubernetes.pytorchjob import CONTAINER, GROUP_PATH, manifest
@@ -92,6 +93,8 @@ class KubernetesScheduler(Scheduler):
         Option("service_account", "pod service account name"),
         Option("max_restarts", "torchrun --max-restarts (0: fail fast)", "int", "0"),
         Option("transport", "auto: kubectl if installed, else the API", "choice", "auto", ("auto", "kubectl", "api")),
+        Option("boot", "the boot file in pods: a ConfigMap made at submit if absent (falls back to inline where it "
+               "cannot be made), or inline in the pod command", "choice", "configmap", ("configmap", "inline")),
         Option("api_server", "API server URL for the 'api' transport, e.g. https://HOST:6443"),
         Option("token_file", "file holding the bearer token for the 'api' transport"),
         Option("ca_file", "CA bundle for the API server's certificate"),
@@ -160,6 +163,9 @@ class KubernetesScheduler(Scheduler):
             files=((path, text),),
             stdin=text,
             notes=(shape, f"targets {obj['apiVersion']} {obj['kind']}; check the cluster has it: {APIS[api][4]}",
+                   *([] if bootmap.inline(normalized_options(spec)) else [
+                       f"the pods mount ConfigMap {bootmap.map_name()} (the boot file), made at submit if absent; "
+                       "where it cannot be, the job goes with the file inline (--opt boot=inline)"]),
                    *([restart_note(runtime)] if runtime else [])),
         )
 
@@ -200,6 +206,9 @@ class KubernetesScheduler(Scheduler):
     def schedule(self, submission: Submission) -> str:
         spec = submission.spec
         opts = normalized_options(spec)
+        if not bootmap.inline(opts) and not self._boot_map(opts):  # no ConfigMap here: the file goes inline
+            spec = spec.with_(options=(*spec.options, ("boot", "inline")))
+            opts, submission = normalized_options(spec), self._render(spec)
         submission.write_files()
         api, obj = self.build(spec)
         _, group, plural, _, check = APIS[api]
@@ -215,6 +224,14 @@ class KubernetesScheduler(Scheduler):
         save_record(new_record(self.name, name, namespace=ns, nodes=spec.nodes, api=api,
                     nproc_per_node=spec.nproc_per_node, options=keep))
         return name
+
+    def _boot_map(self, opts: Mapping[str, str]) -> bool:
+        """Create the boot ConfigMap in the job's namespace unless it exists (bootmap.py); False if it cannot be."""
+        ns = opts.get("namespace", "default")
+        if self._use_kubectl(opts):
+            return bootmap.create(ns, lambda obj: self.runner.run(["kubectl", "create", "-f", "-"], input=to_yaml(obj)),
+                                  None)
+        return bootmap.create(ns, None, lambda path, obj: KubeAPI.from_options(opts).request("POST", path, obj))
 
     def get(self, job_id: str) -> dict[str, Any]:
         ns, name, rec = self._locate(job_id)

@@ -11,8 +11,8 @@ from typing import Any
 from torchhpc.core.shell import Raw, join, wrap_command
 from torchhpc.core.spec import JobSpec
 from torchhpc.launchers import torchrun_argv
-from torchhpc.launchers.boot import boot_shell
 from torchhpc.network.presets import auto_lines, wants_auto
+from torchhpc.schedulers.kubernetes import bootmap
 from torchhpc.schedulers.kubernetes import trainjob as tj
 from torchhpc.schedulers.kubernetes.pods import (
     RDMA_ANNOTATION,
@@ -47,8 +47,8 @@ def pod_script(spec: JobSpec, python: str) -> str:
     if spec.network and wants_auto(spec.network):
         # --network auto at pod start: NCCL_IB_GID_INDEX, NCCL_IB_HCA... from this pod's sysfs.
         start = "".join(ln + "\n" for ln in auto_lines(python) if not ln.startswith("#"))
-    # The exit cures (launchers/boot.py): the pod's shell writes the boot directory, torchrun's workers inherit it.
-    return boot_shell() + start + "\n".join(wrap_command("exec " + join([*argv, Raw('"$@"')]), indent=""))
+    # The exit cures (launchers/boot.py): the boot ConfigMap first on PYTHONPATH, torchrun's workers inherit it.
+    return bootmap.pod_lines(normalized_options(spec)) + start + "\n".join(wrap_command("exec " + join([*argv, Raw('"$@"')]), indent=""))
 
 
 def _lead(spec: JobSpec) -> tuple[str, ...]:
@@ -73,6 +73,7 @@ def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
             mount["readOnly"] = claim["readOnly"] = True
         mounts.append(mount)
         volumes.append({"name": f"pvc-{i}", "persistentVolumeClaim": claim})
+    bootmap.add_mount(opts, volumes, mounts)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,

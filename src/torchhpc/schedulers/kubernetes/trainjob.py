@@ -40,9 +40,9 @@ from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import parse_size
 from torchhpc.errors import SpecError
 from torchhpc.launchers import torchrun_argv
-from torchhpc.launchers.boot import boot_shell
 from torchhpc.network.presets import auto_lines, wants_auto
 from torchhpc.schedulers.api import JobStatus
+from torchhpc.schedulers.kubernetes import bootmap
 from torchhpc.schedulers.kubernetes.pods import RDMA_ANNOTATION, pairs, volume_claims
 from torchhpc.schedulers.kubernetes.runtime import RUNTIME_KIND, runtime_name
 
@@ -167,8 +167,8 @@ def pod_script(spec: JobSpec, python: str, opts: Mapping[str, str]) -> str:
     if spec.network and wants_auto(spec.network):
         lines += [ln for ln in auto_lines(python, "PET_MASTER_ADDR") if not ln.startswith("#")]
     lines += wrap_command("exec " + join([*argv, Raw('"$@"')]), indent="")  # a manifest line a person can read
-    # The exit cures (launchers/boot.py): the pod's shell writes the boot directory, torchrun's workers inherit it.
-    return boot_shell() + "\n".join(lines)
+    # The exit cures (launchers/boot.py): the boot ConfigMap first on PYTHONPATH, torchrun's workers inherit it.
+    return bootmap.pod_lines(opts) + "\n".join(lines)
 
 
 def _lead(spec: JobSpec) -> tuple[str, ...]:
@@ -234,6 +234,7 @@ def trainjob(spec: JobSpec, image: str, namespace: str, opts: Mapping[str, str])
             claim["readOnly"] = mount["readOnly"] = True
         volumes.append({"name": f"pvc-{i}", "persistentVolumeClaim": claim})
         mounts.append(mount)
+    bootmap.add_mount(opts, volumes, mounts)
     pod_spec: dict[str, Any] = {}
     if opts.get("node_selector"):
         pod_spec["nodeSelector"] = dict(pairs(opts, "node_selector"))
