@@ -39,7 +39,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "resolve doctor supervisor observe",  # supervisor: the in-allocation restart loop; observe: top (diagnose)
         "job remote",  # remote: --remote's shipping and ssh forwarding (config, resolve, profiles)
         "sweep functions pipeline",  # functions: Executor (job), the pickle, the rank entry (env, dist), Stop/Checkpoint
-        "cli _fnrun requeue",  # _fnrun, requeue: stubs for jobs of the previous release (functions)
+        "cli",
         "__main__",
     )
 )
