@@ -100,7 +100,10 @@ def main() -> int:
     ap.add_argument("--cases", default=",".join(CASES), help="MODE:OP cells, comma-separated")
     ap.add_argument("--hang-timeout", type=float, default=8.0)
     ap.add_argument("--json", action="store_true", help="one JSON record per run instead of the table")
+    ap.add_argument("--quick", action="store_true", help="the table in minutes: every cell once (--runs 1)")
     a = ap.parse_args()
+    if a.quick:
+        a.runs = 1
     env = dict(os.environ)
     state = tempfile.mkdtemp(prefix="flight-matrix-")
     env["TORCHHPC_STATE_DIR"] = state  # the matrix's jobs stay out of the user's list

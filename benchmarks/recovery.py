@@ -195,7 +195,11 @@ def main() -> int:
                    help="the supervisor's restart only, 2x2, split into detect, teardown, health gate, step start, "
                         "import, rendezvous, first line and first step, for each of --launchers")
     p.add_argument("--launchers", default="srun,torchrun,mpirun")
+    p.add_argument("--quick", action="store_true",
+                   help="the table in minutes: one round of both paths (the default), the fault after step 20")
     a = p.parse_args()
+    if a.quick:
+        a.rounds, a.fault_at = 1, min(a.fault_at, 20)
     state = load_state()
     if state is None:
         print("no dev cluster up: torchhpc devcluster up --nodes 3", file=sys.stderr)

@@ -15,7 +15,8 @@ at all) and ``local-nocure`` (torchhpc with ``TORCHHPC_EXIT_CURE=0``). ``--runti
     python benchmarks/soak_compat.py -n 20 --hogs 3 --cells hf_trainer \
         --launchers local,torchrun,srun,mpirun,plain-torchrun
 
-Prints one line per run and a Markdown table, failures/runs per cell and launcher (docs/compat.md
+``--quick`` prints the table in minutes (one run of every cell under local, srun and mpirun; docs/testing.md
+has its time here). Prints one line per run and a Markdown table, failures/runs per cell and launcher (docs/compat.md
 keeps the measured one); exit 1 if any run of a torchhpc launcher failed.
 """
 
@@ -51,6 +52,8 @@ SLURM = ("torchrun", "srun", "mpirun")
 UNCURED = ("plain-torchrun", "local-nocure")
 LAUNCHERS = ("local", *SLURM, *UNCURED)
 QUEUED = "still queued when the soak gave up: not counted"
+# --quick: a launcher of each kind (this machine, Slurm's own, and MPI's) and no comparison column.
+QUICK_LAUNCHERS = ("local", "srun", "mpirun")
 
 
 @dataclass
@@ -150,7 +153,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=int, default=300, help="seconds before a run counts as a hang")
     p.add_argument("--queue", type=int, default=1800, help="seconds a Slurm job may wait in the queue")
     p.add_argument("--logs", default="", help="keep every run's output here (default: a new temporary directory)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"the table in minutes: one run of each cell under {', '.join(QUICK_LAUNCHERS)} (what it "
+                        "runs under), beside the busy loops; -n, --cells and --launchers as given win")
     args = p.parse_args(argv)
+    if args.quick:
+        given = set(argv if argv is not None else sys.argv[1:])
+        if not given & {"-n", "--runs"}:
+            args.runs = 1
+        if "--launchers" not in given:
+            args.launchers = ",".join(QUICK_LAUNCHERS)
     cells = [c for c in args.cells.split(",") if c]
     launchers = [la for la in args.launchers.split(",") if la]
     bad = [c for c in cells if c not in CELLS] + [la for la in launchers if la not in LAUNCHERS]
