@@ -118,3 +118,26 @@ def test_slurm_kill_step_does_not_wait_for_scancel() -> None:
         assert started.wait(30)  # the cancel was asked for, in the background
     finally:
         release.set()
+
+
+def test_a_scheduler_that_cannot_requeue_raises_and_cancels_nothing() -> None:
+    """The base requeue() raises like on_nodes(): it does not cancel the job behind the caller's back."""
+    calls: list[list[str]] = []
+
+    class Recording(Runner):
+        def run(self, argv, **kw):  # type: ignore[no-untyped-def,override]
+            calls.append(list(argv))
+            raise AssertionError(f"no command expected: {argv}")
+
+    with pytest.raises(SchedulerError, match="cannot requeue"):
+        get_scheduler("pbs", Recording()).allocation_of(JOB, {}).requeue(["n2"])
+    assert calls == []
+
+
+def test_installed_clients_are_the_schedulers_question(tmp_path: Path) -> None:
+    """doctor asks the scheduler, not an allocation of no job, which client commands are here."""
+    (tmp_path / "squeue").write_text("#!/bin/sh\n")
+    (tmp_path / "squeue").chmod(0o755)
+    slurm = get_scheduler("slurm", Runner(env={"PATH": str(tmp_path)}))
+    assert "squeue" not in slurm.missing_clients() and "sbatch" in slurm.missing_clients()
+    assert get_scheduler("local").missing_clients() == [] and get_scheduler("local").controller() == (True, "")

@@ -98,18 +98,18 @@ def _is_local(host: str) -> bool:
 def check_slurm(ctx: Context) -> Check:
     from torchhpc.schedulers import get_scheduler
 
-    alloc = get_scheduler("slurm", ctx.runner).allocation_of("", ctx.environ)
-    missing = alloc.missing_clients()
-    present = [c for c in alloc.clients if c not in missing]
+    slurm = get_scheduler("slurm", ctx.runner)
+    missing = slurm.missing_clients()
+    present = [c for c in slurm.clients if c not in missing]
     if not present:
-        return Check("slurm", "skip", f"no Slurm client ({'/'.join(alloc.clients)}) on PATH")
+        return Check("slurm", "skip", f"no Slurm client ({'/'.join(slurm.clients)}) on PATH")
     conf = ctx.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
     if not ctx.path(conf).exists() and "SLURM_JOB_ID" not in ctx.environ:
         return Check("slurm", "warn", f"{','.join(present)} installed but {conf} does not exist: no cluster configured here",
                      "on a cluster login node, set SLURM_CONF or load the site's slurm module")
     if "scontrol" in missing:
         return Check("slurm", "warn", f"found {','.join(present)} but not {','.join(missing)}")
-    up, said = alloc.controller()
+    up, said = slurm.controller()
     if not up:
         return Check("slurm", "fail", said, "the controller does not answer: is SLURM_CONF right, the controller up, munge running?")
     detail = f"{', '.join(present)} on PATH; {said.removeprefix('scontrol ping: ')}"

@@ -56,7 +56,6 @@ class Allocation:
     """One job's nodes. The base answers for a job whose nodes nothing can reach (``on_nodes`` raises);
     a backend overrides what its scheduler can do."""
 
-    clients: ClassVar[tuple[str, ...]] = ()  # the client commands the questions below need
     here: ClassVar[bool] = False  # the ranks are this machine's processes (the local scheduler)
     job_var: ClassVar[str] = ""  # the variable that holds the job id in the job's own environment
     nodes_var: ClassVar[str] = ""  # the variable that holds the job's node list there
@@ -100,14 +99,6 @@ class Allocation:
 
     def requeue(self, exclude: Sequence[str] = ()) -> str:
         """Put the job back in the queue (its script runs again), without ``exclude``: "" when done, else
-        why not. The base cancels it: this scheduler cannot requeue."""
-        self.scheduler.cancel(self.job_id)
-        return f"the {self.scheduler.name} scheduler cannot requeue a job: it was cancelled"
-
-    def controller(self) -> tuple[bool, str]:
-        """Whether the scheduler's controller answers, and its words ((True, "") where it cannot be asked)."""
-        return True, ""
-
-    def missing_clients(self) -> list[str]:
-        """The backend's client commands that are not on PATH here."""
-        return [c for c in self.clients if not self.runner.which(c)]
+        why not. The base raises, as ``on_nodes`` does: this scheduler cannot requeue."""
+        raise SchedulerError(f"the {self.scheduler.name} scheduler cannot requeue a job",
+                             "end it and submit it again, with the failed nodes excluded")

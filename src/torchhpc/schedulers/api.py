@@ -258,6 +258,17 @@ class Scheduler(ABC):
         a local job's own process); else ``wait --hang-timeout`` watches it from outside."""
         return False
 
+    # -- installation questions: the client commands here, the controller ------------------------------
+    clients: ClassVar[tuple[str, ...]] = ()  # the client commands torchhpc runs for this scheduler
+
+    def missing_clients(self) -> list[str]:
+        """The scheduler's client commands that are not on PATH here."""
+        return [c for c in self.clients if not self.runner.which(c)]
+
+    def controller(self) -> tuple[bool, str]:
+        """Whether the scheduler's controller answers, and its words ((True, "") where it cannot be asked)."""
+        return True, ""
+
     def allocation_of(self, job_id: str, env: Mapping[str, str] | None = None) -> Allocation:
         """The running job's nodes as this scheduler reaches them (:mod:`~torchhpc.schedulers.allocation`);
         ``env``: the environment of a process inside the job (default: this one's)."""

@@ -20,7 +20,6 @@ __all__ = ["PBSAllocation"]
 
 
 class PBSAllocation(Allocation):
-    clients = ("qsub", "qstat", "qdel", "pbsdsh")
     job_var = "PBS_JOBID"
 
     def nodes(self) -> list[str]:

@@ -111,6 +111,7 @@ def job_name(name: str) -> str:
 class PBSScheduler(BatchScheduler):
     name = "pbs"
     submit_command = "qsub"
+    clients = ("qsub", "qstat", "qdel", "pbsdsh")
     default_launcher = "mpirun"
     suffix = ".pbs"
     how_to_submit = "qsub <this file>  (or: torchhpc run --scheduler pbs ...)"
@@ -118,8 +119,7 @@ class PBSScheduler(BatchScheduler):
     query_hint = "is this a PBS login node? `qstat` should answer"
     no_log_hint = "PBS copies the output file back when the job ends; look in the job's -o directory"
     job_id_ref = "$_torchhpc_jobnum"
-    # PBS Pro sets PBS_ARRAY_INDEX, Torque PBS_ARRAYID
-    array_index_ref = '"${PBS_ARRAY_INDEX:-${PBS_ARRAYID:-}}"'
+    array_index_ref = '"${PBS_ARRAY_INDEX:-${PBS_ARRAYID:-}}"'  # PBS Pro sets PBS_ARRAY_INDEX, Torque PBS_ARRAYID
     job_label = "$PBS_JOBID on ${_torchhpc_hosts[*]}"
     # PBS sends no warning before the walltime kill: the traps are set just before the step starts.
     traps_first = False

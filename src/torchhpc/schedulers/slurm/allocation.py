@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import Optional
 
 from torchhpc.core.processes import killpg
-from torchhpc.errors import CommandError
 from torchhpc.schedulers.allocation import Allocation, ipv4
 
 __all__ = ["DEFAULT_SLURMD_PORT", "SlurmAllocation", "overlap_step"]
@@ -34,7 +33,6 @@ def overlap_step(job_id: str, nodes: Sequence[str], argv: Sequence[str]) -> list
 
 
 class SlurmAllocation(Allocation):
-    clients = ("sbatch", "srun", "scontrol", "squeue", "scancel")
     job_var = "SLURM_JOB_ID"
     nodes_var = "SLURM_JOB_NODELIST"
     _port: Optional[int] = None
@@ -46,14 +44,6 @@ class SlurmAllocation(Allocation):
             m = re.search(r"^SlurmdPort\s*=\s*(\d+)", done.stdout, re.M)
             self._port = int(m.group(1)) if m else DEFAULT_SLURMD_PORT
         return self._port
-
-    def controller(self) -> tuple[bool, str]:
-        try:
-            done = self.runner.run(["scontrol", "ping"], check=False, timeout=15)
-        except CommandError as e:
-            return False, f"scontrol ping: {e.message}"
-        out = (done.stdout + done.stderr).strip().replace("\n", "; ")
-        return done.returncode == 0 and "UP" in out, f"scontrol ping: {out or 'exit ' + str(done.returncode)}"
 
     def alive(self, node: str, timeout: float = 2.0) -> bool:
         try:

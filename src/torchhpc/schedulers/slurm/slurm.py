@@ -38,6 +38,7 @@ from torchhpc.jobdir.logs import filter_rank
 from torchhpc.jobdir.record import update_record
 from torchhpc.launchers import TASK_REF, launcher_of, mpirun_argv, srun_argv, task_argv
 from torchhpc.launchers.boot import BOOT_VAR
+from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.batch.base import BatchScheduler
 from torchhpc.schedulers.batch.script import script_path
@@ -83,9 +84,15 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     supports_rank_probe = True  # srun --overlap into the allocation
     supports_spares = True  # the in-allocation supervisor (torchhpc.supervisor, docs/resilience.md)
     supports_restarts = True
+    clients = ("sbatch", "srun", "scontrol", "squeue", "scancel")
 
     def watches_hangs(self, spec: JobSpec) -> bool:
         return spec.supervised  # the supervisor runs with --hang-timeout (batch.supervised_lines)
+
+    def allocation_of(self, job_id: str, env: Mapping[str, str] | None = None) -> Allocation:
+        from torchhpc.schedulers.slurm.allocation import SlurmAllocation
+
+        return SlurmAllocation(self, job_id, env)
     env_options: ClassVar[Mapping[str, str]] = {"account": "SBATCH_ACCOUNT"}
     suffix = ".sbatch"
     how_to_submit = "sbatch <this file>  (or: torchhpc run --scheduler slurm ...)"

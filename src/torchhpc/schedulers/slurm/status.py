@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import ClassVar, Optional
 
 import torchhpc.schedulers.slurm.nodes as slurm_nodes
@@ -17,7 +17,6 @@ from torchhpc.core.proc import Runner
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import CommandError, QuotingError, SchedulerError, UnknownJob
 from torchhpc.jobdir.logs import filter_rank, task_record
-from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.pending import Pending
 from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct, tasks_from_scontrol
@@ -123,10 +122,13 @@ class SlurmQueries:
     def task_id(self, job_id: str, task: int) -> str | None:
         return f"{job_id}_{task}"  # Slurm knows each array task by itself
 
-    def allocation_of(self, job_id: str, env: Mapping[str, str] | None = None) -> Allocation:
-        from torchhpc.schedulers.slurm.allocation import SlurmAllocation
-
-        return SlurmAllocation(self, job_id, env)  # type: ignore[arg-type]  # a mixin: self is a SlurmScheduler
+    def controller(self) -> tuple[bool, str]:
+        try:
+            done = self.runner.run(["scontrol", "ping"], check=False, timeout=15)
+        except CommandError as e:
+            return False, f"scontrol ping: {e.message}"
+        out = (done.stdout + done.stderr).strip().replace("\n", "; ")
+        return done.returncode == 0 and "UP" in out, f"scontrol ping: {out or 'exit ' + str(done.returncode)}"
 
     def node_names(self) -> list[str]:
         return slurm_nodes.node_names(self.runner)
