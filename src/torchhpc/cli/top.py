@@ -106,7 +106,6 @@ def _look(sched: Any, alloc: Any, ranks: Optional[list[int]], nodes: Optional[li
     """(the rows, the title line, the live probe); the rows are [] while the job waits or after it ended.
 
     ``live`` None: one look (``--once``); True: start the per-node stream; else the stream to read."""
-    from torchhpc.core.hostlist import expand
     from torchhpc.jobdir.logs import job_log, task_record
     from torchhpc.observe.live import LiveProbe, stream_argv
     from torchhpc.observe.top import gather, probe_nodes
@@ -120,7 +119,7 @@ def _look(sched: Any, alloc: Any, ranks: Optional[list[int]], nodes: Optional[li
         reason = f" ({st.reason})" if st.reason and st.reason not in ("None", "(null)") else ""
         return [], f"{title}{reason}: no rank runs yet", live
     here = alloc.here
-    on = ["localhost"] if here else expand(st.nodes)
+    on = alloc.nodes(st)  # the status just read: not asked again
     if nodes is not None:
         on = [n for n in on if n in nodes]
         if not on:

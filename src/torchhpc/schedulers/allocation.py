@@ -69,11 +69,12 @@ class Allocation:
         """Whether this process runs inside the job (its environment names the job)."""
         return bool(self.job_var) and self.env.get(self.job_var) == self.job_id
 
-    def nodes(self) -> list[str]:
-        """The job's nodes in the allocation's order: from the job's environment inside it, else its status."""
+    def nodes(self, status: Any = None) -> list[str]:
+        """The job's nodes in the allocation's order: from the job's environment inside it, else its status
+        (``status``: the one the caller has just read, not asked again)."""
         if self.inside() and self.env.get(self.nodes_var):
             return expand(self.env[self.nodes_var])
-        return expand(self.scheduler.status(self.job_id).nodes or "")
+        return expand((status or self.scheduler.status(self.job_id)).nodes or "")
 
     def alive(self, node: str, timeout: float = 2.0) -> bool:
         """Whether ``node`` answers; without a way to ask, every node counts as alive."""

@@ -4,6 +4,7 @@ node is a child process here."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from torchhpc.schedulers.allocation import Allocation
 
@@ -13,7 +14,7 @@ __all__ = ["LocalAllocation"]
 class LocalAllocation(Allocation):
     here = True
 
-    def nodes(self) -> list[str]:
+    def nodes(self, status: Any = None) -> list[str]:
         return ["localhost"]
 
     def rank_match(self) -> dict[str, str]:

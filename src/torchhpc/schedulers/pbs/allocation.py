@@ -12,6 +12,7 @@ readers keep one answer per process (host, pid) and the rows of the nodes they a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from torchhpc.errors import SchedulerError
 from torchhpc.schedulers.allocation import Allocation
@@ -22,12 +23,12 @@ __all__ = ["PBSAllocation"]
 class PBSAllocation(Allocation):
     job_var = "PBS_JOBID"
 
-    def nodes(self) -> list[str]:
+    def nodes(self, status: Any = None) -> list[str]:
         nodefile = self.env.get("PBS_NODEFILE", "")
         if self.inside() and nodefile:
             with open(nodefile) as f:
                 return list(dict.fromkeys(line.strip() for line in f if line.strip()))
-        return super().nodes()
+        return super().nodes(status)
 
     def on_nodes(self, argv: Sequence[str], nodes: Sequence[str]) -> list[str]:
         if not self.inside():
