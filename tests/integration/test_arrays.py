@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.cli_run import torchhpc
 from tests.conftest import PYTHON, REPO
 from tests.fakes import FakeRunner
 from torchhpc.core.spec import Entrypoint, JobSpec
@@ -33,11 +32,6 @@ print("RESULT " + json.dumps({"index": i}), flush=True)
 sys.exit(3 if i == 2 else 0)
 """
 ODD = "a'b {index}&x $HOME"
-
-
-def torchhpc(cluster: Any, *args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "torchhpc", *args], env=cluster.client_env(), cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.parametrize("launcher", ["srun", "mpirun", "torchrun"])

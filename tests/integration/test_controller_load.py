@@ -13,13 +13,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.cli_run import torchhpc
 from tests.conftest import PYTHON
 
 pytestmark = pytest.mark.cluster("slurm")
@@ -45,11 +45,6 @@ def shim_env(cluster: Any, tmp_path: Path, lie: bool = False) -> tuple[dict[str,
 
 def calls(log: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
-
-
-def torchhpc(env: dict[str, str], *args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "torchhpc", *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def test_status_of_a_100_task_array_is_one_call(slurm: Any, slurm_cluster: Any, tmp_path: Path) -> None:

@@ -16,14 +16,10 @@ from typing import Any
 
 import pytest
 
+from tests.cli_run import torchhpc
 from tests.conftest import REPO
 
 FAULT = str(REPO / "tests" / "integration" / "scripts" / "planted_fault.py")
-
-
-def torchhpc(env: dict[str, str], *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "torchhpc", *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def host_of(tmp_path: Path, rank: int) -> str:

@@ -10,8 +10,8 @@ import json
 import os
 from pathlib import Path
 
+from tests.cli_run import torchhpc
 from tests.conftest import need
-from tests.integration.test_diagnose_cluster import torchhpc
 from tests.integration.test_local_restarts import HANG_ONCE, _handle
 
 

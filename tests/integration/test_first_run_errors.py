@@ -7,7 +7,7 @@ import os
 import re
 from pathlib import Path
 
-from tests.integration.test_diagnose_cluster import torchhpc
+from tests.cli_run import torchhpc
 
 
 def _run(tmp_path: Path, *argv: str) -> tuple[str, str]:

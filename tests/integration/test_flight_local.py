@@ -11,7 +11,8 @@ import os
 import re
 from pathlib import Path
 
-from tests.integration.test_diagnose_cluster import PLANTED, torchhpc
+from tests.cli_run import torchhpc
+from tests.integration.test_diagnose_cluster import PLANTED
 from tests.integration.test_local_restarts import _handle
 
 

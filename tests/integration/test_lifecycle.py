@@ -17,14 +17,10 @@ from typing import Any
 
 import pytest
 
+from tests.cli_run import torchhpc
 from tests.conftest import REPO
 
 PI = str(REPO / "examples" / "pi.py")
-
-
-def torchhpc(env: dict[str, str], *args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "torchhpc", *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 @pytest.mark.cluster("slurm")

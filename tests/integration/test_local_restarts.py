@@ -14,7 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.integration.test_diagnose_cluster import FAULT, torchhpc
+from tests.cli_run import torchhpc
+from tests.integration.test_diagnose_cluster import FAULT
 from torchhpc.core.exitcodes import EXIT_CODES
 
 HANG_ONCE = str(Path(__file__).parent / "scripts" / "hang_once.py")

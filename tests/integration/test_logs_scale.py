@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_run import torchhpc
 from torchhpc.devcluster import ClusterState, load_state
 
 pytestmark = pytest.mark.cluster("slurm")
@@ -81,12 +82,6 @@ print(f"{good} of {world}", "missing:" if bad else "", *bad[:20])
 LINE = re.compile(r"^\[rank(\d+)\]: ([LE]) (\d+) (\d+) (x+) END$")
 
 
-def cli(env: dict[str, str], *args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "torchhpc", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
-
-
 @pytest.fixture(scope="module")
 def big(slurm_cluster: ClusterState, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, str], Path]]:
     """A 16-node dev cluster of this module's own, with its own job records; down afterwards."""
@@ -110,7 +105,7 @@ def big(slurm_cluster: ClusterState, tmp_path_factory: pytest.TempPathFactory) -
 
 
 def _submit(env: dict[str, str], cwd: Path, *args: str) -> str:
-    r = cli(env, "run", "--scheduler", "slurm", "--output-dir", str(cwd), *args, cwd=cwd)
+    r = torchhpc(env, "run", "--scheduler", "slurm", "--output-dir", str(cwd), *args, cwd=cwd)
     assert r.returncode == 0, r.stdout + r.stderr
     m = re.search(r"Submitted slurm:(\d+)", r.stdout)
     assert m, r.stdout
@@ -129,10 +124,10 @@ def test_64_ranks_every_line_whole_and_attributed(
         env, work, "--nodes", str(nodes), "--nproc-per-node", str(per_node), "--launcher", launcher,
         "--name", f"spew-{launcher}", "--env", f"SPEW_BARRIER={work / 'barrier'}", str(work / "spew.py"),
     )
-    done = cli(env, "wait", f"slurm:{job}", "--timeout", "200", cwd=work)
+    done = torchhpc(env, "wait", f"slurm:{job}", "--timeout", "200", cwd=work)
     assert "FAILED" in done.stdout + done.stderr, done.stdout + done.stderr
 
-    text = cli(env, "logs", f"slurm:{job}", cwd=work).stdout
+    text = torchhpc(env, "logs", f"slurm:{job}", cwd=work).stdout
     seen: dict[int, list[int]] = {r: [] for r in range(WORLD)}
     bad = []
     for line in text.splitlines():
@@ -148,7 +143,7 @@ def test_64_ranks_every_line_whole_and_attributed(
     assert bad == [], f"{len(bad)} spliced or misattributed lines, e.g. {bad[:3]}"
     assert {r: n for r, n in seen.items() if n != list(range(LINES))} == {}, "ranks missing lines or out of order"
 
-    errors = cli(env, "logs", f"slurm:{job}", "--errors", cwd=work).stdout
+    errors = torchhpc(env, "logs", f"slurm:{job}", "--errors", cwd=work).stdout
     blocks = re.findall(r"^=== rank (\d+).*===\n((?:.+\n)+)", errors, re.M)
     assert sorted(int(r) for r, _ in blocks) == list(range(WORLD)), errors[:2000]
     for r, block in blocks:
@@ -160,12 +155,12 @@ def test_64_ranks_every_line_whole_and_attributed(
                            capture_output=True, text=True, timeout=600)
     assert every.returncode == 0 and every.stdout.strip() == f"{WORLD} of {WORLD}", every.stdout[-2000:] + every.stderr[-2000:]
 
-    five = cli(env, "logs", f"slurm:{job}", "--rank", "5", cwd=work).stdout.splitlines()
+    five = torchhpc(env, "logs", f"slurm:{job}", "--rank", "5", cwd=work).stdout.splitlines()
     assert [ln.split(" ")[2] for ln in five[:LINES]] == [str(i) for i in range(LINES)]
     assert all(ln.split(" ")[1] == "5" for ln in five[:LINES]) and five[-1] == "RuntimeError: boom from rank 5"
-    two = cli(env, "logs", f"slurm:{job}", "--rank", "3,7", "--grep", " 199 ", cwd=work).stdout
+    two = torchhpc(env, "logs", f"slurm:{job}", "--rank", "3,7", "--grep", " 199 ", cwd=work).stdout
     assert [ln.split(" ")[0] for ln in two.splitlines()] == ["[rank3]:", "[rank7]:"], two
-    on_node = cli(env, "logs", f"slurm:{job}", "--node", "node2", "--grep", " 0 x", cwd=work).stdout
+    on_node = torchhpc(env, "logs", f"slurm:{job}", "--node", "node2", "--grep", " 0 x", cwd=work).stdout
     assert len(on_node.splitlines()) == per_node, on_node
 
 
@@ -198,5 +193,5 @@ def test_follow_prints_new_lines_within_2s_and_exits_with_the_job(slurm_cluster:
     assert follow.returncode == 0, follow.stderr.read() if follow.stderr else ""
     assert len(lags) == 16, lags
     assert max(lags) < 2.0, lags
-    st = cli(env, "status", f"slurm:{job}", cwd=tmp_path).stdout
+    st = torchhpc(env, "status", f"slurm:{job}", cwd=tmp_path).stdout
     assert "COMPLETED" in st, st

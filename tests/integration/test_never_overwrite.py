@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_slurm_jobs import torchhpc
+from tests.cli_run import torchhpc
 from tests.unit.test_never_overwrite import snapshot, user_dir
 
 pytestmark = pytest.mark.cluster("slurm")

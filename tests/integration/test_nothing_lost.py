@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from tests.cli_run import torchhpc
 from tests.conftest import REPO
 from tests.integration.conftest import SlurmClient
 
@@ -41,15 +42,6 @@ _STEP = re.compile(r"\bstep (\d+) restart=(\d+) t=([\d.]+)")
 
 
 # helpers ----------------------------------------------------------------------
-def torchhpc(cluster: Any, *args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "torchhpc", *args],
-        env=cluster.client_env(),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def submit(cluster: Any, out: Path, name: str, flags: list[str], train: list[str], launcher: str = "torchrun") -> str:

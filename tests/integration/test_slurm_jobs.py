@@ -17,21 +17,11 @@ from typing import Any
 
 import pytest
 
+from tests.cli_run import torchhpc
 from tests.conftest import HOSTILE, REPO
 
 pytestmark = pytest.mark.cluster("slurm")
 PI = str(REPO / "examples" / "pi.py")
-
-
-def torchhpc(cluster: Any, *args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "torchhpc", *args],
-        env=cluster.client_env(),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def sacct_state(cluster: Any, job_id: str, timeout: float = 30) -> str:

@@ -8,8 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from tests.cli_run import torchhpc
 from tests.conftest import need
-from tests.integration.test_diagnose_cluster import torchhpc
 
 PROG = ("import json, sys, time\nlr = float(sys.argv[1])\ntime.sleep(0.3)\nif lr > 0.15:\n    raise SystemExit(3)\n"
         "print('RESULT ' + json.dumps({'accuracy': 1 - lr, 'epochs': [{'loss': 0.5}]}), flush=True)\n")

@@ -10,23 +10,17 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.cli_run import torchhpc
 from tests.conftest import REPO
 
 SCRIPT = str(REPO / "tests" / "integration" / "scripts" / "straggler.py")
 WITHIN_S = 30.0  # from the job's start (RUNNING) to the straggler named
-
-
-def torchhpc(env: dict[str, str], *args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "torchhpc", *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def _started(env: dict[str, str], handle: str, cwd: Path) -> float:

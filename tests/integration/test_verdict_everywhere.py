@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_diagnose_cluster import FAULT, HANG, _assert_hang_named, torchhpc
+from tests.cli_run import torchhpc
+from tests.integration.test_diagnose_cluster import FAULT, HANG, _assert_hang_named
 from torchhpc.core.exitcodes import EXIT_CODES
 
 

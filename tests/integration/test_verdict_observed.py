@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.integration.test_diagnose_cluster import torchhpc
+from tests.cli_run import torchhpc
 
 
 def test_a_ctrl_c_run_is_said_interrupted_not_cancelled_by_someone(clean_user_env: None, tmp_path: Path) -> None:
