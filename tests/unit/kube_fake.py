@@ -27,10 +27,13 @@ import re
 import secrets
 import threading
 import urllib.parse
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 
 from tests.conftest import REPO
 
@@ -235,3 +238,15 @@ class FakeKubeAPI:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@pytest.fixture(name="fake_api")
+def fake_api_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeKubeAPI, Path]]:
+    """``fake_api``: a fake API server with its bearer token in a file, and a state directory of the test's own
+    (a module imports this function to use the fixture)."""
+    monkeypatch.setenv("TORCHHPC_STATE_DIR", str(tmp_path / "state"))
+    api = FakeKubeAPI()
+    token = tmp_path / "token"
+    token.write_text(FakeKubeAPI.TOKEN + "\n")
+    yield api, token
+    api.close()

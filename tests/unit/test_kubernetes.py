@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,13 @@ import yaml
 
 from tests.conftest import REPO
 from tests.fakes import FakeRunner
-from tests.unit.kube_fake import PYTORCHJOB_SCHEMA, FakeKubeAPI, unknown_fields, validate_pytorchjob
+from tests.unit.kube_fake import (
+    PYTORCHJOB_SCHEMA,
+    FakeKubeAPI,
+    fake_api_fixture,  # noqa: F401  (the fake_api fixture)
+    unknown_fields,
+    validate_pytorchjob,
+)
 from tests.unit.test_pbs import check_golden
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.errors import SchedulerError, SpecError
@@ -202,16 +207,6 @@ def test_status_from_conditions() -> None:
 
 
 # --- through the fake API server (tests/unit/kube_fake.py) ------------------------------------
-
-
-@pytest.fixture
-def fake_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeKubeAPI, Path]]:
-    monkeypatch.setenv("TORCHHPC_STATE_DIR", str(tmp_path / "state"))
-    api = FakeKubeAPI()
-    token = tmp_path / "token"
-    token.write_text(FakeKubeAPI.TOKEN + "\n")
-    yield api, token
-    api.close()
 
 
 def test_submit_status_logs_cancel_over_http(fake_api: tuple[FakeKubeAPI, Path], tmp_path: Path) -> None:

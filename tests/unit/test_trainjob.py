@@ -20,7 +20,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,13 @@ import yaml
 
 from tests.conftest import REPO
 from tests.fakes import FakeRunner
-from tests.unit.kube_fake import TRAINJOB_SCHEMA, FakeKubeAPI, trainjob_rule_errors, validate_trainjob
+from tests.unit.kube_fake import (
+    TRAINJOB_SCHEMA,
+    FakeKubeAPI,
+    fake_api_fixture,  # noqa: F401  (the fake_api fixture)
+    trainjob_rule_errors,
+    validate_trainjob,
+)
 from tests.unit.test_pbs import check_golden
 from torchhpc.core.depend import Dependency
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
@@ -355,16 +361,6 @@ def test_status_from_conditions() -> None:
     assert (failed.state, failed.exit_code) == ("FAILED", 1) and "JobSetFailed" in failed.reason
     late = status_from_trainjob("pi", job(("Failed", "True", "DeadlineExceeded")))
     assert late.state == "TIMEOUT" and late.terminal and "DeadlineExceeded" in late.reason
-
-
-@pytest.fixture
-def fake_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeKubeAPI, Path]]:
-    monkeypatch.setenv("TORCHHPC_STATE_DIR", str(tmp_path / "state"))
-    api = FakeKubeAPI()
-    token = tmp_path / "token"
-    token.write_text(FakeKubeAPI.TOKEN + "\n")
-    yield api, token
-    api.close()
 
 
 def test_submit_status_logs_cancel_over_http(fake_api: tuple[FakeKubeAPI, Path], tmp_path: Path) -> None:
