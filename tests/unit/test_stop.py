@@ -120,6 +120,7 @@ def _run_script(tmp_path: Path, sig: str | None, *, when: str = "step-started", 
     import time
 
     from torchhpc.core.spec import Entrypoint, JobSpec
+    from torchhpc.schedulers.batch.script import job_boot
     from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
     out, stubs = tmp_path / "out", tmp_path / "bin"
@@ -135,6 +136,9 @@ def _run_script(tmp_path: Path, sig: str | None, *, when: str = "step-started", 
     )
     script = tmp_path / "job.sbatch"
     script.write_text(SlurmScheduler(runner=None).render_script(spec))  # type: ignore[arg-type]
+    for path, text in job_boot(spec)[1]:  # the boot copy the submit writes (python3 is not this interpreter)
+        Path(path).parent.mkdir(exist_ok=True)
+        Path(path).write_text(text)
     if timeouts:
         (out / ".torchhpc-timeouts-123").write_text(f"{timeouts}\n")
     env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_DIR": str(tmp_path), "SLURM_JOB_ID": "123",
