@@ -41,15 +41,13 @@ def ipv4(host: str) -> str:
         return host
 
 
-class Scheduler(Protocol):
+class SchedulerView(Protocol):
     """What an allocation asks of its :class:`~torchhpc.schedulers.api.Scheduler` (not imported: api imports this)."""
 
     name: ClassVar[str]
     runner: Runner
 
     def status(self, job_id: str) -> Any: ...
-
-    def cancel(self, job_id: str) -> None: ...
 
 
 class Allocation:
@@ -60,7 +58,7 @@ class Allocation:
     job_var: ClassVar[str] = ""  # the variable that holds the job id in the job's own environment
     nodes_var: ClassVar[str] = ""  # the variable that holds the job's node list there
 
-    def __init__(self, scheduler: Scheduler, job_id: str, env: Optional[Mapping[str, str]] = None) -> None:
+    def __init__(self, scheduler: SchedulerView, job_id: str, env: Optional[Mapping[str, str]] = None) -> None:
         self.scheduler, self.runner = scheduler, scheduler.runner
         self.env = dict(os.environ if env is None else env)
         self.job_id = job_id or self.env.get(self.job_var, "")  # "": the job this process runs in
