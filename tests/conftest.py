@@ -168,6 +168,13 @@ def _controller(config: pytest.Config) -> bool:
 _BEFORE = pytest.StashKey[tuple[set[str], set[str]]]()
 
 
+def _run_dir(config: pytest.Config) -> str:
+    """This run's temporary folder (xdist's workers have theirs inside it): a job whose script or working
+    directory lies in it is this run's. Other runs on the same dev cluster (a second developer, a
+    helper) are left alone."""
+    return str(config._tmp_path_factory.getbasetemp())  # type: ignore[attr-defined]
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     if _controller(session.config):
         from tests.cluster_queue import queued
@@ -180,11 +187,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     once, and eight slurm-N.out files were committed) or a job of its own in the dev cluster's queue."""
     if not _controller(session.config) or _BEFORE not in session.config.stash:
         return
-    from tests.cluster_queue import cancel, left_in_queue
+    from tests.cluster_queue import cancel, left_in_queue, names_any
 
     files_before, jobs_before = session.config.stash[_BEFORE]
     new = sorted(_untracked() - files_before)
-    jobs = left_in_queue(lambda job, fields: job not in jobs_before)
+    mine = (_run_dir(session.config),)
+    jobs = left_in_queue(lambda job, fields: job not in jobs_before and names_any(fields, mine))
     problems = ([f"new files in the checkout: {', '.join(new[:20])}"] if new else []) + (
         [f"jobs left in the dev cluster's queue: {', '.join(f'{j} ({s})' for j, s in jobs.items())} "
          "(cancelled now)"] if jobs else [])

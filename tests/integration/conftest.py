@@ -145,16 +145,14 @@ def state_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 @pytest.fixture(scope="module", autouse=True)
 def queue_left_empty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The dev cluster's queue holds no job of this module when the module ends: one left there
-    (an assertion before its cancel) is cancelled, and the module fails naming it. Under xdist other
-    workers submit meanwhile: a worker counts the jobs whose script or working directory lies in its
-    own temporary folder (the controller checks the whole queue at the end of the run)."""
+    (an assertion before its cancel) is cancelled, and the module fails naming it. A module's jobs are
+    the new ones whose script or working directory lies in this process's temporary folder (every
+    torchhpc job dir and test script does): other workers of the run, and other runs on the same
+    cluster, submit meanwhile and are left alone."""
     before = set(queued())
     yield
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        mine = (str(tmp_path_factory.getbasetemp()), os.environ.get("TORCHHPC_STATE_DIR", ""))
-        left = left_in_queue(lambda job, fields: job not in before and names_any(fields, mine))
-    else:
-        left = left_in_queue(lambda job, fields: job not in before)
+    mine = (str(tmp_path_factory.getbasetemp()), os.environ.get("TORCHHPC_STATE_DIR", ""))
+    left = left_in_queue(lambda job, fields: job not in before and names_any(fields, mine))
     if left:
         cancel(left)
         pytest.fail(f"jobs left in the dev cluster's queue: {', '.join(f'{j} ({s})' for j, s in left.items())} "
