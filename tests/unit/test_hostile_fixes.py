@@ -11,6 +11,7 @@ request is built.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 from tests.hostile import parse_records, sbatch_options, stub_dir
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.errors import UsageError
+from torchhpc.launchers.boot import boot_files
 from torchhpc.schedulers import get_scheduler
 
 
@@ -36,6 +38,11 @@ def _slurm(tmp_path: Path, args: tuple[str, ...] = (), env: tuple[tuple[str, str
 def _run(script: str, tmp_path: Path) -> list[list[bytes]]:
     path = tmp_path / "job.sh"
     path.write_text(script)
+    boot = next(shlex.split(ln.split("=", 1)[1])[0] for ln in script.splitlines() if "export TORCHHPC_BOOT_DIR=" in ln)
+    if ".torchhpc-boot-" in boot:  # the copy the submit writes (the job's python is not this one)
+        Path(boot).mkdir(parents=True, exist_ok=True)
+        for name, text in boot_files():
+            Path(boot, name).write_text(text)
     log = tmp_path / "stub.log"
     env = {
         "PATH": f"{stub_dir()}:/usr/bin:/bin", "STUB_LOG": str(log), "HOME": str(tmp_path),

@@ -397,7 +397,7 @@ class BatchScheduler(Scheduler):
                 raise SchedulerError(f"{self.submit_command} printed {done.stdout.strip()!r}, not a job id")
             script = self.place_script(submission, job_id, tmp) if path else ""
         except BaseException:
-            for made in [written, *boot]:
+            for made in [written, *reversed(boot)]:  # last first: the first made the boot copy's directory
                 made.remove()
             raise
         spec = submission.spec
