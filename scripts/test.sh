@@ -39,6 +39,17 @@ fi
 step "python environment"
 ./scripts/setup.sh dev,lightning,compat
 
+# The container test image (minutes on a fresh machine, cached after) builds while the lint, the dev
+# cluster and the soaks run; pytest waits for it. Its log is printed if it fails.
+IMAGE_LOG=""
+if [ -x .ci/build-test-image.sh ]; then
+  step "container test image (in the background)"
+  IMAGE_LOG=$(mktemp)
+  .ci/build-test-image.sh >"$IMAGE_LOG" 2>&1 &
+  IMAGE_PID=$!
+  trap 'kill "$IMAGE_PID" 2>/dev/null || true' EXIT  # a failed lint does not leave it running
+fi
+
 step "lint"
 ruff check src tests examples benchmarks
 mypy
@@ -47,12 +58,7 @@ step "dev cluster"
 torchhpc devcluster down >/dev/null 2>&1 || true
 # --login: a real sshd as the login node; thpcremote is the second user the --remote tests log in as.
 torchhpc devcluster up --nodes 4 --accounting --login --login-user thpcremote
-trap 'torchhpc devcluster down || true' EXIT
-
-if [ -x .ci/build-test-image.sh ]; then
-  step "container test image"
-  .ci/build-test-image.sh
-fi
+trap 'torchhpc devcluster down || true; [ -z "$IMAGE_LOG" ] || kill "$IMAGE_PID" 2>/dev/null || true' EXIT
 
 step "soak: the batch script's requeue test 20x beside 3 busy loops (a race fails here every time, not 1 in 10)"
 ./scripts/soak.sh -n 20 -P 4 --hogs 3 -k warning_creates_the_stop_file_and_requeues tests/unit/test_stop.py
@@ -60,6 +66,14 @@ step "soak: the batch script's requeue test 20x beside 3 busy loops (a race fail
 step "soak: the Hugging Face Trainer cell 2x per launcher beside 3 busy loops (issue 29: no rank aborts at exit)"
 python benchmarks/soak_compat.py -n 2 --hogs 3 --cells hf_trainer --launchers local,torchrun,srun,mpirun
 
+if [ -n "$IMAGE_LOG" ]; then
+  step "container test image (waiting for it)"
+  wait "$IMAGE_PID" || { cat "$IMAGE_LOG" >&2; echo "Error: .ci/build-test-image.sh failed (its log above)" >&2; exit 1; }
+  rm -f "$IMAGE_LOG"
+fi
+
+# Side by side (issue 53): most tests wait on jobs, so 4 workers on 2 cores; the tests that change the
+# cluster run one at a time behind a lock (tests/parallel.py). -n 0 runs everything in one process.
 step "pytest"
-python -m pytest -ra "$@"
+python -m pytest -ra -n 4 --dist loadgroup --no-loadscope-reorder "$@"
 step "done"
