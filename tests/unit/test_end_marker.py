@@ -16,7 +16,7 @@ import pytest
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.jobdir.endmark import END_FILE, end_lines, quoted_dir, read_end, write_end
 from torchhpc.schedulers.api import JobStatus
-from torchhpc.schedulers.waiting import CAP, EndWatch
+from torchhpc.schedulers.waiting import CAP, EndWatch, settled
 
 
 def test_write_then_read_is_whole_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -186,3 +186,21 @@ def test_a_requeued_jobs_old_marker_is_ignored_until_the_next_run_writes_its_own
     assert watch.ended and watch.last is not None and watch.last.state == "COMPLETED"
     assert len([t for t in asked if 60 <= t < 120]) <= 2  # the old marker does not make it ask more
     assert asked[-1] - 200.0 <= 0.15
+
+
+@pytest.mark.parametrize("said", ["COMPLETING", "RUNNING"])
+def test_status_after_the_end_says_what_wait_said(tmp_path: Path, said: str) -> None:
+    """`wait` returns on the marker; a `status` a moment later must not say COMPLETING (issue 53's
+    parallel run caught `status --json` saying COMPLETING right after `run --wait` said FAILED 3)."""
+    write_end(str(tmp_path), "FAILED", 3)
+    st = settled(JobStatus("1", said, nodes="n[1-2]"), str(tmp_path))
+    assert (st.state, st.exit_code, st.nodes) == ("FAILED", 3, "n[1-2]")
+
+
+def test_status_keeps_the_controllers_word_otherwise(tmp_path: Path) -> None:
+    assert settled(JobStatus("1", "COMPLETING"), str(tmp_path)).state == "COMPLETING"  # no marker yet
+    assert settled(JobStatus("1", "COMPLETING"), None).state == "COMPLETING"  # no directory seen here
+    write_end(str(tmp_path), "CANCELLED", 143, restart=0)
+    assert settled(JobStatus("1", "PENDING"), str(tmp_path)).state == "PENDING"  # requeued: the old run's
+    assert settled(JobStatus("1", "RUNNING", restarts=1), str(tmp_path)).state == "RUNNING"
+    assert settled(JobStatus("1", "FAILED", exit_code=1), str(tmp_path)).exit_code == 1  # terminal: as said

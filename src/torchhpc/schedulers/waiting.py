@@ -30,7 +30,7 @@ from typing import Generic, Optional, Protocol, TypeVar
 
 from torchhpc.jobdir.endmark import EndMark, end_path, read_end
 
-__all__ = ["CAP", "FIRST", "STAT_POLL", "EndWatch"]
+__all__ = ["CAP", "FIRST", "STAT_POLL", "EndWatch", "settled"]
 
 
 class _Status(Protocol):
@@ -130,3 +130,17 @@ class EndWatch(Generic[S]):
         """Seconds to sleep before the next :meth:`step`."""
         wait = max(0.0, self._next - self._clock())
         return min(wait, STAT_POLL) if self.end_dir else wait
+
+
+def settled(st: S, end_dir: Optional[str]) -> S:
+    """``st`` in the end marker's words when the controller still says RUNNING or COMPLETING but this
+    run's batch shell has ended (the rule :class:`EndWatch` applies): ``status`` right after a
+    ``wait`` then says what the wait said, not COMPLETING. A marker of an earlier run (a lower
+    restart count) is not this run's end."""
+    if st.state not in ("RUNNING", "COMPLETING") or not end_dir:
+        return st
+    mark = read_end(end_dir)
+    if mark is None or getattr(st, "restarts", 0) > mark.restart:
+        return st
+    return replace(st, state=mark.state, exit_code=mark.exit_code)  # type: ignore[type-var]
+

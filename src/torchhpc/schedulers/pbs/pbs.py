@@ -43,6 +43,7 @@ from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.pbs.parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
 from torchhpc.schedulers.pending import Pending
 from torchhpc.schedulers.times import JobTimes
+from torchhpc.schedulers.waiting import settled
 
 __all__ = ["PORT_EXPR", "PBSScheduler", "job_name", "pbs_size", "pbs_walltime"]
 
@@ -366,7 +367,7 @@ class PBSScheduler(BatchScheduler):
         found = find_job(self._qstat(job_id), job_id)
         if found is None:
             raise self._unknown(job_id)
-        return status_from_attrs(*found)
+        return settled(status_from_attrs(*found), self.end_dir(job_id))
 
     def times(self, job_id: str) -> JobTimes:  # the attributes status reads: qtime, etime, stime, ...
         from torchhpc.schedulers.pbs.times import times_from_attrs

@@ -24,6 +24,7 @@ from torchhpc.schedulers.slurm.many import SACCT_FIELDS
 from torchhpc.schedulers.slurm.parse import parse_scontrol, transient
 from torchhpc.schedulers.slurm.parse import status_from_scontrol as _status_from_scontrol
 from torchhpc.schedulers.times import JobTimes
+from torchhpc.schedulers.waiting import settled
 
 __all__ = ["SlurmQueries", "expand_output", "output_pattern"]
 
@@ -61,7 +62,7 @@ class SlurmQueries:
 
     def _with_dir(self, st: JobStatus) -> JobStatus:
         st.log_dir = task_record(self.name, st.job_id).job_dir
-        return st
+        return settled(st, st.log_dir if st.log_dir and os.path.isdir(st.log_dir) else None)
 
     def _status_from_sacct(self, job_id: str) -> JobStatus:
         try:
