@@ -113,6 +113,9 @@ def test_up_refuses_when_already_up(slurm_cluster: ClusterState) -> None:
 
 
 @pytest.mark.slow
+# exclusive: beside the shared cluster's jobs (4 workers), this cluster's batch job once ended
+# "launch failed requeued held"; alone it starts in a second. Not understood yet: see docs/testing.md.
+@pytest.mark.exclusive
 def test_throwaway_cluster_up_and_down(tmp_path: Path) -> None:
     """A second 2-node cluster beside the shared one, with a login node: up, run, ssh, down twice;
     nothing left behind (sshd and the login namespace go with the rest)."""
@@ -137,7 +140,12 @@ def test_throwaway_cluster_up_and_down(tmp_path: Path) -> None:
         runner.run(
             ["sbatch", "-N1", "-o", "/dev/null", "--wrap", f"sleep {LONG_SLEEP}"], env=state.client_env()
         )
-        assert _wait_until(lambda: _sleepers() != [])
+        if not _wait_until(lambda: _sleepers() != []):
+            queue = subprocess.run(["squeue", "-h", "-o", "%i %T %r %N"], env=state.client_env(),
+                                   capture_output=True, text=True, timeout=30)
+            nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t %E"], env=state.client_env(),
+                                   capture_output=True, text=True, timeout=30)
+            pytest.fail(f"the job never started a sleep: queue {queue.stdout.strip()!r}, nodes {nodes.stdout.strip()!r}")
     finally:
         devcluster.down(sdir, progress=None)
     assert devcluster.load_state(sdir) is None

@@ -73,9 +73,11 @@ def test_failing_job_surfaces_exit_code(slurm_cluster: Any, tmp_path: Path) -> N
     job = job_id_of(r.stdout)
     st = torchhpc(slurm_cluster, "status", f"slurm:{job}", "--json", cwd=tmp_path)
     data = json.loads(st.stdout)
-    assert data["state"] == "FAILED" and data["exit_code"] == 3, st.stdout
+    # srun returns its tasks' highest status: 3, or 143 when --kill-on-bad-exit's SIGTERM reached rank 0
+    # before it exited (under load it does: 4 workers side by side). Either way every command says the same.
+    assert data["state"] == "FAILED" and data["exit_code"] in (3, 143), st.stdout
     w = torchhpc(slurm_cluster, "wait", f"slurm:{job}", cwd=tmp_path)
-    assert w.returncode == 3 and "FAILED" in w.stderr
+    assert w.returncode == data["exit_code"] and "FAILED" in w.stderr
 
 
 def _procs_with(marker: str) -> list[str]:

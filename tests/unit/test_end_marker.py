@@ -65,10 +65,13 @@ def test_a_cancel_while_the_step_runs_writes_cancelled(tmp_path: Path) -> None:
     d.mkdir()
     path = tmp_path / "job.sh"
     path.write_text(_script(d, "sleep 30 & wait $!"))
-    proc = subprocess.Popen(["bash", str(path)], env={**os.environ, "JOBID": "8"})
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=10) == 143
+    proc = subprocess.Popen(["bash", str(path)], env={**os.environ, "JOBID": "8"}, start_new_session=True)
+    try:
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 143
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the step's `sleep 30` (Slurm kills the step; nothing does here)
     mark = read_end(str(d))
     assert mark is not None and mark.state == "CANCELLED"
 
