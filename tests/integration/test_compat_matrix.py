@@ -78,10 +78,10 @@ def batch_script(dry_run: str) -> str:
 
 
 def write_files(dry_run: str) -> None:
-    """Write the files the dry run shows beside the script (the rank boot copy a container's ranks import,
-    ``# --- <output-dir>/.torchhpc-boot-<hash>/sitecustomize.py ---``), as a submit would: without them the
-    ranks run without the exit cures and abort at exit now and then (issue 29)."""
-    for m in re.finditer(r"^# --- (/\S+/\.torchhpc-boot-\w+/sitecustomize\.py) ---\n(.*?)(?=^# --- |\Z)", dry_run,
+    """Write the files the dry run shows beside the script (the rank boot copy a container's ranks use,
+    ``# --- <output-dir>/.torchhpc-boot-<hash>/{sitecustomize.py,rank.sh,task.sh,...} ---``), as a submit
+    would: without them the script stops before its launch (no task.sh)."""
+    for m in re.finditer(r"^# --- (/\S+/\.torchhpc-boot-\w+/[\w.]+) ---\n(.*?)(?=^# --- |\Z)", dry_run,
                          re.S | re.M):
         Path(m.group(1)).parent.mkdir(parents=True, exist_ok=True)
         Path(m.group(1)).write_text(m.group(2))
