@@ -45,7 +45,12 @@ exec bash {script}
 
 
 def run_body(slurm: Any, tmp_path: Path, spec: JobSpec, slots: int) -> str:
-    script = PBSScheduler(runner=FakeRunner()).render(spec).script or ""
+    sub = PBSScheduler(runner=FakeRunner()).render(spec)
+    script = sub.script or ""
+    for path, text in sub.files:  # the boot copy a container's ranks use, written as a submit writes it
+        if path != sub.script_path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text)
     pbs = tmp_path / "job.pbs"
     pbs.write_text(script)
     wrapper = tmp_path / "wrapper.sh"

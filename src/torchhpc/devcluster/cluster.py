@@ -107,6 +107,21 @@ def down(
         return _down(state_dir, runner, progress)
 
 
+SUN_PATH_MAX = 107  # a unix socket's path, in bytes, less its terminating NUL (Linux sockaddr_un)
+
+
+def _check_socket_room(sdir: str, nodes: int) -> None:
+    """slurmd starts each job step's slurmstepd on a unix socket in its spool directory,
+    ``<state dir>/spool/slurmd-NODE/NODE_JOBID.STEPID``: past 107 bytes the step cannot start and Slurm
+    only says "launch failed requeued held" (a state dir under pytest-xdist's temporary folders did)."""
+    node = f"node{nodes}"
+    worst = os.path.join(os.path.abspath(sdir), "spool", f"slurmd-{node}", f"{node}_99999999.4294967291")
+    if len(worst.encode()) > SUN_PATH_MAX:
+        raise DevClusterError(
+            f"--state-dir {sdir} is too long for Slurm's step sockets ({len(worst.encode())} bytes of "
+            f"{SUN_PATH_MAX} in {worst})", f"a shorter directory, {len(worst.encode()) - SUN_PATH_MAX} bytes at least")
+
+
 def _up(
     nodes: int,
     accounting: bool,
@@ -120,6 +135,7 @@ def _up(
     say: Callable[[str], None] = progress or (lambda _m: None)
     runner = runner or Runner()
     sdir = default_state_dir(state_dir)
+    _check_socket_room(sdir, nodes)
     login = login or bool(login_users)
     layout = config.make_layout(sdir, nodes, login=login)
     previous = read_state(sdir)
