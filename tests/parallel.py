@@ -9,11 +9,13 @@ are marked ``@pytest.mark.exclusive`` and run one at a time, with nothing else t
   local tests another, so a module fixture runs once per group, in one worker; every exclusive test joins the group ``exclusive`` (one worker, one at
   a time). Unit tests are spread one by one. Under ``--no-loadscope-reorder`` (what scripts/test.sh
   uses) the groups go out in the order :func:`pytest_collection_modifyitems` leaves them: the
-  exclusive chain first, then the local integration modules (they need no lock, so they run beside
-  it), then the cluster's modules, each kind the longest first (:data:`WEIGHT`), and the unit tests
-  last: many short tests even out the workers' ends.
+  exclusive chain first, then what needs no lock and so runs beside it (the local integration
+  modules, the longest first by :data:`WEIGHT`, then the unit tests), then the cluster's modules,
+  the longest first.
 - **The lock**: a test that uses the dev cluster (its ``cluster`` mark or fixtures) holds a shared
-  lock for its set-up, call and teardown; an exclusive test holds it exclusively. Tests that do not
+  lock for its set-up, call and teardown; the exclusive chain holds it exclusively from its first
+  test to its last (a lock per exclusive test let readers in between, and each exclusive test then
+  waited for the longest test in flight: 25 such waits stretched the run by a third). Tests that do not
   use the cluster take no lock: they run beside the exclusive chain. Writers go first (a turnstile): once an exclusive test asks,
   no new test starts until it is done, so it waits for the tests in flight, never for a stream of
   new ones. Both are ``flock`` locks on files of this run, so a crashed worker releases its own.
@@ -101,9 +103,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker(EXCLUSIVE):
             return (0, 0.0, index)  # the one chain that cannot overlap the cluster's other users: first
         if not _is_integration(item):
-            return (3, 0.0, index)  # many short tests: they fill the end, whichever worker is free
+            return (2, 0.0, index)  # no lock either: the short unit tests fill that time's end
         # the local modules run beside the exclusive chain (no lock), the cluster's after it
-        return (1 if not _on_cluster(item) else 2, -WEIGHT.get(_module(item), 0.0), index)
+        return (1 if not _on_cluster(item) else 3, -WEIGHT.get(_module(item), 0.0), index)
 
     items[:] = [item for _, item in sorted(enumerate(items), key=rank)]
 
@@ -138,6 +140,7 @@ class RunLock:
         directory.mkdir(parents=True, exist_ok=True)
         self._turnstile: IO[bytes] = open(directory / "turnstile.lock", "ab")
         self._rw: IO[bytes] = open(directory / "rw.lock", "ab")
+        self.holding = False  # this worker holds the cluster alone
 
     @contextmanager
     def shared(self) -> Iterator[float]:
@@ -152,18 +155,23 @@ class RunLock:
         finally:
             fcntl.flock(self._rw, fcntl.LOCK_UN)
 
-    @contextmanager
-    def exclusive(self) -> Iterator[float]:
+    def take_exclusive(self) -> float:
+        """Hold the cluster alone (seconds waited); a no-op while this worker holds it already: a chain of
+        exclusive tests keeps it from the first to the last, so that readers do not slip in between and
+        each exclusive test waits again for the longest test in flight."""
+        if self.holding:
+            return 0.0
         start = time.monotonic()
         fcntl.flock(self._turnstile, fcntl.LOCK_EX)  # no new reader from now on
-        try:
-            fcntl.flock(self._rw, fcntl.LOCK_EX)  # the readers in flight finish
-            try:
-                yield time.monotonic() - start
-            finally:
-                fcntl.flock(self._rw, fcntl.LOCK_UN)
-        finally:
+        fcntl.flock(self._rw, fcntl.LOCK_EX)  # the readers in flight finish
+        self.holding = True
+        return time.monotonic() - start
+
+    def give_back(self) -> None:
+        if self.holding:
+            fcntl.flock(self._rw, fcntl.LOCK_UN)
             fcntl.flock(self._turnstile, fcntl.LOCK_UN)
+            self.holding = False
 
 
 _LOCK: RunLock | None = None
@@ -188,14 +196,24 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Iterator[None]:
         if exclusive and _on_cluster(item):
             nodes_back(item)
         return
-    with (lock.exclusive() if exclusive else lock.shared()) as waited:
-        if waited > 5:
-            item.user_properties.append(("lock_wait_s", round(waited, 1)))
-        if exclusive and _on_cluster(item):
+    if not exclusive:
+        with lock.shared() as waited:
+            if waited > 5:
+                item.user_properties.append(("lock_wait_s", round(waited, 1)))
+            yield
+        return
+    waited = lock.take_exclusive()
+    if waited > 5:
+        item.user_properties.append(("lock_wait_s", round(waited, 1)))
+    try:
+        if _on_cluster(item):
             nodes_back(item, idle=True)  # the jobs of the tests before it may still be COMPLETING
         yield
-        if exclusive and _on_cluster(item):
+        if _on_cluster(item):
             nodes_back(item)  # before the lock goes: the next test finds every node up
+    finally:
+        if nextitem is None or not nextitem.get_closest_marker(EXCLUSIVE):
+            lock.give_back()  # the chain's last test
 
 
 def nodes_back(item: pytest.Item, timeout: float = 120.0, idle: bool = False) -> None:
