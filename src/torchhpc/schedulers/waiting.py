@@ -112,7 +112,7 @@ class EndWatch(Generic[S]):
             self.ended = True
             if mark is not None and st.exit_code is None and mark.exit_code is not None:
                 self.last = replace(st, exit_code=mark.exit_code)  # type: ignore[type-var]
-        elif mark is not None and (st.state in REQUEUED or getattr(st, "restarts", 0) > mark.restart):
+        elif mark is not None and _earlier_run(st, mark):
             self._ignored.add(mark.key)  # an earlier run's: wait for the next run's marker
             self._mark = None
             self._next = now + self._interval
@@ -120,7 +120,7 @@ class EndWatch(Generic[S]):
             # The same run, its batch shell past its last line (COMPLETING, or RUNNING until the
             # controller hears of the exit, seconds on a loaded node): the end, in the marker's words.
             self.ended = True
-            self.last = replace(st, state=mark.state, exit_code=mark.exit_code)  # type: ignore[type-var]
+            self.last = _in_marks_words(st, mark)
         else:
             self._next = now + self._interval
             self._interval = min(self._interval * 2, self._cap)
@@ -135,12 +135,20 @@ class EndWatch(Generic[S]):
 def settled(st: S, end_dir: Optional[str]) -> S:
     """``st`` in the end marker's words when the controller still says RUNNING or COMPLETING but this
     run's batch shell has ended (the rule :class:`EndWatch` applies): ``status`` right after a
-    ``wait`` then says what the wait said, not COMPLETING. A marker of an earlier run (a lower
-    restart count) is not this run's end."""
+    ``wait`` then says what the wait said, not COMPLETING. A marker of an earlier run is not this
+    run's end."""
     if st.state not in ("RUNNING", "COMPLETING") or not end_dir:
         return st
     mark = read_end(end_dir)
-    if mark is None or getattr(st, "restarts", 0) > mark.restart:
-        return st
+    return st if mark is None or _earlier_run(st, mark) else _in_marks_words(st, mark)
+
+
+def _earlier_run(st: _Status, mark: EndMark) -> bool:
+    """Whether ``mark`` is an earlier run's end: the job went back to the queue, or has restarted since."""
+    return st.state in REQUEUED or getattr(st, "restarts", 0) > mark.restart
+
+
+def _in_marks_words(st: S, mark: EndMark) -> S:
+    """The controller's other fields, the marker's state and exit status."""
     return replace(st, state=mark.state, exit_code=mark.exit_code)  # type: ignore[type-var]
 
