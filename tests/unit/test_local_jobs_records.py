@@ -65,3 +65,18 @@ def test_cli_list_and_status_with_a_list_record(capsys: pytest.CaptureFixture[st
     assert main(["status", "local:bad"]) != 0
     err = capsys.readouterr().err
     assert err.startswith("Error: the record of local:bad cannot be read") and "Traceback" not in err
+
+
+def test_last_is_the_newest_submitted_not_the_newest_written(capsys: pytest.CaptureFixture[str]) -> None:
+    """Reading a job's status may write its record (a vanished supervisor is recorded FAILED): an older job
+    written after the newest one must not become `list --last` (the exit-contract tests' handle came out wrong)."""
+    import os
+
+    for job_id, submitted in (("older", 100.0), ("newer", 200.0)):
+        _job(job_id, json.dumps({"job_id": job_id, "name": job_id, "state": "COMPLETED", "exit_code": 0,
+                                 "submitted": submitted, "started": submitted, "ended": submitted + 1}))
+    os.utime(jobs_root() / "older" / RECORD, (1e9 + 10, 1e9 + 10))
+    os.utime(jobs_root() / "newer" / RECORD, (1e9, 1e9))
+    assert [j.job_id for j in LocalJobs().list_jobs()] == ["older", "newer"]
+    assert main(["list", "--last"]) == 0
+    assert capsys.readouterr().out.startswith("local:newer ")

@@ -351,16 +351,24 @@ class LocalJobs:
         return gone
 
     def list_jobs(self, include_finished: bool = True) -> list[JobStatus]:
-        """Every local job with a record, oldest first; a record that cannot be read is skipped, said on stderr."""
+        """Every local job with a record, oldest submitted first (``list --last`` is the run just made); a
+        record that cannot be read is skipped, said on stderr. Not by the record's mtime: reading a job's
+        status may write its record (a supervisor found gone is recorded FAILED), and an older job then
+        sorted last."""
         root = jobs_root()
         if not root.is_dir():
             return []
         dirs: list[tuple[float, Path]] = []
         for p in root.iterdir():
             try:
-                dirs.append(((p / RECORD).stat().st_mtime, p))
+                mtime = (p / RECORD).stat().st_mtime
             except OSError:  # no record (not a job directory), or removed meanwhile
                 continue
+            try:
+                submitted = clock(json.loads((p / RECORD).read_text()).get("submitted"))
+            except (OSError, ValueError, AttributeError):
+                submitted = None  # unreadable: status() below says so
+            dirs.append((mtime if submitted is None else submitted, p))
         out = []
         for _mtime, p in sorted(dirs):
             try:
