@@ -20,6 +20,12 @@ are marked ``@pytest.mark.exclusive`` and run one at a time, with nothing else t
   no new test starts until it is done, so it waits for the tests in flight, never for a stream of
   new ones. Both are ``flock`` locks on files of this run, so a crashed worker releases its own.
 
+- **Slots**: on two cores the integration tests are CPU-bound (every rank imports torch), and four
+  of them at once ran slower than their own timeouts allow. A test that starts ranks (an integration
+  or ``slow`` test, but not the exclusive chain: see :func:`_heavy`) also holds one of
+  ``TORCHHPC_TEST_SLOTS`` slots (default: the machine's cores + 1: most of them wait on jobs part of the time) for its set-up, call and teardown, always taken after the lock above (see
+  :func:`pytest_runtest_protocol`). The unit tests take none: a worker more than there are slots runs them meanwhile.
+
 Outside xdist (one process) no lock is taken and the order is left alone.
 """
 
@@ -37,26 +43,27 @@ from typing import IO, Any
 import pytest
 
 EXCLUSIVE = "exclusive"
+WHOLE_MACHINE = "whole_machine"
 
 # Minutes a module took in the last full run, for the order groups are handed out in: the longest
 # first, so that the run does not end waiting on one long module started last. Re-made from
 # `TORCHHPC_TEST_TIMES` (scripts/test_times.py); a module missing here counts as short.
-WEIGHT: dict[str, float] = {
-    "tests/integration/test_diagnose_cluster.py": 20.6,
-    "tests/integration/test_examples_train.py": 15.1,
-    "tests/integration/test_nothing_lost.py": 12.2,
-    "tests/integration/test_docs_run.py": 9.5,
-    "tests/integration/test_compat_matrix.py": 7.3,
-    "tests/integration/test_resilience.py": 5.8,
-    "tests/integration/test_exit_contract.py": 5.3,
-    "tests/integration/test_functions.py": 4.2,
-    "tests/integration/test_checkpoint_fsdp.py": 3.9,
-    "tests/integration/test_dist_launch.py": 3.4,
-    "tests/integration/test_verdict_everywhere.py": 3.4,
-    "tests/integration/test_local_restarts.py": 2.8,
-    "tests/integration/test_cli_contract.py": 2.7,
-    "tests/integration/test_pi.py": 2.1,
-    "tests/integration/test_arrays.py": 2.0,
+WEIGHT: dict[str, float] = {  # the serial run of ce4d91b (docs/testing.md)
+    "tests/integration/test_diagnose_cluster.py": 5.2,
+    "tests/integration/test_compat_matrix.py": 4.6,
+    "tests/integration/test_resilience.py": 3.8,
+    "tests/integration/test_exit_contract.py": 3.8,
+    "tests/integration/test_nothing_lost.py": 3.4,
+    "tests/integration/test_docs_run.py": 3.0,
+    "tests/integration/test_functions.py": 2.9,
+    "tests/integration/test_examples_train.py": 2.2,
+    "tests/integration/test_verdict_everywhere.py": 2.0,
+    "tests/integration/test_arrays.py": 1.6,
+    "tests/integration/test_local_restarts.py": 1.2,
+    "tests/integration/test_checkpoint_fsdp.py": 0.9,
+    "tests/integration/test_logs_scale.py": 0.7,
+    "tests/integration/test_containers_slurm.py": 0.5,
+    "tests/integration/test_pbs_body.py": 0.4,
 }
 # Long modules without module fixtures: one group per test function (its parameters together), so
 # that one module does not hold a worker for a quarter of the run.
@@ -69,6 +76,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "exclusive: changes what other tests rely on (fails or degrades a node, changes the dev cluster's "
         "configuration or accounting, holds every node, loads the machine on purpose): runs alone under xdist",
+    )
+    config.addinivalue_line(
+        "markers",
+        "whole_machine: runs many jobs at once by itself (a matrix): holds every slot under xdist, not one",
     )
 
 
@@ -174,25 +185,111 @@ class RunLock:
             self.holding = False
 
 
-_LOCK: RunLock | None = None
+class Slots:
+    """At most ``count`` heavy tests at once across this run's workers: one ``flock`` file per slot, and a
+    turnstile so that a test asking for several slots (``whole_machine``) gathers them before new tests
+    take the ones it waits for."""
+
+    def __init__(self, directory: Path, count: int) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._turnstile: IO[bytes] = open(directory / "slots-turnstile.lock", "ab")
+        self._files: list[IO[bytes]] = [open(directory / f"slot-{i}.lock", "ab") for i in range(max(1, count))]
+
+    @property
+    def count(self) -> int:
+        return len(self._files)
+
+    @contextmanager
+    def take(self, wanted: int = 1) -> Iterator[float]:
+        """Hold ``wanted`` slots (at most all of them); yields the seconds waited."""
+        start, held = time.monotonic(), []
+        wanted = min(max(1, wanted), len(self._files))
+        try:
+            fcntl.flock(self._turnstile, fcntl.LOCK_EX)
+            try:
+                while len(held) < wanted:
+                    for f in self._files:
+                        if len(held) == wanted or f in held:
+                            continue
+                        try:
+                            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        except BlockingIOError:
+                            continue
+                        held.append(f)
+                    if len(held) < wanted:
+                        time.sleep(0.1)
+            finally:
+                fcntl.flock(self._turnstile, fcntl.LOCK_UN)
+            yield time.monotonic() - start
+        finally:
+            for f in held:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _run_lock() -> RunLock | None:
-    global _LOCK
+def _slot_count() -> int:
+    raw = os.environ.get("TORCHHPC_TEST_SLOTS", "")
+    try:
+        return max(1, int(raw)) if raw else (os.cpu_count() or 2) + 1
+    except ValueError:
+        raise pytest.UsageError(f"TORCHHPC_TEST_SLOTS={raw!r}: give a whole number of tests at once, e.g. 2") from None
+
+
+def _heavy(item: pytest.Item) -> bool:
+    """Whether the test starts ranks or programs of its own (what the slots count). The exclusive chain takes
+    no slot: it is the run's critical path (no cluster test starts while it runs), and it mostly waits, on
+    a node declared dead or a job held pending."""
+    if item.get_closest_marker(EXCLUSIVE):
+        return False
+    return _is_integration(item) or bool(item.get_closest_marker("slow"))
+
+
+_SHARED: tuple[RunLock, Slots] | None = None
+
+
+def _shared() -> tuple[RunLock, Slots] | None:
+    """This run's lock and slots (files under the temporary folder, named after xdist's run id); None without xdist."""
+    global _SHARED
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if not run:
         return None
-    if _LOCK is None:
-        _LOCK = RunLock(Path(tempfile.gettempdir()) / f"torchhpc-tests-{run}")
-    return _LOCK
+    if _SHARED is None:
+        directory = Path(tempfile.gettempdir()) / f"torchhpc-tests-{run}"
+        _SHARED = RunLock(directory), Slots(directory, _slot_count())
+    return _SHARED
+
+
+def _run_lock() -> RunLock | None:
+    shared = _shared()
+    return shared[0] if shared else None
+
+
+def _run_slots() -> Slots | None:
+    shared = _shared()
+    return shared[1] if shared else None
+
+
+@contextmanager
+def _slot(item: pytest.Item) -> Iterator[None]:
+    slots = _run_slots() if _heavy(item) else None
+    if slots is None:
+        yield
+        return
+    wanted = slots.count if item.get_closest_marker(WHOLE_MACHINE) else 1
+    with slots.take(wanted) as waited:
+        if waited > 5:
+            item.user_properties.append(("slot_wait_s", round(waited, 1)))
+        yield
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Iterator[None]:
+    """The run lock first, then a slot, always in that order: a test that held a slot while it waited
+    for the lock would keep the exclusive chain, which holds the lock, from the slot it needs next."""
     exclusive = bool(item.get_closest_marker(EXCLUSIVE))
     lock = _run_lock() if (_on_cluster(item) or exclusive) else None
     if lock is None:
-        yield
+        with _slot(item):
+            yield
         if exclusive and _on_cluster(item):
             nodes_back(item)
         return
@@ -200,7 +297,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Iterator[None]:
         with lock.shared() as waited:
             if waited > 5:
                 item.user_properties.append(("lock_wait_s", round(waited, 1)))
-            yield
+            with _slot(item):
+                yield
         return
     waited = lock.take_exclusive()
     if waited > 5:
@@ -208,7 +306,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Iterator[None]:
     try:
         if _on_cluster(item):
             nodes_back(item, idle=True)  # the jobs of the tests before it may still be COMPLETING
-        yield
+        with _slot(item):
+            yield
         if _on_cluster(item):
             nodes_back(item)  # before the lock goes: the next test finds every node up
     finally:

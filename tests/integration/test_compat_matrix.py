@@ -216,6 +216,7 @@ def test_frameworks_are_installed() -> None:
     assert not absent, f"not installed: {absent}: pip install -e '.[lightning,compat]' (scripts/setup.sh does)"
 
 
+@pytest.mark.whole_machine  # the matrix runs every column at once
 @pytest.mark.cluster("slurm")
 @pytest.mark.parametrize("col", COLUMNS, ids=lambda c: c.key)
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
@@ -225,6 +226,7 @@ def test_cell(outcomes: dict[tuple[str, str], Outcome], row: Row, col: Column) -
     assert got.status == want, f"{row.name} x {col.key}: expected {want}, got {got.status}: {got.detail}"
 
 
+@pytest.mark.whole_machine  # the matrix runs every column at once
 @pytest.mark.cluster("slurm")
 def test_docs_compat_md_is_the_generated_table(outcomes: dict[tuple[str, str], Outcome]) -> None:
     text = render_markdown(outcomes)

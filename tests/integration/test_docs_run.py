@@ -118,6 +118,7 @@ def _quick_tour_block() -> str:
     return f"README.md:{first + 2}"
 
 
+@pytest.mark.whole_machine  # its blocks run PARALLEL at a time
 def test_every_doc_command_runs(slurm_cluster: Any, tmp_path: Path) -> None:
     commands = all_commands()
     runnable = [c for c in commands if not c.skip]
