@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -87,6 +88,22 @@ def reaped(procs: Sequence[subprocess.Popen[Any]]) -> Iterator[Sequence[subproce
                 p.communicate(timeout=30)  # reaps it and closes its pipes
             except (subprocess.TimeoutExpired, ValueError, OSError):
                 p.wait(timeout=30)
+
+
+@pytest.fixture(autouse=True)
+def _environ_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test leaves ``os.environ`` as it found it (restored, and named in the run's warnings summary).
+    A test that set MASTER_ADDR=127.0.0.1 in-process once made a later cluster test of the same xdist
+    worker rendezvous at 127.0.0.1 across two nodes: a 400 s hang far from its cause. Fixtures of a
+    wider scope set up before this one, so their variables stand."""
+    before = dict(os.environ)
+    yield
+    after = dict(os.environ)
+    if after != before:
+        changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+        os.environ.clear()
+        os.environ.update(before)
+        warnings.warn(f"left os.environ changed (restored): {', '.join(changed)}", stacklevel=1)
 
 
 @pytest.fixture

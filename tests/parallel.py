@@ -79,7 +79,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
-        "whole_machine: runs many jobs at once by itself (a matrix): holds every slot under xdist, not one",
+        "whole_machine: runs many jobs at once by itself (a matrix): holds every slot but one under xdist",
     )
 
 
@@ -109,14 +109,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 stem += "-" + getattr(item, "originalname", item.name)
             item.add_marker(pytest.mark.xdist_group(stem if _on_cluster(item) else f"{stem}-local"))
 
-    def rank(pair: tuple[int, pytest.Item]) -> tuple[int, float, int]:
+    def rank(pair: tuple[int, pytest.Item]) -> tuple[int, int, float, int]:
         index, item = pair
         if item.get_closest_marker(EXCLUSIVE):
-            return (0, 0.0, index)  # the one chain that cannot overlap the cluster's other users: first
+            return (0, 0, 0.0, index)  # the one chain that cannot overlap the cluster's other users: first
         if not _is_integration(item):
-            return (2, 0.0, index)  # no lock either: the short unit tests fill that time's end
-        # the local modules run beside the exclusive chain (no lock), the cluster's after it
-        return (1 if not _on_cluster(item) else 3, -WEIGHT.get(_module(item), 0.0), index)
+            return (2, 0, 0.0, index)  # no lock either: the short unit tests fill that time's end
+        # the local modules run beside the exclusive chain (no lock), the cluster's after it: the whole-machine
+        # ones first, while the slots are still free, then the longest first
+        whole = 0 if item.get_closest_marker(WHOLE_MACHINE) else 1
+        return (1 if not _on_cluster(item) else 3, whole, -WEIGHT.get(_module(item), 0.0), index)
 
     items[:] = [item for _, item in sorted(enumerate(items), key=rank)]
 
@@ -274,7 +276,8 @@ def _slot(item: pytest.Item) -> Iterator[None]:
     if slots is None:
         yield
         return
-    wanted = slots.count if item.get_closest_marker(WHOLE_MACHINE) else 1
+    # a whole-machine test keeps one slot free: gathering all of them waited out the longest test in flight
+    wanted = max(1, slots.count - 1) if item.get_closest_marker(WHOLE_MACHINE) else 1
     with slots.take(wanted) as waited:
         if waited > 5:
             item.user_properties.append(("slot_wait_s", round(waited, 1)))
