@@ -90,19 +90,37 @@ def reaped(procs: Sequence[subprocess.Popen[Any]]) -> Iterator[Sequence[subproce
                 p.wait(timeout=30)
 
 
+_PYTEST_OWN = "PYTEST_CURRENT_TEST"  # pytest sets it for each phase (setup, call, teardown)
+# torch's rendezvous contract: what a job submitted from this process would inherit and trust
+_CONTRACT = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
+             "GROUP_RANK", "TORCHELASTIC_RUN_ID")
+_SESSION_ENV = dict(os.environ)  # as this process (an xdist worker, or the one pytest) started
+
+
 @pytest.fixture(autouse=True)
 def _environ_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
     """Every test leaves ``os.environ`` as it found it (restored, and named in the run's warnings summary).
     A test that set MASTER_ADDR=127.0.0.1 in-process once made a later cluster test of the same xdist
     worker rendezvous at 127.0.0.1 across two nodes: a 400 s hang far from its cause. Fixtures of a
     wider scope set up before this one, so their variables stand."""
+    stale = sorted(k for k in _CONTRACT if os.environ.get(k) != _SESSION_ENV.get(k))
+    for k in stale:  # left by a wider fixture, or by in-process code at import: the next job would inherit it
+        if k in _SESSION_ENV:
+            os.environ[k] = _SESSION_ENV[k]
+        else:
+            del os.environ[k]
+    if stale:
+        warnings.warn(f"found os.environ changed before this test (restored): {', '.join(stale)}", stacklevel=1)
     before = dict(os.environ)
     yield
     after = dict(os.environ)
-    if after != before:
-        changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
-        os.environ.clear()
-        os.environ.update(before)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k) and k != _PYTEST_OWN)
+    if changed:
+        for k in changed:
+            if k in before:
+                os.environ[k] = before[k]
+            else:
+                del os.environ[k]
         warnings.warn(f"left os.environ changed (restored): {', '.join(changed)}", stacklevel=1)
 
 
