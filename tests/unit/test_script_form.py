@@ -74,3 +74,17 @@ def test_program_within_60_lines_with_a_container_on_lumi(
     assert n <= 60, "\n".join(lines[:n])
     assert max(len(line) for line in lines[:n]) <= 160, "\n".join(lines[:n])
     assert any("singularity exec" in line or "apptainer exec" in line for line in lines[:n])
+
+
+@pytest.mark.parametrize("scheduler", ["slurm", "pbs"])
+def test_no_script_line_looks_like_a_dry_run_file_header(scheduler: str, capsys: pytest.CaptureFixture[str],
+                                                          tmp_path: Path) -> None:
+    """`# --- PATH ---` opens each file of a dry run; a script line that starts the same way cut the script
+    short for whoever splits the output (the compatibility matrix did: its jobs ran no rank and exited 0)."""
+    rc = main(["run", "--scheduler", scheduler, "--nodes", "2", "--nproc-per-node", "2", "--output-dir", str(tmp_path),
+               "--dry-run", PROGRAM])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    headers = [line for line in out.splitlines() if line.startswith("# --- ")]
+    assert all(line.endswith(" ---") for line in headers), headers
+    assert len(headers) == 2 and headers[-1] == "# --- submit with ---", headers
