@@ -205,8 +205,12 @@ def test_exec_keeps_and_reports_a_differing_user_value() -> None:
 def test_exec_errors(clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["exec"]) == 2
     assert "needs a command" in capsys.readouterr().err
+    clean_env.setenv("SLURM_PROCID", "1")
+    clean_env.setenv("SLURM_NTASKS", "2")
+    before = dict(os.environ)
     assert main(["exec", "--", "no-such-program-xyz"]) == 127
     assert "no-such-program-xyz" in capsys.readouterr().err
+    assert dict(os.environ) == before, "a failed exec left its exports in this process (MASTER_ADDR, RANK...)"
 
 
 def test_cli_and_env_never_import_torch() -> None:

@@ -3,7 +3,7 @@
 The per-task shim for srun-direct and mpirun when torchhpc is installed where
 the task runs: detect this task's rank from whatever launcher started it,
 export RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK/NODE_RANK,
-MASTER_ADDR and MASTER_PORT where they are not already set, and ``execvp``
+MASTER_ADDR and MASTER_PORT where they are not already set, and ``execvpe``
 the command (same PID, so signals from srun/mpirun reach it directly). No
 torch import: this runs before every rank's Python starts.
 """
@@ -53,7 +53,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
         raise UsageError("torchhpc exec needs a command", "e.g. `srun torchhpc exec -- python train.py`")
     dist_env = detect()
     clashes = conflicts(dist_env, os.environ)
-    added = export(dist_env, os.environ)
+    env = dict(os.environ)  # the command's, not this process's: a failed exec leaves os.environ as it was
+    added = export(dist_env, env)
     if args.verbose:
         eprint(
             f"torchhpc exec: {dist_env.source} rank {dist_env.rank}/{dist_env.world_size} "
@@ -62,11 +63,11 @@ def cmd_exec(args: argparse.Namespace) -> int:
         )
     for name, (have, detected) in sorted(clashes.items()):
         eprint(f"torchhpc exec: keeping {name}={have} set by the user (detected {detected})")
-    boot = boot_pythonpath(os.environ)  # the exit cures in the rank (launchers/boot.py), unless switched off
+    boot = boot_pythonpath(env)  # the exit cures in the rank (launchers/boot.py), unless switched off
     if boot:
-        os.environ["PYTHONPATH"] = boot
+        env["PYTHONPATH"] = boot
     try:
-        os.execvp(argv[0], argv)
+        os.execvpe(argv[0], argv, env)
     except FileNotFoundError:
         raise ExecNotFound(argv, f"`{join(argv[:1])}` is not on PATH in this task") from None
     except PermissionError:
