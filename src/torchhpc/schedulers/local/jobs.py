@@ -365,8 +365,8 @@ class LocalJobs:
             except OSError:  # no record (not a job directory), or removed meanwhile
                 continue
             try:
-                submitted = clock(json.loads((p / RECORD).read_text()).get("submitted"))
-            except (OSError, ValueError, AttributeError):
+                submitted = clock(read_state(p).get("submitted"))
+            except SchedulerError:
                 submitted = None  # unreadable: status() below says so
             dirs.append((mtime if submitted is None else submitted, p))
         out = []
