@@ -97,6 +97,15 @@ _CONTRACT = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "
 _SESSION_ENV = dict(os.environ)  # as this process (an xdist worker, or the one pytest) started
 
 
+def _restore(names: Sequence[str], snapshot: dict[str, str]) -> None:
+    """``os.environ``'s ``names`` as they were in ``snapshot`` (set, or unset where it had none)."""
+    for k in names:
+        if k in snapshot:
+            os.environ[k] = snapshot[k]
+        else:
+            os.environ.pop(k, None)
+
+
 @pytest.fixture(autouse=True)
 def _environ_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
     """Every test leaves ``os.environ`` as it found it (restored, and named in the run's warnings summary).
@@ -104,11 +113,7 @@ def _environ_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
     worker rendezvous at 127.0.0.1 across two nodes: a 400 s hang far from its cause. Fixtures of a
     wider scope set up before this one, so their variables stand."""
     stale = sorted(k for k in _CONTRACT if os.environ.get(k) != _SESSION_ENV.get(k))
-    for k in stale:  # left by a wider fixture, or by in-process code at import: the next job would inherit it
-        if k in _SESSION_ENV:
-            os.environ[k] = _SESSION_ENV[k]
-        else:
-            del os.environ[k]
+    _restore(stale, _SESSION_ENV)  # left by a wider fixture, or by in-process code at import: a job would inherit it
     if stale:
         warnings.warn(f"found os.environ changed before this test (restored): {', '.join(stale)}", stacklevel=1)
     before = dict(os.environ)
@@ -116,11 +121,7 @@ def _environ_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
     after = dict(os.environ)
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k) and k != _PYTEST_OWN)
     if changed:
-        for k in changed:
-            if k in before:
-                os.environ[k] = before[k]
-            else:
-                del os.environ[k]
+        _restore(changed, before)
         warnings.warn(f"left os.environ changed (restored): {', '.join(changed)}", stacklevel=1)
 
 
