@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("times", help="the JSON lines TORCHHPC_TEST_TIMES wrote")
     p.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="the machine's cores (default: this one's)")
     p.add_argument("--top", type=int, default=15, help="modules shown one by one (default 15)")
+    p.add_argument("--write-durations", metavar="FILE",
+                   help="also write each test of 1 s or more to FILE (tests/durations.json: the side-by-side "
+                        "run's order and hand-out, tests/schedule.py); best from a run one test at a time")
     args = p.parse_args(argv)
     try:
         with open(args.times) as f:
@@ -56,7 +59,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Error: {args.times}: {e}", file=sys.stderr)
         return 2
     sys.stdout.write(table(lines, args.cores, args.top))
+    if args.write_durations:
+        with open(args.write_durations, "w") as f:
+            f.write(durations_json(lines, args.times))
     return 0
+
+
+def durations_json(lines: list[dict[str, object]], source: str) -> str:
+    """Wall seconds per test (1 s or more; a shorter one counts as its default), node ids without xdist's ``@group``."""
+    tests: dict[str, float] = {}
+    for rec in lines:
+        nodeid, wall = str(rec["test"]), float(rec["wall_s"])  # type: ignore[arg-type]
+        at = nodeid.rfind("@")
+        if at > nodeid.rfind("]"):
+            nodeid = nodeid[:at]
+        if wall >= 1.0:
+            tests[nodeid] = round(wall, 1)
+    body = {"about": f"wall seconds per test of 1 s or more, from {os.path.basename(source)} "
+                     "(scripts/test_times.py --write-durations); read by tests/schedule.py",
+            "tests": dict(sorted(tests.items()))}
+    return json.dumps(body, indent=0) + "\n"
 
 
 if __name__ == "__main__":

@@ -177,6 +177,38 @@ def session_processes(marker: str) -> list[str]:
     return found
 
 
+def left_running(marker: str, directory: Path, wait: float = 10.0) -> list[str]:
+    """``PID COMMAND`` of live processes whose command line names ``marker`` and whose working directory
+    lies in ``directory`` (a test's ``tmp_path``): that test's own ranks, on this machine or on a dev
+    cluster node (they share its PID namespace), still there after up to ``wait`` seconds (a rank that
+    was sent SIGKILL can take a moment to go on a loaded machine; a leaked one stays). A bare
+    ``pgrep -f SCRIPT`` also saw the ranks of another test running the same script beside it."""
+    deadline = time.monotonic() + wait
+    while True:
+        found = _running_in(marker, os.path.realpath(directory))
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+def _running_in(marker: str, root: str) -> list[str]:
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().decode(errors="replace").rsplit(")", 1)[1].split()[0]
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except (OSError, IndexError):
+            continue  # ended meanwhile, or not ours to read
+        if marker in cmd and state != "Z" and (cwd == root or cwd.startswith(root + os.sep)):
+            found.append(f"{entry} {cmd}")
+    return found
+
+
 @pytest.fixture(scope="session", autouse=True)
 def nothing_left_behind() -> Iterator[None]:
     """Fail the run when its tests left a process running. Under xdist each worker checks its own
@@ -266,11 +298,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Iterator[None]:
     if not _TIMES:
         yield
         return
-    start, busy = time.monotonic(), _busy_seconds()
+    start, busy, began = time.monotonic(), _busy_seconds(), time.time()
     yield
     import json
 
-    line = {"test": item.nodeid, "wall_s": round(time.monotonic() - start, 3),
+    line = {"test": item.nodeid, "start": round(began, 1), "wall_s": round(time.monotonic() - start, 3),
             "cpu_s": round(_busy_seconds() - busy, 3), "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
     with open(_TIMES, "a") as f:
         f.write(json.dumps(line) + "\n")

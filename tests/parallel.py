@@ -2,7 +2,7 @@
 
 Most integration tests only submit jobs and wait on them: two cores can wait on many at once
 (issue 53). Some change what every other test relies on: they fail or degrade a node, change the
-dev cluster's configuration or accounting, hold every node, or load the machine on purpose. Those
+dev cluster's configuration or accounting, or hold every node. Those
 are marked ``@pytest.mark.exclusive`` and run one at a time, with nothing else touching the cluster.
 
 - **Groups** (``--dist loadgroup``): each integration module's cluster tests are one group and its
@@ -10,8 +10,8 @@ are marked ``@pytest.mark.exclusive`` and run one at a time, with nothing else t
   a time). Unit tests are spread one by one. Under ``--no-loadscope-reorder`` (what scripts/test.sh
   uses) the groups go out in the order :func:`pytest_collection_modifyitems` leaves them: the
   exclusive chain first, then what needs no lock and so runs beside it (the local integration
-  modules, the longest first by :data:`WEIGHT`, then the unit tests), then the cluster's modules,
-  the longest first.
+  modules, the longest first by their seconds in tests/durations.json, then the unit tests), then the
+  cluster's modules, the longest first. tests/schedule.py hands them out by those seconds.
 - **The lock**: a test that uses the dev cluster (its ``cluster`` mark or fixtures) holds a shared
   lock for its set-up, call and teardown; the exclusive chain holds it exclusively from its first
   test to its last (a lock per exclusive test let readers in between, and each exclusive test then
@@ -35,6 +35,7 @@ import fcntl
 import os
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,29 +43,11 @@ from typing import IO, Any
 
 import pytest
 
+from tests.schedule import estimate, load_durations
+
 EXCLUSIVE = "exclusive"
 WHOLE_MACHINE = "whole_machine"
 
-# Minutes a module took in the last full run, for the order groups are handed out in: the longest
-# first, so that the run does not end waiting on one long module started last. Re-made from
-# `TORCHHPC_TEST_TIMES` (scripts/test_times.py); a module missing here counts as short.
-WEIGHT: dict[str, float] = {  # the serial run of ce4d91b (docs/testing.md)
-    "tests/integration/test_diagnose_cluster.py": 5.2,
-    "tests/integration/test_compat_matrix.py": 4.6,
-    "tests/integration/test_resilience.py": 3.8,
-    "tests/integration/test_exit_contract.py": 3.8,
-    "tests/integration/test_nothing_lost.py": 3.4,
-    "tests/integration/test_docs_run.py": 3.0,
-    "tests/integration/test_functions.py": 2.9,
-    "tests/integration/test_examples_train.py": 2.2,
-    "tests/integration/test_verdict_everywhere.py": 2.0,
-    "tests/integration/test_arrays.py": 1.6,
-    "tests/integration/test_local_restarts.py": 1.2,
-    "tests/integration/test_checkpoint_fsdp.py": 0.9,
-    "tests/integration/test_logs_scale.py": 0.7,
-    "tests/integration/test_containers_slurm.py": 0.5,
-    "tests/integration/test_pbs_body.py": 0.4,
-}
 # Long modules without module fixtures: one group per test function (its parameters together), so
 # that one module does not hold a worker for a quarter of the run.
 SPLIT = {"tests/integration/test_diagnose_cluster.py", "tests/integration/test_examples_train.py",
@@ -75,12 +58,23 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "exclusive: changes what other tests rely on (fails or degrades a node, changes the dev cluster's "
-        "configuration or accounting, holds every node, loads the machine on purpose): runs alone under xdist",
+        "configuration or accounting, holds every node): runs alone under xdist",
     )
     config.addinivalue_line(
         "markers",
-        "whole_machine: runs many jobs at once by itself (a matrix): holds every slot but one under xdist",
+        "whole_machine: runs many jobs at once by itself (a matrix), or loads the machine on purpose (a soak): "
+        "holds every slot but one under xdist",
     )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` by expected seconds (tests/schedule.py); other modes are xdist's own."""
+    if getattr(config.option, "dist", None) != "loadgroup":
+        return None
+    from tests.schedule import TimedGroupScheduling
+
+    return TimedGroupScheduling(config, log)
 
 
 def _module(item: pytest.Item) -> str:
@@ -100,14 +94,22 @@ def _on_cluster(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not _workers(config):
         return
+    groups: dict[pytest.Item, str] = {}
     for item in items:
         if item.get_closest_marker(EXCLUSIVE):
-            item.add_marker(pytest.mark.xdist_group(EXCLUSIVE))
+            groups[item] = EXCLUSIVE
         elif _is_integration(item):  # a module's cluster tests and its local ones: two groups
             stem = _module(item).rsplit("/", 1)[-1].removesuffix(".py")
             if _module(item) in SPLIT:
                 stem += "-" + getattr(item, "originalname", item.name)
-            item.add_marker(pytest.mark.xdist_group(stem if _on_cluster(item) else f"{stem}-local"))
+            groups[item] = stem if _on_cluster(item) else f"{stem}-local"
+        if item in groups:
+            item.add_marker(pytest.mark.xdist_group(groups[item]))
+    # a group's expected seconds, from one full run (tests/durations.json), for the longest-first order
+    durations = load_durations()
+    cost: dict[str, float] = defaultdict(float)
+    for item, group in groups.items():
+        cost[group] += estimate(item.nodeid, durations)
 
     def rank(pair: tuple[int, pytest.Item]) -> tuple[int, int, float, int]:
         index, item = pair
@@ -118,7 +120,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # the local modules run beside the exclusive chain (no lock), the cluster's after it: the whole-machine
         # ones first, while the slots are still free, then the longest first
         whole = 0 if item.get_closest_marker(WHOLE_MACHINE) else 1
-        return (1 if not _on_cluster(item) else 3, whole, -WEIGHT.get(_module(item), 0.0), index)
+        return (1 if not _on_cluster(item) else 3, whole, -cost[groups[item]], index)
 
     items[:] = [item for _, item in sorted(enumerate(items), key=rank)]
 

@@ -76,3 +76,89 @@ def test_a_waiting_writer_goes_before_new_readers(tmp_path: Path) -> None:
     l_out.set()
     for t in (first, second):
         t.join(5)
+
+
+# -- the hand-out by expected seconds (tests/schedule.py) ------------------------------------------------------
+
+
+class _Config:
+    """What xdist's scheduler reads of pytest's config: the workers (``--tx``) and the reorder switch."""
+
+    def __init__(self, workers: int) -> None:
+        self.option = type("Option", (), {"loadscopereorder": False})()
+        self._workers = workers
+
+    def getvalue(self, name: str) -> list[str]:
+        assert name == "tx"
+        return [f"{self._workers}*popen"]
+
+
+class _Worker:
+    """An xdist worker as the scheduler sees it: the tests it was sent, and shutdown."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.sent, self.shutting_down = name, [], False
+        self.gateway = type("Gateway", (), {"id": name})()
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.sent.extend(indices)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def _scheduler(collection: list[str], durations: dict[str, float], workers: int = 2) -> tuple[object, list[_Worker]]:
+    from tests.schedule import TimedGroupScheduling
+
+    sched = TimedGroupScheduling(_Config(workers), durations=durations)  # type: ignore[arg-type]
+    nodes = [_Worker(f"gw{i}") for i in range(workers)]
+    for node in nodes:
+        sched.add_node(node)
+        sched.add_node_collection(node, collection)
+    sched.schedule()
+    return sched, nodes
+
+
+def _names(collection: list[str], node: _Worker) -> list[str]:
+    return [collection[i] for i in node.sent]
+
+
+def _finish(sched: object, collection: list[str], node: _Worker, nodeid: str) -> None:
+    sched.mark_test_complete(node, collection.index(nodeid))  # type: ignore[attr-defined]
+
+
+def test_a_long_last_test_gets_a_filler_and_the_next_long_group_waits_for_a_free_worker() -> None:
+    """Run D's tail: a worker about to run the 5-minute doc commands was handed a 7-minute group behind them."""
+    collection = ["i/docs.py::t@docs", "i/res.py::a@res", "i/res.py::b@res", "i/arr.py::c@arr", "u/x.py::u1", "u/x.py::u2"]
+    durations = {"i/docs.py::t": 300.0, "i/res.py::a": 200.0, "i/res.py::b": 200.0, "i/arr.py::c": 60.0}
+    sched, (one, two) = _scheduler(collection, durations)
+    # the first worker: the doc commands, then a unit test behind them (not the 400-second group)
+    assert _names(collection, one) == ["i/docs.py::t@docs", "u/x.py::u1"]
+    # the second: the long group, whose first test knows its next; nothing more until it runs low
+    assert _names(collection, two) == ["i/res.py::a@res", "i/res.py::b@res"]
+    _finish(sched, collection, two, "i/res.py::a@res")  # its last test is long: a filler
+    assert _names(collection, two)[2:] == ["u/x.py::u2"]
+    _finish(sched, collection, one, "i/docs.py::t@docs")  # its last test is the short filler: the next group
+    assert _names(collection, one)[2:] == ["i/arr.py::c@arr"]
+    assert not one.shutting_down and not two.shutting_down
+
+
+def test_without_fillers_the_queue_order_stands_and_workers_end_when_it_is_empty() -> None:
+    collection = ["i/a.py::t@a", "i/b.py::t@b", "i/c.py::t@c"]
+    durations = {"i/a.py::t": 100.0, "i/b.py::t": 90.0, "i/c.py::t": 80.0}
+    _, (one, two) = _scheduler(collection, durations)
+    assert _names(collection, one) == ["i/a.py::t@a", "i/c.py::t@c"]  # no unit short enough: the head
+    assert _names(collection, two) == ["i/b.py::t@b"]
+    assert two.shutting_down and one.shutting_down  # the queue is empty: each runs what it holds and ends
+
+
+def test_estimates_strip_the_group_and_default_by_kind(tmp_path: Path) -> None:
+    from tests.schedule import estimate, load_durations, plain_id
+
+    assert plain_id("tests/x.py::t[a@b]") == "tests/x.py::t[a@b]"  # an @ inside a parameter id stays
+    assert plain_id("tests/x.py::t[a@b]@grp") == "tests/x.py::t[a@b]"
+    assert estimate("tests/integration/x.py::t@g", {}) == 5.0 and estimate("tests/unit/x.py::t", {}) == 0.2
+    assert estimate("tests/unit/x.py::t", {"tests/unit/x.py::t": 7.5}) == 7.5
+    bad = tmp_path / "durations.json"
+    bad.write_text("{not json")
+    assert load_durations(bad) == {} and load_durations(tmp_path / "missing.json") == {}
