@@ -73,9 +73,26 @@ def _foreground(*args: str, act: str = "", ready: str = "up") -> int:
                 assert _cli("cancel", _last_handle()).returncode == 0
             else:
                 proc.send_signal({"int": signal.SIGINT, "kill": signal.SIGKILL}[act])
-        proc.communicate(timeout=180)
+        wait = 60 if act else 180  # once signalled, the client ends in a second; a minute is the load's margin
+        try:
+            proc.communicate(timeout=wait)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the client was still running {wait} s after {act or 'its start'}: {_where(proc.pid)}")
     code = proc.returncode
     return 128 - code if code < 0 else code  # a signal death, as the shell reports it
+
+
+def _where(pid: int) -> str:
+    """What a stuck client and its children are doing: each process's state, kernel wait channel and line."""
+    ps = subprocess.run(["ps", "-o", "pid,ppid,stat,wchan:24,etime,args", "--pid", str(pid), "--ppid", str(pid)],
+                        capture_output=True, text=True).stdout
+    threads = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            threads.append(f"{task.name}:{(task / 'wchan').read_text()}")
+        except OSError:
+            continue
+    return f"threads {' '.join(threads)}\n{ps}"
 
 
 def _background(*args: str, cancel: bool = False) -> int:

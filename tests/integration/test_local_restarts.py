@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import time
 from pathlib import Path
 
 from tests.cli_run import torchhpc
+from tests.conftest import left_running
 from tests.integration.test_diagnose_cluster import FAULT
 from torchhpc.core.exitcodes import EXIT_CODES
 
@@ -32,9 +32,8 @@ def _handle(text: str) -> str:
     return f"local:{m.group(1)}"
 
 
-def _no_rank_left() -> None:
-    left = subprocess.run(["pgrep", "-f", HANG_ONCE], capture_output=True, text=True)
-    assert left.stdout.strip() == "", left.stdout
+def _no_rank_left(tmp_path: Path) -> None:
+    assert left_running(HANG_ONCE, tmp_path) == []
 
 
 def test_a_foreground_hang_is_restarted_and_the_run_completes(clean_user_env: None, tmp_path: Path) -> None:
@@ -49,7 +48,7 @@ def test_a_foreground_hang_is_restarted_and_the_run_completes(clean_user_env: No
     for rank in (0, 1):  # the second attempt's ranks know they are a restart, as under torchrun
         assert f"rank {rank} attempt 1 elastic 1" in r.stdout and f"rank {rank} done at attempt 1" in r.stdout, r.stdout
     assert _attempts(_handle(r.stderr), tmp_path) == [("hang", None), (None, None)]
-    _no_rank_left()
+    _no_rank_left(tmp_path)
 
 
 def test_a_background_job_restarts_itself_with_no_client(clean_user_env: None, tmp_path: Path) -> None:
@@ -67,7 +66,7 @@ def test_a_background_job_restarts_itself_with_no_client(clean_user_env: None, t
     assert [(a["class"], a["attempt"]) for a in st["attempts"]] == [("hang", 0), (None, 1)], st
     logs = torchhpc(dict(os.environ), "logs", handle, cwd=tmp_path).stdout
     assert "rank 0 done at attempt 1" in logs and "restart 1 of 1" in logs, logs
-    _no_rank_left()
+    _no_rank_left(tmp_path)
 
 
 def test_a_user_exception_is_never_restarted_locally(clean_user_env: None, tmp_path: Path) -> None:
@@ -86,7 +85,7 @@ def test_when_the_restarts_are_spent_the_run_ends_with_the_hang(clean_user_env: 
     assert "Error: the hang watch cancelled the run (--hang-timeout 5)" in r.stderr, r.stderr
     assert "diagnosis: hang" in r.stderr, r.stderr
     assert _attempts(_handle(r.stderr), tmp_path) == [("hang", None), ("hang", None)]
-    _no_rank_left()
+    _no_rank_left(tmp_path)
 
 
 def test_a_hang_before_the_first_checkpoint_stops_after_three_attempts(clean_user_env: None, tmp_path: Path) -> None:
@@ -105,7 +104,7 @@ def test_a_hang_before_the_first_checkpoint_stops_after_three_attempts(clean_use
     d = torchhpc(dict(os.environ), "diagnose", handle, cwd=tmp_path)
     assert d.returncode == 1 and d.stdout.startswith(want), d.stdout
     assert "the last attempt: hang — " in d.stdout.splitlines()[0], d.stdout
-    _no_rank_left()
+    _no_rank_left(tmp_path)
 
 
 def test_a_restart_tells_the_program_where_to_resume(clean_user_env: None, tmp_path: Path) -> None:

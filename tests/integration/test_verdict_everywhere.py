@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.cli_run import torchhpc
+from tests.conftest import left_running
 from tests.integration.test_diagnose_cluster import FAULT, HANG, _assert_hang_named
 from torchhpc.core.exitcodes import EXIT_CODES
 
@@ -102,8 +102,7 @@ def test_foreground_hang_is_named_and_stopped(clean_user_env: None, tmp_path: Pa
     handle = _local_handle(r.stderr)
     st = json.loads(torchhpc(_env(), "status", handle, "--json", cwd=tmp_path).stdout)
     assert st["state"] == "CANCELLED"
-    left = subprocess.run(["pgrep", "-f", HANG], capture_output=True, text=True)
-    assert left.stdout.strip() == "", left.stdout
+    assert left_running(HANG, tmp_path) == []
 
 
 def test_on_hang_requeue_is_refused_locally(clean_user_env: None, tmp_path: Path) -> None:
