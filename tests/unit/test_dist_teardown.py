@@ -106,7 +106,7 @@ def run_job(world: int, mode: str) -> list[tuple[int, str, str]]:
 
 
 @pytest.mark.slow  # a soak: gloo jobs beside busy loops (the full suite runs it)
-@pytest.mark.exclusive  # its busy loops would load every test beside it
+@pytest.mark.whole_machine  # its busy loops load the machine: at most one rank-starting test beside it
 def test_short_gloo_jobs_beside_busy_loops_leave_cleanly() -> None:
     need("torch")
     problems: list[str] = []
@@ -145,7 +145,7 @@ DDP_RUNS = int(os.environ.get("TORCHHPC_TEARDOWN_DDP_RUNS", "4"))
 
 
 @pytest.mark.slow  # a soak under load (the full suite runs it)
-@pytest.mark.exclusive  # its busy loops would load every test beside it
+@pytest.mark.whole_machine  # its busy loops load the machine: at most one rank-starting test beside it
 def test_docs_ddp_script_without_cleanup_never_aborts_under_load() -> None:
     """A smoke check, not a proof: the abort is a scheduling race. Measured with the docs' script
     under `torchhpc run -n 2` beside two busy loops: 7 of 30 runs aborted before the cure, 0 of 30
