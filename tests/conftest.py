@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -95,6 +96,13 @@ _PYTEST_OWN = "PYTEST_CURRENT_TEST"  # pytest sets it for each phase (setup, cal
 _CONTRACT = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
              "GROUP_RANK", "TORCHELASTIC_RUN_ID")
 _SESSION_ENV = dict(os.environ)  # as this process (an xdist worker, or the one pytest) started
+
+# A suite started in the background of a script (`./scripts/test.sh &`, `nohup ... &`) inherits SIGINT ignored:
+# a non-interactive shell ignores it for its `&` jobs, and Python then leaves it ignored, so every process the
+# tests start would too. The Ctrl-C tests' clients then slept through their SIGINT (runs D and F: a 60-180 s
+# timeout). The tests stand for a user at a terminal, where Ctrl-C is Python's KeyboardInterrupt.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _restore(names: Sequence[str], snapshot: dict[str, str]) -> None:

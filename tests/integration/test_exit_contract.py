@@ -86,7 +86,12 @@ def _where(pid: int) -> str:
     """What a stuck client and its children are doing: each process's state, kernel wait channel and line."""
     ps = subprocess.run(["ps", "-o", "pid,ppid,stat,wchan:24,etime,args", "--pid", str(pid), "--ppid", str(pid)],
                         capture_output=True, text=True).stdout
-    threads = []
+    try:  # what it does with signals: ignored, blocked, caught, pending (hex masks, bit N-1 for signal N)
+        masks = " ".join(line.replace("\t", "") for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                         if line.startswith(("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")))
+    except OSError:
+        masks = "(gone)"
+    threads = [masks]
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
             threads.append(f"{task.name}:{(task / 'wchan').read_text()}")
