@@ -47,6 +47,7 @@ from tests.schedule import estimate, load_durations
 
 EXCLUSIVE = "exclusive"
 WHOLE_MACHINE = "whole_machine"
+LIGHT = "light"
 
 # Long modules without module fixtures: one group per test function (its parameters together), so
 # that one module does not hold a worker for a quarter of the run.
@@ -64,6 +65,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "whole_machine: runs many jobs at once by itself (a matrix), or loads the machine on purpose (a soak): "
         "holds every slot but one under xdist",
+    )
+    config.addinivalue_line(
+        "markers",
+        "light: only judges what a module fixture made (the compatibility matrix's cells): takes no slot; the "
+        "fixture holds its own (tests.parallel.hold_whole_machine)",
     )
 
 
@@ -86,8 +92,11 @@ def _is_integration(item: pytest.Item) -> bool:
 
 
 def _on_cluster(item: pytest.Item) -> bool:
-    """Whether the test uses the shared dev cluster (its mark or its fixtures): only those take the lock."""
-    return bool(item.get_closest_marker("cluster")) or bool({"slurm_cluster", "slurm"} & set(getattr(item, "fixturenames", ())))
+    """Whether the test uses the shared dev cluster (its mark or its fixtures): only those take the lock. The
+    fixtures live in tests/integration/conftest.py: elsewhere a name ``slurm`` is a parameter (unit tests of
+    array syntax), and taking it for the fixture held three workers behind the exclusive chain for 4 minutes."""
+    fixtures = {"slurm_cluster", "slurm"} & set(getattr(item, "fixturenames", ()))
+    return bool(item.get_closest_marker("cluster")) or (_is_integration(item) and bool(fixtures))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist appends the group to each node id
@@ -242,7 +251,7 @@ def _heavy(item: pytest.Item) -> bool:
     """Whether the test starts ranks or programs of its own (what the slots count). The exclusive chain takes
     no slot: it is the run's critical path (no cluster test starts while it runs), and it mostly waits, on
     a node declared dead or a job held pending."""
-    if item.get_closest_marker(EXCLUSIVE):
+    if item.get_closest_marker(EXCLUSIVE) or item.get_closest_marker(LIGHT):
         return False
     return _is_integration(item) or bool(item.get_closest_marker("slow"))
 
@@ -270,6 +279,20 @@ def _run_lock() -> RunLock | None:
 def _run_slots() -> Slots | None:
     shared = _shared()
     return shared[1] if shared else None
+
+
+@contextmanager
+def hold_whole_machine() -> Iterator[None]:
+    """Every slot but one, for a module fixture that runs many jobs at once (the compatibility matrix's
+    columns), whose tests are ``light``. Run D marked the 57 cells themselves whole-machine: each cell, a
+    judgement of no time at all, waited to gather two slots, and the module held a worker for 15 minutes.
+    Taken inside the test's protocol, so after the run lock (the one order of locks). A no-op without xdist."""
+    slots = _run_slots()
+    if slots is None:
+        yield
+        return
+    with slots.take(max(1, slots.count - 1)):
+        yield
 
 
 @contextmanager

@@ -43,6 +43,7 @@ from tests.integration.compat.matrix import (
     expected,
     render_markdown,
 )
+from tests.parallel import hold_whole_machine
 from torchhpc.cli.main import main as torchhpc_main
 
 DOC = REPO / "docs" / "compat.md"
@@ -168,7 +169,13 @@ def image() -> str:
 
 @pytest.fixture(scope="module")
 def outcomes(slurm: Any, image: str, tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Outcome]:
-    """Render every cell, run the runnable ones (one job per column, all submitted at once), judge them."""
+    """Render every cell, run the runnable ones (one job per column, all submitted at once), judge them.
+    Side by side it holds every slot but one meanwhile; the cells that read it are ``light``."""
+    with hold_whole_machine():
+        return _outcomes(slurm, image, tmp_path_factory)
+
+
+def _outcomes(slurm: Any, image: str, tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Outcome]:
     base = tmp_path_factory.mktemp("compat")
     results: dict[tuple[str, str], Outcome] = {}
     jobs: list[tuple[Column, list[Row], Path, str]] = []
@@ -216,7 +223,7 @@ def test_frameworks_are_installed() -> None:
     assert not absent, f"not installed: {absent}: pip install -e '.[lightning,compat]' (scripts/setup.sh does)"
 
 
-@pytest.mark.whole_machine  # the matrix runs every column at once
+@pytest.mark.light  # a judgement of the outcomes fixture's (which holds the machine while the columns run)
 @pytest.mark.cluster("slurm")
 @pytest.mark.parametrize("col", COLUMNS, ids=lambda c: c.key)
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
@@ -226,7 +233,7 @@ def test_cell(outcomes: dict[tuple[str, str], Outcome], row: Row, col: Column) -
     assert got.status == want, f"{row.name} x {col.key}: expected {want}, got {got.status}: {got.detail}"
 
 
-@pytest.mark.whole_machine  # the matrix runs every column at once
+@pytest.mark.light  # writes the outcomes fixture's table
 @pytest.mark.cluster("slurm")
 def test_docs_compat_md_is_the_generated_table(outcomes: dict[tuple[str, str], Outcome]) -> None:
     text = render_markdown(outcomes)

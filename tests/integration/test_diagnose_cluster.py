@@ -135,9 +135,13 @@ def test_a_planted_collective_fault_is_named_from_the_flight_recorder(
     assert f"diagnosis: {verdict}" in r.stderr, r.stderr
     job = re.search(r"Submitted slurm:(\d+)", r.stdout).group(1)  # type: ignore[union-attr]
     dumps = sorted(p.name for p in (tmp_path / f"fr-{case}-{job}" / "fr").glob("rank-*"))
-    # every rank answered (or left its exit dump, rank-N.left), on both nodes, into the job directory; a rank
-    # the cancel found with its group still up may write both (on a loaded machine it has time to)
-    assert {n.removesuffix(".left") for n in dumps} == {f"rank-{r}" for r in range(4)}, dumps
+    answered = {n.removesuffix(".left") for n in dumps}
+    if case == "exit":  # rank 3 left; the others leave as srun kills the step, and on a loaded machine one of them
+        # may be SIGKILLed before its exit dump (run F: ranks 0, 2 and 3): the leaver's, from both nodes
+        assert "rank-3.left" in dumps and {"rank-0", "rank-1"} & answered and "rank-2" in answered, dumps
+    else:  # every rank answered the request, on both nodes, into the job directory; a rank the cancel found with
+        # its group still up may also write its exit dump, rank-N.left (on a loaded machine it has time to)
+        assert answered == {f"rank-{r}" for r in range(4)}, dumps
 
 
 @pytest.mark.cluster("slurm")

@@ -461,6 +461,7 @@ LISTENER = (
 )
 
 
+@pytest.mark.exclusive  # both jobs need node3's four CPUs at once: side by side, another test's job held two (run F)
 def test_two_jobs_on_one_node_at_once_both_finish(
     slurm_cluster: Any, slurm: SlurmClient, reference: Path, tmp_path: Path
 ) -> None:
