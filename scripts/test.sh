@@ -77,11 +77,11 @@ if [ -n "$IMAGE_LOG" ]; then
   rm -f "$IMAGE_LOG"
 fi
 
-# One test at a time by default. TORCHHPC_TEST_WORKERS=4 runs the suite side by side (tests/parallel.py):
-# the tests that change the cluster as one exclusive chain behind a lock, at most TORCHHPC_TEST_SLOTS
-# (default: the cores + 1) rank-starting tests at once, the worker beyond them on unit tests. On 2 cores
-# that run still loses hang-timing tests to its load (docs/testing.md), so it is opt-in.
+# Side by side (tests/parallel.py, tests/schedule.py): the tests that change the cluster as one exclusive
+# chain behind a lock, at most TORCHHPC_TEST_SLOTS (default: the cores + 1) rank-starting tests at once, the
+# worker beyond them on unit tests, groups handed out by their expected seconds (tests/durations.json).
+# TORCHHPC_TEST_WORKERS=0 runs one test at a time, in one process (about 55 minutes here).
 step "pytest"
 compile_src
-python -m pytest -ra -n "${TORCHHPC_TEST_WORKERS:-0}" --dist loadgroup --no-loadscope-reorder "$@"
+python -m pytest -ra -n "${TORCHHPC_TEST_WORKERS:-4}" --dist loadgroup --no-loadscope-reorder "$@"
 step "done"
