@@ -56,6 +56,26 @@ def test_a_test_wanting_every_slot_goes_before_new_single_ones(tmp_path: Path) -
         t.join(5)
 
 
+def test_a_second_test_wanting_several_slots_waits_holding_none(tmp_path: Path) -> None:
+    """Run G: the matrix sat on one slot and the turnstile while the doc commands held two of three."""
+    first_in, first_out = threading.Event(), threading.Event()
+    first = _enters(lambda: Slots(tmp_path, 3).take(2), first_in, first_out)
+    assert first_in.wait(5)
+    second_in, second_out = threading.Event(), threading.Event()
+    second = _enters(lambda: Slots(tmp_path, 3).take(2), second_in, second_out)
+    time.sleep(0.3)
+    single_in, single_out = threading.Event(), threading.Event()
+    single = _enters(Slots(tmp_path, 3).take, single_in, single_out)
+    assert single_in.wait(5), "a single test could not take the free slot while a second big one waited"
+    assert not second_in.is_set()
+    single_out.set()
+    first_out.set()
+    assert second_in.wait(5)
+    second_out.set()
+    for t in (first, second, single):
+        t.join(5)
+
+
 def test_a_waiting_writer_goes_before_new_readers(tmp_path: Path) -> None:
     reader, writer, late = RunLock(tmp_path), RunLock(tmp_path), RunLock(tmp_path)
     r_in, r_out = threading.Event(), threading.Event()
