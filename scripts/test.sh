@@ -77,11 +77,13 @@ if [ -n "$IMAGE_LOG" ]; then
   rm -f "$IMAGE_LOG"
 fi
 
-# Side by side (tests/parallel.py, tests/schedule.py): the tests that change the cluster as one exclusive
-# chain behind a lock, at most TORCHHPC_TEST_SLOTS (default: the cores + 1) rank-starting tests at once, the
-# worker beyond them on unit tests, groups handed out by their expected seconds (tests/durations.json).
-# TORCHHPC_TEST_WORKERS=0 runs one test at a time, in one process (about 55 minutes here).
+# One test at a time by default (about 55 minutes here). TORCHHPC_TEST_WORKERS=4 runs the suite side by side
+# (tests/parallel.py, tests/schedule.py): the tests that change the cluster as one exclusive chain behind a
+# lock, at most TORCHHPC_TEST_SLOTS (default: the cores + 1) rank-starting tests at once, the worker beyond
+# them on unit tests, groups handed out by their expected seconds (tests/durations.json). On 2 cores that
+# takes 30-33 minutes, and each of its last three runs still lost one to three tests to the load
+# (docs/testing.md), so it stays opt-in until two runs in a row are green.
 step "pytest"
 compile_src
-python -m pytest -ra -n "${TORCHHPC_TEST_WORKERS:-4}" --dist loadgroup --no-loadscope-reorder "$@"
+python -m pytest -ra -n "${TORCHHPC_TEST_WORKERS:-0}" --dist loadgroup --no-loadscope-reorder "$@"
 step "done"
