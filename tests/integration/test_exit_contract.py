@@ -147,6 +147,28 @@ def test_ctrl_c_while_waiting_on_a_dependency_is_recorded_130() -> None:
         _cli("cancel", first)
 
 
+NAP = "import time; print('up', flush=True); time.sleep(4); print('done', flush=True)"
+
+
+@pytest.mark.parametrize("ignored", [True, False], ids=["nohup", "terminal"])
+def test_a_hangup_stops_a_foreground_run_unless_nohup_ignored_it(ignored: bool) -> None:
+    """`nohup torchhpc run ... &` starts with SIGHUP ignored: the run outlives the terminal and ends 0.
+    From a terminal, SIGHUP (the terminal closed) stops the ranks and the run is recorded 129."""
+    def start() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN if ignored else signal.SIG_DFL)
+
+    proc = subprocess.Popen([*TORCHHPC, "run", "-n", "2", "--", sys.executable, "-c", NAP], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, preexec_fn=start)
+    with reaped([proc]):
+        _wait_for_line(proc, "up")
+        proc.send_signal(signal.SIGHUP)
+        out, _ = proc.communicate(timeout=60)
+    want = 0 if ignored else 129
+    assert proc.returncode == want, out
+    assert ("done" in out) == ignored, out
+    assert _record_codes(_last_handle()) == (want, want, want)
+
+
 @pytest.mark.parametrize("case", ["success", "exception", "exception, --hang-timeout", "hang", "cancel"])
 def test_background_wait_exit_is_the_record(case: str) -> None:
     args, act, want = CASES[case]

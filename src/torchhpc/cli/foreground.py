@@ -89,14 +89,16 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
 def _record_early_signals() -> None:
     """SIGTERM (``torchhpc cancel``, ``timeout``) or SIGHUP before the ranks start (waiting on --after-ok)
     ends the run through the recorded path, as CANCELLED 128+N; Python's default would die unrecorded.
-    The ranks' runner installs its own handlers while they run and puts these back after."""
+    The ranks' runner installs its own handlers while they run and puts these back after. A signal
+    this process was started with ignored (``nohup``: SIGHUP) stays ignored, as in the runner."""
     import signal
 
     def early(signum: int, frame: object) -> None:
         raise JobFailed(f"interrupted by {signal.Signals(signum).name} before the ranks started", returncode=128 + signum)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, early)
+        if signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, early)
 
 
 def _final_code(scheduler: Any, job_id: str, state: str, code: int, reason: str, hint: str,

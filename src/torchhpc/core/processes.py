@@ -264,7 +264,9 @@ class RankProcesses:
     # -- signals --------------------------------------------------------
     def _install_handlers(self) -> dict[int, object]:
         """Ctrl-C / SIGTERM / SIGHUP stop every rank: they are in their own sessions, so the
-        terminal's SIGINT does not reach them. Only the main thread may set handlers."""
+        terminal's SIGINT does not reach them. Only the main thread may set handlers. A signal this
+        process was started with ignored stays ignored: ``nohup torchhpc run ... &`` must outlive the
+        terminal (SIGHUP), and a script's ``&`` job must not stop on the script's Ctrl-C (SIGINT)."""
         if threading.current_thread() is not threading.main_thread():
             return {}
 
@@ -273,6 +275,8 @@ class RankProcesses:
 
         old: dict[int, object] = {}
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                continue
             old[sig] = signal.signal(sig, on_signal)
         return old
 
