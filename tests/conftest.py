@@ -163,24 +163,36 @@ def _untracked() -> set[str]:
     return {line[3:] for line in done.stdout.splitlines() if line.startswith("?? ")}
 
 
-def session_processes(marker: str) -> list[str]:
-    """``PID COMMAND`` of live processes of this user whose environment holds ``SESSION_VAR=marker``."""
-    mine, found = os.getuid(), []
-    needle = f"{SESSION_VAR}={marker}".encode()
-    skip = {os.getpid(), os.getppid()}
+def _live(skip: set[int]) -> Iterator[tuple[str, str]]:
+    """``(PID, COMMAND NAME)`` of every process but the zombies and ``skip``, from /proc (one place parses
+    ``/proc/PID/stat``; the callers read what else they need, a process that ends meanwhile is passed over)."""
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not entry.isdigit() or int(entry) in skip:
             continue
         try:
-            if os.stat(f"/proc/{entry}").st_uid != mine:
-                continue
             with open(f"/proc/{entry}/stat", "rb") as f:
                 stat = f.read().decode(errors="replace")
             comm, state = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:][:1]
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if state != "Z" and comm not in _DAEMONS and needle in f.read().split(b"\0"):
-                    found.append(f"{entry} {comm}")
         except (OSError, ValueError):
+            continue  # ended meanwhile
+        if state != "Z":
+            yield entry, comm
+
+
+def session_processes(marker: str) -> list[str]:
+    """``PID COMMAND`` of live processes of this user whose environment holds ``SESSION_VAR=marker``."""
+    mine, found = os.getuid(), []
+    needle = f"{SESSION_VAR}={marker}".encode()
+    for entry, comm in _live({os.getpid(), os.getppid()}):
+        if comm in _DAEMONS:
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != mine:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(f"{entry} {comm}")
+        except OSError:
             continue  # ended meanwhile, or not ours to read
     return found
 
@@ -201,18 +213,14 @@ def left_running(marker: str, directory: Path, wait: float = 10.0) -> list[str]:
 
 def _running_in(marker: str, root: str) -> list[str]:
     found = []
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
+    for entry, _ in _live({os.getpid()}):
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                state = f.read().decode(errors="replace").rsplit(")", 1)[1].split()[0]
             cwd = os.readlink(f"/proc/{entry}/cwd")
-        except (OSError, IndexError):
+        except OSError:
             continue  # ended meanwhile, or not ours to read
-        if marker in cmd and state != "Z" and (cwd == root or cwd.startswith(root + os.sep)):
+        if marker in cmd and (cwd == root or cwd.startswith(root + os.sep)):
             found.append(f"{entry} {cmd}")
     return found
 

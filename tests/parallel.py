@@ -210,8 +210,10 @@ class Slots:
         self._files: list[IO[bytes]] = [open(directory / f"slot-{i}.lock", "ab") for i in range(max(1, count))]
 
     @property
-    def count(self) -> int:
-        return len(self._files)
+    def all_but_one(self) -> int:
+        """What a whole-machine test holds: every slot but one, so that one other test can still run
+        (gathering all of them waited out the longest test in flight)."""
+        return max(1, len(self._files) - 1)
 
     @contextmanager
     def take(self, wanted: int = 1) -> Iterator[float]:
@@ -300,7 +302,7 @@ def hold_whole_machine() -> Iterator[None]:
     if slots is None:
         yield
         return
-    with slots.take(max(1, slots.count - 1)):
+    with slots.take(slots.all_but_one):
         yield
 
 
@@ -310,8 +312,7 @@ def _slot(item: pytest.Item) -> Iterator[None]:
     if slots is None:
         yield
         return
-    # a whole-machine test keeps one slot free: gathering all of them waited out the longest test in flight
-    wanted = max(1, slots.count - 1) if item.get_closest_marker(WHOLE_MACHINE) else 1
+    wanted = slots.all_but_one if item.get_closest_marker(WHOLE_MACHINE) else 1
     with slots.take(wanted) as waited:
         if waited > 5:
             item.user_properties.append(("slot_wait_s", round(waited, 1)))
