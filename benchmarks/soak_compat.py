@@ -15,6 +15,9 @@ at all) and ``local-nocure`` (torchhpc with ``TORCHHPC_EXIT_CURE=0``). ``--runti
     python benchmarks/soak_compat.py -n 20 --hogs 3 --cells hf_trainer \
         --launchers local,torchrun,srun,mpirun,plain-torchrun
 
+``-P K`` runs K of them at once, in that order (scripts/test.sh: ``-P 4``, a run of every launcher at
+once): the busy loops stay, and the runs beside each other load the machine more, not less.
+
 ``--quick`` prints the table in minutes (one run of every cell under local, srun and mpirun; docs/testing.md
 has its time here). Prints one line per run and a Markdown table, failures/runs per cell and launcher (docs/compat.md
 keeps the measured one); exit 1 if any run of a torchhpc launcher failed.
@@ -23,6 +26,7 @@ keeps the measured one); exit 1 if any run of a torchhpc launcher failed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import signal
@@ -30,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +59,7 @@ LAUNCHERS = ("local", *SLURM, *UNCURED)
 QUEUED = "still queued when the soak gave up: not counted"
 # --quick: a launcher of each kind (this machine, Slurm's own, and MPI's) and no comparison column.
 QUICK_LAUNCHERS = ("local", "srun", "mpirun")
+LIVE: set[subprocess.Popen[str]] = set()  # the runs in flight (-P): killed with their process groups on the way out
 
 
 @dataclass
@@ -113,6 +119,7 @@ def one(cell: str, launcher: str, base: Path, n: int, args: argparse.Namespace) 
     argv, env, world = command(cell, launcher, out, args)
     p = subprocess.Popen(argv, env=env, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)
+    LIVE.add(p)
     # A Slurm job may wait in the queue first (the dev cluster is shared): its own --time limit catches a
     # hang once it runs (state TIMEOUT, a failure); the soak only gives up on a job that never started.
     limit = args.timeout + (args.queue if launcher in SLURM else 60)
@@ -121,6 +128,8 @@ def one(cell: str, launcher: str, base: Path, n: int, args: argparse.Namespace) 
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         text, rc = p.communicate()[0], None
+    finally:
+        LIVE.discard(p)
     (out / "soak.txt").write_text(text)
     states = re.findall(r"^slurm:\d+ ([A-Z]+)", text, re.M)
     if rc is None and launcher in SLURM and (not states or states[-1] == "PENDING"):
@@ -144,6 +153,7 @@ def table(tallies: dict[tuple[str, str], Tally], launchers: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", "--runs", type=int, default=int(os.environ.get("SOAK_RUNS", "5")), help="runs per cell and launcher")
+    p.add_argument("-P", "--parallel", type=int, default=1, help="runs at once, in order (default 1)")
     p.add_argument("--hogs", type=int, default=int(os.environ.get("SOAK_HOGS", "3")), help="busy loops beside the runs")
     p.add_argument("--cells", default=",".join(CELLS), help=f"comma-separated, of {', '.join(CELLS)}")
     p.add_argument("--launchers", default="local,torchrun,srun,mpirun,plain-torchrun",
@@ -166,34 +176,40 @@ def main(argv: list[str] | None = None) -> int:
     cells = [c for c in args.cells.split(",") if c]
     launchers = [la for la in args.launchers.split(",") if la]
     bad = [c for c in cells if c not in CELLS] + [la for la in launchers if la not in LAUNCHERS]
-    if bad or args.runs < 1 or (args.runtime and not args.image):
-        print(f"Error: unknown cell/launcher {bad}, -n {args.runs}, or --runtime without --image\n"
+    if bad or args.runs < 1 or args.parallel < 1 or (args.runtime and not args.image):
+        print(f"Error: unknown cell/launcher {bad}, -n {args.runs}, -P {args.parallel}, or --runtime without --image\n"
               f"HINT: cells {', '.join(CELLS)}; launchers {', '.join(LAUNCHERS)}", file=sys.stderr)
         return 2
     base = Path(args.logs or tempfile.mkdtemp(prefix="torchhpc-soak-compat."))
     hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(args.hogs)]
     tallies: dict[tuple[str, str], Tally] = {}
     start = time.monotonic()
-    print(f"soak: {args.runs} run(s) of {cells} under {launchers} beside {args.hogs} busy loop(s); logs in {base}",
+    print(f"soak: {args.runs} run(s) of {cells} under {launchers}, {args.parallel} at a time, beside {args.hogs} "
+          f"busy loop(s); logs in {base}",
           file=sys.stderr, flush=True)
+    order = [(n, cell, la) for n in range(1, args.runs + 1) for cell in cells for la in launchers
+             if la in CELLS[cell][1]]
+
+    def timed(key: tuple[int, str, str]) -> tuple[str, float]:
+        t0 = time.monotonic()
+        why = one(key[1], key[2], base, key[0], args)
+        return why, time.monotonic() - t0
+
     try:
-        for n in range(1, args.runs + 1):
-            for cell in cells:
-                for la in launchers:
-                    if la not in CELLS[cell][1]:
-                        continue
-                    t0 = time.monotonic()
-                    why = one(cell, la, base, n, args)
-                    if why == QUEUED:
-                        print(f"soak: {cell} {la} run {n}: {why}", file=sys.stderr, flush=True)
-                        continue
-                    t = tallies.setdefault((cell, la), Tally())
-                    t.runs += 1
-                    if why:
-                        t.fails.append(f"run {n}: {why}")
-                    print(f"soak: {cell} {la} run {n}: {why or 'ok'} ({time.monotonic() - t0:.0f} s)",
-                          file=sys.stderr, flush=True)
+        with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+            for (n, cell, la), (why, secs) in zip(order, pool.map(timed, order)):
+                if why == QUEUED:
+                    print(f"soak: {cell} {la} run {n}: {why}", file=sys.stderr, flush=True)
+                    continue
+                t = tallies.setdefault((cell, la), Tally())
+                t.runs += 1
+                if why:
+                    t.fails.append(f"run {n}: {why}")
+                print(f"soak: {cell} {la} run {n}: {why or 'ok'} ({secs:.0f} s)", file=sys.stderr, flush=True)
     finally:
+        for run in list(LIVE):  # interrupted: a run in flight would outlive the soak
+            with contextlib.suppress(OSError):
+                os.killpg(run.pid, signal.SIGKILL)
         for h in hogs:
             h.kill()
             h.wait()
