@@ -68,8 +68,8 @@ trap 'torchhpc devcluster down || true; [ -z "$IMAGE_LOG" ] || kill "$IMAGE_PID"
 step "soak: the batch script's requeue test 20x beside 3 busy loops (a race fails here every time, not 1 in 10)"
 ./scripts/soak.sh -n 20 -P 4 --hogs 3 -k warning_creates_the_stop_file_and_requeues tests/unit/test_stop.py
 
-step "soak: the Hugging Face Trainer cell 2x per launcher beside 3 busy loops (issue 29: no rank aborts at exit)"
-python benchmarks/soak_compat.py -n 2 --hogs 3 --cells hf_trainer --launchers local,torchrun,srun,mpirun
+step "soak: the Hugging Face Trainer cell 2x per launcher, 4 at a time, beside 3 busy loops (issue 29: no rank aborts at exit)"
+python benchmarks/soak_compat.py -n 2 -P 4 --hogs 3 --cells hf_trainer --launchers local,torchrun,srun,mpirun
 
 if [ -n "$IMAGE_LOG" ]; then
   step "container test image (waiting for it)"
@@ -77,13 +77,12 @@ if [ -n "$IMAGE_LOG" ]; then
   rm -f "$IMAGE_LOG"
 fi
 
-# One test at a time by default (about 55 minutes here). TORCHHPC_TEST_WORKERS=4 runs the suite side by side
-# (tests/parallel.py, tests/schedule.py): the tests that change the cluster as one exclusive chain behind a
-# lock, at most TORCHHPC_TEST_SLOTS (default: the cores + 1) rank-starting tests at once, the worker beyond
-# them on unit tests, groups handed out by their expected seconds (tests/durations.json). On 2 cores that
-# takes 30-33 minutes, and each of its last three runs still lost one to three tests to the load
-# (docs/testing.md), so it stays opt-in until two runs in a row are green.
+# Side by side by default (TORCHHPC_TEST_WORKERS=0: one test at a time, about 55 minutes here): five workers
+# (tests/parallel.py, tests/schedule.py). The tests that change the cluster run as one exclusive chain behind a
+# lock; at most TORCHHPC_TEST_SLOTS (default: the cores + 1) rank-starting tests at once, beside the tests
+# that mostly wait (measured, tests/durations.json) and the unit tests; groups handed out by their expected
+# seconds. docs/testing.md has the runs, and where their time goes.
 step "pytest"
 compile_src
-python -m pytest -ra -n "${TORCHHPC_TEST_WORKERS:-0}" --dist loadgroup --no-loadscope-reorder "$@"
+python -m pytest -ra -n "${TORCHHPC_TEST_WORKERS:-5}" --dist loadgroup --no-loadscope-reorder "$@"
 step "done"

@@ -66,8 +66,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def durations_json(lines: list[dict[str, object]], source: str) -> str:
-    """Wall seconds per test (1 s or more; a shorter one counts as its default), node ids without xdist's ``@group``."""
+    """Wall seconds per test (1 s or more; a shorter one counts as its default), node ids without xdist's
+    ``@group``; and for the same tests the cores they kept busy on average (the machine's CPU seconds over
+    their wall seconds: read one test at a time, it is the test's own load)."""
     tests: dict[str, float] = {}
+    cores: dict[str, float] = {}
     for rec in lines:
         nodeid, wall = str(rec["test"]), float(rec["wall_s"])  # type: ignore[arg-type]
         at = nodeid.rfind("@")
@@ -75,9 +78,11 @@ def durations_json(lines: list[dict[str, object]], source: str) -> str:
             nodeid = nodeid[:at]
         if wall >= 1.0:
             tests[nodeid] = round(wall, 1)
-    body = {"about": f"wall seconds per test of 1 s or more, from {os.path.basename(source)} "
-                     "(scripts/test_times.py --write-durations); read by tests/schedule.py",
-            "tests": dict(sorted(tests.items()))}
+            cores[nodeid] = round(float(rec["cpu_s"]) / wall, 2)  # type: ignore[arg-type]
+    body = {"about": f"wall seconds per test of 1 s or more, and the cores each kept busy, from "
+                     f"{os.path.basename(source)} (scripts/test_times.py --write-durations); read by tests/schedule.py",
+            "tests": dict(sorted(tests.items())),
+            "cores": dict(sorted(cores.items()))}
     return json.dumps(body, indent=0) + "\n"
 
 

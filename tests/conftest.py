@@ -320,5 +320,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Iterator[None]:
 
     line = {"test": item.nodeid, "start": round(began, 1), "wall_s": round(time.monotonic() - start, 3),
             "cpu_s": round(_busy_seconds() - busy, 3), "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
+    # side by side, the seconds it waited for the run lock or a slot (tests/parallel.py), within wall_s
+    line.update((k, v) for k, v in item.user_properties if k in ("lock_wait_s", "slot_wait_s"))
     with open(_TIMES, "a") as f:
         f.write(json.dumps(line) + "\n")

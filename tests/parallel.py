@@ -22,9 +22,11 @@ are marked ``@pytest.mark.exclusive`` and run one at a time, with nothing else t
 
 - **Slots**: on two cores the integration tests are CPU-bound (every rank imports torch), and four
   of them at once ran slower than their own timeouts allow. A test that starts ranks (an integration
-  or ``slow`` test, but not the exclusive chain: see :func:`_heavy`) also holds one of
-  ``TORCHHPC_TEST_SLOTS`` slots (default: the machine's cores + 1: most of them wait on jobs part of the time) for its set-up, call and teardown, always taken after the lock above (see
-  :func:`pytest_runtest_protocol`). The unit tests take none: a worker more than there are slots runs them meanwhile.
+  or ``slow`` test, but neither the exclusive chain nor a test that mostly waits: see :func:`_heavy`) also
+  holds one of ``TORCHHPC_TEST_SLOTS`` slots (default: the machine's cores + 1: most of them wait on jobs
+  part of the time) for its set-up, call and teardown, always taken after the lock above (see
+  :func:`pytest_runtest_protocol`). The unit tests take none: the workers beyond the slots run them, and
+  the tests that wait.
 
 Outside xdist (one process) no lock is taken and the order is left alone.
 """
@@ -43,7 +45,7 @@ from typing import IO, Any
 
 import pytest
 
-from tests.schedule import estimate, load_durations
+from tests.schedule import estimate, load_cores, load_durations, waits
 
 EXCLUSIVE = "exclusive"
 WHOLE_MACHINE = "whole_machine"
@@ -258,13 +260,24 @@ def _slot_count() -> int:
         raise pytest.UsageError(f"TORCHHPC_TEST_SLOTS={raw!r}: give a whole number of tests at once, e.g. 2") from None
 
 
+_CORES: dict[str, float] | None = None
+
+
 def _heavy(item: pytest.Item) -> bool:
     """Whether the test starts ranks or programs of its own (what the slots count). The exclusive chain takes
     no slot: it is the run's critical path (no cluster test starts while it runs), and it mostly waits, on
-    a node declared dead or a job held pending."""
+    a node declared dead or a job held pending. Nor does a test that mostly waits, measured alone
+    (tests/durations.json's ``cores``, tests/schedule.py's WAITING_CORES): a hang timeout, a time limit."""
+    global _CORES
     if item.get_closest_marker(EXCLUSIVE) or item.get_closest_marker(LIGHT):
         return False
-    return _is_integration(item) or bool(item.get_closest_marker("slow"))
+    if not (_is_integration(item) or item.get_closest_marker("slow")):
+        return False
+    if item.get_closest_marker(WHOLE_MACHINE):
+        return True
+    if _CORES is None:
+        _CORES = load_cores()
+    return not waits(item.nodeid, _CORES)
 
 
 _SHARED: tuple[RunLock, Slots] | None = None

@@ -25,6 +25,10 @@ LONG_S = 20.0  # a last test this long gets a filler behind it, not the next gro
 FILLER_S = 3.0  # the longest unit that may wait behind a long test
 UNKNOWN_S = {"tests/integration/": 5.0}  # a test the durations file does not list; else 0.2 s
 DEFAULT_S = 0.2
+# A test that kept fewer cores than this busy on average, run alone, mostly waits (on a node declared dead,
+# a hang timeout, a time limit): it takes no slot (tests/parallel.py). Run I's CPUs were half idle for
+# 3.5 minutes while four such tests held the three slots and the fourth worker waited for one.
+WAITING_CORES = 0.5
 
 
 def load_durations(path: Path = DURATIONS) -> dict[str, float]:
@@ -34,6 +38,20 @@ def load_durations(path: Path = DURATIONS) -> dict[str, float]:
         return {str(k): float(v) for k, v in data["tests"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
+
+
+def load_cores(path: Path = DURATIONS) -> dict[str, float]:
+    """Cores each test kept busy on average, run alone (the durations file's ``cores``); empty when missing or bad."""
+    try:
+        data = json.loads(path.read_text())
+        return {str(k): float(v) for k, v in data["cores"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def waits(nodeid: str, cores: dict[str, float]) -> bool:
+    """Whether the test mostly waits (measured below WAITING_CORES); an unmeasured test does not."""
+    return cores.get(plain_id(nodeid), WAITING_CORES) < WAITING_CORES
 
 
 def plain_id(nodeid: str) -> str:

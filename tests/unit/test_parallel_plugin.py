@@ -182,3 +182,20 @@ def test_estimates_strip_the_group_and_default_by_kind(tmp_path: Path) -> None:
     bad = tmp_path / "durations.json"
     bad.write_text("{not json")
     assert load_durations(bad) == {} and load_durations(tmp_path / "missing.json") == {}
+
+
+def test_a_test_measured_below_half_a_core_waits_and_an_unmeasured_one_does_not(tmp_path: Path) -> None:
+    from tests.schedule import WAITING_CORES, load_cores, waits
+
+    cores = {"tests/integration/x.py::hang": 0.1, "tests/integration/x.py::train": 1.6,
+             "tests/integration/x.py::edge": WAITING_CORES}
+    assert waits("tests/integration/x.py::hang@x", cores)  # xdist's @group does not hide it
+    assert not waits("tests/integration/x.py::train@x", cores) and not waits("tests/integration/x.py::edge", cores)
+    assert not waits("tests/integration/x.py::new_test", cores)  # not measured yet: it takes a slot
+    good = tmp_path / "durations.json"
+    good.write_text('{"tests": {}, "cores": {"a::b": 0.25}}')
+    assert load_cores(good) == {"a::b": 0.25}
+    good.write_text('{"tests": {}}')  # a file from before the cores were measured
+    assert load_cores(good) == {} and load_cores(tmp_path / "missing.json") == {}
+    shipped = load_cores()  # the committed file measures the suite's long tests
+    assert len(shipped) > 100 and any(v < WAITING_CORES for v in shipped.values())
