@@ -331,7 +331,13 @@ def test_scancel_of_a_requeue_job_sticks(slurm_cluster: Any, slurm: SlurmClient,
     info = slurm.job(job)
     text = log_of(tmp_path, "cancel", job)
     assert info["JobState"] == "CANCELLED" and info.get("Restarts") == "0", f"{info}\n{text}"
-    assert "not requeuing from here" in text, text
+    assert "requeuing job" not in text, text
+    # The batch shell says why it does not requeue once its step has ended, then writes the end marker
+    # (its EXIT trap). Under load Slurm may kill it first, within KillWait of the cancel (runs A, H and J
+    # side by side: srun done 4.6 s after the cancel, the shell killed 50 ms later, no end.json): then
+    # neither shows, and the state and restart count above are the whole answer.
+    if (tmp_path / f"cancel-{job}" / "end.json").exists():
+        assert "not requeuing from here" in text, text
     report("scancel-sticks", cancel_to_all_gone_s=t_gone - t_cancel, state=info["JobState"])
 
 
