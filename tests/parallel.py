@@ -97,7 +97,10 @@ def _on_cluster(item: pytest.Item) -> bool:
     """Whether the test uses the shared dev cluster (its mark or its fixtures): only those take the lock. The
     fixtures live in tests/integration/conftest.py: elsewhere a name ``slurm`` is a parameter (unit tests of
     array syntax), and taking it for the fixture held three workers behind the exclusive chain for 4 minutes."""
-    fixtures = {"slurm_cluster", "slurm"} & set(getattr(item, "fixturenames", ()))
+    names = set(getattr(item, "fixturenames", ()))
+    fixtures = {"slurm_cluster", "slurm"} & names
+    if _is_integration(item) and "own_cluster" in names and not fixtures:
+        return False  # a dev cluster of its module's own: the shared one's lock is not its business
     return bool(item.get_closest_marker("cluster")) or (_is_integration(item) and bool(fixtures))
 
 
@@ -366,17 +369,18 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Iterator[None]:
             lock.give_back()  # the chain's last test
 
 
-def nodes_back(item: pytest.Item, timeout: float = 120.0, idle: bool = False) -> None:
+def nodes_back(item: pytest.Item, timeout: float = 120.0, idle: bool = False, state: Any = None) -> None:
     """Wait until every node of the dev cluster is up again after an exclusive test: a revived node is
     ``down*`` for seconds after its slurmd restarts, and a test started then saw three nodes of four.
     A node still down after ``timeout`` is resumed once and named on the terminal (the next tests
     would fail for it, not for themselves). ``idle``: before an exclusive test, also until no job
-    holds a node (a test that takes every node found one still COMPLETING, and its job ran)."""
+    holds a node (a test that takes every node found one still COMPLETING, and its job ran). ``state``: that
+    cluster (a module's own, tests/integration/conftest.py), not the shared one."""
     import subprocess
 
     from torchhpc.devcluster import load_state
 
-    state = load_state()
+    state = state or load_state()
     if state is None:
         return
     env, deadline, resumed = state.client_env(), time.monotonic() + timeout, False

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 from collections.abc import Iterator, Sequence
 
@@ -131,6 +132,41 @@ def slurm_cluster() -> ClusterState:
 def slurm(slurm_cluster: ClusterState) -> SlurmClient:
     """Client helpers bound to the dev cluster: run, sbatch, wait, sacct_state."""
     return SlurmClient(slurm_cluster)
+
+
+OWN_FIRST_JOB_ID = 900001  # a cluster of a module's own numbers its jobs apart from the shared one's
+
+
+@pytest.fixture(scope="module")
+def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]:
+    """A 4-node dev cluster of the module's own (its own namespaces and daemons, beside the shared one), for
+    the tests that fail a node: on the shared cluster they had to run alone (the ``exclusive`` chain, the
+    side-by-side run's critical path), and every other cluster test waited for them. Its job ids start at
+    OWN_FIRST_JOB_ID, so that no ``slurm:N`` of the run's job records names two jobs."""
+    if os.geteuid() != 0 or not sys.platform.startswith("linux"):
+        missing("bringing up a dev cluster of the module's own needs root on Linux")
+    from torchhpc import devcluster
+    from torchhpc.devcluster.bringup import NEXT_JOB_ID
+
+    sdir = tmp_path_factory.mktemp("own") / "dc"
+    sdir.mkdir()
+    (sdir / NEXT_JOB_ID).write_text(f"{OWN_FIRST_JOB_ID}\n")
+    state = devcluster.up(nodes=4, state_dir=str(sdir), progress=None)
+    try:
+        yield state
+    finally:
+        devcluster.down(str(sdir), progress=None)
+
+
+@pytest.fixture
+def own_slurm(own_cluster: ClusterState, request: pytest.FixtureRequest) -> Iterator[SlurmClient]:
+    """A client of :func:`own_cluster`, for one test that may fail a node: every node idle before it, and
+    up again after it (what the exclusive chain does for the shared cluster, tests/parallel.py)."""
+    from tests.parallel import nodes_back
+
+    nodes_back(request.node, idle=True, state=own_cluster)
+    yield SlurmClient(own_cluster)
+    nodes_back(request.node, state=own_cluster)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -11,6 +11,10 @@ process gone / to the resumed run, and the steps lost (run ``pytest -s`` to see 
 A requeued job is held by Slurm for its credential lifetime (120 s by default,
 ``AuthInfo=cred_expire``) before it may start again, so the requeue scenarios
 each take a little over two minutes.
+
+The link-down scenario and the two jobs on one node (which need all four of node3's CPUs) run on a
+4-node cluster of the module's own (``own_cluster``, tests/integration/conftest.py), beside the
+shared one's tests, not alone on it.
 """
 
 from __future__ import annotations
@@ -374,9 +378,8 @@ def _netns_of(pid: int) -> str:
     return subprocess.run(["ip", "netns", "identify", str(pid)], capture_output=True, text=True).stdout.strip()
 
 
-@pytest.mark.exclusive  # takes a node's link down
 def test_node_link_down_requeues_resumes_and_leaves_no_process(
-    slurm_cluster: Any, slurm: SlurmClient, reference: Path, tmp_path: Path
+    own_cluster: Any, own_slurm: SlurmClient, reference: Path, tmp_path: Path
 ) -> None:
     """``ip -n <node> link set eth0 down`` on the job's second node (whole nodes: --exclusive,
     so no one else's job is on it): Slurm marks the node down and requeues the --requeue job
@@ -384,21 +387,21 @@ def test_node_link_down_requeues_resumes_and_leaves_no_process(
     and the node returns to service; the requeued run resumes from the last periodic checkpoint
     and ends bit-identical to the uninterrupted run."""
     job = submit(
-        slurm_cluster, tmp_path, "linkdown", ["-N", "2", "--nproc-per-node", "1", "--opt", "exclusive=1", "--requeue"],
+        own_cluster, tmp_path, "linkdown", ["-N", "2", "--nproc-per-node", "1", "--opt", "exclusive=1", "--requeue"],
         ["--steps", str(STEPS), "--sleep", "0.5", "--sleep-first-attempt-only", "--ckpt-every", "5"],
     )
     marker = str(tmp_path / "ckpt")
     wait_until(lambda: any(e[0] == "step" and e[1] >= 7 for e in events(log_of(tmp_path, "linkdown", job))), 300, "training steps")
-    nodes = slurm.run(["scontrol", "show", "hostnames", slurm.job(job)["NodeList"]]).stdout.split()
+    nodes = own_slurm.run(["scontrol", "show", "hostnames", own_slurm.job(job)["NodeList"]]).stdout.split()
     victim = nodes[1]
-    ns = slurm_cluster.netns(victim)
+    ns = own_cluster.netns(victim)
     victim_pids = {pid for pid, _ in procs(marker) if _netns_of(pid) == ns}
     assert victim_pids, f"no process of the job found in {ns}"
     t_down = time.time()
     try:
         subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "down"], check=True)
         info = wait_until(lambda: (lambda i: i if i.get("Restarts", "0") != "0" or i.get("JobState") in
-                                   ("NODE_FAIL", "FAILED") else None)(slurm.job(job)), 120, "Slurm to notice the node")
+                                   ("NODE_FAIL", "FAILED") else None)(own_slurm.job(job)), 120, "Slurm to notice the node")
         t_failed = time.time()
         wait_until(lambda: not [p for p, _ in procs(marker) if p not in victim_pids], GONE_WITHIN, "the other node's processes to exit")
         t_others_gone = time.time()
@@ -410,7 +413,7 @@ def test_node_link_down_requeues_resumes_and_leaves_no_process(
     t_victim_gone = time.time()
 
     def back() -> bool:
-        state = _node_state(slurm, victim)
+        state = _node_state(own_slurm, victim)
         return bool(state) and "down" not in state and "*" not in state and "drain" not in state
 
     deadline = time.monotonic() + 90
@@ -418,9 +421,9 @@ def test_node_link_down_requeues_resumes_and_leaves_no_process(
         time.sleep(1)
     t_back = time.time()
     if not back():  # our own node: put it back, then fail so the finding is seen
-        slurm.run(["scontrol", "update", f"nodename={victim}", "state=resume"], check=False)
-        pytest.fail(f"{victim} stayed {_node_state(slurm, victim)} 90 s after its link came back")
-    final = wait_job(slurm, job, 420)
+        own_slurm.run(["scontrol", "update", f"nodename={victim}", "state=resume"], check=False)
+        pytest.fail(f"{victim} stayed {_node_state(own_slurm, victim)} 90 s after its link came back")
+    final = wait_job(own_slurm, job, 420)
     text = log_of(tmp_path, "linkdown", job)
     assert final["JobState"] == "COMPLETED", text
     resumed = next(e for e in events(text) if e[0] == "START" and e[2] >= 1)
@@ -479,26 +482,25 @@ LISTENER = (
 )
 
 
-@pytest.mark.exclusive  # both jobs need node3's four CPUs at once: side by side, another test's job held two (run F)
 def test_two_jobs_on_one_node_at_once_both_finish(
-    slurm_cluster: Any, slurm: SlurmClient, reference: Path, tmp_path: Path
+    own_cluster: Any, own_slurm: SlurmClient, reference: Path, tmp_path: Path
 ) -> None:
     """Two 1-node torchrun jobs (2 ranks each) on node3 at the same time; the first job's
     derived port is already taken on node3 when it starts, so it must move to the next one."""
     node = "node3"
     common = ["-N", "1", "-n", "2", "--opt", f"nodelist={node}"]
     train = ["--steps", str(STEPS), "--sleep", "0.3"]
-    job_a = submit(slurm_cluster, tmp_path / "a", "a", [*common, "--opt", "sbatch_extra=--hold"], train)
+    job_a = submit(own_cluster, tmp_path / "a", "a", [*common, "--opt", "sbatch_extra=--hold"], train)
     port_a = 10000 + int(job_a) % 20000
     listener = subprocess.Popen(
-        ["ip", "netns", "exec", slurm_cluster.netns(node), sys.executable, "-c", LISTENER, str(port_a)],
+        ["ip", "netns", "exec", own_cluster.netns(node), sys.executable, "-c", LISTENER, str(port_a)],
         stdout=subprocess.PIPE, text=True,
     )
     try:
         assert listener.stdout is not None and listener.stdout.readline().strip() == "listening"
-        job_b = submit(slurm_cluster, tmp_path / "b", "b", common, train)
-        slurm.run(["scontrol", "release", job_a])
-        infos = {j: wait_job(slurm, j, 300) for j in (job_a, job_b)}
+        job_b = submit(own_cluster, tmp_path / "b", "b", common, train)
+        own_slurm.run(["scontrol", "release", job_a])
+        infos = {j: wait_job(own_slurm, j, 300) for j in (job_a, job_b)}
     finally:
         listener.kill()
         listener.wait()

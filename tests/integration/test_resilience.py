@@ -6,6 +6,10 @@ supervisor, hit by a real fault: ``torchhpc devcluster fail NODE`` (link cut, th
 of the node killed, slurmd and slurmstepd included), a rank that sleeps forever, an exception.
 The final parameters are compared bit for bit with an uninterrupted run. ``pytest -s`` prints a
 ``RESILIENCE`` line per scenario with its figures.
+
+The scenarios that fail a node (or make one fail the health gate) run on a 4-node cluster of the
+module's own (``own_cluster``, tests/integration/conftest.py): on the shared one they ran alone, and
+every other cluster test of a side-by-side run waited for them. The others use the shared one.
 """
 
 from __future__ import annotations
@@ -69,38 +73,37 @@ def report(scenario: str, **figures: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def reference(slurm_cluster: Any, slurm: SlurmClient, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def reference(own_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Final parameters of an uninterrupted 2 x 2 run of the same training."""
     out = tmp_path_factory.mktemp("ref")
-    job = submit(slurm_cluster, out, "ref", ["-N", "2", "--nproc-per-node", "2", "--launcher", "srun"], TRAIN)
-    assert slurm.wait(job, timeout=300)["JobState"] == "COMPLETED", log_of(out, "ref", job)
+    job = submit(own_cluster, out, "ref", ["-N", "2", "--nproc-per-node", "2", "--launcher", "srun"], TRAIN)
+    assert SlurmClient(own_cluster).wait(job, timeout=300)["JobState"] == "COMPLETED", log_of(out, "ref", job)
     return out / "final.pt"
 
 
-@pytest.mark.exclusive  # fails a node of the shared dev cluster
 @pytest.mark.parametrize("launcher", ["srun", "torchrun", "mpirun"])
 def test_node_loss_with_a_spare_completes_on_its_own(
-    launcher: str, slurm_cluster: Any, slurm: SlurmClient, reference: Path, tmp_path: Path
+    launcher: str, own_cluster: Any, own_slurm: SlurmClient, reference: Path, tmp_path: Path
 ) -> None:
     """One of the two working nodes (not the batch host) fails after step 100; the supervisor
     excludes it, goes on on the spare, and the job ends COMPLETED with the uninterrupted run's
     parameters, at most one checkpoint interval done twice."""
     name = f"spare{launcher[:2]}"
-    job = submit(slurm_cluster, tmp_path, name,
+    job = submit(own_cluster, tmp_path, name,
                  ["-N", "2", "--spares", "1", "--nproc-per-node", "2", "--max-restarts", "1"],
                  [*TRAIN, "--sleep", "0.1"], launcher=launcher)
-    hosts = slurm.run(["scontrol", "show", "hostnames", wait_until(
-        lambda: slurm.job(job).get("NodeList") if slurm.job(job).get("JobState") == "RUNNING" else None,
+    hosts = own_slurm.run(["scontrol", "show", "hostnames", wait_until(
+        lambda: own_slurm.job(job).get("NodeList") if own_slurm.job(job).get("JobState") == "RUNNING" else None,
         120, "the job to start")]).stdout.split()
     victim = hosts[1]  # hosts[0] is the batch host
     wait_until(lambda: rank0_step(tmp_path, name, job) > FAULT_AFTER, 240, f"step {FAULT_AFTER}", every=0.1)
     t_fault = time.time()
     try:
-        said = devcluster(slurm_cluster, "fail", victim)
+        said = devcluster(own_cluster, "fail", victim)
         assert "link cut" in said and "killed" in said, said
-        info = slurm.wait(job, timeout=300)
+        info = own_slurm.wait(job, timeout=300)
     finally:
-        devcluster(slurm_cluster, "revive", victim)
+        devcluster(own_cluster, "revive", victim)
     text = log_of(tmp_path, name, job)
     assert info["JobState"] == "COMPLETED", text[-3000:]
     tries = attempts(tmp_path, name, job)
@@ -172,29 +175,28 @@ def test_a_user_exception_is_never_restarted(slurm_cluster: Any, slurm: SlurmCli
 # Seen in a fresh-clone CI run: the dying node's ranks got SIGTERM and made the stop file, so the
 # supervisor read a preemption, gave up its requeue, and the batch shell requeued the job without
 # ExcNodeList. The supervisor now removes a stop file that a node loss explains (Outcome.teardown).
-@pytest.mark.exclusive  # fails a node of the shared dev cluster
 def test_node_loss_without_spares_requeues_without_the_node(
-    slurm_cluster: Any, slurm: SlurmClient, reference: Path, tmp_path: Path
+    own_cluster: Any, own_slurm: SlurmClient, reference: Path, tmp_path: Path
 ) -> None:
     """No spare: the supervisor requeues the job with the failed node excluded; the requeued job
     runs on other nodes, resumes from the checkpoint and completes with the uninterrupted run's parameters."""
     name = "requeue"
-    job = submit(slurm_cluster, tmp_path, name, ["-N", "2", "--nproc-per-node", "2", "--launcher", "srun",
+    job = submit(own_cluster, tmp_path, name, ["-N", "2", "--nproc-per-node", "2", "--launcher", "srun",
                                                   "--requeue", "--max-restarts", "1"], [*TRAIN, "--sleep", "0.1"],
                  launcher="srun")
-    hosts = slurm.run(["scontrol", "show", "hostnames", wait_until(
-        lambda: slurm.job(job).get("NodeList") if slurm.job(job).get("JobState") == "RUNNING" else None,
+    hosts = own_slurm.run(["scontrol", "show", "hostnames", wait_until(
+        lambda: own_slurm.job(job).get("NodeList") if own_slurm.job(job).get("JobState") == "RUNNING" else None,
         120, "the job to start")]).stdout.split()
     victim = hosts[1]
     wait_until(lambda: rank0_step(tmp_path, name, job) > FAULT_AFTER, 240, f"step {FAULT_AFTER}", every=0.1)
     try:
-        devcluster(slurm_cluster, "fail", victim)
+        devcluster(own_cluster, "fail", victim)
         # the supervisor requeues, then excludes the node (Slurm takes ExcNodeList on a pending job only)
-        wait_until(lambda: victim in (slurm.job(job).get("ExcNodeList") or ""), 120, f"{victim} excluded")
-        assert int(slurm.job(job).get("Restarts", "0") or 0) >= 1, slurm.job(job)
-        info = slurm.wait(job, timeout=400)
+        wait_until(lambda: victim in (own_slurm.job(job).get("ExcNodeList") or ""), 120, f"{victim} excluded")
+        assert int(own_slurm.job(job).get("Restarts", "0") or 0) >= 1, own_slurm.job(job)
+        info = own_slurm.wait(job, timeout=400)
     finally:
-        devcluster(slurm_cluster, "revive", victim)
+        devcluster(own_cluster, "revive", victim)
     text = log_of(tmp_path, name, job)
     assert info["JobState"] == "COMPLETED", text[-3000:]
     tries = attempts(tmp_path, name, job)
@@ -230,42 +232,40 @@ def test_each_resume_idiom_picks_up_after_an_in_allocation_restart(
     assert "FINISHED at=20" in text
 
 
-@pytest.mark.exclusive  # fails a node of the shared dev cluster
 def test_devcluster_fail_and_revive_say_what_they_did_and_are_idempotent(
-    slurm_cluster: Any, slurm: SlurmClient
+    own_cluster: Any, own_slurm: SlurmClient
 ) -> None:
-    node = slurm_cluster.nodes[-1]
+    node = own_cluster.nodes[-1]
     try:
-        first = devcluster(slurm_cluster, "fail", node)
+        first = devcluster(own_cluster, "fail", node)
         assert "link cut" in first and "processes killed" in first, first
-        assert "already failed" in devcluster(slurm_cluster, "fail", node)
+        assert "already failed" in devcluster(own_cluster, "fail", node)
     finally:
-        back = devcluster(slurm_cluster, "revive", node)
+        back = devcluster(own_cluster, "revive", node)
     assert "link up" in back and "slurmd started" in back, back
-    assert "already up" in devcluster(slurm_cluster, "revive", node)
-    wait_until(lambda: slurm.run(["sinfo", "-h", "-n", node, "-o", "%T"]).stdout.strip() == "idle", 120, f"{node} idle")
+    assert "already up" in devcluster(own_cluster, "revive", node)
+    wait_until(lambda: own_slurm.run(["sinfo", "-h", "-n", node, "-o", "%T"]).stdout.strip() == "idle", 120, f"{node} idle")
 
 
-@pytest.mark.exclusive  # makes one node fail the health gate (a listener on the rendezvous port)
 def test_a_node_failing_the_health_gate_is_excluded_with_the_reason(
-    slurm_cluster: Any, slurm: SlurmClient, tmp_path: Path
+    own_cluster: Any, own_slurm: SlurmClient, tmp_path: Path
 ) -> None:
     """A real leftover listener holds the rendezvous port on one node (in that node's network
     namespace): the health gate before the first attempt excludes that node and attempts.json says
     why; the job runs on the other two and completes."""
-    nodes = list(slurm_cluster.nodes)
+    nodes = list(own_cluster.nodes)
     sick, port = nodes[-1], 23456
     hold = (f"import socket, time; s = socket.socket(); s.bind(('', {port})); s.listen(1); "
             "print('held', flush=True); time.sleep(600)")
-    holder = subprocess.Popen(["ip", "netns", "exec", slurm_cluster.netns(sick), sys.executable, "-c", hold],
+    holder = subprocess.Popen(["ip", "netns", "exec", own_cluster.netns(sick), sys.executable, "-c", hold],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        job = run_plain(slurm_cluster, tmp_path, "gate",
+        job = run_plain(own_cluster, tmp_path, "gate",
                         ["-N", "2", "--nproc-per-node", "2", "--spares", "1", "--max-restarts", "1",
                          "--env", f"MASTER_PORT={port}", "--opt", f"nodelist={','.join([*nodes[:2], sick])}"],
                         [FAULT, "abort", "99"])  # no rank 99: every rank ends well
-        info = slurm.wait(job, timeout=300)
+        info = own_slurm.wait(job, timeout=300)
     finally:
         holder.kill()
         holder.wait()

@@ -199,3 +199,24 @@ def test_a_test_measured_below_half_a_core_waits_and_an_unmeasured_one_does_not(
     assert load_cores(good) == {} and load_cores(tmp_path / "missing.json") == {}
     shipped = load_cores()  # the committed file measures the suite's long tests
     assert len(shipped) > 100 and any(v < WAITING_CORES for v in shipped.values())
+
+
+class _Item:
+    """What tests.parallel reads of a pytest item: its node id, its fixtures' names, its marks."""
+
+    def __init__(self, nodeid: str, fixtures: tuple[str, ...], marks: tuple[str, ...] = ()) -> None:
+        self.nodeid, self.fixturenames, self._marks = nodeid, fixtures, marks
+
+    def get_closest_marker(self, name: str) -> object:
+        return name if name in self._marks else None
+
+
+def test_a_test_on_a_cluster_of_its_modules_own_takes_no_lock_unless_it_also_reads_the_shared_one() -> None:
+    from tests.parallel import _on_cluster
+
+    i = "tests/integration/test_x.py::t"
+    assert _on_cluster(_Item(i, ("slurm_cluster",)))  # type: ignore[arg-type]
+    assert not _on_cluster(_Item(i, ("own_cluster", "own_slurm"), ("cluster",)))  # type: ignore[arg-type]
+    # a reference run on the shared cluster, the fault on its own: a reader of the shared one
+    assert _on_cluster(_Item(i, ("own_cluster", "slurm_cluster"), ("cluster",)))  # type: ignore[arg-type]
+    assert not _on_cluster(_Item("tests/unit/test_x.py::t", ("slurm",)))  # type: ignore[arg-type]
