@@ -28,6 +28,16 @@ def test_stop_file_is_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert stop.stop_requested_locally() is True
 
 
+def test_should_stop_says_a_rank_took_the_stop_only_when_it_answers_true(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "stop"
+    monkeypatch.setenv("TORCHHPC_STOP_FILE", str(f))
+    assert stop.should_stop() is False and not (tmp_path / "stop.taken").exists()
+    f.touch()
+    assert stop.should_stop(every=5, step=3) is False and not (tmp_path / "stop.taken").exists()  # not asked here
+    assert stop.should_stop() is True and (tmp_path / "stop.taken").exists()
+
+
 def test_request_stop_sets_the_flag() -> None:
     assert stop.stop_requested_locally() is False
     stop.request_stop("test")
@@ -104,9 +114,10 @@ STUBS = {
     ' *) echo "$*" >> "$STUB_DIR/scontrol.log";; esac',
     "getent": "echo '10.0.0.1 STREAM node1'",
     "ss": "exit 0",
-    # the job step: runs until every rank would have seen the stop file, then exits with $STEP_RC
+    # the job step: runs until every rank would have seen the stop file, takes it (should_stop's .taken: not
+    # with $STEP_NO_TAKE, a step whose work was done), then exits with $STEP_RC
     "srun": 'echo $$ > "$STUB_DIR/step.pid"; touch "$STUB_DIR/step-started"; [ -n "${STEP_PREEMPTED:-}" ] && touch "$TORCHHPC_STOP_FILE";'
-    ' for _ in $(seq 200); do [ -e "$TORCHHPC_STOP_FILE" ] && break;'
+    ' for _ in $(seq 200); do [ -e "$TORCHHPC_STOP_FILE" ] && { [ -n "${STEP_NO_TAKE:-}" ] || touch "$TORCHHPC_STOP_FILE.taken"; break; };'
     ' [ -n "${STEP_QUICK:-}" ] && break; sleep 0.05; done; exit "${STEP_RC:-0}"',
 }
 
@@ -161,6 +172,23 @@ def test_warning_creates_the_stop_file_and_requeues(tmp_path: Path) -> None:
     assert "time-limit at" in text and "requeuing job 123" in text, text
     assert requeues == "requeue 123\n"
     assert (tmp_path / "out" / ".torchhpc-timeouts-123").read_text().strip() == "1"
+
+
+def test_a_step_whose_work_was_done_before_the_warning_is_not_requeued(tmp_path: Path) -> None:
+    """Run K: a resumed attempt finished its last step 60 ms before the time-limit warning reached the batch
+    shell; no rank took the stop, the step ended 0, and the job was requeued and did its last 34 steps
+    again. A step that ends 0 with no rank's ``.taken`` beside the stop file is done: no requeue."""
+    rc, text, requeues = _run_script(tmp_path, "SIGUSR2", extra_env={"STEP_NO_TAKE": "1"})
+    assert rc == 0 and requeues == "", text
+    assert "the step ended 0 before any rank took the time-limit stop" in text, text
+    assert not (tmp_path / "out" / ".torchhpc-timeouts-123").exists(), "a requeue not made was counted"
+
+
+def test_a_step_that_fails_after_a_warning_nobody_took_is_still_requeued(tmp_path: Path) -> None:
+    """Only a clean end says the work was done: a step that dies (the time limit's SIGKILL, a crash) goes on
+    from its last checkpoint, as before."""
+    _rc, text, requeues = _run_script(tmp_path, "SIGUSR2", extra_env={"STEP_NO_TAKE": "1", "STEP_RC": "137"})
+    assert "step exited 137 after the time-limit stop" in text and requeues == "requeue 123\n", text
 
 
 def test_a_step_that_ends_while_the_trap_runs_keeps_its_exit_status(tmp_path: Path) -> None:

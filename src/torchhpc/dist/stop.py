@@ -16,7 +16,13 @@ import signal
 import threading
 from typing import Any
 
-__all__ = ["request_stop", "should_stop", "stop_requested_locally", "watch"]
+__all__ = ["TAKEN", "request_stop", "should_stop", "stop_requested_locally", "taken", "watch"]
+
+# Beside the stop file: a rank took the stop (it checkpoints and leaves). A step that ends 0 after a
+# time-limit warning without it had finished its work before the warning reached it: the batch shell
+# does not requeue it (run K: a fast resumed attempt ended 60 ms before the warning, was requeued,
+# and did its last 34 steps again).
+TAKEN = ".taken"
 
 _flag = threading.Event()
 _installed = False
@@ -39,6 +45,18 @@ def _touch_stop_file() -> None:
             with open(path, "a"):
                 pass
         except OSError:  # a read-only or missing directory must not turn a stop into a crash
+            pass
+
+
+def taken() -> None:
+    """Say that this rank took the stop (``$TORCHHPC_STOP_FILE.taken``): what ``should_stop()`` does when it
+    answers True. A program that polls the stop file by itself does the same before it leaves."""
+    path = os.environ.get("TORCHHPC_STOP_FILE")
+    if path:
+        try:
+            with open(path + TAKEN, "a"):
+                pass
+        except OSError:  # as for the stop file: never turn a stop into a crash
             pass
 
 
@@ -79,11 +97,15 @@ def should_stop(every: int = 1, step: int | None = None) -> bool:
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return local
-    import torch
+        stop = local
+    else:
+        import torch
 
-    backend = dist.get_backend()
-    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-    flag = torch.tensor([1 if local else 0], dtype=torch.int32, device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
+        backend = dist.get_backend()
+        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        flag = torch.tensor([1 if local else 0], dtype=torch.int32, device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        stop = bool(flag.item())
+    if stop:
+        taken()
+    return stop

@@ -170,7 +170,7 @@ def _call(fdir: FunctionDir, rank: int, task: Optional[int], call: dict[str, Any
 
 
 def _touch_stop_file() -> None:
-    """A checkpoint means "requeue me": make sure the batch shell sees the stop file."""
+    """A checkpoint means "requeue me": make sure the batch shell sees the stop file, and that a rank took it."""
     path = os.environ.get("TORCHHPC_STOP_FILE")
     if path:
         try:
@@ -178,6 +178,9 @@ def _touch_stop_file() -> None:
                 pass
         except OSError:
             pass
+        from torchhpc.dist.stop import taken
+
+        taken()
 
 
 if __name__ == "__main__":

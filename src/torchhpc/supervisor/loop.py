@@ -180,10 +180,11 @@ class Supervisor:
         stop = self.env.get("TORCHHPC_STOP_FILE")
         if stop and os.path.exists(stop):
             say("the stop file came from the stopped step's teardown (SIGTERM to its ranks): removed")
-            try:
-                os.unlink(stop)
-            except OSError:
-                pass
+            for path in (stop, stop + ".taken"):  # and a rank's word that it took it (dist/stop.py)
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
 
     def _health(self, nodes: list[str], count: int) -> tuple[Optional[float], dict[str, str]]:
         """The health gate over the candidate nodes (supervisor/health.py): its seconds and the failing nodes."""

@@ -350,7 +350,7 @@ class BatchScheduler(Scheduler):
             "_torchhpc_arm_stop() {",
             *_indent([
                 f'export TORCHHPC_STOP_FILE={quote(stop_file(spec))}"{self.job_id_ref}"',
-                'rm -f -- "$TORCHHPC_STOP_FILE"',
+                'rm -f -- "$TORCHHPC_STOP_FILE" "$TORCHHPC_STOP_FILE.taken"',
                 *self.stop_env_lines(spec),
                 *self.before_step_lines(spec),
                 *(f"trap '_torchhpc_stop {reason}' {sig}" for reason, sig in self.stop_traps),

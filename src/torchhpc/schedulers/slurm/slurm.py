@@ -358,7 +358,9 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         the step's exit status: torchrun exits 1 after a SIGTERM even when its workers
         checkpointed and left cleanly. It requeues only a job that is still RUNNING (never one
         being cancelled). Time-limit requeues are capped (a counter file in the output
-        directory); preemptions are not.
+        directory); preemptions are not. A step that ends 0 after a time-limit warning that no
+        rank took (``should_stop()`` writes ``$TORCHHPC_STOP_FILE.taken``) had done its work before
+        the warning reached it: requeued, it would do its last steps again.
         """
         lines = [
             "# A rank that got SIGTERM without the batch shell getting one: preemption's grace time.",
@@ -371,6 +373,8 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             *lines,
             'if [ "$_torchhpc_stop_reason" = ended-by-slurm ]; then',
             '  echo "torchhpc: Slurm is ending this job (scancel, time limit or its own requeue): not requeuing from here"',
+            'elif [ "$_torchhpc_stop_reason" = time-limit ] && [ "$_torchhpc_rc" = 0 ] && [ ! -e "$TORCHHPC_STOP_FILE.taken" ]; then',
+            '  echo "torchhpc: the step ended 0 before any rank took the time-limit stop (its work was done): not requeuing"',
             'elif [ -n "$_torchhpc_stop_reason" ]; then',
             '  _torchhpc_n=$(cat -- "$_torchhpc_timeouts_file" 2>/dev/null || echo 0)',
             '  _torchhpc_state=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o "JobState=[A-Z_]*" || true)',
