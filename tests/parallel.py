@@ -10,7 +10,8 @@ are marked ``@pytest.mark.exclusive`` and run one at a time, with nothing else t
   a time). Unit tests are spread one by one. Under ``--no-loadscope-reorder`` (what scripts/test.sh
   uses) the groups go out in the order :func:`pytest_collection_modifyitems` leaves them: the
   exclusive chain first, then what needs no lock and so runs beside it (the local integration
-  modules, the longest first by their seconds in tests/durations.json, then the unit tests), then the
+  modules and the tests on a cluster of their module's own, the longest first by their seconds in
+  tests/durations.json, then the unit tests), then the
   cluster's modules, the longest first. tests/schedule.py hands them out by those seconds.
 - **The lock**: a test that uses the dev cluster (its ``cluster`` mark or fixtures) holds a shared
   lock for its set-up, call and teardown; the exclusive chain holds it exclusively from its first
