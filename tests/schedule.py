@@ -31,22 +31,23 @@ DEFAULT_S = 0.2
 WAITING_CORES = 0.5
 
 
-def load_durations(path: Path = DURATIONS) -> dict[str, float]:
-    """Seconds per test node id; an empty map (every test its default) when the file is missing or bad."""
+def _section(path: Path, key: str) -> dict[str, float]:
+    """One map of the durations file (``tests``: seconds; ``cores``: cores kept busy); empty when missing or bad."""
     try:
         data = json.loads(path.read_text())
-        return {str(k): float(v) for k, v in data["tests"].items()}
+        return {str(k): float(v) for k, v in data[key].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
+
+
+def load_durations(path: Path = DURATIONS) -> dict[str, float]:
+    """Seconds per test node id; an empty map (every test its default) when the file is missing or bad."""
+    return _section(path, "tests")
 
 
 def load_cores(path: Path = DURATIONS) -> dict[str, float]:
-    """Cores each test kept busy on average, run alone (the durations file's ``cores``); empty when missing or bad."""
-    try:
-        data = json.loads(path.read_text())
-        return {str(k): float(v) for k, v in data["cores"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}
+    """Cores each test kept busy on average, run alone; empty when missing or bad (every test takes a slot)."""
+    return _section(path, "cores")
 
 
 def waits(nodeid: str, cores: dict[str, float]) -> bool:
