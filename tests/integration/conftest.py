@@ -20,6 +20,7 @@ import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import pytest
 
@@ -140,25 +141,34 @@ def slurm(slurm_cluster: ClusterState) -> SlurmClient:
 OWN_FIRST_JOB_ID = 900001  # a cluster of a module's own numbers its jobs apart from the shared one's
 
 
-@pytest.fixture(scope="module")
-def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]:
-    """A 4-node dev cluster of the module's own (its own namespaces and daemons, beside the shared one), for
-    the tests that fail a node: on the shared cluster they had to run alone (the ``exclusive`` chain, the
-    side-by-side run's critical path), and every other cluster test waited for them. Its job ids start at
-    OWN_FIRST_JOB_ID, so that no ``slurm:N`` of the run's job records names two jobs."""
+@contextmanager
+def cluster_of_its_own(tmp_path_factory: pytest.TempPathFactory, name: str, nodes: int,
+                       first_job_id: int = 1) -> Iterator[ClusterState]:
+    """A throw-away dev cluster (its own namespaces and daemons, beside the shared one), down again after."""
     if os.geteuid() != 0 or not sys.platform.startswith("linux"):
-        missing("bringing up a dev cluster of the module's own needs root on Linux")
+        missing("bringing up a dev cluster needs root on Linux")
     from torchhpc import devcluster
     from torchhpc.devcluster.bringup import NEXT_JOB_ID
 
-    sdir = tmp_path_factory.mktemp("own") / "dc"
+    sdir = tmp_path_factory.mktemp(name) / "dc"
     sdir.mkdir()
-    (sdir / NEXT_JOB_ID).write_text(f"{OWN_FIRST_JOB_ID}\n")
-    state = devcluster.up(nodes=4, state_dir=str(sdir), progress=None)
+    if first_job_id > 1:
+        (sdir / NEXT_JOB_ID).write_text(f"{first_job_id}\n")
+    state = devcluster.up(nodes=nodes, state_dir=str(sdir), progress=None)
     try:
         yield state
     finally:
         devcluster.down(str(sdir), progress=None)
+
+
+@pytest.fixture(scope="module")
+def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]:
+    """A 4-node dev cluster of the module's own, for the tests that fail a node: on the shared cluster they
+    had to run alone (the ``exclusive`` chain, the side-by-side run's critical path), and every other
+    cluster test waited for them. Its job ids start at OWN_FIRST_JOB_ID, so that no ``slurm:N`` of the
+    run's job records names two jobs."""
+    with cluster_of_its_own(tmp_path_factory, "own", 4, OWN_FIRST_JOB_ID) as state:
+        yield state
 
 
 @pytest.fixture

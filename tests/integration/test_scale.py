@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import missing
+from tests.integration.conftest import cluster_of_its_own
 from torchhpc import devcluster
 from torchhpc.devcluster import ClusterState
 
@@ -49,14 +49,8 @@ RECORD = re.compile(r"GEOM " + " ".join(rf"{k}=(\S+)" for k in KEYS) + r" HOST=(
 
 @pytest.fixture(scope="module")
 def big_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]:
-    if os.geteuid() != 0 or not sys.platform.startswith("linux"):
-        missing("bringing up a dev cluster needs root on Linux")
-    sdir = str(tmp_path_factory.mktemp("scale") / "dc")
-    state = devcluster.up(nodes=NODES, state_dir=sdir, progress=None)
-    try:
+    with cluster_of_its_own(tmp_path_factory, "scale", NODES) as state:
         yield state
-    finally:
-        devcluster.down(sdir, progress=None)
 
 
 def parse(text: str) -> list[dict[str, str]]:
