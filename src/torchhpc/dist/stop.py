@@ -16,7 +16,7 @@ import signal
 import threading
 from typing import Any
 
-__all__ = ["TAKEN", "request_stop", "should_stop", "stop_requested_locally", "taken", "watch"]
+__all__ = ["TAKEN", "request_stop", "should_stop", "stop_requested_locally", "taken", "touch_stop_file", "watch"]
 
 # Beside the stop file: a rank took the stop (it checkpoints and leaves). A step that ends 0 after a
 # time-limit warning without it had finished its work before the warning reached it: the batch shell
@@ -33,10 +33,10 @@ def _on_signal(signum: int, frame: Any) -> None:
     global _reason
     _reason = signal.Signals(signum).name
     _flag.set()
-    _touch_stop_file()
+    touch_stop_file()
 
 
-def _touch_stop_file() -> None:
+def touch_stop_file() -> None:
     """Tell the other ranks and the batch shell: preemption sends SIGTERM to the ranks only
     (not to the batch shell), so the file is how the shell learns it should requeue."""
     path = os.environ.get("TORCHHPC_STOP_FILE")

@@ -171,16 +171,10 @@ def _call(fdir: FunctionDir, rank: int, task: Optional[int], call: dict[str, Any
 
 def _touch_stop_file() -> None:
     """A checkpoint means "requeue me": make sure the batch shell sees the stop file, and that a rank took it."""
-    path = os.environ.get("TORCHHPC_STOP_FILE")
-    if path:
-        try:
-            with open(path, "a"):
-                pass
-        except OSError:
-            pass
-        from torchhpc.dist.stop import taken
+    from torchhpc.dist.stop import taken, touch_stop_file
 
-        taken()
+    touch_stop_file()
+    taken()
 
 
 if __name__ == "__main__":
