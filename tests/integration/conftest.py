@@ -2,9 +2,9 @@
 
 Bring the cluster up once (as root, on Linux)::
 
-    torchhpc devcluster up --nodes 4 --accounting
+    torchhpc devcluster up --nodes 4 --cpus-per-node 12 --accounting
 
-then mark a test ``@pytest.mark.cluster("slurm")`` and take ``slurm_cluster``
+(scripts/test.sh's command; 12 CPUs a node so that tests side by side never queue for one), then mark a test ``@pytest.mark.cluster("slurm")`` and take ``slurm_cluster``
 (the :class:`~torchhpc.devcluster.ClusterState`) or ``slurm`` (a
 :class:`SlurmClient` with submit/wait/sacct helpers). Without a cluster those
 tests skip locally and fail when ``CI=true``.
@@ -29,7 +29,7 @@ from tests.conftest import missing
 from torchhpc.core.proc import Completed, Runner
 from torchhpc.devcluster import ClusterState, load_state
 
-NO_CLUSTER = "no dev cluster up: run `torchhpc devcluster up --nodes 4 --accounting`"
+NO_CLUSTER = "no dev cluster up: run `torchhpc devcluster up --nodes 4 --cpus-per-node 12 --accounting`"
 
 # Job states after which nothing changes any more (scontrol's spelling).
 TERMINAL_STATES = frozenset(

@@ -93,7 +93,7 @@ def _user_venv(cluster: ClusterState, acl: list[tuple[Path, bool]]) -> None:
 def remote(slurm_cluster: ClusterState) -> Iterator[Remote]:
     if not slurm_cluster.login_ip or USER not in slurm_cluster.login_users:
         missing(f"the dev cluster has no login node for {USER}: "
-                f"`torchhpc devcluster up --nodes 4 --accounting --login --login-user {USER}`")
+                f"`torchhpc devcluster up --nodes 4 --cpus-per-node 12 --accounting --login --login-user {USER}`")
     acl: list[tuple[Path, bool]] = []
     try:
         yield from _remote(slurm_cluster, acl)

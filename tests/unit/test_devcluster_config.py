@@ -86,6 +86,26 @@ def test_slurm_conf_essentials(layout: config.Layout) -> None:
         assert key and value, line
 
 
+def test_slurm_conf_declares_the_cpus_asked_for(layout: config.Layout) -> None:
+    lines = conf_lines(config.render_slurm_conf(layout, accounting=False, real_memory_mb=8000, cpus_per_node=12))
+    nodes = [line for line in lines if line.startswith("NodeName=")]
+    assert len(nodes) == 3 and all(" CPUs=12 " in line for line in nodes), nodes
+
+
+@pytest.mark.parametrize("cpus", ["0", "-3", str(config.MAX_CPUS_PER_NODE + 1)])
+def test_up_refuses_cpus_per_node_out_of_range_in_one_line(
+    cpus: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torchhpc.devcluster.cluster as cluster
+
+    monkeypatch.setattr(cluster, "check_host", lambda: None)  # root or not, the value is refused first
+    monkeypatch.setattr(cluster, "ensure_packages", lambda *a, **k: pytest.fail("installed packages"))
+    rc = main(["devcluster", "up", "--state-dir", str(tmp_path), "--cpus-per-node", cpus])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--cpus-per-node {cpus} is out of range" in err and "HINT: " in err, err
+    assert "Traceback" not in err and not (tmp_path / "state.json").exists()
+
+
 def test_slurm_conf_with_accounting(layout: config.Layout) -> None:
     lines = conf_lines(config.render_slurm_conf(layout, accounting=True, real_memory_mb=8000))
     assert "AccountingStorageType=accounting_storage/slurmdbd" in lines
@@ -211,10 +231,11 @@ def test_state_round_trip_and_client_env(tmp_path: Path) -> None:
         host_netns="net:[1]",
         accounting=True,
         daemons=[daemons.Daemon("munged", 123, 456, None, "/x.log")],
+        cpus_per_node=12,
     )
     state.save()
     back = read_state(str(tmp_path))
-    assert back is not None and back.to_json() == state.to_json()
+    assert back is not None and back.to_json() == state.to_json() and back.cpus_per_node == 12
     assert back.node_ip("node2") == "10.77.0.12" and back.node_ip("ctl") == "10.77.0.1"
     assert back.netns("node1") == lay.node_netns("node1")
     env = back.client_env({"PATH": f"/usr/bin:{lay.bin_dir}", "HOME": "/root"})

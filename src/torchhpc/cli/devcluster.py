@@ -16,7 +16,7 @@ from torchhpc.errors import DevClusterError, UsageError
 
 DESCRIPTION = """\
 A real Slurm cluster in network namespaces on this machine (Linux, root):
-one namespace per node (node1..nodeN, 4 CPUs each, partition `debug`) plus one
+one namespace per node (node1..nodeN, 4 CPUs each by default, partition `debug`) plus one
 for the controller, munged, slurmctld, one slurmd per node and, with
 --accounting, MariaDB + slurmdbd so `sacct` works. Nodes share this machine's
 filesystem, so jobs can run this checkout's .venv/bin/python.
@@ -52,6 +52,9 @@ def register(sub: Any) -> None:
     )  # fmt: skip
     up.add_argument("--nodes", type=int, default=3, help="number of compute nodes (default 3)")
     up.add_argument("--accounting", action="store_true", help="also run MariaDB + slurmdbd so sacct works")
+    up.add_argument("--cpus-per-node", type=int, default=4, metavar="N",
+                    help="CPUs each node declares (default 4); the nodes share this machine's cores, so more "
+                         "only lets more jobs run at once")
     up.add_argument(
         "--timeout", type=float, default=120.0, help="seconds to wait for each daemon (default 120)"
     )
@@ -145,11 +148,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         login=args.login,
         login_users=args.login_user,
+        cpus_per_node=args.cpus_per_node,
     )
     sd = [] if args.state_dir is None else ["--state-dir", state.state_dir]
     nodes = state.nodes
     print(
-        f"Dev cluster up in {state.up_seconds:.1f} s: {len(nodes)} nodes ({nodes[0]}..{nodes[-1]}, 4 CPUs each), "
+        f"Dev cluster up in {state.up_seconds:.1f} s: {len(nodes)} nodes ({nodes[0]}..{nodes[-1]}, {state.cpus_per_node} CPUs each), "
         f"partition {devcluster.PARTITION}, accounting {'on' if state.accounting else 'off'}."
     )
     print(f"  memory per node:  {_memory_line(devcluster.status(args.state_dir))}")

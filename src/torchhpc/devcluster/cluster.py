@@ -77,10 +77,12 @@ def up(
     timeout: float = 120.0,
     login: bool = False,
     login_users: Sequence[str] = (),
+    cpus_per_node: int = config.CPUS_PER_NODE,
 ) -> ClusterState:
     """Bring up a real multi-node Slurm cluster in network namespaces; returns its state.
 
-    ``login``: also a login node, a real sshd in its own namespace that lets in
+    ``cpus_per_node``: the CPUs slurm.conf declares on each node (they all share this machine's
+    cores; more lets more jobs run at once). ``login``: also a login node, a real sshd in its own namespace that lets in
     the invoking user and ``login_users`` (created when missing) with the
     cluster's key (:mod:`.login`).
 
@@ -90,7 +92,7 @@ def up(
     """
     check_host()
     with _exclusive(state_dir):
-        return _up(nodes, accounting, state_dir, progress, runner, timeout, login, login_users)
+        return _up(nodes, accounting, state_dir, progress, runner, timeout, login, login_users, cpus_per_node)
 
 
 def down(
@@ -131,11 +133,13 @@ def _up(
     timeout: float,
     login: bool = False,
     login_users: Sequence[str] = (),
+    cpus_per_node: int = config.CPUS_PER_NODE,
 ) -> ClusterState:
     say: Callable[[str], None] = progress or (lambda _m: None)
     runner = runner or Runner()
     sdir = default_state_dir(state_dir)
     _check_socket_room(sdir, nodes)
+    config.check_cpus_per_node(cpus_per_node)
     login = login or bool(login_users)
     layout = config.make_layout(sdir, nodes, login=login)
     previous = read_state(sdir)
@@ -184,6 +188,7 @@ def _up(
         host_netns=bringup.host_netns(),
         accounting=accounting,
         started_at=time.time(),
+        cpus_per_node=cpus_per_node,
     )
     if login:
         from torchhpc.devcluster.login import invoking_user

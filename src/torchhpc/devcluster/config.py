@@ -42,7 +42,8 @@ CONTROLLER = "ctl"
 # The login node (``up --login``): an sshd in its own namespace, no slurmd.
 LOGIN = "login"
 PARTITION = "debug"
-CPUS_PER_NODE = 4
+CPUS_PER_NODE = 4  # the default of `devcluster up --cpus-per-node`
+MAX_CPUS_PER_NODE = 256
 MAX_NODES = 64
 # A private /24 that exists only inside the cluster's namespaces: the host's
 # routing table never sees it, so it cannot clash with the machine's network.
@@ -144,6 +145,13 @@ def netns_prefix_for(state_dir: str) -> str:
     return f"torchhpc-{digest}"
 
 
+def check_cpus_per_node(cpus: int) -> None:
+    """``--cpus-per-node`` within what slurm.conf may declare here (one error line, no bring-up)."""
+    if not 1 <= cpus <= MAX_CPUS_PER_NODE:
+        raise UsageError(f"--cpus-per-node {cpus} is out of range",
+                         f"declare 1 to {MAX_CPUS_PER_NODE} CPUs a node (default {CPUS_PER_NODE})")
+
+
 def make_layout(state_dir: str, nodes: int, subnet: str = DEFAULT_SUBNET, login: bool = False) -> Layout:
     """Node names ``node1..nodeN``; the controller takes the subnet's first address."""
     if not 1 <= nodes <= MAX_NODES:
@@ -168,11 +176,15 @@ def make_layout(state_dir: str, nodes: int, subnet: str = DEFAULT_SUBNET, login:
     )
 
 
-def render_slurm_conf(layout: Layout, *, accounting: bool, real_memory_mb: int, first_job_id: int = 1) -> str:
+def render_slurm_conf(layout: Layout, *, accounting: bool, real_memory_mb: int, first_job_id: int = 1,
+                      cpus_per_node: int = CPUS_PER_NODE) -> str:
     """slurm.conf for the whole cluster (controller, nodes and clients read the same file).
 
     ``first_job_id``: job ids go on where the last cluster in this state directory stopped
-    (``FirstJobId``), so a job directory ``<name>-<id>/`` of an earlier cluster is never hit again."""
+    (``FirstJobId``), so a job directory ``<name>-<id>/`` of an earlier cluster is never hit again.
+    ``cpus_per_node``: what each node declares; they all share the machine's cores anyway, so more
+    only lets more jobs run at once (the test suite's cluster, where jobs must wait on the machine,
+    never on a full queue)."""
     p = layout.path
     lines = [
         "# Written by `torchhpc devcluster up`; rewritten on every up.",
@@ -235,7 +247,7 @@ def render_slurm_conf(layout: Layout, *, accounting: bool, real_memory_mb: int, 
         lines.append("AccountingStorageType=accounting_storage/none")
     for name, ip in zip(layout.nodes, layout.node_ips):
         lines.append(
-            f"NodeName={name} NodeAddr={ip} NodeHostname={name} CPUs={CPUS_PER_NODE} "
+            f"NodeName={name} NodeAddr={ip} NodeHostname={name} CPUs={cpus_per_node} "
             f"RealMemory={real_memory_mb} State=UNKNOWN"
         )
     lines.append(

@@ -65,6 +65,8 @@ class ClusterState:
     # ``up --login``: the login node's address ("" without one) and who may ssh in.
     login_ip: str = ""
     login_users: list[str] = field(default_factory=list)
+    # CPUs slurm.conf declares on each node (not the machine's cores: every node shares those)
+    cpus_per_node: int = config.CPUS_PER_NODE
 
     controller: str = CONTROLLER
 
@@ -140,6 +142,7 @@ class ClusterState:
             "bin_dir": self.bin_dir,
             "host_netns": self.host_netns,
             "accounting": self.accounting,
+            "cpus_per_node": self.cpus_per_node,
             "daemons": [d.to_json() for d in self.daemons],
             "up_seconds": self.up_seconds,
             "started_at": self.started_at,
@@ -168,6 +171,7 @@ class ClusterState:
             bin_dir=d["bin_dir"],
             host_netns=d["host_netns"],
             accounting=bool(d["accounting"]),
+            cpus_per_node=int(d.get("cpus_per_node", config.CPUS_PER_NODE)),
             daemons=[Daemon.from_json(x) for x in d.get("daemons", [])],
             up_seconds=float(d.get("up_seconds", 0.0)),
             started_at=float(d.get("started_at", 0.0)),
