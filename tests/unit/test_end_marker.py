@@ -207,3 +207,22 @@ def test_status_keeps_the_controllers_word_otherwise(tmp_path: Path) -> None:
     assert settled(JobStatus("1", "PENDING"), str(tmp_path)).state == "PENDING"  # requeued: the old run's
     assert settled(JobStatus("1", "RUNNING", restarts=1), str(tmp_path)).state == "RUNNING"
     assert settled(JobStatus("1", "FAILED", exit_code=1), str(tmp_path)).exit_code == 1  # terminal: as said
+
+
+def test_a_wait_that_times_out_on_a_pending_job_names_the_schedulers_reason() -> None:
+    """The CI failure that asked for it read "still PENDING after 240s": not whether the job waited for
+    nodes, a dependency or a limit. ``torchhpc wait --timeout`` and ``Executor.result(timeout=)`` say it."""
+    from torchhpc.errors import WaitTimeout
+    from torchhpc.schedulers.slurm.slurm import SlurmScheduler
+
+    class Queued(SlurmScheduler):
+        def status(self, job_id: str) -> JobStatus:
+            return JobStatus(job_id, "PENDING", reason="Resources")
+
+        def end_dir(self, job_id: str) -> None:
+            return None
+
+    with pytest.raises(WaitTimeout, match=r"slurm:7 still PENDING \(Resources\) after 0s"):
+        Queued().wait("7", timeout=0.05, poll=0.01)
+    assert JobStatus("7", "RUNNING", reason="None").waiting_on() == "RUNNING"
+    assert JobStatus("7", "PENDING", reason="None").waiting_on() == "PENDING"

@@ -317,7 +317,7 @@ class FunctionJob:
                 return sched.wait(self._own_id(), timeout=60, poll=self.poll), self.function_dir.records(self.task)
             if timeout is not None and now - start > timeout:
                 raise WaitTimeout(
-                    f"{self} still {st.state if st else 'not ended'} after {timeout:.0f}s (the wait timed out; the job goes on)",
+                    f"{self} still {st.waiting_on() if st else 'not ended'} after {timeout:.0f}s (the wait timed out; the job goes on)",
                     f"call result() again to keep waiting, or cancel() it; its logs: {self}.logs()",
                 )
             time.sleep(max(watch.pause(), min(self.poll, 0.1)))

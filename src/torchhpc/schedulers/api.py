@@ -101,6 +101,13 @@ class JobStatus:
     def ok(self) -> bool:
         return self.state == "COMPLETED" and (self.exit_code in (0, None))
 
+    def waiting_on(self) -> str:
+        """``PENDING (Resources)``: the state, with the scheduler's reason while the job waits (a wait
+        that times out on a pending job says why it never started, not only that it did not)."""
+        if self.state == "PENDING" and self.reason and self.reason not in ("None", "(null)"):
+            return f"{self.state} ({self.reason})"
+        return self.state
+
     def line(self) -> str:
         bits = [f"{self.job_id}", self.state]
         if self.exit_code is not None:
@@ -320,7 +327,7 @@ class Scheduler(ABC):
             if watch.ended and st is not None:
                 return st
             if timeout is not None and elapsed > timeout:
-                state = st.state if st is not None else "not ended"
+                state = st.waiting_on() if st is not None else "not ended"
                 raise WaitTimeout(
                     f"job {self.name}:{job_id} still {state} after {timeout:.0f}s (the wait timed out; the job goes on)",
                     f"`torchhpc status {self.name}:{job_id}` to look again, `torchhpc cancel` to stop it",
