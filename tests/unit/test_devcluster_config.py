@@ -98,7 +98,8 @@ def test_up_refuses_cpus_per_node_out_of_range_in_one_line(
 ) -> None:
     import torchhpc.devcluster.cluster as cluster
 
-    monkeypatch.setattr(cluster, "check_host", lambda: None)  # root or not, the value is refused first
+    # refused first: before the host (root, Linux), the state dir (too long under xdist) or any package
+    monkeypatch.setattr(cluster, "check_host", lambda: pytest.fail("looked at the host"))
     monkeypatch.setattr(cluster, "ensure_packages", lambda *a, **k: pytest.fail("installed packages"))
     rc = main(["devcluster", "up", "--state-dir", str(tmp_path), "--cpus-per-node", cpus])
     err = capsys.readouterr().err

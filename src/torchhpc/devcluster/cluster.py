@@ -90,6 +90,7 @@ def up(
     already up in ``state_dir``, or when a daemon fails to start (then
     everything started so far is stopped again and the logs are kept).
     """
+    config.check_cpus_per_node(cpus_per_node)  # a value refused before anything about the host
     check_host()
     with _exclusive(state_dir):
         return _up(nodes, accounting, state_dir, progress, runner, timeout, login, login_users, cpus_per_node)
@@ -139,7 +140,6 @@ def _up(
     runner = runner or Runner()
     sdir = default_state_dir(state_dir)
     _check_socket_room(sdir, nodes)
-    config.check_cpus_per_node(cpus_per_node)
     login = login or bool(login_users)
     layout = config.make_layout(sdir, nodes, login=login)
     previous = read_state(sdir)
