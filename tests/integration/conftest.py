@@ -4,9 +4,10 @@ Bring the cluster up once (as root, on Linux)::
 
     torchhpc devcluster up --nodes 4 --cpus-per-node 12 --accounting
 
-(scripts/test.sh's command; 12 CPUs a node so that tests side by side never queue for one), then mark a test ``@pytest.mark.cluster("slurm")`` and take ``slurm_cluster``
-(the :class:`~torchhpc.devcluster.ClusterState`) or ``slurm`` (a
-:class:`SlurmClient` with submit/wait/sacct helpers). Without a cluster those
+(scripts/test.sh's command; 12 CPUs a node so that tests side by side never queue for one),
+then mark a test ``@pytest.mark.cluster("slurm")`` and take ``slurm_cluster`` (the
+:class:`~torchhpc.devcluster.ClusterState`) or ``slurm`` (a :class:`SlurmClient` with
+submit/wait/sacct helpers). Without a cluster those
 tests skip locally and fail when ``CI=true``.
 
 Jobs see this machine's filesystem, so a test can write a script under

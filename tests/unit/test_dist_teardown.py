@@ -85,12 +85,12 @@ def busy_loops(n: int) -> Iterator[None]:
             h.wait()
 
 
-
 def test_busy_loops_top_the_load_up_and_never_add_to_a_loaded_machine() -> None:
     assert hogs_wanted(2, 0.1, 2) == 2  # quiet: both loops
     assert hogs_wanted(2, 3.0, 2) == 1  # one process's worth already beyond the CPUs
     assert hogs_wanted(2, 11.0, 2) == 0  # the suite side by side
     assert hogs_wanted(2, 0.0, 64) == 2  # never more than asked
+
 
 def free_port() -> int:
     with socket.socket() as s:

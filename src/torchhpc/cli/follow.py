@@ -35,7 +35,7 @@ def follow(
     watch = hang_watch(scheduler, job_id, hang_timeout, on_hang) if hang_timeout else None
 
     def show(st: JobStatus, elapsed: float) -> None:
-        reason = f" ({st.reason})" if st.reason and st.reason not in ("None", "(null)") else ""
+        reason = f" ({st.told_reason})" if st.told_reason else ""
         progress.update(f"{scheduler.name}:{job_id} {st.state}{reason} elapsed {elapsed:.0f}s")
         if watch is not None:
             watch.check(st.state)

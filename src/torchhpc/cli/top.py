@@ -116,7 +116,7 @@ def _look(sched: Any, alloc: Any, ranks: Optional[list[int]], nodes: Optional[li
     if st.terminal:
         return [], title + ": ended", live
     if st.state != "RUNNING":
-        reason = f" ({st.reason})" if st.reason and st.reason not in ("None", "(null)") else ""
+        reason = f" ({st.told_reason})" if st.told_reason else ""
         return [], f"{title}{reason}: no rank runs yet", live
     here = alloc.here
     on = alloc.nodes(st)  # the status just read: not asked again

@@ -82,8 +82,8 @@ def up(
     """Bring up a real multi-node Slurm cluster in network namespaces; returns its state.
 
     ``cpus_per_node``: the CPUs slurm.conf declares on each node (they all share this machine's
-    cores; more lets more jobs run at once). ``login``: also a login node, a real sshd in its own namespace that lets in
-    the invoking user and ``login_users`` (created when missing) with the
+    cores; more lets more jobs run at once). ``login``: also a login node, a real sshd in its own
+    namespace that lets in the invoking user and ``login_users`` (created when missing) with the
     cluster's key (:mod:`.login`).
 
     Raises :class:`DevClusterError` when not root/Linux, when a cluster is

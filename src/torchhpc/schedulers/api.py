@@ -101,19 +101,24 @@ class JobStatus:
     def ok(self) -> bool:
         return self.state == "COMPLETED" and (self.exit_code in (0, None))
 
+    @property
+    def told_reason(self) -> str:
+        """The scheduler's reason, or "" where it gave none (Slurm prints ``None`` or ``(null)``)."""
+        return "" if self.reason in ("None", "(null)") else self.reason
+
     def waiting_on(self) -> str:
         """``PENDING (Resources)``: the state, with the scheduler's reason while the job waits (a wait
         that times out on a pending job says why it never started, not only that it did not)."""
-        if self.state == "PENDING" and self.reason and self.reason not in ("None", "(null)"):
-            return f"{self.state} ({self.reason})"
+        if self.state == "PENDING" and self.told_reason:
+            return f"{self.state} ({self.told_reason})"
         return self.state
 
     def line(self) -> str:
         bits = [f"{self.job_id}", self.state]
         if self.exit_code is not None:
             bits.append(f"exit={self.exit_code}")
-        if self.reason and self.reason not in ("None", "(null)"):
-            bits.append(f"reason={self.reason}")
+        if self.told_reason:
+            bits.append(f"reason={self.told_reason}")
         if self.elapsed:
             bits.append(f"elapsed={self.elapsed}")
         if self.nodes:
