@@ -122,6 +122,39 @@ def test_local_supervisor_reason_names_the_rank() -> None:
     assert v.consequences == (0,)
 
 
+@pytest.mark.parametrize(("said", "stopped"), [
+    ("no other rank was running", ()),
+    ("stopped rank 2, still running", (2,)),
+    ("stopped ranks 0,3, still running", (0, 3)),
+    ("stopped the other 3 ranks", (0, 2, 3)),
+])
+def test_local_consequences_are_the_ranks_the_supervisor_stopped(said: str, stopped: tuple[int, ...]) -> None:
+    """A rank that had ended with 0 before rank 1 failed is no consequence of it (seen: `then ranks 0
+    failed as a consequence` after `no other rank was running`)."""
+    from torchhpc.jobdir.logs import Line
+
+    reason = f"rank 1 exited with code 3; {said}"
+    v = diagnose(Evidence(lines=[Line(None, reason)], local=True, state="FAILED", exit_code=3, nproc_per_node=4,
+                          reason=reason))
+    assert v.first is not None and v.first.rank == 1 and v.consequences == stopped
+    out = v.render()
+    if len(stopped) == 1:
+        assert f"then rank {stopped[0]} failed as a consequence (lost its peer" in out, out
+    elif not stopped:
+        assert "consequence" not in out, out
+
+
+def test_stopped_words_read_back() -> None:
+    from torchhpc.core.processes import stopped_ranks, stopped_words
+
+    for stopped in ([], [2], [0, 3], [0, 2, 3]):
+        reason = f"rank 1 was killed by signal 9 (SIGKILL); {stopped_words(stopped, 4)}"
+        assert stopped_ranks(reason, 4) == set(stopped), reason
+    assert stopped_words([0], 2) == "stopped the other rank"
+    assert stopped_ranks("interrupted by SIGINT; stopped 2 running ranks of 2", 2) is None  # not a rank's failure
+    assert stopped_ranks("", 2) is None
+
+
 def test_json_has_the_same_verdict(tmp_path: Path) -> None:
     d = diagnose(_evidence("exception-mpirun", "mpirun", tmp_path)).to_json()
     assert d["class"] == "user-exception" and d["first"]["rank"] == 2 and d["first"]["class"] == "user-exception"

@@ -23,7 +23,8 @@ from typing import IO, Any, Optional
 from torchhpc.core.shell import join
 from torchhpc.errors import CommandNotFound, JobFailed
 
-__all__ = ["PREFIX", "RankProcesses", "describe_exit", "exit_status", "killpg", "stop_group"]
+__all__ = ["PREFIX", "RankProcesses", "describe_exit", "exit_status", "killpg", "stop_group", "stopped_ranks",
+           "stopped_words"]
 
 PREFIX = "[rank{rank}]: "
 # A torchhpc error as a script ends with it (thd.init's hook, a tool inside the job): every rank of a
@@ -40,6 +41,34 @@ def describe_exit(rank: int, returncode: int) -> str:
             name = "unknown signal"
         return f"rank {rank} was killed by signal {-returncode} ({name})"
     return f"rank {rank} exited with code {returncode}"
+
+
+def stopped_words(stopped: list[int], world: int) -> str:
+    """What a failed run did to its other ranks, in the words its reason keeps (:func:`stopped_ranks`
+    reads them back: ``diagnose`` counts as consequences only the ranks named here)."""
+    others = world - 1
+    if stopped and len(stopped) == others:
+        return f"stopped the other {others} ranks" if others > 1 else "stopped the other rank"
+    if stopped:
+        return f"stopped rank{'s' if len(stopped) > 1 else ''} {','.join(map(str, sorted(stopped)))}, still running"
+    return "no other rank was running"
+
+
+_FIRST = re.compile(r"^rank (\d+) (?:exited|was killed)")
+_STOPPED = re.compile(r"; (?:stopped the other (?:rank|\d+ ranks)|stopped ranks? ([\d,]+), still running|(no other rank was running))$")
+
+
+def stopped_ranks(reason: str, world: int) -> Optional[set[int]]:
+    """The ranks a failed run's reason says it stopped; None where the reason does not say (an
+    older record, an interrupted run): then the caller assumes every other rank."""
+    first, said = _FIRST.match(reason), _STOPPED.search(reason)
+    if first is None or said is None:
+        return None
+    if said.group(2):
+        return set()
+    if said.group(1):
+        return {int(r) for r in said.group(1).split(",")}
+    return set(range(world)) - {int(first.group(1))}
 
 
 def exit_status(returncode: int) -> int:
@@ -137,17 +166,17 @@ class RankProcesses:
     def run(self) -> int:
         handlers = self._install_handlers()
         failed: tuple[int, int] | None = None
-        stopped = 0
+        stopped: list[int] = []
         try:
             try:
                 self._start()
                 failed = self._watch()
             except _Stop as stop:
-                stopped = self._teardown()
+                n = len(self._teardown())
                 name = signal.Signals(stop.signum).name
                 raise JobFailed(
-                    f"interrupted by {name}; stopped " + (f"{stopped} running ranks of {len(self.envs)}" if stopped > 1 else
-                                                          f"{stopped} running rank of {len(self.envs)}"),
+                    f"interrupted by {name}; stopped " + (f"{n} running ranks of {len(self.envs)}" if n > 1 else
+                                                          f"{n} running rank of {len(self.envs)}"),
                     returncode=128 + stop.signum,
                 ) from None
             if failed is not None:
@@ -164,15 +193,8 @@ class RankProcesses:
             return 0
         rank, rc = failed
         self._show_tail(rank)
-        others = len(self.envs) - 1
-        if stopped == others and others:
-            what = f"stopped the other {others} ranks" if others > 1 else "stopped the other rank"
-        elif stopped:
-            what = f"stopped {stopped} other rank{'s' if stopped > 1 else ''} still running"
-        else:
-            what = "no other rank was running"
-        raise JobFailed(f"{describe_exit(rank, rc)}; {what}", hint=self._failure_hint(rank),
-                        returncode=exit_status(rc))
+        raise JobFailed(f"{describe_exit(rank, rc)}; {stopped_words(stopped, len(self.envs))}",
+                        hint=self._failure_hint(rank), returncode=exit_status(rc))
 
     def _failure_hint(self, rank: int) -> str:
         """Point at what the failed rank really left above, never at a traceback that is not there
@@ -231,9 +253,9 @@ class RankProcesses:
     def _running(self) -> list[int]:
         return [r for r in range(len(self.procs)) if self.codes[r] is None]
 
-    def _teardown(self) -> int:
-        """SIGTERM every running rank's group, SIGKILL after the grace period; how many were running."""
-        alive = self._running()
+    def _teardown(self) -> list[int]:
+        """SIGTERM every running rank's group, SIGKILL after the grace period; the ranks that were running."""
+        alive = list(self._running())
         for r in alive:
             killpg(self.procs[r].pid, signal.SIGTERM)
         deadline = time.monotonic() + self.grace
@@ -244,7 +266,7 @@ class RankProcesses:
         deadline = time.monotonic() + self.grace
         while self._running() and time.monotonic() < deadline:
             time.sleep(self.poll)
-        return len(alive)
+        return alive
 
     def _sweep(self) -> None:
         """Kill what a rank left behind in its group: a job's processes end with the job."""

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
+from torchhpc.core.processes import stopped_ranks
 from torchhpc.diagnose.classify import CLASSES, classify_text, launcher_events
 from torchhpc.diagnose.flight import Finding, post_mortem
 from torchhpc.jobdir.logs import Line, format_ranks
@@ -114,12 +115,14 @@ class Verdict:
                 out.append(f"  at {f.where}")
             if f.log:
                 out.append(f"  log: {f.log}")
+        who = f"rank{'s' if len(self.consequences) > 1 else ''} {format_ranks(self.consequences)}"
         if self.consequences and self.klass in ("hang", "collective-mismatch"):
-            out.append(f"  ranks {format_ranks(self.consequences)} waited for it in a collective")
+            out.append(f"  {who} waited for it in a collective")
         elif self.consequences and self.klass == "cancelled":
-            out.append(f"  ranks {format_ranks(self.consequences)} were stopped with it")
+            out.append(f"  {who} {'were' if len(self.consequences) > 1 else 'was'} stopped with it")
         elif self.consequences:
-            out.append(f"  then ranks {format_ranks(self.consequences)} failed as a consequence (lost their peer, or stopped by the launcher)")
+            out.append(f"  then {who} failed as a consequence (lost {'their' if len(self.consequences) > 1 else 'its'} "
+                       "peer, or stopped by the launcher)")
         out.append(f"  next: {self.next_step}")
         return "\n".join(out[:8]) + "\n"
 
@@ -273,8 +276,9 @@ def _verdict(ev: Evidence, per_rank: dict[int, list[str]], job_lines: list[str],
     # every other rank of a failed job ended because of it: its launcher stopped it, or it lost its peer
     # (a rank stopped before it printed anything has only its log file, created at its start)
     others = set(failures) | stopped | set(ev.rank_logs)
-    if ev.local:  # the local supervisor stops every other rank of the run when one fails, as srun does
-        others |= set(range(ev.nproc_per_node))
+    if ev.local:  # the local supervisor stops the other ranks still running when one fails, and says which
+        named = stopped_ranks(ev.reason, ev.nproc_per_node)
+        others |= set(range(ev.nproc_per_node)) if named is None else named
     consequences = tuple(sorted(r for r in others if first is None or r != first.rank))
     meaning, step = CLASSES.get(klass, CLASSES["unknown"])
     if first is not None and first.rank >= 0:
