@@ -23,6 +23,7 @@ from typing import Any
 from torchhpc.config import Value, flight_recorder_value, hang_timeout_value, load_config, pick, pick_profile
 from torchhpc.core.shell import Raw
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec, env_pairs
+from torchhpc.core.units import counted
 from torchhpc.errors import SpecError, UsageError
 
 __all__ = ["FLAGS", "build_spec", "default_name", "resolve_values"]
@@ -204,7 +205,7 @@ def _geometry(values: Mapping[str, Any], env: Mapping[str, str], gpus: int) -> t
                 f"give a multiple of {nodes}, or --nproc-per-node N for N per node",
             )
         if per_node is not None and per_node * nodes != total:
-            raise UsageError(f"--ntasks {total} and {per_node} per node on {nodes} node(s) disagree", "give one of them")
+            raise UsageError(f"--ntasks {total} and {per_node} per node on {counted(nodes, 'node')} disagree", "give one of them")
         per_node = total // nodes
     return nodes, pick("nproc_per_node", per_node, flag="--nproc-per-node", environ=env, default=gpus or 1, cast=int).value
 

@@ -77,7 +77,7 @@ def _iperf(state: ClusterState) -> float:
 def test_bad_input_is_one_line_with_a_hint(slurm_cluster: ClusterState, tmp_path: Path) -> None:
     for extra, message in ((["--nodelist", "node[3,9]"], "node9 is not a node of this cluster"),
                            (["--nodes", "4", "--budget", "20"], "--budget 20s is too small for 4 nodes"),
-                           (["--nodes", "9"], "this cluster has 4 node(s)")):
+                           (["--nodes", "9"], "this cluster has 4 nodes")):
         r = subprocess.run([PYTHON, "-m", "torchhpc", "bench", "nodes", "--scheduler", "slurm", *extra,
                             "--out", str(tmp_path)], env=slurm_cluster.client_env(), cwd=tmp_path,
                            capture_output=True, text=True, timeout=120)

@@ -69,7 +69,7 @@ def test_every_node_taken_is_resources(slurm: SlurmClient, jobs: list[str]) -> N
     p = pending(slurm, jobs[1], "Resources")["pending"]
     assert p["category"] == "resources"
     text = "\n".join(p["evidence"])
-    assert "0 idle, 4 allocated" in text and f"job {jobs[0]} (hog, root, 4 node(s)" in text, p
+    assert "0 idle, 4 allocated" in text and f"job {jobs[0]} (hog, root, 4 nodes" in text, p
     assert text_status(slurm, jobs[1]).splitlines()[1].startswith("pending: waiting for nodes")
 
 

@@ -61,7 +61,7 @@ def test_table_has_nccl_tests_shape() -> None:
 def test_wrong_values_fail_and_min_bw() -> None:
     bad = make_result(wrong=3)
     assert "# Out of bounds values : 3 FAILED" in render_table(bad)
-    assert bad.failures() == ["3 wrong value(s) in the correctness check (#wrong column)"]
+    assert bad.failures() == ["3 wrong values in the correctness check (#wrong column)"]
     good = make_result()
     assert good.failures() == [] and good.failures(min_bw=0.001) == []
     msg = good.failures(min_bw=1000)

@@ -22,7 +22,7 @@ def test_sweep_dry_run_shows_every_job_and_touches_nothing(
     out = capsys.readouterr().out
     assert rc == 0
     for i, n in enumerate((1, 2, 4), 1):
-        assert f"# === sweep job {i} of 3: {n} node(s)" in out
+        assert f"# === sweep job {i} of 3: {n} node{'s' if n > 1 else ','}" in out
         assert f"#SBATCH --nodes={n}\n" in out
     assert out.count("sbatch --parsable") == 3 and out.count("-m torchhpc.bench") >= 3
     assert "-e 1G" in out or "'-e' '1G'" in out or "-e '1G'" in out

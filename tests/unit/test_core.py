@@ -6,7 +6,7 @@ import pytest
 
 from torchhpc.core.hostlist import compress, expand, first_host, read_nodefile
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
-from torchhpc.core.units import format_bytes, format_walltime, parse_size, parse_walltime
+from torchhpc.core.units import counted, format_bytes, format_walltime, parse_size, parse_walltime
 from torchhpc.errors import SpecError
 
 
@@ -98,3 +98,20 @@ def test_spec_geometry_and_errors() -> None:
         JobSpec(e, time="soon")
     with pytest.raises(SpecError, match="container runtime"):
         ContainerSpec("img", runtime="lxc")
+
+
+def test_counted_says_one_or_many_never_parenthesised() -> None:
+    assert [counted(n, "node") for n in (0, 1, 2)] == ["0 nodes", "1 node", "2 nodes"]
+    assert counted(1, "process", "processes") == "1 process" and counted(3, "process", "processes") == "3 processes"
+
+
+def test_no_message_counts_with_a_parenthesised_plural() -> None:
+    """`1 node(s) x 2 rank(s)` on every submit: counts read as a person writes them (core.units.counted)."""
+    import re
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[2] / "src" / "torchhpc"
+    found = [f"{p.relative_to(src)}:{i}" for p in src.rglob("*.py")
+             for i, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"\}\s*[\w ]*\w\((s|es)\)", line) and "help=" not in line]
+    assert not found, found

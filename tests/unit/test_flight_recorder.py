@@ -31,7 +31,7 @@ def test_the_planted_hang_is_classified_from_the_dumps() -> None:
     assert sorted(dumps) == [0, 1, 2, 3]
     [v] = behind(dumps)
     assert v.behind == (3,) and v.seq[3] == 1 and v.waiting_in == "nccl:all_reduce"
-    assert v.lines() == ["flight recorder: rank(s) 3 of process group 0 are behind: rank 3 at collective 1; "
+    assert v.lines() == ["flight recorder: rank 3 of process group 0 is behind: rank 3 at collective 1; "
                          "the others reached 2 (nccl:all_reduce)"]
 
 

@@ -39,14 +39,14 @@ def test_each_recorded_job_gets_its_category(name: str, category: str) -> None:
 def test_resources_names_what_the_nodes_are_doing_and_the_estimate() -> None:
     p = of("resources")
     text = "\n".join(p.evidence)
-    assert "0 idle, 4 allocated, 0 drained, 0 down (of 4); it asks 2 node(s)" in text
-    assert "node[1-4]: job 15 (hog, root, 4 node(s), until 2026-11-26T03:38:02)" in text
+    assert "0 idle, 4 allocated, 0 drained, 0 down (of 4); it asks 2 nodes" in text
+    assert "node[1-4]: job 15 (hog, root, 4 nodes, until 2026-11-26T03:38:02)" in text
     assert p.action == "nothing to change: Slurm expects it to start at 2026-11-26T03:38:02 on node[1-2]"
 
 
 def test_priority_lists_the_jobs_ahead() -> None:
     p = of("priority")
-    assert "jobs ahead of it in debug: 1 (16 want2 2 node(s))" in p.evidence
+    assert "jobs ahead of it in debug: 1 (16 want2 2 nodes)" in p.evidence
 
 
 def test_dependency_gives_each_dependency_state() -> None:
@@ -62,7 +62,7 @@ def test_held_suggests_the_release() -> None:
 def test_limit_names_the_qos_limit_and_value() -> None:
     p = of("limit")
     assert p.summary == "held back by QOS pendtest's limit MaxTRESPerUser cpu=2"
-    assert "your running jobs in QOS pendtest: 1 (5 first: 1 node(s), 2 CPU(s))" in p.evidence
+    assert "your running jobs in QOS pendtest: 1 (5 first: 1 node, 2 CPUs)" in p.evidence
 
 
 def test_a_job_over_the_limit_alone_can_never_run() -> None:

@@ -118,7 +118,7 @@ def test_infrastructure_classes_restart_and_the_others_fail_fast() -> None:
 def test_golden_runtime() -> None:
     sub = KubernetesScheduler(runner=FakeRunner()).render(spec(max_restarts=3))
     check_golden(GOLDEN, sub.script or "")
-    assert any("restarts up to 3 time(s)" in n for n in sub.notes), sub.notes
+    assert any("restarts up to 3 times" in n for n in sub.notes), sub.notes
 
 
 def test_no_runtime_without_restarts_and_a_users_runtime_is_not_replaced_silently() -> None:

@@ -39,7 +39,7 @@ from datetime import timedelta
 from typing import Any
 
 from torchhpc.bench import nodes_plan as plan
-from torchhpc.core.units import parse_size
+from torchhpc.core.units import counted, parse_size
 
 __all__ = ["PREFIX", "main", "natural_key", "node_name"]
 
@@ -330,7 +330,7 @@ class _Worker:
         return box[0]
 
     def run(self) -> dict[str, Any]:
-        self.say(f"{len(self.nodes)} node(s) {', '.join(self.nodes)}; {self.ctx.world_size} ranks, "
+        self.say(f"{counted(len(self.nodes), 'node')} {', '.join(self.nodes)}; {self.ctx.world_size} ranks, "
                  f"{self.ctx.backend}" + ("; the nodes share one kernel (namespaces on one machine)"
                                           if self.shared else ""))
         checks = [("matmul", "TFLOP/s" if self.cuda else "GFLOP/s"), ("copy", "GB/s"), ("intra-node", "GB/s")]
@@ -363,7 +363,7 @@ class _Worker:
                 self.run_round(r, "ring", f"ring round {i}/{len(rounds)}")
         bad, confirm = self._decide("confirm", ring)
         if bad:
-            self.say(f"suspects {', '.join(bad)}: {sum(len(r) for r, _ in confirm)} confirmation pair(s) "
+            self.say(f"suspects {', '.join(bad)}: {counted(sum(len(r) for r, _ in confirm), 'confirmation pair')} "
                      "with known-good nodes")
         for i, (r, ref) in enumerate(confirm, 1):
             pairs = [(p[0], p[1]) for p in r]

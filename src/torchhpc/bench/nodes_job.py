@@ -24,6 +24,7 @@ from typing import Any
 from torchhpc.bench import nodes_plan as plan
 from torchhpc.core import hostlist
 from torchhpc.core.spec import Entrypoint, JobSpec
+from torchhpc.core.units import counted
 from torchhpc.errors import JobFailed, UsageError
 from torchhpc.schedulers import scheduler_class
 
@@ -67,7 +68,7 @@ def resolve_nodes(scheduler: Any, nodes: int | None, nodelist: str | None,
             raise UsageError(f"--nodelist {nodelist}: {', '.join(unknown)} is not a node of this cluster",
                              f"`sinfo -N` lists {hostlist.compress(known)}")
         if nodes is not None and nodes != len(names):
-            raise UsageError(f"--nodes {nodes} but --nodelist {nodelist} names {len(names)} node(s)",
+            raise UsageError(f"--nodes {nodes} but --nodelist {nodelist} names {counted(len(names), 'node')}",
                              "give one of them")
         return len(names), names, False
     alloc = scheduler.allocation_of("", env)  # salloc, an sbatch script, a PBS job: the nodes it holds
@@ -80,7 +81,7 @@ def resolve_nodes(scheduler: Any, nodes: int | None, nodelist: str | None,
                          "give --scheduler slurm (or pbs) for more nodes; local runs the one-node checks")
     known = cluster_nodes(scheduler)
     if known and n > len(known):
-        raise UsageError(f"--nodes {n} but this cluster has {len(known)} node(s) ({hostlist.compress(known)})",
+        raise UsageError(f"--nodes {n} but this cluster has {counted(len(known), 'node')} ({hostlist.compress(known)})",
                          f"give --nodes {len(known)} or fewer")
     return n, None, False
 
@@ -218,6 +219,6 @@ def summary(run: NodesRun, bad: Sequence[str]) -> str:
     r = run.report
     pairs = len(r.get("pairs", []))
     links = slow_links(run)
-    verdict = (f"; SLOW/FAIL: {', '.join(bad)}" if bad else "") + (f"; slow link(s): {', '.join(links)}" if links else "")
-    return (f"{len(r['nodes'])} node(s), {pairs} pair measurement(s) of {r['size'] / 2**20:g} MiB, "
+    verdict = (f"; SLOW/FAIL: {', '.join(bad)}" if bad else "") + (f"; slow link{'s' if len(links) > 1 else ''}: {', '.join(links)}" if links else "")
+    return (f"{counted(len(r['nodes']), 'node')}, {counted(pairs, 'pair measurement')} of {r['size'] / 2**20:g} MiB, "
             f"job {run.job}, {run.seconds:.0f}s in all" + (verdict or "; all PASS"))

@@ -30,6 +30,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+from torchhpc.core.units import counted
 from torchhpc.errors import UsageError
 
 __all__ = [
@@ -270,7 +271,7 @@ def node_rows(nodes: Sequence[str], figures: Mapping[str, Mapping[str, float | N
         ratio, fig = max(got, key=lambda rv: rv[0] or 0.0) if got else (None, None)
         v = FAIL if ratio is None else (SLOW if ratio < slow_ratio else PASS)
         node_verdict[n] = v
-        note = f"best of {len(mine)} pair(s)" + (f", {len(mine) - len(got)} failed" if len(got) < len(mine) else "")
+        note = f"best of {counted(len(mine), 'pair')}" + (f", {len(mine) - len(got)} failed" if len(got) < len(mine) else "")
         rows.append(Row(n, "pair busbw", fig, "GB/s", ratio, v, "pairwise", note))
     for p, (ratio, fig) in scores.items():
         v = FAIL if ratio is None else (SLOW if ratio < slow_ratio else PASS)

@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 
 from torchhpc.bench.report import BenchResult
-from torchhpc.core.units import format_bytes
+from torchhpc.core.units import counted, format_bytes
 from torchhpc.errors import UsageError
 
 __all__ = ["check_available", "plot_results"]
@@ -53,7 +53,7 @@ def plot_results(results: Sequence[BenchResult], path: str | os.PathLike[str], t
                 continue
             xs, ys = zip(*pts)
             ticks.update(xs)
-            label = f"{r.nodes} node(s), {r.world_size} ranks" if many else c.collective
+            label = f"{counted(r.nodes, 'node')}, {counted(r.world_size, 'rank')}" if many else c.collective
             if many and len(r.results) > 1:
                 label = f"{c.collective}, {label}"
             ax.plot(xs, ys, marker="o", markersize=3, label=label)

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from torchhpc.core.units import format_bytes
+from torchhpc.core.units import counted, format_bytes
 from torchhpc.errors import UsageError
 
 __all__ = [
@@ -120,7 +120,7 @@ class BenchResult:
         """Why this run fails (empty when it passes): wrong values, or busbw under ``--min-bw``."""
         out = []
         if self.wrong:
-            out.append(f"{self.wrong} wrong value(s) in the correctness check (#wrong column)")
+            out.append(f"{counted(self.wrong, 'wrong value')} in the correctness check (#wrong column)")
         if min_bw is not None and self.avg_busbw < min_bw:
             out.append(f"average bus bandwidth {self.avg_busbw:.3f} GB/s is below --min-bw {min_bw:g} GB/s")
         return out
@@ -310,7 +310,7 @@ def sweep_markdown(results: Sequence[BenchResult], collective: str | None = None
     names = [c.collective for c in results[0].results] if results else []
     chosen = [collective] if collective else names
     out = ["# torchhpc bench report", ""]
-    out.append(f"{len(results)} run(s); bandwidths in GB/s (1 GB = 1e9 bytes) and Gbps (x8); "
+    out.append(f"{counted(len(results), 'run')}; bandwidths in GB/s (1 GB = 1e9 bytes) and Gbps (x8); "
                "out-of-place where torch has it, else in-place. `torchhpc bench explain` says what busbw means.")
     out.append("")
     for name in chosen:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from torchhpc.bench.report import load_results, sweep_markdown
 from torchhpc.core.spec import Entrypoint, JobSpec
+from torchhpc.core.units import counted
 from torchhpc.errors import TorchHPCError, UsageError
 
 __all__ = ["SweepJob", "parse_nodes", "plan", "run_sweep", "write_report"]
@@ -103,7 +104,7 @@ def run_sweep(
     for i, job in enumerate(jobs, 1):
         Path(job.spec.output_dir).mkdir(parents=True, exist_ok=True)
         job_id = scheduler.submit(job.spec)
-        tag = f"[{i}/{len(jobs)}] {job.nodes} node(s) {scheduler.name}:{job_id}"
+        tag = f"[{i}/{len(jobs)}] {counted(job.nodes, 'node')} {scheduler.name}:{job_id}"
 
         def show(st: JobStatus, elapsed: float, tag: str = tag) -> None:
             say(f"{tag} {st.state} elapsed {elapsed:.0f}s")
@@ -111,12 +112,12 @@ def run_sweep(
         try:
             st = scheduler.wait(job_id, poll=poll, timeout=timeout, progress=show)
         except TorchHPCError as e:
-            failed.append(f"{job.nodes} node(s): {e.message}")
+            failed.append(f"{counted(job.nodes, 'node')}: {e.message}")
             continue
         if not st.ok:
-            failed.append(f"{job.nodes} node(s): job {job_id} {st.line()}")
+            failed.append(f"{counted(job.nodes, 'node')}: job {job_id} {st.line()}")
         elif not os.path.exists(job.json_path):
-            failed.append(f"{job.nodes} node(s): job {job_id} completed but wrote no {job.json_path}")
+            failed.append(f"{counted(job.nodes, 'node')}: job {job_id} completed but wrote no {job.json_path}")
     return failed
 
 

@@ -23,6 +23,7 @@ from torchhpc.bench.command import (
     size_arg,
 )
 from torchhpc.cli.common import add_subparser, announce_target
+from torchhpc.core.units import counted
 from torchhpc.errors import JobFailed, UsageError
 
 EXAMPLES = """examples:
@@ -144,7 +145,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     announce_target(scheduler, dry_run=args.dry_run)
     if args.dry_run:  # every job, as `run --dry-run` shows one; nothing written, nothing submitted
         for i, job in enumerate(jobs, 1):
-            print(f"# === sweep job {i} of {len(jobs)}: {job.nodes} node(s), result {job.json_path} ===")
+            print(f"# === sweep job {i} of {len(jobs)}: {counted(job.nodes, 'node')}, result {job.json_path} ===")
             sys.stdout.write(str(scheduler.render(job.spec)))
         print(f"# then: wait for each, write {os.path.join(args.out, 'report.md')} and busbw.png from the results")
         return 0
@@ -162,7 +163,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if base.container is not None:
             hint += ("; in a container the image's python must import torchhpc (install it in the image, "
                      "or --bind a checkout and --env PYTHONPATH=CHECKOUT/src) and --out must be bound in")
-        raise JobFailed(f"{len(failed)} sweep job(s) failed: " + "; ".join(failed), hint)
+        raise JobFailed(f"{counted(len(failed), 'sweep job')} failed: " + "; ".join(failed), hint)
     return 0
 
 
@@ -208,9 +209,9 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     print()
     print(nodes_job.summary(run, bad))
     if args.exclude_file:
-        print(f"exclude list: {args.exclude_file} ({len(bad)} node(s)); next job: torchhpc run --exclude @{args.exclude_file} ...")
+        print(f"exclude list: {args.exclude_file} ({counted(len(bad), 'node')}); next job: torchhpc run --exclude @{args.exclude_file} ...")
     skipped = run.report.get("skipped_rounds") or []
-    late = (f"the budget ran out: {sum(len(r) for r in skipped)} pair(s) not measured "
+    late = (f"the budget ran out: {counted(sum(len(r) for r in skipped), 'pair')} not measured "
             f"({', '.join(k for r in skipped for k in r)})") if skipped else ""
     if bad:
         raise JobFailed(f"SLOW or FAIL: {', '.join(bad)}" + (f"; {late}" if late else ""),
@@ -218,7 +219,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
                         "--exclude, report it to the admins; docs/nodes.md explains the table")
     links = nodes_job.slow_links(run)
     if links:
-        raise JobFailed(f"slow link(s) between nodes that are fine otherwise: {', '.join(links)}" +
+        raise JobFailed(f"slow link{'s' if len(links) > 1 else ''} between nodes that are fine otherwise: {', '.join(links)}" +
                         (f"; {late}" if late else ""),
                         "a route or switch port between them; run again to confirm, then report it with --json")
     if late:

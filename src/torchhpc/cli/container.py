@@ -102,7 +102,7 @@ def cmd_recipe(args: argparse.Namespace) -> int:
     taken = [path for path in files if os.path.lexists(path)]
     if taken and not args.force:  # a Dockerfile in a project directory is usually the user's own
         raise UsageError(
-            f"--output {args.output}: {', '.join(taken)} already exist(s); torchhpc does not overwrite them",
+            f"--output {args.output}: {', '.join(taken)} {'already exists' if len(taken) == 1 else 'already exist'}; torchhpc does not overwrite them",
             "give another --output DIR, or add --force to replace them",
         )
     try:

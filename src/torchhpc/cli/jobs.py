@@ -212,5 +212,5 @@ def _prune(sched: Scheduler, name: str, days: float, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"pruned": [f"{name}:{j}" for j in gone]}))
     else:
-        eprint(f"forgot {len(gone)} ended {name} job{'s' if len(gone) != 1 else ''} older than {days:g} day(s)")
+        eprint(f"forgot {len(gone)} ended {name} job{'s' if len(gone) != 1 else ''} older than {days:g} day{'' if days == 1 else 's'}")
     return 0

@@ -18,6 +18,7 @@ from torchhpc.cli.follow import check_on_hang, follow, status_dict, task_index  
 from torchhpc.cli.jobargs import add_job_arguments, misplaced_flags, spec_from_args, split_program
 from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.core.exitcodes import help_table
+from torchhpc.core.units import counted
 from torchhpc.env.compat import preflight
 from torchhpc.errors import UsageError
 from torchhpc.jobdir.record import read_record
@@ -139,7 +140,7 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
                           "nodes": spec.nodes, "nproc_per_node": spec.nproc_per_node, "launcher": spec.launcher,
                           "target": target}))
         return 0
-    print(f"Submitted {handle} ({spec.name}: {spec.nodes} node(s) x {spec.nproc_per_node} rank(s), {spec.launcher})",
+    print(f"Submitted {handle} ({spec.name}: {counted(spec.nodes, 'node')} x {counted(spec.nproc_per_node, 'rank')}, {spec.launcher})",
           file=sys.stderr if args.json else sys.stdout)
     where = read_record(spec.scheduler, job_id).job_dir
     if where:

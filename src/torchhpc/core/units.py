@@ -1,4 +1,5 @@
-"""Sizes and wall times, parsed once with errors that name the value and its source."""
+"""Sizes, wall times and counts: parsed once with errors that name the value and its source, and
+printed the way a person writes them."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import re
 
 from torchhpc.errors import SpecError
 
-__all__ = ["format_bytes", "format_walltime", "parse_size", "parse_walltime"]
+__all__ = ["counted", "format_bytes", "format_walltime", "parse_size", "parse_walltime"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(i?B?)?\s*$", re.IGNORECASE)
 _POW = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
@@ -81,3 +82,8 @@ def format_walltime(seconds: int) -> str:
     m, s = divmod(rem, 60)
     hms = f"{h:02d}:{m:02d}:{s:02d}"
     return f"{d}-{hms}" if d else hms
+
+
+def counted(n: int, noun: str, plural: str = "") -> str:
+    """``1 node``, ``2 nodes``, ``2 processes``: a count as a sentence says it, never ``node(s)``."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"

@@ -351,7 +351,7 @@ class FlightVerdict:
             return [f"flight recorder: every rank of process group {self.pg} reached collective "
                     f"{max(self.seq.values(), default=0)}"]
         top = max(self.seq.values())
-        return [f"flight recorder: rank(s) {', '.join(map(str, self.behind))} of process group {self.pg} are behind: "
+        return [f"flight recorder: rank{'s' if len(self.behind) > 1 else ''} {', '.join(map(str, self.behind))} of process group {self.pg} {'are' if len(self.behind) > 1 else 'is'} behind: "
                 + ", ".join(f"rank {r} at collective {self.seq[r]}" for r in self.behind)
                 + f"; the others reached {top}" + (f" ({self.waiting_in})" if self.waiting_in else "")]
 

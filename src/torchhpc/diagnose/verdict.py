@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
 from torchhpc.core.processes import stopped_ranks
+from torchhpc.core.units import counted
 from torchhpc.diagnose.classify import CLASSES, classify_text, launcher_events
 from torchhpc.diagnose.flight import Finding, post_mortem
 from torchhpc.jobdir.logs import Line, format_ranks
@@ -224,7 +225,7 @@ def _verdict(ev: Evidence, per_rank: dict[int, list[str]], job_lines: list[str],
             consequence=klass == "lost-peer",
         )
     if failures:
-        seen.append(f"{len(failures)} rank log(s) with an error")
+        seen.append(f"{counted(len(failures), 'rank log')} with an error")
 
     # 3. the launcher's report: the rank's own end status, and who went first
     events = launcher_events(job_lines, ev.launcher, ev.nproc_per_node, local=ev.local)

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
+from torchhpc.core.units import counted
 from torchhpc.doctor.base import Check
 
 __all__ = ["PASS_SHARE", "WARN_SHARE", "gpu_checks", "judge"]
@@ -88,19 +89,19 @@ def check_nccl(count: int, python: str = sys.executable, timeout: float = 300) -
     try:
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return Check("nccl", "fail", f"all_reduce over {count} GPU(s) did not finish in {timeout:.0f} s",
+        return Check("nccl", "fail", f"all_reduce over {counted(count, 'GPU')} did not finish in {timeout:.0f} s",
                      "NCCL hangs: run with NCCL_DEBUG=INFO and see `torchhpc net check`")
     if done.returncode != 0 or not out.is_file():
         lines = [re.sub(r"^(\[rank\d+\]:\s*)+", "", ln) for ln in (done.stderr + done.stdout).splitlines()]
         why = next((ln for ln in lines if "Error" in ln), lines[-1] if lines else "no output")
-        return Check("nccl", "fail", f"all_reduce over {count} GPU(s) failed (exit {done.returncode}): {why[:300]}",
+        return Check("nccl", "fail", f"all_reduce over {counted(count, 'GPU')} failed (exit {done.returncode}): {why[:300]}",
                      "rerun with NCCL_DEBUG=INFO: `torchhpc run -n N -m torchhpc.bench all_reduce`")
     data = json.loads(out.read_text())
     rows = data["results"][0]["rows"]
     last = rows[-1]["out_of_place"] or rows[-1]["in_place"]
     size = rows[-1]["size"] / 2**20
     if data.get("wrong"):
-        return Check("nccl", "fail", f"all_reduce over {count} GPU(s): {data['wrong']} wrong value(s)",
+        return Check("nccl", "fail", f"all_reduce over {counted(count, 'GPU')}: {counted(data['wrong'], 'wrong value')}",
                      "a GPU or link corrupts data: take the node out of service")
     if count == 1:
         return Check("nccl", "pass", f"NCCL all_reduce on 1 GPU correct ({last['time_us']:.0f} us at {size:.0f} MiB); "
@@ -187,7 +188,7 @@ def gpu_checks(emit: Emit = print, nccl: bool = True, training: bool = True) -> 
         return []
     count = torch.cuda.device_count()
     names = [torch.cuda.get_device_name(i) for i in range(count)]
-    emit(f"# torchhpc doctor --gpu on {socket.gethostname()}: {count} GPU(s) ({', '.join(sorted(set(names)))}), "
+    emit(f"# torchhpc doctor --gpu on {socket.gethostname()}: {counted(count, 'GPU')} ({', '.join(sorted(set(names)))}), "
          f"torch {torch.__version__}, CUDA {torch.version.cuda}")
     checks: list[Check] = []
     for i, name in enumerate(names):

@@ -9,6 +9,7 @@ import socket
 from collections.abc import Mapping
 from typing import Optional
 
+from torchhpc.core.units import counted
 from torchhpc.doctor.base import Check, Context
 from torchhpc.doctor.node import requested_gpus
 from torchhpc.errors import CommandError
@@ -199,7 +200,7 @@ def check_geometry(ctx: Context) -> Check:
     if requested and n != requested:
         return Check("geometry", "warn", f"{n} tasks per node for {requested} GPUs per node",
                      "with srun launching ranks directly, use one task per GPU (--ntasks-per-node = GPUs per node)")
-    return Check("geometry", "pass", f"{n} task(s) per node ({source})" + (f", {requested} GPU(s) per node" if requested else ""))
+    return Check("geometry", "pass", f"{counted(n, 'task')} per node ({source})" + (f", {counted(requested, 'GPU')} per node" if requested else ""))
 
 
 def check_environment(ctx: Context) -> Check:

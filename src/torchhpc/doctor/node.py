@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
+from torchhpc.core.units import counted
 from torchhpc.doctor.base import Check, Context, GiB, MiB
 
 __all__ = [
@@ -90,11 +91,11 @@ def check_gpus(ctx: Context) -> Check:
     rank_txt = f"local rank {local} sees " if ctx.in_job and local is not None else ""
     if count == 0:
         if requested:
-            return Check("gpus", "fail", f"{requested} GPU(s) requested ({req_src}) but {rank_txt}none visible{where}",
+            return Check("gpus", "fail", f"{counted(requested, 'GPU')} requested ({req_src}) but {rank_txt}none visible{where}",
                          "check the container passes GPUs (apptainer --nv/--rocm, docker --gpus all) and "
                          "that CUDA_VISIBLE_DEVICES is not emptied")
         return Check("gpus", "warn", f"no GPU visible{where}: gloo on CPU only", None)
-    detail = f"{rank_txt}{count} GPU(s) visible{where}"
+    detail = f"{rank_txt}{counted(count, 'GPU')} visible{where}"
     if requested is not None:
         detail += f", {requested} requested ({req_src})"
         if count < requested and not (ctx.in_job and count == 1 and local is not None):
@@ -161,14 +162,14 @@ def check_rdma(ctx: Context) -> Check:
     uverbs = sorted(p.name for p in ctx.path("/dev/infiniband").glob("uverbs*"))
     ports = probe(ctx.root).ib_ports
     active = [p.name for p in ports if p.active]
-    detail = f"{len(devices)} device(s) {','.join(devices)}; ACTIVE ports: {','.join(active) or 'none'}"
+    detail = f"{counted(len(devices), 'device')} {','.join(devices)}; ACTIVE ports: {','.join(active) or 'none'}"
     if not uverbs:
         return Check("rdma", "fail", detail + "; /dev/infiniband/uverbs* missing",
                      "the container cannot open the HCAs: docker --device=/dev/infiniband, Kubernetes rdma/rdma "
                      "resource (RunAI --extended-resource rdma/rdma=1)")
     if not active:
         return Check("rdma", "fail", detail, "no port is ACTIVE: check cables/subnet manager (ibstat)")
-    return Check("rdma", "pass", detail + f"; {len(uverbs)} uverbs device(s)")
+    return Check("rdma", "pass", detail + f"; {counted(len(uverbs), 'uverbs device')}")
 
 
 def check_pip_torch(ctx: Context) -> Check:

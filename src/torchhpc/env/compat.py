@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from torchhpc.core.spec import JobSpec, LauncherKind
+from torchhpc.core.units import counted
 from torchhpc.env.base import DistEnv
 from torchhpc.errors import SpecError
 
@@ -249,7 +250,7 @@ def preflight(spec: JobSpec, read_text: bool = True) -> list[str]:
             warnings.append(f"{msg}{tail}. HINT: {_RIGHT_LAUNCHER[read.family]}")
     if refusals:
         msg, hint = refusals[0]
-        more = f" (and {len(refusals) - 1} more kind(s))" if len(refusals) > 1 else ""
+        more = f" (and {counted(len(refusals) - 1, 'more kind')})" if len(refusals) > 1 else ""
         raise SpecError(
             f"{msg}{more}: the script would fail or see the wrong world",
             f"{hint}; TORCHHPC_COMPAT=warn launches anyway; docs/compat.md has the table",

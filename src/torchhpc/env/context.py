@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from torchhpc.core.hostlist import expand, read_nodefile
+from torchhpc.core.units import counted
 from torchhpc.env.base import DEFAULT_PORT, FileReader, derive_port, first_set, get_int
 from torchhpc.errors import EnvironmentDetectionError, TorchHPCError
 
@@ -33,7 +34,7 @@ class JobContext:
             return "no scheduler job"
         text = f"{self.scheduler} job {self.job_id or '?'}"
         if self.hosts:
-            text += f" on {len(self.hosts)} host(s) from {self.hosts_from}, first {self.hosts[0]}"
+            text += f" on {counted(len(self.hosts), 'host')} from {self.hosts_from}, first {self.hosts[0]}"
         if self.problem:
             text += f" ({self.problem})"
         return text

@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 
 from torchhpc.core.hostlist import expand
+from torchhpc.core.units import counted
 from torchhpc.env.base import DEFAULT_PORT, DistEnv, Verdict, derive_port, first_set, get_int, need_int
 from torchhpc.env.context import LOOPBACK, JobContext, resolve_master
 from torchhpc.env.detector import Detector, ceil_div
@@ -255,7 +256,7 @@ class TrainJobDetector(Detector):
         nproc = int(raw)
         addr = env["PET_MASTER_ADDR"].strip()
         port = get_int(env, "PET_MASTER_PORT")
-        notes = [f"node {node_rank} of {nodes}, {nproc} process(es) per node: world size {nodes * nproc} (PET_*)"]
+        notes = [f"node {node_rank} of {nodes}, {counted(nproc, 'process', 'processes')} per node: world size {nodes * nproc} (PET_*)"]
         if port is None:
             port = DEFAULT_PORT
             notes.append(f"PET_MASTER_PORT not set: torch default {DEFAULT_PORT}")

@@ -345,7 +345,7 @@ class FunctionJob:
         tail = (st.reason or "").strip()
         return JobFailed(
             f"{self} ended {st.state}" + (f" ({tail})" if tail and tail not in ("None", "(null)") else "")
-            + f" without a result from rank(s) {shown}", hint, rank=missing[0] if missing else None,
+            + f" without a result from rank{'s' if len(missing) > 1 else ''} {shown}", hint, rank=missing[0] if missing else None,
         )
 
 

@@ -29,6 +29,7 @@ from typing import Any
 import torchhpc.remote.ship as shipping
 from torchhpc import __version__
 from torchhpc.core.shell import Raw, join, quote
+from torchhpc.core.units import counted
 from torchhpc.errors import RemoteError, UsageError
 from torchhpc.remote.ssh import Ssh, check_host, command_words
 
@@ -294,8 +295,8 @@ def _submit(ssh: Ssh, req: Request, script: str, args: dict[str, Any], digest: s
         print(json.dumps({**answer, **extra}))
         return 0
     out = sys.stderr if args.get("json") else sys.stdout
-    print(f"Submitted {handle} on {req.host} ({answer.get('name')}: {answer.get('nodes')} node(s) x "
-          f"{answer.get('nproc_per_node')} rank(s), {answer.get('launcher')})", file=out)
+    shape = f"{counted(int(answer.get('nodes') or 1), 'node')} x {counted(int(answer.get('nproc_per_node') or 1), 'rank')}"
+    print(f"Submitted {handle} on {req.host} ({answer.get('name')}: {shape}, {answer.get('launcher')})", file=out)
     if not args.get("wait"):
         print(follow_hint(handle, req.host), file=out)
         return 0

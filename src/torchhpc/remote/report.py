@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from torchhpc.core.shell import join
+from torchhpc.core.units import counted
 from torchhpc.remote.ship import IGNORE_FILE, Bundle, _human
 from torchhpc.remote.ssh import Ssh
 
@@ -18,7 +19,7 @@ def shipped_line(bundle: Bundle, host: str, shipped: int, seconds: float) -> str
     if not shipped:
         return f"Code already on {where} (nothing shipped; checked in {seconds:.2f} s)"
     n = len(bundle.files)
-    changes = f" + a patch of {len(bundle.changed)} changed file(s)" if bundle.patch else ""
+    changes = f" + a patch of {counted(len(bundle.changed), 'changed file')}" if bundle.patch else ""
     return f"Shipped {n} file{'s' if n != 1 else ''}{changes} ({_human(shipped)}) to {where} in {seconds:.2f} s"
 
 
@@ -33,7 +34,7 @@ def dry_run_lines(bundle: Bundle, host: str, ssh: Ssh, probe: str, upload: str, 
     if bundle.kind == "git":
         what = f"git HEAD {bundle.head[:12]}"
         if bundle.changed:
-            what += f" + uncommitted changes in {len(bundle.changed)} file(s) ({len(bundle.patch)} byte patch)"
+            what += f" + uncommitted changes in {counted(len(bundle.changed), 'file')} ({len(bundle.patch)} byte patch)"
     yield f"# --remote {host}: code from {bundle.root} ({what})"
     yield (f"# ships {len(bundle.files)} files, {_human(bundle.size)}, into ~/.torchhpc/code/{bundle.digest}/ "
            "(nothing is copied when that directory is already there)")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Optional, Protocol
 
 from torchhpc.core.spec import JobSpec
+from torchhpc.core.units import counted
 from torchhpc.errors import SpecError
 
 __all__ = ["CAPABILITIES", "RULES", "Capable", "Rule", "check", "markdown"]
@@ -84,7 +85,7 @@ def _cpus_per_gpu_to_cpus(name: str, spec: JobSpec) -> tuple[JobSpec, str]:
     per_proc = per_gpu * max(1, spec.gpus_per_node // spec.nproc_per_node)
     return spec.with_(cpus_per_gpu=None, cpus_per_task=per_proc), (
         f"--cpus-per-gpu {per_gpu}: the {name} scheduler takes CPUs per process: "
-        f"--cpus-per-proc {per_proc} ({spec.gpus_per_node} GPU(s) over {spec.nproc_per_node} process(es))"
+        f"--cpus-per-proc {per_proc} ({counted(spec.gpus_per_node, 'GPU')} over {counted(spec.nproc_per_node, 'process', 'processes')})"
     )
 
 

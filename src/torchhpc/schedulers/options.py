@@ -60,7 +60,7 @@ def resolve(scheduler: str, declared: Iterable[Option], given: Mapping[str, str]
     unknown = sorted(set(given) - set(table))
     if unknown:
         raise SpecError(
-            f"unknown {scheduler} option(s) {', '.join(unknown)} (from --opt)",
+            f"unknown {scheduler} option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} (from --opt)",
             f"valid: {', '.join(table)}; `torchhpc options {scheduler}` describes them",
         )
     return {k: table[k].resolve(v, scheduler) for k, v in given.items()}

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from torchhpc.core.proc import Runner
+from torchhpc.core.units import counted
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.allocation import ipv4
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
@@ -155,7 +156,7 @@ class Supervisor:
     def _out_of_nodes(self, history: list[dict[str, object]], excluded: list[str], usable: list[str]) -> int:
         if self.o.requeue and history:
             return self._requeue(excluded)
-        say(f"only {len(usable)} healthy node(s) ({','.join(usable) or 'none'}) for {self.o.nodes}; "
+        say(f"only {counted(len(usable), 'healthy node')} ({','.join(usable) or 'none'}) for {self.o.nodes}; "
             f"excluded: {','.join(excluded) or 'none'}: the job ends (node-failure)")
         return exit_code_for("node-failure")
 
@@ -270,7 +271,7 @@ class Supervisor:
                     next_check = now
                 dead = [h for h, n in misses.items() if n >= self.o.misses]
                 if dead:
-                    say(f"node(s) {','.join(dead)} stopped answering: stopping the step")
+                    say(f"node{'s' if len(dead) > 1 else ''} {','.join(dead)} stopped answering: stopping the step")
                     fault = self.clock()
                     rc = self.alloc.kill_step(proc, grace=0.0)  # a dead node's step never ends cleanly: no grace
                     return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True,

@@ -11,6 +11,7 @@ The exit code each class ends the job with is :data:`EXIT_CODES`, kept in
 from __future__ import annotations
 
 from torchhpc.core.exitcodes import EXIT_CODES, exit_code_for
+from torchhpc.core.units import counted
 
 __all__ = ["EXIT_CODES", "NEVER", "POLICY", "RESTART_CLASSES", "action_for", "exit_code_for", "why_not"]
 
@@ -47,6 +48,6 @@ def why_not(klass: str, count: int, max_restarts: int) -> str:
     if action_for(klass) != "restart":
         return f"not restarting after {klass}: {POLICY.get(klass, ('', 'never guessed'))[1]}"
     if count >= max_restarts:
-        return (f"not restarting: {max_restarts} restart(s) allowed, {count} done; "
+        return (f"not restarting: {counted(max_restarts, 'restart')} allowed, {count} done; "
                 f"the job ends with the {klass} verdict (torchhpc diagnose)")
     return ""

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from torchhpc.core.spec import JobSpec
+from torchhpc.core.units import counted
 from torchhpc.core.validate import check_dns_label
 from torchhpc.errors import CommandError, SchedulerError, SpecError, UnknownJob
 from torchhpc.jobdir.record import JobRecord, new_record, read_record, record_dir, save_record
@@ -152,7 +153,7 @@ class KubernetesScheduler(Scheduler):
         if api == "pytorchjob":
             shape = f"{spec.nodes} pods (1 Master + {spec.nodes - 1} Worker) x {spec.nproc_per_node} processes"
         else:
-            shape = (f"{spec.nodes} node pod(s) x {spec.nproc_per_node} processes (runtime "
+            shape = (f"{counted(spec.nodes, 'node pod')} x {counted(spec.nproc_per_node, 'process', 'processes')} (runtime "
                      f"{obj['spec']['runtimeRef']['name']}): world size {spec.world_size}")
         return Submission(
             scheduler=self.name,

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchhpc.core.exitcodes import EXIT_CODES, RESTARTABLE
+from torchhpc.core.units import counted
 
 __all__ = ["MAX_REPLICATED_JOB_NAME", "RUNTIME_KIND", "failure_policy", "pod_failure_policy", "restart_note",
            "runtime_name", "training_runtime"]
@@ -92,5 +93,5 @@ def restart_note(runtime: dict[str, Any]) -> str:
     """What the dry run says about the runtime it renders."""
     infra = ", ".join(f"{k} {EXIT_CODES[k]}" for k in sorted(RESTARTABLE, key=EXIT_CODES.__getitem__))
     n = runtime["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"]
-    return (f"TrainingRuntime {runtime['metadata']['name']}: its JobSet restarts up to {n} time(s) when a pod exits "
+    return (f"TrainingRuntime {runtime['metadata']['name']}: its JobSet restarts up to {counted(n, 'time')} when a pod exits "
             f"with an infrastructure class ({infra}) or is disrupted, and fails fast on any other exit code")

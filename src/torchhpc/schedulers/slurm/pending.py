@@ -22,6 +22,7 @@ from typing import Optional
 
 from torchhpc.core.hostlist import compress, expand
 from torchhpc.core.proc import Runner
+from torchhpc.core.units import counted
 from torchhpc.schedulers.pending import Pending
 
 __all__ = ["NodeRow", "QueueRow", "classify", "explain", "parse_nodes", "parse_queue", "queries"]
@@ -260,14 +261,15 @@ def _tally(nodes: Sequence[NodeRow], job: Mapping[str, str], queue: Sequence[Que
     asked = job.get("NumNodes", "?")
     lo, _, hi = asked.partition("-")
     asked = lo if hi in ("", lo) else asked
+    cpus = job.get("NumCPUs", "?")
     out = [f"nodes in {part} that fit it: {counts}{extra} (of {len(fit)}); it asks {asked} "
-           f"node(s), {job.get('NumCPUs', '?')} CPU(s)"]
+           f"node{'' if asked == '1' else 's'}, {cpus} CPU{'' if cpus == '1' else 's'}"]
     running = [q for q in queue if q.state in ("RUNNING", "COMPLETING")]
     for q in running[:6]:
         on = [h for h in expand(q.nodelist) if h in by.get("allocated", []) + by.get("mixed", [])] if q.nodelist else []
         if on:
             end = f", until {q.end}" if q.end not in _UNSET else ""
-            out.append(f"  {compress(on)}: job {q.job_id} ({q.name}, {q.user}, {q.nodes} node(s){end})")
+            out.append(f"  {compress(on)}: job {q.job_id} ({q.name}, {q.user}, {counted(q.nodes, 'node')}{end})")
     for n in fit:
         if n.node in by.get("drained", []) + by.get("down", []):
             out.append(f"  {n.node}: {n.state}" + (f" ({n.reason})" if n.reason else ""))
@@ -336,7 +338,7 @@ def classify(job: Mapping[str, str], answers: Mapping[str, str]) -> Pending:
     ahead = sorted((q for q in queue if q.state == "PENDING" and q.job_id != jid and q.priority > me),
                    key=lambda q: -q.priority)
     ahead_line = f"jobs ahead of it in {part}: {len(ahead)}" + (
-        " (" + ", ".join(f"{q.job_id} {q.name} {q.nodes} node(s)" for q in ahead[:5]) + ")" if ahead else "")
+        " (" + ", ".join(f"{q.job_id} {q.name} {counted(q.nodes, 'node')}" for q in ahead[:5]) + ")" if ahead else "")
     if estimate:
         evidence.append(f"Slurm's estimated start: {estimate}")
     if reason in ("Resources", "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions") \
@@ -351,7 +353,7 @@ def classify(job: Mapping[str, str], answers: Mapping[str, str]) -> Pending:
                        action, (*evidence, *tally, ahead_line))
     if reason == "Priority":
         action = f"nothing to change: Slurm expects it to start at {estimate}" if estimate else None
-        return Pending("priority", f"{len(ahead)} job(s) of higher priority go first in {part}", action,
+        return Pending("priority", f"{counted(len(ahead), 'job')} of higher priority go first in {part}", action,
                        (*evidence, ahead_line, *tally))
     if reason in ("None", ""):
         return Pending("other", "Slurm has not looked at it yet (reason None): ask again in a few seconds", None,
@@ -388,7 +390,7 @@ def _limit(job: Mapping[str, str], answers: Mapping[str, str], m: re.Match[str],
     mine = [q for q in parse_queue(answers.get("mine", "")) if not qos or q.qos == job.get("QOS")]
     if answers.get("mine") is not None:
         evidence.append(f"your running jobs{' in ' + owner if qos else ''}: {len(mine)}" + (
-            " (" + ", ".join(f"{q.job_id} {q.name}: {q.nodes} node(s), {q.cpus} CPU(s)" for q in mine[:5]) + ")"
+            " (" + ", ".join(f"{q.job_id} {q.name}: {counted(q.nodes, 'node')}, {counted(q.cpus, 'CPU')}" for q in mine[:5]) + ")"
             if mine else ""))
     wants = _tres(job.get("TRES", ""), _TRES.get(what, what.lower())) if what not in ("Jobs", "SubmitJob") else ""
     limit_item = named.split(" ", 1)[-1] if named else ""
