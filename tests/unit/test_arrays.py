@@ -110,7 +110,7 @@ def test_array_summary_from_scontrol_and_sacct() -> None:
     assert summarise("1", [tasks[2]]).state == "COMPLETED"
     rows = tasks_from_sacct("1", SACCT)
     assert [(t.job_id, t.state, t.exit_code) for t in rows] == [
-        ("1_0", "COMPLETED", 0), ("1_2", "FAILED", 3), ("1_3", "PENDING", 0), ("1_4", "PENDING", 0)]
+        ("1_0", "COMPLETED", 0), ("1_2", "FAILED", 3), ("1_3", "PENDING", None), ("1_4", "PENDING", None)]  # not ended: no code
 
 
 def test_local_array_runs_each_task_with_its_own_port(tmp_path: object) -> None:

@@ -111,6 +111,15 @@ def test_status_from_scontrol() -> None:
     assert st.terminal and not st.ok
 
 
+@pytest.mark.parametrize("state", ["PENDING", "RUNNING"])
+def test_a_job_not_ended_has_no_exit_code(state: str) -> None:
+    """Slurm says ExitCode=0:0 before a job ends: `PENDING exit=0` read as a success that never was."""
+    fake = FakeRunner(responses={"scontrol": SCONTROL_DONE.replace("JobState=FAILED", f"JobState={state}")
+                                 .replace("ExitCode=3:0", "ExitCode=0:0")})
+    st = SlurmScheduler(runner=fake).status("7")
+    assert st.state == state and st.exit_code is None and "exit=" not in st.line(), st.line()
+
+
 def test_status_cannot_be_spoofed_by_job_name() -> None:
     f = parse_scontrol("JobId=8 JobName=x JobState=COMPLETED UserId=root(0) JobState=RUNNING Reason=None")
     assert f["JobState"] == "RUNNING"

@@ -34,9 +34,12 @@ def follow(
     progress = Progress()
     watch = hang_watch(scheduler, job_id, hang_timeout, on_hang) if hang_timeout else None
 
-    def show(st: JobStatus, elapsed: float) -> None:
+    def show(st: JobStatus, waited: float) -> None:
         reason = f" ({st.told_reason})" if st.told_reason else ""
-        progress.update(f"{scheduler.name}:{job_id} {st.state}{reason} elapsed {elapsed:.0f}s")
+        # The job's own elapsed time, as `status` says it; before it starts, how long this wait has been
+        # (the wait's seconds beside `status`'s elapsed=1.9s read as a second truth about one job).
+        when = f"elapsed {st.elapsed}" if st.elapsed and st.state != "PENDING" else f"waited {waited:.0f}s"
+        progress.update(f"{scheduler.name}:{job_id} {st.state}{reason} {when}")
         if watch is not None:
             watch.check(st.state)
 

@@ -26,9 +26,11 @@ from torchhpc.schedulers.options import resolve as resolve_options
 from torchhpc.schedulers.pending import Pending
 from torchhpc.schedulers.times import JobTimes
 
-__all__ = ["TERMINAL", "JobStatus", "JobTimes", "Scheduler", "Submission"]
+__all__ = ["TERMINAL", "UNENDED", "JobStatus", "JobTimes", "Scheduler", "Submission"]
 
 # States as Slurm names them; other backends map onto these.
+# States in which a job has not ended yet, whatever the scheduler says its exit code is.
+UNENDED = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED"})
 TERMINAL = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 )
@@ -92,6 +94,12 @@ class JobStatus:
     log_dir: str = ""  # the job's directory (script, scheduler output, per-rank logs), when known
     # a job array's tasks (job_id ARRAY_TASK), when this status summarises an array
     tasks: list[JobStatus] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # A job that has not ended has no exit code. Slurm reports 0:0 for a pending or running job, and
+        # `PENDING exit=0` reads as a success that never happened (status, --json, list).
+        if self.state in UNENDED:
+            self.exit_code = None
 
     @property
     def terminal(self) -> bool:
