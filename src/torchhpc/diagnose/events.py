@@ -231,7 +231,8 @@ def timeline(job: str, times: JobTimes, attempts: Sequence[Mapping[str, Any]], *
         events.append(Event(stop, "end", f"{state}" + (f", exit {code}" if code is not None else "")))
     runs: Sequence[Mapping[str, Any]] = attempts
     if not attempts:
-        notes.append("no attempts.json: one attempt, its first line unknown (start-up is counted as productive)")
+        notes.append("one attempt, not supervised (no --max-restarts or --spares): when its first line came is not "
+                     "recorded, so start-up is counted as productive")
         state = times.state or (end_mark[1] if end_mark else "")
         runs = _as_one_attempt(start, stop, running, state, _start_nodes((), times.nodes), hang_info, hang_time)
     quiet = _num(hang_info, "quiet_s") if hang_info else None

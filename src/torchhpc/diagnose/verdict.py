@@ -166,7 +166,7 @@ def _with_storm(v: Verdict, ev: Evidence) -> Verdict:
     step = CLASSES["no-progress"][1]
     own = f"; the last attempt: {v.klass} — {v.summary}" if v.klass not in ("none", "unknown", "no-progress") else ""
     return replace(v, klass="no-progress", summary=f"{words}{own}", next_step=step.format(job=ev.job or "JOB"),
-                   evidence=(*v.evidence, "attempts.json"))
+                   evidence=(*v.evidence, "the supervisor's attempts"))
 
 
 _LEFT_STEP = ("rank {rank} ended before the others: every rank must run the same collectives, then "
@@ -359,7 +359,7 @@ def _hang_verdict(ev: Evidence) -> Verdict:
                 else f"stacks not read ({why}); {logs} shows what each rank printed last")
     elif klass == "hang" and first is None:
         step = f"no rank waits in a collective: see where each rank is in the stacks above, or {logs}"
-    return Verdict(klass, summary, first, waiting, step, ev.job, ev.state, ev.exit_code, ("hang.json",))
+    return Verdict(klass, summary, first, waiting, step, ev.job, ev.state, ev.exit_code, ("the hang watch's stacks",))
 
 
 def gather(scheduler: object, name: str, job_id: str) -> Evidence:
