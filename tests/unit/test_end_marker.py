@@ -226,3 +226,11 @@ def test_a_wait_that_times_out_on_a_pending_job_names_the_schedulers_reason() ->
         Queued().wait("7", timeout=0.05, poll=0.01)
     assert JobStatus("7", "RUNNING", reason="None").waiting_on() == "RUNNING"
     assert JobStatus("7", "PENDING", reason="None").waiting_on() == "PENDING"
+
+
+def test_a_wait_shows_the_jobs_elapsed_once_it_started_and_its_own_seconds_before() -> None:
+    """`wait` and `bench sweep` showed the wait's seconds as `elapsed 0s` beside `status`'s elapsed=1.9s."""
+    assert JobStatus("7", "COMPLETED", elapsed="1.9s").elapsed_or_waited(0.2) == "elapsed 1.9s"
+    assert JobStatus("7", "RUNNING", elapsed="00:00:05").elapsed_or_waited(12) == "elapsed 00:00:05"
+    assert JobStatus("7", "PENDING", elapsed="00:00:00").elapsed_or_waited(40.4) == "waited 40s"
+    assert JobStatus("7", "RUNNING").elapsed_or_waited(3) == "waited 3s"  # not reported yet

@@ -106,8 +106,8 @@ def run_sweep(
         job_id = scheduler.submit(job.spec)
         tag = f"[{i}/{len(jobs)}] {counted(job.nodes, 'node')} {scheduler.name}:{job_id}"
 
-        def show(st: JobStatus, elapsed: float, tag: str = tag) -> None:
-            say(f"{tag} {st.state} elapsed {elapsed:.0f}s")
+        def show(st: JobStatus, waited: float, tag: str = tag) -> None:
+            say(f"{tag} {st.state} {st.elapsed_or_waited(waited)}")
 
         try:
             st = scheduler.wait(job_id, poll=poll, timeout=timeout, progress=show)

@@ -36,10 +36,7 @@ def follow(
 
     def show(st: JobStatus, waited: float) -> None:
         reason = f" ({st.told_reason})" if st.told_reason else ""
-        # The job's own elapsed time, as `status` says it; before it starts, how long this wait has been
-        # (the wait's seconds beside `status`'s elapsed=1.9s read as a second truth about one job).
-        when = f"elapsed {st.elapsed}" if st.elapsed and st.state != "PENDING" else f"waited {waited:.0f}s"
-        progress.update(f"{scheduler.name}:{job_id} {st.state}{reason} {when}")
+        progress.update(f"{scheduler.name}:{job_id} {st.state}{reason} {st.elapsed_or_waited(waited)}")
         if watch is not None:
             watch.check(st.state)
 

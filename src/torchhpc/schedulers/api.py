@@ -121,6 +121,14 @@ class JobStatus:
             return f"{self.state} ({self.told_reason})"
         return self.state
 
+    def elapsed_or_waited(self, waited: float) -> str:
+        """A wait's progress: the job's own elapsed time, as `status` says it, once it has started;
+        before that, how long this wait has been (the wait's seconds shown as ``elapsed`` beside
+        `status`'s ``elapsed=1.9s`` read as a second truth about one job)."""
+        if self.elapsed and self.state != "PENDING":
+            return f"elapsed {self.elapsed}"
+        return f"waited {waited:.0f}s"
+
     def line(self) -> str:
         bits = [f"{self.job_id}", self.state]
         if self.exit_code is not None:
