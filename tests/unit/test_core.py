@@ -6,7 +6,7 @@ import pytest
 
 from torchhpc.core.hostlist import compress, expand, first_host, read_nodefile
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
-from torchhpc.core.units import counted, format_bytes, format_walltime, parse_size, parse_walltime
+from torchhpc.core.units import counted, format_bytes, format_walltime, parse_size, parse_walltime, plural
 from torchhpc.errors import SpecError
 
 
@@ -115,3 +115,8 @@ def test_no_message_counts_with_a_parenthesised_plural() -> None:
              for i, line in enumerate(p.read_text().splitlines(), 1)
              if re.search(r"\}\s*[\w ]*\w\((s|es)\)", line) and "help=" not in line]
     assert not found, found
+
+
+def test_plural_is_the_word_alone() -> None:
+    assert [plural(n, "rank") for n in (0, 1, 2)] == ["ranks", "rank", "ranks"]
+    assert plural(1, "is", "are") == "is" and plural(3, "is", "are") == "are" and plural(1.0, "day") == "day"

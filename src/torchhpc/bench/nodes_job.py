@@ -24,7 +24,7 @@ from typing import Any
 from torchhpc.bench import nodes_plan as plan
 from torchhpc.core import hostlist
 from torchhpc.core.spec import Entrypoint, JobSpec
-from torchhpc.core.units import counted
+from torchhpc.core.units import counted, plural
 from torchhpc.errors import JobFailed, UsageError
 from torchhpc.schedulers import scheduler_class
 
@@ -219,6 +219,6 @@ def summary(run: NodesRun, bad: Sequence[str]) -> str:
     r = run.report
     pairs = len(r.get("pairs", []))
     links = slow_links(run)
-    verdict = (f"; SLOW/FAIL: {', '.join(bad)}" if bad else "") + (f"; slow link{'s' if len(links) > 1 else ''}: {', '.join(links)}" if links else "")
+    verdict = (f"; SLOW/FAIL: {', '.join(bad)}" if bad else "") + (f"; slow {plural(len(links), 'link')}: {', '.join(links)}" if links else "")
     return (f"{counted(len(r['nodes']), 'node')}, {counted(pairs, 'pair measurement')} of {r['size'] / 2**20:g} MiB, "
             f"job {run.job}, {run.seconds:.0f}s in all" + (verdict or "; all PASS"))

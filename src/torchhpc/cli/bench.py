@@ -23,7 +23,7 @@ from torchhpc.bench.command import (
     size_arg,
 )
 from torchhpc.cli.common import add_subparser, announce_target
-from torchhpc.core.units import counted
+from torchhpc.core.units import counted, plural
 from torchhpc.errors import JobFailed, UsageError
 
 EXAMPLES = """examples:
@@ -219,7 +219,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
                         "--exclude, report it to the admins; docs/nodes.md explains the table")
     links = nodes_job.slow_links(run)
     if links:
-        raise JobFailed(f"slow link{'s' if len(links) > 1 else ''} between nodes that are fine otherwise: {', '.join(links)}" +
+        raise JobFailed(f"slow {plural(len(links), 'link')} between nodes that are fine otherwise: {', '.join(links)}" +
                         (f"; {late}" if late else ""),
                         "a route or switch port between them; run again to confirm, then report it with --json")
     if late:

@@ -17,6 +17,7 @@ from typing import Any
 
 from torchhpc.cli.common import add_subparser, env_default, eprint
 from torchhpc.core.spec import RUNTIMES, ContainerSpec
+from torchhpc.core.units import plural
 from torchhpc.errors import UsageError
 
 
@@ -102,7 +103,7 @@ def cmd_recipe(args: argparse.Namespace) -> int:
     taken = [path for path in files if os.path.lexists(path)]
     if taken and not args.force:  # a Dockerfile in a project directory is usually the user's own
         raise UsageError(
-            f"--output {args.output}: {', '.join(taken)} {'already exists' if len(taken) == 1 else 'already exist'}; torchhpc does not overwrite them",
+            f"--output {args.output}: {', '.join(taken)} already {plural(len(taken), 'exists', 'exist')}; torchhpc does not overwrite them",
             "give another --output DIR, or add --force to replace them",
         )
     try:

@@ -12,6 +12,7 @@ from torchhpc.cli.follow import follow, status_dict
 from torchhpc.cli.handles import UNKNOWN_HINT, add_job_argument, default_scheduler, known_status, resolve
 from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.core.exitcodes import help_table
+from torchhpc.core.units import plural
 from torchhpc.errors import CommandError, CommandNotFound, TorchHPCError, UnknownJob, UsageError
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler
@@ -212,5 +213,5 @@ def _prune(sched: Scheduler, name: str, days: float, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"pruned": [f"{name}:{j}" for j in gone]}))
     else:
-        eprint(f"forgot {len(gone)} ended {name} job{'s' if len(gone) != 1 else ''} older than {days:g} day{'' if days == 1 else 's'}")
+        eprint(f"forgot {len(gone)} ended {name} {plural(len(gone), 'job')} older than {days:g} {plural(days, 'day')}")
     return 0

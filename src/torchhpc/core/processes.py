@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import IO, Any, Optional
 
 from torchhpc.core.shell import join
+from torchhpc.core.units import plural
 from torchhpc.errors import CommandNotFound, JobFailed
 
 __all__ = ["PREFIX", "RankProcesses", "describe_exit", "exit_status", "killpg", "stop_group", "stopped_ranks",
@@ -50,7 +51,7 @@ def stopped_words(stopped: list[int], world: int) -> str:
     if stopped and len(stopped) == others:
         return f"stopped the other {others} ranks" if others > 1 else "stopped the other rank"
     if stopped:
-        return f"stopped rank{'s' if len(stopped) > 1 else ''} {','.join(map(str, sorted(stopped)))}, still running"
+        return f"stopped {plural(len(stopped), 'rank')} {','.join(map(str, sorted(stopped)))}, still running"
     return "no other rank was running"
 
 

@@ -7,7 +7,7 @@ import re
 
 from torchhpc.errors import SpecError
 
-__all__ = ["counted", "format_bytes", "format_walltime", "parse_size", "parse_walltime"]
+__all__ = ["counted", "format_bytes", "format_walltime", "parse_size", "parse_walltime", "plural"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(i?B?)?\s*$", re.IGNORECASE)
 _POW = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
@@ -84,6 +84,12 @@ def format_walltime(seconds: int) -> str:
     return f"{d}-{hms}" if d else hms
 
 
-def counted(n: int, noun: str, plural: str = "") -> str:
+def plural(n: float, word: str, many: str = "") -> str:
+    """The word for ``n`` of a thing: ``node`` for one, else ``nodes`` (or ``many``: ``processes``,
+    ``are`` for ``is``). Where the items are named instead of counted: ``ranks 0,2``."""
+    return word if n == 1 else many or word + "s"
+
+
+def counted(n: int, noun: str, many: str = "") -> str:
     """``1 node``, ``2 nodes``, ``2 processes``: a count as a sentence says it, never ``node(s)``."""
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+    return f"{n} {plural(n, noun, many)}"

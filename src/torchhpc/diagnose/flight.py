@@ -31,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from torchhpc.core.units import plural
+
 __all__ = ["FR_DIR", "Finding", "analyse", "behind", "collect", "completed", "load_dumps", "members", "post_mortem", "read_dump",
            "request"]
 
@@ -351,7 +353,7 @@ class FlightVerdict:
             return [f"flight recorder: every rank of process group {self.pg} reached collective "
                     f"{max(self.seq.values(), default=0)}"]
         top = max(self.seq.values())
-        return [f"flight recorder: rank{'s' if len(self.behind) > 1 else ''} {', '.join(map(str, self.behind))} of process group {self.pg} {'are' if len(self.behind) > 1 else 'is'} behind: "
+        return [f"flight recorder: {plural(len(self.behind), 'rank')} {', '.join(map(str, self.behind))} of process group {self.pg} {plural(len(self.behind), 'is', 'are')} behind: "
                 + ", ".join(f"rank {r} at collective {self.seq[r]}" for r in self.behind)
                 + f"; the others reached {top}" + (f" ({self.waiting_in})" if self.waiting_in else "")]
 

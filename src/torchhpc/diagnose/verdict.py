@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
 from torchhpc.core.processes import stopped_ranks
-from torchhpc.core.units import counted
+from torchhpc.core.units import counted, plural
 from torchhpc.diagnose.classify import CLASSES, classify_text, launcher_events
 from torchhpc.diagnose.flight import Finding, post_mortem
 from torchhpc.jobdir.logs import Line, format_ranks
@@ -116,13 +116,14 @@ class Verdict:
                 out.append(f"  at {f.where}")
             if f.log:
                 out.append(f"  log: {f.log}")
-        who = f"rank{'s' if len(self.consequences) > 1 else ''} {format_ranks(self.consequences)}"
+        n = len(self.consequences)
+        who = f"{plural(n, 'rank')} {format_ranks(self.consequences)}"
         if self.consequences and self.klass in ("hang", "collective-mismatch"):
             out.append(f"  {who} waited for it in a collective")
         elif self.consequences and self.klass == "cancelled":
-            out.append(f"  {who} {'were' if len(self.consequences) > 1 else 'was'} stopped with it")
+            out.append(f"  {who} {plural(n, 'was', 'were')} stopped with it")
         elif self.consequences:
-            out.append(f"  then {who} failed as a consequence (lost {'their' if len(self.consequences) > 1 else 'its'} "
+            out.append(f"  then {who} failed as a consequence (lost {plural(n, 'its', 'their')} "
                        "peer, or stopped by the launcher)")
         out.append(f"  next: {self.next_step}")
         return "\n".join(out[:8]) + "\n"

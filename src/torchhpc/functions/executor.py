@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
 from torchhpc.core.spec import Entrypoint, JobSpec
+from torchhpc.core.units import plural
 from torchhpc.errors import JobFailed, SpecError, WaitTimeout
 from torchhpc.functions.pack import FunctionDir, atomic_write, check_picklable, dumps, submit_versions
 from torchhpc.functions.requeue import stop_parameter
@@ -345,7 +346,7 @@ class FunctionJob:
         tail = (st.reason or "").strip()
         return JobFailed(
             f"{self} ended {st.state}" + (f" ({tail})" if tail and tail not in ("None", "(null)") else "")
-            + f" without a result from rank{'s' if len(missing) > 1 else ''} {shown}", hint, rank=missing[0] if missing else None,
+            + f" without a result from {plural(len(missing), 'rank')} {shown}", hint, rank=missing[0] if missing else None,
         )
 
 

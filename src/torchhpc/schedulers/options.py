@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from torchhpc.core.units import plural
 from torchhpc.core.validate import parse_bool
 from torchhpc.errors import SpecError
 
@@ -60,7 +61,7 @@ def resolve(scheduler: str, declared: Iterable[Option], given: Mapping[str, str]
     unknown = sorted(set(given) - set(table))
     if unknown:
         raise SpecError(
-            f"unknown {scheduler} option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} (from --opt)",
+            f"unknown {scheduler} {plural(len(unknown), 'option')} {', '.join(unknown)} (from --opt)",
             f"valid: {', '.join(table)}; `torchhpc options {scheduler}` describes them",
         )
     return {k: table[k].resolve(v, scheduler) for k, v in given.items()}

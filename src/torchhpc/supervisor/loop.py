@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from torchhpc.core.proc import Runner
-from torchhpc.core.units import counted
+from torchhpc.core.units import counted, plural
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.allocation import ipv4
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
@@ -271,7 +271,7 @@ class Supervisor:
                     next_check = now
                 dead = [h for h, n in misses.items() if n >= self.o.misses]
                 if dead:
-                    say(f"node{'s' if len(dead) > 1 else ''} {','.join(dead)} stopped answering: stopping the step")
+                    say(f"{plural(len(dead), 'node')} {','.join(dead)} stopped answering: stopping the step")
                     fault = self.clock()
                     rc = self.alloc.kill_step(proc, grace=0.0)  # a dead node's step never ends cleanly: no grace
                     return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True,
