@@ -343,9 +343,9 @@ class FunctionJob:
             if checkpointed and st.state == "COMPLETED" else
             f"read the ranks' output: {self!r}.logs() (torchhpc logs {self})"
         )
-        tail = (st.reason or "").strip()
+        tail = st.told_reason.strip()
         return JobFailed(
-            f"{self} ended {st.state}" + (f" ({tail})" if tail and tail not in ("None", "(null)") else "")
+            f"{self} ended {st.state}" + (f" ({tail})" if tail else "")
             + f" without a result from {plural(len(missing), 'rank')} {shown}", hint, rank=missing[0] if missing else None,
         )
 
