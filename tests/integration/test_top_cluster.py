@@ -74,10 +74,14 @@ def test_top_names_the_straggler_on_the_cluster(slurm_cluster: Any, launcher: st
         _check(rows, slow=3)
         hosts = {x["rank"]: x["host"] for x in rows}
         assert len(set(hosts.values())) == 2 and hosts[3] != hosts[0], hosts  # two nodes, each its own srun task
-        table = torchhpc(env, "top", m.group(1), "--once", "--node", hosts[3], cwd=tmp_path)
-        shown = {int(ln.split()[0]) for ln in table.stdout.splitlines() if ln.strip()[:1].isdigit()}
-        assert table.returncode == 0 and shown == {r for r, h in hosts.items() if h == hosts[3]}, table.stdout
-        assert "straggler: rank 3" in table.stdout, table.stdout
+        # only node2 probed: rank 3 held against its one peer there. A look is a 2 s sample, so up to three
+        for _ in range(3):
+            table = torchhpc(env, "top", m.group(1), "--once", "--node", hosts[3], cwd=tmp_path)
+            shown = {int(ln.split()[0]) for ln in table.stdout.splitlines() if ln.strip()[:1].isdigit()}
+            assert table.returncode == 0 and shown == {r for r, h in hosts.items() if h == hosts[3]}, table.stdout
+            if "straggler: rank 3" in table.stdout:
+                break
+        assert "straggler: rank 3 " in table.stdout, table.stdout
     finally:
         torchhpc(env, "cancel", m.group(1), cwd=tmp_path)
 

@@ -81,6 +81,11 @@ def test_straggler_rule() -> None:
     many = {r: 30 for r in range(4)}
     assert stragglers({0: 90, 1: 5, 2: 88, 3: 92}, many) == {1}
     assert stragglers({0: 90, 1: 5}, {0: 30, 1: 30}) == {1}
+    # the landing CI's `top --node node2` of a 2 x 2 job: the median of both (50) let rank 3 pass
+    assert stragglers({2: 74, 3: 26}, {2: 30, 3: 30}) == {3}
+    assert stragglers({0: 90, 1: 5, 2: 4, 3: 92}, many) == {1, 2}  # two slow ranks: each against the rest
+    assert stragglers({0: 30, 1: 14}, {0: 30, 1: 30}) == set()  # below half, but not 20 points below
+    assert stragglers({0: 18, 1: 2}, {0: 30, 1: 30}) == set()  # the others hardly wait: nothing to compare
     assert stragglers({0: 10, 1: 2, 2: 12, 3: 9}, many) == set()  # a median under 20 %: nothing to compare
     assert stragglers({0: 90, 1: 60, 2: 88, 3: 92}, many) == set()  # slower, not far below half
     assert stragglers({0: 90, 1: 5, 2: 88, 3: 92}, {0: 30, 1: 3, 2: 30, 3: 30}) == set()  # too few samples

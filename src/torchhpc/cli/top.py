@@ -4,7 +4,7 @@ Per rank: host, state, CPU %, resident memory, GPU utilization and memory (where
 rocm-smi exist on the node), seconds since its last output line, its progress read from its own
 output (tqdm, Lightning, the Hugging Face Trainer, or ``torchhpc.dist.mark_step``), and the share
 of its stack samples inside a torch.distributed collective. The rank whose share is far below the
-median is the straggler: the others wait for it (docs/observe.md, "top").
+median of the others is the straggler: they wait for it (docs/observe.md, "top").
 """
 
 from __future__ import annotations

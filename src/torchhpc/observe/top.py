@@ -9,9 +9,10 @@ cannot show the slow one. What differs is where the ranks spend their time: the 
 their step first and wait for the slow one inside the collective, and the slow one arrives last
 and hardly waits. So the rank that straggles is the one that spends the *least* time inside
 collectives. The rule (:func:`stragglers`): among the ranks with at least :data:`MIN_SAMPLES`
-stack samples, a rank is a straggler when its collective share is below half the median share
-and at least :data:`MIN_GAP` percentage points below it. With a median under ``MIN_GAP`` (the
-ranks barely communicate, or all compute) nobody is flagged: there is no wait to compare.
+stack samples, a rank is a straggler when its collective share is below half the median share of
+the other ranks and at least :data:`MIN_GAP` percentage points below it. With that median under
+``MIN_GAP`` (the ranks barely communicate, or all compute) nobody is flagged: there is no wait to
+compare.
 """
 
 from __future__ import annotations
@@ -65,14 +66,20 @@ class RankRow:
 
 
 def stragglers(shares: dict[int, float], samples: dict[int, int]) -> set[int]:
-    """The ranks whose collective share is far below the median (the rule in the module's docstring)."""
+    """The ranks whose collective share is far below the others' median (the rule in the module's docstring).
+
+    Each rank is held against the median of the *other* ranks: with its own share in the median, a
+    straggler pulls the mark down towards itself, and among two ranks (``top --node`` on one node)
+    it would have to wait less than a third as long as its peer to be seen at all."""
     known = {r: s for r, s in shares.items() if samples.get(r, 0) >= MIN_SAMPLES}
     if len(known) < 2:
         return set()
-    median = statistics.median(known.values())
-    if median < MIN_GAP:
-        return set()
-    return {r for r, s in known.items() if s < median / 2 and median - s >= MIN_GAP}
+    out = set()
+    for r, s in known.items():
+        median = statistics.median(v for q, v in known.items() if q != r)
+        if median >= MIN_GAP and s < median / 2 and median - s >= MIN_GAP:
+            out.add(r)
+    return out
 
 
 def sample_argv(alloc: Allocation, nodes: Sequence[str], duration: int = DURATION_S, rate: int = RATE_HZ) -> list[str]:
@@ -208,8 +215,8 @@ def table(rows: Sequence[RankRow], fold: Optional[bool] = None) -> list[str]:
     if flagged:
         from torchhpc.jobdir.logs import format_ranks as fr
 
-        lines.append(f"straggler: rank {fr(r.rank for r in flagged)} (in collectives far less than the median rank: "
-                     "the others wait for it)")
+        lines.append(f"straggler: rank {fr(r.rank for r in flagged)} (in collectives far less than the other ranks: "
+                     "they wait for it)")
     errors = sorted({r.error for r in rows if r.error})
     lines.extend(f"note: {e}" for e in errors[:3])
     return lines
