@@ -63,21 +63,27 @@ def test_pi_two_nodes_each_launcher(slurm_cluster: Any, launcher: str, tmp_path:
     assert sacct_state(slurm_cluster, job_id_of(r.stdout)) == "COMPLETED"
 
 
-def test_failing_job_surfaces_exit_code(slurm_cluster: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("code", "why"), [("sys.exit(3)", 3), ("os.abort()", 134)])
+def test_failing_job_surfaces_the_ranks_own_exit_code(slurm_cluster: Any, tmp_path: Path, code: str, why: int) -> None:
+    """Rank 1 fails while rank 0 still sleeps: srun's --kill-on-bad-exit SIGTERMs rank 0, and srun's own
+    status is its tasks' highest, 143. The job ends with rank 1's own code instead, everywhere: the shell
+    of run --wait, status, wait, and Slurm's record (sacct's ExitCode, from the batch shell's status)."""
+    prog = f"import os,sys,time; time.sleep(30) if os.environ['RANK']=='0' else {code}"
     r = torchhpc(
         slurm_cluster, "run", "-s", "slurm", "-N", "2", "--nproc-per-node", "1", "--launcher", "srun",
-        "--output-dir", str(tmp_path), "--name", "fails", "--wait", "--",
-        sys.executable, "-c", "import os,sys; sys.exit(3 if os.environ['RANK']=='1' else 0)", cwd=tmp_path,
+        "--output-dir", str(tmp_path), "--name", "fails", "--wait", "--", sys.executable, "-c", prog, cwd=tmp_path,
     )
-    assert r.returncode != 0
     job = job_id_of(r.stdout)
+    assert r.returncode == why, r.stdout + r.stderr
     st = torchhpc(slurm_cluster, "status", f"slurm:{job}", "--json", cwd=tmp_path)
     data = json.loads(st.stdout)
-    # srun returns its tasks' highest status: 3, or 143 when --kill-on-bad-exit's SIGTERM reached rank 0
-    # before it exited (under load it does: 4 workers side by side). Either way every command says the same.
-    assert data["state"] == "FAILED" and data["exit_code"] in (3, 143), st.stdout
+    assert data["state"] == "FAILED" and data["exit_code"] == why, st.stdout
     w = torchhpc(slurm_cluster, "wait", f"slurm:{job}", cwd=tmp_path)
-    assert w.returncode == data["exit_code"] and "FAILED" in w.stderr
+    assert w.returncode == why and f"FAILED with exit code {why}" in w.stderr, w.stderr
+    acct = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "ExitCode"], env=slurm_cluster.client_env(),
+                          capture_output=True, text=True, timeout=60).stdout.split()
+    assert acct and acct[0] != "15:0", acct  # not the SIGTERM srun sent rank 0 (Slurm writes 134 as 6:0)
+    assert "Terminated" in (tmp_path / f"fails-{job}" / "slurm.out").read_text()  # rank 0 was stopped: srun's 143
 
 
 def _procs_with(marker: str) -> list[str]:

@@ -15,6 +15,7 @@ import pytest
 
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.jobdir.endmark import END_FILE, end_lines, quoted_dir, read_end, write_end
+from torchhpc.launchers.boot import BOOT_DIR
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.waiting import CAP, EndWatch, settled
 
@@ -97,6 +98,87 @@ def test_slurm_and_pbs_scripts_arm_the_marker(tmp_path: Path) -> None:
     assert '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' in arr
     pbs = PBSScheduler().render_script(spec.with_(launcher="mpirun", scheduler="pbs"))
     assert '"${PBS_JOBID%%[!0-9]*}"' in pbs
+
+
+SRUN_OUT = """torchhpc: job 41 on node[1-2], master 10.0.0.1:10041, launcher srun, 2x2 ranks
+srun: error: node2: task 2: Exited with exit code 1
+srun: launch/slurm: _step_signal: Terminating StepId=41.0
+0: slurmstepd-node1: error: *** STEP 41.0 ON node1 CANCELLED AT 2026-11-29T17:49:53 ***
+srun: error: node2: task 3: Terminated
+srun: error: node1: tasks 0-1: Terminated
+srun: Force Terminated StepId=41.0
+"""
+
+
+BOOT = {"TORCHHPC_BOOT_DIR": BOOT_DIR}  # first_end.sh, as the batch script finds it
+
+
+def _own_script(job_dir: Path, body: str) -> str:
+    words = quoted_dir(str(job_dir.parent) + "/j-", "$JOBID")
+    lines = ["#!/bin/bash", "set -euo pipefail",
+             *end_lines(words, own_code_files=f'"$_d/slurm.out" {words}.out'), "_torchhpc_end_arm", body]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(("out", "code"), [
+    (SRUN_OUT, 1),  # the rank's own 1, not srun's 143
+    (SRUN_OUT.replace("Exited with exit code 1", "Aborted (core dumped)"), 134),
+    (SRUN_OUT.replace("task 2: Exited with exit code 1", "task 2: Segmentation fault"), 139),
+    (SRUN_OUT.replace("task 2: Exited with exit code 1", "tasks 2-3: Killed"), 137),
+    (SRUN_OUT.replace("Exited with exit code 1", "Terminated"), 143),  # a SIGTERM first: srun's own kept
+    # a requeued job appends: the first run's report does not speak for this one
+    (SRUN_OUT + SRUN_OUT.replace("Exited with exit code 1", "Exited with exit code 7").replace("task 3: Terminated",
+                                                                                           "task 3: Bus error"), 7),
+    ("torchhpc: job 41 on node1\n2: srun: error: node2: task 2: Exited with exit code 9\n", 143),  # a rank's line
+    ("", 143),
+], ids=["exit", "abort", "segv", "killed", "terminated-first", "requeued", "a-rank-line", "empty"])
+def test_a_failed_srun_step_ends_with_the_first_tasks_own_code(tmp_path: Path, out: str, code: int) -> None:
+    """srun's status is its tasks' highest (SIGTERM's 143 once --kill-on-bad-exit stopped the others): the
+    end helper reads srun's report and ends the job, marker and shell, with the first task's own code."""
+    d = tmp_path / "j-41 'x'"
+    d.mkdir()
+    (d / "slurm.out").write_text(out)
+    path = tmp_path / "job.sh"
+    path.write_text(_own_script(d, "exit 143"))
+    done = subprocess.run(["bash", str(path)], env={**os.environ, "JOBID": "41 'x'", **BOOT}, check=False)
+    mark = read_end(str(d))
+    assert mark is not None and (mark.state, mark.exit_code, done.returncode) == ("FAILED", code, code)
+
+
+def test_by_hand_the_scripts_own_output_is_read_and_a_cancel_is_kept(tmp_path: Path) -> None:
+    """``sbatch FILE`` has no job directory: the script's own --output names the report; the shell's status
+    is still the task's. A cancel (SIGTERM to the batch shell) stays 143 whatever srun printed."""
+    (tmp_path / "j-42.out").write_text(SRUN_OUT.replace("code 1", "code 4"))
+    path = tmp_path / "job.sh"
+    path.write_text(_own_script(tmp_path / "j-42", "exit 143"))
+    assert subprocess.run(["bash", str(path)], env={**os.environ, "JOBID": "42", **BOOT}, check=False).returncode == 4
+    assert not (tmp_path / "j-42").exists()
+    d = tmp_path / "j-43"
+    d.mkdir()
+    (d / "slurm.out").write_text(SRUN_OUT)
+    path.write_text(_own_script(d, "sleep 30 & wait $!"))
+    proc = subprocess.Popen(["bash", str(path)], env={**os.environ, "JOBID": "43", **BOOT}, start_new_session=True)
+    try:
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 143
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+    mark = read_end(str(d))
+    assert mark is not None and (mark.state, mark.exit_code) == ("CANCELLED", 143)
+
+
+def test_only_an_unsupervised_srun_step_reads_its_report(tmp_path: Path) -> None:
+    from torchhpc.schedulers.slurm.slurm import SlurmScheduler
+
+    spec = JobSpec(entrypoint=Entrypoint.parse(["train.py"], python="python3"), name="t", nodes=2,
+                   launcher="srun", scheduler="slurm", output_dir=str(tmp_path))
+    s = SlurmScheduler()
+    assert s.own_code_files(spec) == f'"$_d/slurm.out" {tmp_path}/t-"$SLURM_JOB_ID".out'
+    assert s.own_code_files(spec.with_(array="0-3")) == f'{tmp_path}/t-"${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}".out'
+    assert "first_end.sh" in s.render_script(spec)
+    for other in (spec.with_(launcher="torchrun"), spec.with_(launcher="mpirun"), spec.with_(max_restarts=1)):
+        assert s.own_code_files(other) == "" and "first_end.sh" not in s.render_script(other)
 
 
 class Clock:

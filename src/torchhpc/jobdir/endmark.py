@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from torchhpc.core.shell import quote
+from torchhpc.launchers.boot import boot_ref
 
 __all__ = ["END_FILE", "EndMark", "end_lines", "end_path", "read_end", "write_end"]
 
@@ -87,7 +88,8 @@ def write_end(job_dir: str, state: str, exit_code: Optional[int], when: Optional
     return True
 
 
-def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True) -> list[str]:
+def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True,
+              own_code_files: str = "") -> list[str]:
     """The batch script's end marker: a helper, and ``_torchhpc_end_arm`` (called just before
     ``main``) that removes an earlier run's marker and arms the EXIT trap.
 
@@ -97,6 +99,13 @@ def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True) 
     says CANCELLED; off where the stop protocol traps SIGTERM itself. A requeue from the script
     sets ``_torchhpc_end_state=REQUEUED``: no marker, the job goes on. SIGKILL leaves none: the
     client learns that end from the scheduler, at its next (backed-off) question.
+    ``own_code_files``: shell words naming the batch output (the first that exists is read) where
+    srun reported its tasks' ends. srun exits with its tasks' highest status, so once
+    ``--kill-on-bad-exit`` has stopped the others with SIGTERM a rank's ``exit 1`` becomes the job's
+    143, which reads as a cancel. With these files, a job that failed with a status over 128 ends
+    (marker and batch exit status, hence sacct's ExitCode) with the code of the task srun saw end
+    first, in srun's own words: ``task 2: Exited with exit code 1`` is 1, ``Aborted`` 134. A first
+    end of ``Terminated``, or none, keeps srun's status (src/torchhpc/boot/first_end.sh).
     """
     arm = [
         "_torchhpc_end_arm() {",
@@ -106,22 +115,30 @@ def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True) 
     if cancel_trap:
         arm.append("  trap '_torchhpc_end_state=CANCELLED; exit 143' TERM")
     arm.append("}")
+    own = [
+        '  if [ "$_s" = COMPLETED ] && [ "$_rc" -gt 128 ]; then  # srun\'s status hides the failed rank\'s code',
+        f'    _own=$(bash {boot_ref("first_end.sh")} "$_rc" \\',
+        f"      {own_code_files} 2>/dev/null)",
+        "  fi",
+    ]
     return [
         "# The job's end into <job dir>/end.json from the EXIT trap (also after a failure or a cancel): clients",
         "# wait on that file instead of asking the controller every second (docs/script.md).",
         '_torchhpc_end_state=""',
         "_torchhpc_end() {",
-        "  local _rc=$1 _d _t _s",
+        "  local _rc=$1 _d _s=${_torchhpc_end_state:-COMPLETED} _t=${EPOCHREALTIME:-$(date +%s)} _own=",
         "  set +eu",
         f"  _d={dir_words}",
-        '  _s=${_torchhpc_end_state:-COMPLETED}',
-        '  if [ "$_s" = REQUEUED ] || [ ! -d "$_d" ]; then return 0; fi',
+        '  if [ "$_s" = REQUEUED ]; then return 0; fi',
         '  case ${_torchhpc_stop_reason:-} in ended-by-slurm|terminated) _s=CANCELLED ;; esac',
+        *(own if own_code_files else []),
         '  if [ "$_s" = COMPLETED ] && [ "$_rc" -ne 0 ]; then _s=FAILED; fi',
-        "  _t=${EPOCHREALTIME:-$(date +%s)}",
-        "  printf '{\"state\": \"%s\", \"exit_code\": %d, \"time\": %s, \"restart\": %d}\\n' \\",
-        f'    "$_s" "$_rc" "${{_t/,/.}}" "{restart_ref}" >"$_d/.{END_FILE}.$$" 2>/dev/null \\',
-        f'    && mv -f -- "$_d/.{END_FILE}.$$" "$_d/{END_FILE}" 2>/dev/null',
+        '  if [ -d "$_d" ]; then',
+        "    printf '{\"state\": \"%s\", \"exit_code\": %d, \"time\": %s, \"restart\": %d}\\n' \\",
+        f'      "$_s" "${{_own:-$_rc}}" "${{_t/,/.}}" "{restart_ref}" >"$_d/.{END_FILE}.$$" 2>/dev/null \\',
+        f'      && mv -f -- "$_d/.{END_FILE}.$$" "$_d/{END_FILE}" 2>/dev/null',
+        "  fi",
+        '  if [ -n "$_own" ] && [ "$_own" != "$_rc" ]; then exit "$_own"; fi  # the shell\'s status too',
         "  return 0",
         "}",
         *arm,

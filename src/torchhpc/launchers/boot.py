@@ -3,7 +3,8 @@
 Beside ``sitecustomize.py`` the directory holds the shell programs a batch script runs by path
 (``bash "$TORCHHPC_BOOT_DIR/rank.sh" ...``), so no script carries program text: ``rank.sh`` (each
 rank's log file), ``task.sh`` (the per-task shim, one ``case`` per launcher), ``env.sh`` (a
-container's environment patterns) and ``gpus.sh`` (docker's and podman's GPUs). shellcheck lints them.
+container's environment patterns), ``gpus.sh`` (docker's and podman's GPUs) and ``first_end.sh`` (a failed
+srun step's first rank's own exit code, for the end trap). shellcheck lints them.
 
 Why: torch 2.13's gloo backend aborts a rank at interpreter exit about half the time on a loaded
 machine (a ``pt_gloo_runloop`` thread takes the GIL during ``Py_FinalizeEx``), and
@@ -71,7 +72,7 @@ SWITCH = "TORCHHPC_EXIT_CURE"
 # The batch script's boot directory: task.sh puts it first on PYTHONPATH.
 BOOT_VAR = "TORCHHPC_BOOT_DIR"
 # The shell programs beside it (src/torchhpc/boot/*.sh), run by path; they travel with every copy.
-SHELL_PROGRAMS = ("rank.sh", "task.sh", "env.sh", "gpus.sh")
+SHELL_PROGRAMS = ("rank.sh", "task.sh", "env.sh", "gpus.sh", "first_end.sh")
 OFF = ("0", "false", "no", "off")
 # The heredoc's end word: the boot file must never contain it as a line.
 EOF_WORD = "TORCHHPC_BOOT_PY"

@@ -286,7 +286,8 @@ class BatchScheduler(Scheduler):
         if end_dir:
             from torchhpc.jobdir.endmark import end_lines
 
-            lines += ["", *end_lines(end_dir, self.restart_ref, cancel_trap=not stopping)]
+            lines += ["", *end_lines(end_dir, self.restart_ref, cancel_trap=not stopping,
+                                     own_code_files=self.own_code_files(spec))]
         lines.append("")
         if end_dir:
             lines.append("_torchhpc_end_arm  # the EXIT trap that writes end.json")
@@ -302,6 +303,11 @@ class BatchScheduler(Scheduler):
         """Shell words for the job's directory, where the script leaves its end marker
         (:mod:`~torchhpc.jobdir.endmark`); None: no directory known to the script, no marker."""
         return None
+
+    def own_code_files(self, spec: JobSpec) -> str:
+        """Shell words naming the batch output where the launcher reported each task's own end, read when
+        the launcher's status hides the first failure's code (``end_lines``); "" where it does not."""
+        return ""
 
     def end_dir(self, job_id: str) -> str | None:
         """Where this job's end marker appears, when this machine sees the job's output directory."""

@@ -46,7 +46,7 @@ from torchhpc.schedulers.batch.step import in_container, job_container, job_env_
 from torchhpc.schedulers.options import Option, declare
 from torchhpc.schedulers.slurm.parse import parse_scontrol
 from torchhpc.schedulers.slurm.site import dev_target, site_runner
-from torchhpc.schedulers.slurm.status import SlurmQueries, expand_output, output_pattern
+from torchhpc.schedulers.slurm.status import SlurmQueries, expand_output, first_end_files, output_pattern
 
 __all__ = ["SlurmScheduler", "expand_output", "filter_rank", "parse_scontrol"]
 
@@ -249,6 +249,9 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         prefix = os.path.splitext(script_path(spec, self.suffix))[0] + "-"
         ref = "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" if spec.array is not None else "$SLURM_JOB_ID"
         return quoted_dir(prefix, ref)
+
+    def own_code_files(self, spec: JobSpec) -> str:
+        return first_end_files(spec)
 
     def _render(self, spec: JobSpec) -> Submission:
         """Submitted held, with its output in the job's directory (made once the id is known)."""

@@ -198,3 +198,24 @@ def output_pattern(spec: JobSpec) -> str:
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name).lstrip(".") or "job"
         return os.path.join(out, f"{safe}-{job}.out")
     return os.path.join(out, f"%x-{job}.out")
+
+
+def first_end_files(spec: JobSpec) -> str:
+    """Where an srun step's report of each task's end is (shell words, for the end trap's first_end.sh):
+    the job directory's slurm.out (``torchhpc run``), else the script's own ``--output`` (``sbatch FILE``;
+    an array task's file). "" unless srun is the launcher and no supervisor runs (its status is the
+    failure's class, not srun's)."""
+    from torchhpc.core.shell import quote
+    from torchhpc.jobdir.endmark import quoted_dir
+    from torchhpc.launchers import launcher_of
+
+    launcher = launcher_of(spec)
+    if spec.supervised or not launcher.own_step or launcher.per_node:
+        return ""
+    array = spec.array is not None
+    ref = "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" if array else "$SLURM_JOB_ID"
+    at = "\x00"  # where the id goes: the path around it is quoted, the id expands at run time
+    path = expand_output(output_pattern(spec), spec.name, f"{at}_{at}" if array else at)
+    before, _, after = path.replace(f"{at}_{at}", at).partition(at)
+    own = quoted_dir(before, ref) + (quote(after) if after else "")
+    return own if array else f'"$_d/slurm.out" {own}'
