@@ -136,6 +136,51 @@ def test_status_falls_back_to_sacct() -> None:
     assert (st.state, st.name) == ("CANCELLED", "my|job")
 
 
+@pytest.mark.parametrize(("field", "code"), [("3:0", 3), ("0:15", 143), ("0:0", 0), ("15:0", 15), ("", None),
+                                            ("(null)", None)])
+def test_every_reader_of_exitcode_says_the_same(field: str, code: int | None) -> None:
+    """scontrol, squeue's fallback sacct, the many-jobs sacct, an array's tasks and events' times: one rule."""
+    from torchhpc.schedulers.slurm.array import tasks_from_sacct
+    from torchhpc.schedulers.slurm.many import parse_sacct_rows
+    from torchhpc.schedulers.slurm.parse import exit_code_of, status_from_scontrol
+    from torchhpc.schedulers.slurm.times import times_from_scontrol
+
+    row = f"|FAILED|{field}|00:00:03|node1|j\n"
+    assert exit_code_of(field) == code
+    assert status_from_scontrol("5", {"JobState": "FAILED", "ExitCode": field}).exit_code == code
+    assert parse_sacct_rows("5" + row)["5"].exit_code == code
+    assert [t.exit_code for t in tasks_from_sacct("5", "5_0" + row)] == [code]
+    assert times_from_scontrol({"JobState": "FAILED", "ExitCode": field}).exit_code == code
+    fake = FakeRunner(responses={"scontrol": (1, "", "slurm_load_jobs error: Invalid job id specified\n"),
+                                 "sacct": "5" + row})
+    assert SlurmScheduler(runner=fake).status("5").exit_code == code
+
+
+def test_a_forgotten_job_keeps_its_code_over_128(clean_user_env: None, tmp_path: Path) -> None:
+    """sacct prints an exit status over 128 less 128 (recorded on the dev cluster: a batch shell's
+    ``exit 143`` is scontrol's 143:0 and sacct's 15:0). Once the controller forgets the job, status,
+    the many-jobs status and events' times read sacct: the job's end marker puts the 143 back. A 15
+    that the marker does not confirm stays 15."""
+    from torchhpc.jobdir.endmark import write_end
+    from torchhpc.jobdir.record import update_record
+
+    job_dir = tmp_path / "pi-9"
+    job_dir.mkdir()
+    update_record("slurm", "9", job_dir=str(job_dir))
+    row = "9|FAILED|15:0|00:00:03|node1|pi\n"
+    times_row = "9|2026-11-29T10:00:00|2026-11-29T10:00:00|2026-11-29T10:00:01|2026-11-29T10:00:04|FAILED|15:0|node1|None|pi\n"
+    gone = (1, "", "slurm_load_jobs error: Invalid job id specified\n")
+    fake = FakeRunner(responses={"scontrol": gone, "squeue": gone, "sacct": row})
+    sched = SlurmScheduler(runner=fake)
+    assert sched.status("9").exit_code == 15  # no marker: sacct's word
+    write_end(str(job_dir), "FAILED", 143)
+    assert sched.status("9").exit_code == 143
+    assert sched.query_many(["9"])["9"].exit_code == 143
+    assert SlurmScheduler(runner=FakeRunner(responses={"sacct": times_row})).times("9").exit_code == 143
+    write_end(str(job_dir), "FAILED", 1)  # a marker that does not say 15 + 128: sacct's 15 stands
+    assert sched.status("9").exit_code == 15
+
+
 def test_filter_rank() -> None:
     text = "0: [default0]:a\n0: [default1]:b\n1: [default0]:c\n"
     assert filter_rank(text, 2, "torchrun", 2) == "1: [default0]:c\n"

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from torchhpc.core.array import parse_array
 from torchhpc.schedulers.api import TERMINAL, JobStatus
+from torchhpc.schedulers.slurm.parse import exit_code_of
 
 __all__ = ["summarise", "tasks_from_sacct", "tasks_from_scontrol"]
 
@@ -51,10 +52,8 @@ def tasks_from_sacct(array_id: str, text: str) -> list[JobStatus]:
         if not m:
             continue
         state = parts[1].split()[0] if parts[1] else "UNKNOWN"
-        code = parts[2].split(":")[0]
         for index in _expand(m.group(1)):
-            out[index] = JobStatus(f"{array_id}_{index}", state, int(code) if code.isdigit() else None,
-                                   "", parts[3], parts[5], parts[4])
+            out[index] = JobStatus(f"{array_id}_{index}", state, exit_code_of(parts[2]), "", parts[3], parts[5], parts[4])
     return [out[i] for i in sorted(out)]
 
 

@@ -16,6 +16,7 @@ from torchhpc.core.proc import Runner
 from torchhpc.errors import CommandError
 from torchhpc.schedulers.api import TERMINAL, JobStatus
 from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct
+from torchhpc.schedulers.slurm.parse import exit_code_of
 
 __all__ = ["SACCT_FIELDS", "SQUEUE_FIELDS", "parse_sacct_rows", "parse_squeue", "query_many"]
 
@@ -55,11 +56,7 @@ def parse_sacct_rows(text: str) -> dict[str, JobStatus]:
         if len(parts) != 6 or "[" in parts[0]:
             continue
         state = parts[1].split()[0] if parts[1] else "UNKNOWN"
-        code, _, sig = parts[2].partition(":")
-        rc = int(code) if code.isdigit() else None
-        if rc == 0 and sig.isdigit() and int(sig):
-            rc = 128 + int(sig)  # killed by a signal: as scontrol's N:S is read
-        out[parts[0]] = JobStatus(parts[0], state, rc, "", parts[3], parts[5], parts[4])
+        out[parts[0]] = JobStatus(parts[0], state, exit_code_of(parts[2]), "", parts[3], parts[5], parts[4])
     return out
 
 

@@ -6,7 +6,7 @@ import re
 
 from torchhpc.schedulers.api import JobStatus
 
-__all__ = ["parse_scontrol", "status_from_scontrol", "transient"]
+__all__ = ["exit_code_of", "parse_scontrol", "status_from_scontrol", "transient"]
 
 
 def transient(text: str) -> bool:
@@ -22,14 +22,20 @@ def parse_scontrol(text: str) -> dict[str, str]:
     return fields
 
 
+def exit_code_of(field: str) -> int | None:
+    """Slurm's ``ExitCode`` ``N:S`` as one exit code: N, or 128 + S for a job a signal S ended.
+
+    scontrol and squeue give the batch shell's status as it was; sacct prints one over 128 less 128
+    (143 as ``15:0``, 134 as ``6:0``), which the job's end marker puts back (:func:`with_marks_high_code`
+    in schedulers/slurm/status.py). Every reader of the field goes through here."""
+    status, _, signal = field.partition(":")
+    if signal.isdigit() and int(signal) and status in ("", "0"):
+        return 128 + int(signal)
+    return int(status) if status.isdigit() else None
+
+
 def status_from_scontrol(job_id: str, f: dict[str, str]) -> JobStatus:
-    code = f.get("ExitCode", "")
-    rc: int | None = None
-    if ":" in code:
-        status, signal = code.split(":", 1)
-        rc = int(status) if status.isdigit() else None
-        if rc == 0 and signal.isdigit() and int(signal):
-            rc = 128 + int(signal)
+    rc = exit_code_of(f.get("ExitCode", ""))
     restarts = f.get("Restarts", "0")
     return JobStatus(
         job_id=job_id,

@@ -10,24 +10,36 @@ import os
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import ClassVar, Optional
 
 import torchhpc.schedulers.slurm.nodes as slurm_nodes
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import CommandError, QuotingError, SchedulerError, UnknownJob
+from torchhpc.jobdir.endmark import read_end
 from torchhpc.jobdir.logs import filter_rank, task_record
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.pending import Pending
 from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct, tasks_from_scontrol
 from torchhpc.schedulers.slurm.many import SACCT_FIELDS
-from torchhpc.schedulers.slurm.parse import parse_scontrol, transient
+from torchhpc.schedulers.slurm.parse import exit_code_of, parse_scontrol, transient
 from torchhpc.schedulers.slurm.parse import status_from_scontrol as _status_from_scontrol
 from torchhpc.schedulers.times import JobTimes
 from torchhpc.schedulers.waiting import settled
 
-__all__ = ["SlurmQueries", "expand_output", "output_pattern"]
+__all__ = ["SlurmQueries", "expand_output", "first_end_files", "output_pattern", "with_marks_high_code"]
 
+
+
+def with_marks_high_code(code: Optional[int], end_dir: Optional[str]) -> Optional[int]:
+    """``code`` as the job's end marker has it, where sacct printed it less 128 (``15:0`` for 143:
+    parse.exit_code_of): the same job's marker, whose code is ``code`` + 128. Any other code is
+    kept; without a marker (no job directory, a SIGKILLed batch shell) sacct's word stands."""
+    if code is None or code >= 128 or not end_dir:
+        return code
+    mark = read_end(end_dir)
+    return mark.exit_code if mark is not None and mark.exit_code == code + 128 else code
 
 
 class SlurmQueries:
@@ -62,7 +74,10 @@ class SlurmQueries:
 
     def _with_dir(self, st: JobStatus) -> JobStatus:
         st.log_dir = task_record(self.name, st.job_id).job_dir
-        return settled(st, st.log_dir if st.log_dir and os.path.isdir(st.log_dir) else None)
+        end_dir = st.log_dir if st.log_dir and os.path.isdir(st.log_dir) else None
+        st = settled(st, end_dir)
+        code = with_marks_high_code(st.exit_code, end_dir) if st.terminal else st.exit_code
+        return st if code == st.exit_code else replace(st, exit_code=code)
 
     def _status_from_sacct(self, job_id: str) -> JobStatus:
         try:
@@ -82,10 +97,7 @@ class SlurmQueries:
             parts = line.split("|", 5)
             if len(parts) == 6 and parts[0] == job_id:
                 state = parts[1].split()[0] if parts[1] else "UNKNOWN"
-                code = parts[2].split(":")[0]
-                return JobStatus(
-                    job_id, state, int(code) if code.isdigit() else None, "", parts[3], parts[5], parts[4]
-                )
+                return JobStatus(job_id, state, exit_code_of(parts[2]), "", parts[3], parts[5], parts[4])
         raise UnknownJob(f"slurm job {job_id} is unknown to scontrol and sacct", "check the job id")
 
     def times(self, job_id: str) -> JobTimes:
@@ -98,7 +110,9 @@ class SlurmQueries:
         except CommandError:
             found = None
         if found is not None:
-            return found
+            end_dir = task_record(self.name, job_id).job_dir
+            code = with_marks_high_code(found.exit_code, end_dir if end_dir and os.path.isdir(end_dir) else None)
+            return found if code == found.exit_code else replace(found, exit_code=code)
         try:  # one scontrol, as status asks first; never a second accounting call
             raw = parse_scontrol(self.runner.run(["scontrol", "show", "job", "-o", job_id], timeout=30).stdout)
         except CommandError as e:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Optional
 
+from torchhpc.schedulers.slurm.parse import exit_code_of
 from torchhpc.schedulers.times import JobTimes, clock
 
 __all__ = ["TIMES_FIELDS", "sacct_times_argv", "times_from_sacct", "times_from_scontrol"]
@@ -28,13 +29,6 @@ def _reason(text: str, when: Optional[float]) -> tuple[tuple[float, str], ...]:
     return ((when, text),)
 
 
-def _exit(code: str) -> Optional[int]:
-    rc, _, sig = code.partition(":")
-    if sig.isdigit() and int(sig):
-        return 128 + int(sig)
-    return int(rc) if rc.isdigit() else None
-
-
 def times_from_sacct(text: str, job_id: str) -> Optional[JobTimes]:
     """The job's row of ``sacct -X -n -P -o TIMES_FIELDS`` (None: no row for it).
 
@@ -50,7 +44,7 @@ def times_from_sacct(text: str, job_id: str) -> Optional[JobTimes]:
         sub = clock(submit)
         return JobTimes(
             submit=sub, eligible=clock(eligible), start=clock(start), end=clock(end),
-            state=state.split()[0] if state else "UNKNOWN", exit_code=_exit(code),
+            state=state.split()[0] if state else "UNKNOWN", exit_code=exit_code_of(code),
             nodes="" if nodes in ("None assigned", "(null)") else nodes,
             reasons=_reason(reason, clock(eligible) or sub), source="sacct",
             raw=dict(zip(TIMES_FIELDS.split(","), parts)),
@@ -67,7 +61,7 @@ def times_from_scontrol(fields: Mapping[str, str]) -> JobTimes:
         submit=sub, eligible=clock(fields.get("EligibleTime")),
         start=None if pending else clock(fields.get("StartTime")),
         end=clock(fields.get("EndTime")) if state not in ("PENDING", "RUNNING", "CONFIGURING", "") else None,
-        state=state, exit_code=_exit(fields.get("ExitCode", "")), nodes=fields.get("NodeList", ""),
+        state=state, exit_code=exit_code_of(fields.get("ExitCode", "")), nodes=fields.get("NodeList", ""),
         reasons=_reason(fields.get("Reason", ""), clock(fields.get("EligibleTime")) or sub),
         source="scontrol", raw=dict(fields),
     )
