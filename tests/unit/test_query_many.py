@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.fakes import FakeRunner
 from torchhpc.schedulers.slurm.many import parse_squeue, query_many
 
@@ -45,6 +47,17 @@ def test_none_known_to_the_controller_goes_to_sacct() -> None:
                                    "sacct": _sacct_rows})
     got = query_many(runner, ["1", "3"])
     assert set(got) == {"1", "3"} and got["3"].exit_code == 3
+
+
+@pytest.mark.parametrize("state", ["PENDING", "RUNNING", "COMPLETING", "REQUEUE_HOLD"])
+def test_many_and_one_say_the_same_exit_code_in_every_state(state: str) -> None:
+    """``status A B`` (squeue) and ``status A`` (scontrol) for the same job: no code before it ended,
+    the batch shell's code once it has (COMPLETING: the shell exited, the nodes are still cleaning up)."""
+    from torchhpc.schedulers.slurm.parse import status_from_scontrol
+
+    one = status_from_scontrol("5", {"JobState": state, "ExitCode": "3:0"})
+    many = parse_squeue(f"5|{state}|768|0:01|node1|None|j|\n")["5"]
+    assert many.exit_code == one.exit_code == (None if state in ("PENDING", "RUNNING") else 3)
 
 
 def test_a_name_holding_the_separator() -> None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from torchhpc.core.proc import Runner
 from torchhpc.errors import CommandError
-from torchhpc.schedulers.api import TERMINAL, JobStatus
+from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct
 from torchhpc.schedulers.slurm.parse import exit_code_of
 
@@ -43,7 +43,7 @@ def parse_squeue(text: str) -> dict[str, JobStatus]:
         job_id, state, code, used, nodes, reason, name = parts
         name = name[:-1] if name.endswith("|") else name
         out[job_id] = JobStatus(job_id, state.split()[0] if state else "UNKNOWN",
-                                _exit(code) if state in TERMINAL else None,
+                                _exit(code),  # JobStatus drops it while the job has not ended, as scontrol's
                                 "" if reason in ("None", "(null)") else reason, used, name, nodes)
     return out
 
