@@ -79,13 +79,15 @@ def batch_script(dry_run: str) -> str:
 
 
 def write_files(dry_run: str) -> None:
-    """Write the files the dry run shows beside the script (the rank boot copy a container's ranks use,
-    ``# --- <output-dir>/.torchhpc-boot-<hash>/{sitecustomize.py,rank.sh,task.sh,...} ---``), as a submit
-    would: without them the script stops before its launch (no task.sh)."""
-    for m in re.finditer(r"^# --- (/\S+/\.torchhpc-boot-\w+/[\w.]+) ---\n(.*?)(?=^# --- |\Z)", dry_run,
-                         re.S | re.M):
-        Path(m.group(1)).parent.mkdir(parents=True, exist_ok=True)
-        Path(m.group(1)).write_text(m.group(2))
+    """Write the rank boot copy the dry run names beside the script (a container's ranks use it:
+    ``# --- <output-dir>/.torchhpc-boot-<hash>/ --- torchhpc's boot copy, written at submit: ...``), as a
+    submit would: without it the script stops before its launch (no task.sh)."""
+    from torchhpc.launchers.boot import boot_files
+
+    for m in re.finditer(r"^# --- (/\S+/\.torchhpc-boot-\w+)/ --- torchhpc's boot copy", dry_run, re.M):
+        Path(m.group(1)).mkdir(parents=True, exist_ok=True)
+        for name, text in boot_files():
+            (Path(m.group(1)) / name).write_text(text)
 
 
 def column_script(col: Column, rows: list[tuple[Row, str]], out_dir: Path) -> str:

@@ -64,6 +64,7 @@ __all__ = [
     "boot_shell",
     "boot_source",
     "cure_enabled",
+    "is_boot_copy",
 ]
 
 # The directory that holds the boot sitecustomize.py in the installed package.
@@ -91,6 +92,13 @@ def boot_source() -> str:
 def boot_files() -> tuple[tuple[str, str], ...]:
     """(name, text) of every file a copy of the boot directory holds: the sitecustomize and the shell programs."""
     return (("sitecustomize.py", boot_source()), *((n, Path(BOOT_DIR, n).read_text()) for n in SHELL_PROGRAMS))
+
+
+def is_boot_copy(path: str, content: str) -> bool:
+    """Whether ``path`` is a file of a boot copy (``.torchhpc-boot-HASH/NAME``) with the package's own text."""
+    if not os.path.basename(os.path.dirname(path)).startswith((".torchhpc-boot-", "torchhpc-boot-")):
+        return False
+    return dict(boot_files()).get(os.path.basename(path)) == content
 
 
 def boot_hash() -> str:

@@ -8,6 +8,7 @@ injectable :class:`~torchhpc.core.proc.Runner`.
 
 from __future__ import annotations
 
+import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -65,8 +66,20 @@ class Submission:
         return write_new(self.files, private=private)
 
     def __str__(self) -> str:
+        """The dry run: each file, then the submit command. torchhpc's boot copy (a container's or another
+        Python's ranks use it) is one line: its files are the installed package's, hundreds of lines that
+        would bury the script."""
+        from torchhpc.launchers.boot import is_boot_copy
+
         parts: list[str] = []
+        boot = [path for path, content in self.files if is_boot_copy(path, content)]
         for path, content in self.files:
+            if path in boot:
+                if path == boot[0]:
+                    names = " ".join(os.path.basename(p) for p in boot)
+                    parts.append(f"# --- {os.path.dirname(path)}/ --- torchhpc's boot copy, written at submit: {names}"
+                                 " (the installed torchhpc package's boot/ files; not shown)")
+                continue
             parts.append(f"# --- {path} ---")
             parts.append(content.rstrip("\n"))
         if self.script is not None and not any(p == self.script_path for p, _ in self.files):
