@@ -304,6 +304,7 @@ class Rendered:
     traceback: str = ""
     files: dict[str, str] = field(default_factory=dict)
     submit: str = ""
+    boot_dir: str = ""  # the boot copy the dry run names in one line, written at submit
 
 
 def render(args: Sequence[str], env: dict[str, str], command: str = "run") -> Rendered:
@@ -343,6 +344,9 @@ def _split(r: Rendered) -> None:
     current: str | None = None
     buf: list[str] = []
     for line in r.out.split("\n"):
+        if line.startswith("# --- ") and " --- torchhpc's boot copy" in line:
+            r.boot_dir = line[6:].split(" --- ", 1)[0].rstrip("/")
+            continue
         if line.startswith("# --- ") and line.endswith(" ---"):
             if current is not None:
                 r.files[current] = "\n".join(buf) + "\n"
@@ -381,10 +385,12 @@ def execute(setup: Setup, r: Rendered, workdir: Path, stub_env: str) -> tuple[li
         env.update({"RANK": "0", "PET_NODE_RANK": "0", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "23456",
                     "PET_NNODES": "1", "PET_MASTER_ADDR": "10.0.0.1", "PET_MASTER_PORT": "23456"})
     else:
-        for name, text in r.files.items():  # the boot copy torchhpc writes at submit (the job's python is not this one)
-            if Path(name).parent.name.startswith(".torchhpc-boot-"):
-                Path(name).parent.mkdir(parents=True, exist_ok=True)
-                Path(name).write_text(text)
+        if r.boot_dir:  # the boot copy torchhpc writes at submit (the job's python is not this one)
+            from torchhpc.launchers.boot import boot_files
+
+            Path(r.boot_dir).mkdir(parents=True, exist_ok=True)
+            for name, text in boot_files():
+                (Path(r.boot_dir) / name).write_text(text)
         script = script_of(setup, r)
         path = workdir / "job.sh"
         path.write_bytes(script.encode("utf-8", "surrogateescape"))
