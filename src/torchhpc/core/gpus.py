@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Optional
 
+from torchhpc.core.units import counted
 from torchhpc.errors import UsageError
 
 __all__ = ["VISIBLE_VARIABLES", "needs_gpu_per_rank", "ranks_per_gpu_error", "requested_geometry_error", "visible_devices"]
@@ -55,11 +56,11 @@ def ranks_per_gpu_error(
         return None
     seen = f" ({visible})" if visible else ""
     message = (
-        f"{local_ranks} ranks on {where} with backend 'nccl' but {gpus} GPU{'s' if gpus != 1 else ''} "
+        f"{local_ranks} ranks on {where} with backend 'nccl' but {counted(gpus, 'GPU')} "
         f"{gpus_from}{seen}: NCCL needs one GPU per rank"
     )
     hint = (
-        f"start at most {gpus} rank{'s' if gpus != 1 else ''} per node (--nproc-per-node {gpus}), or give each "
+        f"start at most {counted(gpus, 'rank')} per node (--nproc-per-node {gpus}), or give each "
         f"rank its own GPU (--gpus-per-node {local_ranks}, and a CUDA_VISIBLE_DEVICES that lists them)"
     )
     return UsageError(message, hint)

@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 import torchhpc.diagnose.flight as flight
 import torchhpc.diagnose.hang as hang
+from torchhpc.core.units import plural
 from torchhpc.diagnose.account import Account, account, duration
 from torchhpc.jobdir.attempts import ATTEMPTS_FILE, load_attempts
 from torchhpc.jobdir.endmark import read_end
@@ -220,7 +221,7 @@ def timeline(job: str, times: JobTimes, attempts: Sequence[Mapping[str, Any]], *
 
         culprits = tuple(int(r) for r in hang_info.get("culprits") or ())
         quiet = _num(hang_info, "quiet_s")
-        who = f"rank{'s' if len(culprits) > 1 else ''} {format_ranks(culprits)}" if culprits else "every rank"
+        who = f"{plural(len(culprits), 'rank')} {format_ranks(culprits)}" if culprits else "every rank"
         events.append(Event(hang_time, "hang", f"{who} quiet for {quiet or 0:.0f} s"
                             + (f": {hang_info['flight'][0]}" if hang_info.get("flight") else "")))
     for f in findings:

@@ -148,7 +148,7 @@ def _ranks(ranks: tuple[int, ...]) -> str:
     """"rank 1", "ranks 0,2-3"; "no rank" rather than an empty list."""
     from torchhpc.jobdir.logs import format_ranks
 
-    return f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)}" if ranks else "no rank"
+    return f"{plural(len(ranks), 'rank')} {format_ranks(ranks)}" if ranks else "no rank"
 
 
 def _op(entry: Mapping[str, Any]) -> str:

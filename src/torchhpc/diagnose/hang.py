@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from torchhpc.core.proc import Runner
+from torchhpc.core.units import plural
 from torchhpc.diagnose.probe import RankStack, ask_nodes, probe
 from torchhpc.errors import TorchHPCError
 
@@ -315,8 +316,8 @@ class HangWatch:
             if not self._said_ending:
                 from torchhpc.jobdir.logs import format_ranks
 
-                self.say(f"torchhpc: hang: rank{'s' if len(ending) > 1 else ''} {format_ranks(ending)} quiet for "
-                         f"{quiet:.0f}s in {'their' if len(ending) > 1 else 'its'} exit: not a hang yet "
+                self.say(f"torchhpc: hang: {plural(len(ending), 'rank')} {format_ranks(ending)} quiet for "
+                         f"{quiet:.0f}s in {plural(len(ending), 'its', 'their')} exit: not a hang yet "
                          f"(up to {EXIT_GRACE_S:.0f} s more)")
                 self._said_ending = True
             self._next_probe = now + max(10.0, self.timeout / 2)

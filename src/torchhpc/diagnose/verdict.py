@@ -250,7 +250,7 @@ def _verdict(ev: Evidence, per_rank: dict[int, list[str]], job_lines: list[str],
             error=prev.error or (f"killed by {own}" if own.startswith("SIG") else ""), consequence=klass == "lost-peer",
         )
     if events:
-        seen.append(f"{ev.launcher or 'launcher'} reported {len(events)} task end{'s' if len(events) != 1 else ''}")
+        seen.append(f"{ev.launcher or 'launcher'} reported {counted(len(events), 'task end')}")
 
     # the first failed rank: the launcher's first report of a cause, else the earliest log
     causes = [f for f in failures.values() if not f.consequence]

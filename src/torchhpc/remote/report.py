@@ -20,7 +20,7 @@ def shipped_line(bundle: Bundle, host: str, shipped: int, seconds: float) -> str
         return f"Code already on {where} (nothing shipped; checked in {seconds:.2f} s)"
     n = len(bundle.files)
     changes = f" + a patch of {counted(len(bundle.changed), 'changed file')}" if bundle.patch else ""
-    return f"Shipped {n} file{'s' if n != 1 else ''}{changes} ({_human(shipped)}) to {where} in {seconds:.2f} s"
+    return f"Shipped {counted(n, 'file')}{changes} ({_human(shipped)}) to {where} in {seconds:.2f} s"
 
 
 def follow_hint(handle: str, host: str) -> str:

@@ -110,8 +110,7 @@ class SlurmQueries:
         except CommandError:
             found = None
         if found is not None:
-            end_dir = task_record(self.name, job_id).job_dir
-            code = with_marks_high_code(found.exit_code, end_dir if end_dir and os.path.isdir(end_dir) else None)
+            code = with_marks_high_code(found.exit_code, task_record(self.name, job_id).job_dir)  # none there: None
             return found if code == found.exit_code else replace(found, exit_code=code)
         try:  # one scontrol, as status asks first; never a second accounting call
             raw = parse_scontrol(self.runner.run(["scontrol", "show", "job", "-o", job_id], timeout=30).stdout)
