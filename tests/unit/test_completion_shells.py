@@ -19,21 +19,37 @@ from tests.conftest import PYTHON, missing
 
 ZPTY = r"""
 zmodload zsh/zpty
+out=""
+# Read the terminal until its text matches $1, for up to 90 s: a wait on the thing itself, not a
+# sleep. Under load (CI runs this beside 3 workers) `eval "$(torchhpc completion zsh)"` starts a
+# Python and once took longer than the 2 s a fixed sleep allowed; the TAB then went to a shell still
+# busy and the ^C meant for the line cancelled the eval.
+await() {
+  local chunk deadline=$((SECONDS + 90))
+  while ((SECONDS < deadline)); do
+    while zpty -r -t z chunk; do out+="$chunk"; done
+    [[ ${out//$'\r'/} == *$~1* ]] && return 0
+    sleep 0.1
+  done
+  print -r -- "timed out waiting for: $1"
+  return 1
+}
 zpty -b z 'zsh -f -i'
-zpty -w z 'PS1="%% "; autoload -U +X compinit && compinit -u'
-zpty -w z 'eval "$(torchhpc completion zsh)"'
+zpty -w z 'PS1="%% "; autoload -U +X compinit && compinit -u; print READY$((1))'
+await 'READY1'
+# The echo of the typed line shows READY$((2)); only the shell's own output shows READY2.
+zpty -w z 'eval "$(torchhpc completion zsh)"; print READY$((2))'
+await 'READY2'
 zpty -w -n z $'torchhpc stat\t'
-sleep 2
-zpty -w -n z $'\x03'
-sleep 0.5
+await 'torchhpc status'
+# ^U empties the line (emacs keymap). Not ^C: the tty's interrupt flushes input typed after it.
+zpty -w -n z $'\x15'
 zpty -w -n z $'torchhpc run --scheduler slu\t'
-sleep 2
-zpty -w -n z $'\x03'
-sleep 0.5
+await '--scheduler slurm'
+zpty -w -n z $'\x15'
 zpty -w z 'exit'
 sleep 0.5
-out=""
-while zpty -r -t z line; do out+="$line"; done
+while zpty -r -t z chunk; do out+="$chunk"; done
 print -r -- "$out"
 """
 
