@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -38,6 +39,19 @@ def _script(job_dir: Path, body: str, cancel_trap: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
+# A step that says when it runs: the cancel must reach the shell after its trap is armed. A fixed
+# 0.5 s sleep assumed bash starts within it, which a loaded CI machine need not honour.
+def _step(job_dir: Path) -> str:
+    return f"touch {shlex.quote(str(job_dir))}.step; sleep 30 & wait $!"
+
+
+def _await_step(job_dir: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not Path(f"{job_dir}.step").exists():
+        assert time.monotonic() < deadline, "the step never started"
+        time.sleep(0.02)
+
+
 @pytest.mark.parametrize(("body", "state", "code"), [
     ("true", "COMPLETED", 0),
     ("sh -c 'exit 3'", "FAILED", 3),
@@ -65,10 +79,10 @@ def test_a_cancel_while_the_step_runs_writes_cancelled(tmp_path: Path) -> None:
     d = tmp_path / "j-8"
     d.mkdir()
     path = tmp_path / "job.sh"
-    path.write_text(_script(d, "sleep 30 & wait $!"))
+    path.write_text(_script(d, _step(d)))
     proc = subprocess.Popen(["bash", str(path)], env={**os.environ, "JOBID": "8"}, start_new_session=True)
     try:
-        time.sleep(0.5)
+        _await_step(d)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 143
     finally:
@@ -156,10 +170,10 @@ def test_by_hand_the_scripts_own_output_is_read_and_a_cancel_is_kept(tmp_path: P
     d = tmp_path / "j-43"
     d.mkdir()
     (d / "slurm.out").write_text(SRUN_OUT)
-    path.write_text(_own_script(d, "sleep 30 & wait $!"))
+    path.write_text(_own_script(d, _step(d)))
     proc = subprocess.Popen(["bash", str(path)], env={**os.environ, "JOBID": "43", **BOOT}, start_new_session=True)
     try:
-        time.sleep(0.5)
+        _await_step(d)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 143
     finally:
