@@ -80,17 +80,32 @@ class SlurmClient:
         return parse_scontrol(lines[-1]) if lines else {}
 
     def wait(self, job_id: str, timeout: float = 300) -> dict[str, str]:
-        """Poll until the job reaches a terminal state; returns its last scontrol record. Every 0.2 s at
-        first, then less often, to once a second: each poll is a process start (about 15 ms of CPU here),
-        and five tests waiting at 5 a second kept a tenth of the two cores busy asking."""
+        """Poll until the job reaches a terminal state; returns its last scontrol record."""
+        return self.wait_all([job_id], timeout)[job_id]
+
+    def wait_all(self, job_ids: Sequence[str], timeout: float = 300) -> dict[str, dict[str, str]]:
+        """Poll jobs that run side by side until each is terminal; their last scontrol records by id.
+        Every 0.2 s at first, then less often, to once a second: each poll is a process start (about
+        15 ms of CPU here), and five tests waiting at 5 a second kept a tenth of the two cores busy.
+
+        All at once, not one after another: the controller forgets a job MinJobAge (300 s) after it
+        ends, and run A's time-limit test, waiting 440 s on its torchrun job first, then asked for
+        the srun job that had ended beside it and got "Invalid job id"."""
         deadline, every = time.monotonic() + timeout, 0.2
+        done: dict[str, dict[str, str]] = {}
         while True:
-            info = self.job(job_id)
-            if info.get("JobState") in TERMINAL_STATES:
-                return info
+            for job_id in job_ids:
+                if job_id not in done:
+                    info = self.job(job_id)
+                    if info.get("JobState") in TERMINAL_STATES:
+                        done[job_id] = info
+            if len(done) == len(job_ids):
+                return done
             if time.monotonic() > deadline:
-                self.run(["scancel", job_id], check=False)
-                pytest.fail(f"job {job_id} still {info.get('JobState')} after {timeout:.0f} s: {info}")
+                late = {j: self.job(j) for j in job_ids if j not in done}
+                for job_id in late:
+                    self.run(["scancel", job_id], check=False)
+                pytest.fail(f"jobs still not ended after {timeout:.0f} s: {late}")
             time.sleep(every)
             every = min(1.0, every * 1.25)
 

@@ -220,7 +220,8 @@ def test_time_limit_checkpoints_requeues_and_resumes_bit_identical(
         )
         for launcher in LAUNCHERS
     }
-    infos = {launcher: wait_job(slurm, job, 900) for launcher, job in jobs.items()}
+    ended = slurm.wait_all(list(jobs.values()), 900)
+    infos = {launcher: ended[job] for launcher, job in jobs.items()}
     for launcher, job in jobs.items():
         out = tmp_path / launcher
         info = infos[launcher]
@@ -304,8 +305,9 @@ def test_preemption_style_interruptions_resume_bit_identical(
                 t_gone[name] = time.time()
         assert time.monotonic() < deadline, f"processes left after the interruption: {set(jobs) - set(t_gone)}"
         time.sleep(0.25)
+    ended = slurm.wait_all(list(jobs.values()), 600)
     for name, job in jobs.items():
-        info = wait_job(slurm, job, 420)
+        info = ended[job]
         text = log_of(tmp_path / name, name, job)
         assert info["JobState"] == "COMPLETED", text
         assert int(info.get("Restarts", "0")) >= 1, info
@@ -500,7 +502,7 @@ def test_two_jobs_on_one_node_at_once_both_finish(
         assert listener.stdout is not None and listener.stdout.readline().strip() == "listening"
         job_b = submit(own_cluster, tmp_path / "b", "b", common, train)
         own_slurm.run(["scontrol", "release", job_a])
-        infos = {j: wait_job(own_slurm, j, 300) for j in (job_a, job_b)}
+        infos = own_slurm.wait_all([job_a, job_b], 300)
     finally:
         listener.kill()
         listener.wait()

@@ -153,10 +153,11 @@ def test_depend_line_chains_pbs_bodies(slurm: Any, tmp_path: Path) -> None:
     pbs_id = f"{bad}.pbsserver01"
     never = submit("never", 0, parse_dependencies("ok", pbs_id, "pbs"))
     anyway = submit("anyway", 0, parse_dependencies("any", f"pbs:{pbs_id}", "pbs"))
-    assert slurm.wait(bad)["JobState"] == "FAILED"
-    info = slurm.wait(never)
+    ended = slurm.wait_all([bad, never, anyway])
+    assert ended[bad]["JobState"] == "FAILED"
+    info = ended[never]
     assert (info["JobState"], info["Reason"]) == ("CANCELLED", "DependencyNeverSatisfied"), info
-    assert slurm.wait(anyway)["JobState"] == "COMPLETED"
+    assert ended[anyway]["JobState"] == "COMPLETED"
     assert "body anyway" in (tmp_path / "anyway.out").read_text() + "".join(
         p.read_text() for p in tmp_path.glob("anyway-*/ranks/*.log"))
 

@@ -4,6 +4,7 @@ clock and a status function that counts; the real cluster's count is benchmarks/
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -42,7 +43,15 @@ def _script(job_dir: Path, body: str, cancel_trap: bool = True) -> str:
 # A step that says when it runs: the cancel must reach the shell after its trap is armed. A fixed
 # 0.5 s sleep assumed bash starts within it, which a loaded CI machine need not honour.
 def _step(job_dir: Path) -> str:
-    return f"touch {shlex.quote(str(job_dir))}.step; sleep 30 & wait $!"
+    return f"sleep 30 & touch {shlex.quote(str(job_dir))}.step; wait $!"
+
+
+def _kill_group(pid: int) -> None:
+    """What is left of the script's process group, if any. Run A's killpg raised ESRCH: the step
+    then said it ran before it had started its `sleep` (now it says so after), and the cancel came
+    in between, so the group had ended with the shell."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def _await_step(job_dir: Path) -> None:
@@ -86,7 +95,7 @@ def test_a_cancel_while_the_step_runs_writes_cancelled(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 143
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the step's `sleep 30` (Slurm kills the step; nothing does here)
+        _kill_group(proc.pid)  # the step's `sleep 30` (Slurm kills the step; nothing does here)
     mark = read_end(str(d))
     assert mark is not None and mark.state == "CANCELLED"
 
@@ -177,7 +186,7 @@ def test_by_hand_the_scripts_own_output_is_read_and_a_cancel_is_kept(tmp_path: P
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 143
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_group(proc.pid)
     mark = read_end(str(d))
     assert mark is not None and (mark.state, mark.exit_code) == ("CANCELLED", 143)
 
