@@ -63,14 +63,19 @@ def test_pi_two_nodes_each_launcher(slurm_cluster: Any, launcher: str, tmp_path:
     assert sacct_state(slurm_cluster, job_id_of(r.stdout)) == "COMPLETED"
 
 
-@pytest.mark.parametrize(("code", "why"), [("sys.exit(3)", 3), ("os.abort()", 134)])
-def test_failing_job_surfaces_the_ranks_own_exit_code(slurm_cluster: Any, tmp_path: Path, code: str, why: int) -> None:
-    """Rank 1 fails while rank 0 still sleeps: srun's --kill-on-bad-exit SIGTERMs rank 0, and srun's own
-    status is its tasks' highest, 143. The job ends with rank 1's own code instead, everywhere: the shell
-    of run --wait, status, wait, and Slurm's record (sacct's ExitCode, from the batch shell's status)."""
+@pytest.mark.parametrize(("launcher", "code", "why"), [
+    ("srun", "sys.exit(3)", 3), ("srun", "os.abort()", 134), ("torchrun", "sys.exit(3)", 3), ("torchrun", "os.abort()", 134),
+])
+def test_failing_job_surfaces_the_ranks_own_exit_code(
+    slurm_cluster: Any, tmp_path: Path, launcher: str, code: str, why: int
+) -> None:
+    """Rank 1 fails while rank 0 still sleeps. srun's --kill-on-bad-exit stops the rest with SIGTERM, and
+    the launcher's own status hides rank 1's code: srun's is its tasks' highest, 143; torchrun's is 1. The
+    job ends with rank 1's own code instead, everywhere: the shell of run --wait, status, wait, and Slurm's
+    record (sacct's ExitCode, from the batch shell's status)."""
     prog = f"import os,sys,time; time.sleep(30) if os.environ['RANK']=='0' else {code}"
     r = torchhpc(
-        slurm_cluster, "run", "-s", "slurm", "-N", "2", "--nproc-per-node", "1", "--launcher", "srun",
+        slurm_cluster, "run", "-s", "slurm", "-N", "2", "--nproc-per-node", "1", "--launcher", launcher,
         "--output-dir", str(tmp_path), "--name", "fails", "--wait", "--", sys.executable, "-c", prog, cwd=tmp_path,
     )
     job = job_id_of(r.stdout)
@@ -82,8 +87,13 @@ def test_failing_job_surfaces_the_ranks_own_exit_code(slurm_cluster: Any, tmp_pa
     assert w.returncode == why and f"FAILED with exit code {why}" in w.stderr, w.stderr
     acct = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "ExitCode"], env=slurm_cluster.client_env(),
                           capture_output=True, text=True, timeout=60).stdout.split()
-    assert acct and acct[0] != "15:0", acct  # not the SIGTERM srun sent rank 0 (Slurm writes 134 as 6:0)
-    assert "Terminated" in (tmp_path / f"fails-{job}" / "slurm.out").read_text()  # rank 0 was stopped: srun's 143
+    # not the SIGTERM srun sent rank 0, nor torchrun's 1 (Slurm writes 134 as 6:0)
+    assert acct and acct[0] not in ("15:0", "1:0"), acct
+    out = (tmp_path / f"fails-{job}" / "slurm.out").read_text()
+    if launcher == "srun":
+        assert "Terminated" in out, out  # rank 0 was stopped: srun's 143
+    else:
+        assert "Root Cause (first observed failure)" in out and "Exited with exit code 1" in out, out  # torchrun's 1
 
 
 def _procs_with(marker: str) -> list[str]:

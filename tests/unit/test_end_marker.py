@@ -133,6 +133,33 @@ srun: Force Terminated StepId=41.0
 """
 
 
+# torchrun under srun --label (the Slurm script's): the node agent's ChildFailedError, then srun's report
+# of the agents' ends. torchrun exits 1 whatever its worker's own code; its root cause names that code.
+TORCHRUN_OUT = """torchhpc: job 44 on node[1-2], master 10.0.0.1:10044, launcher torchrun, 2x2 ranks
+1: torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+1: ============================================================
+1: python FAILED
+1: ------------------------------------------------------------
+1: Failures:
+1: [1]:
+1:   time      : 2026-11-29_22:00:01
+1:   host      : node2
+1:   rank      : 2 (local_rank: 0)
+1:   exitcode  : -15 (pid: 811) Signal 15 (SIGTERM) received by PID 811
+1:   error_file: <N/A>
+1: ------------------------------------------------------------
+1: Root Cause (first observed failure):
+1: [0]:
+1:   time      : 2026-11-29_22:00:00
+1:   host      : node2
+1:   rank      : 3 (local_rank: 1)
+1:   exitcode  : 3 (pid: 812)
+1:   error_file: <N/A>
+1: ============================================================
+srun: error: node2: task 1: Exited with exit code 1
+srun: error: node1: task 0: Exited with exit code 1
+"""
+
 BOOT = {"TORCHHPC_BOOT_DIR": BOOT_DIR}  # first_end.sh, as the batch script finds it
 
 
@@ -154,10 +181,17 @@ def _own_script(job_dir: Path, body: str) -> str:
                                                                                            "task 3: Bus error"), 7),
     ("torchhpc: job 41 on node1\n2: srun: error: node2: task 2: Exited with exit code 9\n", 143),  # a rank's line
     ("", 143),
-], ids=["exit", "abort", "segv", "killed", "terminated-first", "requeued", "a-rank-line", "empty"])
-def test_a_failed_srun_step_ends_with_the_first_tasks_own_code(tmp_path: Path, out: str, code: int) -> None:
-    """srun's status is its tasks' highest (SIGTERM's 143 once --kill-on-bad-exit stopped the others): the
-    end helper reads srun's report and ends the job, marker and shell, with the first task's own code."""
+    (TORCHRUN_OUT, 3),  # torchrun's 1 (here srun's 143 above it): its root cause's own 3
+    (TORCHRUN_OUT.replace("exitcode  : 3 (pid: 812)", "exitcode  : -6 (pid: 812) Signal 6 (SIGABRT)"), 134),
+    (TORCHRUN_OUT.replace("exitcode  : 3 (pid: 812)", "exitcode  : -15 (pid: 812)"), 1),  # stopped: not a cause
+    (TORCHRUN_OUT.replace("1: ", ""), 3),  # by hand without --label
+    (TORCHRUN_OUT + SRUN_OUT.replace("job 41", "job 44"), 1),  # requeued: this run's report only
+], ids=["exit", "abort", "segv", "killed", "terminated-first", "requeued", "a-rank-line", "empty",
+        "torchrun", "torchrun-abort", "torchrun-sigterm", "torchrun-unlabelled", "torchrun-requeued"])
+def test_a_failed_step_ends_with_the_first_ranks_own_code(tmp_path: Path, out: str, code: int) -> None:
+    """srun's status is its tasks' highest (SIGTERM's 143 once --kill-on-bad-exit stopped the others), and
+    torchrun's is 1 whatever its worker's: the end helper reads the launcher's report and ends the job,
+    marker and shell, with the first failed rank's own code."""
     d = tmp_path / "j-41 'x'"
     d.mkdir()
     (d / "slurm.out").write_text(out)
@@ -166,6 +200,21 @@ def test_a_failed_srun_step_ends_with_the_first_tasks_own_code(tmp_path: Path, o
     done = subprocess.run(["bash", str(path)], env={**os.environ, "JOBID": "41 'x'", **BOOT}, check=False)
     mark = read_end(str(d))
     assert mark is not None and (mark.state, mark.exit_code, done.returncode) == ("FAILED", code, code)
+
+
+def test_torchruns_own_1_becomes_its_workers_code_and_a_success_reads_nothing(tmp_path: Path) -> None:
+    """The status srun passes on from torchrun is 1 when the agents all failed: the worker's 3 replaces it.
+    A job that succeeded reads no report (a stale root cause in its output changes nothing)."""
+    d = tmp_path / "j-44"
+    d.mkdir()
+    (d / "slurm.out").write_text(TORCHRUN_OUT)
+    path = tmp_path / "job.sh"
+    path.write_text(_own_script(d, "exit 1"))
+    assert subprocess.run(["bash", str(path)], env={**os.environ, "JOBID": "44", **BOOT}, check=False).returncode == 3
+    path.write_text(_own_script(d, "true"))
+    assert subprocess.run(["bash", str(path)], env={**os.environ, "JOBID": "44", **BOOT}, check=False).returncode == 0
+    mark = read_end(str(d))
+    assert mark is not None and (mark.state, mark.exit_code) == ("COMPLETED", 0)
 
 
 def test_by_hand_the_scripts_own_output_is_read_and_a_cancel_is_kept(tmp_path: Path) -> None:
@@ -191,7 +240,7 @@ def test_by_hand_the_scripts_own_output_is_read_and_a_cancel_is_kept(tmp_path: P
     assert mark is not None and (mark.state, mark.exit_code) == ("CANCELLED", 143)
 
 
-def test_only_an_unsupervised_srun_step_reads_its_report(tmp_path: Path) -> None:
+def test_only_an_unsupervised_srun_or_torchrun_step_reads_its_report(tmp_path: Path) -> None:
     from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
     spec = JobSpec(entrypoint=Entrypoint.parse(["train.py"], python="python3"), name="t", nodes=2,
@@ -200,7 +249,9 @@ def test_only_an_unsupervised_srun_step_reads_its_report(tmp_path: Path) -> None
     assert s.own_code_files(spec) == f'"$_d/slurm.out" {tmp_path}/t-"$SLURM_JOB_ID".out'
     assert s.own_code_files(spec.with_(array="0-3")) == f'{tmp_path}/t-"${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}".out'
     assert "first_end.sh" in s.render_script(spec)
-    for other in (spec.with_(launcher="torchrun"), spec.with_(launcher="mpirun"), spec.with_(max_restarts=1)):
+    assert s.own_code_files(spec.with_(launcher="torchrun")) == s.own_code_files(spec)
+    # mpirun exits with its first failed process's own code; a supervised job with its failure's class
+    for other in (spec.with_(launcher="mpirun"), spec.with_(max_restarts=1), spec.with_(launcher="torchrun", max_restarts=1)):
         assert s.own_code_files(other) == "" and "first_end.sh" not in s.render_script(other)
 
 

@@ -99,13 +99,14 @@ def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True,
     says CANCELLED; off where the stop protocol traps SIGTERM itself. A requeue from the script
     sets ``_torchhpc_end_state=REQUEUED``: no marker, the job goes on. SIGKILL leaves none: the
     client learns that end from the scheduler, at its next (backed-off) question.
-    ``own_code_files``: shell words naming the batch output (the first that exists is read) where
-    srun reported its tasks' ends. srun exits with its tasks' highest status, so once
-    ``--kill-on-bad-exit`` has stopped the others with SIGTERM a rank's ``exit 1`` becomes the job's
-    143, which reads as a cancel. With these files, a job that failed with a status over 128 ends
-    (marker and batch exit status, hence sacct's ExitCode) with the code of the task srun saw end
-    first, in srun's own words: ``task 2: Exited with exit code 1`` is 1, ``Aborted`` 134. A first
-    end of ``Terminated``, or none, keeps srun's status (src/torchhpc/boot/first_end.sh).
+    ``own_code_files``: shell words naming the batch output (the first that exists is read) where the
+    launcher reported its ranks' ends. Its status hides the failed rank's own code: srun exits with its
+    tasks' highest status, so once ``--kill-on-bad-exit`` has stopped the others with SIGTERM a rank's
+    ``exit 1`` becomes the job's 143, which reads as a cancel; torchrun exits 1 whatever its worker's
+    code. With these files, a failed job ends (marker and batch exit status, hence sacct's ExitCode)
+    with the code of the rank that failed first, in the launcher's own words: torchrun's root cause
+    ``exitcode  : 3`` is 3, srun's ``task 2: Exited with exit code 1`` is 1, ``Aborted`` 134. A first
+    end of SIGTERM, or none, keeps the status (src/torchhpc/boot/first_end.sh).
     """
     arm = [
         "_torchhpc_end_arm() {",
@@ -116,7 +117,7 @@ def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True,
         arm.append("  trap '_torchhpc_end_state=CANCELLED; exit 143' TERM")
     arm.append("}")
     own = [
-        '  if [ "$_s" = COMPLETED ] && [ "$_rc" -gt 128 ]; then  # srun\'s status hides the failed rank\'s code',
+        '  if [ "$_s" = COMPLETED ] && [ "$_rc" -ne 0 ]; then  # the launcher\'s status hides the rank\'s own code',
         f'    _own=$(bash {boot_ref("first_end.sh")} "$_rc" \\',
         f"      {own_code_files} 2>/dev/null)",
         "  fi",

@@ -214,16 +214,16 @@ def output_pattern(spec: JobSpec) -> str:
 
 
 def first_end_files(spec: JobSpec) -> str:
-    """Where an srun step's report of each task's end is (shell words, for the end trap's first_end.sh):
+    """Where the launcher's report of each rank's end is (shell words, for the end trap's first_end.sh):
     the job directory's slurm.out (``torchhpc run``), else the script's own ``--output`` (``sbatch FILE``;
-    an array task's file). "" unless srun is the launcher and no supervisor runs (its status is the
-    failure's class, not srun's)."""
+    an array task's file). "" for mpirun (it exits with the first failed process's own code) and where a
+    supervisor runs (its status is the failure's class, not the launcher's)."""
     from torchhpc.core.shell import quote
     from torchhpc.jobdir.endmark import quoted_dir
     from torchhpc.launchers import launcher_of
 
     launcher = launcher_of(spec)
-    if spec.supervised or not launcher.own_step or launcher.per_node:
+    if spec.supervised or not (launcher.own_step or launcher.per_node):  # srun's tasks, torchrun's workers
         return ""
     array = spec.array is not None
     ref = "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" if array else "$SLURM_JOB_ID"
