@@ -89,7 +89,7 @@ class SlurmClient:
         15 ms of CPU here), and five tests waiting at 5 a second kept a tenth of the two cores busy.
 
         All at once, not one after another: the controller forgets a job MinJobAge (300 s) after it
-        ends, and run A's time-limit test, waiting 440 s on its torchrun job first, then asked for
+        ends, and run X's time-limit test (docs/testing.md), waiting 440 s on its torchrun job first, then asked for
         the srun job that had ended beside it and got "Invalid job id"."""
         deadline, every = time.monotonic() + timeout, 0.2
         done: dict[str, dict[str, str]] = {}

@@ -207,8 +207,8 @@ LAUNCHERS = ("torchrun", "srun", "mpirun")
 
 # Three 2-node jobs at once, each with a 1-minute limit whose warning Slurm may send up to a minute early:
 # the ranks must start, stop and leave well inside it. Beside four other rank-starting tests (load 28 on
-# 2 cores, run B), torchrun's ranks started 52 s into an attempt and its agents took over 8 s to leave
-# after their workers' checkpoint, so the limit ended the job (TIMEOUT); in run A five attempts made one
+# 2 cores, run Y in docs/testing.md), torchrun's ranks started 52 s into an attempt and its agents took over 8 s to leave
+# after their workers' checkpoint, so the limit ended the job (TIMEOUT); in run X five attempts made one
 # step each. Holding every slot but one keeps its starts within the limit.
 @pytest.mark.whole_machine
 def test_time_limit_checkpoints_requeues_and_resumes_bit_identical(

@@ -47,7 +47,7 @@ def _step(job_dir: Path) -> str:
 
 
 def _kill_group(pid: int) -> None:
-    """What is left of the script's process group, if any. Run A's killpg raised ESRCH: the step
+    """What is left of the script's process group, if any. Run X's killpg raised ESRCH: the step
     then said it ran before it had started its `sleep` (now it says so after), and the cancel came
     in between, so the group had ended with the shell."""
     with contextlib.suppress(ProcessLookupError):
