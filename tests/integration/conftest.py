@@ -92,20 +92,18 @@ class SlurmClient:
         ends, and run X's time-limit test (docs/testing.md), waiting 440 s on its torchrun job first, then asked for
         the srun job that had ended beside it and got "Invalid job id"."""
         deadline, every = time.monotonic() + timeout, 0.2
-        done: dict[str, dict[str, str]] = {}
+        last: dict[str, dict[str, str]] = {}
         while True:
             for job_id in job_ids:
-                if job_id not in done:
-                    info = self.job(job_id)
-                    if info.get("JobState") in TERMINAL_STATES:
-                        done[job_id] = info
-            if len(done) == len(job_ids):
-                return done
+                if last.get(job_id, {}).get("JobState") not in TERMINAL_STATES:
+                    last[job_id] = self.job(job_id)
+            late = [j for j in job_ids if last[j].get("JobState") not in TERMINAL_STATES]
+            if not late:
+                return last
             if time.monotonic() > deadline:
-                late = {j: self.job(j) for j in job_ids if j not in done}
                 for job_id in late:
                     self.run(["scancel", job_id], check=False)
-                pytest.fail(f"jobs still not ended after {timeout:.0f} s: {late}")
+                pytest.fail(f"jobs still not ended after {timeout:.0f} s: {({j: last[j] for j in late})}")
             time.sleep(every)
             every = min(1.0, every * 1.25)
 
