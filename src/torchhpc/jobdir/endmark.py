@@ -116,12 +116,16 @@ def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True,
     if cancel_trap:
         arm.append("  trap '_torchhpc_end_state=CANCELLED; exit 143' TERM")
     arm.append("}")
-    own = [
-        '  if [ "$_s" = COMPLETED ] && [ "$_rc" -ne 0 ]; then  # the launcher\'s status hides the rank\'s own code',
-        f'    _own=$(bash {boot_ref("first_end.sh")} "$_rc" \\',
-        f"      {own_code_files} 2>/dev/null)",
-        "  fi",
-    ]
+    if_failed = '  if [ "$_s" = COMPLETED ] && [ "$_rc" -ne 0 ]; then'
+    failed = [f"{if_failed} _s=FAILED; fi"]
+    if own_code_files:  # a failed job also asks which rank failed first
+        failed = [
+            if_failed,
+            "    _s=FAILED  # the launcher's status hides the rank's own code:",
+            f'    _own=$(bash {boot_ref("first_end.sh")} "$_rc" \\',
+            f"      {own_code_files} 2>/dev/null)",
+            "  fi",
+        ]
     return [
         "# The job's end into <job dir>/end.json from the EXIT trap (also after a failure or a cancel): clients",
         "# wait on that file instead of asking the controller every second (docs/script.md).",
@@ -132,8 +136,7 @@ def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True,
         f"  _d={dir_words}",
         '  if [ "$_s" = REQUEUED ]; then return 0; fi',
         '  case ${_torchhpc_stop_reason:-} in ended-by-slurm|terminated) _s=CANCELLED ;; esac',
-        *(own if own_code_files else []),
-        '  if [ "$_s" = COMPLETED ] && [ "$_rc" -ne 0 ]; then _s=FAILED; fi',
+        *failed,
         '  if [ -d "$_d" ]; then',
         "    printf '{\"state\": \"%s\", \"exit_code\": %d, \"time\": %s, \"restart\": %d}\\n' \\",
         f'      "$_s" "${{_own:-$_rc}}" "${{_t/,/.}}" "{restart_ref}" >"$_d/.{END_FILE}.$$" 2>/dev/null \\',
