@@ -193,6 +193,11 @@ def test_map_array_four_items_parallelism_two_one_array_job(slurm_env: None, tmp
 
 
 # 4. time limit: checkpoint, requeue, resume ------------------------------------------------------------
+# Four 2-node jobs at once, three of them racing a warning Slurm may send up to a minute early. Beside
+# four other rank-starting tests (load 20-30 on 2 cores, runs Y and Z in docs/testing.md) torchrun's ranks
+# checkpointed 1 s after the warning, and its agents then took 29 s to leave (Y: 8 s), past the limit:
+# TIMEOUT, no requeue. The same race as test_nothing_lost's time-limit test, held the same way.
+@pytest.mark.whole_machine
 def test_time_limit_checkpointable_function_loses_nothing_and_matches_an_uninterrupted_run(
     slurm_env: None, tmp_path: Path
 ) -> None:
