@@ -75,6 +75,7 @@ def test_torchrun_root_cause_blocks_order_agents_by_time() -> None:
         ("nccl-watchdog-timeout", "network", "[Rank 3] Watchdog caught collective operation timeout"),
         ("rendezvous-timeout", "network", "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"),
         ("import-error", "environment", "ModuleNotFoundError: No module named 'torchvision'"),
+        ("thd-two-ranks-one-gpu", "gpu-assignment", "Error: 2 ranks on this node with backend 'nccl' but 1 GPU visible"),
     ],
 )
 def test_messages_are_classified(message: str, klass: str, error: str) -> None:
@@ -142,6 +143,54 @@ def test_local_consequences_are_the_ranks_the_supervisor_stopped(said: str, stop
         assert f"then rank {stopped[0]} failed as a consequence (lost its peer" in out, out
     elif not stopped:
         assert "consequence" not in out, out
+
+
+def test_a_rank_with_the_same_error_in_its_own_log_failed_the_same_way() -> None:
+    """Two ranks on one GPU (recorded on the H200): each rank's NCCL says "Duplicate GPU detected", so the
+    second is no consequence of the first (it said "then rank 0 failed as a consequence (lost its peer, or
+    stopped by the launcher)"). A rank that only lost its peer stays a consequence."""
+    from torchhpc.jobdir.logs import Line
+
+    lines = []
+    for text in (DATA / "messages" / "nccl-duplicate-gpu-two-ranks.log").read_text().splitlines():
+        head, _, rest = text.partition("]: ")
+        lines.append(Line(int(head[len("[rank"):]), rest))
+    reason = "rank 1 exited with code 1; stopped the other rank"
+    v = diagnose(Evidence(lines=[Line(None, reason), *lines], launcher="torchrun", local=True, state="FAILED",
+                          exit_code=1, nproc_per_node=2, reason=reason, job="local:1"))
+    assert v.klass == "gpu-assignment" and v.first is not None and v.first.rank == 1, v
+    assert v.alike == (0,) and v.consequences == (), v
+    out = v.render()
+    assert "rank 0 failed the same way (the same error in its own log)" in out and "consequence" not in out, out
+    assert v.to_json()["alike"] == [0]
+
+    peer = [ln for ln in lines if ln.rank == 1] + [Line(0, "RuntimeError: Connection closed by peer [127.0.0.1]:1")]
+    v = diagnose(Evidence(lines=[Line(None, reason), *peer], launcher="torchrun", local=True, state="FAILED",
+                          exit_code=1, nproc_per_node=2, reason=reason, job="local:1"))
+    assert v.alike == () and v.consequences == (0,), v
+
+
+def test_torchhpcs_own_error_in_a_rank_is_its_error() -> None:
+    """torchhpc's errors end a training script with ``Error:`` and ``HINT:`` lines, no traceback (dist/context.py):
+    that is the rank's error. It said "unknown: no evidence names a cause" for thd.init's refusal on the H200."""
+    texts = ["[rank1]: Error: MASTER_ADDR=node9 does not resolve", "[rank1]: HINT: set MASTER_ADDR to the first node"]
+    assert classify_text(texts) == ("user-exception", "Error: MASTER_ADDR=node9 does not resolve", "")
+    assert classify_text(["Error: a line the program printed", "and went on"]) == ("", "", "")
+
+
+def test_a_rank_reported_twice_is_one_task_end() -> None:
+    """The local supervisor's line and torchrun's Root Cause block both report rank 0 of a 1-rank job: one
+    end, not "local reported 2 task ends" (seen on the H200 for every 1-rank failure)."""
+    from torchhpc.jobdir.logs import Line
+
+    reason = "rank 0 exited with code 1; no other rank was running"
+    root = ["Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-30_00:08:40", "  host      : vm",
+            "  rank      : 0 (local_rank: 0)", "  exitcode  : 1 (pid: 4242)", "  error_file: <N/A>"]
+    lines = [Line(0, "ValueError: bad config"), *(Line(None, t) for t in root), Line(None, reason)]
+    v = diagnose(Evidence(lines=lines, launcher="torchrun", local=True, state="FAILED", exit_code=1,
+                          nproc_per_node=1, reason=reason))
+    assert v.first is not None and v.first.rank == 0 and v.consequences == () and v.alike == ()
+    assert v.evidence[-1] == "torchrun reported 1 task end", v.evidence
 
 
 def test_stopped_words_read_back() -> None:

@@ -67,7 +67,9 @@ _RANK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # Before network: NCCL reports two ranks on one GPU as an NCCL error, but no link is at fault.
     (
         "gpu-assignment",
-        re.compile(r"Duplicate GPU detected|device_id cuda:\d+ is out of range|invalid device ordinal|No CUDA GPUs are available"),
+        # the last: torchhpc's own refusal (thd.init, before NCCL starts), printed as "Error: ..." and "HINT: ..."
+        re.compile(r"Duplicate GPU detected|device_id cuda:\d+ is out of range|invalid device ordinal|No CUDA GPUs are available|"
+                   r"NCCL needs one GPU per rank"),
     ),
     (
         "network",
@@ -153,6 +155,9 @@ def classify_text(texts: Sequence[str]) -> tuple[str, str, str]:
             klass = name
             error = tb_last if (tb_last and pat.search(tb_last)) else hit
             break
+    if not tb_last:  # torchhpc's own error in a rank (dist/context.py's hook): "Error: ..." then "HINT: ..."
+        tb_last = next((t.strip() for t, after in zip(texts, texts[1:]) if t.startswith("Error: ")
+                        and after.startswith("HINT: ")), "")
     if not klass and tb_last:
         klass = "lost-peer" if _LOST_PEER.search(tb_last) else "user-exception"
         error = tb_last

@@ -94,6 +94,7 @@ class Verdict:
     state: str = ""
     exit_code: Optional[int] = None
     evidence: tuple[str, ...] = ()
+    alike: tuple[int, ...] = ()  # ranks whose own log shows the first's error: they failed by themselves
 
     @property
     def ok(self) -> bool:
@@ -116,6 +117,10 @@ class Verdict:
                 out.append(f"  at {f.where}")
             if f.log:
                 out.append(f"  log: {f.log}")
+        if self.alike:
+            m = len(self.alike)
+            out.append(f"  {plural(m, 'rank')} {format_ranks(self.alike)} failed the same way (the same error in "
+                       f"{plural(m, 'its own log', 'their own logs')})")
         n = len(self.consequences)
         who = f"{plural(n, 'rank')} {format_ranks(self.consequences)}"
         if self.consequences and self.klass in ("hang", "collective-mismatch"):
@@ -134,6 +139,7 @@ class Verdict:
         if self.first is not None:
             d["first"]["class"] = d["first"].pop("klass")
         d["consequences"] = list(self.consequences)
+        d["alike"] = list(self.alike)
         d["evidence"] = list(self.evidence)
         return d
 
@@ -191,8 +197,8 @@ def _with_flight(v: Verdict, ev: Evidence) -> Verdict:
     error = "exited with its process group still up (no destroy_process_group)" if f.kind == "left" else f.line()
     first = RankFailure(rank=r, host=ev.nodes.get(r, ""), klass=klass, exit=own.exit if own else "",
                         error=own.error if own else error, where=own.where if own else "", log=ev.rank_logs.get(r, ""))
-    rest = tuple(x for x in sorted({*v.consequences, *((v.first.rank,) if v.first else ())}) if x != r)
-    return replace(v, klass=klass, summary=f.line(), first=first, consequences=rest,
+    rest = tuple(x for x in sorted({*v.consequences, *v.alike, *((v.first.rank,) if v.first else ())}) if x != r)
+    return replace(v, klass=klass, alike=(), summary=f.line(), first=first, consequences=rest,
                    next_step=_LEFT_STEP.format(rank=r) if f.kind == "left" else
                    CLASSES[klass][1] if klass != v.klass else v.next_step,
                    evidence=(*v.evidence, "fr/"))
@@ -250,7 +256,8 @@ def _verdict(ev: Evidence, per_rank: dict[int, list[str]], job_lines: list[str],
             error=prev.error or (f"killed by {own}" if own.startswith("SIG") else ""), consequence=klass == "lost-peer",
         )
     if events:
-        seen.append(f"{ev.launcher or 'launcher'} reported {counted(len(events), 'task end')}")
+        # a rank the launcher reported twice (the local supervisor's line and torchrun's Root Cause) ended once
+        seen.append(f"{ev.launcher or 'launcher'} reported {counted(len({e[0] for e in events}), 'task end')}")
 
     # the first failed rank: the launcher's first report of a cause, else the earliest log
     causes = [f for f in failures.values() if not f.consequence]
@@ -292,7 +299,20 @@ def _verdict(ev: Evidence, per_rank: dict[int, list[str]], job_lines: list[str],
         first = None if job_class in ("time-limit", "cancelled", "preempted") else first
     if klass == "cancelled":
         meaning, step, consequences = _cancelled(ev, consequences, bool(per_rank))
-    return Verdict(klass, meaning, first, consequences, step, ev.job, ev.state, ev.exit_code, tuple(seen))
+    # a rank whose own log shows the first's error (two ranks on one GPU: each one's NCCL says so) failed by
+    # itself, not because the first did: said apart, never "lost its peer"
+    alike = tuple(r for r in consequences if _alike(failures.get(r), first)) if job_class != "cancelled" else ()
+    consequences = tuple(r for r in consequences if r not in alike)
+    return Verdict(klass, meaning, first, consequences, step, ev.job, ev.state, ev.exit_code, tuple(seen), alike)
+
+
+def _alike(f: Optional[RankFailure], first: Optional[RankFailure]) -> bool:
+    """Whether ``f`` is its own failure of the same kind as ``first``: the same class, and the same line of the
+    user's code or the same error (its words before the first colon: the exception's type, NCCL's message)."""
+    if f is None or first is None or f.consequence or f.klass in ("unknown", "lost-peer") or f.klass != first.klass:
+        return False
+    head = f.error.split(":")[0].strip()
+    return bool(f.where and f.where == first.where) or bool(head and head == first.error.split(":")[0].strip())
 
 
 def _cancelled(ev: Evidence, ranks: tuple[int, ...], ran: bool) -> tuple[str, str, tuple[int, ...]]:
