@@ -170,14 +170,6 @@ def test_a_rank_with_the_same_error_in_its_own_log_failed_the_same_way() -> None
     assert v.alike == () and v.consequences == (0,), v
 
 
-def test_torchhpcs_own_error_in_a_rank_is_its_error() -> None:
-    """torchhpc's errors end a training script with ``Error:`` and ``HINT:`` lines, no traceback (dist/context.py):
-    that is the rank's error. It said "unknown: no evidence names a cause" for thd.init's refusal on the H200."""
-    texts = ["[rank1]: Error: MASTER_ADDR=node9 does not resolve", "[rank1]: HINT: set MASTER_ADDR to the first node"]
-    assert classify_text(texts) == ("user-exception", "Error: MASTER_ADDR=node9 does not resolve", "")
-    assert classify_text(["Error: a line the program printed", "and went on"]) == ("", "", "")
-
-
 def test_a_rank_reported_twice_is_one_task_end() -> None:
     """The local supervisor's line and torchrun's Root Cause block both report rank 0 of a 1-rank job: one
     end, not "local reported 2 task ends" (seen on the H200 for every 1-rank failure)."""

@@ -155,9 +155,6 @@ def classify_text(texts: Sequence[str]) -> tuple[str, str, str]:
             klass = name
             error = tb_last if (tb_last and pat.search(tb_last)) else hit
             break
-    if not tb_last:  # torchhpc's own error in a rank (dist/context.py's hook): "Error: ..." then "HINT: ..."
-        tb_last = next((t.strip() for t, after in zip(texts, texts[1:]) if t.startswith("Error: ")
-                        and after.startswith("HINT: ")), "")
     if not klass and tb_last:
         klass = "lost-peer" if _LOST_PEER.search(tb_last) else "user-exception"
         error = tb_last

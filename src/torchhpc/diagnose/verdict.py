@@ -118,9 +118,8 @@ class Verdict:
             if f.log:
                 out.append(f"  log: {f.log}")
         if self.alike:
-            m = len(self.alike)
-            out.append(f"  {plural(m, 'rank')} {format_ranks(self.alike)} failed the same way (the same error in "
-                       f"{plural(m, 'its own log', 'their own logs')})")
+            out.append(f"  {plural(len(self.alike), 'rank')} {format_ranks(self.alike)} failed the same way (the same "
+                       f"error in {plural(len(self.alike), 'its own log', 'their own logs')})")
         n = len(self.consequences)
         who = f"{plural(n, 'rank')} {format_ranks(self.consequences)}"
         if self.consequences and self.klass in ("hang", "collective-mismatch"):
@@ -299,8 +298,7 @@ def _verdict(ev: Evidence, per_rank: dict[int, list[str]], job_lines: list[str],
         first = None if job_class in ("time-limit", "cancelled", "preempted") else first
     if klass == "cancelled":
         meaning, step, consequences = _cancelled(ev, consequences, bool(per_rank))
-    # a rank whose own log shows the first's error (two ranks on one GPU: each one's NCCL says so) failed by
-    # itself, not because the first did: said apart, never "lost its peer"
+    # a rank whose own log shows the first's error (two ranks on one GPU) failed by itself: not a consequence
     alike = tuple(r for r in consequences if _alike(failures.get(r), first)) if job_class != "cancelled" else ()
     consequences = tuple(r for r in consequences if r not in alike)
     return Verdict(klass, meaning, first, consequences, step, ev.job, ev.state, ev.exit_code, tuple(seen), alike)
