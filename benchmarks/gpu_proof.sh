@@ -3,7 +3,7 @@
 #
 #   benchmarks/gpu_proof.sh OUTDIR [--smoke] [PART...]
 #
-# PARTs (default: all, in the order bench doctor tworanks failures examples table):
+# PARTs (default: all, in the order bench doctor tworanks checkpoint failures examples table):
 #   bench     benchmarks/gpu_training.py: resnet_ddp.py's step / torchvision reference (224 px, batch 128,
 #             bf16, channels_last, interleaved rounds, memory, profile) and MNIST in-memory / DataLoader
 #   table     benchmarks/training_table.py --only table (single, DP, DDP over the visible GPUs; MD + PNG)
@@ -13,6 +13,7 @@
 #   examples  a pytorch/examples-style DDP script with snapshot/resume (from $EXT_DDP_DIR, a copy of the
 #             tutorial's multigpu_torchrun.py + datautils.py, run unmodified) and examples/lightning_ddp.py,
 #             each under `torchhpc run -n 1`
+#   checkpoint benchmarks/gpu_checkpoint.py: DDP and FSDP2 on CUDA saved (blocking and not) and resumed, bit for bit
 #   failures  a real CUDA out-of-memory and real NCCL errors under `torchhpc run -n 1 --background`
 #             (and two plain-torch NCCL ranks on one GPU under -n 2),
 #             then `torchhpc wait`, `torchhpc diagnose` (the verdict) and `torchhpc logs` (the real text)
@@ -25,7 +26,7 @@ out=${1:?usage: benchmarks/gpu_proof.sh OUTDIR [--smoke] [PART...]}
 shift
 smoke=0
 if [ "${1:-}" = --smoke ]; then smoke=1; shift; fi
-parts=${*:-bench doctor tworanks failures examples table}
+parts=${*:-bench doctor tworanks checkpoint failures examples table}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -114,6 +115,9 @@ for part in $parts; do
         if [ $smoke = 1 ]; then sizes=(--max-steps 3 --train-size 512 --test-size 128); else sizes=(--train-size 10000 --test-size 2000); fi
         step "lightning_ddp" 240 "${TH[@]}" run -n 1 examples/lightning_ddp.py --epochs 2 --cache "$work" "${sizes[@]}"
         ;;
+    checkpoint)
+        step "checkpoint resumed bit for bit" 300 "$PY" benchmarks/gpu_checkpoint.py --root "$out/checkpoint"
+        ;;
     failures)
         failure oom 1 240
         failure bad-ordinal 1 120
@@ -122,7 +126,7 @@ for part in $parts; do
         left_running
         ;;
     *)
-        echo "unknown part $part (bench table doctor tworanks examples failures)"
+        echo "unknown part $part (bench table doctor tworanks checkpoint examples failures)"
         ;;
     esac
 done

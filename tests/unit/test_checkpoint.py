@@ -139,6 +139,35 @@ def test_one_save_in_flight_the_next_save_and_resume_wait(tmp_path: Path) -> Non
     assert _names(tmp_path) == ["ckpt-000000001", "ckpt-000000002"]
 
 
+def test_async_saves_go_on_where_torchs_stager_closes_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.11 (the H200's CUDA build, 2026-11-30): ``DefaultStager._stage`` closes its StateDictStager at
+    the end of every copy, so the second async save of a process failed with ``KeyError: <class 'type'>``
+    (benchmarks/gpu_checkpoint.py, checkpoint_cost.py --device cuda). torch 2.13 here keeps it open: its
+    ``_stage`` is made to close the same way, as 2.11's source does; three saves in a row must still resume."""
+    from torch.distributed.checkpoint.staging import DefaultStager
+
+    from torchhpc.dist import checkpoint_state
+
+    stage = DefaultStager._stage
+
+    def closing(self: Any, state_dict: Any, **kwargs: Any) -> Any:
+        try:
+            return stage(self, state_dict, **kwargs)
+        finally:
+            self._state_dict_stager.close()
+
+    monkeypatch.setattr(DefaultStager, "_stage", closing)
+    monkeypatch.setattr(checkpoint_state, "_STAGER", None)
+    model, opt, sched = _make()
+    for step in (1, 2, 3):
+        _train(model, opt, sched, step - 1, step)
+        checkpoint.save(tmp_path, step=step, model=model, optimizer=opt, blocking=False).wait()
+    model2, opt2, _ = _make()
+    assert checkpoint.resume(tmp_path, model=model2, optimizer=opt2)["step"] == 3
+    for k, v in _params(model2).items():
+        assert torch.equal(v, _params(model)[k]), k
+
+
 def test_an_async_error_is_raised_by_wait(tmp_path: Path) -> None:
     model, _, _ = _make()
     (tmp_path / "file").write_text("not a directory")

@@ -6,7 +6,8 @@ visible, exits 0), the NCCL check's failure path with a real launch (NCCL
 cannot start on CPU, and the check must report that, not crash), and
 benchmarks/gpu_training.py's no-GPU exit and its Markdown from a canned result,
 and the device script benchmarks/gpu_proof.sh (shellcheck, and its failure cases'
-no-GPU exit: the cases themselves ran on an H200).
+no-GPU exit: the cases themselves ran on an H200), and benchmarks/gpu_checkpoint.py's no-GPU exit and
+its comparison (its runs on CUDA passed on the H200, docs/training.md).
 """
 
 from __future__ import annotations
@@ -74,6 +75,25 @@ def test_gpu_proof_script_is_clean_shell() -> None:
     assert cp.returncode == 0, cp.stdout
     usage = subprocess.run(["bash", script], capture_output=True, text=True, timeout=60)
     assert usage.returncode != 0 and "usage: benchmarks/gpu_proof.sh OUTDIR" in usage.stderr, usage.stderr
+
+
+def test_gpu_checkpoint_check_without_gpu_and_its_comparison() -> None:
+    import torch
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from gpu_checkpoint import differences
+    finally:
+        sys.path.pop(0)
+    a = {"model": {"w": torch.ones(2)}, "optim": {"state": {0: {"step": torch.tensor(3.0)}}, "param_groups": [{"lr": 0.1}]}}
+    b = {"model": {"w": torch.ones(2)}, "optim": {"state": {0: {"step": torch.tensor(3.0)}}, "param_groups": [{"lr": 0.1}]}}
+    assert differences(a, b) == []
+    b["model"]["w"] = torch.tensor([1.0, 1.0 + 1e-7])
+    b["optim"]["param_groups"][0]["lr"] = 0.2
+    assert differences(a, b, "x") == ["x/model/w", "x/optim/param_groups[0]/lr"]
+    assert differences({"w": torch.ones(2)}, {"w": torch.ones(2, dtype=torch.float64)}) == ["/w"]
+    cp = subprocess.run([PYTHON, str(REPO / "benchmarks" / "gpu_checkpoint.py")], capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 2 and cp.stderr.startswith("Error: no CUDA GPU here\nHINT: "), cp.stdout + cp.stderr
 
 
 def test_gpu_training_benchmark_without_gpu() -> None:

@@ -13,6 +13,9 @@ inside functions only.
 * Async staging keeps one set of host buffers for the life of the process
   (DCP's ``DefaultStager`` caches them by the source storage): the pause is a
   copy into memory already there, and host memory stays flat over many saves.
+  torch 2.11's stager closes itself after each copy (found on an H200: the
+  second async save failed with ``KeyError: <class 'type'>``); there a spent
+  stager is replaced, and each save allocates its buffers anew.
 """
 
 from __future__ import annotations
@@ -213,7 +216,7 @@ def write_async(state: dict[str, Any], path: Path, pg: Any) -> Any:
     if pg is not None and dist.get_world_size(pg) > 1:
         state = _share(state, dist.get_rank(pg), dist.get_world_size(pg))
 
-    if _STAGER is None:
+    if _STAGER is None or _spent(_STAGER):
         cuda = torch.cuda.is_available()
         # Staged on this thread (the copy is the pause; training must not step before it ends),
         # pinned and non-blocking where there is a GPU; never shared memory (one process writes).
@@ -221,6 +224,14 @@ def write_async(state: dict[str, Any], path: Path, pg: Any) -> Any:
                                                use_async_staging=False, use_non_blocking_copy=cuda))
     return dcp.async_save(state, storage_writer=_writer(path, pg), process_group=pg, async_stager=_STAGER,
                           no_dist=pg is None)
+
+
+def _spent(stager: Any) -> bool:
+    """Whether DCP's stager closed itself: torch 2.11's ``DefaultStager._stage`` ends with its inner
+    ``StateDictStager.close()``, which empties the copy's dispatch table; a second stage through it then
+    fails. Later torch keeps it open for the next save (and its host buffers)."""
+    inner = getattr(stager, "_state_dict_stager", None)
+    return inner is not None and not getattr(inner, "_deepcopy_dispatch", True)
 
 
 def read(state: dict[str, Any], path: Path, pg: Any) -> None:

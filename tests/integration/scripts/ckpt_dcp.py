@@ -9,6 +9,8 @@ the DDP model in ``ROOT/legacy/``). ``resume``: restore from ``--from`` (default
 the same run's checkpoints; another run's for resharding) and train on to ``--steps``;
 ``--kinds fsdp-sync:legacy`` resumes that kind's model from ``ROOT/legacy``, dumped as ``fsdp-sync-legacy``.
 
+The ranks train on their device (``thd.init()``'s: CPU and gloo here, their CUDA device and NCCL on
+a GPU, where benchmarks/gpu_checkpoint.py runs this script); inputs and noise come from the CPU RNG.
 Rank 0 writes the full (unsharded) model and optimizer state after the save step and
 at the end: ``ROOT/<kind>.<train|resume>.<step>.pt``, so a test compares runs and worlds
 with ``torch.equal``. Data per step come from a generator seeded by (step, rank), noise
@@ -41,8 +43,8 @@ p.add_argument("--legacy", action="store_true")
 p.add_argument("--kinds", default="ddp-sync,ddp-async,fsdp-sync,fsdp-async")
 a = p.parse_args()
 root = Path(a.root)
-ctx = thd.init()
-rank = ctx.rank
+ctx = thd.init(single_group=True)  # a group even for one rank (DDP and FSDP2 want one; one GPU: -n 1)
+rank, dev = ctx.rank, ctx.device
 torch.manual_seed(100 + rank)  # per-rank global RNG: dropout and noise differ by rank
 
 
@@ -52,6 +54,7 @@ def build(kind: str) -> tuple[Any, Any, Any]:
     with torch.no_grad():  # identical start on every rank, independent of the per-rank seed
         for prm in model.parameters():
             prm.copy_(torch.randn(prm.shape, generator=g) * 0.2)
+    model.to(dev)
     if kind.startswith("fsdp"):
         for child in model.children():
             if any(True for _ in child.parameters()):
@@ -69,7 +72,8 @@ def build(kind: str) -> tuple[Any, Any, Any]:
 def step_once(step: int, fwd: Any, opt: Any) -> None:
     g = torch.Generator().manual_seed(1000 * step + rank)
     x = torch.randn(8, 16, generator=g)
-    y = x.sum(1, keepdim=True) + torch.randn(8, 1) * 0.01
+    y = (x.sum(1, keepdim=True) + torch.randn(8, 1) * 0.01).to(dev)
+    x = x.to(dev)
     loss = ((fwd(x) - y) ** 2).mean()
     opt.zero_grad()
     loss.backward()
