@@ -15,6 +15,7 @@ launch: about half a minute here).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -55,21 +56,22 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return roots
 
 
+def _differences() -> Any:
+    """benchmarks/gpu_checkpoint.py's comparison (the same runs on a GPU), loaded from its file."""
+    spec = importlib.util.spec_from_file_location("gpu_checkpoint", REPO / "benchmarks" / "gpu_checkpoint.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.differences
+
+
+differences = _differences()
+
+
 def same(a: Any, b: Any, where: str = "") -> None:
     """Bit for bit: tensors by torch.equal (dtype and shape too), containers recursively."""
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape, where
-        assert torch.equal(a, b), f"{where} differs"
-    elif isinstance(a, dict):
-        assert isinstance(b, dict) and set(a) == set(b), f"{where}: keys {set(a) ^ set(b)}"
-        for k in a:
-            same(a[k], b[k], f"{where}/{k}")
-    elif isinstance(a, (list, tuple)):
-        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
+    diff = differences(a, b, where)
+    assert not diff, f"differs at {', '.join(diff[:5])}"
 
 
 def dumped(root: Path, name: str) -> dict[str, Any]:
