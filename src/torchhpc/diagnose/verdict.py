@@ -299,7 +299,7 @@ def _verdict(ev: Evidence, per_rank: dict[int, list[str]], job_lines: list[str],
     if klass == "cancelled":
         meaning, step, consequences = _cancelled(ev, consequences, bool(per_rank))
     # a rank whose own log shows the first's error (two ranks on one GPU) failed by itself: not a consequence
-    alike = tuple(r for r in consequences if _alike(failures.get(r), first)) if job_class != "cancelled" else ()
+    alike = tuple(r for r in consequences if _alike(failures.get(r), first))
     consequences = tuple(r for r in consequences if r not in alike)
     return Verdict(klass, meaning, first, consequences, step, ev.job, ev.state, ev.exit_code, tuple(seen), alike)
 
