@@ -17,13 +17,19 @@ step() { printf '\n=== %s (%ss)\n' "$*" "$SECONDS" >&2; }
 # CLI call, rank boot and job helper the suite starts would compile torchhpc from source again (~0.05 s of
 # CPU each, thousands of them). compileall writes it anyway; imports only read it.
 compile_src() { python -m compileall -q -j 0 src >/dev/null; }
+# pytest's assertion rewriting, cached the same way: with PYTHONDONTWRITEBYTECODE set, each of the five workers
+# rewrote every test module's asserts again (10 CPU-s of collection each; 4 from the cache). One collection that
+# may write fills tests/**/__pycache__; the workers only read it.
+rewrite_tests() { env -u PYTHONDONTWRITEBYTECODE python -m pytest --collect-only -q -p no:cacheprovider "$@" >/dev/null; }
 
 if [ "${1:-}" = "--quick" ]; then
   shift
   [ -x .venv/bin/python ] || { step "python environment"; ./scripts/setup.sh dev,lightning,compat; }
   step "lint"
+  rewrite_tests tests/unit & REWRITE_PID=$!
   ruff check src tests examples benchmarks
   mypy
+  wait "$REWRITE_PID" || { echo "Error: collecting the unit tests failed: python -m pytest --collect-only tests/unit shows why" >&2; exit 1; }
   compile_src
   step "unit tests and goldens (no cluster; -m 'not slow': the soaks and matrices run in the full suite)"
   python -m pytest -q -n 2 -m "not slow" -p no:cacheprovider tests/unit "$@"
@@ -55,9 +61,11 @@ if [ -x .ci/build-test-image.sh ]; then
   trap 'kill "$IMAGE_PID" 2>/dev/null || true' EXIT  # a failed lint does not leave it running
 fi
 
-step "lint"
+step "lint (the test modules' rewritten asserts cached beside it, on the other core)"
+rewrite_tests & REWRITE_PID=$!
 ruff check src tests examples benchmarks
 mypy
+wait "$REWRITE_PID" || { echo "Error: collecting the tests failed: python -m pytest --collect-only shows why" >&2; exit 1; }
 
 step "dev cluster"
 torchhpc devcluster down >/dev/null 2>&1 || true
