@@ -84,7 +84,7 @@ def program(argv: list[str]) -> str:
     name = Path(head).name
     if name == "__main__.py":  # python -m PACKAGE
         name = Path(head).parent.name
-    if name in ("torchhpc", "torchhpc.cli") and rest:
+    if name == "torchhpc" and rest:
         return f"torchhpc {rest[0]}"
     if head.endswith("torch/distributed/run.py") or name == "torchrun":
         return "torchrun (agent)"

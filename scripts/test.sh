@@ -21,15 +21,19 @@ compile_src() { python -m compileall -q -j 0 src >/dev/null; }
 # rewrote every test module's asserts again (10 CPU-s of collection each; 4 from the cache). One collection that
 # may write fills tests/**/__pycache__; the workers only read it.
 rewrite_tests() { env -u PYTHONDONTWRITEBYTECODE python -m pytest --collect-only -q -p no:cacheprovider "$@" >/dev/null; }
+# ruff and mypy on one core; beside them, on the other, the rewrite of the tests under the paths given (none: all)
+lint() {
+  rewrite_tests "$@" & local pid=$!
+  ruff check src tests examples benchmarks
+  mypy
+  wait "$pid" || { echo "Error: collecting the tests failed: python -m pytest --collect-only $* shows why" >&2; exit 1; }
+}
 
 if [ "${1:-}" = "--quick" ]; then
   shift
   [ -x .venv/bin/python ] || { step "python environment"; ./scripts/setup.sh dev,lightning,compat; }
   step "lint"
-  rewrite_tests tests/unit & REWRITE_PID=$!
-  ruff check src tests examples benchmarks
-  mypy
-  wait "$REWRITE_PID" || { echo "Error: collecting the unit tests failed: python -m pytest --collect-only tests/unit shows why" >&2; exit 1; }
+  lint tests/unit
   compile_src
   step "unit tests and goldens (no cluster; -m 'not slow': the soaks and matrices run in the full suite)"
   python -m pytest -q -n 2 -m "not slow" -p no:cacheprovider tests/unit "$@"
@@ -62,10 +66,7 @@ if [ -x .ci/build-test-image.sh ]; then
 fi
 
 step "lint (the test modules' rewritten asserts cached beside it, on the other core)"
-rewrite_tests & REWRITE_PID=$!
-ruff check src tests examples benchmarks
-mypy
-wait "$REWRITE_PID" || { echo "Error: collecting the tests failed: python -m pytest --collect-only shows why" >&2; exit 1; }
+lint
 
 step "dev cluster"
 torchhpc devcluster down >/dev/null 2>&1 || true

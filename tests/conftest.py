@@ -12,6 +12,7 @@ CI must never pass by skipping the real thing.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any, NoReturn
 
 import pytest
@@ -46,6 +48,15 @@ HOSTILE: list[str] = [
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
+
+
+def load_file(path: Path, name: str | None = None) -> ModuleType:
+    """A Python file that is not in a package (a script, a benchmark, the boot copy), imported as a module."""
+    spec = importlib.util.spec_from_file_location(name or path.stem, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def in_ci() -> bool:

@@ -15,7 +15,6 @@ launch: about half a minute here).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PYTHON, REPO, need
+from tests.conftest import PYTHON, REPO, load_file, need
 
 torch = need("torch")
 pytestmark = pytest.mark.slow
@@ -56,16 +55,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return roots
 
 
-def _differences() -> Any:
-    """benchmarks/gpu_checkpoint.py's comparison (the same runs on a GPU), loaded from its file."""
-    spec = importlib.util.spec_from_file_location("gpu_checkpoint", REPO / "benchmarks" / "gpu_checkpoint.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.differences
-
-
-differences = _differences()
+# benchmarks/gpu_checkpoint.py's comparison (the same runs on a GPU), loaded from its file
+differences = load_file(REPO / "benchmarks" / "gpu_checkpoint.py").differences
 
 
 def same(a: Any, b: Any, where: str = "") -> None:

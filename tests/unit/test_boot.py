@@ -18,7 +18,7 @@ import sys
 import venv
 from pathlib import Path
 
-from tests.conftest import need, reaped
+from tests.conftest import load_file, need, reaped
 from torchhpc.launchers import TASK_SH
 from torchhpc.launchers.boot import BOOT_DIR, boot_argv, boot_hash, boot_pythonpath, boot_shell
 
@@ -205,12 +205,7 @@ def test_torchhpc_exec_boots_the_rank_too() -> None:
 
 def test_the_recorder_uses_the_variable_names_of_the_torch_it_finds(tmp_path: Path) -> None:
     """torch 2.7 renamed TORCH_NCCL_TRACE_BUFFER_SIZE (and warns on every rank when it is set); 2.5 reads only it."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("_boot_copy", Path(BOOT_DIR, "sitecustomize.py"))
-    assert spec is not None and spec.loader is not None
-    boot = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(boot)
+    boot = load_file(Path(BOOT_DIR, "sitecustomize.py"), "_boot_copy")
     for name, text in (("new", "__version__ = '2.13.0+cpu'\n"), ("ngc", '__version__ = "2.5.0a0+b465a5843b.nv24.09"\n')):
         (tmp_path / name / "torch").mkdir(parents=True)
         (tmp_path / name / "torch" / "version.py").write_text("from typing import Optional\n" + text)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,12 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, load_file
 
-_spec = importlib.util.spec_from_file_location("cpu_census", REPO / "scripts" / "cpu_census.py")
-assert _spec and _spec.loader
-census = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(census)
+census = load_file(REPO / "scripts" / "cpu_census.py")
 
 # dump-acct's lines as acct 6.6.4 (Debian bookworm) printed them for run H's processes (docs/testing.md):
 # command, version, user and system CPU in 1/100 s, elapsed, uid, gid, memory, io, pid, ppid, flags, exit, tty, start

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shlex
@@ -11,15 +10,11 @@ from pathlib import Path
 import pytest
 
 import torchhpc
-from tests.conftest import REPO
+from tests.conftest import REPO, load_file
 
 
 def _gen() -> object:
-    spec = importlib.util.spec_from_file_location("gen_cli_docs", REPO / "scripts" / "gen_cli_docs.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file(REPO / "scripts" / "gen_cli_docs.py")
 
 
 def test_cli_reference_is_current() -> None:
