@@ -76,9 +76,9 @@ class JobHandle:
 
     def diagnose(self) -> Verdict:
         """Why the job failed: the class, the first rank that failed, its host, error and file:line."""
-        from torchhpc.diagnose.verdict import diagnose, gather
+        from torchhpc.diagnose.readback import diagnose_job
 
-        return diagnose(gather(self.scheduler, self.scheduler.name, self.job_id))
+        return diagnose_job(self.scheduler, self.scheduler.name, self.job_id)
 
     def tasks(self) -> list[TaskHandle]:
         """An array job's tasks as handles with ``state``, ``logs()`` and ``result()``."""

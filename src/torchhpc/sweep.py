@@ -27,6 +27,7 @@ from torchhpc.core.array import last_result
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import SchedulerError, SpecError, UsageError
 from torchhpc.job import Job, TaskHandle, check_program, tasks_of
+from torchhpc.jobdir.logs import TASK_END_LINE
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 
@@ -224,7 +225,6 @@ def task_rows(directory: str) -> list[dict[str, Any]]:
 
 
 _TASK_LINE = re.compile(r"^\[task (\d+)\] (.*)$")
-_TASK_END = re.compile(r"^torchhpc: task \d+ ended (\w+), exit (-?\d+), after ([\d.]+) s$")
 
 
 def _shared_log(sched: Scheduler, job_id: str, indices: Sequence[int]) -> Optional[dict[int, str]]:
@@ -248,9 +248,9 @@ def _local_task(shared: Optional[Mapping[int, str]], tid: str, index: int, overa
     """One task's end from its own ``torchhpc: task I ended STATE, exit N, after S s`` line (local/array.py);
     None while it has not ended (the job's state is then the row's)."""
     for line in reversed((shared or {}).get(index, "").splitlines()):
-        m = _TASK_END.match(line)
+        m = TASK_END_LINE.match(line)
         if m:
-            return JobStatus(job_id=tid, state=m.group(1), exit_code=int(m.group(2)), elapsed=f"{float(m.group(3)):.1f}s",
+            return JobStatus(job_id=tid, state=m.group(2), exit_code=int(m.group(3)), elapsed=f"{float(m.group(4)):.1f}s",
                              name=overall.name, nodes=overall.nodes)
     return None
 

@@ -41,6 +41,28 @@ def json_errors(func: Any) -> Any:
     return wrapper
 
 
+def print_json(value: Any, indent: int | None = None) -> None:
+    """Every ``--json`` output: strict JSON (a float that is not finite, such as "never" sorted as ``inf``,
+    becomes null; ``Infinity`` is refused by JavaScript, Go and serde), one document on stdout."""
+    import json
+
+    sys.stdout.write(json.dumps(strict_json(value), indent=indent, allow_nan=False) + "\n")
+    sys.stdout.flush()
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with every float that is not finite as None, tuples as lists."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
+
+
 def eprint(*args: object) -> None:
     print(*args, file=sys.stderr, flush=True)
 

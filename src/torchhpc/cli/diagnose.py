@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-from torchhpc.cli.common import add_subparser
+from torchhpc.cli.common import add_subparser, print_json
 from torchhpc.cli.handles import add_job_argument, require
 from torchhpc.cli.remote import add_remote_arguments
 
@@ -24,16 +23,15 @@ def register(sub: Any) -> None:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from torchhpc.diagnose.verdict import diagnose, gather
+    from torchhpc.diagnose.readback import diagnose_job
 
     sched, name, job, _st = require(args, record_ok=True)  # an unknown job is an error, never "completed"
     from torchhpc.supervisor.show import attempt_lines, job_attempts
 
-    verdict = diagnose(gather(sched, name, job))
+    verdict = diagnose_job(sched, name, job)
     tries = job_attempts(name, job, sched.end_dir(job))
     if args.json:
-        json.dump({**verdict.to_json(), "attempts": tries}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print_json({**verdict.to_json(), "attempts": tries}, indent=2)
     else:
         sys.stdout.write(verdict.render())
         if tries:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-from torchhpc.cli.common import add_subparser
+from torchhpc.cli.common import add_subparser, print_json
 from torchhpc.cli.handles import add_job_argument, require
 
 
@@ -53,8 +52,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     sched, name, job, _st = require(args, record_ok=True)
     tl = gather(sched, name, job)
     if args.json:
-        json.dump(tl.to_json(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        print_json(tl.to_json(), indent=2)
     else:
         sys.stdout.write(tl.render())
     if args.plot:

@@ -86,16 +86,17 @@ def hang_watch(scheduler: Scheduler, job_id: str, hang_timeout: float, on_hang: 
 def print_verdict(scheduler: Scheduler, job_id: str) -> str:
     """The failure's verdict (at most 8 lines) after the job's output: which rank, where, why.
     Returns its class ("" when there is none to print), so a caller can add what the verdict lacks."""
-    from torchhpc.diagnose.verdict import diagnose, gather
+    from torchhpc.diagnose.readback import diagnose_job, printable
 
     try:
-        verdict = diagnose(gather(scheduler, scheduler.name, job_id))
+        verdict = diagnose_job(scheduler, scheduler.name, job_id)
     except Exception as e:  # the verdict is a courtesy; the exit code above is the answer
         eprint(f"(no diagnosis: {e})")
         return ""
-    if verdict.ok:
+    text = printable(verdict)  # none for a job that never ran: its error line says why
+    if text is None:
         return ""
-    sys.stderr.write(verdict.render())
+    sys.stderr.write(text)
     sys.stderr.flush()
     return verdict.klass
 

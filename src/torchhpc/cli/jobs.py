@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Any
 
-from torchhpc.cli.common import add_hang_arguments, add_subparser, eprint, json_errors
+from torchhpc.cli.common import add_hang_arguments, add_subparser, eprint, json_errors, print_json
 from torchhpc.cli.follow import follow, status_dict
 from torchhpc.cli.handles import UNKNOWN_HINT, add_job_argument, default_scheduler, known_status, resolve
 from torchhpc.cli.remote import add_remote_arguments
@@ -76,8 +75,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     after = job_dependencies(sched, job)  # what it waits (or waited) for, each with its job's state now
     if args.json:
         deps = [{"kind": d.dependency.kind, "handle": d.handle, "state": d.state, "verdict": d.verdict} for d in after]
-        print(json.dumps({**status_dict(name, st), "attempts": tries, "pending": pending.to_json() if pending else None,
-                          **({"after": deps} if deps else {})}))
+        print_json({**status_dict(name, st), "attempts": tries, "pending": pending.to_json() if pending else None,
+                    **({"after": deps} if deps else {})})
     else:
         print(f"{name}:{st.line()}")
         if pending is not None:
@@ -102,7 +101,7 @@ def _status_many(args: argparse.Namespace) -> int:
     found = {name: get_scheduler(name).query_many(jobs) for name, jobs in by_sched.items()}
     missing = [f"{name}:{job}" for name, job in handles if job not in found[name]]
     if args.json:
-        print(json.dumps([status_dict(name, found[name][job]) for name, job in handles if job in found[name]]))
+        print_json([status_dict(name, found[name][job]) for name, job in handles if job in found[name]])
     else:
         for name, job in handles:
             if job in found[name]:
@@ -194,7 +193,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.last:
         jobs = jobs[-1:]
     if args.json:
-        print(json.dumps([status_dict(name, st) for st in jobs]))
+        print_json([status_dict(name, st) for st in jobs])
         return 0
     for st in jobs:
         print(f"{name}:{st.line()} name={st.name}")
@@ -211,7 +210,7 @@ def _prune(sched: Scheduler, name: str, days: float, as_json: bool) -> int:
                          f"the {name} scheduler forgets its jobs itself; --prune is for local jobs")
     gone = forget(days)
     if as_json:
-        print(json.dumps({"pruned": [f"{name}:{j}" for j in gone]}))
+        print_json({"pruned": [f"{name}:{j}" for j in gone]})
     else:
         eprint(f"forgot {len(gone)} ended {name} {plural(len(gone), 'job')} older than {days:g} {plural(days, 'day')}")
     return 0

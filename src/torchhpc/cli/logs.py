@@ -105,6 +105,10 @@ def _node_of(sched: Scheduler, job: str, log: JobLog) -> dict[int, str]:
     return {r: hosts[r // per] for r in range(len(hosts) * per)}
 
 
+def _as_written(ln: Line) -> str:
+    return ln.text if ln.task is None else f"[task {ln.task}] {ln.text}"
+
+
 def cmd_logs(args: argparse.Namespace) -> int:
     ranks, nodes, grep = _ranks(args.rank), _nodes(args.node), _grep(args.grep)
     sched, name, job, _st = require(args, record_ok=True)
@@ -123,7 +127,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
         chosen = select(lines, ranks, nodes, node_of, grep)
         if grep is not None:
             chosen = [ln for ln in chosen if ln.rank is not None]
-        sys.stdout.write("".join((ln.text if single else ln.show()) + "\n" for ln in chosen))
+        # one rank: as it wrote them, behind its task where the log is an array's (rank 0 of every task)
+        sys.stdout.write("".join((_as_written(ln) if single else ln.show()) + "\n" for ln in chosen))
         sys.stdout.flush()
 
     if args.errors:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
 import time
 from typing import Any
 
-from torchhpc.cli.common import add_subparser, eprint
+from torchhpc.cli.common import add_subparser, eprint, print_json
 from torchhpc.cli.jobargs import add_job_arguments, spec_from_args, split_program
 from torchhpc.cli.remote import add_remote_arguments
 
@@ -89,7 +88,7 @@ def _sweep(args: argparse.Namespace, program: list[str]) -> int:
     if args.dry_run:
         sys.stdout.write(str(submission))
         print(f"# --- manifest ({os.path.join(os.path.abspath(spec.output_dir), 'sweep.json')}) ---")
-        print(json.dumps(man["tasks"]))
+        print_json(man["tasks"])
         return 0
     from torchhpc.job import check_program
 
@@ -121,7 +120,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from torchhpc.sweep import task_rows
 
     if args.json:
-        print(json.dumps(task_rows(args.directory)))
+        print_json(task_rows(args.directory))
     else:
         _print_rows(args.directory)
     return 0

@@ -10,12 +10,11 @@ median of the others is the straggler: they wait for it (docs/observe.md, "top")
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any, Optional
 
-from torchhpc.cli.common import add_subparser, json_errors
+from torchhpc.cli.common import add_subparser, json_errors, print_json
 from torchhpc.cli.handles import add_job_argument, known_status, resolve
 from torchhpc.errors import SchedulerError, UsageError
 from torchhpc.schedulers import get_scheduler, scheduler_class
@@ -80,7 +79,7 @@ def cmd_top(args: argparse.Namespace) -> int:
         while True:
             rows, line, live = _look(sched, alloc, ranks, nodes, None if once else (live or True), args.interval)
             if args.json:
-                print(json.dumps([r.to_json() for r in rows]))
+                print_json([r.to_json() for r in rows])
                 return 0
             _show(line, rows, clear=not once and sys.stdout.isatty())
             if once or line.endswith("ended"):

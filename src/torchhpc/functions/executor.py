@@ -268,7 +268,14 @@ class FunctionJob:
         self.handle.scheduler.cancel(self._own_id())
 
     def logs(self, rank: Optional[int] = None) -> str:
-        return self.handle.scheduler.logs(self._own_id(), rank=rank)
+        """This job's output (one rank's with ``rank``); a local array task's own lines only, read through
+        the ``[task I] `` prefix of the log its tasks share."""
+        own = self._own_id()
+        if self.task is None or own != self.handle.job_id:
+            return self.handle.scheduler.logs(own, rank=rank)
+        from torchhpc.jobdir.logs import task_text
+
+        return task_text(self.handle.scheduler.logs(own), self.task, rank)
 
     def result(self, timeout: Optional[float] = None) -> Any:
         """Rank 0's return value; a rank's exception as :class:`JobFailed` (``.rank``, ``.host``, ``.remote_traceback``)."""

@@ -36,6 +36,8 @@ from torchhpc.launchers import LAUNCHERS
 __all__ = [
     "MAX_RANKS",
     "SYNTAX_FILE",
+    "TASK_END",
+    "TASK_END_LINE",
     "JobLog",
     "Line",
     "Tracebacks",
@@ -51,6 +53,7 @@ __all__ = [
     "rank_files",
     "select",
     "task_record",
+    "task_text",
 ]
 
 
@@ -61,24 +64,45 @@ class Line:
     rank: Optional[int]
     text: str
     node: str = ""
+    task: Optional[int] = None  # the array task of a log that holds every task's lines (``[task I] ``)
 
     def show(self) -> str:
         """The line as ``torchhpc logs`` prints it: ``[rankN]: text`` (job lines unprefixed; a line torch
-        already prefixed with its rank, as it does a failing rank's traceback, is not prefixed twice)."""
+        already prefixed with its rank, as it does a failing rank's traceback, is not prefixed twice), behind
+        its ``[task I] `` where the log is an array's."""
+        task = f"[task {self.task}] " if self.task is not None else ""
         if self.rank is None or self.text.startswith(f"[rank{self.rank}]:"):
-            return self.text
-        return f"[rank{self.rank}]: {self.text}"
+            return task + self.text
+        return f"{task}[rank{self.rank}]: {self.text}"
+
+    @property
+    def own(self) -> str:
+        """The text as the rank's program wrote it: without the ``[rankN]: `` torch puts before every line of
+        a traceback raised after ``init_process_group`` (the rank's own N only; other text is kept)."""
+        if self.rank is not None and self.text.startswith(f"[rank{self.rank}]: "):
+            return self.text[len(f"[rank{self.rank}]: "):]
+        return self.text
 
 
 _RANK_FILE = re.compile(r"^rank-(\d+)(?:@(.*))?\.log$")
 _LOCAL = re.compile(r"^\[rank(\d+)\]: ")
+# the local scheduler's array: every task's lines in one log, each behind its task (schedulers/local/array.py)
+TASK_PREFIX = re.compile(r"^\[task (\d+)\] ")
+# ... and each task's own end, the last of its lines, with its reason where it failed (``: rank 1 exited with
+# code 3``): what `sweep status` and `diagnose` read back of each task
+TASK_END = "torchhpc: task {index} ended {state}, exit {code}, after {s:.1f} s{reason}"
+TASK_END_LINE = re.compile(r"^torchhpc: task (\d+) ended (\w+), exit (-?\d+), after ([\d.]+) s(?:: (.*))?$")
 
 
 def parse_line(line: str, launcher: str = "srun", nproc_per_node: int = 1) -> Line:
     """Who wrote ``line`` of a scheduler output file: the launcher's own tag parser
-    (:mod:`torchhpc.launchers.tags`), else the local scheduler's ``[rankN]: ``.
-    ``launcher`` is a record's: a launcher's name, or ``local``."""
+    (:mod:`torchhpc.launchers.tags`), else the local scheduler's ``[rankN]: ``, each read behind a local
+    array's ``[task I] ``. ``launcher`` is a record's: a launcher's name, or ``local``."""
     line = line.rstrip("\r\n")
+    t = TASK_PREFIX.match(line)
+    if t:
+        inner = parse_line(line[t.end():], launcher, nproc_per_node)
+        return Line(inner.rank, inner.text, inner.node, int(t.group(1)))
     parse = LAUNCHERS[launcher].parse_tag if launcher in LAUNCHERS else None
     tag = parse(line, nproc_per_node) if parse else None
     if tag is not None:
@@ -262,9 +286,10 @@ _TB_CHAIN = (
 
 @dataclass(frozen=True)
 class Tracebacks:
-    """Each failing rank's first traceback, the rank that failed first first."""
+    """Each failing rank's first traceback, the rank that failed first first (per task, in an array's log)."""
 
     by_rank: tuple[tuple[int, tuple[str, ...]], ...]
+    tasks: tuple[Optional[int], ...] = ()  # the task of each entry of by_rank (empty: no task)
 
     def __bool__(self) -> bool:
         return bool(self.by_rank)
@@ -272,7 +297,9 @@ class Tracebacks:
     def render(self) -> str:
         parts = []
         for i, (rank, block) in enumerate(self.by_rank):
-            head = f"=== rank {rank}" + (" (failed first)" if i == 0 and len(self.by_rank) > 1 else "") + " ==="
+            task = self.tasks[i] if i < len(self.tasks) else None
+            who = f"task {task} rank {rank}" if task is not None else f"rank {rank}"
+            head = f"=== {who}" + (" (failed first)" if i == 0 and len(self.by_rank) > 1 else "") + " ==="
             parts.append("\n".join([head, *block]))
         return "\n\n".join(parts) + ("\n" if parts else "")
 
@@ -326,28 +353,33 @@ def _first_traceback(texts: Sequence[str]) -> tuple[int, tuple[str, ...]] | None
 
 
 def first_tracebacks(lines: Sequence[Line], failed_at: Optional[dict[int, float]] = None) -> Tracebacks:
-    """The first traceback of every rank that printed one.
+    """The first traceback of every rank that printed one (of every task's ranks, in an array's log), read
+    through torch's own ``[rankN]: `` prefix.
 
     Order: by ``failed_at`` (per rank, e.g. when its log file was last written)
     when given, else by where the traceback starts in ``lines`` (a combined log
     is in time order).
     """
-    per_rank: dict[int, list[str]] = {}
-    position: dict[int, list[int]] = {}
+    per_rank: dict[tuple[Optional[int], int], list[str]] = {}
+    position: dict[tuple[Optional[int], int], list[int]] = {}
     for pos, ln in enumerate(lines):
         if ln.rank is not None:
-            per_rank.setdefault(ln.rank, []).append(ln.text)
-            position.setdefault(ln.rank, []).append(pos)
-    found: list[tuple[tuple[int, float], int, tuple[str, ...]]] = []
-    for rank, texts in per_rank.items():
+            per_rank.setdefault((ln.task, ln.rank), []).append(ln.own)
+            position.setdefault((ln.task, ln.rank), []).append(pos)
+    found: list[tuple[tuple[int, float], tuple[Optional[int], int], tuple[str, ...]]] = []
+    for who, texts in per_rank.items():
         tb = _first_traceback(texts)
         if tb is None:
             continue
         start, block = tb
-        key = (0, failed_at[rank]) if failed_at and rank in failed_at else (1, float(position[rank][start]))
-        found.append((key, rank, block))
-    found.sort()
-    return Tracebacks(tuple((rank, block) for _k, rank, block in found))
+        rank = who[1]
+        key = (0, failed_at[rank]) if failed_at and rank in failed_at and who[0] is None \
+            else (1, float(position[who][start]))
+        found.append((key, who, block))
+    found.sort(key=lambda f: f[0])
+    tasks = tuple(who[0] for _k, who, _b in found)
+    return Tracebacks(tuple((who[1], block) for _k, who, block in found),
+                      tasks if any(t is not None for t in tasks) else ())
 
 
 def job_log(scheduler: str, job_id: str, output: Optional[str] = None) -> Optional[JobLog]:
@@ -393,3 +425,18 @@ def log_text(log: JobLog, rank: Optional[int] = None) -> str:
     if rank is None:
         return "".join(ln.show() + "\n" for ln in lines)
     return "".join(ln.text + "\n" for ln in lines if ln.rank == rank)
+
+
+def task_text(text: str, task: Optional[int], rank: Optional[int] = None) -> str:
+    """One task's lines of a log that holds every task's (a local array's), as that task printed them
+    (``[rankN]: `` kept); with ``rank``, that rank's lines as it wrote them. ``task`` None: every line."""
+    out = []
+    for raw in text.splitlines():
+        ln = parse_line(raw, "local")
+        if task is not None and ln.task != task:
+            continue
+        if rank is None:
+            out.append(Line(ln.rank, ln.text).show() if task is not None else raw)
+        elif ln.rank == rank:  # every task's rank N, each behind its task, where no task was named
+            out.append(ln.text if task is not None or ln.task is None else f"[task {ln.task}] {ln.text}")
+    return "".join(x + "\n" for x in out)

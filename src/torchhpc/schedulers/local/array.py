@@ -20,13 +20,12 @@ from typing import IO, TYPE_CHECKING, Any, Optional, cast
 from torchhpc.core.array import substitute
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import JobFailed
+from torchhpc.jobdir.logs import TASK_END
 
 if TYPE_CHECKING:
     from torchhpc.schedulers.api import Submission
 
 __all__ = ["TASK_END", "run_array", "task_spec"]
-
-TASK_END = "torchhpc: task {index} ended {state}, exit {code}, after {s:.1f} s"  # one line per task, [task I]-prefixed
 
 
 def task_spec(spec: JobSpec, index: int) -> JobSpec:
@@ -77,6 +76,7 @@ def run_array(run_task: Callable[[JobSpec, IO[str], IO[str]], object], submissio
     out, err = stdout or sys.stdout, stderr or sys.stderr
     lock = threading.Lock()
     failed: dict[int, int] = {}
+    reasons: dict[int, str] = {}
 
     def one(index: int) -> None:
         o = _Prefixed(out, f"[task {index}] ", lock)
@@ -86,11 +86,13 @@ def run_array(run_task: Callable[[JobSpec, IO[str], IO[str]], object], submissio
             run_task(task_spec(spec, index), cast(IO[str], o), cast(IO[str], e))
         except JobFailed as ex:
             failed[index] = ex.exit_code or 1
+            reasons[index] = str(ex.message).splitlines()[0] if ex.message else ""
         finally:
             o.flush()
             # each task's own end, as Slurm's accounting keeps it per array task (`sweep status` reads it)
             state = "FAILED" if index in failed else "COMPLETED"
-            e.write(TASK_END.format(index=index, state=state, code=failed.get(index, 0), s=time.monotonic() - t0) + "\n")
+            e.write(TASK_END.format(index=index, state=state, code=failed.get(index, 0), s=time.monotonic() - t0,
+                                    reason=f": {reasons[index]}" if reasons.get(index) else "") + "\n")
             e.flush()
 
     with ThreadPoolExecutor(max_workers=arr.parallel or 1) as pool:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from torchhpc.errors import SchedulerError, UnknownJob
+from torchhpc.jobdir.logs import task_text
 from torchhpc.jobdir.record import dependency_record, new_record, record_dir, save_record
 from torchhpc.schedulers.api import JobStatus, Submission
 from torchhpc.schedulers.times import JobTimes, clock
@@ -296,10 +297,7 @@ class LocalJobs:
             text = (d / LOG).read_text(errors="replace")
         except FileNotFoundError:
             return ""
-        if rank is None:
-            return text
-        prefix = f"[rank{rank}]: "
-        return "".join(line[len(prefix):] for line in text.splitlines(True) if line.startswith(prefix))
+        return text if rank is None else task_text(text, None, rank)
 
     def log_paths(self, job_id: str) -> list[str]:
         d = job_dir(job_id)
