@@ -119,6 +119,8 @@ class UnknownJob(SchedulerError):
     """The scheduler (and torchhpc's records) know no such job: every job command says so one way
     (cli/handles.py), never with a verdict or an empty answer."""
 
+    exit_code = 2  # a handle that names no job is bad input (README's table), never a failed job's 1
+
 
 class JobFailed(TorchHPCError):
     """A job (or one of its ranks) ended unsuccessfully.

@@ -3,7 +3,7 @@ thing of an unknown one.
 
 Each of ``status wait cancel logs diagnose events top`` runs against: a real local job by its bare
 id (the id a run prints) and by its full handle, which must agree; an unknown job (``Error: no job
-...`` + ``HINT: ... torchhpc list``, exit 1, never a verdict such as "completed"); a handle of
+...`` + ``HINT: ... torchhpc list``, exit 2, never a verdict such as "completed"); a handle of
 another scheduler (its own answer, never a traceback); and a bare id with ``--scheduler`` of
 another scheduler. No command may print a Python traceback in any case.
 """
@@ -56,7 +56,7 @@ def test_bare_id_and_full_handle_agree(command: str, done_job: str) -> None:
 @pytest.mark.parametrize("handle", ["zzzz00", "local:zzzz00"])
 def test_an_unknown_job_is_one_error_everywhere(command: str, handle: str) -> None:
     done = _cli(command, handle, *EXTRA.get(command, []), env=_plain())
-    assert done.returncode == 1, (command, done.stdout, done.stderr)
+    assert done.returncode == 2, (command, done.stdout, done.stderr)  # a handle is input: 2, never a failed job's 1
     lines = done.stderr.strip().splitlines()
     assert lines[0].startswith("Error: no job local:zzzz00"), done.stderr
     assert lines[-1].startswith("HINT: ") and "torchhpc list" in lines[-1], done.stderr
@@ -97,4 +97,4 @@ def test_no_job_given_is_a_usage_error_in_the_clis_style(command: str) -> None:
 def test_after_ok_of_an_unknown_job_is_refused_before_any_wait() -> None:
     done = subprocess.run([*TORCHHPC, "run", "--after-ok", "local:zzzz00", "-n", "1", "--", sys.executable, "-c", "pass"],
                           capture_output=True, text=True, timeout=30, env=_plain())
-    assert done.returncode == 1 and done.stderr.startswith("Error: no job local:zzzz00 (from --after-ok)"), done.stderr
+    assert done.returncode == 2 and done.stderr.startswith("Error: no job local:zzzz00 (from --after-ok)"), done.stderr

@@ -3,7 +3,7 @@ wherever the record is read back: ``status --json``, ``events --json`` (the end 
 ``diagnose --json``.
 
 Each case is a real local run (real processes, real signals): success, an exception, an exception
-under ``--hang-timeout`` (its class's code, 88), a hang the watch names and stops (81), Ctrl-C
+under ``--hang-timeout`` (its own code, 1: the watch changes only a hang's), a hang the watch names and stops (81), Ctrl-C
 (SIGINT to the client, 130), Ctrl-C while the run waits on ``--after-ok`` (130), ``torchhpc cancel``
 (143) and SIGKILL of the client (137: the shell's code, which the record must not contradict).
 The foreground cases are the shell's exit; the background ones are ``torchhpc wait``'s.
@@ -113,7 +113,7 @@ def _background(*args: str, cancel: bool = False) -> int:
 CASES = {
     "success": (["-n", "1", "--", sys.executable, "-c", "pass"], "", 0),
     "exception": (["-n", "1", "--", sys.executable, "-c", RAISE], "", 1),
-    "exception, --hang-timeout": (["-n", "1", "--hang-timeout", "30", "--", sys.executable, "-c", RAISE], "", 88),
+    "exception, --hang-timeout": (["-n", "1", "--hang-timeout", "30", "--", sys.executable, "-c", RAISE], "", 1),
     "hang": (["-n", "2", "--hang-timeout", "5", "--", sys.executable, "-c", SLEEP], "", 81),
     "ctrl-c": (["-n", "2", "--", sys.executable, "-c", SLEEP], "int", 130),
     "cancel": (["-n", "2", "--", sys.executable, "-c", SLEEP], "cancel", 143),

@@ -136,6 +136,7 @@ def add_hang_arguments(p: Any) -> None:
     p.add_argument("--hang-timeout", type=seconds, default=env_default("--hang-timeout", None), metavar="SECONDS|off",
                    help="while torchhpc follows the job (a local run in the foreground, --wait, wait): when no rank has "
                         "printed or used CPU for this long, read every rank's stack "
-                        "(py-spy), name the culprit, then --on-hang; off (or 0) turns it off [TORCHHPC_HANG_TIMEOUT]")
+                        "(py-spy), name the culprit, then --on-hang (a hang ends the run with 81; other endings keep their "
+                        "own code); off (or 0) turns it off [TORCHHPC_HANG_TIMEOUT]")
     p.add_argument("--on-hang", choices=("cancel", "requeue"), default=env_default("--on-hang", "cancel"),
                    help="what to do with a hung job after its diagnosis is saved (default: cancel)")

@@ -104,7 +104,8 @@ def _record_early_signals() -> None:
 def _final_code(scheduler: Any, job_id: str, state: str, code: int, reason: str, hint: str,
                 tries: Restarts, spec: Any, hang_timeout: Optional[float]) -> int:
     """The run's exit code, its verdict printed on stderr: the rank's own code, or its class's code
-    (core/exitcodes.py) where --hang-timeout or --max-restarts supervise the run."""
+    (core/exitcodes.py) where --max-restarts supervises the run; a hang --hang-timeout stopped is its class's
+    (81) too. --hang-timeout alone leaves every other ending its own code, as torchrun would."""
     if state == "COMPLETED":
         return 0
     eprint(f"Error: {reason}")
@@ -117,7 +118,7 @@ def _final_code(scheduler: Any, job_id: str, state: str, code: int, reason: str,
         eprint(f"HINT: {hint}")
     if state == "CANCELLED" and not tries.fired:
         return code  # `torchhpc cancel` or a signal: its own code, as before
-    if spec.max_restarts or hang_timeout:  # a supervised run ends with its class's code (core/exitcodes.py)
+    if spec.max_restarts or tries.fired:  # a supervised run ends with its class's code (core/exitcodes.py)
         return tries.exit_code(exit_code_for(klass or "unknown"))
     return code
 

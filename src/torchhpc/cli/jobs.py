@@ -51,7 +51,9 @@ def register(sub: Any) -> None:
                       "newest last; others: queued and running)")
     p.add_argument("-s", "--scheduler", default=None,
                    help="whose jobs (default: $TORCHHPC_SCHEDULER, the config file's, else local)")
-    p.add_argument("--last", action="store_true", help="only the newest job: the handle of the run you just made")
+    p.add_argument("--last", action="store_true",
+                   help="only the newest job's handle (J=$(torchhpc list --last)); with --json, its whole record; "
+                        "exit 1 when there is none")
     p.add_argument("--prune", type=_days, default=None, metavar="DAYS",
                    help="local: forget ended jobs older than DAYS (their records and logs); running ones stay")
     p.add_argument("--json", action="store_true", help="machine-readable output (errors too)")
@@ -194,12 +196,15 @@ def cmd_list(args: argparse.Namespace) -> int:
         jobs = jobs[-1:]
     if args.json:
         print_json([status_dict(name, st) for st in jobs])
+        return 0 if jobs or not args.last else 1
+    if args.last and jobs:
+        print(f"{name}:{jobs[-1].job_id}")
         return 0
     for st in jobs:
         print(f"{name}:{st.line()} name={st.name}")
     if not jobs:
         eprint(f"no {name} jobs" + ("" if sched.runs_here else " queued or running"))
-    return 0
+    return 1 if args.last and not jobs else 0
 
 
 def _prune(sched: Scheduler, name: str, days: float, as_json: bool) -> int:

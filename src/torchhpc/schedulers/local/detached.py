@@ -92,7 +92,7 @@ def run_detached(d: Path, scheduler: Any, attempts: Callable[[Path, Submission],
         code, reason = e.exit_code, e.message
         if tries.fired:
             reason = f"the hang watch cancelled the run (--hang-timeout {submission.spec.hang_timeout:g})"
-        if (state == "FAILED" or tries.fired) and (submission.spec.max_restarts or submission.spec.hang_timeout):
+        if tries.fired or (state == "FAILED" and submission.spec.max_restarts):
             code = tries.exit_code(code)  # the class's code (core/exitcodes.py), as the Slurm supervisor's
         print(f"torchhpc: {reason}", file=sys.stderr, flush=True)
     except Exception as e:  # recorded, never left as RUNNING
