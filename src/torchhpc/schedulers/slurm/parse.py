@@ -26,8 +26,8 @@ def exit_code_of(field: str) -> int | None:
     """Slurm's ``ExitCode`` ``N:S`` as one exit code: N, or 128 + S for a job a signal S ended.
 
     scontrol and squeue give the batch shell's status as it was; sacct prints one over 128 less 128
-    (143 as ``15:0``, 134 as ``6:0``), which the job's end marker puts back (:func:`with_marks_high_code`
-    in schedulers/slurm/status.py). Every reader of the field goes through here."""
+    (143 as ``15:0``, 134 as ``6:0``) or drops it (``0:0``), which the job's end marker puts back
+    (schedulers/slurm/ending.py). Every reader of the field goes through here."""
     status, _, signal = field.partition(":")
     if signal.isdigit() and int(signal) and status in ("", "0"):
         return 128 + int(signal)

@@ -17,29 +17,18 @@ import torchhpc.schedulers.slurm.nodes as slurm_nodes
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import CommandError, QuotingError, SchedulerError, UnknownJob
-from torchhpc.jobdir.endmark import read_end
 from torchhpc.jobdir.logs import filter_rank, task_record
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.pending import Pending
 from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct, tasks_from_scontrol
+from torchhpc.schedulers.slurm.ending import one_ending
 from torchhpc.schedulers.slurm.many import SACCT_FIELDS
 from torchhpc.schedulers.slurm.parse import exit_code_of, parse_scontrol, transient
 from torchhpc.schedulers.slurm.parse import status_from_scontrol as _status_from_scontrol
 from torchhpc.schedulers.times import JobTimes
 from torchhpc.schedulers.waiting import settled
 
-__all__ = ["SlurmQueries", "expand_output", "first_end_files", "output_pattern", "with_marks_high_code"]
-
-
-
-def with_marks_high_code(code: Optional[int], end_dir: Optional[str]) -> Optional[int]:
-    """``code`` as the job's end marker has it, where sacct printed it less 128 (``15:0`` for 143:
-    parse.exit_code_of): the same job's marker, whose code is ``code`` + 128. Any other code is
-    kept; without a marker (no job directory, a SIGKILLed batch shell) sacct's word stands."""
-    if code is None or code >= 128 or not end_dir:
-        return code
-    mark = read_end(end_dir)
-    return mark.exit_code if mark is not None and mark.exit_code == code + 128 else code
+__all__ = ["SlurmQueries", "expand_output", "first_end_files", "output_pattern"]
 
 
 class SlurmQueries:
@@ -76,7 +65,7 @@ class SlurmQueries:
         st.log_dir = task_record(self.name, st.job_id).job_dir
         end_dir = st.log_dir if st.log_dir and os.path.isdir(st.log_dir) else None
         st = settled(st, end_dir)
-        code = with_marks_high_code(st.exit_code, end_dir) if st.terminal else st.exit_code
+        code = one_ending(st.state, st.exit_code, end_dir, st.restarts)  # one code per ending (slurm/ending.py)
         return st if code == st.exit_code else replace(st, exit_code=code)
 
     def _status_from_sacct(self, job_id: str) -> JobStatus:
@@ -110,14 +99,16 @@ class SlurmQueries:
         except CommandError:
             found = None
         if found is not None:
-            code = with_marks_high_code(found.exit_code, task_record(self.name, job_id).job_dir)  # none there: None
+            code = one_ending(found.state, found.exit_code, task_record(self.name, job_id).job_dir or None)
             return found if code == found.exit_code else replace(found, exit_code=code)
         try:  # one scontrol, as status asks first; never a second accounting call
             raw = parse_scontrol(self.runner.run(["scontrol", "show", "job", "-o", job_id], timeout=30).stdout)
         except CommandError as e:
             raise SchedulerError(f"slurm job {job_id}: sacct has no row for it and scontrol does not know it ({e.message})",
                                  "check the job id; a job older than MinJobAge is only in accounting") from None
-        return times_from_scontrol(raw)
+        found = times_from_scontrol(raw)
+        code = one_ending(found.state, found.exit_code, task_record(self.name, job_id).job_dir or None)
+        return found if code == found.exit_code else replace(found, exit_code=code)
 
     def cancel(self, job_id: str) -> None:
         self.runner.run(["scancel", job_id])

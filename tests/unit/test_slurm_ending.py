@@ -1,0 +1,83 @@
+"""One code per ending (schedulers/slurm/ending.py): the job's end.json, scontrol and sacct reconciled.
+
+Every row below was recorded on the dev cluster (Slurm 22.05.8, 2026-12-02) for issue 70's endings: the
+end marker the batch shell wrote, ``scontrol show job -o``'s ExitCode while the controller remembered
+the job, and ``sacct``'s row after (``CANCELLED by 0|0:0`` and ``TIMEOUT|0:0``: accounting dropped the
+143 the batch shell exited with). Read either way, each ending has the README table's code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import FakeRunner
+from torchhpc.schedulers.slurm.ending import HANG_FILE, one_ending
+
+GONE = (1, "", "slurm_load_jobs error: Invalid job id specified\n")
+
+# ending: (end.json or None, scontrol's ExitCode and JobState, sacct's -o SACCT_FIELDS row, hang.json, the code)
+ENDINGS = {
+    # `run --wait --hang-timeout 20`: the client's watch saved hang.json, then cancelled
+    "hang under the client's watch": ('{"state": "CANCELLED", "exit_code": 143, "time": 1796180881.667422, "restart": 0}',
+                                      "CANCELLED", "143:0", "3|CANCELLED by 0|0:0|00:00:31|node1|hg", True, 81),
+    "cancel while running": ('{"state": "CANCELLED", "exit_code": 143, "time": 1796180696.625785, "restart": 0}',
+                             "CANCELLED", "143:0", "1|CANCELLED by 0|0:0|00:00:07|node1|cr", False, 143),
+    # never started: no batch shell, no marker; Slurm records 0:0 for it everywhere
+    "cancel while pending": (None, "CANCELLED", "0:0", "2|CANCELLED by 0|0:0|00:00:00|None assigned|cp", False, 143),
+    # torchrun under the limit: its step exits 1 after Slurm's SIGTERM, the batch shell's TERM trap says CANCELLED
+    "time limit, the stop ignored": ('{"state": "CANCELLED", "exit_code": 1, "time": 1796180928.466343, "restart": 0}',
+                                     "TIMEOUT", "1:0", "4|TIMEOUT|0:0|00:01:15|node1|to", False, 143),
+    # the ranks took the stop, --max-requeues 0: the batch script ends 85 (schedulers/slurm/requeue.py)
+    "time limit, stop taken, requeues used up": (
+        '{"state": "FAILED", "exit_code": 85, "time": 1796180863.201721, "restart": 0}',
+        "FAILED", "85:0", "5|FAILED|85:0|00:00:13|node1|tl", False, 85),
+}
+
+
+def _job(tmp_path: Path, job_id: str, mark: str | None, hang: bool) -> None:
+    from torchhpc.jobdir.record import update_record
+
+    job_dir = tmp_path / f"job-{job_id}"
+    job_dir.mkdir()
+    if mark is not None:
+        (job_dir / "end.json").write_text(mark + "\n")
+    if hang:
+        (job_dir / HANG_FILE).write_text(json.dumps({"quiet_s": 20.0}))
+    update_record("slurm", job_id, job_dir=str(job_dir))
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_each_ending_has_one_code_from_scontrol_and_from_sacct(clean_user_env: None, tmp_path: Path,
+                                                              ending: str) -> None:
+    from torchhpc.schedulers.slurm.slurm import SlurmScheduler
+
+    mark, state, exit_field, row, hang, code = ENDINGS[ending]
+    job_id = row.split("|")[0]
+    _job(tmp_path, job_id, mark, hang)
+    scontrol = f"JobId={job_id} JobName=x JobState={state} Reason=None Restarts=0 ExitCode={exit_field} NodeList=node1\n"
+    known = SlurmScheduler(runner=FakeRunner(responses={"scontrol": scontrol, "sacct": ""}))
+    forgotten = SlurmScheduler(runner=FakeRunner(responses={"scontrol": GONE, "squeue": GONE, "sacct": row + "\n"}))
+    assert known.status(job_id).exit_code == code, "at once (scontrol)"
+    assert forgotten.status(job_id).exit_code == code, "after accounting took over (sacct)"
+    assert forgotten.query_many([job_id])[job_id].exit_code == code, "status of several handles"
+    parts = row.split("|")
+    times_row = "|".join([job_id, *["2026-12-02T03:07:30"] * 4, parts[1], parts[2], parts[4], "None", parts[5]])
+    assert SlurmScheduler(runner=FakeRunner(responses={"sacct": times_row})).times(job_id).exit_code == code, "events"
+
+
+def test_a_hang_long_before_the_end_is_not_its_cause(tmp_path: Path) -> None:
+    """The supervisor restarted after a hang (hang.json stays), and a person cancelled the job an hour
+    later: that end is a cancel, 143."""
+    (tmp_path / HANG_FILE).write_text("{}")
+    (tmp_path / "end.json").write_text('{"state": "CANCELLED", "exit_code": 143, "time": 9999999999.0}')
+    assert one_ending("CANCELLED", 143, str(tmp_path)) == 143
+
+
+def test_an_earlier_runs_marker_and_an_unended_job_keep_the_schedulers_word(tmp_path: Path) -> None:
+    (tmp_path / "end.json").write_text('{"state": "FAILED", "exit_code": 3, "time": 1, "restart": 0}')
+    assert one_ending("FAILED", 1, str(tmp_path), restarts=1) == 1  # requeued since: the marker is not this run's
+    assert one_ending("RUNNING", None, str(tmp_path)) is None
+    assert one_ending("COMPLETED", 0, None) == 0
