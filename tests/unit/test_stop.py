@@ -238,9 +238,12 @@ def test_a_warning_before_the_step_starts_is_not_lost(tmp_path: Path) -> None:
     assert requeues == "requeue 123\n", text
 
 
-def test_time_limit_requeues_are_capped(tmp_path: Path) -> None:
+def test_time_limit_requeues_are_capped_and_unfinished_work_ends_85(tmp_path: Path) -> None:
+    """Issue 70: the ranks took the stop, the step ended 0 and --max-requeues was used up: the work is
+    unfinished, so the job ends 85 (time-limit), never COMPLETED 0 (``--after-ok`` would go on)."""
     rc, text, requeues = _run_script(tmp_path, "SIGUSR2", timeouts=1)
-    assert rc == 0 and requeues == "" and "not requeuing: 1 time-limit requeues already" in text, text
+    assert requeues == "" and "not requeuing: --max-requeues 1 used up" in text, text
+    assert rc == 85 and "its work is unfinished (exit 85, time-limit)" in text, text
 
 
 def test_preemption_requeues_uncapped_even_when_the_step_exits_nonzero(tmp_path: Path) -> None:

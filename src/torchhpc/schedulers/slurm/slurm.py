@@ -356,44 +356,11 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         return [f'_torchhpc_timeouts_file={quote(os.path.join(out, ".torchhpc-timeouts-"))}"$SLURM_JOB_ID"']
 
     def after_step_lines(self, spec: JobSpec) -> list[str]:
-        """After a time-limit warning or a preemption (a rank created the stop file) the batch
-        shell, on the host (``scontrol`` is rarely inside containers), requeues the job whatever
-        the step's exit status: torchrun exits 1 after a SIGTERM even when its workers
-        checkpointed and left cleanly. It requeues only a job that is still RUNNING (never one
-        being cancelled). Time-limit requeues are capped (a counter file in the output
-        directory); preemptions are not. A step that ends 0 after a time-limit warning that no
-        rank took (``should_stop()`` writes ``$TORCHHPC_STOP_FILE.taken``) had done its work before
-        the warning reached it: requeued, it would do its last steps again.
-        """
-        lines = [
-            "# A rank that got SIGTERM without the batch shell getting one: preemption's grace time.",
-            'if [ -z "$_torchhpc_stop_reason" ] && [ -e "$TORCHHPC_STOP_FILE" ]; then _torchhpc_stop_reason=preempted; fi',
-        ]
-        if not spec.requeue:
-            return lines
-        cap = int(spec.max_timeout_requeues)
-        return [
-            *lines,
-            'if [ "$_torchhpc_stop_reason" = ended-by-slurm ]; then',
-            '  echo "torchhpc: Slurm is ending this job (scancel, time limit or its own requeue): not requeuing from here"',
-            'elif [ "$_torchhpc_stop_reason" = time-limit ] && [ "$_torchhpc_rc" = 0 ] && [ ! -e "$TORCHHPC_STOP_FILE.taken" ]; then',
-            '  echo "torchhpc: the step ended 0 before any rank took the time-limit stop (its work was done): not requeuing"',
-            'elif [ -n "$_torchhpc_stop_reason" ]; then',
-            '  _torchhpc_n=$(cat -- "$_torchhpc_timeouts_file" 2>/dev/null || echo 0)',
-            '  _torchhpc_state=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | grep -o "JobState=[A-Z_]*" || true)',
-            '  if [ "$_torchhpc_state" != JobState=RUNNING ]; then',
-            '    echo "torchhpc: not requeuing: ${_torchhpc_state:-the job state is unknown}"',
-            f'  elif [ "$_torchhpc_stop_reason" = time-limit ] && [ "$_torchhpc_n" -ge {cap} ]; then',
-            f'    echo "torchhpc: not requeuing: {cap} time-limit requeues already"',
-            "  else",
-            '    [ "$_torchhpc_stop_reason" = time-limit ] && echo $((_torchhpc_n + 1)) > "$_torchhpc_timeouts_file"',
-            '    echo "torchhpc: step exited $_torchhpc_rc after the $_torchhpc_stop_reason stop; requeuing job $SLURM_JOB_ID'
-            ' (restart ${SLURM_RESTART_COUNT:-0} -> $((${SLURM_RESTART_COUNT:-0} + 1)))"',
-            '    if scontrol requeue "$SLURM_JOB_ID"; then _torchhpc_end_state=REQUEUED',
-            '    else echo "torchhpc: scontrol requeue failed" >&2; fi',
-            "  fi",
-            "fi",
-        ]
+        """After a time-limit warning or a preemption: requeue, or end with the stop's class
+        (schedulers/slurm/requeue.py)."""
+        from torchhpc.schedulers.slurm.requeue import after_stop_lines
+
+        return after_stop_lines(spec)
 
     def submit_argv(self, path: str) -> tuple[str, ...]:
         return ("sbatch", "--parsable", path)
