@@ -61,6 +61,8 @@ def test_each_ending_has_one_code_from_scontrol_and_from_sacct(clean_user_env: N
     known = SlurmScheduler(runner=FakeRunner(responses={"scontrol": scontrol, "sacct": ""}))
     forgotten = SlurmScheduler(runner=FakeRunner(responses={"scontrol": GONE, "squeue": GONE, "sacct": row + "\n"}))
     assert known.status(job_id).exit_code == code, "at once (scontrol)"
+    if code == 85:  # the batch script's end after a time-limit stop: what ended it, not FAILED
+        assert known.status(job_id).state == forgotten.status(job_id).state == "TIMEOUT"
     assert forgotten.status(job_id).exit_code == code, "after accounting took over (sacct)"
     assert forgotten.query_many([job_id])[job_id].exit_code == code, "status of several handles"
     parts = row.split("|")
@@ -73,11 +75,11 @@ def test_a_hang_long_before_the_end_is_not_its_cause(tmp_path: Path) -> None:
     later: that end is a cancel, 143."""
     (tmp_path / HANG_FILE).write_text("{}")
     (tmp_path / "end.json").write_text('{"state": "CANCELLED", "exit_code": 143, "time": 9999999999.0}')
-    assert one_ending("CANCELLED", 143, str(tmp_path)) == 143
+    assert one_ending("CANCELLED", 143, str(tmp_path)) == ("CANCELLED", 143)
 
 
 def test_an_earlier_runs_marker_and_an_unended_job_keep_the_schedulers_word(tmp_path: Path) -> None:
     (tmp_path / "end.json").write_text('{"state": "FAILED", "exit_code": 3, "time": 1, "restart": 0}')
-    assert one_ending("FAILED", 1, str(tmp_path), restarts=1) == 1  # requeued since: the marker is not this run's
-    assert one_ending("RUNNING", None, str(tmp_path)) is None
-    assert one_ending("COMPLETED", 0, None) == 0
+    assert one_ending("FAILED", 1, str(tmp_path), restarts=1) == ("FAILED", 1)  # requeued since: not this run's
+    assert one_ending("RUNNING", None, str(tmp_path)) == ("RUNNING", None)
+    assert one_ending("COMPLETED", 0, None) == ("COMPLETED", 0)

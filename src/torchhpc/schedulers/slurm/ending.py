@@ -17,6 +17,9 @@ The README's exit-code table is the contract every reader (``run --wait``, ``wai
 - a cancel is 143 (SIGTERM, what ``scancel`` sends) whether the job ran or was still pending (a pending
   job has no batch shell, hence no marker, and Slurm records ``0:0``); so is a time-limit end that left
   no status (Slurm's SIGTERM at the limit);
+- a job whose ranks took a time-limit (preemption) stop and that was not requeued ends 85 (86) from its
+  batch script (schedulers/slurm/requeue.py), which Slurm records as FAILED: its state reads TIMEOUT
+  (PREEMPTED), what ended it;
 - a job the client's hang watch cancelled (``run --wait --hang-timeout``: its diagnosis ``hang.json`` is
   in the job directory, written just before the cancel) is the class ``hang``, 81, as ``run --wait`` says.
 """
@@ -40,6 +43,8 @@ HANG_END_S = 300.0
 # the schedulers, so the name is repeated here and a unit test keeps the two equal)
 HANG_FILE = "hang.json"
 _SIGNALLED = frozenset({"CANCELLED", "TIMEOUT"})
+# the state of an ending the batch script gave a stop's class: what ended it, not FAILED
+_STOPPED = {exit_code_for("time-limit"): "TIMEOUT", exit_code_for("preempted"): "PREEMPTED"}
 
 
 def this_runs_mark(end_dir: Optional[str], restarts: int = 0) -> Optional[EndMark]:
@@ -59,12 +64,20 @@ def _hang_ended(end_dir: Optional[str], mark: Optional[EndMark]) -> bool:
     return mark is None or not mark.time or mark.time - saved <= HANG_END_S
 
 
-def one_ending(state: str, code: Optional[int], end_dir: Optional[str], restarts: int = 0) -> Optional[int]:
-    """The exit code of a job the scheduler says ended ``state`` with ``code`` (``code`` unchanged for a
-    job that has not ended): see the module docstring for the rules, the README's table for the codes."""
-    state = state.split()[0] if state else ""  # sacct: "CANCELLED by 0"
-    if state not in TERMINAL:
-        return code
+def one_ending(state: str, code: Optional[int], end_dir: Optional[str], restarts: int = 0) -> tuple[str, Optional[int]]:
+    """The (state, exit code) of a job the scheduler says ended ``state`` with ``code`` (both unchanged for
+    a job that has not ended): see the module docstring for the rules, the README's table for the codes."""
+    word = state.split()[0] if state else ""  # sacct: "CANCELLED by 0"
+    if word not in TERMINAL:
+        return state, code
+    code = _one_code(word, code, end_dir, restarts)
+    # the batch script's own end after a stop it did not requeue (slurm/requeue.py): Slurm says FAILED
+    if word == "FAILED" and code in _STOPPED and this_runs_mark(end_dir, restarts) is not None:
+        return _STOPPED[code], code
+    return state, code
+
+
+def _one_code(state: str, code: Optional[int], end_dir: Optional[str], restarts: int) -> Optional[int]:
     mark = this_runs_mark(end_dir, restarts)
     if mark is not None and mark.state == "CANCELLED" and state in _SIGNALLED:
         code = SIGTERM_CODE  # its TERM trap ran: Slurm ended it, whatever status the killed step left (torchrun: 1)

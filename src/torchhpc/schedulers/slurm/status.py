@@ -65,8 +65,8 @@ class SlurmQueries:
         st.log_dir = task_record(self.name, st.job_id).job_dir
         end_dir = st.log_dir if st.log_dir and os.path.isdir(st.log_dir) else None
         st = settled(st, end_dir)
-        code = one_ending(st.state, st.exit_code, end_dir, st.restarts)  # one code per ending (slurm/ending.py)
-        return st if code == st.exit_code else replace(st, exit_code=code)
+        state, code = one_ending(st.state, st.exit_code, end_dir, st.restarts)  # one code per ending (slurm/ending.py)
+        return st if (state, code) == (st.state, st.exit_code) else replace(st, state=state, exit_code=code)
 
     def _status_from_sacct(self, job_id: str) -> JobStatus:
         try:
@@ -99,16 +99,18 @@ class SlurmQueries:
         except CommandError:
             found = None
         if found is not None:
-            code = one_ending(found.state, found.exit_code, task_record(self.name, job_id).job_dir or None)
-            return found if code == found.exit_code else replace(found, exit_code=code)
+            return self._ended(found, job_id)
         try:  # one scontrol, as status asks first; never a second accounting call
             raw = parse_scontrol(self.runner.run(["scontrol", "show", "job", "-o", job_id], timeout=30).stdout)
         except CommandError as e:
             raise SchedulerError(f"slurm job {job_id}: sacct has no row for it and scontrol does not know it ({e.message})",
                                  "check the job id; a job older than MinJobAge is only in accounting") from None
-        found = times_from_scontrol(raw)
-        code = one_ending(found.state, found.exit_code, task_record(self.name, job_id).job_dir or None)
-        return found if code == found.exit_code else replace(found, exit_code=code)
+        return self._ended(times_from_scontrol(raw), job_id)
+
+    def _ended(self, found: JobTimes, job_id: str) -> JobTimes:
+        """``found`` with the state and code every reader gives this ending (slurm/ending.py)."""
+        state, code = one_ending(found.state, found.exit_code, task_record(self.name, job_id).job_dir or None)
+        return found if (state, code) == (found.state, found.exit_code) else replace(found, state=state, exit_code=code)
 
     def cancel(self, job_id: str) -> None:
         self.runner.run(["scancel", job_id])
