@@ -124,17 +124,21 @@ def test_a_subgroup_takes_its_members_from_pg_config() -> None:
         dumps[r] = dump("nccl", world, calls, {"0": list(range(world)), "1": group})
     assert members(dumps, world)["1"] == frozenset(group)
     findings = [f for f in analyse(dumps, world) if f.kind != "in-step"]
-    assert [f.line() for f in findings] == ["rank 4 never entered all_gather #3 (pg 1); ranks 0,2,6 have waited in it"]
+    assert [f.line() for f in findings] == [
+        "rank 4 never entered all_gather #3 of the group of ranks 0,2,4,6 (pg 1); ranks 0,2,6 have waited in it"]
 
 
-def test_gloo_groups_without_names_are_compared_across_ranks_only() -> None:
-    """gloo's pg_config has no group names: pg 0 is the world; another group's size is not guessed."""
+def test_gloo_groups_without_names_take_their_members_from_the_entries() -> None:
+    """gloo's pg_config names no group: pg 0 is the world, another group's members are the ranks whose
+    entries name it (issue 65: rank 3 is no member of the pair {0,1}, so it never waits there)."""
     dumps = planted("gloo", "all_gather", 4)
     assert members(dumps, 4) == {"0": frozenset(range(4))}
-    for d in dumps.values():
-        d["entries"].append(entry("gloo", 1, 1, "all_gather", 2, "completed"))
-        d["pg_status"]["1"] = {"last_enqueued_collective": 1, "last_started_collective": -1, "last_completed_collective": 1}
-    assert members(dumps, 4)["1"] is None
+    for r, d in dumps.items():
+        if r < 2:
+            d["entries"].append(entry("gloo", 1, 1, "all_gather", 2, "completed"))
+            d["pg_status"]["1"] = {"last_enqueued_collective": 1, "last_started_collective": -1,
+                                   "last_completed_collective": 1}
+    assert members(dumps, 4)["1"] == frozenset({0, 1})
     assert [f.kind for f in analyse(dumps, 4)] == ["missed", "in-step"]
 
 

@@ -28,10 +28,11 @@ import pickle
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from torchhpc.core.units import plural
+from torchhpc.diagnose.groups import chain, entry_of, group_name, members, statuses
 
 __all__ = ["FR_DIR", "Finding", "analyse", "behind", "collect", "completed", "load_dumps", "members", "post_mortem", "read_dump",
            "request"]
@@ -114,25 +115,42 @@ class Finding:
     """One process group's story from the dumps, for the verdict's first line."""
 
     kind: str  # missed | left | mismatch-op | mismatch-size | stalled | no-dump | in-step
-    pg: str
+    pg: str  # the group's name in the dumps (one across ranks; "0": the world)
     seq: int  # the collective (sequence number in the group) the story is about
     op: str  # what the waiting ranks called there ("all_reduce")
     culprits: tuple[int, ...]
     waiting: tuple[int, ...]
     waited_s: float = 0.0
     detail: str = ""  # the culprits' own call (mismatch), or why a rank has no dump
+    group: str = ""  # a subgroup's members as said ("ranks 2,3"); "" for the world
+    then: tuple[Finding, ...] = ()  # the findings this one causes (ranks stuck in it, missing elsewhere)
+
+    @property
+    def at(self) -> str:
+        """The collective, named by its group: "all_reduce #7 (pg 0)", "all_reduce #7 of the group of ranks 2,3 (pg 2)"."""
+        return f"{self.op} #{self.seq} " + (f"of the group of {self.group} (pg {self.pg})" if self.group else f"(pg {self.pg})")
 
     def line(self) -> str:
+        """This finding's sentence, then each consequence: who waits, for whom, where."""
+        out = self._own()
+        for c in self.then:
+            them, wait = _ranks(c.waiting), "waits" if len(c.waiting) == 1 else "wait"
+            world = "" if c.group else "the world's "
+            out += f", so {them} {wait} for {_ranks(c.culprits)} in {world}{c.at}"
+        return out
+
+    def _own(self) -> str:
         who, them = _ranks(self.culprits), _ranks(self.waiting)
         have, wait = ("has", "waits") if len(self.waiting) == 1 else ("have", "wait")
-        at = f"{self.op} #{self.seq} (pg {self.pg})"
+        at = self.at
         waited = f" for {self.waited_s:.0f} s" if self.waited_s >= 1 else ""
         if self.kind == "missed":
             return f"{who} never entered {at}; {them} {have} waited in it{waited}"
         if self.kind == "left":
             return f"{who} left the group (exited without destroy_process_group) before {at}; {them} waited in it{waited}"
         if self.kind == "mismatch-op":
-            return f"collective mismatch at #{self.seq} (pg {self.pg}): {them} called {self.op}, {who} {self.detail}"
+            where = f" of the group of {self.group}" if self.group else ""
+            return f"collective mismatch at #{self.seq}{where} (pg {self.pg}): {them} called {self.op}, {who} {self.detail}"
         if self.kind == "mismatch-size":
             return f"size mismatch in {at}: {them} passed {self.detail.split('|')[0]}, {who} {self.detail.split('|')[1]}"
         if self.kind == "stalled":
@@ -153,47 +171,6 @@ def _ranks(ranks: tuple[int, ...]) -> str:
 
 def _op(entry: Mapping[str, Any]) -> str:
     return str(entry.get("profiling_name", "")).partition(":")[2].split(" ")[0] or str(entry.get("profiling_name", "?"))
-
-
-def _entry(dump: Mapping[str, Any], pg: str, seq: int) -> Mapping[str, Any]:
-    found: Mapping[str, Any] = {}
-    for e in dump.get("entries", ()):
-        if isinstance(e, Mapping) and str(e.get("pg_id")) == pg and e.get("collective_seq_id") == seq and not e.get("is_p2p"):
-            found = e
-    return found
-
-
-def members(dumps: Mapping[int, Mapping[str, Any]], world: int) -> dict[str, Optional[frozenset[int]]]:
-    """pg id -> the global ranks of that process group, as the dumps' ``pg_config`` states them.
-
-    torch keys ``pg_config`` by the group's name and the entries say which name each pg id has
-    (``process_group``: name, description), so a group is found under either. gloo (torch 2.13) writes
-    its groups under an empty name, which cannot be told apart: there the default group (pg 0) is the
-    world and any other group's membership is unknown (None): the sizes of a call are then compared
-    across ranks only, never against a group size that was guessed."""
-    names: dict[str, set[str]] = {}
-    for d in dumps.values():
-        for pg in (d.get("pg_status") or {}):
-            names.setdefault(str(pg), {str(pg)})
-        for e in d.get("entries", ()):
-            if isinstance(e, Mapping) and e.get("pg_id") is not None:
-                group = e.get("process_group")
-                names.setdefault(str(e["pg_id"]), {str(e["pg_id"])}).update(
-                    [str(group[0])] if isinstance(group, (tuple, list)) and group and group[0] != "" else [])
-    stated: dict[str, frozenset[int]] = {}
-    for d in dumps.values():
-        conf = d.get("pg_config")
-        for key, g in (conf.items() if isinstance(conf, Mapping) else ()):
-            name = str(g.get("name") or key) if isinstance(g, Mapping) else ""
-            ranks = frozenset(int(x) for x in re.findall(r"\d+", str(g.get("ranks", "")))) if name else frozenset()
-            if ranks:
-                stated[name] = stated.get(name, frozenset()) | ranks
-    out: dict[str, Optional[frozenset[int]]] = {}
-    for pg, known in names.items():
-        found = next((stated[n] for n in sorted(known) if n in stated), None)
-        out[pg] = found if found else frozenset(range(world)) if pg == "0" else None
-    out.setdefault("0", frozenset(range(world)))
-    return out
 
 
 def _match(a: Mapping[str, Any], b: Mapping[str, Any], group: Optional[frozenset[int]] = None) -> str:
@@ -233,9 +210,8 @@ def _late(dumps: Mapping[int, Mapping[str, Any]], pg: str, top: int, op: str, la
         out.append(Finding("left", pg, top, op, gone, ahead, waited))
     missed = []
     for r in (r for r in late if r not in gone):
-        st = (dumps[r].get("pg_status") or {}).get(pg, {})
-        mine = int(st.get("last_enqueued_collective", -1)) if isinstance(st, Mapping) else -1
-        e, ref = _entry(dumps[r], pg, mine), _entry(dumps[ahead[0]], pg, mine)
+        mine = statuses(dumps[r]).get(pg, -1)
+        e, ref = entry_of(dumps[r], pg, mine), entry_of(dumps[ahead[0]], pg, mine)
         kind = _match(ref, e, group) if e and ref else ""
         if kind == "op":
             out.append(Finding("mismatch-op", pg, mine, _op(ref), (r,), ahead, waited, _op(e)))
@@ -288,14 +264,15 @@ def analyse(dumps: Mapping[int, Mapping[str, Any]], world: int, left: set[int] =
     """Per process group: who never entered the collective the others wait in, who left the group,
     or whose call differs from the others' at the same sequence number. ``now``: for how long the
     others have waited (None: a finished job, no wait figure). Each group's membership is the dumps'
-    own (:func:`members`); a finding always names at least one rank."""
+    own (:func:`members`), a group's collective is counted among its members only, and a rank missing
+    from one group's collective because it waits in another's is that other finding's consequence
+    (:func:`~torchhpc.diagnose.groups.chain`): the root cause comes first."""
     out: list[Finding] = []
     missing = tuple(r for r in range(world) if r not in dumps)
     groups: dict[str, dict[int, int]] = {}
     for rank, d in dumps.items():
-        for pg, st in (d.get("pg_status") or {}).items():
-            if isinstance(st, Mapping):
-                groups.setdefault(str(pg), {})[rank] = int(st.get("last_enqueued_collective", -1))
+        for pg, last in statuses(d).items():
+            groups.setdefault(pg, {})[rank] = last
     of = members(dumps, world)
     for pg, group in of.items():  # a member that never enqueued a collective in it has no status yet: at 0
         for rank in dumps:
@@ -306,14 +283,14 @@ def analyse(dumps: Mapping[int, Mapping[str, Any]], world: int, left: set[int] =
         top = max(seq.values())
         ahead = tuple(sorted(r for r, s in seq.items() if s == top))
         late = tuple(sorted(r for r, s in seq.items() if s < top))
-        ref = _entry(dumps[ahead[0]], pg, top)
+        ref = entry_of(dumps[ahead[0]], pg, top)
         op = _op(ref) if ref else "collective"
-        created = [float(e.get("time_created_ns") or 0) / 1e9 for r in ahead if (e := _entry(dumps[r], pg, top))]
+        created = [float(e.get("time_created_ns") or 0) / 1e9 for r in ahead if (e := entry_of(dumps[r], pg, top))]
         waited = max(0.0, now - min(created)) if created and now is not None else 0.0
         if late:
             out += _late(dumps, pg, top, op, late, ahead, left, waited, group)
             continue
-        entries = {r: _entry(dumps[r], pg, top) for r in ahead}
+        entries = {r: entry_of(dumps[r], pg, top) for r in ahead}
         kinds = {r: _match(ref, e, group) if e else "" for r, e in entries.items()}
         odd = tuple(r for r, k in kinds.items() if k)
         if odd and len(odd) * 2 > len(ahead):  # the reference was the odd one out: take the majority's view
@@ -338,7 +315,7 @@ def analyse(dumps: Mapping[int, Mapping[str, Any]], world: int, left: set[int] =
             out.append(Finding("in-step", pg, top, op, (), ahead))
     if missing:
         out.append(Finding("no-dump", "0", 0, "", missing, (), 0.0, _NO_DUMP))
-    return out
+    return chain([replace(f, group=group_name(f.pg, of.get(f.pg), world)) for f in out], dumps)
 
 
 @dataclass(frozen=True)

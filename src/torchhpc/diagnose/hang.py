@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Optional
 
 from torchhpc.core.proc import Runner
 from torchhpc.core.units import plural
+from torchhpc.diagnose import exits
 from torchhpc.diagnose.probe import RankStack, ask_nodes, probe
 from torchhpc.errors import TorchHPCError
 
@@ -138,9 +139,23 @@ class HangVerdict:
     flight: tuple[str, ...] = ()  # the Flight Recorder's story, one line per process group (first: the hang's name)
     flight_culprits: tuple[int, ...] = ()  # the ranks its first line names
     flight_kind: str = ""  # its kind (diagnose.flight.Finding): missed, left, mismatch-op, mismatch-size, ...
+    at_exit: tuple[str, ...] = ()  # every rank's program had ended: who hung in its exit, and where (no hang)
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
+
+
+def why_unread(stacks: Sequence[RankStack]) -> str:
+    """Why no stack was read, by reason: "py-spy timed out after 30 s (the node is loaded)" when every rank
+    says the same, else each reason with its ranks. Never a bare list of pids."""
+    from torchhpc.jobdir.logs import format_ranks
+
+    by: dict[str, list[int]] = {}
+    for s in stacks:
+        by.setdefault(s.error or "no stack could be read", []).append(s.rank)
+    if len(by) <= 1:
+        return next(iter(by), "no rank process was found")
+    return "; ".join(f"{plural(len(r), 'rank')} {format_ranks(r)}: {why}" for why, r in by.items())
 
 
 def culprit(stacks: Sequence[RankStack]) -> HangVerdict:
@@ -152,8 +167,7 @@ def culprit(stacks: Sequence[RankStack]) -> HangVerdict:
     others = tuple(s.rank for s in stacks if s.frames and s.rank not in waiting)
     note = ""
     if not any(s.frames for s in stacks):
-        why = next((s.error for s in stacks if s.error), "no stack could be read")
-        note = f"stacks not read: {why}"
+        note = f"stacks not read: {why_unread(stacks)}"
     elif not others:
         note = "every rank waits in a collective: look for a mismatched collective (order or size) or a network stall"
     elif not waiting and len(others) > 1:  # one rank alone is the hang; of several alike, none stands out
@@ -180,13 +194,18 @@ def with_flight(v: HangVerdict, job_dir: str, wait: float = 5.0) -> HangVerdict:
     if world > len(dumps):  # a rank the probe did not see (it exited) may still have left a dump
         dumps, left = flight.collect(job_dir, world, since, 1.0)
     by_rank = {s.rank: s for s in v.stacks}
-    lines, findings = [], flight.analyse(dumps, world, left, time.time())
+    findings = flight.analyse(dumps, world, left, time.time())
+    if any(f.kind != "in-step" for f in findings):  # a group in step beside a hang is no story of its own
+        findings = [f for f in findings if f.kind != "in-step"]
+    lines = []
     for f in findings:
         line = f.line()
-        for r in f.culprits[:2]:
+        for r in f.culprits[:2]:  # the stacks, where read, corroborate: where the named rank is now
             s = by_rank.get(r)
-            if s is not None and s.frames and not in_collective(s.frames):
-                line += f"; rank {r} is in {user_frame(s.frames) or s.frames[0][1]} ({s.frames[0][0]})"
+            if s is not None and s.frames:
+                call = collective(s.frames)
+                line += (f"; rank {r}'s stack: {call} at {user_frame(s.frames) or s.frames[0][1]}" if call else
+                         f"; rank {r} is in {user_frame(s.frames) or s.frames[0][1]} ({s.frames[0][0]})")
         lines.append(line)
     named = findings[0].culprits if findings else ()
     # the dumps saw which collective each rank reached: a note from the stacks alone no longer stands
@@ -293,6 +312,10 @@ class HangWatch:
             quiet = now - started if quiet is None else min(quiet, now - started)
         if quiet is None or quiet < (timeout or self.timeout) or now < self._next_probe:
             return None
+        marks = exits.read(self.job_dir, started or 0.0) if self.job_dir else {}
+        left = exits.grace_left(marks, self.timeout, now)
+        if left is not None:  # every rank's program returned: an exit, however slow, is no hang
+            return self._finish(marks, now) if left <= 0 else None
         notes: list[str] = []
         try:
             stacks = probe_job(self.match, self.node_argv(), self.runner, notes)
@@ -331,6 +354,26 @@ class HangWatch:
         self.say(f"torchhpc: hang: {doing}" + (f"; diagnosis saved in {saved}" if saved else ""))
         self.act(self.on_hang)
         return verdict
+
+
+    def _finish(self, marks: Mapping[int, exits.Ended], now: float) -> Optional[HangVerdict]:
+        """Every rank's program has returned and the exit grace is spent: say who hung at exit and where,
+        then have what is left stopped (``act("finish")``): the job completed."""
+        try:
+            stacks = probe_job(self.match, self.node_argv(), self.runner)
+        except (RuntimeError, OSError, TorchHPCError) as e:
+            self.say(f"torchhpc: hang: probe failed: {e}")
+            return None
+        lines = exits.hung_at_exit(marks, stacks, now)
+        if not lines:  # nothing of the job is left (or the probe found none): it ends by itself
+            self._next_probe = now + max(10.0, self.timeout / 2)
+            return None
+        self.fired = True
+        for line in lines:
+            self.say(f"torchhpc: hang at exit: {line}")
+        self.say("torchhpc: every rank's program had ended: stopping what is left; the job completed")
+        self.act("finish")
+        return HangVerdict((), (), tuple(stacks), at_exit=tuple(lines))
 
 
 def watch_job(scheduler: Scheduler, job_id: str, timeout: float, on_hang: str,

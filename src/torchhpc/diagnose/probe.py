@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 __all__ = ["CPU_SAMPLE_S", "LINE_MAX", "RankStack", "ask_nodes", "find_ranks", "line_of", "node_args", "parse_py_spy",
-           "probe"]
+           "probe", "why_no_stack"]
 
 CPU_SAMPLE_S = 2.0  # how long a probe watches CPU time: a busy rank uses some in that time
 
@@ -110,6 +110,24 @@ def parse_py_spy(text: str) -> tuple[tuple[str, str, int], ...]:
     return tuple(frames)
 
 
+SPY_TIMEOUT_S = 30.0
+
+
+def why_no_stack(stderr: str, alive: bool = True) -> str:
+    """Why ``py-spy dump`` read no stack, in words: its error, never the tail of its backtrace (whose
+    last line, "10: main", was once all a verdict said)."""
+    text = stderr.lower()
+    if not alive or "no such process" in text:
+        return "the process exited while py-spy read it"
+    if "permission denied" in text or "operation not permitted" in text or "ptrace" in text:
+        return ("permission denied: py-spy may not attach to it (run as the rank's user, as root, or with "
+                "kernel.yama.ptrace_scope=0)")
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    said = next((ln for ln in lines if ln.lower().startswith("error")), "")
+    said = said or next((ln for ln in lines if not re.match(r"^\d+:", ln)), "")
+    return f"py-spy read no stack: {said[:200]}" if said else "py-spy read no stack and said nothing"
+
+
 def probe(match: Mapping[str, str], host: str, sample_s: float = CPU_SAMPLE_S) -> list[RankStack]:
     """This node's ranks of the job: CPU used over ``sample_s`` seconds, and each one's stack."""
     pids = find_ranks(match)
@@ -128,12 +146,15 @@ def probe(match: Mapping[str, str], host: str, sample_s: float = CPU_SAMPLE_S) -
             error = "py-spy is not installed here (pip install py-spy)"
         else:
             try:
-                done = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
+                done = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True,
+                                      timeout=SPY_TIMEOUT_S)
                 frames = parse_py_spy(done.stdout)
                 if not frames:
-                    error = (done.stderr.strip().splitlines() or ["py-spy read no stack"])[-1]
-            except (OSError, subprocess.TimeoutExpired) as e:
-                error = f"py-spy failed: {e}"
+                    error = why_no_stack(done.stderr, os.path.exists(f"/proc/{pid}"))
+            except subprocess.TimeoutExpired:
+                error = f"py-spy timed out after {SPY_TIMEOUT_S:.0f} s (the node is loaded)"
+            except OSError as e:
+                error = f"py-spy could not run: {e}"
         out.append(RankStack(rank, host, pid, cpu, frames, error))
     return out
 
