@@ -4,6 +4,8 @@ Once torch.distributed is imported: settle the gloo threads at exit, and before 
 (which exits the rank with all tracebacks after $TORCHHPC_DESTROY_TIMEOUT s, default 60, 0: never).
 Also turns torch's Flight Recorder on and dumps it into the job directory when the hang watch asks
 ($TORCHHPC_FLIGHT_RECORDER: entries per rank, default 2000; off: none).
+Marks the moment the rank's program returned (``<job dir>/ended/rank-N``: main script ended, sys.exit,
+or an uncaught exception), so that the hang watch can tell a hang from an exit that is slow or stuck.
 Stdlib only, no eager torch import; then the hidden sitecustomize runs. TORCHHPC_EXIT_CURE=0: off.
 """
 
@@ -193,6 +195,58 @@ def flight(d):
     threading.Thread(target=_flight_watch, args=(d,), name="torchhpc-flight", daemon=True).start()
 
 
+ENDED_DIR = "ended"  # <job dir>/ended/rank-N (diagnose/exits.py reads it: the same name there)
+_EXIT_CODE = []  # what sys.exit was called with, if it was
+
+
+def job_dir(environ=os.environ):
+    """The job's directory, as the scheduler told the rank ("" when it did not)."""
+    ranks = environ.get("TORCHHPC_RANKS_DIR", "").rstrip("/")
+    fr = environ.get("TORCHHPC_FR_DIR", "").rstrip("/")
+    return environ.get("TORCHHPC_JOB_DIR") or (os.path.dirname(ranks) if ranks else os.path.dirname(fr) if fr else "")
+
+
+def mark_ended(d, rank, world):
+    """Write ``<d>/rank-N``: when this rank's program returned and how. Runs first at interpreter exit
+    (threading's own exit hooks run before non-daemon threads are joined and before atexit), so what
+    follows (destroy_process_group in an atexit handler, threads joined) counts as the exit. A process
+    the rank started with multiprocessing is not the rank: it marks nothing."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None and mp.parent_process() is not None:
+        return False
+    err = getattr(sys, "last_value", None)  # set by the interpreter for an uncaught exception, whatever the hook
+    how = f"raised {type(err).__name__}" if err is not None else f"exit {_EXIT_CODE[-1]}" if _EXIT_CODE else "returned"
+    text = f'{{"rank": {rank}, "world": {world}, "time": {time.time():.3f}, "how": "{how}", "pid": {os.getpid()}}}'
+    try:
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, f"rank-{rank}")
+        with open(f"{path}.{os.getpid()}", "w") as f:
+            f.write(text + "\n")
+        os.replace(f"{path}.{os.getpid()}", path)
+    except OSError:
+        return False
+    return True
+
+
+def ended(environ=os.environ):
+    """Register the mark for a rank of a job with a directory (RANK and WORLD_SIZE set)."""
+    import threading
+
+    d, rank, world = job_dir(environ), environ.get("RANK", ""), environ.get("WORLD_SIZE", "")
+    if not d or not rank.isdigit() or not world.isdigit():
+        return False
+    real_exit = sys.exit
+
+    def exit(status=None):  # sys.exit's own name: the mark says which code the program asked for
+        _EXIT_CODE.append(status if status is None or isinstance(status, int) else 1)
+        real_exit(status)
+
+    sys.exit = exit
+    register = getattr(threading, "_register_atexit", None) or atexit.register
+    register(mark_ended, os.path.join(d, ENDED_DIR), int(rank), int(world))
+    return True
+
+
 def cure(module):
     """Apply the cures to a freshly imported ``torch.distributed`` (and its c10d module)."""
     atexit.register(gloo_workers_settle)
@@ -277,5 +331,6 @@ def chain():
 if __name__ == "sitecustomize":
     sys.modules["_torchhpc_boot"] = sys.modules[__name__]  # stays reachable once chain() replaced the name
     flight_env()
-    install()
+    if install():
+        ended()
     chain()

@@ -68,6 +68,7 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
     state, code, reason, hint = "COMPLETED", 0, "", ""
     try:
         tries.run(attempt)
+        reason = f"completed; hung at exit: {tries.at_exit}" if tries.at_exit else ""
     except JobFailed as e:
         state = "CANCELLED" if e.message.startswith("interrupted") else "FAILED"
         code, reason, hint = e.exit_code, e.message, e.hint or ""

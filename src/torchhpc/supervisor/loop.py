@@ -249,6 +249,10 @@ class Supervisor:
         misses = dict.fromkeys(attempt.nodes, 0)
         next_check = self.clock() + self.o.probe_every
         watch = self._hang_watch(attempt)
+        if watch is not None:  # the marks of the ranks' return (boot/sitecustomize.py) are per attempt
+            from torchhpc.diagnose import exits
+
+            exits.clear(self.o.job_dir)
         while True:
             try:
                 rc = proc.wait(timeout=POLL_S)
@@ -284,6 +288,9 @@ class Supervisor:
             # timeout (ft_launcher likewise waits longer for the first heartbeat).
             starting = first_line is None
             verdict = watch.check("RUNNING", now, attempt.started, watch.timeout * STARTING if starting else None)
+            if verdict and verdict.at_exit:  # every rank's program had ended: what hung at exit is stopped, a success
+                self.alloc.kill_step(proc)
+                return Outcome(None, 0, detail="; ".join(verdict.at_exit), found_by="hang-watch", first_line=first_line)
             if verdict:
                 rank = verdict.culprits[0] if verdict.culprits else None
                 out = Outcome("hang", 1, rank=rank, detail=f"quiet for {watch.quiet:.0f}s", teardown=not self._stopping(),

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional, TypeVar, cast
 
 from torchhpc.errors import JobFailed
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
@@ -83,6 +83,7 @@ class Restarts:
         self.max_restarts, self.job_dir, self.log_path = max_restarts, job_dir, log_path
         self.watch, self.say = watch, say
         self.fired = False
+        self.at_exit = ""  # every rank's program had ended and the watch stopped the rest: who hung at exit
         self.klass: Optional[str] = None
         self.on_restart_append = on_restart_append
         self.progress = NoProgress(max_no_progress if max_restarts else 0, job_dir, checkpoint_dir)
@@ -101,14 +102,25 @@ class Restarts:
         while True:
             offset = _size(self.log_path)
             row = Attempt(attempt=count, nodes=["localhost"], started=time.time())
-            fired, done = threading.Event(), threading.Event()
+            fired, done, finishing = threading.Event(), threading.Event(), threading.Event()
             acting = (f"stop this attempt (--max-restarts {self.max_restarts}: the supervisor decides whether "
                       "it restarts)") if self.max_restarts else ""
-            watcher = _start_watch(self.watch, fired, done, acting) if self.watch is not None else None
+            from torchhpc.diagnose import exits
+
+            exits.clear(self.job_dir)  # the marks of the ranks' return (boot/sitecustomize.py) are per attempt
+            watcher = _start_watch(self.watch, fired, done, acting, finishing) if self.watch is not None else None
             try:
                 result = attempt(count)
             except JobFailed as e:
                 done.set()
+                if finishing.is_set():  # every rank's program had ended; the watch stopped what hung at exit
+                    if watcher is not None:
+                        watcher.join(timeout=10)
+                    self.at_exit = (watcher.at_exit if watcher is not None else "") or "a rank hung at exit"
+                    row.checkpoint_step = self.progress.after(None)
+                    self._record(history, row, None, 0, None, self.at_exit)
+                    self.klass = None
+                    return cast(T, 0)
                 self.fired = fired.is_set()
                 if e.message.startswith("interrupted") and not self.fired:
                     raise  # Ctrl-C or `torchhpc cancel`: the user's word is final
@@ -158,10 +170,11 @@ class Restarts:
 
 
 def _start_watch(make: Callable[[Callable[[str], None]], Any], fired: threading.Event,
-                 done: threading.Event, acting: str = "") -> Optional[threading.Thread]:
-    def stop(_what: str) -> None:  # the same SIGTERM `torchhpc cancel` sends; the runner stops the ranks
+                 done: threading.Event, acting: str = "", finishing: Optional[threading.Event] = None
+                 ) -> Optional[_WatchThread]:
+    def stop(what: str) -> None:  # the same SIGTERM `torchhpc cancel` sends; the runner stops the ranks
         if not done.is_set():
-            fired.set()
+            (finishing if what == "finish" and finishing is not None else fired).set()
             os.kill(os.getpid(), signal.SIGTERM)
 
     w = make(stop)
@@ -169,15 +182,31 @@ def _start_watch(make: Callable[[Callable[[str], None]], Any], fired: threading.
         return None
     if acting:  # with restarts the watch stops one attempt, not the job ("cancel the job" was said, then a restart)
         w.acting = acting
-    t = threading.Thread(target=_watch_loop, args=(w, done), daemon=True, name="hang-watch")
-    t.start()
-    return t
+    out = _WatchThread()
+    out.thread = threading.Thread(target=_watch_loop, args=(w, done, out), daemon=True, name="hang-watch")
+    out.thread.start()
+    return out
 
 
-def _watch_loop(watch: Any, done: threading.Event) -> None:
+class _WatchThread:
+    """The watch's thread, and the hang-at-exit lines it said (read once the attempt ended)."""
+
+    def __init__(self) -> None:
+        self.thread: Optional[threading.Thread] = None
+        self.at_exit = ""
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+
+def _watch_loop(watch: Any, done: threading.Event, out: Optional[_WatchThread] = None) -> None:
     while not done.wait(WATCH_POLL_S):
         try:
-            if watch.check("RUNNING") is not None:
+            verdict = watch.check("RUNNING")
+            if verdict is not None:
+                if out is not None and getattr(verdict, "at_exit", None):
+                    out.at_exit = "; ".join(verdict.at_exit)
                 return  # it fired once and stopped the attempt
         except Exception as e:  # the watch is a courtesy: the run goes on without it
             print(f"torchhpc: hang: the watch stopped: {e}", file=sys.stderr, flush=True)

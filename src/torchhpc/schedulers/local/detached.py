@@ -34,6 +34,7 @@ class Attempts(Protocol):
     """What :class:`torchhpc.supervisor.restarts.Restarts` offers: run the attempts; did the watch fire."""
 
     fired: bool
+    at_exit: str  # every rank's program had ended; the watch stopped what hung at exit (its lines)
 
     def run(self, attempt: Callable[[int], int]) -> int: ...
 
@@ -87,6 +88,7 @@ def run_detached(d: Path, scheduler: Any, attempts: Callable[[Path, Submission],
     tries = attempts(d, submission)
     try:
         tries.run(attempt)
+        reason = f"completed; hung at exit: {tries.at_exit}" if tries.at_exit else reason
     except JobFailed as e:
         state = "CANCELLED" if e.message.startswith("interrupted") else "FAILED"
         code, reason = e.exit_code, e.message
