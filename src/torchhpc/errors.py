@@ -73,10 +73,10 @@ class CommandError(TorchHPCError):
         super().__init__(msg, hint)
 
 
-def name_flag_as(text: str, flag: str, name: str, assign: str, value_opens: str = "['\"]") -> str:
+def name_flag_as(text: str, flag: str, name: str, assign: str, value_opens: str = "['\"\\d]") -> str:
     """``text`` (an error in ``run``'s words) with ``flag`` named as the caller wrote it: a pipeline
     file's key (``--partition 'x'`` -> ``partition = 'x'``) or a ``Job()`` keyword (``partition='x'``).
-    ``--flag=V`` and ``--flag V`` (V opening with ``value_opens``) take ``assign``; a bare mention is ``name``."""
+    ``--flag=V`` and ``--flag V`` (V opening with ``value_opens``: a quote or a digit) take ``assign``; a bare mention is ``name``."""
     at = rf"(?<![\w-]){re.escape(flag)}(?![\w-])"
     text = re.sub(at + rf"(?:=| (?={value_opens}))", lambda _m: name + assign, text)
     return re.sub(at, lambda _m: name, text)

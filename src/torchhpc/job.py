@@ -128,6 +128,9 @@ def tasks_of(scheduler: Scheduler, job_id: str, indices: Sequence[int]) -> list[
 class Job:
     """A job description plus the scheduler that will run it.
 
+    ``program`` is the program and its arguments: a list (``["train.py", "--lr", "0.1"]``), one command line
+    as a string (split as a shell would), a path, or a ready :class:`JobSpec`.
+
     Keywords are JobSpec fields (``nodes``, ``nproc_per_node``, ``launcher``,
     ``scheduler``, ``time``...), scheduler options (``account``, ``partition``,
     ``qos``, ``queue``, ``image``) and ``profile``.
@@ -142,7 +145,7 @@ class Job:
 
     def __init__(
         self,
-        program: Sequence[str] | JobSpec,
+        program: Sequence[str] | str | os.PathLike[str] | JobSpec,
         *,
         module: str | None = None,
         env: dict[str, str] | None = None,
@@ -156,7 +159,7 @@ class Job:
         if isinstance(program, JobSpec):
             self.spec = program
         else:
-            self.spec = _spec(list(program), module, env, container, no_container, options, profile, fields)
+            self.spec = _spec(_argv(program), module, env, container, no_container, options, profile, fields)
         self.scheduler = get_scheduler(self.spec.scheduler, runner=runner)
 
     def render(self) -> Submission:
@@ -172,6 +175,25 @@ class Job:
         if self.scheduler.runs_here:  # a queue-like start: status, logs, cancel, wait from any process
             return JobHandle(self.scheduler, self.scheduler.submit_background(submission))  # type: ignore[attr-defined]
         return JobHandle(self.scheduler, self.scheduler.schedule(submission))
+
+
+def _argv(program: Sequence[str] | str | os.PathLike[str]) -> list[str]:
+    """The program's argv: a list as given; a path as one word; a string as one command line, split as a
+    shell splits it (``Job("train.py --lr 0.1")``), never one argument per character."""
+    if isinstance(program, os.PathLike):
+        return [os.fspath(program)]
+    if isinstance(program, str):
+        import shlex
+
+        try:
+            words = shlex.split(program)
+        except ValueError as e:
+            raise UsageError(f"Job({program!r}): {e}", "give the program as a list: Job(['train.py', '--lr', '0.1'])") \
+                from None
+        if not words:
+            raise UsageError("Job(''): no program", "give the program to run: Job(['examples/pi.py'])")
+        return words
+    return [os.fspath(w) for w in program]
 
 
 def _spec(

@@ -272,7 +272,8 @@ def rows(rec: PipelineRecord) -> list[StepRow]:
     for s in rec.steps:
         st = known.get((s["scheduler"], s["job_id"]))
         state = st.state if st is not None else "UNKNOWN"
-        detail = ""
+        detail = "" if st is not None else ("record gone: `torchhpc list --prune` forgets ended local jobs"
+                                            if s["scheduler"] == "local" else "its scheduler no longer knows it")
         if st is not None and st.exit_code not in (None, 0) and st.terminal:
             detail = f"exit {st.exit_code}"
         if state not in ("RUNNING", "COMPLETED"):

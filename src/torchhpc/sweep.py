@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from torchhpc.core.array import last_result
 from torchhpc.core.spec import JobSpec
-from torchhpc.errors import SchedulerError, SpecError, UsageError
+from torchhpc.errors import SchedulerError, SpecError, UnknownJob, UsageError
 from torchhpc.job import Job, TaskHandle, check_program, tasks_of
 from torchhpc.jobdir.logs import TASK_END_LINE
 from torchhpc.schedulers import get_scheduler
@@ -200,9 +200,16 @@ def task_rows(directory: str) -> list[dict[str, Any]]:
     job_id = str(man.get("job_id") or "")
     if not job_id:
         raise UsageError(f"the sweep in {directory!r} was never submitted (a dry run?)", "submit it: torchhpc sweep ...")
-    overall = sched.status(job_id)
+    try:
+        overall = sched.status(job_id)
+        shared = _shared_log(sched, job_id, [t["index"] for t in man["tasks"]])
+    except UnknownJob:
+        # forgotten by the store (`list --prune`): the job's own directory beside the manifest still holds it
+        found = _kept(directory, man, job_id)
+        if found is None:
+            raise
+        overall, shared = found
     by_id = {t.job_id: t for t in overall.tasks}
-    shared = _shared_log(sched, job_id, [t["index"] for t in man["tasks"]])
     rows = []
     for task in man["tasks"]:
         i = task["index"]
@@ -242,6 +249,27 @@ def _shared_log(sched: Scheduler, job_id: str, indices: Sequence[int]) -> Option
         if m:
             out.setdefault(int(m.group(1)), []).append(m.group(2))
     return {i: "\n".join(lines) for i, lines in out.items()}
+
+
+def _kept(directory: str, man: Mapping[str, Any], job_id: str) -> Optional[tuple[JobStatus, dict[int, str]]]:
+    """(the job's end, task -> its lines) from the job's own directory in the sweep's (``NAME-ID/``: its
+    record and its log, which the local store only links to); None where there is none."""
+    home = os.path.join(directory, f"{man.get('name')}-{job_id}")
+    try:
+        with open(os.path.join(home, "record.json"), encoding="utf-8") as f:
+            rec = json.load(f)
+        with open(os.path.join(home, "output.log"), encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except (OSError, ValueError):
+        return None
+    overall = JobStatus(job_id=job_id, state=str(rec.get("state", "UNKNOWN")), exit_code=rec.get("exit_code"),
+                        reason=str(rec.get("reason", "")), name=str(rec.get("name", "")), nodes="localhost")
+    out: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        m = _TASK_LINE.match(line)
+        if m:
+            out.setdefault(int(m.group(1)), []).append(m.group(2))
+    return overall, {i: "\n".join(lines) for i, lines in out.items()}
 
 
 def _local_task(shared: Optional[Mapping[int, str]], tid: str, index: int, overall: JobStatus) -> Optional[JobStatus]:

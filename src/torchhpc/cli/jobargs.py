@@ -184,7 +184,8 @@ def misplaced_flags(parser: argparse.ArgumentParser, argv: Sequence[str], progra
 
     None when the program came after an explicit ``--`` (the user said where ours end), and none for
     ``-m torchhpc...`` (our own tools take flags of the same name: ``torchhpc.bench --json``). Short
-    flags (``-n``, ``-e``) are left alone: programs use them for their own things far too often.
+    flags (``-n``, ``-N``) only after a Python script: other programs (nccl-tests' ``-n 20``) use them for
+    their own things far too often, and ``--`` before the program says the user knows.
     """
     argv = list(argv)
     if "--" in argv[: len(argv) - len(program)]:
@@ -192,8 +193,9 @@ def misplaced_flags(parser: argparse.ArgumentParser, argv: Sequence[str], progra
     module = next((argv[i + 1] for i, w in enumerate(argv[:-1]) if w in ("-m", "--module")), "")
     if module.startswith("torchhpc"):
         return []
-    ours = {o for a in parser._actions for o in a.option_strings if o.startswith("--")} - set(TRAILING_FLAGS)
-    ours.discard("--help")
+    script = bool(program) and program[0].endswith(".py")
+    ours = {o for a in parser._actions for o in a.option_strings if o.startswith("--") or script} - set(TRAILING_FLAGS)
+    ours -= {"--help", "-h"}
     return [w for w in program[1:] if w.split("=", 1)[0] in ours]
 
 

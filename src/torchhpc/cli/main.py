@@ -100,6 +100,12 @@ def _report(e: TorchHPCError) -> int:
     return e.exit_code
 
 
+def _switches_then_action(words: list[str]) -> bool:
+    """`sweep --json status DIR`: only --json before the action, so the words are status's, not a program's."""
+    i = next((n for n, w in enumerate(words) if not w.startswith("-")), len(words))
+    return words[i:i + 1] in (["status"], ["report"]) and set(words[:i]) <= {"--json"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(only="run" if argv and argv[0] == "run" else None)
@@ -122,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from torchhpc.cli import run as run_cli
 
         args = argparse.Namespace(func=run_cli.cmd_run, _parser=_subparser(parser, "run"), _argv=argv[1:])
-    elif argv[:1] == ["sweep"] and argv[1:2] and argv[1] not in ("status", "report", "-h", "--help"):
+    elif argv[:1] == ["sweep"] and argv[1:2] and argv[1] not in ("status", "report", "-h", "--help") \
+            and not _switches_then_action(argv[1:]):
         from torchhpc.core.suggest import did_you_mean
 
         near = did_you_mean(argv[1], ("status", "report")) if not argv[1].startswith("-") else ""

@@ -35,6 +35,12 @@ class Parser(argparse.ArgumentParser):
         ns, extras = self.parse_known_args(argv, namespace)
         if extras:
             owner = self._owner(argv)
+            # `config --json show`: a switch of the subcommand written before its name; taken as meant
+            switches = {o for act in owner._actions if act.nargs == 0 for o in act.option_strings}
+            if owner is not self and set(extras) <= switches:
+                ns, again = self.parse_known_args([w for w in argv if w not in extras] + extras, namespace)
+                if not again:
+                    return ns
             owner.error(owner.unknown_message(extras))
         return ns
 

@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from torchhpc.cli.common import Progress, add_subparser, eprint, json_errors
@@ -80,11 +81,13 @@ def _submit(args: argparse.Namespace, path: str) -> int:
 
     name, steps = load_pipeline(path, dry_run=args.dry_run)
     if args.dry_run:
+        _check_here(path, steps)
         rendered = pipeline.render(steps)
         if args.json:
             print(json.dumps([{"step": s.name, "scheduler": sub.scheduler, "argv": list(sub.argv), "script": sub.script,
                                "after": [list(a) for a in s.after]} for s, sub in rendered], indent=1))
             return 0
+        sys.stdout.write(_summary(name, steps))
         for step, sub in rendered:
             sys.stdout.write(f"# ===== step {step.name} =====\n{sub}")
         return 0
@@ -92,6 +95,30 @@ def _submit(args: argparse.Namespace, path: str) -> int:
     rec = pipeline.submit(steps, name=name, file=path, directory=directory)
     eprint(f"Submitted pipeline {rec.id} ({len(rec.steps)} steps); record: {rec.path}")
     return _show(args, rec)
+
+
+def _check_here(path: str, steps: Sequence[Any]) -> None:
+    """A dry run refuses what the run would: a local step's program that is not there (a cluster's step may
+    run files that exist only on the cluster: checked when it is submitted)."""
+    from torchhpc.errors import ConfigError, TorchHPCError
+    from torchhpc.job import check_program
+    from torchhpc.schedulers import scheduler_class
+
+    for step in steps:
+        if scheduler_class(step.spec.scheduler).runs_here:
+            try:
+                check_program(step.spec)
+            except TorchHPCError as e:
+                raise ConfigError(f"{path}: step {step.name}: {e.message}", e.hint) from None
+
+
+def _summary(name: str, steps: Sequence[Any]) -> str:
+    """The graph in a few lines before the scripts: each step, its scheduler and what it waits for."""
+    lines = [f"# pipeline {name}: {len(steps)} {'step' if len(steps) == 1 else 'steps'}"]
+    for step in steps:
+        after = ", ".join(f"{n} ({kind})" for kind, n in step.after)
+        lines.append(f"#   {step.name} on {step.spec.scheduler}" + (f", after {after}" if after else ", first"))
+    return "\n".join(lines) + "\n"
 
 
 def _show(args: argparse.Namespace, rec: Any) -> int:
@@ -115,7 +142,7 @@ def _show(args: argparse.Namespace, rec: Any) -> int:
         sys.stdout.write(pipeline.table(rows))
     if args.wait:
         return 0 if all(r.state == "COMPLETED" for r in rows) else 1
-    return 0
+    return 1 if any(r.state == "UNKNOWN" for r in rows) else 0  # a step nobody can answer for is no success
 
 
 def _status(args: argparse.Namespace, rest: list[str]) -> int:

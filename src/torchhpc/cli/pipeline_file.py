@@ -142,6 +142,10 @@ def _step(name: str, table: dict[str, Any], keys: dict[str, argparse.Action], so
         ns.name = name
     try:
         spec = spec_from_args(ns, program)
+        from torchhpc.schedulers import scheduler_class
+        from torchhpc.schedulers.capabilities import check
+
+        check(scheduler_class(spec.scheduler), spec)  # what its scheduler refuses, named by the file's key
     except TorchHPCError as e:
         problems.append(f"{where}: {as_written(e.message, table, keys)}")
         return after, None

@@ -96,6 +96,9 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
             f"--rank0-only: the {spec.scheduler} scheduler's ranks print to the job's log, not here",
             f"drop --rank0-only; `torchhpc logs {spec.scheduler}:ID --rank 0` shows rank 0's output",
         )
+    if args.rank0_only and getattr(args, "background", False):
+        raise UsageError("--rank0-only with --background: a background job's ranks print to its log, not here",
+                         "drop --rank0-only; `torchhpc logs local:ID --rank 0` shows rank 0's output")
     if args.hang_timeout:
         check_on_hang(scheduler, args.on_hang)  # requeue where the scheduler cannot: refused
     note = pg_timeout_note(args.hang_timeout or spec.hang_timeout, spec.gpus_per_node)
@@ -108,6 +111,8 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
             "drop --on-hang (a Slurm job requeues itself with --requeue when no node is left), or drop "
             "--max-restarts/--spares to have `wait --hang-timeout` watch it",
         )
+    if args.dry_run and scheduler.runs_here:
+        check_program(spec)  # here, a dry run shows what would run: never a program the run would refuse
     submission = scheduler.render(spec)
     if args.dry_run:
         target = announce_target(scheduler, dry_run=True)  # in the JSON only: a dry run touches no cluster

@@ -52,9 +52,10 @@ def parse_walltime(text: str | int, source: str = "time") -> int:
         raise SpecError(f"{source}={text!r} is not a wall time", hint)
     days, a, b, c = m.groups()
     if days is None and b is not None and c is None:  # Slurm's MM:SS: "1:30" would be 90 seconds, not 1 h 30
+        hours, minutes = int(a) * 3600 + int(b) * 60, int(a) * 60 + int(b)  # each suggestion valid as written
         raise SpecError(
-            f"{source}={text!r} is ambiguous: Slurm reads A:B as minutes:seconds ({int(a) * 60 + int(b)} s)",
-            f"write HH:MM:SS: {int(a):02d}:{int(b):02d}:00 for {a} h {b} min, or 00:{int(a):02d}:{int(b):02d} for {a} min {b} s",
+            f"{source}={text!r} is ambiguous: Slurm reads A:B as minutes:seconds ({minutes} s)",
+            f"write HH:MM:SS: {format_walltime(hours)} for {a} h {b} min, or {format_walltime(minutes)} for {a} min {b} s",
         )
     if days is None:
         if b is None:
@@ -68,6 +69,8 @@ def parse_walltime(text: str | int, source: str = "time") -> int:
         h, mi, se = int(a), int(b or 0), int(c or 0)
         total = int(days) * 86400 + h * 3600 + mi * 60 + se
         parts = [x for x in (mi, se)]
+        if h >= 24:  # Slurm would carry it into the days: say so rather than change what was asked
+            raise SpecError(f"{source}={text!r} has {h} hours beside a day count", f"write {format_walltime(total)}")
     if any(p >= 60 for p in parts):
         raise SpecError(f"{source}={text!r} has minutes or seconds >= 60", hint)
     if total <= 0:

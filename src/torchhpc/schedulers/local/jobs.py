@@ -277,6 +277,7 @@ class LocalJobs:
         return JobStatus(
             job_id=job_id, state=state, exit_code=rec.get("exit_code"), reason=str(rec.get("reason", "")),
             elapsed=f"{elapsed:.1f}s", name=str(rec.get("name", "")), nodes="localhost",
+            log_dir=str(d.resolve()),  # its log, hang.json and fr/: with --output-dir, where the store's link points
         )
 
     def times(self, job_id: str) -> JobTimes:
