@@ -117,8 +117,8 @@ def _print_progress(name: str, job: str) -> None:
     """Per node, how long ago each rank last printed: the quiet rank shows before a hang timeout."""
     import time
 
-    from torchhpc.diagnose.verdict import progress_lines
     from torchhpc.jobdir.logs import job_log
+    from torchhpc.observe.progress import progress_lines
 
     log = job_log(name, job)
     if log is not None and log.ranks_dir and os.path.isdir(log.ranks_dir):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Optional
 
-from torchhpc.core.units import plural
+from torchhpc.core.units import counted, plural
 from torchhpc.diagnose.verdict import Evidence, Verdict, diagnose, gather
 from torchhpc.jobdir.logs import TASK_END_LINE, Line, format_ranks
 
@@ -80,8 +80,8 @@ def _one(ev: Evidence) -> Verdict:
         ended = [str(a.get("class") or "") for a in ev.attempts[:-1]]
         after = ""
         if ended:
-            after = f" after {plural(len(ended), 'restart')} (attempt 1 ended {ended[0] or 'early'})" \
-                if len(ended) == 1 else f" after {plural(len(ended), 'restart')} ({', '.join(x or '?' for x in ended)})"
+            after = f" after {counted(len(ended), 'restart')} (attempt 1 ended {ended[0] or 'early'})" \
+                if len(ended) == 1 else f" after {counted(len(ended), 'restart')} ({', '.join(x or '?' for x in ended)})"
         return Verdict("none", f"no failure: the job completed{after}", None, (), "", ev.job, ev.state, ev.exit_code,
                        (f"scheduler state COMPLETED, exit code {ev.exit_code if ev.exit_code is not None else 0}",))
     if never_started(ev):

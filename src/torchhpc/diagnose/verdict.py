@@ -33,7 +33,7 @@ from torchhpc.diagnose.classify import CLASSES, classify_text, launcher_events
 from torchhpc.diagnose.flight import Finding, post_mortem
 from torchhpc.jobdir.logs import Line, format_ranks
 
-__all__ = ["Evidence", "RankFailure", "Verdict", "diagnose", "gather", "progress_lines"]
+__all__ = ["Evidence", "RankFailure", "Verdict", "diagnose", "gather"]
 
 # Scheduler-wide verdicts (sacct State, or the batch step's banner).
 _JOB_STATES = {
@@ -135,8 +135,8 @@ class Verdict:
     def to_json(self) -> dict[str, object]:
         d = asdict(self)
         d["class"] = d.pop("klass")
-        if self.first is not None:
-            d["first"]["class"] = d["first"].pop("klass")
+        if self.first is not None:  # "when" sorts a rank without a time last (inf): strict JSON has no Infinity
+            d["first"].update({"class": d["first"].pop("klass"), "when": self.first.when if self.first.when < 1e308 else None})
         d["consequences"] = list(self.consequences)
         d["alike"] = list(self.alike)
         d["evidence"] = list(self.evidence)
@@ -433,18 +433,3 @@ def gather(scheduler: object, name: str, job_id: str) -> Evidence:
         job=f"{name}:{job_id}",
         reason=reason,
     )
-
-
-def progress_lines(ranks_dir: str, now: float, quiet_after: float = 60.0) -> list[str]:
-    """Per node, the seconds since each rank last wrote a line (its log file's last write).
-
-    What a user reads before any hang timeout fires: the rank that went quiet first stands out.
-    """
-    from torchhpc.jobdir.logs import last_writes
-
-    by_node: dict[str, list[str]] = {}
-    for rank, (when, node) in sorted(last_writes(ranks_dir).items()):
-        age = max(0.0, now - when)
-        mark = " (quiet)" if age >= quiet_after else ""
-        by_node.setdefault(node or "?", []).append(f"rank {rank} {age:.0f}s{mark}")
-    return [f"  {node}: last output " + ", ".join(items) for node, items in sorted(by_node.items())]

@@ -22,7 +22,7 @@ import os
 import re
 from typing import Any, Optional
 
-__all__ = ["STEP_MARK", "parse_progress", "read_tail"]
+__all__ = ["STEP_MARK", "parse_progress", "progress_lines", "read_tail"]
 
 STEP_MARK = "torchhpc-step: "  # the line prefix torchhpc.dist.mark_step writes
 TAIL_BYTES = 64 * 1024  # enough for hundreds of bar redraws; a rank log can be gigabytes
@@ -178,3 +178,18 @@ def read_tail(path: str, size: int = TAIL_BYTES) -> str:
     except OSError:
         return ""
     return data.decode("utf-8", "replace")
+
+
+def progress_lines(ranks_dir: str, now: float, quiet_after: float = 60.0) -> list[str]:
+    """Per node, the seconds since each rank last wrote a line (its log file's last write).
+
+    What a user reads before any hang timeout fires: the rank that went quiet first stands out.
+    """
+    from torchhpc.jobdir.logs import last_writes
+
+    by_node: dict[str, list[str]] = {}
+    for rank, (when, node) in sorted(last_writes(ranks_dir).items()):
+        age = max(0.0, now - when)
+        mark = " (quiet)" if age >= quiet_after else ""
+        by_node.setdefault(node or "?", []).append(f"rank {rank} {age:.0f}s{mark}")
+    return [f"  {node}: last output " + ", ".join(items) for node, items in sorted(by_node.items())]

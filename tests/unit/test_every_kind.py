@@ -1,0 +1,219 @@
+"""Issue 64: one truth for every kind of job. Each test is an item a new user met on 7ceb4e7, read
+back through the real CLI (``python -m torchhpc``) or the pure readers, with no user config.
+
+The local array's log is recorded as the local scheduler writes it (``[task I] [rankN]: ...`` and
+each task's own end line, schedulers/local/array.py); torch's own ``[rankN]: `` prefix before a
+traceback raised after ``init_process_group`` is as torch 2.13 prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from torchhpc.diagnose.readback import TaskVerdicts, read_back
+from torchhpc.diagnose.verdict import Evidence
+from torchhpc.errors import UsageError
+from torchhpc.jobdir.logs import TASK_END, first_tracebacks, parse_line, task_text
+
+ARRAY_LOG = """\
+[task 0] [rank0]: starting
+[task 0] [rank0]: Traceback (most recent call last):
+[task 0] [rank0]:   File "/work/bad.py", line 3, in <module>
+[task 0] [rank0]:     raise ValueError("bad value here")
+[task 0] [rank0]: ValueError: bad value here
+[task 0] torchhpc: task 0 ended FAILED, exit 1, after 0.4 s: rank 0 exited with code 1; no other rank was running
+[task 1] [rank0]: starting
+[task 1] [rank0]: done
+[task 1] torchhpc: task 1 ended COMPLETED, exit 0, after 0.3 s
+torchhpc: 1 of 2 array tasks failed: 0 (exit 1)
+"""
+
+
+def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "torchhpc", *args], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ), cwd=cwd)
+
+
+# --- 1: a task's lines read through its [task I] prefix ------------------------------------------------
+
+
+def test_a_task_line_names_its_task_and_rank() -> None:
+    ln = parse_line("[task 3] [rank1]: hello", "local")
+    assert (ln.task, ln.rank, ln.text) == (3, 1, "hello")
+    assert ln.show() == "[task 3] [rank1]: hello"
+    end = parse_line("[task 3] " + TASK_END.format(index=3, state="FAILED", code=2, s=1.0, reason=": x"), "local")
+    assert (end.task, end.rank) == (3, None)
+
+
+def test_each_tasks_traceback_is_found_under_its_task() -> None:
+    tbs = first_tracebacks([parse_line(x, "local") for x in ARRAY_LOG.splitlines()])
+    assert [r for r, _ in tbs.by_rank] == [0] and tbs.tasks == (0,)
+    assert tbs.by_rank[0][1][-1] == "ValueError: bad value here"
+    assert "=== task 0 rank 0 ===" in tbs.render()
+
+
+def test_torchs_own_rank_prefix_is_read_through() -> None:
+    """Every traceback after init_process_group carries torch's ``[rankN]: `` (issue 70, item 4)."""
+    texts = ["[rank1]: Traceback (most recent call last):", '[rank1]:   File "/w/x.py", line 3, in <module>',
+             "[rank1]:     boom()", "[rank1]: RuntimeError: boom"]
+    lines = [parse_line(f"1: {t}", "srun") for t in texts]
+    assert all(ln.rank == 1 for ln in lines)
+    tbs = first_tracebacks(lines)
+    assert tbs.by_rank and tbs.by_rank[0][1][-1] == "RuntimeError: boom"
+
+
+def test_one_tasks_log_and_one_rank_of_it() -> None:
+    assert "done" not in task_text(ARRAY_LOG, 0) and "bad value" in task_text(ARRAY_LOG, 0)
+    assert task_text(ARRAY_LOG, 1, 0) == "starting\ndone\n"
+    assert task_text(ARRAY_LOG, 1, rank=1) == ""  # a rank the task does not have: nothing, not task 0's lines
+    assert task_text(ARRAY_LOG, None, 0).splitlines()[0] == "[task 0] starting"
+
+
+def test_a_verdict_per_task_from_its_own_lines() -> None:
+    lines = [parse_line(x, "local") for x in ARRAY_LOG.splitlines()]
+    v = read_back(Evidence(lines=lines, state="FAILED", exit_code=1, job="local:abc", local=True, nproc_per_node=1,
+                           reason="1 of 2 array tasks failed: 0 (exit 1)"))
+    assert isinstance(v, TaskVerdicts)
+    verdicts = dict(v.tasks)
+    assert verdicts[0].klass == "user-exception" and verdicts[0].first is not None
+    assert verdicts[0].first.error == "ValueError: bad value here" and verdicts[0].consequences == ()
+    assert verdicts[1].ok
+    text = v.render()
+    assert text.startswith("task 0: diagnosis: user-exception") and "consequence" not in text
+    assert "task 1 completed" in text
+    json.dumps(v.to_json(), allow_nan=False)  # strict JSON: no Infinity anywhere (item 2)
+
+
+# --- 3 and 4: the record wins; a job that never started has no rank verdict ----------------------------
+
+
+def test_a_job_completed_after_a_restart_has_no_failure() -> None:
+    hang = {"culprits": [1], "waiting": [0], "stacks": [], "quiet_s": 20}
+    v = read_back(Evidence(state="COMPLETED", exit_code=0, hang=hang, job="local:x",
+                           attempts=[{"attempt": 0, "class": "hang"}, {"attempt": 1, "class": ""}]))
+    assert v.ok and "completed after 1 restart" in v.summary and "hang" in v.summary
+
+
+def test_a_job_that_never_started_gets_no_rank_verdict() -> None:
+    from torchhpc.diagnose.readback import printable
+
+    v = read_back(Evidence(state="FAILED", exit_code=1, job="local:x", local=True, nproc_per_node=1,
+                           reason="DependencyNeverSatisfied: after-ok local:y: FAILED (exit 1): never satisfied"))
+    assert v.first is None and v.consequences == () and "never started" in v.summary
+    assert printable(v) is None  # nothing printed between Error: and HINT:
+
+
+# --- 7, 8, 12, 13, 15: input read as meant, refused before anything runs --------------------------------
+
+
+@pytest.mark.parametrize(("given", "argv"), [
+    ("examples/pi.py", ["examples/pi.py"]),
+    ("examples/pi.py --steps 5", ["examples/pi.py", "--steps", "5"]),
+    (Path("examples/pi.py"), ["examples/pi.py"]),
+])
+def test_job_takes_a_string_as_one_command_line(given: object, argv: list[str]) -> None:
+    from torchhpc.job import _argv
+
+    assert _argv(given) == argv  # type: ignore[arg-type]
+
+
+def test_job_refuses_an_empty_string() -> None:
+    from torchhpc.job import _argv
+
+    with pytest.raises(UsageError):
+        _argv("")
+
+
+@pytest.mark.usefixtures("clean_user_env")
+def test_a_local_dry_run_refuses_a_missing_program(tmp_path: Path) -> None:
+    done = cli("run", "--dry-run", "nosuch.py", cwd=tmp_path)
+    assert done.returncode == 2 and "does not exist" in done.stderr and "Traceback" not in done.stderr
+    pipe = tmp_path / "p.toml"
+    pipe.write_text('[steps.a]\nprogram = ["nosuch.py"]\n')
+    done = cli("pipeline", str(pipe), "--dry-run", cwd=tmp_path)
+    assert done.returncode == 2 and "step a" in done.stderr and "nosuch.py" in done.stderr, done.stderr
+
+
+@pytest.mark.usefixtures("clean_user_env")
+def test_a_pipeline_key_refused_by_its_scheduler_is_named_as_written(tmp_path: Path) -> None:
+    (tmp_path / "ok.py").write_text("pass\n")
+    pipe = tmp_path / "p.toml"
+    pipe.write_text('[steps.a]\nprogram = ["ok.py"]\ntime = 90\n')
+    done = cli("pipeline", str(pipe), "--dry-run", cwd=tmp_path)
+    assert done.returncode == 2 and f"{pipe}: step a: time = 90:" in done.stderr, done.stderr
+
+
+def test_a_pipeline_dry_run_opens_with_its_graph(tmp_path: Path) -> None:
+    (tmp_path / "ok.py").write_text("pass\n")
+    pipe = tmp_path / "p.toml"
+    pipe.write_text('[steps.a]\nprogram = ["ok.py"]\n[steps.b]\nprogram = ["ok.py"]\nafter_ok = ["a"]\n')
+    done = cli("pipeline", str(pipe), "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[:3] == ["# pipeline p: 2 steps", "#   a on local, first", "#   b on local, after a (ok)"]
+
+
+@pytest.mark.parametrize(("time", "said"), [
+    ("99:99", "write HH:MM:SS: 4-04:39:00 for 99 h 99 min, or 01:40:39 for 99 min 99 s"),
+    ("1-25:00:00", "write 2-01:00:00"),
+])
+def test_a_time_hint_is_itself_valid(time: str, said: str) -> None:
+    from torchhpc.core.units import parse_walltime
+    from torchhpc.errors import SpecError
+
+    with pytest.raises(SpecError) as e:
+        parse_walltime(time)
+    assert e.value.hint == said
+    for suggested in [w.rstrip(",") for w in said.split() if w[:1].isdigit()]:
+        parse_walltime(suggested)  # every suggestion is accepted as written
+
+
+@pytest.mark.usefixtures("clean_user_env")
+def test_rank0_only_with_background_is_refused() -> None:
+    done = cli("run", "--rank0-only", "--background", "examples/pi.py")
+    assert done.returncode == 2 and "--rank0-only with --background" in done.stderr
+
+
+# --- 10: a subcommand's switch before the subcommand ----------------------------------------------------
+
+
+@pytest.mark.usefixtures("clean_user_env")
+@pytest.mark.parametrize("argv", [["config", "--json", "show"], ["config", "show", "--json"]])
+def test_config_json_show_either_way(argv: list[str]) -> None:
+    done = cli(*argv)
+    assert done.returncode == 0, done.stderr
+    assert "flight_recorder" in json.loads(done.stdout)
+
+
+# --- 2, 6, 9, 14, 16: read back a real local job ------------------------------------------------------
+
+
+@pytest.mark.usefixtures("clean_user_env")
+def test_a_failed_local_array_reads_back_per_task(tmp_path: Path) -> None:
+    prog = tmp_path / "bad.py"
+    prog.write_text("import os, sys\nprint('index', os.environ['TORCHHPC_ARRAY_INDEX'])\n"
+                    "sys.exit(0) if os.environ['TORCHHPC_ARRAY_INDEX'] == '1' else None\nraise ValueError('bad value')\n")
+    ran = cli("run", "--array", "0-1", "--background", str(prog), cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    last = cli("list", "--last", cwd=tmp_path)
+    handle = last.stdout.strip()
+    assert last.returncode == 0 and handle.startswith("local:") and " " not in handle, last.stdout  # item 6
+    assert cli("wait", handle, "--timeout", "100", cwd=tmp_path).returncode == 1
+    diag = cli("diagnose", handle, "--json", cwd=tmp_path)
+    verdict = json.loads(diag.stdout, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))  # item 2
+    assert verdict["class"] == "user-exception" and verdict["consequences"] == []
+    assert [t["task"] for t in verdict["tasks"]] == [0, 1] and verdict["tasks"][1]["class"] == "none"
+    errors = cli("logs", handle, "--errors", cwd=tmp_path)
+    assert "=== task 0 rank 0 ===" in errors.stdout and "ValueError: bad value" in errors.stdout, errors.stderr
+    rank0 = cli("logs", handle, "--rank", "0", cwd=tmp_path)
+    assert "[task 1] index 1" in rank0.stdout and "[task 0] index 0" in rank0.stdout, rank0.stdout
+    assert cli("logs", handle, "--rank", "5", cwd=tmp_path).returncode == 2  # no such rank: an error, not ""
+    status = json.loads(cli("status", "--json", handle, cwd=tmp_path).stdout)
+    assert status["log_dir"] and os.path.isdir(status["log_dir"])  # item 16
+    assert cli("wait", "local:deadbeef00", cwd=tmp_path).returncode == 2  # item 14: a mistyped handle is input
