@@ -66,7 +66,7 @@ def help_table() -> str:
         "           (docs/resilience.md)\n"
         f"{body}\n"
         "  124      wait --timeout ran out; the job goes on\n"
-        "  128+N    killed by signal N: 130 Ctrl-C, 137 SIGKILL, 143 SIGTERM (torchhpc cancel)\n"
+        "  128+N    killed by signal N: 130 Ctrl-C, 137 SIGKILL, 143 SIGTERM (a cancel, running or pending)\n"
     )
 
 
