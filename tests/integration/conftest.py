@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -157,8 +158,9 @@ OWN_FIRST_JOB_ID = 900001  # a cluster of a module's own numbers its jobs apart 
 
 @contextmanager
 def cluster_of_its_own(tmp_path_factory: pytest.TempPathFactory, name: str, nodes: int,
-                       first_job_id: int = 1) -> Iterator[ClusterState]:
-    """A throw-away dev cluster (its own namespaces and daemons, beside the shared one), down again after."""
+                       first_job_id: int = 1, **up: Any) -> Iterator[ClusterState]:
+    """A throw-away dev cluster (its own namespaces and daemons, beside the shared one), down again after;
+    ``up``: more of devcluster.up's arguments (accounting, min_job_age)."""
     if os.geteuid() != 0 or not sys.platform.startswith("linux"):
         missing("bringing up a dev cluster needs root on Linux")
     from torchhpc import devcluster
@@ -168,7 +170,7 @@ def cluster_of_its_own(tmp_path_factory: pytest.TempPathFactory, name: str, node
     sdir.mkdir()
     if first_job_id > 1:
         (sdir / NEXT_JOB_ID).write_text(f"{first_job_id}\n")
-    state = devcluster.up(nodes=nodes, state_dir=str(sdir), progress=None)
+    state = devcluster.up(nodes=nodes, state_dir=str(sdir), progress=None, **up)
     try:
         yield state
     finally:

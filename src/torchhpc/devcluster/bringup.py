@@ -165,7 +165,8 @@ def write_files(layout: Layout, state: ClusterState, accounting: bool, first_job
     _write(
         layout.slurm_conf,
         config.render_slurm_conf(layout, accounting=accounting, real_memory_mb=_real_memory_mb(),
-                                 first_job_id=first_job_id, cpus_per_node=state.cpus_per_node),
+                                 first_job_id=first_job_id, cpus_per_node=state.cpus_per_node,
+                                 min_job_age=state.min_job_age),
     )
     _write(os.path.join(layout.state_dir, NEXT_JOB_ID), f"{first_job_id}\n")
     if accounting:

@@ -78,13 +78,15 @@ def up(
     login: bool = False,
     login_users: Sequence[str] = (),
     cpus_per_node: int = config.CPUS_PER_NODE,
+    min_job_age: int = config.MIN_JOB_AGE,
 ) -> ClusterState:
     """Bring up a real multi-node Slurm cluster in network namespaces; returns its state.
 
     ``cpus_per_node``: the CPUs slurm.conf declares on each node (they all share this machine's
     cores; more lets more jobs run at once). ``login``: also a login node, a real sshd in its own
     namespace that lets in the invoking user and ``login_users`` (created when missing) with the
-    cluster's key (:mod:`.login`).
+    cluster's key (:mod:`.login`). ``min_job_age``: Slurm's MinJobAge, the seconds an ended job stays
+    known to the controller (a short one ages jobs into accounting: tests/integration/test_endings.py).
 
     Raises :class:`DevClusterError` when not root/Linux, when a cluster is
     already up in ``state_dir``, or when a daemon fails to start (then
@@ -93,7 +95,8 @@ def up(
     config.check_cpus_per_node(cpus_per_node)  # a value refused before anything about the host
     check_host()
     with _exclusive(state_dir):
-        return _up(nodes, accounting, state_dir, progress, runner, timeout, login, login_users, cpus_per_node)
+        return _up(nodes, accounting, state_dir, progress, runner, timeout, login, login_users, cpus_per_node,
+                   min_job_age)
 
 
 def down(
@@ -135,6 +138,7 @@ def _up(
     login: bool = False,
     login_users: Sequence[str] = (),
     cpus_per_node: int = config.CPUS_PER_NODE,
+    min_job_age: int = config.MIN_JOB_AGE,
 ) -> ClusterState:
     say: Callable[[str], None] = progress or (lambda _m: None)
     runner = runner or Runner()
@@ -189,6 +193,7 @@ def _up(
         accounting=accounting,
         started_at=time.time(),
         cpus_per_node=cpus_per_node,
+        min_job_age=min_job_age,
     )
     if login:
         from torchhpc.devcluster.login import invoking_user

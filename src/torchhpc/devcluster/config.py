@@ -145,6 +145,9 @@ def netns_prefix_for(state_dir: str) -> str:
     return f"torchhpc-{digest}"
 
 
+MIN_JOB_AGE = 300  # Slurm's default
+
+
 def check_cpus_per_node(cpus: int) -> None:
     """``--cpus-per-node`` within what slurm.conf may declare here (one error line, no bring-up)."""
     if not 1 <= cpus <= MAX_CPUS_PER_NODE:
@@ -177,14 +180,16 @@ def make_layout(state_dir: str, nodes: int, subnet: str = DEFAULT_SUBNET, login:
 
 
 def render_slurm_conf(layout: Layout, *, accounting: bool, real_memory_mb: int, first_job_id: int = 1,
-                      cpus_per_node: int = CPUS_PER_NODE) -> str:
+                      cpus_per_node: int = CPUS_PER_NODE, min_job_age: int = MIN_JOB_AGE) -> str:
     """slurm.conf for the whole cluster (controller, nodes and clients read the same file).
 
     ``first_job_id``: job ids go on where the last cluster in this state directory stopped
     (``FirstJobId``), so a job directory ``<name>-<id>/`` of an earlier cluster is never hit again.
     ``cpus_per_node``: what each node declares; they all share the machine's cores anyway, so more
     only lets more jobs run at once (the test suite's cluster, where jobs must wait on the machine,
-    never on a full queue)."""
+    never on a full queue).
+    ``min_job_age``: seconds the controller remembers an ended job (``MinJobAge``); after that (and its
+    purge, every 60 s) only ``sacct`` knows it. A short one ages a job into accounting within a test."""
     p = layout.path
     lines = [
         "# Written by `torchhpc devcluster up`; rewritten on every up.",
@@ -223,7 +228,7 @@ def render_slurm_conf(layout: Layout, *, accounting: bool, real_memory_mb: int, 
         "SlurmctldTimeout=10",
         "InactiveLimit=0",
         "KillWait=5",
-        "MinJobAge=300",
+        f"MinJobAge={min_job_age}",
         "MessageTimeout=10",
         # PMIx keeps per-job app dirs under TmpFS; a shared /tmp makes nodes collide.
         f"TmpFS={p('tmp', '%n')}",

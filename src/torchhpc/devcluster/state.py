@@ -67,6 +67,8 @@ class ClusterState:
     login_users: list[str] = field(default_factory=list)
     # CPUs slurm.conf declares on each node (not the machine's cores: every node shares those)
     cpus_per_node: int = config.CPUS_PER_NODE
+    # seconds the controller remembers an ended job before only sacct knows it (MinJobAge)
+    min_job_age: int = config.MIN_JOB_AGE
 
     controller: str = CONTROLLER
 
@@ -143,6 +145,7 @@ class ClusterState:
             "host_netns": self.host_netns,
             "accounting": self.accounting,
             "cpus_per_node": self.cpus_per_node,
+            "min_job_age": self.min_job_age,
             "daemons": [d.to_json() for d in self.daemons],
             "up_seconds": self.up_seconds,
             "started_at": self.started_at,
@@ -172,6 +175,7 @@ class ClusterState:
             host_netns=d["host_netns"],
             accounting=bool(d["accounting"]),
             cpus_per_node=int(d.get("cpus_per_node", config.CPUS_PER_NODE)),
+            min_job_age=int(d.get("min_job_age", config.MIN_JOB_AGE)),
             daemons=[Daemon.from_json(x) for x in d.get("daemons", [])],
             up_seconds=float(d.get("up_seconds", 0.0)),
             started_at=float(d.get("started_at", 0.0)),
