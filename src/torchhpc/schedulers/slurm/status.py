@@ -124,7 +124,13 @@ class SlurmQueries:
     accepts_nodelist: ClassVar[bool] = True
 
     def preflight(self, spec: JobSpec) -> None:
+        """What could never run is refused before sbatch (slurm/nodes.py, slurm/fits.py): exit 2 with a HINT."""
+        from torchhpc.schedulers.slurm.fits import check_account, check_dependencies, check_fits
+
         slurm_nodes.check_gpus(spec, self.runner)
+        check_fits(spec, self.runner)
+        check_account(spec, self.runner)
+        check_dependencies(spec, self.runner)
 
     def task_id(self, job_id: str, task: int) -> str | None:
         return f"{job_id}_{task}"  # Slurm knows each array task by itself
