@@ -217,3 +217,15 @@ def test_a_failed_local_array_reads_back_per_task(tmp_path: Path) -> None:
     status = json.loads(cli("status", "--json", handle, cwd=tmp_path).stdout)
     assert status["log_dir"] and os.path.isdir(status["log_dir"])  # item 16
     assert cli("wait", "local:deadbeef00", cwd=tmp_path).returncode == 2  # item 14: a mistyped handle is input
+
+
+# --- 5: a hang's verdict says where each rank is and where every stack is kept -------------------------
+
+
+def test_a_hang_verdict_names_each_ranks_place_and_the_stack_file() -> None:
+    stacks = [{"rank": r, "host": "localhost", "pid": 10 + r, "cpu_s": 0.0, "error": "",
+               "frames": [["<module>", "/w/sl.py", 3]]} for r in range(2)]
+    hang = {"quiet_s": 6, "culprits": [], "waiting": [], "stacks": stacks, "note": "x", "flight": []}
+    v = read_back(Evidence(hang=hang, state="CANCELLED", exit_code=81, job="local:x", job_dir="/jobs/x"))
+    assert v.klass == "hang" and "stacks above" not in v.render()
+    assert "ranks 0-1 at /w/sl.py:3" in v.next_step and "/jobs/x/hang.json" in v.next_step, v.next_step

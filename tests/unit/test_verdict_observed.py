@@ -53,7 +53,11 @@ def test_ranks_that_sleep_alike_name_no_culprit() -> None:
     v = culprit(stacks)
     assert v.culprits == () and v.waiting == () and "none stands out" in v.note
     out = diagnose(Evidence(hang=_hang_json(stacks), job="local:x")).render()
-    assert "culprit:" not in out and "no Python stack is in a torch.distributed call" in out, out
+    # issue 64: a program with no rank inside torch is not told about DDP's collectives from C++
+    assert "culprit:" not in out and "no rank is inside torch" in out and "DDP" not in out, out
+    in_torch = [RankStack(r, "localhost", 100 + r, 0.0, (("backward", "/venv/torch/autograd/__init__.py", 9), *SLEEP))
+                for r in range(4)]
+    assert "no Python stack is in a torch.distributed call" in culprit(in_torch).note
 
 
 def test_a_flight_recorder_culprit_replaces_the_stacks_guess(tmp_path: Any) -> None:

@@ -171,8 +171,10 @@ def culprit(stacks: Sequence[RankStack]) -> HangVerdict:
     elif not others:
         note = "every rank waits in a collective: look for a mismatched collective (order or size) or a network stall"
     elif not waiting and len(others) > 1:  # one rank alone is the hang; of several alike, none stands out
+        inside = any("torch" in str(f[1]) for s in stacks for f in s.frames)
         note = ("no Python stack is in a torch.distributed call (a collective DDP runs from C++ in backward does "
-                "not show there): none stands out as the culprit")
+                "not show there): none stands out as the culprit") if inside else \
+            "no rank is inside torch: each waits in its own code alike, and none stands out as the culprit"
         others = ()
     return HangVerdict(others, waiting, tuple(stacks), note)
 
@@ -350,8 +352,9 @@ class HangWatch:
         for line in render(verdict, quiet):
             self.say(line)
         saved = save(self.job_dir, verdict, quiet) if os.path.isdir(self.job_dir) else ""
-        doing = self.acting or f"{self.on_hang} the job"
-        self.say(f"torchhpc: hang: {doing}" + (f"; diagnosis saved in {saved}" if saved else ""))
+        doing = self.acting or {"cancel": "cancelling the job", "requeue": "requeueing the job"}.get(self.on_hang,
+                                                                                                  f"{self.on_hang} the job")
+        self.say(f"torchhpc: hang: {doing}" + (f"; every rank's stack is in {saved}" if saved else ""))
         self.act(self.on_hang)
         return verdict
 

@@ -89,7 +89,26 @@ def _one(ev: Evidence) -> Verdict:
         return Verdict("cancelled", f"the job never started: a job it depends on did not end as required ({why})",
                        None, (), "see how that job ended: `torchhpc status` and `torchhpc diagnose` of it",
                        ev.job, ev.state, ev.exit_code, (f"scheduler reason {ev.reason}",))
-    return diagnose(ev)
+    v = diagnose(ev)
+    return _with_stacks(v, ev) if ev.hang and v.klass == "hang" else v
+
+
+def _with_stacks(v: Verdict, ev: Evidence) -> Verdict:
+    """A hang's next step names where each rank is and the file that holds every stack, in place of "the
+    stacks above", which no reader printed (hang.json is the watch's record, diagnose/hang.py)."""
+    from torchhpc.diagnose.hang import user_frame
+
+    stacks = [s for s in (ev.hang or {}).get("stacks", ()) if isinstance(s, dict) and s.get("frames")]  # type: ignore[attr-defined]
+    if not stacks or "stacks above" not in v.next_step:
+        return v
+    where: dict[str, list[int]] = {}
+    for s in stacks:
+        frames = [tuple(f) for f in s["frames"]]
+        at = user_frame(frames) or f"{frames[0][1]}:{frames[0][2]}"
+        where.setdefault(f"{at} ({frames[0][0]})", []).append(int(s["rank"]))
+    seen = "; ".join(f"{plural(len(r), 'rank')} {format_ranks(r)} at {at}" for at, r in list(where.items())[:3])
+    path = f"{ev.job_dir}/hang.json" if ev.job_dir else "hang.json"
+    return replace(v, next_step=f"{seen} (every stack: {path}); `torchhpc logs {ev.job or 'JOB'}` shows what each printed")
 
 
 def read_back(ev: Evidence) -> Verdict:

@@ -81,6 +81,7 @@ class Evidence:
     flight: Sequence[Finding] = ()  # what the ranks' Flight Recorder dumps say (diagnose/flight.py)
     attempts: Sequence[Mapping[str, object]] = ()  # the supervisor's attempts.json (supervisor/attempts.py)
     reason: str = ""  # the scheduler's reason for the state (DependencyNeverSatisfied; the local run's own words)
+    job_dir: str = ""  # where hang.json, attempts.json and fr/ are (the readers name the file, not only its data)
 
 
 @dataclass(frozen=True)
@@ -419,6 +420,7 @@ def gather(scheduler: object, name: str, job_id: str) -> Evidence:
     hang = load_hang(where) if where else None
     return Evidence(
         attempts=load_attempts(where) if where else [],
+        job_dir=where,
         hang=hang,
         flight=post_mortem(where) if where and not hang else (),
         lines=lines,
