@@ -34,7 +34,10 @@ def follow(
     progress = Progress()
     watch = hang_watch(scheduler, job_id, hang_timeout, on_hang) if hang_timeout else None
 
+    never = _NeverWatch(scheduler, job_id)
+
     def show(st: JobStatus, waited: float) -> None:
+        never.check(st)
         reason = f" ({st.told_reason})" if st.told_reason else ""
         progress.update(f"{scheduler.name}:{job_id} {st.state}{reason} {st.elapsed_or_waited(waited)}")
         if watch is not None:
@@ -60,6 +63,31 @@ def follow(
 
         return exit_code_for("hang")  # this watch cancelled it: the class's code, as a supervised job's (core/exitcodes.py)
     return code
+
+
+class _NeverWatch:
+    """A wait stops on a job that can never run as it stands (the scheduler's own reason, or the partition's
+    nodes: schedulers' ``explain_pending``), instead of printing a line a second forever. Asked once per
+    reason the scheduler gives, so a job that waits for resources costs one round of questions, not one a poll."""
+
+    def __init__(self, scheduler: Scheduler, job_id: str) -> None:
+        self.scheduler, self.job_id, self.asked = scheduler, job_id, set[str]()
+
+    def check(self, st: JobStatus) -> None:
+        if st.state != "PENDING" or st.reason in self.asked:
+            return
+        self.asked.add(st.reason)
+        try:
+            why = self.scheduler.explain_pending(st)
+        except Exception:  # an explanation is a courtesy: the wait goes on
+            return
+        if why is not None and why.category == "never":
+            from torchhpc.errors import UsageError
+
+            handle = f"{self.scheduler.name}:{self.job_id}"
+            raise UsageError(f"job {handle}: {why.summary}; not waiting for it",
+                             f"it stays in the queue until `torchhpc cancel {handle}`; then "
+                             + (why.action or "submit what fits"))
 
 
 def check_on_hang(scheduler: Scheduler, on_hang: str) -> None:
