@@ -83,3 +83,18 @@ def test_an_earlier_runs_marker_and_an_unended_job_keep_the_schedulers_word(tmp_
     assert one_ending("FAILED", 1, str(tmp_path), restarts=1) == ("FAILED", 1)  # requeued since: not this run's
     assert one_ending("RUNNING", None, str(tmp_path)) == ("RUNNING", None)
     assert one_ending("COMPLETED", 0, None) == ("COMPLETED", 0)
+
+
+# recorded: --after-ok of a job that failed; Slurm ended it (kill-on-invalid-dep) before it ever started
+NEVER_STARTED = ("JobId=7 JobName=sleepy JobState=CANCELLED Reason=DependencyNeverSatisfied Dependency=afterok:6(failed)"
+                 " Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=20789-03:12:52 TimeLimit=UNLIMITED"
+                 " SubmitTime=2026-12-02T03:12:51 EligibleTime=Unknown AccrueTime=Unknown StartTime=Unknown"
+                 " EndTime=2026-12-02T03:12:52 NodeList= NumNodes=1\n")
+
+
+def test_a_job_that_never_started_ran_for_no_time() -> None:
+    """Issue 70, item 6: scontrol's RunTime of a job that never started is now minus the epoch."""
+    from torchhpc.schedulers.slurm.parse import parse_scontrol, status_from_scontrol
+
+    st = status_from_scontrol("7", parse_scontrol(NEVER_STARTED))
+    assert st.elapsed == "00:00:00", st

@@ -34,6 +34,14 @@ def exit_code_of(field: str) -> int | None:
     return int(status) if status.isdigit() else None
 
 
+def _run_time(f: dict[str, str]) -> str:
+    """``RunTime``, except for a job that never started: Slurm then gives now minus the epoch
+    (``20789-02:11:52`` for a job cancelled by a failed dependency); it ran ``00:00:00``, as sacct says."""
+    if f.get("StartTime", "") in ("Unknown", "None", "") and f.get("JobState") not in ("PENDING", "RUNNING"):
+        return "00:00:00"
+    return f.get("RunTime", "")
+
+
 def status_from_scontrol(job_id: str, f: dict[str, str]) -> JobStatus:
     rc = exit_code_of(f.get("ExitCode", ""))
     restarts = f.get("Restarts", "0")
@@ -42,7 +50,7 @@ def status_from_scontrol(job_id: str, f: dict[str, str]) -> JobStatus:
         state=f.get("JobState", "UNKNOWN"),
         exit_code=rc,
         reason=f.get("Reason", ""),
-        elapsed=f.get("RunTime", ""),
+        elapsed=_run_time(f),
         name=f.get("JobName", ""),
         nodes=f.get("NodeList", ""),
         restarts=int(restarts) if restarts.isdigit() else 0,
