@@ -52,7 +52,7 @@ def follow(
         else:
             _print_log(scheduler, job_id, "")
     eprint(f"{scheduler.name}:{st.line()}")  # st.line() starts with the id: one handle, not "local:ID ID"
-    if st.ok:
+    if st.ok or getattr(watch, "finished", False):  # every rank's program had ended: this watch stopped a hung exit
         return 0
     code = st.exit_code if st.exit_code and 0 < st.exit_code < 256 else 1
     eprint(f"Error: job {scheduler.name}:{job_id} ended {st.state}" + (f" with exit code {st.exit_code}" if st.exit_code else ""))

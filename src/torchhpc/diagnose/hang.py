@@ -299,6 +299,7 @@ class HangWatch:
         self.ranks_dir, self.job_dir, self.node_argv = ranks_dir, job_dir, node_argv
         self.act, self.say, self.runner, self.output = act, say, runner, output
         self.fired, self.quiet = False, 0.0
+        self.finished = False  # it fired because every rank's program had ended (a hang at exit, no failure)
         self._next_probe = 0.0
         self._said_ending = False
 
@@ -371,7 +372,7 @@ class HangWatch:
         if not lines:  # nothing of the job is left (or the probe found none): it ends by itself
             self._next_probe = now + max(10.0, self.timeout / 2)
             return None
-        self.fired = True
+        self.fired = self.finished = True
         for line in lines:
             self.say(f"torchhpc: hang at exit: {line}")
         self.say("torchhpc: every rank's program had ended: stopping what is left; the job completed")
