@@ -120,6 +120,15 @@ def test_only_the_rank_that_left_the_common_order_departs() -> None:
     assert [departs(dumps, r) for r in range(4)] == [None, None, None, 6]  # rank 3's 7th call is the world's
 
 
+def test_a_full_ring_buffer_does_not_shift_the_order() -> None:
+    """Ranks whose recorders dropped their oldest entries (TORCH_FR_BUFFER_SIZE reached) are compared by record id."""
+    dumps, left, _ = recorded("gloo4-pairs-skip")
+    dumps[0]["entries"] = dumps[0]["entries"][3:]
+    dumps[3]["entries"] = dumps[3]["entries"][1:]
+    assert [departs(dumps, r) for r in range(4)] == [None, None, None, 6]
+    assert analyse(dumps, 4, left)[0].culprits == (3,)
+
+
 def test_a_cycle_with_no_departure_keeps_both_findings() -> None:
     """Each names a rank that waits in the other's collective and no rank left the common order: nothing says
     which came first, so neither is folded into the other."""

@@ -95,24 +95,23 @@ _STUCK_IN = ("missed", "left", "mismatch-op", "mismatch-size", "stalled", "no-du
 
 
 def departs(dumps: Mapping[int, Mapping[str, Any]], rank: int) -> Optional[int]:
-    """Where ``rank``'s calls first leave the order the majority of ranks called theirs in (the position in
-    its recorded calls, from 0), or None. An SPMD program calls the same sequence on every rank, each in its
+    """Where ``rank``'s calls first leave the order the majority of ranks called theirs in (the record id of
+    that call, counted from 0 on every rank), or None. An SPMD program calls the same sequence on every rank, each in its
     own groups: position by position, a call is its group's number *on that rank* (a rank's first subgroup
     is its pg 1, whichever pair it is in) and its sequence number there. A rank that skipped a collective
     departs where it skipped; a rank that only waits does not depart."""
     from collections import Counter
 
-    def calls(d: Mapping[str, Any]) -> list[tuple[str, int]]:
-        es = [e for e in d.get("entries", ()) if isinstance(e, Mapping) and not e.get("is_p2p")]
-        es.sort(key=lambda e: int(e.get("record_id") or 0))
-        return [(str(e.get("pg_id")), int(e.get("collective_seq_id") or 0)) for e in es]
+    def calls(d: Mapping[str, Any]) -> dict[int, tuple[str, int]]:  # by record id: a full ring buffer drops the oldest
+        return {int(e.get("record_id") or 0): (str(e.get("pg_id")), int(e.get("collective_seq_id") or 0))
+                for e in d.get("entries", ()) if isinstance(e, Mapping) and not e.get("is_p2p")}
 
     seqs = {r: calls(d) for r, d in dumps.items()}
-    mine = seqs.get(rank, [])
-    for i, call in enumerate(mine):
-        there = Counter(s[i] for s in seqs.values() if len(s) > i)
+    mine = seqs.get(rank, {})
+    for i in sorted(mine):
+        there = Counter(s[i] for s in seqs.values() if i in s)
         common, n = there.most_common(1)[0]
-        if n * 2 > sum(there.values()) and call != common:
+        if n * 2 > sum(there.values()) and mine[i] != common:
             return i
     return None
 

@@ -146,9 +146,12 @@ def probe(match: Mapping[str, str], host: str, sample_s: float = CPU_SAMPLE_S) -
             error = "py-spy is not installed here (pip install py-spy)"
         else:
             try:
-                done = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True,
-                                      timeout=SPY_TIMEOUT_S)
-                frames = parse_py_spy(done.stdout)
+                for _try in range(2):  # once more when it failed on a live process: a read caught mid-change
+                    done = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True,
+                                          timeout=SPY_TIMEOUT_S)
+                    frames = parse_py_spy(done.stdout)
+                    if frames or not os.path.exists(f"/proc/{pid}"):
+                        break
                 if not frames:
                     error = why_no_stack(done.stderr, os.path.exists(f"/proc/{pid}"))
             except subprocess.TimeoutExpired:
