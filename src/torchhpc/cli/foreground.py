@@ -70,7 +70,8 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
         tries.run(attempt)
         reason = f"completed; hung at exit: {tries.at_exit}" if tries.at_exit else ""
     except JobFailed as e:
-        state = "CANCELLED" if e.message.startswith("interrupted") else "FAILED"
+        # a job that never started (its dependency failed) is CANCELLED, as Slurm ends it, with 1: no code of its own
+        state = "CANCELLED" if e.message.startswith(("interrupted", "DependencyNeverSatisfied")) else "FAILED"
         code, reason, hint = e.exit_code, e.message, e.hint or ""
         if tries.fired:  # our own SIGTERM: say who sent it
             reason = f"the hang watch cancelled the run (--hang-timeout {hang_timeout:g})" + "".join(reason.partition(";")[1:])

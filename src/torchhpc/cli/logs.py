@@ -147,7 +147,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if not args.follow:
         lines = log.read(final=True)
         if ranks is not None or nodes is not None:
-            _check_present(f"{name}:{job}", lines, ranks, nodes, node_of, args.node)
+            rec = read_record(name, job)
+            world = rec.nodes * rec.nproc_per_node if rec.submitted else 0  # 0: no record of its size
+            _check_present(f"{name}:{job}", lines, ranks, nodes, node_of, args.node, world)
         emit(lines)
         return 0
     ended = threading.Event()
@@ -183,12 +185,18 @@ def _check_present(
     nodes: Optional[list[str]],
     node_of: dict[int, str],
     node_spec: Optional[str],
+    world: int = 0,
 ) -> None:
-    """Refuse a --rank/--node filter that matches no rank of a log that has rank lines.
+    """Refuse a --rank/--node filter that matches no rank of a log that has rank lines, and a rank beyond the
+    job's size (its record's nodes x ranks per node) in any log.
 
     A log without rank lines (nothing attributed yet, or a launcher torchhpc cannot
-    parse) prints as before: empty.
+    parse) prints as before: empty, for a rank the job has.
     """
+    beyond = [r for r in ranks or () if world and r >= world]
+    if beyond and len(beyond) == len(ranks or ()):
+        raise UsageError(f"{handle} has no {'rank' if len(beyond) == 1 else 'ranks'} {format_ranks(beyond)}",
+                         f"its ranks are 0-{world - 1}" if world > 1 else "its only rank is 0")
     present = sorted({ln.rank for ln in lines if ln.rank is not None})
     if not present or select(lines, ranks, nodes, node_of):
         return

@@ -63,8 +63,9 @@ def run_detached(d: Path, scheduler: Any, attempts: Callable[[Path, Submission],
             never = _wait(d, submission, scheduler)
             if never:
                 rec = read_state(d)
-                # Slurm's words (the status line's reason); which dependency failed: status's dependency lines
-                rec.update(state="CANCELLED", exit_code=None, reason="DependencyNeverSatisfied", ended=time.time())
+                # Slurm's words (the status line's reason); which dependency failed: status's dependency lines.
+                # Exit 1, as the foreground run records it: the job has no code of its own, and wait says 1
+                rec.update(state="CANCELLED", exit_code=1, reason="DependencyNeverSatisfied", ended=time.time())
                 write_state(d, rec)
                 print(f"torchhpc: {never}", file=sys.stderr, flush=True)
                 return 1
