@@ -179,6 +179,14 @@ def test_the_plot_draws_two_attempts_and_one_fault(tmp_path: Path, monkeypatch: 
     assert head[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", head[16:24])
     assert width > 400 and height > 100
+    from torchhpc.diagnose.events_plot import draw  # issue 64: the legend is not drawn over the x-axis label
+
+    fig = draw(tl)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legend = fig.legends[0].get_window_extent(renderer)
+    label = fig.axes[0].xaxis.label.get_window_extent(renderer)
+    assert not legend.overlaps(label) and legend.y1 <= label.y0, (legend, label)
 
 
 def test_clock_reads_each_format() -> None:

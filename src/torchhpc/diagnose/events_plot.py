@@ -74,6 +74,17 @@ def check_available() -> None:
 
 def plot_timeline(tl: Timeline, path: str | os.PathLike[str]) -> str:
     """Draw :func:`plot_data` into ``path`` (PNG); the path written."""
+    import matplotlib.pyplot as plt
+
+    fig = draw(tl)
+    fig.savefig(os.fspath(path))
+    plt.close(fig)
+    return os.fspath(path)
+
+
+def draw(tl: Timeline) -> Any:
+    """The timeline as a matplotlib Figure: one row per node, the legend in a band of its own below the
+    x-axis label (placed inside the axes' margin it was drawn over the label)."""
     try:
         import matplotlib
 
@@ -95,15 +106,15 @@ def plot_timeline(tl: Timeline, path: str | os.PathLike[str]) -> str:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(facecolor="tab:green", edgecolor="black", label="attempt that succeeded (or runs)"),
-                       Patch(facecolor="tab:orange", edgecolor="black", label="attempt ended by a fault"),
-                       Line2D([], [], marker="X", color="tab:red", linestyle="none", markersize=10, label="fault")],
-              loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(nodes) < 3 else -0.2), ncol=3, fontsize=8, frameon=False)
+    band = 0.3  # inches at the bottom for the legend's one row
+    fig.legend(handles=[Patch(facecolor="tab:green", edgecolor="black", label="attempt that succeeded (or runs)"),
+                        Patch(facecolor="tab:orange", edgecolor="black", label="attempt ended by a fault"),
+                        Line2D([], [], marker="X", color="tab:red", linestyle="none", markersize=10, label="fault")],
+               loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=8, frameon=False)
     ax.set_yticks(range(len(nodes)), nodes)
     ax.set_xlabel("seconds since submit")
     ax.set_title(f"{tl.job}: {tl.account.line()}", fontsize=9)
     ax.set_xlim(0, max(tl.account.wall_s, 1.0))
-    fig.tight_layout()
-    fig.savefig(os.fspath(path))
-    plt.close(fig)
-    return os.fspath(path)
+    fig.set_figheight(fig.get_figheight() + band)
+    fig.tight_layout(rect=(0.0, band / fig.get_figheight(), 1.0, 1.0))
+    return fig
