@@ -101,6 +101,7 @@ class Supervisor:
         progress = NoProgress(self.o.max_no_progress, self.o.job_dir, self.o.checkpoint_dir)
         say(f"job {self.job}: {len(allocation)} nodes ({','.join(allocation)}), {self.o.nodes} used, "
             f"max restarts {self.o.max_restarts}" + (f", excluded before: {','.join(sorted(excluded))}" if excluded else ""))
+        self._watch_own_node(allocation)
         while True:
             usable = [h for h in allocation if h not in excluded and self.alloc.alive(h)]
             dead_now = [h for h in allocation if h not in excluded and h not in usable]
@@ -152,6 +153,23 @@ class Supervisor:
                 record_storm(self.o.job_dir, history, storm)
                 return exit_code_for("no-progress")
             previous = [h for h in step_nodes if h not in excluded]
+
+    def _watch_own_node(self, allocation: list[str]) -> None:
+        """The supervisor cannot survive its own node: a watch on another node of the allocation ends the job as
+        node-failure, allocation released, if this one dies (supervisor/sentinel.py). Never waited for."""
+        host = self.env.get("SLURMD_NODENAME") or (allocation[0] if allocation else "")
+        others = [h for h in allocation if h != host]
+        if not host or not others:
+            return
+        from torchhpc.supervisor.sentinel import sentinel_argv
+
+        argv = sentinel_argv(sys.executable, self.o.job_dir, host, int(self.env.get("SLURM_RESTART_COUNT") or 0))
+        try:
+            subprocess.Popen(self.alloc.on_nodes(argv, others[-1:]), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True, env=self.env)
+            say(f"watching this node, {host}, from {others[-1]}: if it is lost the job ends (node-failure)")
+        except Exception as e:  # the watch is a safety net: the job runs without it, as before
+            say(f"could not start the watch on this node from {others[-1]}: {e}")
 
     def _out_of_nodes(self, history: list[dict[str, object]], excluded: list[str], usable: list[str]) -> int:
         if self.o.requeue and history:

@@ -20,6 +20,8 @@ The README's exit-code table is the contract every reader (``run --wait``, ``wai
 - a job whose ranks took a time-limit (preemption) stop and that was not requeued ends 85 (86) from its
   batch script (schedulers/slurm/requeue.py), which Slurm records as FAILED: its state reads TIMEOUT
   (PREEMPTED), what ended it;
+- a job whose batch host died under the in-allocation supervisor is cancelled by the supervisor's watch
+  on another node, which writes ``NODE_FAIL`` 80 first (supervisor/sentinel.py): it reads NODE_FAIL, 80;
 - a job the client's hang watch cancelled (``run --wait --hang-timeout``: its diagnosis ``hang.json`` is
   in the job directory, written just before the cancel) is the class ``hang``, 81, as ``run --wait`` says.
 """
@@ -44,7 +46,8 @@ HANG_END_S = 300.0
 HANG_FILE = "hang.json"
 _SIGNALLED = frozenset({"CANCELLED", "TIMEOUT"})
 # the state of an ending the batch script gave a stop's class: what ended it, not FAILED
-_STOPPED = {exit_code_for("time-limit"): "TIMEOUT", exit_code_for("preempted"): "PREEMPTED"}
+_STOPPED = {exit_code_for("time-limit"): "TIMEOUT", exit_code_for("preempted"): "PREEMPTED",
+            exit_code_for("node-failure"): "NODE_FAIL"}
 
 
 def this_runs_mark(end_dir: Optional[str], restarts: int = 0) -> Optional[EndMark]:
@@ -71,8 +74,9 @@ def one_ending(state: str, code: Optional[int], end_dir: Optional[str], restarts
     if word not in TERMINAL:
         return state, code
     code = _one_code(word, code, end_dir, restarts)
-    # the batch script's own end after a stop it did not requeue (slurm/requeue.py): Slurm says FAILED
-    if word == "FAILED" and code in _STOPPED and this_runs_mark(end_dir, restarts) is not None:
+    # the batch script's own end after a stop it did not requeue (slurm/requeue.py), which Slurm calls FAILED, and
+    # the watch on the supervisor's node, which cancels the job after it lost its batch host (supervisor/sentinel.py)
+    if word in ("FAILED", "CANCELLED") and code in _STOPPED and this_runs_mark(end_dir, restarts) is not None:
         return _STOPPED[code], code
     return state, code
 
@@ -83,7 +87,7 @@ def _one_code(state: str, code: Optional[int], end_dir: Optional[str], restarts:
         code = SIGTERM_CODE  # its TERM trap ran: Slurm ended it, whatever status the killed step left (torchrun: 1)
     elif mark is not None and mark.exit_code is not None:
         code = mark.exit_code
-    if state == "CANCELLED" and _hang_ended(end_dir, mark):
+    if state == "CANCELLED" and (mark is None or mark.state == "CANCELLED") and _hang_ended(end_dir, mark):
         return exit_code_for("hang")
     if state in _SIGNALLED and not code:
         return SIGTERM_CODE
