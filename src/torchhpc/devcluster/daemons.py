@@ -151,9 +151,10 @@ def stop(daemons: Sequence[Daemon], timeout: float = 10.0) -> list[str]:
     return [d.name for d in running]
 
 
-def kill_pids(pids: Sequence[int], timeout: float = 5.0) -> None:
-    """SIGTERM then SIGKILL a set of PIDs found inside the cluster's namespaces."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def kill_pids(pids: Sequence[int], timeout: float = 5.0,
+              signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGKILL)) -> None:
+    """SIGTERM then SIGKILL (``signals``) a set of PIDs found inside the cluster's namespaces."""
+    for sig in signals:
         for pid in pids:
             try:
                 os.kill(pid, sig)

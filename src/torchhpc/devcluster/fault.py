@@ -15,6 +15,8 @@ is meant to be dead) and ``down`` still cleans everything up.
 
 from __future__ import annotations
 
+import signal
+
 from torchhpc.core.proc import Runner, default_runner
 from torchhpc.devcluster import daemons, netns
 from torchhpc.devcluster.degrade import link_of
@@ -49,7 +51,8 @@ def fail(state: ClusterState, node: str, runner: Runner | None = None) -> list[s
         done.append("link cut")
     pids = netns.pids_in([state.netns(node)])
     if pids:
-        daemons.kill_pids(pids, timeout=5.0)
+        # SIGKILL only, as a power loss: a SIGTERM first let the batch shell's trap write "CANCELLED" (issue 70)
+        daemons.kill_pids(pids, timeout=5.0, signals=(signal.SIGKILL,))
         done.append(f"{len(pids)} processes killed (slurmd and slurmstepd among them)" if any(
             d.pid in pids for d in state.daemons) else f"{len(pids)} processes killed")
     if node not in state.failed:
