@@ -14,7 +14,7 @@ from torchhpc.core.exitcodes import help_table
 from torchhpc.core.units import plural
 from torchhpc.errors import CommandError, CommandNotFound, TorchHPCError, UnknownJob, UsageError
 from torchhpc.schedulers import get_scheduler
-from torchhpc.schedulers.api import JobStatus, Scheduler
+from torchhpc.schedulers.api import UNENDED, JobStatus, Scheduler
 
 EXIT_CODES = help_table()
 
@@ -140,7 +140,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     name, job = resolve(args)
     sched = get_scheduler(name)
     st = known_status(sched, name, job)  # an unknown job is said so, never "cancelled"
-    done = st if st.terminal else None
+    # the job's own end file may say it ended while the scheduler still runs it (a batch host lost: issue 70);
+    # the scheduler's own state (``raw``) decides whether there is something to cancel
+    done = st if st.terminal and st.raw.get("JobState") not in UNENDED else None
     if done is None:
         try:
             sched.cancel(job)
