@@ -156,6 +156,7 @@ class Job:
         profile: str | None = None,
         **fields: Any,
     ) -> None:
+        self._given = {} if isinstance(program, JobSpec) else dict(fields)  # errors name these keywords
         if isinstance(program, JobSpec):
             self.spec = program
         else:
@@ -163,9 +164,18 @@ class Job:
         self.scheduler = get_scheduler(self.spec.scheduler, runner=runner)
 
     def render(self) -> Submission:
-        return self.scheduler.render(self.spec)
+        try:
+            return self.scheduler.render(self.spec)
+        except TorchHPCError as e:  # what the scheduler refuses (time= locally), named as the caller wrote it
+            raise _as_written(e, self._given) from None
 
     def submit(self) -> JobHandle:
+        try:
+            return self._submit()
+        except TorchHPCError as e:
+            raise _as_written(e, self._given) from None
+
+    def _submit(self) -> JobHandle:
         check_program(self.spec)
         check_gpus(self.spec, self.scheduler.runner)
         submission = self.render()
@@ -238,6 +248,14 @@ def _spec(
     if isinstance(container, ContainerSpec):
         direct["container"] = container
     return spec.with_(**direct) if direct else spec
+
+
+def _as_written(e: TorchHPCError, given: dict[str, Any]) -> TorchHPCError:
+    """``e`` with run's flags named as the keywords the caller gave (``--time 60`` -> ``time=60``)."""
+    e.message = as_keywords(e.message, given, opens_with_value=True)
+    e.hint = None if e.hint is None else as_keywords(e.hint, given)
+    e.args = (e.message,)
+    return e
 
 
 def as_keywords(text: str, given: dict[str, Any], opens_with_value: bool = False) -> str:

@@ -73,7 +73,7 @@ def run_args(row: Row, col: Column, image: str | None, out_dir: Path) -> list[st
 
 def batch_script(dry_run: str) -> str:
     """The job script from `torchhpc run --dry-run` output (its `# --- PATH.sbatch ---` section)."""
-    m = re.search(r"^# --- \S+\.sbatch ---\n(.*?)(?=^# --- )", dry_run, re.S | re.M)
+    m = re.search(r"^# --- \S+\.sbatch(?: \([^)]*\))? ---\n(.*?)(?=^# --- )", dry_run, re.S | re.M)
     assert m, dry_run
     return m.group(1)
 

@@ -93,7 +93,13 @@ class Executor:
     def render(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Submission:
         """The dry run of ``submit(fn, ...)``: what would be submitted, and where the pickle would live. Writes nothing."""
         spec, fdir, _ = self._prepare(fn, args, kwargs, None, None)
-        return _with_note(Job(spec).render(), spec, fdir)
+        return _with_note(self._as_job(spec).render(), spec, fdir)
+
+    def _as_job(self, spec: JobSpec) -> Job:
+        """The job of a prepared spec, whose errors name the keywords given to Executor (``time=``), not flags."""
+        job = Job(spec, runner=self.job_keywords.get("runner"))
+        job._given = {k: v for k, v in self.job_keywords.items() if k != "runner"}
+        return job
 
     def _prepare(
         self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], items: Optional[list[Any]],
@@ -143,7 +149,7 @@ class Executor:
         if _in_pods(spec):
             atomic_write(fdir.path / POD_SCRIPT, _pod_script(fdir).encode())
         try:
-            handle = Job(spec, runner=self.job_keywords.get("runner")).submit()
+            handle = self._as_job(spec).submit()
         except BaseException:
             shutil.rmtree(fdir.path, ignore_errors=True)
             raise

@@ -65,6 +65,14 @@ class Submission:
 
         return write_new(self.files, private=private)
 
+    def _fate(self, path: str) -> str:
+        """What becomes of the script's display name at submit: it is never written there (schedulers/files.py)."""
+        if path != self.script_path:
+            return ""
+        if self.stdin:
+            return " (its name only: the submit command reads it on standard input)"
+        return " (its name only: at submit the script is kept in the job's directory)"
+
     def __str__(self) -> str:
         """The dry run: each file, then the submit command. torchhpc's boot copy (a container's or another
         Python's ranks use it) is one line: its files are the installed package's, hundreds of lines that
@@ -80,13 +88,13 @@ class Submission:
                     parts.append(f"# --- {os.path.dirname(path)}/ --- torchhpc's boot copy, written at submit: {names}"
                                  " (the installed torchhpc package's boot/ files; not shown)")
                 continue
-            parts.append(f"# --- {path} ---")
+            parts.append(f"# --- {path}{self._fate(path)} ---")
             parts.append(content.rstrip("\n"))
         if self.script is not None and not any(p == self.script_path for p, _ in self.files):
             parts.append(f"# --- {self.script_path or 'script'} ---")
             parts.append(self.script.rstrip("\n"))
         parts.append("# --- submit with ---")
-        parts.append(join(self.argv) + (" < " + quote(self.script_path) if self.stdin and self.script_path else ""))
+        parts.append(join(self.argv) + ("  # the file above on standard input" if self.stdin and self.script_path else ""))
         parts.extend(f"# note: {n}" for n in self.notes)
         return "\n".join(parts) + "\n"
 
