@@ -229,3 +229,20 @@ def test_a_hang_verdict_names_each_ranks_place_and_the_stack_file() -> None:
     v = read_back(Evidence(hang=hang, state="CANCELLED", exit_code=81, job="local:x", job_dir="/jobs/x"))
     assert v.klass == "hang" and "stacks above" not in v.render()
     assert "ranks 0-1 at /w/sl.py:3" in v.next_step and "/jobs/x/hang.json" in v.next_step, v.next_step
+
+
+# --- docs that disagreed: config show offers only what the file takes, and the defaults a job gets --------
+
+
+@pytest.mark.usefixtures("clean_user_env")
+def test_config_show_marks_what_the_file_takes_and_shows_real_defaults() -> None:
+    import re
+
+    from torchhpc.config import CONFIG_KEYS
+
+    shown = json.loads(cli("config", "show", "--json").stdout)
+    assert {k for k, v in shown.items() if v["config_key"]} == set(CONFIG_KEYS)
+    assert "remote" in shown
+    boot = (REPO / "src/torchhpc/boot/sitecustomize.py").read_text()
+    default = re.search(r'^FR_DEFAULT = "(\d+)"', boot, re.M)
+    assert default and shown["flight_recorder"]["value"] == default.group(1)

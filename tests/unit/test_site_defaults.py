@@ -165,9 +165,9 @@ def test_config_file_precedence_and_show(clean_home: Path, capsys: pytest.Captur
     assert "#SBATCH --partition=big" in out and "#SBATCH --time=01:00:00" in out
     rc, out, _ = run_cli(["config", "show", "--json"], capsys)
     data = json.loads(out)
-    assert data["scheduler"] == {"value": "slurm", "source": f"config file ({xdg / 'torchhpc' / 'config.toml'})"}
+    assert data["scheduler"] == {"value": "slurm", "source": f"config file ({xdg / 'torchhpc' / 'config.toml'})", "config_key": True}
     assert data["partition"]["source"] == "$TORCHHPC_PARTITION"
-    assert data["account"] == {"value": None, "source": "built-in default"}
+    assert data["account"] == {"value": None, "source": "built-in default", "config_key": True}
     rc, out, _ = run_cli(["config", "show", "--profile", "mn5"], capsys)
     assert rc == 0 and re.search(r"^gpus_per_node\s+4\s+profile mn5$", out, re.M)
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from torchhpc.cli.common import add_subparser
+from torchhpc.cli.common import add_subparser, print_json
 
 DESCRIPTION = """Show the defaults a job would get, each with its source.
 
@@ -47,13 +46,28 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_show, profile=None, json=False)
 
 
+# A default that is not torchhpc's to set but the program's boot's (boot/sitecustomize.py FR_DEFAULT, held
+# equal by a test): shown as the value a job gets, not "(unset)".
+BOOT_DEFAULTS = {"flight_recorder": "2000"}
+
+
 def cmd_show(args: argparse.Namespace) -> int:
-    from torchhpc.config import config_path
+    import os
+
+    from torchhpc.config import CONFIG_KEYS, config_path, load_config, pick
     from torchhpc.resolve import resolve_values
 
     _, values = resolve_values({"profile": args.profile})
+    values["remote"] = pick("remote", None, flag="--remote", environ=os.environ, config=load_config(os.environ))
+    for key, default in BOOT_DEFAULTS.items():
+        if values[key].value is None:
+            values[key] = type(values[key])(default, "built-in default (each rank's)")
+    for key, v in values.items():  # a key the file refuses is not offered as one
+        if key not in CONFIG_KEYS:
+            values[key] = type(v)(v.value, v.source + " (a flag or a profile's; not a config file key)")
     if args.json:
-        print(json.dumps({k: {"value": v.value, "source": v.source} for k, v in values.items()}, indent=1))
+        print_json({k: {"value": v.value, "source": v.source, "config_key": k in CONFIG_KEYS}
+                    for k, v in values.items()}, indent=1)
         return 0
     path = config_path()
     print(f"# config file: {path}{'' if path.exists() else ' (none)'}")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import ClassVar, Optional
 
 from torchhpc.core.proc import Runner, default_runner
-from torchhpc.core.shell import join, quote
+from torchhpc.core.shell import join
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import TorchHPCError, WaitTimeout
 from torchhpc.jobdir.files import Written
