@@ -62,15 +62,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     for key, default in BOOT_DEFAULTS.items():
         if values[key].value is None:
             values[key] = type(values[key])(default, "built-in default (each rank's)")
-    for key, v in values.items():  # a key the file refuses is not offered as one
-        if key not in CONFIG_KEYS:
-            values[key] = type(v)(v.value, v.source + " (a flag or a profile's; not a config file key)")
     if args.json:
         print_json({k: {"value": v.value, "source": v.source, "config_key": k in CONFIG_KEYS}
                     for k, v in values.items()}, indent=1)
         return 0
     path = config_path()
     print(f"# config file: {path}{'' if path.exists() else ' (none)'}")
+    # a key the file refuses is not offered as one
+    print("# flags or profiles only, not config file keys: " + ", ".join(k for k in values if k not in CONFIG_KEYS))
     shown = {k: ("(unset)" if v.value is None else str(v.value), v.source) for k, v in values.items()}
     width = max(len(k) for k in shown)
     vwidth = max(len(v) for v, _ in shown.values())
