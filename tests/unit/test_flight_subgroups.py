@@ -148,3 +148,35 @@ def test_why_stacks_were_not_read_is_said_in_words() -> None:
     assert culprit(stacks).note == f"stacks not read: {late}"
     mixed = [*stacks, RankStack(2, "n", 12, 0.0, (), "the process exited while py-spy read it")]
     assert why_unread(mixed) == f"ranks 0-1: {late}; rank 2: the process exited while py-spy read it"
+
+
+def at(line: int) -> tuple[tuple[str, str, int], ...]:
+    """A rank's stack waiting in all_reduce called from planted_subgroup.py ``line`` (py-spy's frame format)."""
+    return (("all_reduce", "/v/site-packages/torch/distributed/distributed_c10d.py", 3252),
+            ("wrapper", "/v/site-packages/torch/distributed/c10d_logger.py", 83),
+            ("<module>", "/work/planted_subgroup.py", line))
+
+
+def test_the_hang_watch_names_the_root_with_the_stacks_as_corroboration(tmp_path: Path) -> None:
+    """The stacks showed it too: rank 2 at the pair's all_reduce (line 66), every other rank at the world's
+    (line 69). The watch's first line names rank 3, and the verdict's culprit is rank 3, not rank 2."""
+    import os
+    import time
+
+    from torchhpc.diagnose.hang import with_flight
+    from torchhpc.diagnose.verdict import Evidence, diagnose
+
+    fr = tmp_path / FR_DIR
+    fr.mkdir()
+    for f in (DATA / "gloo4-pairs-skip").iterdir():
+        (fr / f.name).write_bytes(f.read_bytes())
+        os.utime(fr / f.name, (time.time() + 60, time.time() + 60))  # as if written on the watch's request
+    stacks = [RankStack(r, "n1", 100 + r, 0.0, at(66 if r == 2 else 69)) for r in range(4)]
+    v = with_flight(culprit(stacks), str(tmp_path), wait=0.5)
+    assert v.flight_culprits == (3,) and v.flight_kind == "missed"
+    assert v.flight[0].startswith("rank 3 never entered all_reduce #4 of the group of ranks 2,3 (pg 2)")
+    assert v.flight[0].endswith("; rank 3's stack: all_reduce at /work/planted_subgroup.py:69; "
+                                "rank 2's stack: all_reduce at /work/planted_subgroup.py:66"), v.flight[0]
+    assert len(v.flight) == 1  # the pair {0,1} in step is no story of its own
+    verdict = diagnose(Evidence(hang={"quiet_s": 20.0, **v.to_json()}, job="local:x"))
+    assert verdict.first is not None and verdict.first.rank == 3 and verdict.consequences == (0, 1, 2)

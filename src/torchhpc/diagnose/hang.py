@@ -202,7 +202,8 @@ def with_flight(v: HangVerdict, job_dir: str, wait: float = 5.0) -> HangVerdict:
     lines = []
     for f in findings:
         line = f.line()
-        for r in f.culprits[:2]:  # the stacks, where read, corroborate: where the named rank is now
+        # the stacks, where read, corroborate: where the named ranks are now (the root's, and the rank it holds up)
+        for r in (*f.culprits[:2], *(f.then[0].culprits[:1] if f.then else ())):
             s = by_rank.get(r)
             if s is not None and s.frames:
                 call = collective(s.frames)
