@@ -33,3 +33,23 @@ def test_the_watch_ends_only_after_misses_in_a_row() -> None:
     watch(lambda: next(answers), every=2.0, misses=3, sleep=naps.append)
     assert naps == [2.0, 1.0, 2.0, 1.0, 1.0]
     assert sentinel_argv("py", "/d", "node1", 0)[1:3] == ["-m", "torchhpc.supervisor.sentinel"]
+
+
+def test_stopping_an_attempt_leaves_the_watch_running() -> None:
+    """The supervisor cancels an attempt's steps with every step of the job squeue lists: the watch's step
+    (named WATCH_STEP with srun's --job-name) must outlive each attempt, or a later batch host loss is missed."""
+    import subprocess
+    import time
+
+    from tests.fakes import FakeRunner
+    from torchhpc.schedulers.slurm.allocation import WATCH_STEP
+    from torchhpc.schedulers.slurm.slurm import SlurmScheduler
+
+    runner = FakeRunner(responses={"squeue": f"7.0 bash\n7.1 {WATCH_STEP}\n7.2 bash\n", "scancel": ""})
+    alloc = SlurmScheduler(runner=runner).allocation_of("7", {"SLURM_JOB_ID": "7"})
+    step = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    alloc.kill_step(step, grace=0.0)
+    deadline = time.monotonic() + 5
+    while not any(argv[0] == "scancel" for argv, _ in runner.calls) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [argv for argv, _ in runner.calls if argv[0] == "scancel"] == [["scancel", "--signal=KILL", "7.0", "7.2"]]

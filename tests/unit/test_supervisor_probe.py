@@ -93,7 +93,7 @@ def test_the_probe_stops_the_step_and_the_next_attempt_runs_on_the_spare(
     assert not (tmp_path / "self-ended").exists()  # the supervisor ended attempt 0, not the step itself
     ports = [(tmp_path / f"port-{n}").read_text().strip() for n in (0, 1)]
     assert ports[0] != ports[1], ports  # the rendezvous moves: a dead attempt's socket may linger
-    assert ["squeue", "-h", "-s", "-j", "7", "-o", "%i"] in slurm.calls  # its job steps were looked for
+    assert ["squeue", "-h", "-s", "-j", "7", "-o", "%i %j"] in slurm.calls  # its job steps were looked for
 
 
 def test_no_spare_and_no_requeue_ends_the_job_as_a_node_failure(

@@ -91,6 +91,12 @@ class Allocation:
         """An attempt's step, in its own session so that :meth:`kill_step` reaches all of it."""
         return subprocess.Popen(list(argv), env=dict(env), start_new_session=True)
 
+    def start_watch(self, argv: Sequence[str], node: str, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+        """``argv`` on ``node`` as a step beside the job's that :meth:`kill_step` leaves running (the
+        supervisor's watch on its own node, supervisor/sentinel.py); never waited for."""
+        return subprocess.Popen(self.on_nodes(argv, [node]), env=dict(env), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+
     def kill_step(self, proc: subprocess.Popen[bytes], grace: float = 5.0) -> int:
         """End a step: TERM to its session (KILL at once without ``grace``), KILL to what is left after
         ``grace`` seconds. Returns its exit status."""

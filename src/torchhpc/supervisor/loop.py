@@ -165,8 +165,7 @@ class Supervisor:
 
         argv = sentinel_argv(sys.executable, self.o.job_dir, host, int(self.env.get("SLURM_RESTART_COUNT") or 0))
         try:
-            subprocess.Popen(self.alloc.on_nodes(argv, others[-1:]), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True, env=self.env)
+            self.alloc.start_watch(argv, others[-1], self.env)
             say(f"watching this node, {host}, from {others[-1]}: if it is lost the job ends (node-failure)")
         except Exception as e:  # the watch is a safety net: the job runs without it, as before
             say(f"could not start the watch on this node from {others[-1]}: {e}")

@@ -13,15 +13,16 @@ import signal
 import socket
 import subprocess
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Optional
 
 from torchhpc.core.processes import killpg
 from torchhpc.schedulers.allocation import Allocation, ipv4
 
-__all__ = ["DEFAULT_SLURMD_PORT", "SlurmAllocation", "overlap_step"]
+__all__ = ["DEFAULT_SLURMD_PORT", "WATCH_STEP", "SlurmAllocation", "overlap_step"]
 
 DEFAULT_SLURMD_PORT = 6818
+WATCH_STEP = "torchhpc-watch"  # the step name of the supervisor's watch on its own node (kill_step spares it)
 
 
 def overlap_step(job_id: str, nodes: Sequence[str], argv: Sequence[str]) -> list[str]:
@@ -60,13 +61,21 @@ class SlurmAllocation(Allocation):
         cancelled with KILL in the background. ``squeue`` answers from the controller's memory at once;
         ``scancel`` of a step on a dead node waits for that node (about 12 s seen), so no one waits for it."""
         killpg(proc.pid, signal.SIGTERM if grace else signal.SIGKILL)
-        listed = self.runner.run(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i"], check=False, timeout=10)
-        steps = [s for s in listed.stdout.split() if s.rsplit(".", 1)[-1].isdigit()]
+        listed = self.runner.run(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i %j"], check=False, timeout=10)
+        steps = [p[0] for p in (line.split() for line in listed.stdout.splitlines())
+                 if p and p[0].rsplit(".", 1)[-1].isdigit() and p[1:] != [WATCH_STEP]]
         if steps:
             cancel = ["scancel", "--signal=KILL", *steps]
             threading.Thread(target=self.runner.run, args=(cancel,), kwargs={"check": False, "timeout": 60},
                              daemon=True).start()
         return super().kill_step(proc, grace)
+
+    def start_watch(self, argv: Sequence[str], node: str, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+        """The watch as a step named :data:`WATCH_STEP` (``--job-name``: inside an allocation srun ignores
+        SLURM_JOB_NAME), which :meth:`kill_step` leaves running when it cancels an attempt's steps."""
+        srun, *rest = self.on_nodes(argv, [node])
+        return subprocess.Popen([srun, f"--job-name={WATCH_STEP}", *rest], env=dict(env), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
 
     def requeue(self, exclude: Sequence[str] = ()) -> str:
         self.runner.run(["scontrol", "requeue", self.job_id], check=False, timeout=30)
