@@ -64,10 +64,10 @@ def handle_text(name: str, job_id: str) -> str:
 def unknown_job(name: str, job_id: str, why: str = "") -> UnknownJob:
     """The one "unknown job" error of every job command (exit 1, HINT: torchhpc list)."""
     detail = f" ({why})" if why else ""
-    return UnknownJob(
-        f"no job {handle_text(name, job_id)}{detail}",
-        UNKNOWN_HINT.format(list=f"torchhpc list -s {name}"),
-    )
+    hint = UNKNOWN_HINT.format(list=f"torchhpc list -s {name}")
+    if name == "local" and job_id.isdigit():  # local ids are hex; a number is what sbatch and qsub print
+        hint = f"did you mean slurm:{job_id}? a bare id is the default scheduler's, local, whose ids are hex"
+    return UnknownJob(f"no job {handle_text(name, job_id)}{detail}", hint)
 
 
 def known_status(sched: Scheduler, name: str, job_id: str) -> JobStatus:

@@ -30,6 +30,9 @@ from torchhpc.schedulers.waiting import settled
 
 __all__ = ["SlurmQueries", "expand_output", "first_end_files", "output_pattern"]
 
+# a job, an array task or a heterogeneous component, as Slurm prints them: 123, 123_4, 123+1
+_SLURM_ID = re.compile(r"\d+(?:_\d+|\+\d+)?")
+
 
 class SlurmQueries:
     """status, cancel, log_paths, rank_lines, list_jobs and the node questions for :class:`SlurmScheduler`."""
@@ -43,6 +46,9 @@ class SlurmQueries:
         A controller that is briefly unreachable (restart, failover) is retried
         rather than reported: a wait of hours must not die on one dropped poll.
         """
+        if not _SLURM_ID.fullmatch(job_id):  # sacct's own refusal would name its whole command line
+            raise UnknownJob(f"slurm job {job_id} is unknown to Slurm: a Slurm job id is a number, 123, "
+                             "or 123_4 for an array task", "check the job id")
         for attempt in range(retries + 1):
             try:
                 done = self.runner.run(["scontrol", "show", "job", "-o", job_id], timeout=30)
@@ -75,8 +81,9 @@ class SlurmQueries:
                 timeout=30,
             )
         except CommandError as e:
+            said = (e.stderr.strip().splitlines() or [f"exit {e.returncode}"])[-1]  # sacct's words, not its command line
             raise UnknownJob(
-                f"slurm job {job_id} is not known to scontrol and sacct failed ({e.message})",
+                f"slurm job {job_id} is not known to scontrol and sacct failed ({said})",
                 "the job id may be wrong, or it ended more than MinJobAge ago on a cluster without accounting",
             ) from None
         tasks = [] if "_" in job_id else tasks_from_sacct(job_id, done.stdout)
