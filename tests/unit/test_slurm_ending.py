@@ -98,3 +98,34 @@ def test_a_job_that_never_started_ran_for_no_time() -> None:
 
     st = status_from_scontrol("7", parse_scontrol(NEVER_STARTED))
     assert st.elapsed == "00:00:00", st
+
+
+# recorded slurm.out lines of two one-rank jobs on the dev cluster: the limit came and the program ignored the
+# stop (job 4, torchrun), and the ranks took the stop with --max-requeues 0 (job 6, srun)
+IGNORED = ["torchhpc: job 4 on node1, master 10.77.0.11:10004, launcher torchrun, 1x1 ranks",
+           "torchhpc: time-limit at 03:07:45: asking every rank to checkpoint and stop",
+           "slurmstepd-node1: error: *** JOB 4 ON node1 CANCELLED AT 2026-12-02T03:08:46 DUE TO TIME LIMIT ***",
+           "torchhpc: ended-by-slurm at 03:08:46: asking every rank to checkpoint and stop"]
+TAKEN = ["torchhpc: job 6 on node1, master 10.77.0.11:10006, launcher srun, 1x1 ranks",
+         "torchhpc: time-limit at 03:10:12: asking every rank to checkpoint and stop",
+         "torchhpc: not requeuing: --max-requeues 0 used up",
+         "torchhpc: the ranks stopped at the time-limit and the job is not requeued: its work is unfinished "
+         "(exit 85, time-limit)"]
+
+
+@pytest.mark.parametrize(("lines", "code", "said"), [(IGNORED, 143, "asked to stop at 03:07:45 (the warning) and none "
+                                                      "stopped"), (TAKEN, 85, "its work is unfinished")])
+def test_the_time_limit_verdict_says_when_the_ranks_were_asked_and_blames_no_peer(lines: list[str], code: int,
+                                                                                said: str) -> None:
+    """Issue 70, item 12: it pointed to docs/stop.md (there is none) and blamed "a lost peer" in a one-rank job."""
+    from tests.conftest import REPO
+    from torchhpc.diagnose.verdict import Evidence, diagnose
+    from torchhpc.jobdir.logs import Line
+
+    v = diagnose(Evidence(lines=[Line(None, t) for t in lines], state="TIMEOUT", exit_code=code, launcher="srun",
+                          rank_logs={0: "ranks/rank-0@node1.log"}, job="slurm:6"))
+    text = v.render()
+    assert v.klass == "time-limit" and said in v.summary, text
+    assert "peer" not in text and "rank 0 was stopped with it" in text, text
+    for doc in ("docs/stop.md", "docs/nothing-lost.md"):
+        assert doc not in text or (REPO / doc).exists(), text

@@ -17,7 +17,7 @@ from typing import Optional
 from torchhpc.core.exitcodes import EXIT_CODES
 from torchhpc.jobdir.logs import SYNTAX_FILE, Line, compile_error_end, parse_ranks
 
-__all__ = ["CLASSES", "EXIT_CODES", "classify_text", "first_cause", "launcher_events", "native_crashes"]
+__all__ = ["CLASSES", "EXIT_CODES", "classify_text", "first_cause", "launcher_events", "native_crashes", "time_limit_words"]
 
 # class -> (what it means, one suggested next step). The keys are the verdict's vocabulary.
 CLASSES: dict[str, tuple[str, str]] = {
@@ -29,7 +29,7 @@ CLASSES: dict[str, tuple[str, str]] = {
     "cuda-oom": ("CUDA out of memory", "lower the batch size or use activation checkpointing / bf16"),
     "host-oom": ("host out of memory (the kernel's OOM killer)", "ask for more memory: --mem (or fewer ranks per node)"),
     "node-failure": ("a node failed", "rerun with --exclude {host} (with --requeue, torchhpc excludes it itself)"),
-    "time-limit": ("the job reached its time limit", "ask for more --time, or checkpoint on the warning signal (docs/stop.md)"),
+    "time-limit": ("the job reached its time limit", "ask for more --time, or checkpoint on the warning: --signal-before and torchhpc.dist.should_stop() (docs/nothing-lost.md)"),
     "preempted": ("the job was preempted", "rerun with --requeue so a preempted job comes back by itself"),
     "hang": ("ranks stopped making progress", "see the stacks above; the culprit is the rank not in a collective"),
     "network": (
@@ -253,3 +253,18 @@ def launcher_events(
 def _own_signal(what: str) -> str:
     return {"Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV", "Killed": "SIGKILL", "Bus error": "SIGBUS",
             "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}.get(what, what)
+
+
+def time_limit_words(job_lines: Sequence[str]) -> Optional[tuple[str, str]]:
+    """What the batch script said of the stop protocol (schedulers/slurm/requeue.py): when the ranks were asked
+    to stop, and whether they did (summary, next step); None without its lines: the class's own words stand."""
+    asked = next((m.group(1) for t in job_lines for m in [re.search(r"time-limit at (\S+): asking every rank", t)] if m), "")
+    if asked and any("its work is unfinished" in t for t in job_lines):
+        return (f"the ranks were asked to stop at {asked} (the time-limit warning), checkpointed and stopped; the job "
+                "was not requeued, so its work is unfinished", "submit it again to resume from its checkpoint, or give "
+                "it --requeue with more --max-requeues, or more --time")
+    if asked:
+        return (f"the job reached its time limit: the ranks were asked to stop at {asked} (the warning) and none "
+                "stopped before the limit", "call torchhpc.dist.should_stop() at each step and checkpoint when it "
+                "says so (docs/nothing-lost.md), or ask for more --time")
+    return None

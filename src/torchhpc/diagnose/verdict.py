@@ -29,7 +29,7 @@ from typing import Optional
 
 from torchhpc.core.processes import stopped_ranks
 from torchhpc.core.units import counted, plural
-from torchhpc.diagnose.classify import CLASSES, classify_text, launcher_events
+from torchhpc.diagnose.classify import CLASSES, classify_text, launcher_events, time_limit_words
 from torchhpc.diagnose.flight import Finding, post_mortem
 from torchhpc.jobdir.logs import Line, format_ranks
 
@@ -125,7 +125,7 @@ class Verdict:
         who = f"{plural(n, 'rank')} {format_ranks(self.consequences)}"
         if self.consequences and self.klass in ("hang", "collective-mismatch"):
             out.append(f"  {who} waited for it in a collective")
-        elif self.consequences and self.klass == "cancelled":
+        elif self.consequences and self.klass in ("cancelled", "time-limit", "preempted"):
             out.append(f"  {who} {plural(n, 'was', 'were')} stopped with it")
         elif self.consequences:
             out.append(f"  then {who} failed as a consequence (lost {plural(n, 'its', 'their')} "
@@ -299,6 +299,8 @@ def _verdict(ev: Evidence, per_rank: dict[int, list[str]], job_lines: list[str],
         first = None if job_class in ("time-limit", "cancelled", "preempted") else first
     if klass == "cancelled":
         meaning, step, consequences = _cancelled(ev, consequences, bool(per_rank))
+    if klass == "time-limit":
+        meaning, step = time_limit_words(job_lines) or (meaning, step)
     # a rank whose own log shows the first's error (two ranks on one GPU) failed by itself: not a consequence
     alike = tuple(r for r in consequences if _alike(failures.get(r), first))
     consequences = tuple(r for r in consequences if r not in alike)
