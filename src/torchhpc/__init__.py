@@ -6,8 +6,6 @@ jobs from login nodes where torch may be absent. Training-side helpers live in
 as jobs) is loaded on first use.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 __version__ = "0.1.0"
@@ -25,6 +23,11 @@ _LAZY = {
 }
 
 __all__ = ["JobFailed", "TorchHPCError", "__version__", *_LAZY]
+
+
+def __dir__() -> list[str]:
+    """What ``dir(torchhpc)`` shows: the public names, loaded or not (not the module's own machinery)."""
+    return sorted(__all__)
 
 
 def __getattr__(name: str) -> Any:

@@ -27,15 +27,16 @@ Precedence for every job value, first found wins:
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchhpc.errors import ConfigError
+from torchhpc.errors import ConfigError, TorchHPCError
 
-__all__ = ["CONFIG_KEYS", "Value", "config_path", "flight_recorder_value", "hang_timeout_value", "load_config", "pick",
+__all__ = ["CONFIG_KEYS", "Value", "as_given", "config_path", "flight_recorder_value", "hang_timeout_value", "load_config", "pick",
            "pick_profile"]
 
 CONFIG_KEYS: dict[str, str] = {
@@ -178,3 +179,19 @@ def pick(
         except ValueError:
             raise ConfigError(f"{key} = {raw!r} in {config_path(environ)} is not valid") from None
     return Value(default, "built-in default")
+
+
+@contextlib.contextmanager
+def as_given(v: Value, flag: str) -> Iterator[None]:
+    """An error about ``flag VALUE`` named as the user gave it: ``$TORCHHPC_SCHEDULER='x'`` or the profile's key,
+    not a flag nobody typed (a flag given, or ``Job(scheduler=...)``, keeps the flag's words: Job renames them)."""
+    try:
+        yield
+    except TorchHPCError as e:
+        said = f"{flag} {v.value!r}"
+        if v.source.startswith("$"):
+            e.message = e.message.replace(said, f"{v.source}={v.value!r}", 1)
+        elif v.source.startswith("profile"):
+            e.message = e.message.replace(said, f"{flag.lstrip('-')} {v.value!r} (from {v.source})", 1)
+        e.args = (e.message,)
+        raise

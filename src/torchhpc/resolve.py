@@ -20,7 +20,15 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from torchhpc.config import Value, flight_recorder_value, hang_timeout_value, load_config, pick, pick_profile
+from torchhpc.config import (
+    Value,
+    as_given,
+    flight_recorder_value,
+    hang_timeout_value,
+    load_config,
+    pick,
+    pick_profile,
+)
 from torchhpc.core.shell import Raw
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec, env_pairs
 from torchhpc.core.units import counted
@@ -63,7 +71,8 @@ def resolve_values(
     if prof_v.value:
         from torchhpc.profiles import get_profile
 
-        profile = get_profile(str(prof_v.value), env)
+        with as_given(prof_v, "--profile"):
+            profile = get_profile(str(prof_v.value), env)
     out = {"profile": prof_v}
 
     def p(key: str, flag: str, default: Any = None, cast: Any = None) -> Value:
@@ -72,7 +81,12 @@ def resolve_values(
         out[key] = v
         return v
 
-    scheduler = p("scheduler", "--scheduler", "local").value
+    sched_v = p("scheduler", "--scheduler", "local")
+    scheduler = sched_v.value
+    from torchhpc.schedulers import scheduler_class
+
+    with as_given(sched_v, "--scheduler"):
+        scheduler_class(str(scheduler))  # a name that is no scheduler, named where it came from
     p("launcher", "--launcher", _declared(str(scheduler), "default_launcher", "torchrun"))
     p("gpus_per_node", "--gpus-per-node", 0, int)
     p("gpu_kind", "--gpu-kind", "nvidia")

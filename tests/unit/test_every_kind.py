@@ -246,3 +246,39 @@ def test_config_show_marks_what_the_file_takes_and_shows_real_defaults() -> None
     boot = (REPO / "src/torchhpc/boot/sitecustomize.py").read_text()
     default = re.search(r'^FR_DEFAULT = "(\d+)"', boot, re.M)
     assert default and shown["flight_recorder"]["value"] == default.group(1)
+
+
+# --- wording: errors in the words the user typed, each with a HINT ---------------------------------------
+
+
+@pytest.mark.usefixtures("clean_user_env")
+@pytest.mark.parametrize(("argv", "env", "said"), [
+    (["run", "-n", "two", "examples/pi.py"], {}, "-n 'two' is not a whole number"),
+    (["run", "-n", "0", "examples/pi.py"], {}, "--nproc-per-node=0 must be at least 1"),
+    (["run", "--env", "FOO", "--dry-run", "examples/pi.py"], {}, "--env 'FOO' is not NAME=VALUE"),
+    (["run", "--dry-run", "examples/pi.py"], {"TORCHHPC_SCHEDULER": "slurmm"}, "$TORCHHPC_SCHEDULER='slurmm'"),
+    (["run", "--dry-run", "examples/pi.py"], {"TORCHHPC_PROFILE": "mn55"}, "$TORCHHPC_PROFILE='mn55'"),
+])
+def test_an_error_names_what_was_typed_and_hints(argv: list[str], env: dict[str, str], said: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "torchhpc", *argv], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **env}, cwd=REPO)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and lines[0].startswith("Error: ") and said in lines[0], done.stderr
+    assert lines[-1].startswith("HINT: ") and "invalid int value" not in done.stderr, done.stderr
+
+
+def test_help_command_and_a_clean_dir() -> None:
+    done = cli("help", "logs")
+    assert done.returncode == 0 and done.stdout.startswith("usage: torchhpc logs"), done.stderr
+    import torchhpc
+
+    assert dir(torchhpc) == sorted(torchhpc.__all__)  # no Any, annotations or _LAZY
+
+
+def test_job_keywords_are_named_in_a_schedulers_refusal() -> None:
+    from torchhpc.errors import SpecError
+    from torchhpc.job import Job
+
+    with pytest.raises(SpecError) as e:
+        Job(["examples/pi.py"], time="00:10:00").render()
+    assert e.value.message.startswith("time=00:10:00: the local scheduler has no wall-time limit"), e.value.message

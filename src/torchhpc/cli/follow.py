@@ -37,6 +37,8 @@ def follow(
     never = _NeverWatch(scheduler, job_id)
 
     def show(st: JobStatus, waited: float) -> None:
+        if st.terminal:  # the end is said once, by the status line below
+            return
         never.check(st)
         reason = f" ({st.told_reason})" if st.told_reason else ""
         progress.update(f"{scheduler.name}:{job_id} {st.state}{reason} {st.elapsed_or_waited(waited)}")
@@ -63,6 +65,16 @@ def follow(
 
         return exit_code_for("hang")  # this watch cancelled it: the class's code, as a supervised job's (core/exitcodes.py)
     return code
+
+
+def interruptible(name: str, job_id: str, wait: Callable[[], int]) -> int:
+    """``wait()``, where Ctrl-C stops the waiting, not the job: said in one line, exit 130."""
+    try:
+        return wait()
+    except KeyboardInterrupt:
+        eprint(f"\nInterrupted: stopped waiting; {name}:{job_id} goes on (`torchhpc wait {name}:{job_id}` to wait again, "
+               f"`torchhpc cancel {name}:{job_id}` to stop it)")
+        return 130
 
 
 class _NeverWatch:

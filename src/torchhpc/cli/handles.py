@@ -62,7 +62,7 @@ def handle_text(name: str, job_id: str) -> str:
 
 
 def unknown_job(name: str, job_id: str, why: str = "") -> UnknownJob:
-    """The one "unknown job" error of every job command (exit 1, HINT: torchhpc list)."""
+    """The one "unknown job" error of every job command (exit 2: a handle is input; HINT: torchhpc list)."""
     detail = f" ({why})" if why else ""
     hint = UNKNOWN_HINT.format(list=f"torchhpc list -s {name}")
     if name == "local" and job_id.isdigit():  # local ids are hex; a number is what sbatch and qsub print

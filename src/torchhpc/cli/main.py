@@ -108,6 +108,8 @@ def _switches_then_action(words: list[str]) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["help"]:  # git's `help COMMAND`: the command's --help (torchhpc help: the overview)
+        argv = [*argv[1:], "--help"]
     parser = build_parser(only="run" if argv and argv[0] == "run" else None)
     Parser.json_errors = _wants_json(parser, argv)
     try:  # --remote HOST (or TORCHHPC_REMOTE): the login node's torchhpc runs the line (docs/remote.md)

@@ -100,7 +100,7 @@ class Parser(argparse.ArgumentParser):
             else:
                 message = f"{m.group('arg')} {m.group('word')!r} is not one of its choices: "
             message += near or f"choose from {', '.join(known)}"
-        message = _plain_required(message)
+        message = _plain_required(_plain_value(message))
         hint = f"{self.one_line_usage()}  (`{self.prog} --help` says more)"
         if Parser.json_errors:
             print_json_error(f"{self.prog}: {message}", hint, 2)
@@ -115,6 +115,18 @@ def print_json_error(message: str, hint: str | None, exit_code: int) -> None:
     import json
 
     print(json.dumps({"error": message, "hint": hint, "exit_code": exit_code}), flush=True)
+
+
+_BAD_VALUE = re.compile(r"^argument (?P<flag>[^:]+): invalid (?P<kind>int|float) value: (?P<value>.*)$")
+
+
+def _plain_value(message: str) -> str:
+    """argparse's "argument -n: invalid int value: 'two'" in the CLI's own words: "-n 'two' is not a whole number"."""
+    m = _BAD_VALUE.match(message)
+    if not m:
+        return message
+    what = "a whole number" if m.group("kind") == "int" else "a number"
+    return f"{m.group('flag').split('/')[-1]} {m.group('value')} is not {what}"
 
 
 def _plain_required(message: str) -> str:

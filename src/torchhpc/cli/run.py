@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from torchhpc.cli.common import add_hang_arguments, add_subparser, announce_target, eprint, json_errors
-from torchhpc.cli.follow import check_on_hang, follow, status_dict, task_index  # noqa: F401 (task_index: re-exported)
+from torchhpc.cli.follow import check_on_hang, follow, interruptible, status_dict, task_index  # noqa: F401 (task_index: re-exported)
 from torchhpc.cli.jobargs import add_job_arguments, misplaced_flags, spec_from_args, split_program
 from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.core.exitcodes import help_table
@@ -164,7 +164,8 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
 
         print(json.dumps({**status_dict(spec.scheduler, scheduler.status(job_id)), "target": target}))
         return code
-    return follow(scheduler, job_id, hang_timeout=outside, on_hang=args.on_hang)
+    return interruptible(spec.scheduler, job_id, lambda: follow(scheduler, job_id, hang_timeout=outside,
+                                                                on_hang=args.on_hang))
 
 
 def _submission_dict(sub: Submission) -> dict[str, Any]:

@@ -217,7 +217,7 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
-            raise SpecError(f"--nodes={self.nodes} must be at least 1")
+            raise SpecError(f"--nodes={self.nodes} must be at least 1", "give the nodes to run on: --nodes 1 or more")
         # GPUs first: processes per node default to them, so a bad --gpus-per-node must be named as itself.
         if self.gpus_per_node < 0:
             raise SpecError(
@@ -225,7 +225,8 @@ class JobSpec:
                 "give the GPUs each node uses (0, or leave it out, for a CPU job)",
             )
         if self.nproc_per_node < 1:
-            raise SpecError(f"--nproc-per-node={self.nproc_per_node} must be at least 1")
+            raise SpecError(f"--nproc-per-node={self.nproc_per_node} must be at least 1",
+                            "give the ranks per node: -n 2 (--nproc-per-node 2); leave it out for one per GPU")
         object.__setattr__(self, "launcher", LauncherKind.parse(self.launcher))
         if self.time is not None:
             parse_walltime(self.time, "--time")
@@ -267,11 +268,12 @@ class JobSpec:
             raise SpecError(f"--hang-timeout={self.hang_timeout} is under 5 seconds",
                             "a hang timeout under 5 seconds would call slow steps hangs")
         if self.signal_before is not None and self.signal_before < 0:
-            raise SpecError(f"--signal-before={self.signal_before} must not be negative")
+            raise SpecError(f"--signal-before={self.signal_before} must not be negative",
+                            "give how long before the time limit the ranks are asked to stop, e.g. --signal-before 300")
         if self.cpus_per_task is not None and self.cpus_per_task < 1:
-            raise SpecError(f"--cpus-per-proc={self.cpus_per_task} must be at least 1")
+            raise SpecError(f"--cpus-per-proc={self.cpus_per_task} must be at least 1", "give 1 or more, or leave it out")
         if self.cpus_per_gpu is not None and self.cpus_per_gpu < 1:
-            raise SpecError(f"--cpus-per-gpu={self.cpus_per_gpu} must be at least 1")
+            raise SpecError(f"--cpus-per-gpu={self.cpus_per_gpu} must be at least 1", "give 1 or more, or leave it out")
         if self.ntasks_per_node is not None:
             expected = self.expected_tasks_per_node()
             if self.ntasks_per_node != expected:
@@ -369,7 +371,8 @@ def env_pairs(items: Sequence[str] | Mapping[str, str], source: str = "--env") -
     out = []
     for item in items:
         if "=" not in item:
-            raise SpecError(f"{source} {item!r} is not NAME=VALUE")
+            raise SpecError(f"{source} {item!r} is not NAME=VALUE",
+                            f"write {source} {item}=VALUE (to pass this shell's value: {source} {item}=\"${item}\")")
         k, v = item.split("=", 1)
         out.append((k, v))
     return tuple(out)

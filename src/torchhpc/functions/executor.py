@@ -30,6 +30,7 @@ import dataclasses
 import os
 import re
 import shutil
+import sys
 import time
 from collections.abc import Iterable
 from typing import Any, Callable, Optional
@@ -291,7 +292,12 @@ class FunctionJob:
         """Every rank's return value, in rank order."""
         from torchhpc.functions.pack import load_cloudpickle
 
-        st, records = self._settle(timeout)
+        try:
+            st, records = self._settle(timeout)
+        except KeyboardInterrupt:  # the wait stops, not the job: say so before the interpreter's own report
+            print(f"torchhpc: interrupted while waiting for {self}; the job goes on (job.cancel() stops it)",
+                  file=sys.stderr, flush=True)
+            raise
         failures = sorted((r for r in records.values() if not r.get("ok")), key=lambda r: (r.get("time", 0), r["rank"]))
         if failures:
             raise _failed(self, failures[0], st)

@@ -94,16 +94,18 @@ def target(command: str, given: str | None, profile: str | None = None) -> tuple
         return check_host(given), "--remote"
     if command not in REMOTE_COMMANDS:
         return None
-    from torchhpc.config import load_config, pick, pick_profile
+    from torchhpc.config import as_given, load_config, pick, pick_profile
 
     env = os.environ
     config = load_config(env)
-    prof_name = pick_profile(profile, env, config).value
+    prof_v = pick_profile(profile, env, config)
+    prof_name = prof_v.value
     prof = None
     if prof_name:
         from torchhpc.profiles import get_profile
 
-        prof = get_profile(str(prof_name), env)
+        with as_given(prof_v, "--profile"):  # $TORCHHPC_PROFILE='x', not a --profile nobody typed
+            prof = get_profile(str(prof_name), env)
     v = pick("remote", None, flag="--remote", environ=env, profile=prof, config=config)
     if not v.value:
         return None
