@@ -203,7 +203,7 @@ def with_flight(v: HangVerdict, job_dir: str, wait: float = 5.0) -> HangVerdict:
     for f in findings:
         line = f.line()
         # the stacks, where read, corroborate: where the named ranks are now (the root's, and the rank it holds up)
-        for r in (*f.culprits[:2], *(f.then[0].culprits[:1] if f.then else ())):
+        for r in dict.fromkeys((*f.culprits[:2], *(f.then[0].culprits[:1] if f.then else ()))):
             s = by_rank.get(r)
             if s is not None and s.frames:
                 call = collective(s.frames)
