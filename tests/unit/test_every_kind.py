@@ -282,3 +282,14 @@ def test_job_keywords_are_named_in_a_schedulers_refusal() -> None:
     with pytest.raises(SpecError) as e:
         Job(["examples/pi.py"], time="00:10:00").render()
     assert e.value.message.startswith("time=00:10:00: the local scheduler has no wall-time limit"), e.value.message
+
+
+def test_events_of_a_failed_job_say_so_once_and_qualify_its_ettr(tmp_path: Path) -> None:
+    from torchhpc.diagnose.events import timeline
+    from torchhpc.schedulers.times import JobTimes
+
+    times = JobTimes(submit=100.0, start=101.0, end=105.0, state="FAILED", exit_code=4, source="record")
+    text = timeline("local:x", times, [], now=200.0).render()
+    lines = text.splitlines()
+    assert "state now" not in text and sum("FAILED" in ln for ln in lines[:-1]) == 1, text  # the end row only
+    assert lines[-1].endswith("(the job ended FAILED: its work counts only as far as it checkpointed)"), lines[-1]

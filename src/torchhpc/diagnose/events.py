@@ -80,7 +80,7 @@ class Timeline:
             which = f" {e.attempt}" if e.kind == "attempt" else f" attempt {e.attempt}" if e.attempt is not None else ""
             nodes = f" {','.join(e.nodes)}" if e.nodes else ""
             text = f" {e.text}" if e.text else ""
-            out.append(f"  {clock} +{_plus(e.time - t0):>9}  {e.kind:<10}{which}{nodes}{text}")
+            out.append(f"  {clock} +{_plus(e.time - t0):>9}  {e.kind:<10}{which}{nodes}{text}".rstrip())
         a = self.account
         out.append("account:")
         out.append(f"  wall {duration(a.wall_s)} = queue {a.queue_s:.1f} s + start-up {a.startup_s:.1f} s"
@@ -93,7 +93,10 @@ class Timeline:
                        f"teardown {i.teardown_s:.1f} s, health gate {i.health_s:.1f} s, "
                        f"restart {i.restart_s:.1f} s, recompute {rec}")
         out.extend(f"  note: {n}" for n in self.notes)
-        out.append(a.line() + (" (still running)" if self.running else ""))
+        ended = self.times.state if not self.running and self.times.state not in ("", "COMPLETED") else ""
+        # a job that did not complete kept only what it checkpointed: its "productive" time is not a result
+        out.append(a.line() + (" (still running)" if self.running else "")
+                   + (f" (the job ended {ended}: its work counts only as far as it checkpointed)" if ended else ""))
         return "\n".join(out) + "\n"
 
 
@@ -209,7 +212,8 @@ def timeline(job: str, times: JobTimes, attempts: Sequence[Mapping[str, Any]], *
         end = end_mark[0]
     running = end is None
     stop = now if end is None else end
-    events: list[Event] = [Event(submit, "submit", (times.state and f"state now {times.state}") or "")]
+    # the state now only while it runs or waits: an ended job's end row says how it ended
+    events: list[Event] = [Event(submit, "submit", f"state now {times.state}" if times.state and end is None else "")]
     if times.eligible is not None:
         events.append(Event(times.eligible, "eligible"))
     events.extend(Event(t, "pending", why) for t, why in times.reasons)
