@@ -93,7 +93,9 @@ class Submission:
         if self.script is not None and not any(p == self.script_path for p, _ in self.files):
             parts.append(f"# --- {self.script_path or 'script'} ---")
             parts.append(self.script.rstrip("\n"))
-        parts.append("# --- submit with ---")
+        # a script with no file is one torchhpc runs itself (the local scheduler): nothing is submitted
+        here = self.script is not None and self.script_path is None
+        parts.append("# --- each rank runs (torchhpc run starts them) ---" if here else "# --- submit with ---")
         parts.append(join(self.argv) + ("  # the file above on standard input" if self.stdin and self.script_path else ""))
         parts.extend(f"# note: {n}" for n in self.notes)
         return "\n".join(parts) + "\n"
