@@ -29,7 +29,7 @@ from typing import Optional
 
 from torchhpc.core.processes import stopped_ranks
 from torchhpc.core.units import counted, plural
-from torchhpc.diagnose.classify import CLASSES, classify_text, launcher_events, time_limit_words
+from torchhpc.diagnose.classify import CLASSES, EXIT_CODES, classify_text, launcher_events
 from torchhpc.diagnose.flight import Finding, post_mortem
 from torchhpc.jobdir.logs import Line, format_ranks
 
@@ -209,6 +209,9 @@ def _verdict(ev: Evidence, per_rank: dict[int, list[str]], job_lines: list[str],
 
     # 1. the scheduler's verdict on the whole job
     job_class = _JOB_STATES.get(ev.state.split()[0] if ev.state else "", "")
+    last = str(ev.attempts[-1].get("class") or "") if ev.attempts else ""
+    if not job_class and last == "node-failure" and ev.exit_code == EXIT_CODES[last]:
+        job_class = last  # the supervisor ended the job with its last attempt's class (its exit code says so)
     banner_host = ""
     for t in job_lines + [x for texts in per_rank.values() for x in texts]:
         m = _BANNER.search(t)
@@ -257,7 +260,8 @@ def _verdict(ev: Evidence, per_rank: dict[int, list[str]], job_lines: list[str],
         )
     if events:
         # a rank the launcher reported twice (the local supervisor's line and torchrun's Root Cause) ended once
-        seen.append(f"{ev.launcher or 'launcher'} reported {counted(len({e[0] for e in events}), 'task end')}")
+        ends = counted(len({e[0] for e in events}), "rank's end", "ranks' ends")
+        seen.append(f"the local run saw {ends}" if ev.local else f"{ev.launcher or 'the launcher'} reported {ends}")
 
     # the first failed rank: the launcher's first report of a cause, else the earliest log
     causes = [f for f in failures.values() if not f.consequence]
@@ -299,8 +303,11 @@ def _verdict(ev: Evidence, per_rank: dict[int, list[str]], job_lines: list[str],
         first = None if job_class in ("time-limit", "cancelled", "preempted") else first
     if klass == "cancelled":
         meaning, step, consequences = _cancelled(ev, consequences, bool(per_rank))
-    if klass == "time-limit":
-        meaning, step = time_limit_words(job_lines) or (meaning, step)
+    if klass in ("time-limit", "node-failure"):  # in the batch script's and the supervisor's own words
+        from torchhpc.diagnose.classify import node_failure_words, time_limit_words
+
+        words = time_limit_words(job_lines) if klass == "time-limit" else node_failure_words(ev.attempts)
+        meaning, step = words or (meaning, step)
     # a rank whose own log shows the first's error (two ranks on one GPU) failed by itself: not a consequence
     alike = tuple(r for r in consequences if _alike(failures.get(r), first))
     consequences = tuple(r for r in consequences if r not in alike)
