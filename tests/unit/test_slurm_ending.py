@@ -129,3 +129,31 @@ def test_the_time_limit_verdict_says_when_the_ranks_were_asked_and_blames_no_pee
     assert "peer" not in text and "rank 0 was stopped with it" in text, text
     for doc in ("docs/stop.md", "docs/nothing-lost.md"):
         assert doc not in text or (REPO / doc).exists(), text
+
+
+def test_a_completing_job_shows_all_its_nodes(clean_user_env: None) -> None:
+    """Recorded after node2 of node[1-2] died (no spare left): COMPLETING, scontrol's NodeList names only the dead
+    node still cleaning up; sacct has the job's nodes."""
+    from torchhpc.schedulers.slurm.slurm import SlurmScheduler
+
+    scontrol = ("JobId=1 JobName=nf JobState=COMPLETING Reason=NonZeroExitCode Restarts=0 ExitCode=80:0 "
+                "RunTime=00:00:15 StartTime=2026-12-02T03:24:55 NodeList=node2 BatchHost=node1 NumNodes=1\n")
+    sched = SlurmScheduler(runner=FakeRunner(responses={"scontrol": scontrol, "sacct": "node[1-2]\n"}))
+    assert sched.status("1").nodes == "node[1-2]"
+
+
+def test_a_node_loss_with_no_spare_left_is_node_failure_in_the_supervisors_words() -> None:
+    """Issue 70, item 15: attempts.json said node-failure, diagnose said "unknown — no evidence names a cause".
+    The attempts and the supervisor's lines as recorded on the dev cluster (--nodes 2 --max-restarts 1, node2 failed)."""
+    from torchhpc.diagnose.verdict import Evidence, diagnose
+    from torchhpc.jobdir.logs import Line
+
+    attempts = [{"attempt": 0, "nodes": ["node1", "node2"], "excluded": ["node2"], "exit_code": -9, "rank": None,
+                 "detail": "node2 unreachable", "found_by": "probe", "class": "node-failure"}]
+    lines = ["torchhpc: supervisor: attempt 0 ended: node-failure: node2 unreachable; excluded node2",
+             "torchhpc: supervisor: only 1 healthy node (node1) for 2; excluded: node2: the job ends (node-failure)"]
+    for state in ("NODE_FAIL", "FAILED"):  # read back with its end marker (slurm/ending.py), and without
+        v = diagnose(Evidence(lines=[Line(None, t) for t in lines], state=state, exit_code=80, attempts=attempts,
+                              launcher="srun", job="slurm:1"))
+        assert v.klass == "node-failure", (state, v.render())
+        assert "node2 lost" in v.summary and "--exclude node2" in v.next_step, v.render()

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Optional
 
 from torchhpc.core.exitcodes import EXIT_CODES
 from torchhpc.jobdir.logs import SYNTAX_FILE, Line, compile_error_end, parse_ranks
 
-__all__ = ["CLASSES", "EXIT_CODES", "classify_text", "first_cause", "launcher_events", "native_crashes", "time_limit_words"]
+__all__ = ["CLASSES", "EXIT_CODES", "classify_text", "first_cause", "launcher_events", "native_crashes", "node_failure_words",
+           "time_limit_words"]
 
 # class -> (what it means, one suggested next step). The keys are the verdict's vocabulary.
 CLASSES: dict[str, tuple[str, str]] = {
@@ -268,3 +269,16 @@ def time_limit_words(job_lines: Sequence[str]) -> Optional[tuple[str, str]]:
                 "stopped before the limit", "call torchhpc.dist.should_stop() at each step and checkpoint when it "
                 "says so (docs/nothing-lost.md), or ask for more --time")
     return None
+
+
+def node_failure_words(attempts: Sequence[Mapping[str, object]]) -> Optional[tuple[str, str]]:
+    """A supervised job's node failure in the supervisor's own record (attempts.json): which nodes it lost and
+    why the job ended, and the rerun that leaves them out (summary, next step); None without that record."""
+    last = attempts[-1] if attempts else {}
+    lost = [str(h) for h in last.get("excluded") or ()]  # type: ignore[attr-defined]
+    if last.get("class") != "node-failure" or not lost:
+        return None
+    detail = str(last.get("detail") or "")
+    said = detail if "batch host" in detail else f"{', '.join(lost)} lost ({detail or 'stopped answering'})"
+    return (f"{said}; no restart left on healthy nodes (the supervisor's attempts.json)",
+            f"rerun with --exclude {','.join(lost)}, or more --spares (with --requeue, torchhpc excludes them itself)")

@@ -55,6 +55,8 @@ class SlurmQueries:
                 if "_" not in job_id and f"ArrayJobId={job_id} " in done.stdout:
                     return summarise(job_id, tasks_from_scontrol(job_id, done.stdout, parse_scontrol, _status_from_scontrol))
                 fields = parse_scontrol(done.stdout)
+                if fields.get("JobState") == "COMPLETING":  # its NodeList: only the nodes still completing
+                    fields["NodeList"] = self._all_nodes(job_id) or fields.get("NodeList", "")
                 if fields.get("JobState"):
                     return self._with_dir(_status_from_scontrol(job_id, fields))
                 break
@@ -73,6 +75,16 @@ class SlurmQueries:
         st = settled(st, end_dir)
         state, code = one_ending(st.state, st.exit_code, end_dir, st.restarts)  # one code per ending (slurm/ending.py)
         return st if (state, code) == (st.state, st.exit_code) else replace(st, state=state, exit_code=code)
+
+    def _all_nodes(self, job_id: str) -> str:
+        """Every node the job had (sacct's NodeList), for a COMPLETING job whose scontrol record names only the
+        nodes still cleaning up: after a node loss, the dead node alone (issue 70). "" when sacct cannot say."""
+        try:
+            out = self.runner.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "NodeList"], timeout=30).stdout
+        except CommandError:
+            return ""
+        rows = [r.strip() for r in out.splitlines() if r.strip() and r.strip() not in ("None assigned", "(null)")]
+        return rows[0] if rows else ""
 
     def _status_from_sacct(self, job_id: str) -> JobStatus:
         try:
