@@ -182,7 +182,7 @@ def test_a_rank_reported_twice_is_one_task_end() -> None:
     v = diagnose(Evidence(lines=lines, launcher="torchrun", local=True, state="FAILED", exit_code=1,
                           nproc_per_node=1, reason=reason))
     assert v.first is not None and v.first.rank == 0 and v.consequences == () and v.alike == ()
-    assert v.evidence[-1] == "torchrun reported 1 rank's end", v.evidence
+    assert v.evidence[-1] == "the local run saw 1 rank's end", v.evidence
 
 
 def test_stopped_words_read_back() -> None:
