@@ -50,3 +50,20 @@ def test_a_job_that_completed_has_no_flight_finding(clean_user_env: None, tmp_pa
     assert "mismatch" not in text and "rank  " not in text, text
     d = torchhpc(env, "diagnose", m.group(1), cwd=tmp_path)
     assert d.returncode == 0 and "no failure" in d.stdout, d.stdout + d.stderr
+
+
+SUBGROUP = str(Path(__file__).parent / "scripts" / "planted_subgroup.py")
+
+
+def test_a_skip_inside_a_pair_names_the_rank_that_skipped(clean_user_env: None, tmp_path: Path) -> None:
+    """Issue 65: pairs {0,1},{2,3}; rank 3 skips its pair's all_reduce and waits in the world's. It blamed
+    rank 2 (only waiting, in the pair's call) and said three ranks waited in a collective of two."""
+    r = torchhpc(dict(os.environ), "run", "-n", "4", "--hang-timeout", "8", SUBGROUP, "pairs", "skip", "3",
+                 cwd=tmp_path, timeout=300)
+    assert r.returncode != 0
+    want = ("hang — rank 3 never entered all_reduce #4 of the group of ranks 2,3 (pg 2); rank 2 has waited in it")
+    assert f"diagnosis: {want}" in r.stderr, r.stderr
+    assert "so ranks 0-1,3 wait for rank 2 in the world's all_reduce #4 (pg 0)" in r.stderr, r.stderr
+    assert "ranks 0-2 have waited" not in r.stderr, r.stderr
+    v = json.loads(torchhpc(dict(os.environ), "diagnose", _handle(r.stderr), "--json", cwd=tmp_path).stdout)
+    assert v["class"] == "hang" and v["first"]["rank"] == 3, v
