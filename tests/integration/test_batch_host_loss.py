@@ -5,8 +5,9 @@ node (``torchhpc devcluster fail``: link cut, every process SIGKILLed, as a powe
 job RUNNING on the other nodes with nothing running, holding them until someone ran scancel, while
 ``cancel`` answered "already finished" and ``diagnose`` blamed a user's cancel. Now the supervisor's
 watch on another node (supervisor/sentinel.py) records the loss and cancels the job: squeue is empty
-within 60 s and every reader says NODE_FAIL, 80. And ``cancel`` asks the scheduler, not only the job's
-end file. On a 4-node cluster of the module's own: the test fails a node.
+within 60 s and every reader says NODE_FAIL, 80; a watch whose own node dies first is started again on a
+survivor. And ``cancel`` asks the scheduler, not only the job's end file. On a 4-node cluster of the
+module's own: the test fails nodes.
 """
 
 from __future__ import annotations
@@ -47,11 +48,17 @@ def test_losing_the_batch_host_ends_the_job_as_node_failure_and_frees_its_nodes(
     assert done.returncode == 0, done.stderr
     job = done.stdout.split("Submitted slurm:")[1].split()[0]
     job_dir = tmp_path / f"bh-{job}"
-    victim = ""
+    victims: list[str] = []
     try:
         _until("the supervisor's watch and the ranks started",
                lambda: "watching this node" in _text(job_dir / "slurm.out") and len(list(job_dir.glob("ranks/*"))) == 2, 120)
+        # first the watch's own node (the spare, idle): the supervisor starts the watch again elsewhere
+        spare = _text(job_dir / "slurm.out").split("watching this node, ")[1].split(" from ")[1].split(":")[0]
+        victims.append(spare)
+        devcluster(own_cluster, "fail", spare)
+        _until("the watch started again", lambda: _text(job_dir / "slurm.out").count("watching this node") == 2, 60)
         victim = own_slurm.job(job)["BatchHost"]
+        victims.append(victim)
         devcluster(own_cluster, "fail", victim)
         freed = _until("the job's nodes released (squeue empty)", lambda: not _queued(own_slurm, job), 60)
         handle = f"slurm:{job}"
@@ -61,8 +68,8 @@ def test_losing_the_batch_host_ends_the_job_as_node_failure_and_frees_its_nodes(
         ev = json.loads(torchhpc(own_cluster, "events", "--json", handle, cwd=tmp_path).stdout)
     finally:
         own_slurm.run(["scancel", job], check=False)
-        if victim:
-            devcluster(own_cluster, "revive", victim)
+        for node in victims:
+            devcluster(own_cluster, "revive", node)
     assert waited.returncode == 80, waited.stdout + waited.stderr
     assert (st["state"], st["exit_code"]) == ("NODE_FAIL", 80), st
     assert (diag["class"], diag["exit_code"]) == ("node-failure", 80), diag

@@ -91,6 +91,8 @@ class Supervisor:
         self.job = self.alloc.job_id
         self.ranks_dir = os.path.join(opts.job_dir, "ranks")
         self._warmed: set[str] = set()
+        self._watching = ""  # the node the watch on this one runs on (supervisor/sentinel.py)
+        self._watch_misses, self._lost_watch = 0, set[str]()
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> int:
@@ -127,6 +129,8 @@ class Supervisor:
             attempt.first_line = out.first_line
             attempt.checkpoint_step = progress.after(out.klass)
             excluded |= set(out.dead)
+            if self._watching in out.dead:  # the watch died with its node: watch from a survivor
+                self._watch_own_node(allocation, excluded | {self._watching})
             if out.teardown:
                 self._clear_stop()
             attempt.excluded = sorted(excluded)
@@ -154,11 +158,13 @@ class Supervisor:
                 return exit_code_for("no-progress")
             previous = [h for h in step_nodes if h not in excluded]
 
-    def _watch_own_node(self, allocation: list[str]) -> None:
+    def _watch_own_node(self, allocation: list[str], excluded: Iterable[str] = ()) -> None:
         """The supervisor cannot survive its own node: a watch on another node of the allocation ends the job as
-        node-failure, allocation released, if this one dies (supervisor/sentinel.py). Never waited for."""
+        node-failure, allocation released, if this one dies (supervisor/sentinel.py). Never waited for; started
+        again elsewhere when its node is lost."""
         host = self.env.get("SLURMD_NODENAME") or (allocation[0] if allocation else "")
-        others = [h for h in allocation if h != host]
+        others = [h for h in allocation if h != host and h not in set(excluded)]
+        self._watching = ""
         if not host or not others:
             return
         from torchhpc.supervisor.sentinel import sentinel_argv
@@ -166,9 +172,21 @@ class Supervisor:
         argv = sentinel_argv(sys.executable, self.o.job_dir, host, int(self.env.get("SLURM_RESTART_COUNT") or 0))
         try:
             self.alloc.start_watch(argv, others[-1], self.env)
+            self._watching = others[-1]
             say(f"watching this node, {host}, from {others[-1]}: if it is lost the job ends (node-failure)")
         except Exception as e:  # the watch is a safety net: the job runs without it, as before
             say(f"could not start the watch on this node from {others[-1]}: {e}")
+
+    def _check_watch(self, step_nodes: list[str]) -> None:
+        """The watch's node, when it is not one of the step's (a spare): lost, the watch is started elsewhere."""
+        node = self._watching
+        if not node or node in step_nodes:
+            return
+        self._watch_misses = 0 if self.alloc.alive(node, timeout=PROBE_TIMEOUT_S) else self._watch_misses + 1
+        if self._watch_misses >= self.o.misses:
+            say(f"{node}, where the watch on this node ran, stopped answering: watching from another node")
+            self._watch_misses, self._lost_watch = 0, self._lost_watch | {node}
+            self._watch_own_node(self.alloc.nodes(), self._lost_watch)
 
     def _out_of_nodes(self, history: list[dict[str, object]], excluded: list[str], usable: list[str]) -> int:
         if self.o.requeue and history:
@@ -290,6 +308,7 @@ class Supervisor:
                     misses[h] = 0 if self.alloc.alive(h, timeout=min(PROBE_TIMEOUT_S, self.o.probe_every)) else misses[h] + 1
                 if any(misses.values()):  # confirm a miss at once, not a probe interval later (detection <= 5 s)
                     next_check = now
+                self._check_watch(attempt.nodes)
                 dead = [h for h, n in misses.items() if n >= self.o.misses]
                 if dead:
                     say(f"{plural(len(dead), 'node')} {','.join(dead)} stopped answering: stopping the step")
