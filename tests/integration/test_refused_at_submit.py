@@ -25,6 +25,7 @@ REFUSED = {
     "dependency": (["--after-ok", "99999"], "Slurm knows no job 99999", "torchhpc list -s slurm"),
     "partition": (["--opt", "partition=gpu"], "this cluster has no partition gpu", "partitions here: debug"),
     "account": (["--opt", "account=nosuch"], "account nosuch: not an account of yours", "accounts here: root"),
+    "command": (["--", "nosuchcmd"], "the command 'nosuchcmd' is not on PATH here", "give its full path"),
 }
 
 
@@ -33,7 +34,7 @@ def test_what_could_never_run_is_refused_at_submit(slurm_cluster: Any, tmp_path:
     wrong = {}
     for case, (args, error, hint) in REFUSED.items():
         done = torchhpc(slurm_cluster, "run", "--scheduler", "slurm", "--name", case, "--output-dir", str(tmp_path),
-                        *args, "ok.py", cwd=tmp_path)
+                        *args, *([] if "--" in args else ["ok.py"]), cwd=tmp_path)
         lines = done.stderr.strip().splitlines()
         if not (done.returncode == 2 and len(lines) == 2 and lines[0].startswith("Error: ") and error in lines[0]
                 and lines[1].startswith("HINT: ") and hint in lines[1] and "Submitted" not in done.stdout):

@@ -60,3 +60,12 @@ def test_an_unknown_account_and_dependency_are_refused() -> None:
         check_dependencies(typo, FakeRunner(responses={"squeue": INVALID, "sacct": ""}))
     # a job that ended long ago: only accounting knows it
     check_dependencies(spec(after=parse_dependencies("ok", "6", "slurm")), FakeRunner(responses={"squeue": INVALID, "sacct": "6\n"}))
+
+
+def test_a_command_on_no_path_is_refused() -> None:
+    from torchhpc.schedulers.slurm.fits import check_command
+
+    with pytest.raises(SpecError, match="the command 'nosuchcmd' is not on PATH here"):
+        check_command(JobSpec(entrypoint=Entrypoint.parse(["nosuchcmd"]), scheduler="slurm"))
+    check_command(JobSpec(entrypoint=Entrypoint.parse(["bash", "-c", "true"]), scheduler="slurm"))
+    check_command(JobSpec(entrypoint=Entrypoint.parse(["nosuchcmd"]), scheduler="slurm", setup=("module load x",)))

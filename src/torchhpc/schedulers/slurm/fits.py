@@ -3,6 +3,7 @@
 sbatch accepts a job that asks for more nodes than its partition has, more memory than any node's
 ``RealMemory``, more CPUs per node than a node has, or ``--exclude`` of all but one node: it waits in the
 queue forever (``PartitionNodeLimit``, ``Resources``), and ``wait`` prints a line a second for it. A
+command not on PATH (``-- nosuchcmd``) ran on the nodes to exit 127 under torchhpc's own task shim. A
 partition or account that does not exist fails inside torchhpc's held submit, whose sbatch line says
 nothing to the user; an ``--after-ok`` id Slurm does not know is dropped, and the job starts at once.
 Each is refused here instead: exit 2 (:class:`~torchhpc.errors.SpecError`), one ``Error:`` line naming
@@ -13,6 +14,7 @@ accounting) passes: sbatch judges, as before. GPUs per node: slurm/nodes.py (``c
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,7 +25,7 @@ from torchhpc.core.units import format_bytes, parse_size
 from torchhpc.errors import CommandError, SpecError
 from torchhpc.launchers import launcher_of
 
-__all__ = ["Node", "check_account", "check_dependencies", "check_fits", "nodes_of"]
+__all__ = ["Node", "check_account", "check_command", "check_dependencies", "check_fits", "nodes_of"]
 
 SINFO_NODES = "%N|%P|%c|%m"  # name, partition (a * marks the default), CPUs, RealMemory in MB
 
@@ -135,3 +137,16 @@ def check_dependencies(spec: JobSpec, runner: Runner, known: Sequence[str] | Non
         raise SpecError(f"{d.flag} {d.job_id}: Slurm knows no job {d.job_id} (squeue and sacct); it would drop the "
                         "dependency and start this job at once",
                         "give the id `torchhpc run` printed (`torchhpc list -s slurm` lists yours)")
+
+
+def check_command(spec: JobSpec) -> None:
+    """Refuse a command (``-- nosuchcmd``) on no PATH: sbatch exports this PATH to the job, so the nodes would not
+    find it either. Left to the job where the nodes may have more: a container, the profile's setup lines
+    (``module load``), an absolute path (a node-local disk)."""
+    entry = spec.entrypoint
+    if entry.kind != "command" or spec.container is not None or spec.setup or os.path.isabs(entry.target):
+        return
+    if shutil.which(entry.target) is None:
+        raise SpecError(f"the command {entry.target!r} is not on PATH here, and the job's nodes get this PATH "
+                        "(sbatch exports it)", "give its full path, a script.py, or a profile whose setup lines "
+                        "provide it (module load ...)")

@@ -144,12 +144,13 @@ class SlurmQueries:
 
     def preflight(self, spec: JobSpec) -> None:
         """What could never run is refused before sbatch (slurm/nodes.py, slurm/fits.py): exit 2 with a HINT."""
-        from torchhpc.schedulers.slurm.fits import check_account, check_dependencies, check_fits
+        from torchhpc.schedulers.slurm import fits
 
+        fits.check_command(spec)
         slurm_nodes.check_gpus(spec, self.runner)
-        check_fits(spec, self.runner)
-        check_account(spec, self.runner)
-        check_dependencies(spec, self.runner)
+        fits.check_fits(spec, self.runner)
+        fits.check_account(spec, self.runner)
+        fits.check_dependencies(spec, self.runner)
 
     def task_id(self, job_id: str, task: int) -> str | None:
         return f"{job_id}_{task}"  # Slurm knows each array task by itself
