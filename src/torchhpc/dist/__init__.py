@@ -21,6 +21,8 @@ _LAZY = {
     "loader": "data",
     "TensorLoader": "data",
     "EpochLoader": "data",
+    "accumulation": "position",
+    "read_ledger": "position",
     "rank": "sync",
     "world_size": "sync",
     "main_first": "sync",

@@ -210,6 +210,7 @@ def save(
     model: Any = None,
     optimizer: Any = None,
     scheduler: Any = None,
+    loader: Any = None,
     keep: int = 3,
     blocking: bool = True,
     **extra: Any,
@@ -218,7 +219,9 @@ def save(
 
     Returns the checkpoint's path on rank 0 and None elsewhere; with ``blocking=False`` an
     :class:`AsyncSave` at once (the state is copied first: training may step on). ``extra``
-    keys (picklable, e.g. ``epoch=3``) come back from :func:`resume`.
+    keys (picklable, e.g. ``epoch=3``) come back from :func:`resume`. ``loader``: a loader of
+    :mod:`torchhpc.dist.data` (or anything with ``state_dict``), whose place in the data is the job's,
+    so a resume on another world size deals the rest of the epoch to the ranks it has.
     """
     global _PENDING
     if optimizer is not None and model is None:
@@ -238,6 +241,7 @@ def save(
         cs.write_file(tmp / META, {
             "step": step, "world_size": world, "rng": [e["rng"] for e in every], "extra": extra,
             "scheduler": None if scheduler is None else scheduler.state_dict(),
+            "loader": None if loader is None else loader.state_dict(),
             "parts": [k for k, v in (("model", model), ("optim", optimizer)) if v is not None],
         })
     state = cs.state_of(model, optimizer)
@@ -271,11 +275,13 @@ def resume(
     model: Any = None,
     optimizer: Any = None,
     scheduler: Any = None,
+    loader: Any = None,
 ) -> dict[str, Any]:
     """Restore the newest complete checkpoint; ``{}`` when there is none (all ranks call it).
 
-    Returns ``{"step": ..., "path": ..., **extra}``. Each rank gets its own RNG states back
-    when the world size is the one saved; in another world rank r takes saved rank r mod W's.
+    Returns ``{"step": ..., "path": ..., "world_size": the saver's, **extra}``. Each rank gets its own RNG
+    states back when the world size is the one saved; in another world rank r takes saved rank r mod W's.
+    ``loader`` goes on from the saved place in the data, on this world's ranks.
     """
     had = _PENDING is not None
     wait()
@@ -298,6 +304,8 @@ def resume(
                     cs.apply_state(model, optimizer, state)
                 if scheduler is not None and meta.get("scheduler") is not None:
                     scheduler.load_state_dict(meta["scheduler"])
+                if loader is not None and meta.get("loader") is not None:
+                    loader.load_state_dict(meta["loader"])
             else:
                 from torchhpc.dist.checkpoint_legacy import load as load_single_file
 
@@ -315,5 +323,5 @@ def resume(
         rngs = meta.get("rng") or []
         if rngs:
             cs.set_rng_state(rngs[rank % len(rngs)])
-        return {"step": meta["step"], "path": str(path), **(meta.get("extra") or {})}
+        return {"step": meta["step"], "path": str(path), "world_size": meta.get("world_size"), **(meta.get("extra") or {})}
     return {}
