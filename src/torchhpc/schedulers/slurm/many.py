@@ -16,7 +16,7 @@ from torchhpc.core.proc import Runner
 from torchhpc.errors import CommandError
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct
-from torchhpc.schedulers.slurm.parse import exit_code_of
+from torchhpc.schedulers.slurm.parse import elapsed_hms, exit_code_of
 
 __all__ = ["SACCT_FIELDS", "SQUEUE_FIELDS", "parse_sacct_rows", "parse_squeue", "query_many"]
 
@@ -44,7 +44,7 @@ def parse_squeue(text: str) -> dict[str, JobStatus]:
         name = name[:-1] if name.endswith("|") else name
         out[job_id] = JobStatus(job_id, state.split()[0] if state else "UNKNOWN",
                                 _exit(code),  # JobStatus drops it while the job has not ended, as scontrol's
-                                "" if reason in ("None", "(null)") else reason, used, name, nodes)
+                                "" if reason in ("None", "(null)") else reason, elapsed_hms(used), name, nodes)
     return out
 
 

@@ -6,7 +6,7 @@ import re
 
 from torchhpc.schedulers.api import JobStatus
 
-__all__ = ["exit_code_of", "parse_scontrol", "status_from_scontrol", "transient"]
+__all__ = ["elapsed_hms", "exit_code_of", "parse_scontrol", "status_from_scontrol", "transient"]
 
 
 def transient(text: str) -> bool:
@@ -32,6 +32,17 @@ def exit_code_of(field: str) -> int | None:
     if signal.isdigit() and int(signal) and status in ("", "0"):
         return 128 + int(signal)
     return int(status) if status.isdigit() else None
+
+
+def elapsed_hms(text: str) -> str:
+    """squeue's TimeUsed (``0:10``, ``1:02:03``, ``1-02:03:04``) as scontrol and sacct write it (``00:00:10``): one
+    form for one job, whichever command answered (``status A`` and ``status A B`` printed both)."""
+    days, sep, clock = text.rpartition("-")
+    parts = clock.split(":")
+    if not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
+        return text
+    h, m, sec = ([0] * (3 - len(parts)) + [int(p) for p in parts])
+    return f"{days}{sep}{h:02d}:{m:02d}:{sec:02d}"
 
 
 def _run_time(f: dict[str, str]) -> str:

@@ -193,13 +193,12 @@ class SlurmQueries:
         return explain(self.runner, st.raw)
 
     def list_jobs(self) -> list[JobStatus]:
-        done = self.runner.run(["squeue", "--me", "-h", "-o", "%i|%T|%M|%D|%R|%j"])
-        out = []
-        for line in done.stdout.splitlines():
-            parts = line.split("|", 5)
-            if len(parts) == 6:
-                out.append(JobStatus(parts[0], parts[1], None, parts[4], parts[2], parts[5], parts[3]))
-        return out
+        """This user's queue in status's own fields (many.py's squeue columns): the nodes by name, the reason
+        alone (``%R`` is the node list for a running job), elapsed as scontrol writes it, the job's directory."""
+        from torchhpc.schedulers.slurm.many import SQUEUE_FIELDS, parse_squeue
+
+        done = self.runner.run(["squeue", "--me", "-h", "-O", SQUEUE_FIELDS])
+        return [self._with_dir(st) for st in parse_squeue(done.stdout).values()]
 
 
 def expand_output(pattern: str, name: str, job_id: str) -> str:

@@ -1,0 +1,31 @@
+"""``list -s slurm`` and ``status A B`` in status's own fields (issue 70, item 13), from squeue as recorded.
+
+Recorded on the dev cluster: the old ``squeue -o "%i|%T|%M|%D|%R|%j"`` gave ``14|RUNNING|0:06|1|node1|rq``, which
+``list`` printed as ``nodes=1`` (a count), ``reason=node1`` (``%R`` is the node list of a running job) and
+``elapsed=0:06``, where ``status`` says ``00:00:06``. The ``-O`` row below is the same job's.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fakes import FakeRunner
+from torchhpc.schedulers.slurm.parse import elapsed_hms
+
+
+@pytest.mark.parametrize(("used", "hms"), [("0:06", "00:00:06"), ("12:34", "00:12:34"), ("1:02:03", "01:02:03"),
+                                           ("2-01:02:03", "2-01:02:03"), ("INVALID", "INVALID")])
+def test_squeue_time_is_written_as_scontrol_writes_it(used: str, hms: str) -> None:
+    assert elapsed_hms(used) == hms
+
+
+def test_list_shows_node_names_the_reason_alone_and_the_job_directory(clean_user_env: None, tmp_path: object) -> None:
+    from torchhpc.jobdir.record import update_record
+    from torchhpc.schedulers.slurm.slurm import SlurmScheduler
+
+    update_record("slurm", "14", job_dir="/scratch/out/rq-14")
+    sched = SlurmScheduler(runner=FakeRunner(responses={"squeue": "14|RUNNING|0|0:06|node1|None|rq|\n"}))
+    [st] = sched.list_jobs()
+    assert (st.job_id, st.state, st.nodes, st.reason, st.elapsed, st.name) == ("14", "RUNNING", "node1", "", "00:00:06",
+                                                                               "rq")
+    assert st.log_dir == "/scratch/out/rq-14"
