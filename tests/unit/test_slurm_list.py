@@ -29,3 +29,22 @@ def test_list_shows_node_names_the_reason_alone_and_the_job_directory(clean_user
     assert (st.job_id, st.state, st.nodes, st.reason, st.elapsed, st.name) == ("14", "RUNNING", "node1", "", "00:00:06",
                                                                                "rq")
     assert st.log_dir == "/scratch/out/rq-14"
+
+
+# recorded: `sacct -X -D` of a job requeued by `scontrol requeue` after 7 s, run again to its end
+REQUEUED = ("14|2026-12-02T03:29:22|2026-12-02T03:29:23|2026-12-02T03:29:23|2026-12-02T03:29:30|REQUEUED|0:0|node1|None|rq\n"
+            "14|2026-12-02T03:29:32|2026-12-02T03:30:03|2026-12-02T03:30:03|2026-12-02T03:30:34|COMPLETED|0:0|node1|BeginTime|rq\n")
+
+
+def test_a_requeued_jobs_times_keep_its_first_submit_and_its_first_run() -> None:
+    """Issue 70, item 11: events of a requeued job began at the requeue and forgot its first run."""
+    from torchhpc.schedulers.slurm.times import sacct_times_argv, times_from_sacct
+    from torchhpc.schedulers.times import clock
+
+    assert "-D" in sacct_times_argv("14")
+    t = times_from_sacct(REQUEUED, "14")
+    assert t is not None
+    assert t.submit == clock("2026-12-02T03:29:22") and t.start == clock("2026-12-02T03:30:03"), t
+    assert (t.state, t.exit_code) == ("COMPLETED", 0)
+    assert t.reasons[0] == (clock("2026-12-02T03:29:30"),
+                            "requeued: its run 1 on node1 (03:29:23 to 03:29:30) ended, the job waited again")

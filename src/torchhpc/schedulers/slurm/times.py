@@ -20,7 +20,8 @@ TIMES_FIELDS = "JobID,Submit,Eligible,Start,End,State,ExitCode,NodeList,Reason,J
 
 
 def sacct_times_argv(job_id: str) -> list[str]:
-    return ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", TIMES_FIELDS]
+    """``-D``: every run of a requeued job, each its own row (without it, only the last run's)."""
+    return ["sacct", "-X", "-D", "-n", "-P", "-j", job_id, "-o", TIMES_FIELDS]
 
 
 def _reason(text: str, when: Optional[float]) -> tuple[tuple[float, str], ...]:
@@ -29,27 +30,41 @@ def _reason(text: str, when: Optional[float]) -> tuple[tuple[float, str], ...]:
     return ((when, text),)
 
 
-def times_from_sacct(text: str, job_id: str) -> Optional[JobTimes]:
-    """The job's row of ``sacct -X -n -P -o TIMES_FIELDS`` (None: no row for it).
+def _runs(rows: list[list[str]]) -> list[list[list[str]]]:
+    """The rows of each run: a run ends with a REQUEUED row (requeued jobs, ``-D``); a resized run (a node
+    lost under ``--no-kill``) has a row per size, RESIZING then its last."""
+    runs: list[list[list[str]]] = [[]]
+    for row in rows:
+        runs[-1].append(row)
+        if row[5].split()[0:1] == ["REQUEUED"]:
+            runs.append([])
+    return [r for r in runs if r]
 
-    A requeued job has one row per run in ``sacct -D`` only; ``-X`` without ``-D`` gives its last run,
-    whose Submit is the requeue's: the first attempt's times then come from ``attempts.json``.
-    A job that lost a node is resized: ``-X`` then gives a row per size (RESIZING, then the final
-    one); its Submit, Eligible and Start are the first row's, its End and state the last row's."""
+
+def times_from_sacct(text: str, job_id: str) -> Optional[JobTimes]:
+    """The job's rows of ``sacct -X -D -n -P -o TIMES_FIELDS`` (None: no row for it).
+
+    Submit is the first run's (a requeued job's first submission, issue 70), Eligible and Start the last
+    run's (the supervisor's ``attempts.json`` places the earlier ones), End and state its last row's; each
+    earlier run is a row of ``reasons``: when it ended, that it was requeued, where it had run."""
     rows = [p for p in (line.split("|", 9) for line in text.splitlines()) if len(p) >= 10 and p[0] == job_id]
-    if rows:
-        first, parts = rows[0], rows[-1]
-        _id, submit, eligible, start, _e, _s, _c, _n, reason, _name = first
-        _id, _sub, _elig, _start, end, state, code, nodes, _r, _name = parts
-        sub = clock(submit)
-        return JobTimes(
-            submit=sub, eligible=clock(eligible), start=clock(start), end=clock(end),
-            state=state.split()[0] if state else "UNKNOWN", exit_code=exit_code_of(code),
-            nodes="" if nodes in ("None assigned", "(null)") else nodes,
-            reasons=_reason(reason, clock(eligible) or sub), source="sacct",
-            raw=dict(zip(TIMES_FIELDS.split(","), parts)),
-        )
-    return None
+    if not rows:
+        return None
+    runs = _runs(rows)
+    first, parts = runs[-1][0], rows[-1]
+    _id, _sub, eligible, start, _e, _s, _c, _n, reason, _name = first
+    _id, _sub, _elig, _start, end, state, code, nodes, _r, _name = parts
+    sub = clock(rows[0][1])
+    earlier = tuple((when, f"requeued: its run {i + 1} on {run[-1][7]} ({run[0][3][11:]} to {run[-1][4][11:]}) "
+                           "ended, the job waited again")
+                    for i, run in enumerate(runs[:-1]) for when in [clock(run[-1][4])] if when is not None)
+    return JobTimes(
+        submit=sub, eligible=clock(eligible), start=clock(start), end=clock(end),
+        state=state.split()[0] if state else "UNKNOWN", exit_code=exit_code_of(code),
+        nodes="" if nodes in ("None assigned", "(null)") else nodes,
+        reasons=earlier + _reason(reason, clock(eligible) or sub), source="sacct",
+        raw=dict(zip(TIMES_FIELDS.split(","), parts)),
+    )
 
 
 def times_from_scontrol(fields: Mapping[str, str]) -> JobTimes:
