@@ -196,7 +196,7 @@ def flight(d):
 
 
 ENDED_DIR = "ended"  # <job dir>/ended/rank-N (diagnose/exits.py reads it: the same name there)
-_EXIT_CODE = []  # what sys.exit was called with, if it was
+_EXIT_CODE: list = []  # what sys.exit was called with, if it was
 
 
 def job_dir(environ=os.environ):
