@@ -68,6 +68,11 @@ class Parser(argparse.ArgumentParser):
             word = flags[0].split("=", 1)[0]
             near = did_you_mean(word, self._flags())
             more = f" (and {len(flags) - 1} more)" if len(flags) > 1 else ""
+            from torchhpc.schedulers.slurm.flags import native_flag
+
+            spelled = native_flag(word)  # a Slurm user's habit (-p, -J, --exclusive): torchhpc's name for it
+            if spelled:
+                return f"unknown flag {word}{more}: that is sbatch's; here it is {spelled} (`torchhpc options slurm`)"
             return f"unknown flag {word}{more}" + (f": {near}" if near else "")
         sub = self._subcommands()
         if sub is not None:

@@ -1,0 +1,27 @@
+"""A Slurm user's own flags given to ``torchhpc run`` (issue 70's wording list): torchhpc's name for each."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchhpc.cli.main import main
+
+
+@pytest.mark.parametrize(("flag", "spelled"), [
+    (["--exclusive"], "--opt exclusive=1"),  # was "did you mean --exclude?"
+    (["--gres", "gpu:1"], "--gpus-per-node N, or --opt gres=gpu:N"), (["--mail-user", "a@b"], "--opt mail_user=VALUE"),
+    (["--cpus-per-task", "4"], "--cpus-per-proc N"), (["-J", "x"], "--name NAME"), (["-p", "debug"], "--partition NAME"),
+])
+def test_sbatchs_own_flag_names_torchhpcs(flag: list[str], spelled: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--scheduler", "slurm", *flag, "train.py"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"Error: torchhpc run: unknown flag {flag[0]}: that is sbatch's; here it is {spelled} " \
+                     "(`torchhpc options slurm`)", err
+
+
+def test_a_typo_still_gets_the_nearest_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "--nodse", "2", "train.py"])
+    assert "did you mean --nodes?" in capsys.readouterr().err
