@@ -23,8 +23,8 @@ REFUSED = {
     "cpus": (["--nproc-per-node", "16", "--launcher", "srun"], "16 tasks x 1 CPUs per node", "at most 12 CPUs"),
     "exclude": (["--nodes", "2", "--opt", "exclude=node[1-3]"], "once --exclude node[1-3]", "nodes there: node4"),
     "dependency": (["--after-ok", "99999"], "Slurm knows no job 99999", "torchhpc list -s slurm"),
-    "partition": (["--opt", "partition=gpu"], "this cluster has no partition gpu", "partitions here: debug"),
-    "account": (["--opt", "account=nosuch"], "account nosuch: not an account of yours", "accounts here: root"),
+    "partition": (["--partition", "gpu"], "this cluster has no partition gpu", "partitions here: debug"),
+    "account": (["--account", "nosuch"], "account nosuch: not an account of yours", "accounts here: root"),
     "command": (["--", "nosuchcmd"], "the command 'nosuchcmd' is not on PATH here", "give its full path"),
 }
 

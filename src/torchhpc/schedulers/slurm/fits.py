@@ -70,8 +70,8 @@ def check_fits(spec: JobSpec, runner: Runner) -> None:
     if asked:
         unknown = [p for p in asked.split(",") if p not in partitions]
         if unknown:
-            raise SpecError(f"partition {asked}: this cluster has no partition {', '.join(unknown)} (from sinfo)",
-                            f"partitions here: {', '.join(partitions)} (--opt partition=NAME)")
+            raise SpecError(f"--partition {asked}: this cluster has no partition {', '.join(unknown)} (from sinfo)",
+                            f"partitions here: {', '.join(partitions)} (--partition NAME)")
         mine = [n for n in nodes if n.partition in asked.split(",")]
     else:
         mine = [n for n in nodes if n.default] or nodes
@@ -114,8 +114,8 @@ def check_account(spec: JobSpec, runner: Runner) -> None:
     rows = [line.split("|") for line in text.splitlines() if "|" in line]
     accounts = sorted({a for a, u in rows if a and (not user or u in (user, ""))})
     if accounts and account not in accounts:
-        raise SpecError(f"account {account}: not an account of yours on this cluster (from sacctmgr)",
-                        f"accounts here: {', '.join(accounts)} (--opt account=NAME)")
+        raise SpecError(f"--account {account}: not an account of yours on this cluster (from sacctmgr)",
+                        f"accounts here: {', '.join(accounts)} (--account NAME)")
 
 
 def check_dependencies(spec: JobSpec, runner: Runner, known: Sequence[str] | None = None) -> None:
