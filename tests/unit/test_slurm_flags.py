@@ -25,3 +25,9 @@ def test_a_typo_still_gets_the_nearest_flag(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit):
         main(["run", "--nodse", "2", "train.py"])
     assert "did you mean --nodes?" in capsys.readouterr().err
+
+
+def test_background_is_refused_on_slurm_not_silently_taken(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--scheduler", "slurm", "--background", "--dry-run", "train.py"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("Error: --background: a slurm job runs in the background already"), err

@@ -96,6 +96,9 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
             f"--rank0-only: the {spec.scheduler} scheduler's ranks print to the job's log, not here",
             f"drop --rank0-only; `torchhpc logs {spec.scheduler}:ID --rank 0` shows rank 0's output",
         )
+    if getattr(args, "background", False) and not scheduler.runs_here:  # documented local-only: never ignored
+        raise UsageError(f"--background: a {spec.scheduler} job runs in the background already; the flag is the "
+                         "local scheduler's", f"drop --background; `torchhpc wait {spec.scheduler}:ID` follows the job")
     if args.rank0_only and getattr(args, "background", False):
         raise UsageError("--rank0-only with --background: a background job's ranks print to its log, not here",
                          "drop --rank0-only; `torchhpc logs local:ID --rank 0` shows rank 0's output")
