@@ -48,3 +48,15 @@ def test_a_requeued_jobs_times_keep_its_first_submit_and_its_first_run() -> None
     assert (t.state, t.exit_code) == ("COMPLETED", 0)
     assert t.reasons[0] == (clock("2026-12-02T03:29:30"),
                             "requeued: its run 1 on node1 (03:29:23 to 03:29:30) ended, the job waited again")
+
+
+def test_a_requeued_jobs_hold_is_slurms_not_a_users_begin() -> None:
+    """Issue 70's wording list: the hold Slurm puts on a requeued job was explained as a user's --begin.
+    The fields as scontrol showed job 14 pending again after `scontrol requeue` (recorded on the dev cluster)."""
+    from torchhpc.schedulers.slurm.pending import classify
+
+    job = {"JobId": "14", "JobState": "PENDING", "Reason": "BeginTime", "Restarts": "1", "Partition": "debug",
+           "StartTime": "2026-12-02T03:30:03", "NumNodes": "1"}
+    why = classify(job, {})
+    assert why.category == "begin_time" and why.summary.startswith("requeued (restart 1)"), why
+    assert "--begin" not in " ".join(why.lines()), why

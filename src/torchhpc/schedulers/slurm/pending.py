@@ -317,6 +317,10 @@ def classify(job: Mapping[str, str], answers: Mapping[str, str]) -> Pending:
         action = ("nothing to change: it starts when " + " and ".join(waits)) if waits else None
         return Pending("dependency", f"waiting for {len(lines)} dependenc{'y' if len(lines) == 1 else 'ies'}",
                        action, (*evidence, *lines))
+    if reason == "BeginTime" and job.get("Restarts", "0") not in ("", "0"):  # Slurm's own hold after a requeue
+        return Pending("begin_time", f"requeued (restart {job['Restarts']}): Slurm holds a requeued job before it may "
+                       f"run again, until {start}", "nothing to change: it starts again by itself",
+                       (*evidence, "a requeued job waits out its old credentials (AuthInfo cred_expire, 120 s by default)"))
     if reason == "BeginTime":
         return Pending("begin_time", f"it may not start before {start}",
                        f"to start it sooner: scontrol update JobId={jid} StartTime=now",
