@@ -60,3 +60,18 @@ def test_a_requeued_jobs_hold_is_slurms_not_a_users_begin() -> None:
     why = classify(job, {})
     assert why.category == "begin_time" and why.summary.startswith("requeued (restart 1)"), why
     assert "--begin" not in " ".join(why.lines()), why
+
+
+def test_a_pending_wait_prints_a_line_per_change_not_per_second() -> None:
+    """Issue 70's noise list: `wait` printed one line a second while pending (an hour in the queue: 3,600 lines)."""
+    import io
+
+    from torchhpc.cli.common import Progress
+
+    out = io.StringIO()
+    p = Progress(out)
+    for waited in range(5):
+        p.update(f"slurm:14 PENDING (BeginTime) waited {waited}s")
+    p.update("slurm:14 RUNNING elapsed 00:00:01")
+    p.update("slurm:14 RUNNING elapsed 00:00:02")
+    assert out.getvalue().splitlines() == ["slurm:14 PENDING (BeginTime) waited 0s", "slurm:14 RUNNING elapsed 00:00:01"]

@@ -91,7 +91,7 @@ class Progress:
         if self.tty:
             self.stream.write("\r\033[K" + text)
             self.stream.flush()
-        elif text.split(" elapsed")[0] != self.last.split(" elapsed")[0]:
+        elif _steady(text) != _steady(self.last):  # the clock alone moved: no new line (an hour pending: one line)
             self.stream.write(text + "\n")
             self.stream.flush()
         self.last = text
@@ -100,6 +100,11 @@ class Progress:
         if self.tty and self.last:
             self.stream.write("\n")
             self.stream.flush()
+
+
+def _steady(text: str) -> str:
+    """A progress line without its clock (``elapsed 00:01:02``, ``waited 12s``): what a new line must change."""
+    return text.split(" elapsed")[0].split(" waited ")[0]
 
 
 def plain(text: str) -> str:
