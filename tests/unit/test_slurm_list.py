@@ -75,3 +75,16 @@ def test_a_pending_wait_prints_a_line_per_change_not_per_second() -> None:
     p.update("slurm:14 RUNNING elapsed 00:00:01")
     p.update("slurm:14 RUNNING elapsed 00:00:02")
     assert out.getvalue().splitlines() == ["slurm:14 PENDING (BeginTime) waited 0s", "slurm:14 RUNNING elapsed 00:00:01"]
+
+
+def test_list_last_is_the_job_submitted_last_even_once_it_left_the_queue(clean_user_env: None) -> None:
+    """Issue 70, item 13: after a short `run --wait`, `list --last` printed nothing (the queue was empty)."""
+    from torchhpc.cli.jobs import _last
+    from torchhpc.jobdir.record import new_record, save_record
+    from torchhpc.schedulers.slurm.slurm import SlurmScheduler
+
+    save_record(new_record("slurm", "16", name="older"))
+    save_record(new_record("slurm", "17", name="w2").with_(submitted=9e9))
+    done = "JobId=17 JobName=w2 JobState=COMPLETED Reason=None Restarts=0 ExitCode=0:0 RunTime=00:00:27 NodeList=node1\n"
+    sched = SlurmScheduler(runner=FakeRunner(responses={"scontrol": done}))
+    assert [(st.job_id, st.state) for st in _last(sched, "slurm", [])] == [("17", "COMPLETED")]

@@ -195,7 +195,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 f"`{e.argv[0]}` is not on PATH here: run this where the {name} commands are")
         raise
     if args.last:
-        jobs = jobs[-1:]
+        jobs = _last(sched, name, jobs)
     if args.json:
         print_json([status_dict(name, st) for st in jobs])
         return 0 if jobs or not args.last else 1
@@ -207,6 +207,20 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not jobs:
         eprint(f"no {name} jobs" + ("" if sched.runs_here else " queued or running"))
     return 1 if args.last and not jobs else 0
+
+
+def _last(sched: Scheduler, name: str, queued: list[JobStatus]) -> list[JobStatus]:
+    """``list --last``: the job submitted last from here, queued or ended (a cluster's queue forgets a job that
+    ended: after a short ``run --wait`` it printed nothing); the queue's last where torchhpc kept no record."""
+    from torchhpc.jobdir.record import newest_record
+
+    newest = None if sched.runs_here else newest_record(name)
+    if newest is None:
+        return queued[-1:]
+    try:
+        return [sched.status(newest.job_id)]
+    except TorchHPCError:  # forgotten by the scheduler too: the queue's word
+        return queued[-1:]
 
 
 def _prune(sched: Scheduler, name: str, days: float, as_json: bool) -> int:

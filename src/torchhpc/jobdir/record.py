@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 __all__ = [
-    "SCHEMA", "JobRecord", "dependency_record", "forget_record", "load_record", "new_record", "read_record", "record_dir", "record_path", "save_record", "update_record",
+    "SCHEMA", "JobRecord", "dependency_record", "forget_record", "load_record", "new_record", "newest_record", "read_record", "record_dir", "record_path", "save_record", "update_record",
 ]
 
 # The version of the record's layout. 1: the flat object of torchhpc <= 0.x (no "schema" key).
@@ -146,6 +146,14 @@ def load_record(scheduler: str, job_id: str) -> Optional[JobRecord]:
     if not isinstance(data, dict):
         return None
     return JobRecord.from_json({"scheduler": scheduler, "job_id": job_id, **data})
+
+
+def newest_record(scheduler: str) -> Optional[JobRecord]:
+    """The record of the ``scheduler`` job submitted last from here (``list --last``: the queue forgets a job that
+    ended, this store does not), None when there is none."""
+    prefix = f"{scheduler}-"
+    found = [r for p in record_dir().glob(f"{prefix}*.json") for r in [load_record(scheduler, p.stem[len(prefix):])] if r]
+    return max(found, key=lambda r: r.submitted, default=None)
 
 
 def read_record(scheduler: str, job_id: str) -> JobRecord:
