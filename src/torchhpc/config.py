@@ -48,6 +48,7 @@ CONFIG_KEYS: dict[str, str] = {
     "queue": "PBS queue (--queue)",
     "time": "default time limit, e.g. 01:00:00 (--time)",
     "spares": "spare nodes allocated beside the job's, used after a node failure (--spares)",
+    "min_nodes": "the fewest nodes a job goes on with after a node loss with no spare left (--min-nodes)",
     "max_restarts": "restarts inside the allocation after a node failure, hang or network error (--max-restarts)",
     "hang_timeout": "seconds without output or CPU use after which ranks count as hung, or off (--hang-timeout)",
     "max_no_progress": "attempts in a row without a checkpoint advance before the job ends with no-progress; 0: never (--max-no-progress)",

@@ -95,6 +95,7 @@ def resolve_values(
     p("time", "--time")
     p("network", "--network")
     p("spares", "--spares", 0, int)
+    p("min_nodes", "--min-nodes", None, int)
     p("max_restarts", "--max-restarts", 0, int)
     p("hang_timeout", "--hang-timeout", None, hang_timeout_value)
     p("max_no_progress", "--max-no-progress", 3, int)
@@ -187,7 +188,8 @@ def build_spec(
         options=tuple(options.items()), ntasks_per_node=values.get("ntasks_per_node"), network=v["network"].value,
         setup=setup, signal_before=values.get("signal_before"), requeue=bool(values.get("requeue")),
         max_timeout_requeues=int(values["max_requeues"]) if values.get("max_requeues") is not None else 3,
-        array=values.get("array"), spares=int(v["spares"].value or 0), max_restarts=int(v["max_restarts"].value or 0),
+        array=values.get("array"), spares=int(v["spares"].value or 0),
+        min_nodes=None if v["min_nodes"].value is None else int(v["min_nodes"].value), max_restarts=int(v["max_restarts"].value or 0),
         hang_timeout=float(v["hang_timeout"].value or 0) or None,  # None and 0 (off): no watch
         max_no_progress=int(3 if v["max_no_progress"].value is None else v["max_no_progress"].value),
         checkpoint_dir=None if v["checkpoint_dir"].value is None else str(v["checkpoint_dir"].value),

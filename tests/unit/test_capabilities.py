@@ -54,6 +54,13 @@ def refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:
         (["--scheduler", "slurm", "--rank0-only"], "--rank0-only: the slurm scheduler"),
         (["--scheduler", "kubernetes", "--image", "img", "--after-ok", "7"], "--after-ok 7: the kubernetes scheduler"),
         (["--scheduler", "runai", "--image", "img", "--after-any", "7"], "--after-any 7: the runai scheduler"),
+        (["--scheduler", "pbs", "--nodes", "3", "--min-nodes", "2", "--max-restarts", "1"],
+         "--min-nodes 2: PBS gives the supervisor no per-node liveness"),
+        (["--scheduler", "kubernetes", "--image", "img", "--nodes", "3", "--min-nodes", "2", "--max-restarts", "1"],
+         "--min-nodes 2: a TrainJob has no elastic fields"),
+        (["--scheduler", "slurm", "--nodes", "3", "--min-nodes", "2"], "--min-nodes=2: going on with fewer nodes"),
+        (["--scheduler", "slurm", "--nodes", "3", "--min-nodes", "4", "--max-restarts", "1"],
+         "--min-nodes=4 must be between 1 and --nodes (3)"),
     ],
 )
 def test_unsupported_flag_is_refused(capsys: pytest.CaptureFixture[str], args: list[str], needle: str) -> None:

@@ -369,3 +369,54 @@ def test_the_health_gate_excludes_a_node_that_does_not_answer_and_no_one_when_no
         "n2": "no answer from the health check within 1s"}
     with pytest.raises(RuntimeError, match="no node answered"):
         gate(lambda argv, nodes: ["false"], ["n1", "n2"], str(tmp_path), 1, gpus=False, timeout=1.0)
+
+
+def test_with_no_spare_left_the_job_goes_on_with_the_nodes_that_are_left(tmp_path: Path) -> None:
+    """Issue 67: 3 nodes, --min-nodes 2. The third node dies during attempt 0; attempt 1 runs on the two that
+    are left, told so by its environment (the launch's --nodes/--ntasks, torchrun's --nnodes, mpirun's -np)."""
+    listeners: list[socket.socket] = []
+    for host in ("127.0.0.1", "127.0.0.2", "127.0.0.3"):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, listeners[0].getsockname()[1] if listeners else 0))
+        s.listen(4)
+        listeners.append(s)
+    port = listeners[0].getsockname()[1]
+    go, seen = tmp_path / "go", tmp_path / "seen"
+    step = (f'() {{ echo "$TORCHHPC_RESTART_COUNT $TORCHHPC_STEP_NODES $TORCHHPC_STEP_NNODES $TORCHHPC_STEP_NTASKS" >> {seen}; '
+            f'[ "$TORCHHPC_RESTART_COUNT" = 0 ] || exit 0; while [ ! -e {go} ]; do sleep 0.05; done; exit 1; }}')
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "127.0.0.[1-3]",
+           "TORCHHPC_STOP_FILE": str(tmp_path / "stop"), "BASH_FUNC__torchhpc_step%%": step}
+    slurm = _Slurm(["127.0.0.1", "127.0.0.2", "127.0.0.3"], port)
+    opts = Options(job_dir=str(tmp_path), nodes=3, nproc_per_node=2, launcher="srun", max_restarts=2,
+                   probe_every=60.0, min_nodes=2, health=False)
+
+    def node_dies() -> None:
+        time.sleep(1.0)
+        listeners.pop().close()  # 127.0.0.3 dies
+        go.touch()
+
+    t = threading.Thread(target=node_dies)
+    try:
+        t.start()
+        code = Supervisor(opts, runner=slurm, env=env).run()
+        t.join(30)
+    finally:
+        for s in listeners:
+            s.close()
+    assert code == 0
+    assert seen.read_text().splitlines() == ["0 127.0.0.1,127.0.0.2,127.0.0.3 3 6", "1 127.0.0.1,127.0.0.2 2 4"]
+    tries = load_attempts(str(tmp_path))
+    assert [(a["class"], a["world_size"]) for a in tries] == [("node-failure", 6), (None, 4)], tries
+    assert "world 4 of 6 (2 ranks, 33 % of the capacity, lost)" in attempt_lines(tries)[1]
+
+
+def test_below_min_nodes_the_job_ends_as_before() -> None:
+    with pytest.raises(SpecError):
+        JobSpec(Entrypoint.parse(["t.py"]), nodes=3, min_nodes=2)  # a shrink is a restart: none allowed
+    spec = JobSpec(Entrypoint.parse(["t.py"]), nodes=3, min_nodes=2, max_restarts=1, scheduler="slurm",
+                   launcher="torchrun")
+    script = get_scheduler("slurm").render(spec).script or ""
+    assert "--min-nodes 2" in script and "at least 2 when no spare is left" in script
+    assert '--nnodes "$TORCHHPC_STEP_NNODES"' in script  # torchrun's node count is the attempt's
+    assert parse(["--job-dir", "d", "--nodes", "3", "--min-nodes", "2"]).min_nodes == 2

@@ -92,6 +92,9 @@ def add_job_arguments(p: argparse.ArgumentParser, *, program: bool = True) -> No
     s.add_argument("--spares", type=int, default=None, metavar="K",
                    help="allocate K spare nodes beside --nodes; after a node failure the job goes on on them, "
                         "in the same allocation (slurm, pbs)")
+    s.add_argument("--min-nodes", type=int, default=None, metavar="M",
+                   help="after a node loss with no spare left, go on with the nodes that are left, at least M: "
+                        "the job shrinks instead of ending (slurm; needs --max-restarts; docs/resilience.md)")
     s.add_argument("--max-restarts", type=int, default=None, metavar="R",
                    help="restart the launch at most R times after a node failure, hang or network error "
                         "(never after an exception in the program); 0: never")

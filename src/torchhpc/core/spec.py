@@ -202,6 +202,8 @@ class JobSpec:
     # restarts inside the allocation after a node failure, hang or network error; the hang watch's
     # quiet seconds for the in-allocation supervisor (None: no hang watch in the allocation).
     spares: int = 0
+    # After a node loss with no spare left, go on with fewer nodes, at least this many (None: never shrink).
+    min_nodes: Optional[int] = None
     max_restarts: int = 0
     hang_timeout: Optional[float] = None
     # The no-progress stop (supervisor/progress.py) and what a restarted attempt adds to the program
@@ -254,6 +256,12 @@ class JobSpec:
             raise SpecError(f"--spares={self.spares} must not be negative", "give the number of spare nodes, e.g. --spares 1")
         if self.max_restarts < 0:
             raise SpecError(f"--max-restarts={self.max_restarts} must not be negative", "0 means: never restart")
+        if self.min_nodes is not None and not 1 <= self.min_nodes <= self.nodes:
+            raise SpecError(f"--min-nodes={self.min_nodes} must be between 1 and --nodes ({self.nodes})",
+                            f"give the fewest nodes the job may go on with, e.g. --min-nodes {max(1, self.nodes - 1)}")
+        if self.shrinks and not self.max_restarts:
+            raise SpecError(f"--min-nodes={self.min_nodes}: going on with fewer nodes is a restart, and none is allowed",
+                            "add --max-restarts R (each shrink is one restart)")
         if self.on_restart_append:
             import shlex
 
@@ -346,6 +354,11 @@ class JobSpec:
     @property
     def env_dict(self) -> dict[str, str]:
         return dict(self.env)
+
+    @property
+    def shrinks(self) -> bool:
+        """Whether a node loss may leave the job on fewer nodes (``--min-nodes`` under ``--nodes``)."""
+        return self.min_nodes is not None and self.min_nodes < self.nodes
 
     @property
     def supervised(self) -> bool:

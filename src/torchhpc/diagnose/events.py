@@ -152,8 +152,11 @@ def _num(d: Mapping[str, Any], key: str) -> Optional[float]:
 
 def _attempt_events(attempts: Sequence[Mapping[str, Any]]) -> list[Event]:
     out: list[Event] = []
+    from torchhpc.jobdir.attempts import shrunk
+
     excluded: set[str] = set()
     rows = sorted(attempts, key=lambda a: int(a.get("attempt") or 0))
+    full = max((int(a["world_size"]) for a in rows if a.get("world_size")), default=0)
     for a in rows:
         n = int(a.get("attempt") or 0)
         nodes = tuple(str(x) for x in a.get("nodes") or ())
@@ -168,7 +171,7 @@ def _attempt_events(attempts: Sequence[Mapping[str, Any]]) -> list[Event]:
         if launched is not None:
             if n:
                 out.append(Event(launched, "restart", "", n))
-            out.append(Event(launched, "attempt", "", n, nodes))
+            out.append(Event(launched, "attempt", shrunk(dict(a), full).strip(), n, nodes))
         if _num(a, "first_line") is not None:
             out.append(Event(float(a["first_line"]), "first-line", "", n))
         klass = a.get("class")

@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any
 
-__all__ = ["ATTEMPTS_FILE", "load_attempts", "save_attempts"]
+__all__ = ["ATTEMPTS_FILE", "load_attempts", "save_attempts", "shrunk"]
 
 ATTEMPTS_FILE = "attempts.json"
 
@@ -31,3 +31,13 @@ def save_attempts(job_dir: str, attempts: list[dict[str, Any]]) -> None:
         json.dump(attempts, f, indent=1)
         f.write("\n")
     os.replace(tmp, path)
+
+
+def shrunk(attempt: dict[str, Any], full: int) -> str:
+    """`` world 4 of 6 (2 ranks, 33 % of the capacity, lost)`` for an attempt on fewer nodes (``--min-nodes``)."""
+    world = int(attempt.get("world_size") or 0)
+    if not world or world >= full:
+        return f" world {world}" if world else ""
+    lost = full - world
+    share = f"{100 * lost / full:.0f} %"
+    return f" world {world} of {full} ({lost} {'rank' if lost == 1 else 'ranks'}, {share} of the capacity, lost)"

@@ -43,6 +43,7 @@ FIELD_DOCS: dict[str, str] = {
     "shell_optional": "of require, those an interactive `torchhpc shell` may leave out (e.g. time: the QoS has a default)",
     "gpu_kind": "nvidia or amd",
     "spares": "spare nodes allocated beside the job's, used after a node failure (--spares)",
+    "min_nodes": "the fewest nodes a job goes on with after a node loss with no spare left (--min-nodes)",
     "max_restarts": "restarts inside the allocation after a node failure, hang or network error (--max-restarts)",
     "hang_timeout": "seconds without output or CPU use after which ranks count as hung (--hang-timeout)",
     "max_no_progress": "attempts in a row without a checkpoint advance before the job ends with no-progress; 0: never (--max-no-progress)",
@@ -50,7 +51,7 @@ FIELD_DOCS: dict[str, str] = {
     "flight_recorder": "collectives each rank's Flight Recorder keeps for the hang verdict, or off (--flight-recorder)",
 }
 
-_INT = ("gpus_per_node", "cpus_per_gpu", "spares", "max_restarts", "hang_timeout", "max_no_progress")
+_INT = ("gpus_per_node", "cpus_per_gpu", "spares", "min_nodes", "max_restarts", "hang_timeout", "max_no_progress")
 _TUPLE = ("modules", "container_setup", "setup", "require", "shell_optional")
 _PAIRS = ("env", "options", "container_options")
 _BOOL = ("container_optional", "image_without_torchhpc")
@@ -99,6 +100,7 @@ class Profile:
     shell_optional: tuple[str, ...] = ()
     gpu_kind: Optional[str] = None
     spares: Optional[int] = None
+    min_nodes: Optional[int] = None
     max_restarts: Optional[int] = None
     hang_timeout: Optional[int] = None
     max_no_progress: Optional[int] = None

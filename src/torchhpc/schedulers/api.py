@@ -188,6 +188,7 @@ class Scheduler(ABC):
     supports_requeue: ClassVar[bool] = False
     supports_spares: ClassVar[bool] = False  # the in-allocation supervisor (torchhpc.supervisor)
     supports_restarts: ClassVar[bool] = False
+    supports_shrink: ClassVar[bool] = False  # go on with fewer nodes after a node loss (--min-nodes)
     supports_arrays: ClassVar[bool] = False
     supports_gpus: ClassVar[bool] = True
     supports_memory: ClassVar[bool] = True

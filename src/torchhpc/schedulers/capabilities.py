@@ -50,6 +50,7 @@ CAPABILITIES: dict[str, str] = {
     "supports_dependencies": "start after other jobs (--after-ok, --after-any, --after-fail; torchhpc pipeline)",
     "supports_rank_probe": "a probe on every node of a running job (torchhpc top, the stacks of --hang-timeout)",
     "supports_spares": "spare nodes in the allocation and the in-allocation supervisor (--spares)",
+    "supports_shrink": "after a node loss, the next attempt on the nodes that are left (--min-nodes)",
     "supports_restarts": "restarts after a node failure, hang or network error (--max-restarts)",
 }
 
@@ -88,6 +89,15 @@ def _cpus_per_gpu_to_cpus(name: str, spec: JobSpec) -> tuple[JobSpec, str]:
         f"--cpus-per-proc {per_proc} ({counted(spec.gpus_per_node, 'GPU')} over {counted(spec.nproc_per_node, 'process', 'processes')})"
     )
 
+
+# Why --min-nodes is refused, per scheduler.
+SHRINK_WHY = {
+    "pbs": "PBS gives the supervisor no per-node liveness check or step placement on a subset of the nodes "
+           "(the same reason as --spares)",
+    "kubernetes": "a TrainJob has no elastic fields, and a PyTorchJob's elasticPolicy restarts every pod through "
+                  "torchrun --nnodes MIN:MAX, not the job on the nodes that are left",
+    "runai": "RunAI's distributed jobs have a fixed worker count",
+}
 
 # Why --spares is refused, per scheduler: the docs' and the error's words.
 SPARES_WHY = {
@@ -183,6 +193,14 @@ RULES: tuple[Rule, ...] = (
         refuse=lambda n, s: (
             f"--spares {s.spares}: {SPARES_WHY.get(n, f'the {n} scheduler has no allocation to keep spare nodes in')}",
             "drop --spares (--max-restarts still restarts where the scheduler can), or pick --scheduler slurm",
+        ),
+        otherwise="refused, with the reason (docs/resilience.md)",
+    ),
+    Rule(
+        "--min-nodes", "supports_shrink", lambda s: s.shrinks,
+        refuse=lambda n, s: (
+            f"--min-nodes {s.min_nodes}: {SHRINK_WHY.get(n, f'the {n} scheduler cannot run a job on fewer nodes')}",
+            "drop --min-nodes (the job then ends or requeues after a node loss), or pick --scheduler slurm",
         ),
         otherwise="refused, with the reason (docs/resilience.md)",
     ),

@@ -20,6 +20,8 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--nproc-per-node", type=int, default=1, help="ranks per node (mpirun's host list)")
     p.add_argument("--launcher", default="srun", choices=("torchrun", "srun", "mpirun"))
     p.add_argument("--max-restarts", type=int, default=0, help="restarts after a restartable failure")
+    p.add_argument("--min-nodes", type=int, default=None,
+                   help="with no spare left, go on with the nodes that are left, at least this many (default: --nodes)")
     p.add_argument("--hang-timeout", type=float, default=None, help="quiet seconds before the stacks are read")
     p.add_argument("--requeue", action="store_true", help="when no spare is left, requeue without the failed nodes")
     p.add_argument("--probe-every", type=float, default=2.0, help="seconds between liveness checks of the step's nodes")
@@ -36,7 +38,7 @@ def parse(argv: list[str]) -> Options:
                    max_restarts=a.max_restarts, hang_timeout=a.hang_timeout, requeue=a.requeue,
                    probe_every=a.probe_every, scheduler=a.scheduler, max_no_progress=a.max_no_progress,
                    checkpoint_dir=a.checkpoint_dir, on_restart_append=a.on_restart_append,
-                   health=not a.no_health_gate)
+                   health=not a.no_health_gate, min_nodes=a.min_nodes)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ times in epoch seconds, durations in seconds):
 * ``health_s`` and ``health``: how long the health gate before this attempt took, and
   ``{node: reason}`` for the nodes it failed (excluded like dead ones);
 * ``checkpoint_step``: the newest checkpoint's step seen at the attempt's end (``null``: none);
-* ``probe_s``: the supervisor's probe interval, the bound on the detection of a fault it found.
+* ``probe_s``: the supervisor's probe interval, the bound on the detection of a fault it found;
+* ``world_size``: the attempt's ranks (its nodes times the ranks per node): fewer than the job asked for
+  after a shrink (``--min-nodes``).
 
 The last attempt's ``class`` is the job's: after a restart storm it is ``no-progress`` (the job ended
 because no attempt advanced the checkpoint), its ``cause`` is how that attempt itself ended (``hang``)
@@ -59,6 +61,7 @@ class Attempt:
     checkpoint_step: Optional[int] = None
     cause: Optional[str] = None  # the attempt's own class where the job's end replaced it (see storm())
     probe_s: Optional[float] = None  # the supervisor's probe interval: a fault it found happened at most this long before
+    world_size: Optional[int] = None  # the attempt's ranks: fewer than the job's after a shrink (--min-nodes)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -56,6 +56,7 @@ class Options:
     checkpoint_dir: Optional[str] = None  # where the program's checkpoints are (supervisor/progress.py)
     on_restart_append: str = ""  # arguments added on attempts after the first (supervisor/resume.py)
     health: bool = True  # the health gate before each attempt (supervisor/health.py)
+    min_nodes: Optional[int] = None  # go on with this many nodes at least when no spare is left (--min-nodes)
 
 
 @dataclass
@@ -114,11 +115,16 @@ class Supervisor:
                 usable = [h for h in usable if h not in sick]
             step_nodes = choose(allocation, previous, usable, self.o.nodes)
             count = len(history)
-            if len(step_nodes) < self.o.nodes:
+            if len(step_nodes) < min(self.o.nodes, self.o.min_nodes or self.o.nodes):
                 excluded |= set(dead_now)
                 return self._out_of_nodes(history, sorted(excluded), usable)
+            if len(step_nodes) < self.o.nodes:  # no spare left, but enough to go on: the job shrinks (--min-nodes)
+                say(f"no spare left: going on with {counted(len(step_nodes), 'node')} of {self.o.nodes} "
+                    f"(--min-nodes {self.o.min_nodes}): world size {len(step_nodes) * self.o.nproc_per_node} "
+                    f"instead of {self.o.nodes * self.o.nproc_per_node}")
             attempt = Attempt(attempt=count, nodes=step_nodes, started=self.clock(), job_id=self.job,
-                              health_s=health_s, health=sick, probe_s=self.o.probe_every)
+                              health_s=health_s, health=sick, probe_s=self.o.probe_every,
+                              world_size=len(step_nodes) * self.o.nproc_per_node)
             self._warm([h for h in usable if h not in step_nodes])
             say(f"attempt {count} on {','.join(step_nodes)} (TORCHHPC_RESTART_COUNT={count})")
             out = self._attempt(attempt)
@@ -191,7 +197,9 @@ class Supervisor:
     def _out_of_nodes(self, history: list[dict[str, object]], excluded: list[str], usable: list[str]) -> int:
         if self.o.requeue and history:
             return self._requeue(excluded)
-        say(f"only {counted(len(usable), 'healthy node')} ({','.join(usable) or 'none'}) for {self.o.nodes}; "
+        need = min(self.o.nodes, self.o.min_nodes or self.o.nodes)
+        say(f"only {counted(len(usable), 'healthy node')} ({','.join(usable) or 'none'}) for {need}"
+            + (f" (--min-nodes; {self.o.nodes} asked)" if need < self.o.nodes else "") + "; "
             f"excluded: {','.join(excluded) or 'none'}: the job ends (node-failure)")
         return exit_code_for("node-failure")
 
@@ -261,6 +269,9 @@ class Supervisor:
         base = int(env.get("TORCHHPC_BASE_PORT") or env.get("MASTER_PORT") or 29500)
         env.update(
             TORCHHPC_STEP_NODES=",".join(attempt.nodes),
+            # the step's size (fewer nodes than asked after a shrink): srun --nodes/--ntasks, torchrun --nnodes, mpirun -np
+            TORCHHPC_STEP_NNODES=str(len(attempt.nodes)),
+            TORCHHPC_STEP_NTASKS=str(len(attempt.nodes) * self.o.nproc_per_node),
             TORCHHPC_STEP_HOSTS=",".join(f"{h}:{self.o.nproc_per_node}" for h in attempt.nodes),
             TORCHHPC_RESTART_COUNT=str(attempt.attempt),
             TORCHHPC_BASE_PORT=str(base),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
+from torchhpc.jobdir.attempts import shrunk
 from torchhpc.supervisor.attempts import load_attempts
 
 __all__ = ["attempt_lines", "job_attempts"]
@@ -22,11 +23,13 @@ def job_attempts(scheduler: str, job_id: str, job_dir: Optional[str] = None) -> 
 def attempt_lines(attempts: list[dict[str, Any]]) -> list[str]:
     """``attempt 0 node1,node2 02:44:14-02:45:11 node-failure (excluded node2)``."""
     out = []
+    full = max((int(a["world_size"]) for a in attempts if a.get("world_size")), default=0)
     for a in attempts:
         start = time.strftime("%H:%M:%S", time.localtime(float(a.get("started") or 0)))
         end = time.strftime("%H:%M:%S", time.localtime(float(a["ended"]))) if a.get("ended") else "running"
         klass = a.get("class") or ("succeeded" if a.get("ended") else "")
         rank = f" rank {a['rank']}" if a.get("rank") is not None else ""
         excluded = f" (excluded {','.join(a['excluded'])})" if a.get("excluded") else ""
-        out.append(f"  attempt {a.get('attempt')}: {','.join(a.get('nodes') or [])} {start}-{end} {klass}{rank}{excluded}")
+        out.append(f"  attempt {a.get('attempt')}: {','.join(a.get('nodes') or [])}{shrunk(a, full)} {start}-{end} "
+                   f"{klass}{rank}{excluded}")
     return out

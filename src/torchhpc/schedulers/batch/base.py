@@ -240,9 +240,10 @@ class BatchScheduler(Scheduler):
     def supervised_lines(self, spec: JobSpec, launch: list[str], stopping: bool) -> list[str]:
         """The launch as the bash function ``_torchhpc_step``, run by the in-allocation supervisor
         (:mod:`torchhpc.supervisor`) on N healthy nodes per attempt, restarted by policy."""
+        shrink = f", at least {spec.min_nodes} when no spare is left (--min-nodes)" if spec.shrinks else ""
         lines = [
             f"# Under the in-allocation supervisor (docs/resilience.md): {spec.nodes} of the allocation's "
-            f"{spec.nodes + spec.spares} nodes per attempt;",
+            f"{spec.nodes + spec.spares} nodes per attempt{shrink};",
             "# it checks the step's nodes every 2 s and restarts after a node failure, hang or network error.",
             "_torchhpc_step() {",
         ]
@@ -255,6 +256,8 @@ class BatchScheduler(Scheduler):
         argv = [python, "-m", "torchhpc.supervisor", "--job-dir", Raw('"${TORCHHPC_RANKS_DIR%/ranks}"'),
                 "--nodes", str(spec.nodes), "--nproc-per-node", str(spec.nproc_per_node),
                 "--launcher", str(spec.launcher), "--max-restarts", str(spec.max_restarts)]
+        if spec.shrinks:
+            argv += ["--min-nodes", str(spec.min_nodes)]
         if spec.hang_timeout:
             argv += ["--hang-timeout", f"{spec.hang_timeout:g}"]
         if spec.requeue:

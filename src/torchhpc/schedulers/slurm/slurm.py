@@ -84,6 +84,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     supports_rank_probe = True  # srun --overlap into the allocation
     supports_spares = True  # the in-allocation supervisor (torchhpc.supervisor, docs/resilience.md)
     supports_restarts = True
+    supports_shrink = True  # the supervisor's next attempt on the nodes that are left (--min-nodes)
     clients = ("sbatch", "srun", "scontrol", "squeue", "scancel")
 
     def watches_hangs(self, spec: JobSpec) -> bool:
@@ -198,13 +199,18 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             extra_srun = [f"--cpu-bind={spec.option('cpu_bind')}", *extra_srun]
         launcher = launcher_of(spec)
         if spec.supervised:  # each attempt on the supervisor's N nodes (batch.supervised_lines)
-            tasks = spec.nodes * launcher.tasks_per_node(spec)
-            extra_srun = [f"--nodes={spec.nodes}", f"--ntasks={tasks}", Raw('--nodelist="$TORCHHPC_STEP_NODES"'),
+            tasks: object = spec.nodes * launcher.tasks_per_node(spec)
+            nodes: object = spec.nodes
+            if spec.shrinks:  # the attempt's own size: fewer nodes after a shrink (the supervisor exports it)
+                nodes = Raw('"$TORCHHPC_STEP_NNODES"')
+                tasks = Raw('"$TORCHHPC_STEP_NNODES"') if launcher.per_node else Raw('"$TORCHHPC_STEP_NTASKS"')
+            extra_srun = [Raw(f"--nodes={nodes}"), Raw(f"--ntasks={tasks}"), Raw('--nodelist="$TORCHHPC_STEP_NODES"'),
                           *extra_srun]
         if launcher.per_node:
             nnodes, rdzv_id = Raw('"$SLURM_NNODES"'), Raw('"$SLURM_JOB_ID"')
             if spec.supervised:
-                nnodes, rdzv_id = Raw(str(spec.nodes)), Raw('"$SLURM_JOB_ID-$TORCHHPC_RESTART_COUNT"')
+                nnodes = Raw('"$TORCHHPC_STEP_NNODES"') if spec.shrinks else Raw(str(spec.nodes))
+                rdzv_id = Raw('"$SLURM_JOB_ID-$TORCHHPC_RESTART_COUNT"')
             cmd = torchrun_command(spec, python, nnodes=nnodes, rdzv_id=rdzv_id, worker_shim=TASK_REF)
             cmd = torchrun_per_rank(cmd)
             step = srun_argv(1, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
@@ -217,7 +223,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         np: Raw = Raw('"$SLURM_NTASKS"')
         extra_mpi = ["--tag-output", "-x", LOG_DIR_VAR]
         if spec.supervised:  # the supervisor's hosts, each with its slots (mpirun --host node1:2,node3:2)
-            np = Raw(str(spec.nodes * spec.nproc_per_node))
+            np = Raw('"$TORCHHPC_STEP_NTASKS"') if spec.shrinks else Raw(str(spec.nodes * spec.nproc_per_node))
             extra_mpi += ["-x", "TORCHHPC_RESTART_COUNT", "--host", Raw('"$TORCHHPC_STEP_HOSTS"')]
         mpi = mpirun_argv(np, spec.nproc_per_node, export=[*RENDEZVOUS_VARS, "PATH", BOOT_VAR, *job_env_names(spec)],
                           extra=extra_mpi)
