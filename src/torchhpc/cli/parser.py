@@ -68,11 +68,9 @@ class Parser(argparse.ArgumentParser):
             word = flags[0].split("=", 1)[0]
             near = did_you_mean(word, self._flags())
             more = f" (and {len(flags) - 1} more)" if len(flags) > 1 else ""
-            from torchhpc.schedulers.slurm.flags import native_flag
-
-            spelled = native_flag(word)  # a Slurm user's habit (-p, -J, --exclusive): torchhpc's name for it
+            spelled = _native(word)  # a Slurm user's habit (-p, -J, --exclusive): torchhpc's name for it
             if spelled:
-                return f"unknown flag {word}{more}: that is sbatch's; here it is {spelled} (`torchhpc options slurm`)"
+                return f"unknown flag {word}{more}: {spelled}"
             return f"unknown flag {word}{more}" + (f": {near}" if near else "")
         sub = self._subcommands()
         if sub is not None:
@@ -112,6 +110,21 @@ class Parser(argparse.ArgumentParser):
             self.exit(2)
         # the same two lines as every other error of the CLI (cli/main.py): Error: ..., HINT: ...
         self.exit(2, f"Error: {self.prog}: {message}\nHINT: {hint}\n")
+
+
+def _native(word: str) -> str | None:
+    """``that is sbatch's; here it is --partition NAME (...)`` for a scheduler's own submit flag, else None."""
+    from torchhpc.schedulers import scheduler_class, scheduler_names
+
+    for name in scheduler_names():
+        try:
+            cls = scheduler_class(name)
+        except Exception:  # a backend this build lacks: it has no flags to name
+            continue
+        spelled = cls.native_flag(word)
+        if spelled:
+            return f"that is {cls.submit_command}'s; here it is {spelled} (`torchhpc options {name}`)"
+    return None
 
 
 def print_json_error(message: str, hint: str | None, exit_code: int) -> None:

@@ -293,6 +293,12 @@ class Scheduler(ABC):
     # -- questions only the backend can answer (callers ask these instead of comparing names) --------
     accepts_nodelist: ClassVar[bool] = False  # jobs can be pinned to named nodes (Slurm's --nodelist)
 
+    @classmethod
+    def native_flag(cls, word: str) -> str | None:
+        """torchhpc's spelling of this scheduler's own submit flag ``word`` (sbatch's ``-p``: ``--partition NAME``),
+        for the "unknown flag" error of a user typing their scheduler's habit; None: not one of its flags."""
+        return None
+
     def preflight(self, spec: JobSpec) -> None:
         """Checks against the live cluster before submitting (Slurm: the GPUs per node its partition has).
 

@@ -9,7 +9,10 @@ option table (``torchhpc options slurm``), whose help names the sbatch flag each
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Optional
+
+from torchhpc.schedulers.options import Option
 
 __all__ = ["SPELLED", "native_flag"]
 
@@ -26,13 +29,12 @@ SPELLED = {
 }
 
 
-def native_flag(word: str) -> Optional[str]:
-    """torchhpc's spelling of Slurm's own flag ``word`` (``--exclusive`` -> ``--opt exclusive=1``), or None."""
+def native_flag(word: str, options: Mapping[str, Option]) -> Optional[str]:
+    """torchhpc's spelling of Slurm's own flag ``word`` (``--exclusive`` -> ``--opt exclusive=1``), or None.
+    ``options``: the backend's ``--opt`` table, whose help names the sbatch flag each key sets."""
     if word in SPELLED:
         return SPELLED[word]
-    from torchhpc.schedulers.slurm.slurm import SlurmScheduler
-
-    for opt in SlurmScheduler.OPTIONS.values():
+    for opt in options.values():
         if re.search(rf"\({re.escape(word)}\)", opt.help):
             return f"--opt {opt.name}=" + ("1" if opt.type == "bool" else "VALUE")
     return None

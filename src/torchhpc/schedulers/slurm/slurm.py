@@ -128,6 +128,12 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         self._site = runner is None  # its commands go where site_env says (a given runner: where it says)
         super().__init__(runner or site_runner())
 
+    @classmethod
+    def native_flag(cls, word: str) -> str | None:
+        from torchhpc.schedulers.slurm.flags import native_flag
+
+        return native_flag(word, cls.OPTIONS)
+
     def target(self) -> str | None:
         return dev_target() if self._site else None
 
