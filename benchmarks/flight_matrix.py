@@ -96,17 +96,17 @@ def sub_expected(layout: str, mode: str, world: int) -> str:
     members = re.escape(",".join(map(str, group)))
     if mode == "skip":
         waiting = tuple(r for r in range(world) if r not in partners)
-        return (rf"^hang — rank {bad} never entered all_reduce #4 of the group of ranks {members} \(pg \d+\); "
+        return (rf"^hang — rank {bad} never entered all_reduce #4 of the group of ranks {members} \(pg \d+(, mesh_\w+)?\); "
                 rf"{ranks(partners)} ha(s|ve) waited in it( for \d+ s)?, so {ranks(waiting)} wait for "
                 rf"{ranks(partners)} in the world's all_reduce #4 \(pg 0\)")
     if mode == "gather":
         rest = tuple(r for r in range(world) if r not in group)
-        return (rf"^collective-mismatch — collective mismatch at #4 of the group of ranks {members} \(pg \d+\): "
+        return (rf"^collective-mismatch — collective mismatch at #4 of the group of ranks {members} \(pg \d+(, mesh_\w+)?\): "
                 rf"{ranks(partners)} called all_reduce, rank {bad} all_gather, so {ranks(rest)} wait for "
                 rf"{ranks(group)} in the world's all_reduce #4 \(pg 0\)")
     if mode == "size":
         others = tuple(r for r in range(world) if r != bad)
-        return (rf"^collective-mismatch — size mismatch in all_reduce #4 of the group of ranks {members} \(pg \d+\): "
+        return (rf"^collective-mismatch — size mismatch in all_reduce #4 of the group of ranks {members} \(pg \d+(, mesh_\w+)?\): "
                 rf"{ranks(partners)} passed \[\[4\]\], rank {bad} passed \[\[8\]\], so {ranks(others)} wait for "
                 rf"rank {bad} in the world's all_reduce #4 \(pg 0\)")
     return ""

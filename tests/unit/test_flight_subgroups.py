@@ -60,6 +60,8 @@ def test_a_skip_in_a_subgroup_names_the_rank_that_skipped_first(
     assert f.waiting == tuple(r for r in group if r != root)  # counted among the group's members only
     members_said = ",".join(map(str, group))
     assert f.line().startswith(f"rank {root} never entered all_reduce #4 of the group of ranks {members_said} (pg "), f.line()
+    mesh = {"row": "mesh_tp", "col": "mesh_dp"}.get(case.split("-")[1])  # a DeviceMesh dimension says which
+    assert f.desc == (mesh or "") and (f"(pg {f.pg}, {mesh})" in f.line() if mesh else f"(pg {f.pg});" in f.line())
     [then] = f.then
     assert (then.pg, then.culprits, then.waiting) == ("0", partners, waiting)
     assert "in the world's all_reduce #4 (pg 0)" in f.line()

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from torchhpc.core.units import plural
-from torchhpc.diagnose.groups import chain, entry_of, group_name, members, statuses
+from torchhpc.diagnose.groups import chain, descriptions, entry_of, group_name, members, statuses
 
 __all__ = ["FR_DIR", "Finding", "analyse", "behind", "collect", "completed", "load_dumps", "members", "post_mortem", "read_dump",
            "request"]
@@ -124,11 +124,17 @@ class Finding:
     detail: str = ""  # the culprits' own call (mismatch), or why a rank has no dump
     group: str = ""  # a subgroup's members as said ("ranks 2,3"); "" for the world
     then: tuple[Finding, ...] = ()  # the findings this one causes (ranks stuck in it, missing elsewhere)
+    desc: str = ""  # a subgroup's description where torch has one (a DeviceMesh dimension: "mesh_tp")
 
     @property
     def at(self) -> str:
         """The collective, named by its group: "all_reduce #7 (pg 0)", "all_reduce #7 of the group of ranks 2,3 (pg 2)"."""
-        return f"{self.op} #{self.seq} " + (f"of the group of {self.group} (pg {self.pg})" if self.group else f"(pg {self.pg})")
+        return f"{self.op} #{self.seq} " + (f"of the group of {self.group} ({self.pg_id})" if self.group else f"({self.pg_id})")
+
+    @property
+    def pg_id(self) -> str:
+        """torch's id of the group, with its description where it has one: "pg 4, mesh_tp"."""
+        return f"pg {self.pg}" + (f", {self.desc}" if self.desc else "")
 
     def line(self) -> str:
         """This finding's sentence, then each consequence: who waits, for whom, where."""
@@ -150,7 +156,7 @@ class Finding:
             return f"{who} left the group (exited without destroy_process_group) before {at}; {them} waited in it{waited}"
         if self.kind == "mismatch-op":
             where = f" of the group of {self.group}" if self.group else ""
-            return f"collective mismatch at #{self.seq}{where} (pg {self.pg}): {them} called {self.op}, {who} {self.detail}"
+            return f"collective mismatch at #{self.seq}{where} ({self.pg_id}): {them} called {self.op}, {who} {self.detail}"
         if self.kind == "mismatch-size":
             return f"size mismatch in {at}: {them} passed {self.detail.split('|')[0]}, {who} {self.detail.split('|')[1]}"
         if self.kind == "stalled":
@@ -315,7 +321,9 @@ def analyse(dumps: Mapping[int, Mapping[str, Any]], world: int, left: set[int] =
             out.append(Finding("in-step", pg, top, op, (), ahead))
     if missing:
         out.append(Finding("no-dump", "0", 0, "", missing, (), 0.0, _NO_DUMP))
-    return chain([replace(f, group=group_name(f.pg, of.get(f.pg), world)) for f in out], dumps)
+    said = descriptions(dumps)
+    return chain([replace(f, group=group_name(f.pg, of.get(f.pg), world), desc=said.get(f.pg, "") if f.pg != "0" else "")
+                  for f in out], dumps)
 
 
 @dataclass(frozen=True)

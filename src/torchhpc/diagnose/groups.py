@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-__all__ = ["chain", "departs", "entry_of", "group_name", "members", "name_of", "statuses"]
+__all__ = ["chain", "departs", "descriptions", "entry_of", "group_name", "members", "name_of", "statuses"]
 
 
 def name_of(entry: Mapping[str, Any]) -> str:
@@ -37,6 +37,18 @@ def _local_names(dump: Mapping[str, Any]) -> dict[str, str]:
     for e in dump.get("entries", ()):
         if isinstance(e, Mapping) and e.get("pg_id") is not None:
             out[str(e["pg_id"])] = name_of(e)
+    return out
+
+
+def descriptions(dumps: Mapping[int, Mapping[str, Any]]) -> dict[str, str]:
+    """Group name -> the description torch gave it, where it says more than torch's defaults (a DeviceMesh
+    dimension's group is "mesh_tp"; ``new_group`` says "undefined", the world "default_pg")."""
+    out: dict[str, str] = {}
+    for d in dumps.values():
+        for e in d.get("entries", ()):
+            group = e.get("process_group") if isinstance(e, Mapping) else None
+            if isinstance(group, (tuple, list)) and len(group) > 1 and str(group[1]) not in ("", "undefined", "default_pg"):
+                out[name_of(e)] = str(group[1])
     return out
 
 
