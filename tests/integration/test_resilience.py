@@ -206,6 +206,63 @@ def test_node_loss_without_spares_requeues_without_the_node(
     assert repeated_steps(text) <= EVERY
 
 
+ELASTIC = str(REPO / "examples" / "elastic_ddp.py")
+# 120 steps of 48 samples over epochs of 480 (12 epochs); a checkpoint every 10 steps; the fault after step 40
+SHRINK = ["--steps", "120", "--ckpt-every", "10", "--samples", "480", "--sleep", "0.1"]
+
+
+@pytest.fixture(scope="module")
+def elastic_reference(tmp_path_factory: pytest.TempPathFactory) -> float:
+    """The final loss of an uninterrupted run of 3 x 2 ranks' world (6 local ranks: the same sums as on 3 nodes)."""
+    out = tmp_path_factory.mktemp("elastic-ref")
+    done = subprocess.run([sys.executable, "-m", "torchhpc", "run", "-n", "6", ELASTIC, *SHRINK[:6]],
+                          cwd=out, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return float(json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])["loss"])
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_node_loss_without_a_spare_shrinks_the_job_and_loses_no_sample(
+    launcher: str, own_cluster: Any, own_slurm: SlurmClient, elastic_reference: float, tmp_path: Path
+) -> None:
+    """Issue 67: 3 nodes x 2 ranks, --min-nodes 2, no spare. A node (not the batch host) fails after step 40;
+    the next attempt runs on the 2 nodes left (world 4), resumes the checkpoint and the data position, keeps
+    the global batch, and ends COMPLETED with the uninterrupted run's loss; the ledger shows every sample of
+    every epoch consumed exactly once."""
+    from torchhpc.dist.position import read_ledger
+
+    name, ledger = f"shrink{launcher[:2]}", tmp_path / "ledger"
+    job = run_plain(own_cluster, tmp_path, name,
+                    ["-N", "3", "--min-nodes", "2", "--nproc-per-node", "2", "--max-restarts", "2", "--launcher", launcher,
+                     "--env", f"TORCHHPC_DATA_LEDGER={ledger}"],
+                    [ELASTIC, *SHRINK, "--ckpt", str(tmp_path / "ckpt")])
+    hosts = own_slurm.run(["scontrol", "show", "hostnames", wait_until(
+        lambda: own_slurm.job(job).get("NodeList") if own_slurm.job(job).get("JobState") == "RUNNING" else None,
+        120, "the job to start")]).stdout.split()
+    victim = hosts[1]  # hosts[0] is the batch host
+    wait_until(lambda: rank0_step(tmp_path, name, job) > 40, 240, "step 40", every=0.1)
+    t_fault = time.time()
+    try:
+        devcluster(own_cluster, "fail", victim)
+        info = own_slurm.wait(job, timeout=400)
+    finally:
+        devcluster(own_cluster, "revive", victim)
+    text = log_of(tmp_path, name, job)
+    assert info["JobState"] == "COMPLETED", text[-3000:]
+    tries = attempts(tmp_path, name, job)
+    assert [(a["class"], a["world_size"]) for a in tries] == [("node-failure", 6), (None, 4)], tries
+    assert victim not in tries[1]["nodes"], tries
+    loss = float(json.loads(text.split("RESULT ", 1)[1].splitlines()[0])["loss"])
+    assert abs(loss - elastic_reference) <= 1e-5 * abs(elastic_reference), (loss, elastic_reference)
+    consumed = read_ledger(str(ledger))
+    assert sorted(consumed) == list(range(12)), sorted(consumed)
+    assert all(set(c) == set(range(480)) and set(c.values()) == {1} for c in consumed.values())
+    shown = torchhpc_out(own_cluster, "status", f"slurm:{job}", cwd=tmp_path)
+    assert "world 4 of 6" in shown, shown
+    first = min(float(t) for t in re.findall(r"^step \d+ loss \S+ world 4 restart \d+ t=([\d.]+)", text, re.M))
+    report(f"shrink-{launcher}", fault_to_first_step_on_fewer_nodes_s=first - t_fault)
+
+
 IDIOMS = str(REPO / "tests" / "integration" / "scripts" / "resume_idioms.py")
 
 
