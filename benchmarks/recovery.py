@@ -106,13 +106,17 @@ PARTS_RANK = REPO / "benchmarks" / "recovery_rank.py"
 _MARK = re.compile(r"^(?:\[\S+\] )?(UP|IMPORTED|RDZV|STEP 0) restart=(\d+) t=([\d.]+)", re.M)
 
 
-def parts(launcher: str, env: dict[str, str], out: Path, state_dir: str, fault_at: int = 20) -> dict[str, float]:
+def parts(launcher: str, env: dict[str, str], out: Path, state_dir: str, fault_at: int = 20,
+          spare: bool = True) -> dict[str, float]:
     """One 2x2 gloo job under ``launcher`` with one spare loses its second node at step ``fault_at``;
-    the restart split into its parts, from attempts.json and the rank's own stage lines (seconds)."""
+    the restart split into its parts, from attempts.json and the rank's own stage lines (seconds).
+    ``spare=False``: the same 3 nodes held as a 3x2 job with ``--min-nodes 2`` and no spare, which goes on
+    on the 2 nodes left (docs/resilience.md, "Go on without a spare")."""
     out.mkdir(parents=True, exist_ok=True)
-    name = f"parts{launcher[:3]}"
-    run = sh([sys.executable, "-m", "torchhpc", "run", "--scheduler", "slurm", "--launcher", launcher, "-N", "2",
-              "--nproc-per-node", "2", "--name", name, "--output-dir", str(out), "--spares", "1",
+    name = f"parts{launcher[:3]}{'' if spare else 'ns'}"
+    shape = ["-N", "2", "--spares", "1"] if spare else ["-N", "3", "--min-nodes", "2"]
+    run = sh([sys.executable, "-m", "torchhpc", "run", "--scheduler", "slurm", "--launcher", launcher, *shape,
+              "--nproc-per-node", "2", "--name", name, "--output-dir", str(out),
               "--max-restarts", "1", str(PARTS_RANK), str(fault_at + 60)], env, cwd=out)
     job = re.search(r"Submitted slurm:(\d+)", run).group(1)  # type: ignore[union-attr]
     job_dir = out / f"{name}-{job}"
@@ -158,16 +162,26 @@ def main_parts(a: argparse.Namespace, state: Any) -> int:
     env = state.client_env()
     out = Path(tempfile.mkdtemp(prefix="thpc-recovery-parts-"))
     keys = ("detect", "teardown", "health", "other", "step_start", "import", "rendezvous", "first_line", "first_step")
-    results: dict[str, list[dict[str, float]]] = {ln: [] for ln in a.launchers.split(",")}
+    rows = [(ln, True) for ln in a.launchers.split(",")]
+    if a.no_spare:  # beside each launcher's spare restart, the same job shrinking without one, interleaved
+        rows = [(ln, spare) for ln, _ in rows for spare in (True, False)]
+    results: dict[str, list[dict[str, float]]] = {f"{ln}{'' if s else ' no-spare'}": [] for ln, s in rows}
     for r in range(a.rounds):
-        for launcher in results:
-            results[launcher].append(parts(launcher, env, out / f"r{r}-{launcher}", state.state_dir))
-            print(f"# round {r} {launcher}: load {os.getloadavg()[0]:.2f} "
-                  + " ".join(f"{k}={v:.2f}" for k, v in results[launcher][-1].items()), flush=True)
-    print("# restart after a node loss, 2x2 gloo, one spare: fault -> ..., seconds, median over rounds")
-    print(f"{'launcher':<10}" + "".join(f"{k:>11}" for k in keys))
-    for launcher, figs in results.items():
-        print(f"{launcher:<10}" + "".join(f"{statistics.median(f[k] for f in figs):>11.2f}" for k in keys))
+        for launcher, spare in rows:
+            row = f"{launcher}{'' if spare else ' no-spare'}"
+            results[row].append(parts(launcher, env, out / f"r{r}-{launcher}-{int(spare)}", state.state_dir,
+                                      spare=spare))
+            print(f"# round {r} {row}: load {os.getloadavg()[0]:.2f} "
+                  + " ".join(f"{k}={v:.2f}" for k, v in results[row][-1].items()), flush=True)
+    print("# restart after a node loss, 2x2 gloo, one spare (no-spare: 3x2 with --min-nodes 2, on to 2x2): "
+          "fault -> ..., seconds, median over rounds")
+    print(f"{'launcher':<18}" + "".join(f"{k:>11}" for k in keys))
+    for row, figs in results.items():
+        print(f"{row:<18}" + "".join(f"{statistics.median(f[k] for f in figs):>11.2f}" for k in keys))
+    for launcher, _ in rows[::2] if a.no_spare else []:
+        with_, without = results[launcher], results[f"{launcher} no-spare"]
+        ratio = statistics.median(f["first_step"] for f in without) / statistics.median(f["first_step"] for f in with_)
+        print(f"# {launcher}: first step without a spare / with one = {ratio:.2f}x")
     print(f"# load average now: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
@@ -195,6 +209,9 @@ def main() -> int:
                    help="the supervisor's restart only, 2x2, split into detect, teardown, health gate, step start, "
                         "import, rendezvous, first line and first step, for each of --launchers")
     p.add_argument("--launchers", default="srun,torchrun,mpirun")
+    p.add_argument("--no-spare", action="store_true",
+                   help="with --parts: beside each launcher's spare restart, the same loss with no spare and "
+                        "--min-nodes (the job goes on on 2 of 3 nodes), and the ratio of their first steps")
     p.add_argument("--quick", action="store_true",
                    help="the table in minutes: one round of both paths (the default), the fault after step 20")
     a = p.parse_args()
