@@ -88,3 +88,14 @@ def test_list_last_is_the_job_submitted_last_even_once_it_left_the_queue(clean_u
     done = "JobId=17 JobName=w2 JobState=COMPLETED Reason=None Restarts=0 ExitCode=0:0 RunTime=00:00:27 NodeList=node1\n"
     sched = SlurmScheduler(runner=FakeRunner(responses={"scontrol": done}))
     assert [(st.job_id, st.state) for st in _last(sched, "slurm", [])] == [("17", "COMPLETED")]
+
+
+def test_slurmstepds_line_is_no_ranks() -> None:
+    """Recorded in an srun job's slurm.out at its time limit: slurmstepd's line behind task 0's label was filed
+    under rank 0 (``logs --rank 0``, the verdict's evidence)."""
+    from torchhpc.jobdir.logs import parse_line
+
+    line = "0: slurmstepd-node1: error: *** STEP 4.0 ON node1 CANCELLED AT 2026-12-02T03:08:46 DUE TO TIME LIMIT ***"
+    for launcher in ("srun", "torchrun"):
+        assert parse_line(line, launcher, 1).rank is None, launcher
+    assert parse_line("0: step 3", "srun", 1).rank == 0

@@ -106,7 +106,9 @@ def parse_line(line: str, launcher: str = "srun", nproc_per_node: int = 1) -> Li
     parse = LAUNCHERS[launcher].parse_tag if launcher in LAUNCHERS else None
     tag = parse(line, nproc_per_node) if parse else None
     if tag is not None:
-        return Line(*tag)
+        found = Line(*tag)
+        # slurmstepd's own words (CANCELLED ... DUE TO TIME LIMIT) come through task 0's stream behind its label
+        return Line(None, found.text) if found.text.startswith("slurmstepd") else found
     m = _LOCAL.match(line)
     return Line(int(m.group(1)), line[m.end():]) if m else Line(None, line)
 
