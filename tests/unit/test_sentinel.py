@@ -53,3 +53,13 @@ def test_stopping_an_attempt_leaves_the_watch_running() -> None:
     while not any(argv[0] == "scancel" for argv, _ in runner.calls) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert [argv for argv, _ in runner.calls if argv[0] == "scancel"] == [["scancel", "--signal=KILL", "7.0", "7.2"]]
+
+
+def test_the_verdict_of_a_lost_batch_host_says_so(tmp_path: Path) -> None:
+    from torchhpc.diagnose.verdict import Evidence, diagnose
+    from torchhpc.jobdir.attempts import load_attempts
+
+    batch_host_lost(str(tmp_path), "node1", 0, lambda: None, clock=lambda: 100.0)
+    v = diagnose(Evidence(state="NODE_FAIL", exit_code=80, attempts=load_attempts(str(tmp_path)), job="slurm:5"))
+    assert v.klass == "node-failure" and v.summary.startswith("the batch host node1, where the supervisor ran"), v
+    assert "--exclude node1" in v.next_step, v

@@ -279,6 +279,9 @@ def node_failure_words(attempts: Sequence[Mapping[str, object]]) -> Optional[tup
     if last.get("class") != "node-failure" or not lost:
         return None
     detail = str(last.get("detail") or "")
-    said = detail if "batch host" in detail else f"{', '.join(lost)} lost ({detail or 'stopped answering'})"
+    if last.get("batch_host"):  # the supervisor's own node: its watch on another node ended the job
+        return (f"{detail} (the supervisor's watch, attempts.json)",
+                f"submit it again; it runs without {', '.join(lost)} if you add --exclude {','.join(lost)}")
+    said = f"{', '.join(lost)} lost ({detail or 'stopped answering'})"
     return (f"{said}; no restart left on healthy nodes (the supervisor's attempts.json)",
             f"rerun with --exclude {','.join(lost)}, or more --spares (with --requeue, torchhpc excludes them itself)")
