@@ -14,6 +14,7 @@ kind's rules first:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields, replace
 from typing import Optional
 
@@ -116,18 +117,34 @@ def read_back(ev: Evidence) -> Verdict:
     tasks = _tasks(ev)
     if not tasks:
         return _one(ev)
-    verdicts = tuple((t, _one(e)) for t, e in tasks)
-    failed = [v for _t, v in verdicts if not v.ok]
-    base = failed[0] if failed else Verdict("none", f"no failure: every task completed ({len(verdicts)})", None, (),
-                                            "")
-    own = {f.name: getattr(base, f.name) for f in fields(Verdict)}
-    own.update(job=ev.job, state=ev.state, exit_code=ev.exit_code)
-    return TaskVerdicts(**own, tasks=verdicts)
+    return _of_tasks(ev, tuple((t, _one(e)) for t, e in tasks))
 
 
 def diagnose_job(scheduler: object, name: str, job_id: str) -> Verdict:
-    """Gather a job's evidence and read it back by its kind: what every command that shows a verdict calls."""
-    return read_back(gather(scheduler, name, job_id))
+    """Gather a job's evidence and read it back by its kind: what every command that shows a verdict calls.
+    An array whose tasks are jobs of their own (Slurm ``7_2``, PBS ``7[2]``) gets each task's verdict, from
+    that task's own evidence."""
+    ev = gather(scheduler, name, job_id)
+    try:
+        tasks = list(scheduler.status(job_id).tasks)  # type: ignore[attr-defined]
+    except Exception:  # the verdict works from what it has
+        tasks = []
+    if not tasks:
+        return read_back(ev)
+    verdicts: list[tuple[int, Verdict]] = []
+    for t in tasks:
+        m = re.search(r"_(\d+)$|\[(\d+)\]", t.job_id)  # Slurm's 7_2, PBS's 7[2].server
+        index = int(m.group(1) or m.group(2)) if m else len(verdicts)
+        verdicts.append((index, read_back(gather(scheduler, name, t.job_id))))
+    return _of_tasks(ev, tuple(verdicts))
+
+
+def _of_tasks(ev: Evidence, verdicts: tuple[tuple[int, Verdict], ...]) -> TaskVerdicts:
+    failed = [v for _t, v in verdicts if not v.ok]
+    base = failed[0] if failed else Verdict("none", f"no failure: every task completed ({len(verdicts)})", None, (), "")
+    own = {f.name: getattr(base, f.name) for f in fields(Verdict)}
+    own.update(job=ev.job, state=ev.state, exit_code=ev.exit_code)
+    return TaskVerdicts(**own, tasks=verdicts)
 
 
 def printable(v: Verdict) -> Optional[str]:
