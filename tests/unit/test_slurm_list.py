@@ -99,3 +99,14 @@ def test_slurmstepds_line_is_no_ranks() -> None:
     for launcher in ("srun", "torchrun"):
         assert parse_line(line, launcher, 1).rank is None, launcher
     assert parse_line("0: step 3", "srun", 1).rank == 0
+
+
+def test_events_of_a_requeued_job_say_how_its_earlier_run_is_counted() -> None:
+    from torchhpc.diagnose.events import timeline
+    from torchhpc.schedulers.slurm.times import times_from_sacct
+
+    t = times_from_sacct(REQUEUED, "14")
+    assert t is not None
+    tl = timeline("slurm:14", t, [], now=2e9)
+    assert [e.kind for e in tl.events][:2] == ["submit", "pending"], tl.events
+    assert any(n.startswith("requeued 1 time: the account counts its earlier run as queue time") for n in tl.notes), tl.notes

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import torchhpc.diagnose.flight as flight
 import torchhpc.diagnose.hang as hang
-from torchhpc.core.units import plural
+from torchhpc.core.units import counted, plural
 from torchhpc.diagnose.account import Account, account, duration
 from torchhpc.jobdir.attempts import ATTEMPTS_FILE, load_attempts
 from torchhpc.jobdir.endmark import read_end
@@ -238,6 +238,10 @@ def timeline(job: str, times: JobTimes, attempts: Sequence[Mapping[str, Any]], *
         state = times.state or (end_mark[1] if end_mark else "")
         events.append(Event(stop, "end", f"{state}" + (f", exit {code}" if code is not None else "")))
     runs: Sequence[Mapping[str, Any]] = attempts
+    requeues = sum(1 for _t, why in times.reasons if why.startswith("requeued:"))  # the scheduler's earlier runs
+    if requeues and not attempts:
+        notes.append(f"requeued {counted(requeues, 'time')}: the account counts its earlier "
+                     f"{plural(requeues, 'run')} as queue time (per-run accounting needs --max-restarts or --spares)")
     if not attempts:
         notes.append("one attempt, not supervised (no --max-restarts or --spares): when its first line came is not "
                      "recorded, so start-up is counted as productive")
