@@ -31,3 +31,18 @@ def test_background_is_refused_on_slurm_not_silently_taken(capsys: pytest.Captur
     assert main(["run", "--scheduler", "slurm", "--background", "--dry-run", "train.py"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("Error: --background: a slurm job runs in the background already"), err
+
+
+@pytest.mark.parametrize(("given", "seconds"), [("300", 300), ("300s", 300), ("5m", 300), ("1h30m", 5400),
+                                                ("00:05:00", 300)])
+def test_signal_before_takes_a_duration(given: str, seconds: int) -> None:
+    """Issue 70's docs list: `--signal-before 5m` got argparse's "invalid int value"."""
+    from torchhpc.core.units import parse_seconds
+
+    assert parse_seconds(given) == seconds
+
+
+def test_signal_before_5m_renders_300_seconds(clean_user_env: None, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--scheduler", "slurm", "--time", "02:00:00", "--signal-before", "5m", "--dry-run",
+                 "examples/pi.py"]) == 0
+    assert "#SBATCH --signal=B:USR2@300" in capsys.readouterr().out

@@ -39,6 +39,17 @@ def exclude_nodes(value: str) -> str:
     return ",".join(names)
 
 
+def _lead_time(value: str) -> int:
+    """``--signal-before 300`` as well as ``5m`` or ``00:05:00`` (core/units.py), never argparse's "invalid int"."""
+    from torchhpc.core.units import parse_seconds
+    from torchhpc.errors import SpecError
+
+    try:
+        return parse_seconds(value, "")
+    except SpecError as e:
+        raise argparse.ArgumentTypeError(f"{e.message.strip()} ({e.hint})") from None
+
+
 class _ExcludeAction(argparse.Action):
     """``--exclude X`` is ``--opt exclude=X`` (Slurm's --exclude), with ``@FILE`` read at parse time."""
 
@@ -84,7 +95,7 @@ def add_job_arguments(p: argparse.ArgumentParser, *, program: bool = True) -> No
     r.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE", help="scheduler option (torchhpc options SCHEDULER lists them)")
     r.add_argument("--network", default=None, help="network preset (tcp, infiniband, roce, lumi-slingshot, debug) or auto")
     n = p.add_argument_group("nothing lost (slurm)")
-    n.add_argument("--signal-before", type=int, default=None, metavar="SECONDS",
+    n.add_argument("--signal-before", type=_lead_time, default=None, metavar="SECONDS",
                    help="ask ranks to checkpoint and stop this long before the time limit (default min(300, limit/2); 0: off)")
     n.add_argument("--requeue", action="store_true", help="after a time-limit or preemption stop, requeue the job")
     n.add_argument("--max-requeues", type=int, default=3, help="cap on time-limit requeues (preemptions are not capped)")

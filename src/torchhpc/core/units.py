@@ -7,7 +7,7 @@ import re
 
 from torchhpc.errors import SpecError
 
-__all__ = ["counted", "format_bytes", "format_walltime", "parse_size", "parse_walltime", "plural"]
+__all__ = ["counted", "format_bytes", "format_walltime", "parse_seconds", "parse_size", "parse_walltime", "plural"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(i?B?)?\s*$", re.IGNORECASE)
 _POW = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
@@ -76,6 +76,22 @@ def parse_walltime(text: str | int, source: str = "time") -> int:
     if total <= 0:
         raise SpecError(f"{source}={text!r} must be positive", hint)
     return total
+
+
+def parse_seconds(text: str | int, source: str = "seconds") -> int:
+    """A lead time in seconds: ``300``, ``300s``, ``5m``, ``1h``, ``1h30m``, or ``HH:MM:SS`` (a bare number is
+    seconds here, unlike a wall time's minutes: ``--signal-before 300``)."""
+    if isinstance(text, int):
+        return text
+    s = str(text).strip().lower()
+    if re.fullmatch(r"\d+:\d\d:\d\d", s):
+        h, mi, sec = (int(x) for x in s.split(":"))
+        return h * 3600 + mi * 60 + sec
+    found = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?", s)
+    if not s or found is None or not any(found.groups()):
+        raise SpecError(f"{source} {text!r} is not a number of seconds", "write 300, 300s, 5m, 1h30m or 00:05:00")
+    h, mi, sec = (int(x or 0) for x in found.groups())
+    return h * 3600 + mi * 60 + sec
 
 
 def format_walltime(seconds: int) -> str:
