@@ -188,3 +188,104 @@ def test_every_command_answers_every_kind(jobs: Jobs, kind: str, command: str) -
 def test_logs_of_a_rank_the_job_has_not_is_an_error(jobs: Jobs, kind: str) -> None:
     done = jobs.cli("logs", jobs.handles[kind], "--rank", "7")
     assert done.returncode == 2 and done.stderr.startswith("Error: ") and "HINT: " in done.stderr, (kind, done.stderr)
+
+
+# --- the same contract on the dev cluster (Slurm: srun launcher; every kind a real sbatch job) ---------
+
+SLURM_KINDS: dict[str, tuple[int, int, bool]] = {
+    "plain, completed": (2, 0, True),
+    "plain, failed": (2, 3, True),
+    "array task": (1, 1, True),
+    "sweep task": (1, 1, True),
+    "restarted, completed": (2, 0, True),
+    "cancelled": (1, 143, True),
+    "never started": (1, -1, False),  # its code is whatever the record says, the same everywhere
+    "pipeline step": (1, 5, True),
+}
+
+
+@pytest.fixture(scope="module")
+def slurm_jobs(slurm_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Jobs:
+    j = Jobs(tmp_path_factory.mktemp("slurm-kinds"))
+    j.env = {**slurm_cluster.client_env(), "HOME": str(j.root), "TORCHHPC_STATE_DIR": str(j.root / "state")}
+    j.env.pop("TORCHHPC_SCHEDULER", None)
+    base = ["--scheduler", "slurm", "--launcher", "srun", "--output-dir", str(j.root / "out")]
+
+    def sub(*args: str) -> str:
+        done = j.cli("run", *base, *args)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return re.search(r"Submitted (slurm:\d+)", done.stdout).group(1)  # type: ignore[union-attr]
+
+    j.handles["plain, completed"] = sub("-N", "1", "--nproc-per-node", "2", j.py("ok.py", "print('hello')\n"))
+    j.handles["plain, failed"] = sub("-N", "1", "--nproc-per-node", "2", j.py("fail.py", "import os, sys\n"
+                                     "sys.exit(3) if os.environ['RANK'] == '1' else None\n"))
+    j.handles["array task"] = sub("--array", "0-1", j.py("task.py", "import os\n"
+                                  "if os.environ['TORCHHPC_ARRAY_INDEX'] == '0':\n    raise ValueError('bad')\n"))
+    j.py("task_x.py", "import sys\nif sys.argv[1] == '0':\n    raise ValueError('bad x')\n")
+    sweep = j.cli("sweep", *base[:4], "--grid", "x=0,1", "--output-dir", str(j.root / "sw"), "--", "task_x.py", "{x}")
+    assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+    j.handles["sweep task"] = json.loads((j.root / "sw" / "sweep.json").read_text())["handle"]
+    j.handles["restarted, completed"] = sub("-N", "1", "--nproc-per-node", "2", "--max-restarts", "1", "--hang-timeout",
+                                            "10", j.py("restart.py", (
+                                                "import os, time\nprint('attempt', os.environ['TORCHHPC_RESTART_COUNT'], "
+                                                "flush=True)\nif os.environ['TORCHHPC_RESTART_COUNT'] == '0':\n"
+                                                "    time.sleep(600)\n")))
+    cancelled = sub("-N", "1", j.py("sleep.py", "import time\nprint('up', flush=True)\ntime.sleep(600)\n"))
+    j.handles["cancelled"] = cancelled
+    j.handles["never started"] = sub("--after-ok", j.handles["plain, failed"], "ok.py")
+    (j.root / "p.toml").write_text('[defaults]\nscheduler = "slurm"\nlauncher = "srun"\n'
+                                   '[steps.a]\nprogram = ["ok.py"]\n[steps.b]\nprogram = ["five.py"]\nafter_ok = ["a"]\n')
+    j.py("five.py", "raise SystemExit(5)\n")
+    pipe = j.cli("pipeline", "p.toml")
+    assert pipe.returncode == 0, pipe.stdout + pipe.stderr
+    steps = _strict(j.cli("pipeline", "status", "p.toml", "--json").stdout)["steps"]
+    j.handles["pipeline step"] = next(s["handle"] for s in steps if s["step"] == "b")
+    deadline = time.monotonic() + 120
+    while "RUNNING" not in j.cli("status", cancelled).stdout and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert j.cli("cancel", cancelled).returncode == 0
+    for handle in j.handles.values():
+        j.cli("wait", handle, "--timeout", "300", timeout=360)
+    return j
+
+
+@pytest.mark.cluster("slurm")
+@pytest.mark.parametrize("kind", list(SLURM_KINDS))
+def test_one_code_everywhere_on_slurm(slurm_jobs: Jobs, kind: str) -> None:
+    handle = slurm_jobs.handles[kind]
+    _world, code, _ran = SLURM_KINDS[kind]
+    status, end, diag = _record(slurm_jobs, handle)
+    waited = slurm_jobs.cli("wait", handle, "--timeout", "60")
+    got = (waited.returncode, status["exit_code"] or 0, end if end is not None else 0, diag["exit_code"] or 0)
+    assert len(set(got)) == 1 and (code < 0 or got[0] == code), (kind, got, waited.stderr, status, diag)
+
+
+@pytest.mark.cluster("slurm")
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("kind", list(SLURM_KINDS))
+def test_every_command_answers_every_kind_on_slurm(slurm_jobs: Jobs, kind: str, command: str) -> None:
+    handle = slurm_jobs.handles[kind]
+    argv = {"status": ["status", "--json", handle], "wait": ["wait", "--timeout", "60", handle],
+            "logs": ["logs", handle], "diagnose": ["diagnose", "--json", handle],
+            "events": ["events", "--json", handle], "top": ["top", "--once", "--json", handle],
+            "list": ["list", "-s", "slurm", "--json"]}[command]
+    done = slurm_jobs.cli(*argv)
+    assert "Traceback" not in done.stderr + ("" if command == "logs" else done.stdout), (kind, command, done.stderr)
+    if "--json" in argv:
+        _strict(done.stdout)
+
+
+@pytest.mark.cluster("slurm")
+@pytest.mark.parametrize("kind", list(SLURM_KINDS))
+def test_the_verdict_names_only_what_was_on_slurm(slurm_jobs: Jobs, kind: str) -> None:
+    world, code, ran = SLURM_KINDS[kind]
+    diag = _strict(slurm_jobs.cli("diagnose", "--json", slurm_jobs.handles[kind]).stdout)
+    for v in [diag, *diag.get("tasks", [])]:
+        ranks = [*v["consequences"], *v["alike"], *([v["first"]["rank"]] if v["first"] and v["first"]["rank"] >= 0 else [])]
+        assert all(0 <= r < world for r in ranks), (kind, v)
+    if code == 0:
+        assert diag["class"] == "none", diag
+    elif not ran:
+        assert diag["first"] is None and diag["consequences"] == [], diag
+    else:
+        assert diag["class"] != "none", diag
