@@ -293,3 +293,11 @@ def test_events_of_a_failed_job_say_so_once_and_qualify_its_ettr(tmp_path: Path)
     lines = text.splitlines()
     assert "state now" not in text and sum("FAILED" in ln for ln in lines[:-1]) == 1, text  # the end row only
     assert lines[-1].endswith("(the job ended FAILED: its work counts only as far as it checkpointed)"), lines[-1]
+
+
+def test_no_seed_number_in_what_users_see() -> None:
+    """Our source documents are "seeds" among ourselves; a user reads the guide's name (issue 69)."""
+    import re
+
+    for path in (REPO / "src" / "torchhpc").rglob("*.py"):
+        assert not re.search(r"seed 00\d", path.read_text()), path

@@ -142,7 +142,7 @@ def check_stack(ctx: Context, limits: Callable[[int], tuple[int, int]] = resourc
     soft, _hard = limits(resource.RLIMIT_STACK)
     detail = f"ulimit -s = {_limit_text(soft)}"
     if soft != resource.RLIM_INFINITY and soft < 8 * MiB:
-        return Check("stack", "warn", detail, "NGC containers expect 64 MiB (docker --ulimit stack=67108864, seed 000)")
+        return Check("stack", "warn", detail, "NGC containers expect 64 MiB (docker --ulimit stack=67108864, the MareNostrum5 guide)")
     return Check("stack", "pass", detail)
 
 
@@ -195,7 +195,7 @@ def check_pip_torch(ctx: Context) -> Check:
     if venv and (location.startswith(os.path.realpath(venv)) or location.startswith(venv)):
         return Check("pip-torch", "pass", f"torch {version} belongs to this venv ({venv})")
     hint = ("pin it: `pip list --format=freeze | grep -i '^torch' > /tmp/c.txt; export PIP_CONSTRAINT=/tmp/c.txt` "
-            "(seed 001's constraints file)")
+            "(the GPU-containers guide's constraints file)")
     if venv:
         return Check("pip-torch", "warn",
                      f"torch {version} comes from outside the venv ({location}); a pip install that needs "

@@ -58,8 +58,8 @@ PRESETS: dict[str, Preset] = {
             (
                 ("NCCL_IB_DISABLE", "1", "do not even probe InfiniBand/RoCE devices"),
                 ("NCCL_NET", "Socket", "use NCCL's socket transport, never a plugin"),
-                ("NCCL_SOCKET_NTHREADS", "4", "more CPU threads per connection (seed 004; NCCL allows up to 16)"),
-                ("NCCL_NSOCKS_PERTHREAD", "8", "more sockets per thread to fill fast links (seed 004; threads x socks <= 64)"),
+                ("NCCL_SOCKET_NTHREADS", "4", "more CPU threads per connection (the EPFL RCP guide; NCCL allows up to 16)"),
+                ("NCCL_NSOCKS_PERTHREAD", "8", "more sockets per thread to fill fast links (the EPFL RCP guide; threads x socks <= 64)"),
             ),
         ),
         Preset(
@@ -73,22 +73,22 @@ PRESETS: dict[str, Preset] = {
         ),
         Preset(
             "roce",
-            "RoCE v2 over ConnectX (EPFL RCP, seed 004): IB verbs on Ethernet with the right GID.",
+            "RoCE v2 over ConnectX (EPFL RCP, the EPFL RCP guide): IB verbs on Ethernet with the right GID.",
             (
                 ("NCCL_IB_DISABLE", "0", "allow the IB transport, which is what RoCE uses"),
-                ("NCCL_IB_HCA", "mlx5", "ConnectX devices (seed 004); `net detect` narrows it to the active ports"),
+                ("NCCL_IB_HCA", "mlx5", "ConnectX devices (the EPFL RCP guide); `net detect` narrows it to the active ports"),
                 ("NCCL_IB_ROCE_VERSION_NUM", "2", "RoCE v2 (routable UDP); NCCL >= 2.21 then picks the GID itself"),
-                ("NCCL_IB_ADDR_FAMILY", "AF_INET", "the IPv4-mapped GID, as seed 004's grep for ::ffff: does"),
-                ("NCCL_SOCKET_NTHREADS", "4", "seed 004's socket tuning for the bootstrap/fallback path"),
-                ("NCCL_NSOCKS_PERTHREAD", "8", "seed 004's socket tuning"),
+                ("NCCL_IB_ADDR_FAMILY", "AF_INET", "the IPv4-mapped GID, as the EPFL RCP guide's grep for ::ffff: does"),
+                ("NCCL_SOCKET_NTHREADS", "4", "the EPFL RCP guide's socket tuning for the bootstrap/fallback path"),
+                ("NCCL_NSOCKS_PERTHREAD", "8", "the EPFL RCP guide's socket tuning"),
             ),
         ),
         Preset(
             "lumi-slingshot",
-            "LUMI: AMD MI250X GCDs on HPE Slingshot-11 (seed 002); RCCL reads NCCL_* names.",
+            "LUMI: AMD MI250X GCDs on HPE Slingshot-11 (LUMI's guide); RCCL reads NCCL_* names.",
             (
-                ("NCCL_SOCKET_IFNAME", "hsn0,hsn1,hsn2,hsn3", "the four Slingshot rails, never the management network nmn0 (seed 002)"),
-                ("NCCL_NET_GDR_LEVEL", "3", "GPU-direct RDMA up to the host bridge (seed 002; RCCL default from ROCm 6.2)"),
+                ("NCCL_SOCKET_IFNAME", "hsn0,hsn1,hsn2,hsn3", "the four Slingshot rails, never the management network nmn0 (LUMI's guide)"),
+                ("NCCL_NET_GDR_LEVEL", "3", "GPU-direct RDMA up to the host bridge (LUMI's guide; RCCL default from ROCm 6.2)"),
                 ("GLOO_SOCKET_IFNAME", "hsn0", "gloo takes exact names; hsn0 reaches every node"),
             ),
         ),

@@ -337,7 +337,7 @@ def _gdr(inv: Inventory, det: Detection) -> None:
     hsn = any(i.name.startswith("hsn") for i in inv.interfaces)
     if inv.gpu_kind == "amd" and hsn:
         det.choices.append(
-            Choice("NCCL_NET_GDR_LEVEL", "3", "AMD GPUs on Slingshot: GPU-direct RDMA up to the host bridge (seed 002; default from ROCm 6.2)")
+            Choice("NCCL_NET_GDR_LEVEL", "3", "AMD GPUs on Slingshot: GPU-direct RDMA up to the host bridge (LUMI's guide; default from ROCm 6.2)")
         )
     elif inv.gpu_kind == "nvidia" and any(p.active for p in inv.ib_ports):
         if inv.peermem:
