@@ -46,3 +46,10 @@ def test_signal_before_5m_renders_300_seconds(clean_user_env: None, capsys: pyte
     assert main(["run", "--scheduler", "slurm", "--time", "02:00:00", "--signal-before", "5m", "--dry-run",
                  "examples/pi.py"]) == 0
     assert "#SBATCH --signal=B:USR2@300" in capsys.readouterr().out
+
+
+def test_slurms_min_max_node_count_is_said_in_torchhpcs_terms(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "--scheduler", "slurm", "--nodes", "2-4", "train.py"])
+    err = capsys.readouterr().err.splitlines()[0]
+    assert err.startswith("Error: torchhpc run: --nodes '2-4' is Slurm's min-max node count") and "--nodes 4" in err, err

@@ -50,6 +50,21 @@ def _lead_time(value: str) -> int:
         raise argparse.ArgumentTypeError(f"{e.message.strip()} ({e.hint})") from None
 
 
+def _node_count(value: str) -> int:
+    """``--nodes N``; Slurm's ``MIN-MAX`` (``--nodes 2-4``) said in torchhpc's terms, not as "not a whole number"."""
+    import re
+
+    m = re.fullmatch(r"(\d+)-(\d+)", value.strip())
+    if m:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is Slurm's min-max node count; torchhpc asks for a fixed count: --nodes {m.group(2)} "
+            f"(with --min-nodes {m.group(1)}, a supervised job goes on with that many after losing nodes)")
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+
+
 class _ExcludeAction(argparse.Action):
     """``--exclude X`` is ``--opt exclude=X`` (Slurm's --exclude), with ``@FILE`` read at parse time."""
 
@@ -64,7 +79,7 @@ def add_job_arguments(p: argparse.ArgumentParser, *, program: bool = True) -> No
     g.add_argument("-s", "--scheduler", default=None, help="local (default), slurm, pbs, kubernetes, runai [TORCHHPC_SCHEDULER]")
     g.add_argument("--profile", default=None, help="site profile (torchhpc profiles list) [TORCHHPC_PROFILE]")
     g.add_argument("--launcher", default=None, choices=LAUNCHERS, help="torchrun (one task per node, default), srun (one task per process), mpirun")
-    g.add_argument("-N", "--nodes", type=int, default=None, help="number of nodes (default 1)")
+    g.add_argument("-N", "--nodes", type=_node_count, default=None, help="number of nodes (default 1)")
     g.add_argument("--nproc-per-node", type=int, default=None, help="processes (ranks) per node (default: GPUs per node, else 1)")
     g.add_argument("-n", type=int, default=None, dest="nproc_short", metavar="N",
                    help="processes per node on one node; with --nodes > 1 say --nproc-per-node or --ntasks")

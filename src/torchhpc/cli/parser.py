@@ -141,8 +141,9 @@ _BAD_VALUE = re.compile(r"^argument (?P<flag>[^:]+): invalid (?P<kind>int|float)
 def _plain_value(message: str) -> str:
     """argparse's "argument -n: invalid int value: 'two'" in the CLI's own words: "-n 'two' is not a whole number"."""
     m = _BAD_VALUE.match(message)
-    if not m:
-        return message
+    if not m:  # a type's own words about the value ('2-4' is Slurm's min-max...): the flag, then them
+        own = re.match(r"^argument (?P<flag>[^:]+): (?P<rest>'.*)$", message)
+        return f"{own.group('flag').split('/')[-1]} {own.group('rest')}" if own else message
     what = "a whole number" if m.group("kind") == "int" else "a number"
     return f"{m.group('flag').split('/')[-1]} {m.group('value')} is not {what}"
 

@@ -76,6 +76,11 @@ def _value(key: str, value: Any, action: argparse.Action) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{key} = {value!r} is not a whole number")
         return value
+    if callable(action.type) and action.type is not str:  # a flag's own parser (--nodes 2-4, --signal-before 5m)
+        try:
+            return action.type(_scalar(key, value))
+        except argparse.ArgumentTypeError as e:
+            raise ValueError(f"{key} = {e}") from None
     text = _scalar(key, value)
     if action.choices is not None and text not in action.choices:
         raise ValueError(f"{key} = {text!r} is not one of: {', '.join(map(str, action.choices))}")
