@@ -400,6 +400,6 @@ def test_stop_file_before_walltime_runs_in_bash(tmp_path: Path) -> None:
     r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "time-limit" in r.stdout and "ranks saw the stop file" in r.stdout
-    assert (tmp_path / ".torchhpc-stop-4711").exists()
+    assert not (tmp_path / ".torchhpc-stop-4711").exists()  # the stop protocol's files end with the job (endmark.py)
     with pytest.raises(SpecError, match="--requeue"):
         PBSScheduler(runner=FakeRunner()).render(spec(time="10", requeue=True))

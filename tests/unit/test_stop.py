@@ -244,6 +244,8 @@ def test_time_limit_requeues_are_capped_and_unfinished_work_ends_85(tmp_path: Pa
     rc, text, requeues = _run_script(tmp_path, "SIGUSR2", timeouts=1)
     assert requeues == "" and "not requeuing: --max-requeues 1 used up" in text, text
     assert rc == 85 and "its work is unfinished (exit 85, time-limit)" in text, text
+    # the job has ended: its stop file, a rank's word that it took it and its count are gone (one directory per job)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.name.startswith((".torchhpc-stop", ".torchhpc-timeouts"))) == [], text
 
 
 def test_preemption_requeues_uncapped_even_when_the_step_exits_nonzero(tmp_path: Path) -> None:

@@ -99,6 +99,9 @@ def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True,
     says CANCELLED; off where the stop protocol traps SIGTERM itself. A requeue from the script
     sets ``_torchhpc_end_state=REQUEUED``: no marker, the job goes on. SIGKILL leaves none: the
     client learns that end from the scheduler, at its next (backed-off) question.
+    At the job's end (not a requeue from its script) the stop protocol's files beside the job directories go
+    with it, where the script has the protocol (``cancel_trap`` off: it traps SIGTERM itself): ``$TORCHHPC_STOP_FILE``, its ``.taken`` and the time-limit count (docs/logs.md: one directory
+    per job, nothing left in ``--output-dir``).
     ``own_code_files``: shell words naming the batch output (the first that exists is read) where the
     launcher reported its ranks' ends. Its status hides the failed rank's own code: srun exits with its
     tasks' highest status, so once ``--kill-on-bad-exit`` has stopped the others with SIGTERM a rank's
@@ -135,6 +138,11 @@ def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True,
         "  set +eu",
         f"  _d={dir_words}",
         '  if [ "$_s" = REQUEUED ]; then return 0; fi',
+        *([] if cancel_trap else [  # the stop protocol's: its files (the request, a rank's word, the count) end here
+            "  # the stop protocol's files (stop request, a rank's word it took it, the time-limit count) end with the job",
+            '  rm -f -- ${TORCHHPC_STOP_FILE:+"$TORCHHPC_STOP_FILE" "$TORCHHPC_STOP_FILE.taken"}'
+            ' ${_torchhpc_timeouts_file:+"$_torchhpc_timeouts_file"} 2>/dev/null',
+        ]),
         '  case ${_torchhpc_stop_reason:-} in ended-by-slurm|terminated) _s=CANCELLED ;; esac',
         *failed,
         '  if [ -d "$_d" ]; then',
