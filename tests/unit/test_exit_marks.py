@@ -136,3 +136,22 @@ def test_a_rank_that_did_not_return_cleanly_leaves_the_hang_watch_as_it_was(
         mark(tmp_path, 1, 2, t, last)
     v = watch.check("RUNNING", now=t + 40)
     assert v is not None and acted == ["restart"] and v.at_exit == () and v.culprits == (1,)
+
+
+def test_the_batch_supervisor_completes_an_attempt_whose_rank_hangs_at_exit(tmp_path: Path) -> None:
+    """The in-allocation supervisor's watch (supervisor/loop.py, as in the resume-idiom test on Slurm): the
+    rank's program returned, then it blocks in an atexit handler. The attempt ends a success, its detail the
+    hang-at-exit line. A real rank process with the real boot; no scheduler is stood in for (the local one)."""
+    from torchhpc.supervisor.attempts import load_attempts
+    from torchhpc.supervisor.loop import Options, Supervisor
+
+    code = "import atexit, time\\ndef late():\\n    time.sleep(120)\\natexit.register(late)\\nprint(1)"
+    step = (f"() {{ RANK=0 WORLD_SIZE=1 TORCHELASTIC_RUN_ID=local- TORCHHPC_JOB_DIR={tmp_path} "
+            f"PYTHONPATH={boot_pythonpath(dict(os.environ))} exec {sys.executable} -c $'{code}'; }}")
+    env = {"PATH": os.environ["PATH"], "BASH_FUNC__torchhpc_step%%": step}
+    opts = Options(job_dir=str(tmp_path), nodes=1, nproc_per_node=1, launcher="srun", hang_timeout=0.5,
+                   probe_every=60.0, scheduler="local")
+    assert Supervisor(opts, env=env).run() == 0
+    [attempt] = load_attempts(str(tmp_path))
+    assert attempt["class"] is None, attempt
+    assert attempt["detail"].startswith("rank 0 stopped ") and "after its program ended: late (" in attempt["detail"], attempt
