@@ -14,16 +14,26 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.cli_run import torchhpc
-from tests.integration.conftest import SlurmClient
+from tests.integration.conftest import OWN_FIRST_JOB_ID, SlurmClient, cluster_of_its_own
 from tests.integration.test_resilience import devcluster
+from torchhpc.devcluster import ClusterState
 
 pytestmark = pytest.mark.cluster("slurm")
+
+
+@pytest.fixture(scope="module")
+def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]:
+    """This module's 4-node cluster, its job ids apart from test_resilience's own cluster's (a worker may run
+    both modules: no ``slurm:N`` record of the run names two jobs)."""
+    with cluster_of_its_own(tmp_path_factory, "bhost", 4, OWN_FIRST_JOB_ID + 60000) as state:
+        yield state
 
 SLEEPY = "import time\nprint('start', flush=True)\ntime.sleep(600)\n"
 
