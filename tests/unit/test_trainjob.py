@@ -234,6 +234,7 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "--after-ok": ({"after": (Dependency("ok", "train-1"),)}, "cannot hold a job until another ends"),
     "--requeue": ({"requeue": True}, "cannot requeue"),
     "--spares": ({"spares": 1}, "--spares 1"),
+    "--min-nodes": ({"nodes": 3, "min_nodes": 2, "max_restarts": 1}, "--min-nodes 2"),
     "--signal-before": ({"signal_before": 60, "time": "1:00:00"}, "no TrainJob equivalent"),
     "--container-env": ({"container": ContainerSpec(image="reg/c:2", runtime="docker", env=("HOME",))},
                         "inherits nothing"),
@@ -275,7 +276,7 @@ def test_mapping_table_is_complete_and_documented() -> None:
         "cpus_per_gpu": "--cpus-per-gpu", "mem": "--mem", "time": "--time", "name": "--name", "env": "--env",
         "launcher": "--launcher", "container": "--container", "options": "api", "network": "--network",
         "setup": "setup lines", "signal_before": "--signal-before", "requeue": "--requeue", "array": "--array",
-        "after": "--after-ok", "spares": "--spares", "max_restarts": "--max-restarts",
+        "after": "--after-ok", "spares": "--spares", "max_restarts": "--max-restarts", "min_nodes": "--min-nodes",
     }
     # hang_timeout: the watch of a client that follows the job (--wait), nothing in the manifest
     # max_no_progress, checkpoint_dir, on_restart_append: the in-allocation supervisor's, no manifest field
