@@ -36,8 +36,18 @@ from typing import Any
 
 from torchhpc.errors import ConfigError, TorchHPCError
 
-__all__ = ["CONFIG_KEYS", "Value", "as_given", "config_path", "flight_recorder_value", "hang_timeout_value", "load_config", "pick",
-           "pick_profile"]
+__all__ = [
+    "CONFIG_KEYS",
+    "Value",
+    "as_given",
+    "config_path",
+    "flight_recorder_value",
+    "hang_timeout_value",
+    "load_config",
+    "pick",
+    "pick_profile",
+    "serve_slurm",
+]
 
 CONFIG_KEYS: dict[str, str] = {
     "scheduler": "default scheduler: local, slurm, pbs, kubernetes or runai",
@@ -196,3 +206,21 @@ def as_given(v: Value, flag: str) -> Iterator[None]:
             e.message = e.message.replace(said, f"{flag.lstrip('-')} {v.value!r} (from {v.source})", 1)
         e.args = (e.message,)
         raise
+
+
+def _devcluster_env() -> dict[str, str] | None:
+    from torchhpc.devcluster import load_state
+
+    state = load_state()
+    return state.client_env() if state is not None else None
+
+
+def serve_slurm() -> None:
+    """Let a running dev cluster serve Slurm commands on a machine without a Slurm of its own: the CLI, the
+    Python API (``Job``, ``Executor``) and ``shell`` all take this one target (asked at the first command
+    only: a dry run probes nothing; a site's own slurm.conf always wins, schedulers/slurm/site.py)."""
+    from torchhpc.schedulers import SITE_ENV
+
+    providers = SITE_ENV.setdefault("slurm", [])
+    if _devcluster_env not in providers:
+        providers.append(_devcluster_env)

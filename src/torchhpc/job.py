@@ -156,6 +156,9 @@ class Job:
         profile: str | None = None,
         **fields: Any,
     ) -> None:
+        from torchhpc.config import serve_slurm
+
+        serve_slurm()  # the Slurm target the CLI takes: a running dev cluster where this machine has no Slurm
         self._given = {} if isinstance(program, JobSpec) else dict(fields)  # errors name these keywords
         if isinstance(program, JobSpec):
             self.spec = program

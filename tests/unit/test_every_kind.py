@@ -301,3 +301,14 @@ def test_no_seed_number_in_what_users_see() -> None:
 
     for path in (REPO / "src" / "torchhpc").rglob("*.py"):
         assert not re.search(r"seed 00\d", path.read_text()), path
+
+
+def test_the_python_api_takes_the_clis_slurm_target() -> None:
+    """Issue 70 item 7: Job() registers the dev-cluster provider the CLI registers, so Job.submit() and
+    Executor reach a running dev cluster as `torchhpc run --scheduler slurm` does (asked at the first command)."""
+    from torchhpc.config import _devcluster_env
+    from torchhpc.job import Job
+    from torchhpc.schedulers import SITE_ENV
+
+    Job(["examples/pi.py"], scheduler="slurm", nodes=1)
+    assert _devcluster_env in SITE_ENV.get("slurm", [])

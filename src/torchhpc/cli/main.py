@@ -186,21 +186,11 @@ def _os_error(e: OSError) -> TorchHPCError:
     return TorchHPCError(f"{path}: {what}" if path else what, hint)
 
 
-def _devcluster_env() -> dict[str, str] | None:
-    from torchhpc.devcluster import load_state
-
-    state = load_state()
-    return state.client_env() if state is not None else None
-
-
 def _use_devcluster() -> None:
-    """A running `torchhpc devcluster` serves Slurm commands on a machine without Slurm of its own
-    (asked only when a command runs: a dry run probes nothing)."""
-    from torchhpc.schedulers import SITE_ENV
+    """A running `torchhpc devcluster` serves Slurm commands on a machine without Slurm of its own."""
+    from torchhpc.config import serve_slurm
 
-    providers = SITE_ENV.setdefault("slurm", [])
-    if _devcluster_env not in providers:
-        providers.append(_devcluster_env)
+    serve_slurm()
 
 
 if __name__ == "__main__":

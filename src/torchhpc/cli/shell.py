@@ -53,5 +53,6 @@ def cmd_shell(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(join(argv))
         return 0
-    os.execvp(argv[0], argv)
+    env = getattr(sched.runner, "env", None)  # the target's SLURM_CONF (a dev cluster's), as run's commands get
+    os.execvpe(argv[0], argv, {**os.environ, **env} if env else dict(os.environ))
     return 0  # not reached
