@@ -157,3 +157,10 @@ def test_a_node_loss_with_no_spare_left_is_node_failure_in_the_supervisors_words
                               launcher="srun", job="slurm:1"))
         assert v.klass == "node-failure", (state, v.render())
         assert "node2 lost" in v.summary and "--exclude node2" in v.next_step, v.render()
+
+
+def test_the_hang_files_name_is_the_hang_watchs() -> None:
+    """slurm/ending.py repeats diagnose/hang.py's file name (diagnose sits above the schedulers): kept equal here."""
+    from torchhpc.diagnose.hang import HANG_FILE as WATCHS
+
+    assert HANG_FILE == WATCHS

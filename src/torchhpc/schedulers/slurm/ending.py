@@ -35,7 +35,7 @@ from torchhpc.core.exitcodes import exit_code_for
 from torchhpc.jobdir.endmark import EndMark, read_end
 from torchhpc.schedulers.api import TERMINAL
 
-__all__ = ["HANG_END_S", "SIGTERM_CODE", "one_ending"]
+__all__ = ["HANG_END_S", "HANG_FILE", "SIGTERM_CODE", "one_ending", "this_runs_mark"]
 
 SIGTERM_CODE = 128 + 15  # scancel's and the time limit's signal, as a shell reports it
 # The hang watch saves its diagnosis, then cancels: the end follows within KillWait (seconds). A diagnosis
