@@ -132,9 +132,11 @@ def test_a_rank_that_did_not_return_cleanly_leaves_the_hang_watch_as_it_was(
     stacks = [RankStack(1, "n1", 11, 0.0, (("load_batch", "/home/u/train.py", 12),))]
     watch, acted, _said, t = watch_of(tmp_path, stacks, monkeypatch)
     mark(tmp_path, 0, 2, t)
-    if last:
+    if last:  # its program ended, by an exception: an exit (its grace), never a completion
         mark(tmp_path, 1, 2, t, last)
-    v = watch.check("RUNNING", now=t + 40)
+        assert watch.check("RUNNING", now=t + 40) is None and not acted
+        watch._next_probe = 0.0
+    v = watch.check("RUNNING", now=t + 15 + hang.EXIT_GRACE_S + 1 if last else t + 40)
     assert v is not None and acted == ["restart"] and v.at_exit == () and v.culprits == (1,)
 
 
@@ -155,3 +157,33 @@ def test_the_batch_supervisor_completes_an_attempt_whose_rank_hangs_at_exit(tmp_
     [attempt] = load_attempts(str(tmp_path))
     assert attempt["class"] is None, attempt
     assert attempt["detail"].startswith("rank 0 stopped ") and "after its program ended: late (" in attempt["detail"], attempt
+
+
+def test_a_rank_in_its_teardown_gets_the_exit_grace_even_without_a_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """py-spy read no stack ("10: main") of ranks that had printed FINISHED and called destroy_process_group:
+    the boot's teardown mark (or a rank's return mark) tells the watch they are ending, not hung."""
+    late = "py-spy read no stack: Error: Failed to copy PyThreadState"
+    stacks = [RankStack(0, "n1", 10, 0.0, (), late), RankStack(1, "n1", 11, 0.0, (), late)]
+    watch, acted, said, t = watch_of(tmp_path, stacks, monkeypatch)
+    (tmp_path / exits.ENDED_DIR).mkdir()
+    (tmp_path / exits.ENDED_DIR / "rank-0.teardown").write_text(f"{t}\n")
+    mark(tmp_path, 1, 2, t)
+    assert exits.in_teardown(str(tmp_path)) == {0}
+    assert watch.check("RUNNING", now=t + 20) is None and not acted
+    assert said == ["torchhpc: hang: ranks 0-1 quiet for 20s in their exit: not a hang yet (up to 90 s more)"]
+
+
+def test_the_boot_marks_the_teardown_of_the_default_group_only(tmp_path: Path) -> None:
+    code = ("import sys, types\n"
+            "m = types.ModuleType('torch.distributed'); calls = []\n"
+            "m.destroy_process_group = lambda group=None: calls.append(group)\n"
+            "boot = sys.modules['_torchhpc_boot']\n"
+            "boot.cure(m)\n"
+            "m.destroy_process_group('pair')\n"
+            "import os; d = os.path.join(os.environ['TORCHHPC_JOB_DIR'], 'ended')\n"
+            "assert not os.path.exists(os.path.join(d, 'rank-0.teardown'))\n"
+            "m.destroy_process_group()\n"
+            "assert os.path.exists(os.path.join(d, 'rank-0.teardown')) and calls == ['pair', None], calls\n"
+            "open(os.path.join(os.environ['TORCHHPC_JOB_DIR'], 'ok'), 'w').close()\n")
+    ended_by(tmp_path, code, TORCHHPC_FLIGHT_RECORDER="off", TORCHHPC_DESTROY_TIMEOUT="0")
+    assert (tmp_path / "ok").exists() and exits.in_teardown(str(tmp_path)) == {0}

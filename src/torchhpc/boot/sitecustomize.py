@@ -71,6 +71,8 @@ def _guarded(destroy):
 
     @functools.wraps(destroy)
     def destroy_process_group(*args, **kwargs):
+        if (args[0] if args else kwargs.get("group")) is None:  # the world's: the program's teardown has begun
+            mark_teardown()
         gloo_workers_settle()
         limit = _destroy_limit()
         if limit:
@@ -228,6 +230,21 @@ def mark_ended(d, rank, world):
     return True
 
 
+_MARKS: list = []  # (the ended dir, rank) once ended() registered this rank
+
+
+def mark_teardown():
+    """``<ended dir>/rank-N.teardown``: this rank began destroying its default group (the watch then reads
+    a quiet rank as ending, not hung, even where py-spy cannot read its stack)."""
+    for d, rank in _MARKS:
+        try:
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, f"rank-{rank}.teardown"), "w") as f:
+                f.write(f"{time.time():.3f}\n")
+        except OSError:
+            pass
+
+
 def ended(environ=os.environ):
     """Register the mark for a rank of a job with a directory (RANK and WORLD_SIZE set)."""
     import threading
@@ -244,6 +261,7 @@ def ended(environ=os.environ):
     sys.exit = exit
     register = getattr(threading, "_register_atexit", None) or atexit.register
     register(mark_ended, os.path.join(d, ENDED_DIR), int(rank), int(world))
+    _MARKS.append((os.path.join(d, ENDED_DIR), int(rank)))
     return True
 
 

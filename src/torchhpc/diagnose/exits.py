@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Optional
 if TYPE_CHECKING:
     from torchhpc.diagnose.probe import RankStack
 
-__all__ = ["ENDED_DIR", "Ended", "all_returned", "clear", "grace_left", "hung_at_exit", "read"]
+__all__ = ["ENDED_DIR", "Ended", "all_returned", "clear", "grace_left", "hung_at_exit", "in_teardown", "read"]
 
 ENDED_DIR = "ended"  # in the job directory; the boot names it too (stdlib only: it cannot import this)
 
@@ -59,6 +59,21 @@ def read(job_dir: str, since: float = 0.0) -> dict[int, Ended]:
             continue
         if e.time >= since:
             out[e.rank] = e
+    return out
+
+
+def in_teardown(job_dir: str, since: float = 0.0) -> set[int]:
+    """The ranks that began destroying their default group (``rank-N.teardown``) at or after ``since``."""
+    d = os.path.join(job_dir, ENDED_DIR)
+    out = set()
+    for name in os.listdir(d) if os.path.isdir(d) else []:
+        rank = name[5:].partition(".")[0]
+        if name.startswith("rank-") and name.endswith(".teardown") and rank.isdigit():
+            try:
+                if os.stat(os.path.join(d, name)).st_mtime >= since:
+                    out.add(int(rank))
+            except OSError:
+                continue
     return out
 
 

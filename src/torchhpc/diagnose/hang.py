@@ -337,7 +337,10 @@ class HangWatch:
         # A rank in its exit (Lightning's teardown, destroy_process_group, the interpreter joining threads)
         # is ending, not hung: under load its exit stayed quiet and idle for 46 s and the watch ended a
         # run that had finished. Unless another rank waits in a collective for it, it gets EXIT_GRACE_S more.
-        ending = tuple(s.rank for s in stacks if exiting(s.frames))
+        # The boot's marks say so too (its program returned, or its teardown began), where py-spy read no stack:
+        # under load it failed on ranks in their exit, and the watch ended a run that had printed FINISHED.
+        down = exits.in_teardown(self.job_dir, started or 0.0) if self.job_dir else set()
+        ending = tuple(s.rank for s in stacks if exiting(s.frames) or s.rank in marks or (not s.frames and s.rank in down))
         waiting = any(in_collective(s.frames) for s in stacks if s.rank not in ending)
         if ending and not waiting and quiet < (timeout or self.timeout) + EXIT_GRACE_S:
             if not self._said_ending:
