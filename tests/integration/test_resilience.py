@@ -257,10 +257,36 @@ def test_node_loss_without_a_spare_shrinks_the_job_and_loses_no_sample(
     consumed = read_ledger(str(ledger))
     assert sorted(consumed) == list(range(12)), sorted(consumed)
     assert all(set(c) == set(range(480)) and set(c.values()) == {1} for c in consumed.values())
-    shown = torchhpc_out(own_cluster, "status", f"slurm:{job}", cwd=tmp_path)
-    assert "world 4 of 6" in shown, shown
+    for command in ("status", "diagnose", "events"):  # every reader shows the shrink and the capacity it cost
+        shown = torchhpc_out(own_cluster, command, f"slurm:{job}", cwd=tmp_path)
+        assert "world 4 of 6 (2 ranks, 33 % of the capacity, lost)" in shown, (command, shown)
     first = min(float(t) for t in re.findall(r"^step \d+ loss \S+ world 4 restart \d+ t=([\d.]+)", text, re.M))
     report(f"shrink-{launcher}", fault_to_first_step_on_fewer_nodes_s=first - t_fault)
+
+
+def test_a_plain_program_runs_on_after_a_shrink(own_cluster: Any, own_slurm: SlurmClient, tmp_path: Path) -> None:
+    """Without the helpers: a program that reads WORLD_SIZE (no torch, no checkpoint) starts again on the 2 nodes
+    left of 3 and completes; the verdict says nothing failed."""
+    (tmp_path / "plain.py").write_text("import os, time\nfor i in range(60):\n"
+                                       "    print(f\"step {i} world {os.environ['WORLD_SIZE']}\", flush=True)\n"
+                                       "    time.sleep(0.2)\n")
+    job = run_plain(own_cluster, tmp_path, "plain", ["-N", "3", "--min-nodes", "2", "--max-restarts", "1"],
+                    [str(tmp_path / "plain.py")])
+    hosts = own_slurm.run(["scontrol", "show", "hostnames", wait_until(
+        lambda: own_slurm.job(job).get("NodeList") if own_slurm.job(job).get("JobState") == "RUNNING" else None,
+        120, "the job to start")]).stdout.split()
+    wait_until(lambda: rank0_step(tmp_path, "plain", job) > 5, 120, "step 5", every=0.1)
+    try:
+        devcluster(own_cluster, "fail", hosts[2])
+        info = own_slurm.wait(job, timeout=300)
+    finally:
+        devcluster(own_cluster, "revive", hosts[2])
+    text = log_of(tmp_path, "plain", job)
+    assert info["JobState"] == "COMPLETED", text[-3000:]
+    assert [(a["class"], a["world_size"]) for a in attempts(tmp_path, "plain", job)] == [("node-failure", 3), (None, 2)]
+    assert "step 59 world 2" in text, text[-2000:]
+    said = torchhpc_out(own_cluster, "diagnose", f"slurm:{job}", cwd=tmp_path)
+    assert "no failure" in said and "world 2 of 3" in said, said
 
 
 IDIOMS = str(REPO / "tests" / "integration" / "scripts" / "resume_idioms.py")
