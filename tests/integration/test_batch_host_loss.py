@@ -6,8 +6,9 @@ job RUNNING on the other nodes with nothing running, holding them until someone 
 ``cancel`` answered "already finished" and ``diagnose`` blamed a user's cancel. Now the supervisor's
 watch on another node (supervisor/sentinel.py) records the loss and cancels the job: squeue is empty
 within 60 s and every reader says NODE_FAIL, 80; a watch whose own node dies first is started again on a
-survivor. And ``cancel`` asks the scheduler, not only the job's end file. On a 4-node cluster of the
-module's own: the test fails nodes.
+survivor. A node lost with no spare left reads node-failure too (diagnose said "unknown"), at once and
+once only sacct knows the job. And ``cancel`` asks the scheduler, not only the job's end file. On a
+cluster of the module's own: the test fails nodes.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 from tests.cli_run import torchhpc
 from tests.integration.conftest import OWN_FIRST_JOB_ID, SlurmClient, cluster_of_its_own
 from tests.integration.test_resilience import devcluster
+from torchhpc.core.hostlist import expand
 from torchhpc.devcluster import ClusterState
 
 pytestmark = pytest.mark.cluster("slurm")
@@ -30,9 +32,10 @@ pytestmark = pytest.mark.cluster("slurm")
 
 @pytest.fixture(scope="module")
 def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterState]:
-    """This module's 4-node cluster, its job ids apart from test_resilience's own cluster's (a worker may run
-    both modules: no ``slurm:N`` record of the run names two jobs)."""
-    with cluster_of_its_own(tmp_path_factory, "bhost", 4, OWN_FIRST_JOB_ID + 60000) as state:
+    """This module's 6-node cluster with accounting and a short MinJobAge (30 s), its job ids apart from
+    test_resilience's own cluster's (a worker may run both modules: no ``slurm:N`` record names two jobs)."""
+    with cluster_of_its_own(tmp_path_factory, "bhost", 6, OWN_FIRST_JOB_ID + 60000, accounting=True,
+                            min_job_age=30) as state:
         yield state
 
 SLEEPY = "import time\nprint('start', flush=True)\ntime.sleep(600)\n"
@@ -50,43 +53,73 @@ def _queued(slurm: SlurmClient, job: str) -> bool:
     return bool(slurm.run(["squeue", "-h", "-j", job, "-o", "%i"], check=False, timeout=30).stdout.strip())
 
 
-def test_losing_the_batch_host_ends_the_job_as_node_failure_and_frees_its_nodes(
-        own_cluster: Any, own_slurm: SlurmClient, tmp_path: Path) -> None:
-    (tmp_path / "sleepy.py").write_text(SLEEPY)
-    done = torchhpc(own_cluster, "run", "--scheduler", "slurm", "--nodes", "2", "--spares", "1", "--max-restarts", "2",
-                    "--launcher", "srun", "--name", "bh", "--output-dir", str(tmp_path), "sleepy.py", cwd=tmp_path)
+def _submit(cluster: Any, cwd: Path, name: str, *args: str) -> str:
+    done = torchhpc(cluster, "run", "--scheduler", "slurm", "--nodes", "2", "--launcher", "srun", "--name", name,
+                    "--opt", "exclusive=1", "--output-dir", str(cwd), *args, "sleepy.py", cwd=cwd)  # nodes apart
     assert done.returncode == 0, done.stderr
-    job = done.stdout.split("Submitted slurm:")[1].split()[0]
-    job_dir = tmp_path / f"bh-{job}"
+    return done.stdout.split("Submitted slurm:")[1].split()[0]
+
+
+def _readings(cluster: Any, cwd: Path, job: str) -> dict[str, Any]:
+    handle = f"slurm:{job}"
+    st = json.loads(torchhpc(cluster, "status", handle, "--json", cwd=cwd).stdout)
+    diag = json.loads(torchhpc(cluster, "diagnose", "--json", handle, cwd=cwd).stdout)
+    ev = json.loads(torchhpc(cluster, "events", "--json", handle, cwd=cwd).stdout)
+    return {"wait": torchhpc(cluster, "wait", handle, "--timeout", "60", cwd=cwd).returncode,
+            "status": (st["state"], st["exit_code"]), "diagnose": (diag["class"], diag["exit_code"], diag["summary"]),
+            "events": [e["text"] for e in ev["events"] if e["kind"] == "end"]}
+
+
+def _node_failure(r: dict[str, Any], said: str) -> bool:
+    return (r["wait"] == 80 and r["status"] == ("NODE_FAIL", 80) and r["diagnose"][:2] == ("node-failure", 80)
+            and said in r["diagnose"][2] and r["events"] == ["NODE_FAIL, exit 80"])
+
+
+def test_a_node_loss_ends_as_node_failure_at_once_and_after_accounting(
+        own_cluster: Any, own_slurm: SlurmClient, tmp_path: Path) -> None:
+    """Two endings side by side: the batch host lost under ``--spares 1 --max-restarts 2`` (its watch's own node
+    lost first, so the watch moves), and a node lost with no spare left (``--max-restarts 1``, issue 70 item 15:
+    diagnose said "unknown"). Each is node-failure, 80, in every reader, right after the end and again once
+    only sacct knows the job (MinJobAge: this module's cluster forgets a job 30 s after its end)."""
+    (tmp_path / "sleepy.py").write_text(SLEEPY)
+    host_job = _submit(own_cluster, tmp_path, "bh", "--spares", "1", "--max-restarts", "2")
+    _until("the batch-host job runs", lambda: own_slurm.job(host_job).get("JobState") == "RUNNING", 60)
+    spare_job = _submit(own_cluster, tmp_path, "ns", "--max-restarts", "1")
+    host_dir, spare_dir = tmp_path / f"bh-{host_job}", tmp_path / f"ns-{spare_job}"
     victims: list[str] = []
     try:
-        _until("the supervisor's watch and the ranks started",
-               lambda: "watching this node" in _text(job_dir / "slurm.out") and len(list(job_dir.glob("ranks/*"))) == 2, 120)
+        for d in (host_dir, spare_dir):
+            _until(f"{d.name}: the supervisor's watch and the ranks started",
+                   lambda d=d: "watching this node" in _text(d / "slurm.out") and len(list(d.glob("ranks/*"))) == 2, 120)
         # first the watch's own node (the spare, idle): the supervisor starts the watch again elsewhere
-        spare = _text(job_dir / "slurm.out").split("watching this node, ")[1].split(" from ")[1].split(":")[0]
+        spare = _text(host_dir / "slurm.out").split("watching this node, ")[1].split(" from ")[1].split(":")[0]
         victims.append(spare)
         devcluster(own_cluster, "fail", spare)
-        _until("the watch started again", lambda: _text(job_dir / "slurm.out").count("watching this node") == 2, 60)
-        victim = own_slurm.job(job)["BatchHost"]
-        victims.append(victim)
-        devcluster(own_cluster, "fail", victim)
-        freed = _until("the job's nodes released (squeue empty)", lambda: not _queued(own_slurm, job), 60)
-        handle = f"slurm:{job}"
-        waited = torchhpc(own_cluster, "wait", handle, "--timeout", "60", cwd=tmp_path)
-        st = json.loads(torchhpc(own_cluster, "status", handle, "--json", cwd=tmp_path).stdout)
-        diag = json.loads(torchhpc(own_cluster, "diagnose", "--json", handle, cwd=tmp_path).stdout)
-        ev = json.loads(torchhpc(own_cluster, "events", "--json", handle, cwd=tmp_path).stdout)
+        _until("the watch started again", lambda: _text(host_dir / "slurm.out").count("watching this node") == 2, 60)
+        batch_host = own_slurm.job(host_job)["BatchHost"]
+        other = next(h for h in expand(own_slurm.job(spare_job)["NodeList"]) if h != own_slurm.job(spare_job)["BatchHost"])
+        victims += [batch_host, other]
+        devcluster(own_cluster, "fail", batch_host)
+        devcluster(own_cluster, "fail", other)
+        freed = _until("the batch-host job's nodes released (squeue empty)", lambda: not _queued(own_slurm, host_job), 60)
+        _until("the no-spare job ended", lambda: not _queued(own_slurm, spare_job), 60)
+        at_once = {j: _readings(own_cluster, tmp_path, j) for j in (host_job, spare_job)}
+        _until("the controller forgets both jobs", lambda: all(
+            own_slurm.run(["scontrol", "show", "job", j], check=False, timeout=30).returncode for j in (host_job, spare_job)),
+            150)
+        later = {j: _readings(own_cluster, tmp_path, j) for j in (host_job, spare_job)}
     finally:
-        own_slurm.run(["scancel", job], check=False)
+        own_slurm.run(["scancel", host_job, spare_job], check=False)
         for node in victims:
             devcluster(own_cluster, "revive", node)
-    assert waited.returncode == 80, waited.stdout + waited.stderr
-    assert (st["state"], st["exit_code"]) == ("NODE_FAIL", 80), st
-    assert (diag["class"], diag["exit_code"]) == ("node-failure", 80), diag
-    assert [e["text"] for e in ev["events"] if e["kind"] == "end"] == ["NODE_FAIL, exit 80"], ev
-    last = json.loads((job_dir / "attempts.json").read_text())[-1]
-    assert last["class"] == "node-failure" and f"the batch host {victim}" in last["detail"], last
-    assert f"the batch host {victim}, where the supervisor ran, stopped answering" in _text(job_dir / "slurm.out")
+    said = {host_job: f"the batch host {batch_host}, where the supervisor ran, stopped answering",
+            spare_job: f"{other} lost"}
+    wrong = {j: (at_once[j], later[j]) for j in said if not (_node_failure(at_once[j], said[j])
+                                                               and _node_failure(later[j], said[j]))}
+    assert not wrong, wrong
+    last = json.loads((host_dir / "attempts.json").read_text())[-1]
+    assert last["class"] == "node-failure" and said[host_job] in last["detail"], last
+    assert said[host_job] in _text(host_dir / "slurm.out")
     print(f"BATCH HOST LOSS: allocation released {freed:.1f} s after the fault")
 
 
