@@ -69,3 +69,18 @@ def test_a_command_on_no_path_is_refused() -> None:
         check_command(JobSpec(entrypoint=Entrypoint.parse(["nosuchcmd"]), scheduler="slurm"))
     check_command(JobSpec(entrypoint=Entrypoint.parse(["bash", "-c", "true"]), scheduler="slurm"))
     check_command(JobSpec(entrypoint=Entrypoint.parse(["nosuchcmd"]), scheduler="slurm", setup=("module load x",)))
+
+
+def test_a_command_the_nodes_lack_is_an_environment_failure() -> None:
+    """Issue 70, item 10: classed "unknown" though the rank's one line says why. The first line as recorded on the
+    dev cluster (srun, ``-- /nonexistent/cmd``), the second bash's words for a bare command on no PATH."""
+    from torchhpc.diagnose.verdict import Evidence, diagnose
+    from torchhpc.jobdir.logs import Line
+
+    for line in ("/work/main/src/torchhpc/boot/task.sh: line 100: /nonexistent/cmd: No such file or directory",
+                 "/work/main/src/torchhpc/boot/task.sh: line 100: exec: nosuchcmd: not found"):
+        v = diagnose(Evidence(lines=[Line(0, line)], state="FAILED", exit_code=127, launcher="srun", job="slurm:48",
+                              rank_logs={0: "ranks/rank-0@node1.log"}))
+        assert v.klass == "environment", v.render()
+    user = "FileNotFoundError: [Errno 2] No such file or directory: 'data.csv'"  # the program's own: not this
+    assert diagnose(Evidence(lines=[Line(0, user)], state="FAILED", exit_code=1)).klass != "environment"

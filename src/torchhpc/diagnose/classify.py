@@ -37,7 +37,7 @@ CLASSES: dict[str, tuple[str, str]] = {
         "a rendezvous, NCCL or network error",
         "check the interface and fabric: torchhpc net check (NCCL_DEBUG=INFO shows what NCCL picked)",
     ),
-    "environment": ("the environment does not match the program (import error, wrong torch)", "check the venv or container: torchhpc doctor"),
+    "environment": ("the environment does not match the program (import error, wrong torch, a command not there)", "check the venv or container: torchhpc doctor"),
     "gpu-assignment": (
         "ranks and GPUs do not match (a rank bound to a GPU that is not there, or two ranks on one GPU)",
         "one rank per visible GPU (--nproc-per-node = GPUs per node); `torchhpc env` shows what each rank sees",
@@ -63,8 +63,11 @@ _RANK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("cuda-oom", re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory")),
     ("host-oom", re.compile(r"oom[-_]kill|Out of memory: Killed process|MemoryError")),
     # "python: No module named x" is `python -m x`'s own report of a missing module (no traceback)
+    # bash's words when the task shim's exec finds no such command on the node (exit 127): "boot/task.sh: line 100:
+    # exec: nosuchcmd: not found", "...: /opt/x/cmd: No such file or directory"
     ("environment", re.compile(r"ModuleNotFoundError|ImportError|: No module named |undefined symbol|GLIBC_\S+ not found|"
-                               r"version mismatch")),
+                               r"version mismatch|/task\.sh: line \d+: (?:exec: )?\S+: (?:not found|No such file or "
+                               r"directory|Permission denied)")),
     # Before network: NCCL reports two ranks on one GPU as an NCCL error, but no link is at fault.
     (
         "gpu-assignment",
