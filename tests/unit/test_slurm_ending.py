@@ -164,3 +164,24 @@ def test_the_hang_files_name_is_the_hang_watchs() -> None:
     from torchhpc.diagnose.hang import HANG_FILE as WATCHS
 
     assert HANG_FILE == WATCHS
+
+
+def test_a_cancel_torchhpc_made_says_who_and_when(clean_user_env: None, tmp_path: Path) -> None:
+    """Issue 70's wording list: "who cancelled it is not recorded" for a cancel torchhpc made; and a job cancelled
+    while pending showed the reason it had waited for (PartitionNodeLimit) as the reason it ended."""
+    from torchhpc.diagnose.verdict import Evidence, diagnose
+    from torchhpc.jobdir.record import load_record
+    from torchhpc.schedulers.slurm.slurm import SlurmScheduler
+
+    _job(tmp_path, "2", None, False)
+    pending = "JobId=2 JobName=cp JobState=CANCELLED Reason=PartitionNodeLimit Restarts=0 ExitCode=0:0 StartTime=Unknown\n"
+    sched = SlurmScheduler(runner=FakeRunner(responses={"scancel": "", "scontrol": pending}))
+    sched.cancel("2")
+    record = load_record("slurm", "2")
+    assert record is not None and record.cancelled.startswith(f"{__import__('getpass').getuser()} at ")
+    st = sched.status("2")
+    assert (st.state, st.exit_code) == ("CANCELLED", 143) and st.reason.startswith("cancelled by torchhpc (user "), st
+    v = diagnose(Evidence(state=st.state, exit_code=st.exit_code, reason=st.reason, job="slurm:2"))
+    assert v.summary.startswith("the job was cancelled by torchhpc (user "), v.render()
+    SlurmScheduler(runner=FakeRunner(responses={"scancel": ""})).cancel("77")  # not submitted here: no record made
+    assert load_record("slurm", "77") is None

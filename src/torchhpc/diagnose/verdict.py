@@ -338,6 +338,8 @@ def _cancelled(ev: Evidence, ranks: tuple[int, ...], ran: bool) -> tuple[str, st
     if m:
         return (f"the run was stopped by {m.group(1)} (torchhpc cancel, or a kill)",
                 "nothing to fix: the run was stopped", ranks)
+    if reason.startswith("cancelled by torchhpc"):  # `torchhpc cancel` (or its hang watch) recorded who and when
+        return f"the job was {reason}", "nothing to fix: the job was cancelled", ranks
     by = re.match(r"CANCELLED by (\d+)", ev.state or "")
     if by:
         return f"the job was cancelled by uid {by.group(1)}", "nothing to fix: the job was cancelled", ranks

@@ -56,6 +56,9 @@ class JobRecord:
     namespace: str = ""
     options: dict[str, str] = field(default_factory=dict)
     project: str = ""
+    # who cancelled the job through torchhpc (`cancel`, the hang watch), and when: "root at 03:52:10" (Slurm's
+    # controller does not say; its accounting keeps a uid only)
+    cancelled: str = ""
     # keys this version does not know (a newer torchhpc's): kept, written back unchanged
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -18,6 +18,7 @@ from torchhpc.core.proc import Runner
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import CommandError, QuotingError, SchedulerError, UnknownJob
 from torchhpc.jobdir.logs import filter_rank, task_record
+from torchhpc.jobdir.record import load_record, update_record
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.pending import Pending
 from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct, tasks_from_scontrol
@@ -70,7 +71,10 @@ class SlurmQueries:
         return self._with_dir(self._status_from_sacct(job_id))
 
     def _with_dir(self, st: JobStatus) -> JobStatus:
-        st.log_dir = task_record(self.name, st.job_id).job_dir
+        rec = task_record(self.name, st.job_id)
+        st.log_dir = rec.job_dir
+        if rec.cancelled and st.state.startswith("CANCELLED"):  # not the reason it last waited for (PartitionNodeLimit)
+            st.reason = f"cancelled by torchhpc (user {rec.cancelled})"
         end_dir = st.log_dir if st.log_dir and os.path.isdir(st.log_dir) else None
         st = settled(st, end_dir)
         state, code = one_ending(st.state, st.exit_code, end_dir, st.restarts)  # one code per ending (slurm/ending.py)
@@ -133,6 +137,10 @@ class SlurmQueries:
 
     def cancel(self, job_id: str) -> None:
         self.runner.run(["scancel", job_id])
+        if load_record(self.name, job_id) is not None:  # who and when: the controller does not say (status, diagnose)
+            import getpass
+
+            update_record(self.name, job_id, cancelled=f"{getpass.getuser()} at {time.strftime('%H:%M:%S')}")
 
     def query_many(self, ids: Sequence[str]) -> dict[str, JobStatus]:
         """Every id's state from one squeue (and one sacct for the forgotten): schedulers/slurm_many.py."""
