@@ -73,12 +73,14 @@ class SlurmQueries:
     def _with_dir(self, st: JobStatus) -> JobStatus:
         rec = task_record(self.name, st.job_id)
         st.log_dir = rec.job_dir
-        if rec.cancelled and st.state.startswith("CANCELLED"):  # not the reason it last waited for (PartitionNodeLimit)
-            st.reason = f"cancelled by torchhpc (user {rec.cancelled})"
         end_dir = st.log_dir if st.log_dir and os.path.isdir(st.log_dir) else None
         st = settled(st, end_dir)
         state, code = one_ending(st.state, st.exit_code, end_dir, st.restarts)  # one code per ending (slurm/ending.py)
-        return st if (state, code) == (st.state, st.exit_code) else replace(st, state=state, exit_code=code)
+        reason = st.reason
+        if rec.cancelled and state.startswith("CANCELLED"):  # not the reason it last waited for (PartitionNodeLimit)
+            reason = f"cancelled by torchhpc (user {rec.cancelled})"
+        changed = (state, code, reason) != (st.state, st.exit_code, st.reason)
+        return replace(st, state=state, exit_code=code, reason=reason) if changed else st
 
     def _all_nodes(self, job_id: str) -> str:
         """Every node the job had (sacct's NodeList), for a COMPLETING job whose scontrol record names only the
