@@ -88,8 +88,11 @@ _AT_EXIT = False
 
 
 def wait() -> Path | None:
-    """Wait for the save in flight, if any (raising its error once); returns what its ``wait()`` returns."""
+    """Wait for the save in flight, if any (raising its error once), and for a memory save's peer copy;
+    returns what the disk save's ``wait()`` returns."""
     global _PENDING
+    if _TIER is not None:
+        _TIER.wait()
     pending, _PENDING = _PENDING, None
     return pending.wait() if pending is not None else None
 
@@ -213,6 +216,7 @@ def save(
     loader: Any = None,
     keep: int = 3,
     blocking: bool = True,
+    tier: str = "disk",
     **extra: Any,
 ) -> Any:
     """Write checkpoint ``step`` (all ranks call it); keep the newest ``keep`` (0: all).
@@ -221,7 +225,9 @@ def save(
     :class:`AsyncSave` at once (the state is copied first: training may step on). ``extra``
     keys (picklable, e.g. ``epoch=3``) come back from :func:`resume`. ``loader``: a loader of
     :mod:`torchhpc.dist.data` (or anything with ``state_dict``), whose place in the data is the job's,
-    so a resume on another world size deals the rest of the epoch to the ranks it has.
+    so a resume on another world size deals the rest of the epoch to the ranks it has. ``tier="memory"``:
+    into each node's shared memory, each rank's part copied to a rank on another node in the background
+    (:mod:`torchhpc.dist.memtier`); returns this node's copy. The disk tier stays, at its own interval.
     """
     global _PENDING
     if optimizer is not None and model is None:
@@ -231,6 +237,14 @@ def save(
     rank, world = cs.rank_world()
     mine = {"rng": cs.rng_state(), "token": f"{os.getpid():x}{time.time_ns():x}"}
     every = cs.gather(mine, pg)  # one small collective: every rank's RNG, and rank 0's name for this save
+    if tier not in ("disk", "memory"):
+        raise UsageError(f"checkpoint.save(tier={tier!r}): no such tier", "tier='disk' (the default) or tier='memory'")
+    if tier == "memory":
+        meta = {"step": step, "world_size": world, "rng": [e["rng"] for e in every], "extra": extra,
+                "scheduler": None if scheduler is None else scheduler.state_dict(),
+                "loader": None if loader is None else loader.state_dict(),
+                "parts": [k for k, v in (("model", model), ("optim", optimizer)) if v is not None]}
+        return _memory().save(directory, step, cs.state_of(model, optimizer), meta, pg)
     d = Path(directory)
     final = d / f"ckpt-{step:09d}"
     tmp = d / f".{final.name}.{every[0]['token']}.tmp"
@@ -269,6 +283,20 @@ def save(
     return handle
 
 
+_FROM = {"memory": "this node's memory", "peer": "the memory copies of the nodes left (a peer's)", "disk": "disk"}
+_TIER: Any = None
+
+
+def _memory() -> Any:
+    """The process's memory tier (its peer group and copy in flight), made at the first use."""
+    global _TIER
+    if _TIER is None:
+        from torchhpc.dist.memtier import MemoryTier
+
+        _TIER = MemoryTier()
+    return _TIER
+
+
 def resume(
     directory: str | os.PathLike[str],
     *,
@@ -289,7 +317,16 @@ def resume(
     if had:
         cs.barrier(pg)  # rank 0 put it in place; now every rank lists it
     rank, _ = cs.rank_world()
-    for path in reversed(list_checkpoints(directory)):
+    _memory().wait()
+    from torchhpc.dist.memtier import resume_memory
+
+    found = resume_memory(directory, pg)  # the newest memory checkpoint the nodes hold between them
+    on_disk = list_checkpoints(directory)
+    newest = _entries(Path(directory))[-1][0] if on_disk else -1
+    candidates = [(p, "disk") for p in on_disk]
+    if found is not None and found[0] >= newest:
+        candidates.append((found[1], found[2]))  # tried first: as new as the disk's newest, and in memory
+    for path, tier in reversed(candidates):
         meta: dict[str, Any] = {}
         why = "it could not be read on another rank"
         try:
@@ -323,5 +360,8 @@ def resume(
         rngs = meta.get("rng") or []
         if rngs:
             cs.set_rng_state(rngs[rank % len(rngs)])
-        return {"step": meta["step"], "path": str(path), "world_size": meta.get("world_size"), **(meta.get("extra") or {})}
+        if rank == 0:
+            print(f"torchhpc: resumed step {meta['step']} from {_FROM[tier]}: {path}", file=sys.stderr, flush=True)
+        return {"step": meta["step"], "path": str(path), "world_size": meta.get("world_size"), "tier": tier,
+                **(meta.get("extra") or {})}
     return {}
