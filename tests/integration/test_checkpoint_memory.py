@@ -64,3 +64,16 @@ def test_resume_takes_the_newest_complete_copy_and_says_where_from(root: Path, c
     assert info == {"step": step, "tier": tier}
     if step == 5:  # bit-identical to the state that was saved
         same(torch.load(root / "trained.pt", weights_only=False), torch.load(root / f"resumed-{case}.pt", weights_only=False))
+
+
+def test_a_local_jobs_memory_is_freed_when_it_ends(tmp_path: Path) -> None:
+    """The local scheduler removes its run's memory tier at the end (jobdir/shm.py): nothing left in /dev/shm."""
+    shm = tmp_path / "shm"
+    prog = tmp_path / "save.py"
+    prog.write_text("import torch, torchhpc.dist as thd\nfrom torchhpc.dist import checkpoint\nthd.init()\n"
+                    "m = torch.nn.Linear(2, 2)\ncheckpoint.save('ck', step=1, model=m, tier='memory')\n"
+                    "import os, glob\nprint('HELD', len(glob.glob(os.environ['TORCHHPC_SHM_DIR'] + '/torchhpc-local-*')))\n")
+    cp = subprocess.run([PYTHON, "-m", "torchhpc", "run", "-n", "2", "--env", f"TORCHHPC_SHM_DIR={shm}", str(prog)],
+                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert cp.returncode == 0 and "HELD 1" in cp.stdout, cp.stdout + cp.stderr
+    assert not list(shm.glob("torchhpc-*")), list(shm.iterdir())

@@ -82,6 +82,9 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
         jobs.end_here(job_id, "FAILED", 1, f"{type(e).__name__}: {e}")
         raise
     jobs.end_here(job_id, state, code, reason)
+    from torchhpc.jobdir.shm import SHM_ENV, free
+
+    free(f"local-{job_id}", spec.env_dict.get(SHM_ENV))  # its memory-tier checkpoints (dist/memtier.py): the run is over
     final = _final_code(scheduler, job_id, state, code, reason, hint, tries, spec, hang_timeout)
     if final != code:  # one truth: the record says what the shell sees (status, events, diagnose --json)
         jobs.end_here(job_id, state, final, reason)

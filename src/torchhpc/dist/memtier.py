@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torchhpc.dist.checkpoint_state as cs
+from torchhpc.jobdir.shm import free, job_key, shm_base
 
-__all__ = ["SHM_ENV", "MemoryTier", "free", "node_name", "tier_root"]
+__all__ = ["MemoryTier", "free", "node_name", "resume_memory", "tier_root"]
 
-SHM_ENV = "TORCHHPC_SHM_DIR"
 NODE_ENV = "TORCHHPC_NODE_NAME"
 META = "torchhpc.pt"
 DCP_META = ".metadata"
@@ -51,28 +51,10 @@ def node_name() -> str:
     return os.environ.get(NODE_ENV) or socket.gethostname()
 
 
-def job_key() -> str:
-    for var in ("SLURM_JOB_ID", "PBS_JOBID", "TORCHELASTIC_RUN_ID"):
-        if os.environ.get(var):
-            return os.environ[var].split(".")[0].replace("/", "_")
-    return "nojob"
-
-
 def tier_root(directory: str | os.PathLike[str]) -> Path:
-    """This node's memory tier for checkpoints of ``directory`` in this job."""
+    """This node's memory tier for checkpoints of ``directory`` in this job (jobdir/shm.py: where, and freed)."""
     key = hashlib.sha1(os.path.abspath(os.fspath(directory)).encode()).hexdigest()[:10]
-    base = Path(os.environ.get(SHM_ENV) or "/dev/shm")
-    return base / f"torchhpc-{job_key()}-{key}" / node_name()
-
-
-def free(job: Optional[str] = None, base: Optional[str] = None) -> list[str]:
-    """Remove every memory tier of ``job`` (default: this one's) on this machine; the paths removed."""
-    root = Path(base or os.environ.get(SHM_ENV) or "/dev/shm")
-    gone = []
-    for d in root.glob(f"torchhpc-{job or job_key()}-*"):
-        shutil.rmtree(d, ignore_errors=True)
-        gone.append(str(d))
-    return gone
+    return shm_base() / f"torchhpc-{job_key()}-{key}" / node_name()
 
 
 def _step_dirs(root: Path, prefix: str) -> dict[int, list[Path]]:

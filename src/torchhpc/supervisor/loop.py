@@ -164,6 +164,17 @@ class Supervisor:
                 return exit_code_for("no-progress")
             previous = [h for h in step_nodes if h not in excluded]
 
+    def free_memory(self) -> None:
+        """The job ends here: its memory-tier checkpoints leave every node's shared memory (jobdir/shm.py)."""
+        nodes = [h for h in self.alloc.nodes() if self.alloc.alive(h, timeout=PROBE_TIMEOUT_S)]
+        if not nodes:
+            return
+        try:
+            subprocess.run(self.alloc.on_nodes([sys.executable, "-m", "torchhpc.jobdir.shm", self.job], nodes),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+        except Exception as e:  # nothing was saved there, or a node is gone with its memory
+            say(f"could not free the memory-tier checkpoints: {e}")
+
     def _watch_own_node(self, allocation: list[str], excluded: Iterable[str] = ()) -> None:
         """The supervisor cannot survive its own node: a watch on another node of the allocation ends the job as
         node-failure, allocation released, if this one dies (supervisor/sentinel.py). Never waited for; started
@@ -417,7 +428,11 @@ def _classify(ranks_dir: str, sizes: dict[str, int], rc: int) -> Outcome:
 
 def main(opts: Options) -> int:
     try:
-        return Supervisor(opts).run()
+        sup = Supervisor(opts)
+        try:
+            return sup.run()
+        finally:
+            sup.free_memory()
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # the job must end with a reason, not a bare traceback in slurm.out

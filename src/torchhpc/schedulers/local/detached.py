@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from torchhpc.errors import JobFailed
 from torchhpc.jobdir.endmark import write_end
+from torchhpc.jobdir.shm import SHM_ENV, free
 from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.local.jobs import SUBMISSION, read_state, write_state
 
@@ -106,6 +107,7 @@ def run_detached(d: Path, scheduler: Any, attempts: Callable[[Path, Submission],
     rec.update(state=state, exit_code=code, reason=reason, ended=ended)
     write_state(d, rec)
     write_end(str(d), state, code, ended)  # after the record: a waiter that sees the marker reads the final record
+    free(f"local-{d.name}", submission.spec.env_dict.get(SHM_ENV))  # its memory-tier checkpoints: the job is over
     return code
 
 
