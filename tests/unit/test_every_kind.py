@@ -312,3 +312,11 @@ def test_the_python_api_takes_the_clis_slurm_target() -> None:
 
     Job(["examples/pi.py"], scheduler="slurm", nodes=1)
     assert _devcluster_env in SITE_ENV.get("slurm", [])
+
+
+def test_env_explain_outside_a_job_says_so_first(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI_", "PBS_", "TORCHELASTIC",
+                                                                   "RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "PET_"))}
+    done = subprocess.run([sys.executable, "-m", "torchhpc", "env", "--explain"], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("not inside a distributed job"), done.stdout[:300]

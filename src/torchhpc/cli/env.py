@@ -69,6 +69,9 @@ def seen_variables(verdicts: list[Verdict], environ: Mapping[str, str]) -> dict[
 
 def render_explain(verdicts: list[Verdict], environ: Mapping[str, str] | None = None) -> list[str]:
     lines: list[str] = []
+    if all(v.name == "local" or not v.matched for v in verdicts):  # said first: the table below is the why
+        lines.append("not inside a distributed job: no launcher's or scheduler's variables are set, so this is one "
+                     "process (rank 0 of 1). The detectors, in the order they are tried:")
     width = max(len(v.name) for v in verdicts)
     seen = seen_variables(verdicts, os.environ if environ is None else environ)
     for i, v in enumerate(verdicts, 1):
