@@ -320,3 +320,23 @@ def test_env_explain_outside_a_job_says_so_first(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "torchhpc", "env", "--explain"], capture_output=True, text=True,
                           timeout=60, env=env, cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.startswith("not inside a distributed job"), done.stdout[:300]
+
+
+@pytest.mark.usefixtures("clean_user_env")
+def test_a_function_tasks_logs_are_its_own(tmp_path: Path) -> None:
+    """Item 1: FunctionJob.logs() of task 0 had task 1's lines too, and logs(rank=1) was "" (a local array's
+    tasks share one log, each line behind its [task I]). The log is the local scheduler's own file."""
+    from torchhpc.functions.executor import FunctionJob
+    from torchhpc.job import JobHandle
+    from torchhpc.schedulers import get_scheduler
+    from torchhpc.schedulers.local.jobs import job_dir
+
+    d = job_dir("abc123")
+    d.mkdir(parents=True)
+    (d / "record.json").write_text(json.dumps({"scheduler": "local", "job_id": "abc123", "state": "FAILED",
+                                               "exit_code": 1, "submitted": 1.0, "ended": 2.0, "pid": 0}))
+    (d / "output.log").write_text(ARRAY_LOG.replace("[task 1] [rank0]: done", "[task 1] [rank1]: done"))
+    handle = JobHandle(get_scheduler("local"), "abc123")
+    first, second = (FunctionJob(handle, None, 2, task=t) for t in (0, 1))  # type: ignore[arg-type]
+    assert "bad value here" in first.logs() and "done" not in first.logs()
+    assert second.logs(rank=1) == "done\n" and first.logs(rank=1) == ""
