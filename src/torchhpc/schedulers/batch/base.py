@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 from torchhpc.core.shell import Raw, join, quote, split_words, wrap_command
 from torchhpc.core.spec import JobSpec, default_python
+from torchhpc.core.units import counted
 from torchhpc.errors import SchedulerError
 from torchhpc.jobdir.files import keep, make_dirs, write_new, write_same
 from torchhpc.jobdir.log_wiring import job_dir
@@ -104,6 +105,7 @@ class BatchScheduler(Scheduler):
     stop_comment: ClassVar[str] = ""
     # (reason, signal) pairs trapped by the batch shell
     stop_traps: ClassVar[tuple[tuple[str, str], ...]] = ()
+    stop_words: ClassVar[dict[str, str]] = {}  # what the batch shell says for a reason whose word is jargon
 
     # -- hooks -----------------------------------------------------------------
     def check(self, spec: JobSpec) -> None:
@@ -207,7 +209,7 @@ class BatchScheduler(Scheduler):
             f"export {self.exported()}",
             *self.network_lines(spec),
             f'echo "torchhpc: job {self.job_label}, master $MASTER_ADDR:$MASTER_PORT, '
-            f'launcher {spec.launcher}, {spec.nodes}x{spec.nproc_per_node} ranks"',
+            f'launcher {spec.launcher}, {counted(spec.nodes, "node")} x {counted(spec.nproc_per_node, "rank")}"',
             *self.check_lines(spec),
             *self.log_lines(spec),
             *boot_lines(spec),
@@ -353,7 +355,7 @@ class BatchScheduler(Scheduler):
             '_torchhpc_stop_reason="" _torchhpc_woken=0',
             "_torchhpc_stop() {",
             "  _torchhpc_stop_reason=$1 _torchhpc_woken=1",
-            '  echo "torchhpc: $1 at $(date +%T): asking every rank to checkpoint and stop"',
+            '  echo "torchhpc: ${2:-$1} at $(date +%T): asking every rank to checkpoint and stop"',
             '  touch -- "$TORCHHPC_STOP_FILE"',
             "}",
             "_torchhpc_arm_stop() {",
@@ -362,7 +364,8 @@ class BatchScheduler(Scheduler):
                 'rm -f -- "$TORCHHPC_STOP_FILE" "$TORCHHPC_STOP_FILE.taken"',
                 *self.stop_env_lines(spec),
                 *self.before_step_lines(spec),
-                *(f"trap '_torchhpc_stop {reason}' {sig}" for reason, sig in self.stop_traps),
+                *(f"trap '_torchhpc_stop {reason}{words}' {sig}" for reason, sig in self.stop_traps
+                  for words in [f' "{self.stop_words[reason]}"' if reason in self.stop_words else ""]),
             ]),
             "}",
             *WAIT_COMMENT,

@@ -107,6 +107,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     )
     # B: only the batch shell gets USR2 (--signal=B:USR2@N): no rank, torchrun agent or NCCL ever sees it.
     stop_traps = (("time-limit", "USR2"), ("ended-by-slurm", "TERM"))
+    stop_words: ClassVar[dict[str, str]] = {"ended-by-slurm": "Slurm is ending the job (scancel, its time limit or a requeue)"}
     OPTIONS = declare(
         Option("partition", "Slurm partition (--partition)"),
         Option("account", "account to charge (--account); mandatory on many sites"),
