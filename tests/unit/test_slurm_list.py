@@ -101,12 +101,17 @@ def test_slurmstepds_line_is_no_ranks() -> None:
     assert parse_line("0: step 3", "srun", 1).rank == 0
 
 
-def test_events_of_a_requeued_job_say_how_its_earlier_run_is_counted() -> None:
+def test_events_of_a_requeued_job_count_each_run_and_the_requeue() -> None:
+    """Issue 70, item 11: "0 incidents", the first run forgotten, the submit the requeue's."""
     from torchhpc.diagnose.events import timeline
     from torchhpc.schedulers.slurm.times import times_from_sacct
 
     t = times_from_sacct(REQUEUED, "14")
-    assert t is not None
+    assert t is not None and len(t.runs) == 1
     tl = timeline("slurm:14", t, [], now=2e9)
-    assert [e.kind for e in tl.events][:2] == ["submit", "pending"], tl.events
-    assert any(n.startswith("requeued 1 time: the account counts its earlier run as queue time") for n in tl.notes), tl.notes
+    assert [e.kind for e in tl.events][:3] == ["submit", "start", "pending"], tl.events
+    assert any(n.startswith("requeued 1 time, not supervised: each run is an attempt") for n in tl.notes), tl.notes
+    # 72 s: queued 1 s, ran 7 s, waited out its requeue 33 s (lost: the incident's restart), ran again 31 s
+    a = tl.account
+    assert (round(a.wall_s), round(a.queue_s), round(a.productive_s), round(a.lost_s)) == (72, 1, 38, 33), a
+    assert [(i.klass, round(i.restart_s)) for i in a.incidents] == [("requeued", 33)], a.incidents

@@ -129,6 +129,12 @@ def _as_one_attempt(start: Optional[float], stop: float, running: bool, state: s
     return [row]
 
 
+def _scheduler_runs(runs: Sequence[tuple[float, float, str]]) -> list[dict[str, Any]]:
+    """A requeued job's earlier runs (the scheduler's times) as the account's attempts: each ended by its requeue."""
+    return [{"attempt": i, "started": b, "ended": e, "nodes": [n], "class": "requeued", "fault": e, "found_by": "scheduler"}
+            for i, (b, e, n) in enumerate(runs)]
+
+
 def _start_nodes(attempts: Sequence[Mapping[str, Any]], final: str) -> tuple[str, ...]:
     """The nodes the job started on: every node an attempt ran on or excluded (a job resized after a node
     loss ends with fewer: the scheduler's NodeList is the end's), else the scheduler's list."""
@@ -205,6 +211,8 @@ def timeline(job: str, times: JobTimes, attempts: Sequence[Mapping[str, Any]], *
     notes: list[str] = []
     first = [t for a in attempts for t in (_num(a, "launched"), _num(a, "started")) if t is not None]
     start = times.start if times.start is not None else (min(first) if first else None)
+    if times.runs and not attempts:  # a requeued job began with its first run, not its last
+        start = min(times.runs[0][0], start) if start is not None else times.runs[0][0]
     if times.start is not None and first and min(first) < times.start:
         notes.append("the scheduler's Start is its last run's (a requeued job): the first attempt comes before it")
         start = min(first)
@@ -238,15 +246,17 @@ def timeline(job: str, times: JobTimes, attempts: Sequence[Mapping[str, Any]], *
         state = times.state or (end_mark[1] if end_mark else "")
         events.append(Event(stop, "end", f"{state}" + (f", exit {code}" if code is not None else "")))
     runs: Sequence[Mapping[str, Any]] = attempts
-    requeues = sum(1 for _t, why in times.reasons if why.startswith("requeued:"))  # the scheduler's earlier runs
-    if requeues and not attempts:
-        notes.append(f"requeued {counted(requeues, 'time')}: the account counts its earlier "
-                     f"{plural(requeues, 'run')} as queue time (per-run accounting needs --max-restarts or --spares)")
     if not attempts:
-        notes.append("one attempt, not supervised (no --max-restarts or --spares): when its first line came is not "
-                     "recorded, so start-up is counted as productive")
         state = times.state or (end_mark[1] if end_mark else "")
-        runs = _as_one_attempt(start, stop, running, state, _start_nodes((), times.nodes), hang_info, hang_time)
+        last = times.start if times.runs and times.start is not None else start  # a requeued job's last run began here
+        runs = _as_one_attempt(last, stop, running, state, _start_nodes((), times.nodes), hang_info, hang_time)
+        if times.runs and runs:  # a requeued job: each run the scheduler kept is an attempt; each requeue an incident
+            notes.append(f"requeued {counted(len(times.runs), 'time')}, not supervised: each run is an attempt, its "
+                         "requeue an incident; when a run's first line came is not recorded (start-up counts as productive)")
+            runs = [*_scheduler_runs(times.runs), {**runs[0], "attempt": len(times.runs)}]
+        else:
+            notes.append("one attempt, not supervised (no --max-restarts or --spares): when its first line came is not "
+                         "recorded, so start-up is counted as productive")
     quiet = _num(hang_info, "quiet_s") if hang_info else None
     acct = account(submit, start if start is not None else stop, stop, runs, quiet)
     events.sort(key=lambda e: e.time)  # stable: same-time events keep their causal order

@@ -29,6 +29,8 @@ class JobTimes:
     # (when seen, why): the pending reasons the scheduler still shows (Slurm's Reason, PBS's comment)
     reasons: tuple[tuple[float, str], ...] = ()
     source: str = ""  # "sacct", "scontrol", "qstat", "record": where the times came from
+    # a requeued job's earlier runs, as the scheduler kept them: (start, end, nodes) each (Slurm: sacct -D)
+    runs: tuple[tuple[float, float, str], ...] = ()
     raw: dict[str, str] = field(default_factory=dict)
 
 

@@ -63,6 +63,8 @@ def times_from_sacct(text: str, job_id: str) -> Optional[JobTimes]:
         state=state.split()[0] if state else "UNKNOWN", exit_code=exit_code_of(code),
         nodes="" if nodes in ("None assigned", "(null)") else nodes,
         reasons=earlier + _reason(reason, clock(eligible) or sub), source="sacct",
+        runs=tuple((b, e, run[-1][7]) for run in runs[:-1] for b, e in [(clock(run[0][3]), clock(run[-1][4]))]
+                   if b is not None and e is not None),
         raw=dict(zip(TIMES_FIELDS.split(","), parts)),
     )
 
