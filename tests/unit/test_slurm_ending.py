@@ -63,6 +63,7 @@ def test_each_ending_has_one_code_from_scontrol_and_from_sacct(clean_user_env: N
     assert known.status(job_id).exit_code == code, "at once (scontrol)"
     if code == 85:  # the batch script's end after a time-limit stop: what ended it, not FAILED
         assert known.status(job_id).state == forgotten.status(job_id).state == "TIMEOUT"
+        assert known.status(job_id).reason.startswith("the ranks stopped at the time limit"), "not NonZeroExitCode"
     assert forgotten.status(job_id).exit_code == code, "after accounting took over (sacct)"
     assert forgotten.query_many([job_id])[job_id].exit_code == code, "status of several handles"
     parts = row.split("|")

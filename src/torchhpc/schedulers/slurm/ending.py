@@ -35,7 +35,7 @@ from torchhpc.core.exitcodes import exit_code_for
 from torchhpc.jobdir.endmark import EndMark, read_end
 from torchhpc.schedulers.api import TERMINAL
 
-__all__ = ["HANG_END_S", "HANG_FILE", "SIGTERM_CODE", "one_ending", "this_runs_mark"]
+__all__ = ["HANG_END_S", "HANG_FILE", "SIGTERM_CODE", "STOPPED_WHY", "one_ending", "this_runs_mark"]
 
 SIGTERM_CODE = 128 + 15  # scancel's and the time limit's signal, as a shell reports it
 # The hang watch saves its diagnosis, then cancels: the end follows within KillWait (seconds). A diagnosis
@@ -48,6 +48,10 @@ _SIGNALLED = frozenset({"CANCELLED", "TIMEOUT"})
 # the state of an ending the batch script gave a stop's class: what ended it, not FAILED
 _STOPPED = {exit_code_for("time-limit"): "TIMEOUT", exit_code_for("preempted"): "PREEMPTED",
             exit_code_for("node-failure"): "NODE_FAIL"}
+# the reason status gives such an ending (Slurm's, NonZeroExitCode, was its word for FAILED)
+STOPPED_WHY = {"TIMEOUT": "the ranks stopped at the time limit; not requeued, the work is unfinished",
+               "PREEMPTED": "the ranks stopped on preemption; not requeued, the work is unfinished",
+               "NODE_FAIL": "a node was lost (attempts.json says which)"}
 
 
 def this_runs_mark(end_dir: Optional[str], restarts: int = 0) -> Optional[EndMark]:

@@ -22,7 +22,7 @@ from torchhpc.jobdir.record import load_record, update_record
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.pending import Pending
 from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct, tasks_from_scontrol
-from torchhpc.schedulers.slurm.ending import one_ending
+from torchhpc.schedulers.slurm.ending import STOPPED_WHY, one_ending
 from torchhpc.schedulers.slurm.many import SACCT_FIELDS
 from torchhpc.schedulers.slurm.parse import exit_code_of, parse_scontrol, transient
 from torchhpc.schedulers.slurm.parse import status_from_scontrol as _status_from_scontrol
@@ -76,7 +76,7 @@ class SlurmQueries:
         end_dir = st.log_dir if st.log_dir and os.path.isdir(st.log_dir) else None
         st = settled(st, end_dir)
         state, code = one_ending(st.state, st.exit_code, end_dir, st.restarts)  # one code per ending (slurm/ending.py)
-        reason = st.reason
+        reason = STOPPED_WHY.get(state, st.reason) if state != st.state else st.reason  # not FAILED's NonZeroExitCode
         if rec.cancelled and state.startswith("CANCELLED"):  # not the reason it last waited for (PartitionNodeLimit)
             reason = f"cancelled by torchhpc (user {rec.cancelled})"
         changed = (state, code, reason) != (st.state, st.exit_code, st.reason)
