@@ -99,6 +99,17 @@ def test_a_job_completed_after_a_restart_has_no_failure() -> None:
     v = read_back(Evidence(state="COMPLETED", exit_code=0, hang=hang, job="local:x",
                            attempts=[{"attempt": 0, "class": "hang"}, {"attempt": 1, "class": ""}]))
     assert v.ok and "completed after 1 restart" in v.summary and "hang" in v.summary
+    assert "(attempt 0 ended hang)" in v.summary, v.summary  # numbered as status and events number it
+
+
+def test_events_json_carries_the_records_exit_code() -> None:
+    """README: status --json, events --json and diagnose --json carry the record's code in exit_code."""
+    from torchhpc.diagnose.events import timeline
+    from torchhpc.schedulers.times import JobTimes
+
+    times = JobTimes(submit=100.0, start=101.0, end=105.0, state="FAILED", exit_code=3, source="record")
+    out = json.loads(json.dumps(timeline("local:x", times, [], now=200.0).to_json()))
+    assert out["state"] == "FAILED" and out["exit_code"] == 3, out
 
 
 def test_a_job_that_never_started_gets_no_rank_verdict() -> None:

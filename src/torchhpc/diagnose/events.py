@@ -66,8 +66,9 @@ class Timeline:
     runs: tuple[Mapping[str, Any], ...] = ()  # what the account and the plot count: attempts, else the job as one
 
     def to_json(self) -> dict[str, Any]:
-        return {"job": self.job, "source": self.times.source, "state": self.times.state, "running": self.running,
-                "events": [e.to_json() for e in self.events], "account": self.account.to_json(),
+        # exit_code: the record's code, as status --json and diagnose --json carry it (README's exit-code table)
+        return {"job": self.job, "source": self.times.source, "state": self.times.state,
+                "exit_code": self.times.exit_code, "running": self.running, "events": [e.to_json() for e in self.events], "account": self.account.to_json(),
                 "notes": list(self.notes)}
 
     def render(self) -> str:

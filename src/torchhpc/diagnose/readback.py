@@ -81,7 +81,8 @@ def _one(ev: Evidence) -> Verdict:
         ended = [str(a.get("class") or "") for a in ev.attempts[:-1]]
         after = ""
         if ended:
-            after = f" after {counted(len(ended), 'restart')} (attempt 1 ended {ended[0] or 'early'})" \
+            first = ev.attempts[0].get("attempt", 0)  # numbered from 0, as status and events number them
+            after = f" after {counted(len(ended), 'restart')} (attempt {first} ended {ended[0] or 'early'})" \
                 if len(ended) == 1 else f" after {counted(len(ended), 'restart')} ({', '.join(x or '?' for x in ended)})"
         return Verdict("none", f"no failure: the job completed{after}", None, (), "", ev.job, ev.state, ev.exit_code,
                        (f"scheduler state COMPLETED, exit code {ev.exit_code if ev.exit_code is not None else 0}",))
