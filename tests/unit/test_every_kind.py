@@ -351,3 +351,25 @@ def test_a_function_tasks_logs_are_its_own(tmp_path: Path) -> None:
     first, second = (FunctionJob(handle, None, 2, task=t) for t in (0, 1))  # type: ignore[arg-type]
     assert "bad value here" in first.logs() and "done" not in first.logs()
     assert second.logs(rank=1) == "done\n" and first.logs(rank=1) == ""
+
+
+@pytest.mark.usefixtures("clean_user_env")
+@pytest.mark.parametrize("command", [["status"], ["wait"], ["logs"], ["logs", "--rank", "0"], ["diagnose"], ["events"]])
+def test_a_local_array_has_no_task_handles(command: list[str]) -> None:
+    """`status local:ID_1` said "no job" while `logs local:ID_1` (and `local:ID_5` of a 3-task array) printed
+    every task's lines with exit 0, and `diagnose local:ID_1` gave the array's verdict under that name."""
+    from torchhpc.jobdir.record import record_path
+    from torchhpc.schedulers.local.jobs import job_dir
+
+    d = job_dir("abc124")
+    d.mkdir(parents=True)
+    (d / "record.json").write_text(json.dumps({"scheduler": "local", "job_id": "abc124", "state": "FAILED",
+                                               "exit_code": 1, "submitted": 1.0, "ended": 2.0, "pid": 0}))
+    (d / "output.log").write_text(ARRAY_LOG)
+    record_path("local", "abc124").parent.mkdir(parents=True, exist_ok=True)  # the handle's record, as run writes it
+    record_path("local", "abc124").write_text(json.dumps({"submitted": 1.0, "name": "bad", "nproc_per_node": 1}))
+    done = cli(command[0], "local:abc124_5", *command[1:])
+    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+    err = done.stderr.splitlines()
+    assert err[0].startswith("Error: no job local:abc124_5") and err[1].startswith("HINT: a local job array's tasks"), err
+    assert "Traceback" not in done.stderr

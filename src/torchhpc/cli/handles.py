@@ -8,7 +8,7 @@ sent a bare id to the local scheduler and four to Slurm, and the id in ``Error: 
 FAILED`` was "completed" to ``diagnose``.
 
 An unknown job is one error everywhere: ``Error: no job <handle> (...)`` with ``HINT:
-torchhpc list``, exit 1, never a verdict or an empty answer (git's and kubectl's rule: one
+torchhpc list``, exit 2, never a verdict or an empty answer (git's and kubectl's rule: one
 handle, one contract).
 """
 
@@ -67,6 +67,10 @@ def unknown_job(name: str, job_id: str, why: str = "") -> UnknownJob:
     hint = UNKNOWN_HINT.format(list=f"torchhpc list -s {name}")
     if name == "local" and job_id.isdigit():  # local ids are hex; a number is what sbatch and qsub print
         hint = f"did you mean slurm:{job_id}? a bare id is the default scheduler's, local, whose ids are hex"
+    array_id, _, task = job_id.partition("_")
+    if name == "local" and task and _has_record(name, array_id):  # a local array's tasks are runs of one job
+        hint = (f"a local job array's tasks share its handle: `torchhpc logs {handle_text(name, array_id)}` "
+                f"shows each task's lines behind [task {task}], and `diagnose` gives each failed task's verdict")
     return UnknownJob(f"no job {handle_text(name, job_id)}{detail}", hint)
 
 
@@ -115,6 +119,13 @@ def require(args: argparse.Namespace, *, record_ok: bool = False) -> tuple[Any, 
 
 
 def _has_record(name: str, job: str) -> bool:
+    """A record of the job, or of the array whose task ``ARRAY_TASK`` is (a Slurm or PBS array records its
+    ``array`` spec). A local array has no task handles: its record is one run's, so ``local:ID_5`` is no job,
+    in ``logs`` and ``diagnose`` as in ``status`` (not the whole array, read as if it were task 5)."""
     from torchhpc.jobdir.record import load_record
 
-    return load_record(name, job) is not None or load_record(name, job.split("_", 1)[0]) is not None
+    if load_record(name, job) is not None:
+        return True
+    array_id, _, task = job.partition("_")
+    base = load_record(name, array_id) if task else None
+    return base is not None and bool(base.array)
