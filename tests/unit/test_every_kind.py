@@ -373,3 +373,20 @@ def test_a_local_array_has_no_task_handles(command: list[str]) -> None:
     err = done.stderr.splitlines()
     assert err[0].startswith("Error: no job local:abc124_5") and err[1].startswith("HINT: a local job array's tasks"), err
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.usefixtures("clean_user_env")
+def test_a_foreground_run_that_never_started_has_no_start(tmp_path: Path) -> None:
+    """A foreground `run --after-ok` of a failed job: `events` showed a `start localhost` row (the record's start,
+    written before the wait), where the same job in the background has none."""
+    prog = tmp_path / "exit3.py"
+    prog.write_text("raise SystemExit(3)\n")
+    assert cli("run", str(prog), cwd=tmp_path).returncode == 3
+    failed = cli("list", "--last", cwd=tmp_path).stdout.strip()
+    ran = cli("run", "--after-ok", failed, str(prog), cwd=tmp_path)
+    assert ran.returncode == 1 and "HINT:" in ran.stderr, ran.stderr
+    handle = cli("list", "--last", cwd=tmp_path).stdout.strip()
+    assert handle != failed
+    ev = json.loads(cli("events", handle, "--json", cwd=tmp_path).stdout)
+    assert [e["kind"] for e in ev["events"]] == ["submit", "end"], ev["events"]
+    assert ev["state"] == "CANCELLED" and ev["exit_code"] == 1, ev

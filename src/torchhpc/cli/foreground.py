@@ -76,19 +76,24 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
         if tries.fired:  # our own SIGTERM: say who sent it
             reason = f"the hang watch cancelled the run (--hang-timeout {hang_timeout:g})" + "".join(reason.partition(";")[1:])
     except KeyboardInterrupt:  # Ctrl-C before the ranks ran (waiting on --after-ok): main() exits 130
-        jobs.end_here(job_id, "CANCELLED", 130, "interrupted by SIGINT (Ctrl-C) before the ranks started")
+        jobs.end_here(job_id, "CANCELLED", 130, "interrupted by SIGINT (Ctrl-C) before the ranks started", ran=False)
         raise
     except BaseException as e:  # recorded, never left RUNNING; the caller reports it
         jobs.end_here(job_id, "FAILED", 1, f"{type(e).__name__}: {e}")
         raise
-    jobs.end_here(job_id, state, code, reason)
+    jobs.end_here(job_id, state, code, reason, ran=not _never_ran(reason))
     from torchhpc.jobdir.shm import SHM_ENV, free
 
     free(f"local-{job_id}", spec.env_dict.get(SHM_ENV))  # its memory-tier checkpoints (dist/memtier.py): the run is over
     final = _final_code(scheduler, job_id, state, code, reason, hint, tries, spec, hang_timeout)
     if final != code:  # one truth: the record says what the shell sees (status, events, diagnose --json)
-        jobs.end_here(job_id, state, final, reason)
+        jobs.end_here(job_id, state, final, reason, ran=not _never_ran(reason))
     return final
+
+
+def _never_ran(reason: str) -> bool:
+    """Whether the run ended before any rank started: its dependency failed, or a signal came while it waited."""
+    return reason.startswith("DependencyNeverSatisfied") or reason.endswith("before the ranks started")
 
 
 def _record_early_signals() -> None:

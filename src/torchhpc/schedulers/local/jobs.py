@@ -223,12 +223,18 @@ class LocalJobs:
                                           foreground=True)
         return job_id, d / LOG
 
-    def end_here(self, job_id: str, state: str, exit_code: int, reason: str) -> None:
+    def end_here(self, job_id: str, state: str, exit_code: int, reason: str, *, ran: bool = True) -> None:
         """The end of a run :meth:`start_here` recorded; again with the final exit code once the verdict
-        has chosen it (its class's code under --hang-timeout/--max-restarts), keeping the first end time."""
+        has chosen it (its class's code under --hang-timeout/--max-restarts), keeping the first end time.
+
+        ``ran=False``: no rank ever started (its ``--after-ok`` job failed, or it was stopped while it
+        waited): the start :meth:`start_here` wrote is dropped, so ``events`` shows no start, as for a
+        background job that never started."""
         d = job_dir(job_id)
         rec = read_state(d)
         rec.update(state=state, exit_code=exit_code, reason=reason)
+        if not ran:
+            rec.pop("started", None)
         rec.setdefault("ended", time.time())
         write_state(d, rec)
 

@@ -299,9 +299,9 @@ class LocalScheduler(Scheduler):
         job_id, log = LocalJobs().start_here(submission)
         return job_id, str(log)
 
-    def end_here(self, job_id: str, state: str, exit_code: int, reason: str) -> None:
-        """The end of a run :meth:`start_here` recorded."""
-        LocalJobs().end_here(job_id, state, exit_code, reason)
+    def end_here(self, job_id: str, state: str, exit_code: int, reason: str, *, ran: bool = True) -> None:
+        """The end of a run :meth:`start_here` recorded (``ran=False``: no rank started, no start kept)."""
+        LocalJobs().end_here(job_id, state, exit_code, reason, ran=ran)
 
     def status(self, job_id: str) -> JobStatus:
         """A foreground run this process scheduled, else a background job's record."""
