@@ -56,6 +56,8 @@ def test_culprit_is_the_rank_outside_a_collective() -> None:
     text = "\n".join(render(v, 21.0))
     assert "rank 3 on node2 is not in a collective: <module> at planted_hang.py:16" in text
     assert "ranks 0-2 wait in all_reduce" in text
+    one = "\n".join(render(culprit([stacks[0], stacks[3]]), 21.0))
+    assert "hang: rank 0 waits in all_reduce" in one, one  # not "ranks 0 wait"
 
 
 def test_every_rank_in_a_collective_says_so() -> None:

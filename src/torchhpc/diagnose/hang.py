@@ -232,7 +232,8 @@ def render(v: HangVerdict, quiet_s: float) -> list[str]:
             lines.append(f"    {fn} ({path}:{ln})")
     if v.waiting:
         calls = sorted({collective(by_rank[r].frames) for r in v.waiting})
-        lines.append(f"torchhpc: hang: ranks {format_ranks(v.waiting)} wait in " + ", ".join(calls))
+        who = f"rank {v.waiting[0]} waits" if len(v.waiting) == 1 else f"ranks {format_ranks(v.waiting)} wait"
+        lines.append(f"torchhpc: hang: {who} in " + ", ".join(calls))
     if v.note:
         lines.append(f"torchhpc: hang: {v.note}")
     return lines
