@@ -390,3 +390,18 @@ def test_a_foreground_run_that_never_started_has_no_start(tmp_path: Path) -> Non
     ev = json.loads(cli("events", handle, "--json", cwd=tmp_path).stdout)
     assert [e["kind"] for e in ev["events"]] == ["submit", "end"], ev["events"]
     assert ev["state"] == "CANCELLED" and ev["exit_code"] == 1, ev
+
+
+@pytest.mark.usefixtures("clean_user_env")
+def test_a_foreground_array_keeps_a_record_to_read_back(tmp_path: Path) -> None:
+    """A foreground `run --array` printed its tasks and kept no record: `list --last` named the job before it."""
+    prog = tmp_path / "t.py"
+    prog.write_text("import os\nif os.environ['TORCHHPC_ARRAY_INDEX'] == '1':\n    raise SystemExit(4)\nprint('ok')\n")
+    ran = cli("run", "--array", "0-1", str(prog), cwd=tmp_path)
+    assert ran.returncode == 4 and "[task 0] [rank0]: ok" in ran.stdout, ran.stdout + ran.stderr
+    handle = cli("list", "--last", cwd=tmp_path).stdout.strip()
+    status = json.loads(cli("status", "--json", handle, cwd=tmp_path).stdout)
+    assert (status["state"], status["exit_code"]) == ("FAILED", 4), status
+    verdict = json.loads(cli("diagnose", "--json", handle, cwd=tmp_path).stdout)
+    assert [t["task"] for t in verdict["tasks"]] == [0, 1] and verdict["tasks"][0]["class"] == "none", verdict
+    assert "[task 0] ok" in cli("logs", handle, "--rank", "0", cwd=tmp_path).stdout

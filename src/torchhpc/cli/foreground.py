@@ -42,7 +42,7 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
                 "--hang-timeout: the tasks of a local job array are separate runs; the watch follows one run",
                 "drop --hang-timeout, or run each task on its own (--env TORCHHPC_ARRAY_INDEX=I)",
             )
-        return int(scheduler.run(submission, rank0_only=rank0_only))
+        return _run_array(scheduler, submission, rank0_only)
     if hang_timeout:
         check_on_hang(scheduler, on_hang)
     jobs = scheduler  # the local scheduler keeps the run's record (schedulers/local/jobs.py)
@@ -94,6 +94,51 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
 def _never_ran(reason: str) -> bool:
     """Whether the run ended before any rank started: its dependency failed, or a signal came while it waited."""
     return reason.startswith("DependencyNeverSatisfied") or reason.endswith("before the ranks started")
+
+
+class _Tee:
+    """The terminal, and the run's ``output.log``: what a foreground array prints is its record's log too."""
+
+    def __init__(self, out: Any, log: Any) -> None:
+        self.out, self.log = out, log
+
+    def write(self, text: str) -> int:
+        self.log.write(text)
+        return int(self.out.write(text))
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.out.flush()
+
+
+def _run_array(scheduler: Any, submission: Submission, rank0_only: bool) -> int:
+    """A local array in the foreground, with a record and an ``output.log`` like a background array's, so
+    ``list --last``, ``status``, ``logs`` and ``diagnose`` read it back (each task's lines behind [task I])."""
+    import sys
+
+    from torchhpc.jobdir.shm import SHM_ENV, free
+
+    job_id, log_path = scheduler.start_here(submission)
+    state, code, reason = "COMPLETED", 0, ""
+    try:
+        with open(log_path, "a", encoding="utf-8", errors="backslashreplace") as log:
+            try:
+                code = int(scheduler.run(submission, rank0_only=rank0_only, stdout=_Tee(sys.stdout, log),
+                                         stderr=_Tee(sys.stderr, log)))
+            except JobFailed as e:
+                state = "CANCELLED" if e.message.startswith("interrupted") else "FAILED"
+                code, reason = e.exit_code, e.message
+                log.write(f"torchhpc: {reason}\n")  # as the background array's log ends
+                raise
+    except BaseException as e:
+        if state == "COMPLETED":  # not the array's own failure: Ctrl-C, an error of ours
+            state, code, reason = "CANCELLED" if isinstance(e, KeyboardInterrupt) else "FAILED", 130 if \
+                isinstance(e, KeyboardInterrupt) else 1, f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        scheduler.end_here(job_id, state, code, reason)
+        free(f"local-{job_id}", submission.spec.env_dict.get(SHM_ENV))
+    return code
 
 
 def _record_early_signals() -> None:
