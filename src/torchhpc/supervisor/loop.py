@@ -165,7 +165,13 @@ class Supervisor:
             previous = [h for h in step_nodes if h not in excluded]
 
     def free_memory(self) -> None:
-        """The job ends here: its memory-tier checkpoints leave every node's shared memory (jobdir/shm.py)."""
+        """The job ends here: its memory-tier checkpoints leave every node's shared memory (jobdir/shm.py).
+        Only a job that saved to memory has any (its rank 0's node is this one, where the first attempt ran):
+        no step is started at the end of any other job."""
+        from torchhpc.jobdir.shm import shm_base
+
+        if not any(shm_base(self.env).glob(f"torchhpc-{self.job}-*")):
+            return
         nodes = [h for h in self.alloc.nodes() if self.alloc.alive(h, timeout=PROBE_TIMEOUT_S)]
         if not nodes:
             return
