@@ -131,8 +131,10 @@ def label(mode: str, op: str) -> str:
     return f"{op}:{mode}" if op.startswith("sub:") else f"{mode}:{op}"
 
 
-def one(world: int, mode: str, op: str, hang_timeout: float, env: dict[str, str], cwd: str) -> dict[str, object]:
-    """One cell's run: ``op`` is a world cell's collective, or a subgroup cell's layout (``sub:LAYOUT``)."""
+def one(world: int, mode: str, op: str, hang_timeout: float, env: dict[str, str], cwd: str,
+        slurm: bool = False) -> dict[str, object]:
+    """One cell's run: ``op`` is a world cell's collective, or a subgroup cell's layout (``sub:LAYOUT``).
+    ``slurm``: on the dev cluster, 2 nodes under srun, ``run --wait`` watching for the hang."""
     t0 = time.monotonic()
     if op.startswith("sub:"):
         layout = op[4:]
@@ -141,15 +143,17 @@ def one(world: int, mode: str, op: str, hang_timeout: float, env: dict[str, str]
     else:
         argv = [str(PLANTED), mode, str(BAD), op]
         want = expected(mode, op, world)
-    r = tm(env, cwd, "run", "-n", str(world), "--hang-timeout", f"{hang_timeout:g}", *argv)
+    shape = ["-n", str(world)] if not slurm else [
+        "--scheduler", "slurm", "--launcher", "srun", "-N", "2", "--nproc-per-node", str(world // 2), "--wait"]
+    r = tm(env, cwd, "run", *shape, "--hang-timeout", f"{hang_timeout:g}", *argv, timeout=600)
     took = time.monotonic() - t0
     said = [ln[len("diagnosis: "):] for ln in r.stderr.splitlines() if ln.startswith("diagnosis: ")]
     if want:
         line = said[-1] if said else ""
         ok = r.returncode != 0 and bool(re.search(want, line))
     else:  # no fault: the run succeeds and nothing, later, claims one
-        m = re.search(r"local:([0-9a-f]{10})", r.stderr + r.stdout)
-        handle = f"local:{m.group(1)}" if m else ""
+        m = re.search(r"(local:[0-9a-f]{10}|slurm:\d+)", r.stderr + r.stdout)
+        handle = m.group(1) if m else ""
         if not handle:  # a foreground success names no handle: the newest local job is this one
             jobs = sorted(Path(env["TORCHHPC_STATE_DIR"]).glob("jobs/local/*"), key=lambda p: p.stat().st_mtime)
             handle = f"local:{jobs[-1].name}" if jobs else ""
@@ -172,6 +176,8 @@ def main() -> int:
     ap.add_argument("--hang-timeout", type=float, default=8.0)
     ap.add_argument("--json", action="store_true", help="one JSON record per run instead of the table")
     ap.add_argument("--quick", action="store_true", help="the table in minutes: every cell once (--runs 1)")
+    ap.add_argument("--slurm", action="store_true",
+                    help="on the running dev cluster: each cell on 2 nodes under srun (torchhpc devcluster up)")
     a = ap.parse_args()
     if a.quick:
         a.runs = 1
@@ -184,11 +190,12 @@ def main() -> int:
               and not (c.endswith(":size") and len(sub_group(c.split(":")[0], int(w))) < 4)]  # gloo aborts a pair
     t0, bad, records = time.monotonic(), 0, []
     if not a.json:
-        print(f"# planted Flight Recorder matrix: {len(cells)} cells x {a.runs} run(s), gloo, rank {BAD} the culprit, "
-              f"--hang-timeout {a.hang_timeout:g}")
+        where = "the dev cluster, 2 nodes under srun" if a.slurm else "this machine"
+        print(f"# planted Flight Recorder matrix: {len(cells)} cells x {a.runs} run(s), gloo on {where}, rank {BAD} "
+              f"the culprit, --hang-timeout {a.hang_timeout:g}")
         print(f"# {'ranks':>5}  {'case':<22} {'named':>6}  {'median s':>8}  verdict")
     for world, mode, op in cells:
-        runs = [one(world, mode, op, a.hang_timeout, env, state) for _ in range(a.runs)]
+        runs = [one(world, mode, op, a.hang_timeout, env, state, a.slurm) for _ in range(a.runs)]
         records += runs
         good = sum(1 for x in runs if x["ok"])
         bad += good < len(runs)
