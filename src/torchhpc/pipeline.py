@@ -27,7 +27,7 @@ from torchhpc.core.depend import Dependency, verdict
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import ConfigError, TorchHPCError
 from torchhpc.jobdir.record import record_dir
-from torchhpc.schedulers import get_scheduler
+from torchhpc.schedulers import get_scheduler, scheduler_class
 from torchhpc.schedulers.api import TERMINAL, JobStatus, Submission
 
 __all__ = ["STEP_NAME", "PipelineRecord", "Step", "StepRow", "cancel", "check", "find_record", "render", "rows", "submit"]
@@ -273,7 +273,8 @@ def rows(rec: PipelineRecord) -> list[StepRow]:
         st = known.get((s["scheduler"], s["job_id"]))
         state = st.state if st is not None else "UNKNOWN"
         detail = "" if st is not None else ("record gone: `torchhpc list --prune` forgets ended local jobs"
-                                            if s["scheduler"] == "local" else "its scheduler no longer knows it")
+                                            if scheduler_class(s["scheduler"]).runs_here else
+                                            "its scheduler no longer knows it")
         if st is not None and st.exit_code not in (None, 0) and st.terminal:
             detail = f"exit {st.exit_code}"
         if state not in ("RUNNING", "COMPLETED"):

@@ -69,7 +69,7 @@ def seen_variables(verdicts: list[Verdict], environ: Mapping[str, str]) -> dict[
 
 def render_explain(verdicts: list[Verdict], environ: Mapping[str, str] | None = None) -> list[str]:
     lines: list[str] = []
-    if all(v.name == "local" or not v.matched for v in verdicts):  # said first: the table below is the why
+    if verdicts and verdicts[-1].chosen:  # the fallback (last) chose: said first, the table below is the why
         lines.append("not inside a distributed job: no launcher's or scheduler's variables are set, so this is one "
                      "process (rank 0 of 1). The detectors, in the order they are tried:")
     width = max(len(v.name) for v in verdicts)

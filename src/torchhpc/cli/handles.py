@@ -18,7 +18,7 @@ import argparse
 from typing import Any
 
 from torchhpc.errors import TorchHPCError, UnknownJob
-from torchhpc.schedulers import parse_handle
+from torchhpc.schedulers import REGISTRY, parse_handle, scheduler_class
 from torchhpc.schedulers.api import JobStatus, Scheduler
 
 __all__ = ["UNKNOWN_HINT", "add_job_argument", "default_scheduler", "handle_text", "known_status", "require", "resolve"]
@@ -65,10 +65,11 @@ def unknown_job(name: str, job_id: str, why: str = "") -> UnknownJob:
     """The one "unknown job" error of every job command (exit 2: a handle is input; HINT: torchhpc list)."""
     detail = f" ({why})" if why else ""
     hint = UNKNOWN_HINT.format(list=f"torchhpc list -s {name}")
-    if name == "local" and job_id.isdigit():  # local ids are hex; a number is what sbatch and qsub print
+    here = name in REGISTRY and scheduler_class(name).runs_here  # the local scheduler's jobs: ids of its own
+    if here and job_id.isdigit():  # local ids are hex; a number is what sbatch and qsub print
         hint = f"did you mean slurm:{job_id}? a bare id is the default scheduler's, local, whose ids are hex"
     array_id, _, task = job_id.partition("_")
-    if name == "local" and task and _has_record(name, array_id):  # a local array's tasks are runs of one job
+    if here and task and _has_record(name, array_id):  # a local array's tasks are runs of one job
         hint = (f"a local job array's tasks share its handle: `torchhpc logs {handle_text(name, array_id)}` "
                 f"shows each task's lines behind [task {task}], and `diagnose` gives each failed task's verdict")
     return UnknownJob(f"no job {handle_text(name, job_id)}{detail}", hint)
