@@ -23,6 +23,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -350,7 +351,8 @@ def _split(r: Rendered) -> None:
         if line.startswith("# --- ") and line.endswith(" ---"):
             if current is not None:
                 r.files[current] = "\n".join(buf) + "\n"
-            current, buf = line[6:-4], []
+            # a script's header may say what becomes of its name ("(its name only: ...)"): the path is before it
+            current, buf = re.sub(r" \(its name only: [^)]*\)$", "", line[6:-4]), []
         else:
             buf.append(line)
     if current == "submit with":

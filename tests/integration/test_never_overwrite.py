@@ -41,9 +41,13 @@ def test_run_sweep_and_failed_submit_keep_the_users_files(slurm_cluster: Any, tm
     assert {k: v for k, v in after.items() if k in before} == before, "a pre-existing file changed"
     assert not [k for k in after if Path(k).name.startswith(".pi.")], "a private script was left behind"
 
-    # sbatch rejects the job (exit 1): nothing new anywhere in the directory
+    # refused before sbatch (exit 2: no such partition here), and sbatch rejecting what torchhpc cannot check
+    # (a license nobody has; exit 1): nothing new anywhere in the directory either way
     mid = snapshot(d)
     f = torchhpc(slurm_cluster, "run", "--scheduler", "slurm", "--partition", "no_such_partition", "pi.py", cwd=d)
-    assert f.returncode == 1, f.stdout + f.stderr
-    assert "partition" in f.stderr.lower()
+    assert f.returncode == 2 and "partition" in f.stderr.lower(), f.stdout + f.stderr
+    assert snapshot(d) == mid
+    f = torchhpc(slurm_cluster, "run", "--scheduler", "slurm", "--opt", "sbatch_extra=--licenses=nosuchlicense:1",
+                 "pi.py", cwd=d)
+    assert f.returncode == 1 and "licen" in f.stderr.lower(), f.stdout + f.stderr
     assert snapshot(d) == mid

@@ -77,7 +77,7 @@ def test_site_configuration_wins_and_nothing_is_said(slurm_cluster: Any, tmp_pat
 def test_site_conf_file_wins_over_a_running_dev_cluster(slurm_cluster: Any, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The other way a site says it has Slurm: a slurm.conf in the default place (a stand-in path here)."""
-    from torchhpc.cli.main import _devcluster_env
+    from torchhpc.config import _devcluster_env
     from torchhpc.schedulers import SITE_ENV
 
     monkeypatch.delenv("SLURM_CONF", raising=False)

@@ -148,7 +148,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
         lines = log.read(final=True)
         if ranks is not None or nodes is not None:
             rec = read_record(name, job)
-            world = rec.nodes * rec.nproc_per_node if rec.submitted else 0  # 0: no record of its size
+            # the job's size where its record knows it: a run here is one node (a batch job's record may not say
+            # how many nodes its allocation had: no size, the rank lines alone decide)
+            world = rec.nproc_per_node if sched.runs_here and rec.submitted else 0
             _check_present(f"{name}:{job}", lines, ranks, nodes, node_of, args.node, world)
         emit(lines)
         return 0
