@@ -405,3 +405,20 @@ def test_a_foreground_array_keeps_a_record_to_read_back(tmp_path: Path) -> None:
     verdict = json.loads(cli("diagnose", "--json", handle, cwd=tmp_path).stdout)
     assert [t["task"] for t in verdict["tasks"]] == [0, 1] and verdict["tasks"][0]["class"] == "none", verdict
     assert "[task 0] ok" in cli("logs", handle, "--rank", "0", cwd=tmp_path).stdout
+
+
+@pytest.mark.usefixtures("clean_user_env")
+def test_sweep_and_pipeline_status_after_prune(tmp_path: Path) -> None:
+    """Item 9: after `list --prune 0` a sweep reads its tasks from its own directory, and a pipeline whose steps'
+    records are gone says so and exits 1 (it showed UNKNOWN with 0)."""
+    (tmp_path / "t.py").write_text("import sys\nraise SystemExit(0 if sys.argv[1] == '1' else 3)\n")
+    done = cli("sweep", "--grid", "x=1,2", "--output-dir", "sw", "--wait", "--", sys.executable, "t.py", "{x}",
+               cwd=tmp_path)
+    assert done.returncode != 0, done.stdout + done.stderr  # one task exits 3
+    (tmp_path / "p.toml").write_text('[steps.a]\nprogram = ["t.py", "1"]\n')
+    assert cli("pipeline", "p.toml", "--wait", cwd=tmp_path).returncode == 0
+    assert cli("list", "--prune", "0", cwd=tmp_path).returncode == 0
+    rows = json.loads(cli("sweep", "status", "sw", "--json", cwd=tmp_path).stdout)
+    assert [(r["x"], r["state"], r["exit_code"]) for r in rows] == [("1", "COMPLETED", 0), ("2", "FAILED", 3)], rows
+    gone = cli("pipeline", "status", "p.toml", cwd=tmp_path)
+    assert gone.returncode == 1 and "record gone" in gone.stdout, gone.stdout + gone.stderr
