@@ -27,7 +27,7 @@ from torchhpc.core.array import last_result
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import SchedulerError, SpecError, UnknownJob, UsageError
 from torchhpc.job import Job, TaskHandle, check_program, tasks_of
-from torchhpc.jobdir.logs import TASK_END_LINE
+from torchhpc.jobdir.logs import TASK_END_LINE, TASK_PREFIX
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 
@@ -231,7 +231,14 @@ def task_rows(directory: str) -> list[dict[str, Any]]:
     return rows
 
 
-_TASK_LINE = re.compile(r"^\[task (\d+)\] (.*)$")
+def _by_task(text: str) -> dict[int, str]:
+    """task -> its lines of a log that holds every task's behind ``[task I]`` (jobdir/logs.py's grammar)."""
+    out: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        m = TASK_PREFIX.match(line)
+        if m:
+            out.setdefault(int(m.group(1)), []).append(line[m.end():])
+    return {i: "\n".join(lines) for i, lines in out.items()}
 
 
 def _shared_log(sched: Scheduler, job_id: str, indices: Sequence[int]) -> Optional[dict[int, str]]:
@@ -243,12 +250,7 @@ def _shared_log(sched: Scheduler, job_id: str, indices: Sequence[int]) -> Option
         text = sched.logs(job_id)
     except SchedulerError:
         return None
-    out: dict[int, list[str]] = {}
-    for line in text.splitlines():
-        m = _TASK_LINE.match(line)
-        if m:
-            out.setdefault(int(m.group(1)), []).append(m.group(2))
-    return {i: "\n".join(lines) for i, lines in out.items()}
+    return _by_task(text)
 
 
 def _kept(directory: str, man: Mapping[str, Any], job_id: str) -> Optional[tuple[JobStatus, dict[int, str]]]:
@@ -264,12 +266,7 @@ def _kept(directory: str, man: Mapping[str, Any], job_id: str) -> Optional[tuple
         return None
     overall = JobStatus(job_id=job_id, state=str(rec.get("state", "UNKNOWN")), exit_code=rec.get("exit_code"),
                         reason=str(rec.get("reason", "")), name=str(rec.get("name", "")), nodes="localhost")
-    out: dict[int, list[str]] = {}
-    for line in text.splitlines():
-        m = _TASK_LINE.match(line)
-        if m:
-            out.setdefault(int(m.group(1)), []).append(m.group(2))
-    return overall, {i: "\n".join(lines) for i, lines in out.items()}
+    return overall, _by_task(text)
 
 
 def _local_task(shared: Optional[Mapping[int, str]], tid: str, index: int, overall: JobStatus) -> Optional[JobStatus]:
