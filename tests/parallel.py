@@ -50,12 +50,15 @@ from tests.schedule import estimate, load_cores, load_durations, waits
 
 EXCLUSIVE = "exclusive"
 WHOLE_MACHINE = "whole_machine"
-LIGHT = "light"
 
 # Long modules without module fixtures: one group per test function (its parameters together), so
 # that one module does not hold a worker for a quarter of the run.
 SPLIT = {"tests/integration/test_diagnose_cluster.py", "tests/integration/test_examples_train.py",
          "tests/integration/test_docs_run.py", "tests/integration/test_exit_contract.py"}
+# Modules whose parametrized cells are each a job of a minute: one group per cell, so that they spread over the
+# workers and the slots (the compatibility matrix: one fixture running its 44 jobs at once held the machine for
+# 14 minutes of the landing CI).
+CELLS = {"tests/integration/test_compat_matrix.py"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -68,11 +71,6 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "whole_machine: runs many jobs at once by itself (a matrix), or loads the machine on purpose (a soak): "
         "holds every slot but one under xdist",
-    )
-    config.addinivalue_line(
-        "markers",
-        "light: only judges what a module fixture made (the compatibility matrix's cells): takes no slot; the "
-        "fixture holds its own (tests.parallel.hold_whole_machine)",
     )
 
 
@@ -117,6 +115,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             stem = _module(item).rsplit("/", 1)[-1].removesuffix(".py")
             if _module(item) in SPLIT:
                 stem += "-" + getattr(item, "originalname", item.name)
+            elif _module(item) in CELLS:
+                stem += "-" + item.name.replace("[", ".").rstrip("]")  # no "]" after the "@" (schedule.plain_id)
             groups[item] = stem if _on_cluster(item) else f"{stem}-local"
         if item in groups:
             item.add_marker(pytest.mark.xdist_group(groups[item]))
@@ -273,7 +273,7 @@ def _heavy(item: pytest.Item) -> bool:
     a node declared dead or a job held pending. Nor does a test that mostly waits, measured alone
     (tests/durations.json's ``cores``, tests/schedule.py's WAITING_CORES): a hang timeout, a time limit."""
     global _CORES
-    if item.get_closest_marker(EXCLUSIVE) or item.get_closest_marker(LIGHT):
+    if item.get_closest_marker(EXCLUSIVE):
         return False
     if not (_is_integration(item) or item.get_closest_marker("slow")):
         return False
@@ -307,20 +307,6 @@ def _run_lock() -> RunLock | None:
 def _run_slots() -> Slots | None:
     shared = _shared()
     return shared[1] if shared else None
-
-
-@contextmanager
-def hold_whole_machine() -> Iterator[None]:
-    """Every slot but one, for a module fixture that runs many jobs at once (the compatibility matrix's
-    columns), whose tests are ``light``. Run D marked the 57 cells themselves whole-machine: each cell, a
-    judgement of no time at all, waited to gather two slots, and the module held a worker for 15 minutes.
-    Taken inside the test's protocol, so after the run lock (the one order of locks). A no-op without xdist."""
-    slots = _run_slots()
-    if slots is None:
-        yield
-        return
-    with slots.take(slots.all_but_one):
-        yield
 
 
 @contextmanager

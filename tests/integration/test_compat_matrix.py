@@ -5,11 +5,12 @@ Rows are unmodified user scripts (tests/integration/compat/), columns torchrun, 
 image from .ci/build-test-image.sh). Nothing is faked: sbatch, srun, torchrun, Open MPI's mpirun,
 ch-run, gloo, Lightning, submitit, idr_torch and mpi4py all run.
 
-Cheap in CI: every cell's job script is what `torchhpc run --dry-run` prints (in-process), and one
-allocation per column runs its rows' scripts one after the other (each with a time limit, its
-steps cancelled if it hangs); the six columns are submitted at once.
-Refused cells are checked the same way, before anything is submitted. docs/compat.md is written
-from the outcomes; the committed copy must match (TORCHHPC_REGEN_GOLDEN=1 rewrites it).
+Cheap in CI: every cell's job script is what `torchhpc run --dry-run` prints (in-process), and each
+runnable cell is its own test and its own job (its row's script under a time limit, its steps cancelled
+if it hangs), one slot each, side by side with the rest of the suite (issue 66: one fixture running the
+six columns at once held the machine for 14 minutes). Refused cells are checked the same way, before
+anything is submitted. Each cell's outcome must be what docs/compat.md shows for it
+(TORCHHPC_REGEN_GOLDEN=1 rewrites that cell).
 A framework that is not installed makes its row FAIL, never skip.
 """
 
@@ -17,12 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import fcntl
 import importlib.util
 import io
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -40,14 +43,15 @@ from tests.integration.compat.matrix import (
     Column,
     Outcome,
     Row,
+    doc_cell,
     expected,
+    read_outcomes,
     render_markdown,
 )
-from tests.parallel import hold_whole_machine
 from torchhpc.cli.main import main as torchhpc_main
 
 DOC = REPO / "docs" / "compat.md"
-ROW_TIMEOUT = 300  # seconds per row inside a column job (Lightning under a loaded 2-core machine)
+ROW_TIMEOUT = 300  # seconds per cell's job (Lightning under a loaded 2-core machine)
 EXIT = re.compile(r"^compat: exit (\d+)$", re.M)
 # Two ranks of one torchrun share its stdout: a record can run into the next one on the same line
 # ("via=TorchElasticEnvironmentCOMPAT row=..."), so the via value stops where the next record starts.
@@ -90,30 +94,27 @@ def write_files(dry_run: str) -> None:
             (Path(m.group(1)) / name).write_text(text)
 
 
-def column_script(col: Column, rows: list[tuple[Row, str]], out_dir: Path) -> str:
-    """One allocation for a column: the first row's #SBATCH geometry, then each row's script in turn."""
-    header = [line for line in rows[0][1].splitlines() if line.startswith("#SBATCH")
+def cell_script(row: Row, col: Column, script: str, out_dir: Path) -> str:
+    """The cell's job: its row's #SBATCH geometry, then its script under ROW_TIMEOUT (its steps cancelled if it
+    hangs), the exit code appended to the log (a rank that aborts at exit after its work fails the cell)."""
+    header = [line for line in script.splitlines() if line.startswith("#SBATCH")
               and not line.startswith(("#SBATCH --output", "#SBATCH --job-name"))]
-    lines = ["#!/bin/bash", *header, f"#SBATCH --job-name=compat-{col.key}", f"#SBATCH --output={out_dir}/column.out",
-             "set -u", 'export USER="${USER:-root}"  # ch-run refuses to start without it', f"cd {REPO}"]
-    for row, script in rows:
-        path = out_dir / f"{row.name}.sbatch"
-        path.write_text(script)
-        log = out_dir / f"{row.name}.log"
-        lines += [
-            f"echo '=== {row.name}' $(date +%T)",
-            # MASTER_PORT is left to the row's script (derived from the job id, moved while busy), as in any
-            # torchhpc job: idr_torch overwrites MASTER_PORT with that same formula, whatever is exported.
-            f"bash {path} > {log} 2>&1 &",
-            "pid=$!",
-            f"for _ in $(seq {ROW_TIMEOUT}); do kill -0 $pid 2>/dev/null || break; sleep 1; done",
-            "if kill -0 $pid 2>/dev/null; then",
-            f"  echo 'compat: row timed out after {ROW_TIMEOUT} s' >> {log}",
-            '  for s in $(squeue -h -s -j "$SLURM_JOB_ID" -o %i | grep -v -e batch -e extern); do scancel "$s"; done',
-            "  sleep 2; kill $pid 2>/dev/null",
-            "fi",
-            f"wait $pid; rc=$?; echo \"=== rc $rc\"; echo \"compat: exit $rc\" >> {log}",
-        ]
+    path, log = out_dir / f"{row.name}.sbatch", out_dir / f"{row.name}.log"
+    path.write_text(script)
+    lines = ["#!/bin/bash", *header, f"#SBATCH --job-name=compat-{row.name}-{col.key}",
+             f"#SBATCH --output={out_dir}/cell.out", "set -u",
+             'export USER="${USER:-root}"  # ch-run refuses to start without it', f"cd {REPO}",
+             # MASTER_PORT is left to the row's script (derived from the job id, moved while busy), as in any
+             # torchhpc job: idr_torch overwrites MASTER_PORT with that same formula, whatever is exported.
+             f"bash {path} > {log} 2>&1 &",
+             "pid=$!",
+             f"for _ in $(seq {ROW_TIMEOUT}); do kill -0 $pid 2>/dev/null || break; sleep 1; done",
+             "if kill -0 $pid 2>/dev/null; then",
+             f"  echo 'compat: row timed out after {ROW_TIMEOUT} s' >> {log}",
+             '  for s in $(squeue -h -s -j "$SLURM_JOB_ID" -o %i | grep -v -e batch -e extern); do scancel "$s"; done',
+             "  sleep 2; kill $pid 2>/dev/null",
+             "fi",
+             f"wait $pid; rc=$?; echo \"compat: exit $rc\" >> {log}"]
     return "\n".join(lines) + "\n"
 
 
@@ -169,54 +170,40 @@ def image() -> str:
     return m.group(1)
 
 
-@pytest.fixture(scope="module")
-def outcomes(slurm: Any, image: str, tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Outcome]:
-    """Render every cell, run the runnable ones (one job per column, all submitted at once), judge them.
-    Side by side it holds every slot but one meanwhile; the cells that read it are ``light``."""
-    with hold_whole_machine():
-        return _outcomes(slurm, image, tmp_path_factory)
+def run_cell(slurm: Any, image: str, row: Row, col: Column, out_dir: Path) -> Outcome:
+    """One cell: render it (`torchhpc run --dry-run`, in-process), then, for a runnable one, its own job on the
+    dev cluster (the row's script under a time limit, its steps cancelled if it hangs), judged from its log."""
+    want = expected(row, col)
+    if want == "n/a":
+        return Outcome("n/a", NOT_IN_IMAGE)
+    rc, out, err = cli(*run_args(row, col, image, out_dir))
+    if want == "refused":
+        hint = REFUSED[(row.name, col.launcher)]
+        ok = rc == 2 and err.startswith("Error: ") and "HINT: " in err and hint in err and not out
+        ok = ok and "Traceback" not in err
+        return Outcome("refused", hint) if ok else Outcome(
+            "FAIL", f"expected a refusal naming {hint}: rc {rc}, {err.strip()[:300]}")
+    if rc != 0:
+        return Outcome("FAIL", f"dry run failed: rc {rc}: {err.strip()[:300]}")
+    write_files(out)
+    script = out_dir / "cell.sbatch"
+    script.write_text(cell_script(row, col, batch_script(out), out_dir))
+    job_id = slurm.sbatch([str(script)], cwd=str(REPO))
+    states = wait_all(slurm, [job_id], timeout=ROW_TIMEOUT + 120)
+    log = out_dir / f"{row.name}.log"
+    outcome = judge(log.read_text(errors="replace") if log.exists() else "", row)
+    if outcome.status != "ok":
+        outcome = Outcome("FAIL", f"{outcome.detail} (job {job_id} {states.get(job_id, '?')}, log {log})")
+    return outcome
 
 
-def _outcomes(slurm: Any, image: str, tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Outcome]:
-    base = tmp_path_factory.mktemp("compat")
-    results: dict[tuple[str, str], Outcome] = {}
-    jobs: list[tuple[Column, list[Row], Path, str]] = []
-    for col in COLUMNS:
-        out_dir = base / col.key
-        out_dir.mkdir()
-        runnable: list[tuple[Row, str]] = []
-        for row in ROWS:
-            want = expected(row, col)
-            if want == "n/a":
-                results[(row.name, col.key)] = Outcome("n/a", NOT_IN_IMAGE)
-                continue
-            rc, out, err = cli(*run_args(row, col, image, out_dir))
-            if want == "refused":
-                hint = REFUSED[(row.name, col.launcher)]
-                ok = rc == 2 and err.startswith("Error: ") and "HINT: " in err and hint in err and not out
-                ok = ok and "Traceback" not in err
-                results[(row.name, col.key)] = Outcome("refused", hint) if ok else Outcome(
-                    "FAIL", f"expected a refusal naming {hint}: rc {rc}, {err.strip()[:300]}")
-                continue
-            if rc != 0:
-                results[(row.name, col.key)] = Outcome("FAIL", f"dry run failed: rc {rc}: {err.strip()[:300]}")
-                continue
-            write_files(out)
-            runnable.append((row, batch_script(out)))
-        if runnable:
-            script = out_dir / "column.sbatch"
-            script.write_text(column_script(col, runnable, out_dir))
-            jobs.append((col, [r for r, _ in runnable], out_dir, slurm.sbatch([str(script)], cwd=str(REPO))))
-    states = wait_all(slurm, [job_id for *_, job_id in jobs], timeout=25 * 60)
-    for col, rows, out_dir, job_id in jobs:
-        for row in rows:
-            log = out_dir / f"{row.name}.log"
-            text = log.read_text(errors="replace") if log.exists() else ""
-            outcome = judge(text, row)
-            if outcome.status != "ok":
-                outcome = Outcome("FAIL", f"{outcome.detail} (job {job_id} {states.get(job_id, '?')}, log {log})")
-            results[(row.name, col.key)] = outcome
-    return results
+def write_doc_cell(row: Row, col: Column, outcome: Outcome) -> None:
+    """TORCHHPC_REGEN_GOLDEN=1: this cell's outcome into docs/compat.md, under a lock (the cells run side by side)."""
+    with open(f"{tempfile.gettempdir()}/torchhpc-compat-doc.lock", "ab") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        outcomes = read_outcomes(DOC.read_text()) if DOC.exists() else {}
+        outcomes[(row.name, col.key)] = outcome
+        DOC.write_text(render_markdown(outcomes))
 
 
 def test_frameworks_are_installed() -> None:
@@ -225,26 +212,33 @@ def test_frameworks_are_installed() -> None:
     assert not absent, f"not installed: {absent}: pip install -e '.[lightning,compat]' (scripts/setup.sh does)"
 
 
-@pytest.mark.light  # a judgement of the outcomes fixture's (which holds the machine while the columns run)
 @pytest.mark.cluster("slurm")
 @pytest.mark.parametrize("col", COLUMNS, ids=lambda c: c.key)
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
-def test_cell(outcomes: dict[tuple[str, str], Outcome], row: Row, col: Column) -> None:
-    got = outcomes[(row.name, col.key)]
+def test_cell(slurm: Any, image: str, row: Row, col: Column, tmp_path: Path) -> None:
+    """One cell of the matrix: its outcome is what the matrix expects, and what docs/compat.md shows for it.
+    Each runnable cell is its own job and its own test (one slot each): the six columns' jobs run side by
+    side with the rest of the suite, not as one fixture holding the machine for minutes."""
+    got = run_cell(slurm, image, row, col, tmp_path)
     want = expected(row, col)
     assert got.status == want, f"{row.name} x {col.key}: expected {want}, got {got.status}: {got.detail}"
+    if os.environ.get("TORCHHPC_REGEN_GOLDEN") == "1":
+        write_doc_cell(row, col, got)
+    shown = read_outcomes(DOC.read_text()).get((row.name, col.key))
+    assert shown == got, (f"docs/compat.md shows {doc_cell(shown) if shown else 'nothing'} for {row.name} x "
+                          f"{col.key}, this run {doc_cell(got)}: TORCHHPC_REGEN_GOLDEN=1 pytest {__file__}")
 
 
-@pytest.mark.light  # writes the outcomes fixture's table
-@pytest.mark.cluster("slurm")
-def test_docs_compat_md_is_the_generated_table(outcomes: dict[tuple[str, str], Outcome]) -> None:
-    text = render_markdown(outcomes)
-    if os.environ.get("TORCHHPC_REGEN_GOLDEN") == "1" and all(o.status != "FAIL" for o in outcomes.values()):
+def test_docs_compat_md_is_the_generated_table() -> None:
+    """Around the cells (each checked by its own run above), docs/compat.md is what render_markdown writes."""
+    old = DOC.read_text()
+    text = render_markdown(read_outcomes(old))
+    if os.environ.get("TORCHHPC_REGEN_GOLDEN") == "1":
         DOC.write_text(text)
-    old = DOC.read_text() if DOC.exists() else ""
+        old = text
     if old != text:
-        diff = "".join(difflib.unified_diff(old.splitlines(True), text.splitlines(True), "docs/compat.md", "this run"))
-        pytest.fail(f"docs/compat.md differs from this run's matrix:\n{diff}\n"
+        diff = "".join(difflib.unified_diff(old.splitlines(True), text.splitlines(True), "docs/compat.md", "render"))
+        pytest.fail(f"docs/compat.md differs from render_markdown:\n{diff}\n"
                     "If intended: TORCHHPC_REGEN_GOLDEN=1 pytest tests/integration/test_compat_matrix.py")
 
 

@@ -96,6 +96,36 @@ def _cell(out: Outcome) -> str:
 
 
 # The rule the per-task shim applies (src/torchhpc/launchers/task.py), variable family x launcher.
+def _uncell(text: str) -> Outcome:
+    """The outcome a table cell shows (the inverse of :func:`_cell`)."""
+    if text.startswith("✔"):
+        return Outcome("ok", text[1:].strip())
+    if text.startswith("refused, HINT `") and text.endswith("`"):
+        return Outcome("refused", text[len("refused, HINT `"):-1])
+    if text.startswith("—"):
+        return Outcome("n/a", text[1:].strip())
+    return Outcome("FAIL", text.removeprefix("✘").strip())
+
+
+def read_outcomes(text: str) -> dict[tuple[str, str], Outcome]:
+    """The outcomes docs/compat.md's matrix shows, cell by cell: each cell is written by its own test (one
+    job each, side by side), so the doc is checked and rewritten one cell at a time."""
+    cells: dict[tuple[str, str], Outcome] = {}
+    by_title = {row.title: row for row in ROWS}
+    for line in text.splitlines():
+        parts = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        row = by_title.get(parts[0]) if line.startswith("| ") else None
+        if row is not None and len(parts) == len(COLUMNS) + 1:
+            for col, cell in zip(COLUMNS, parts[1:]):
+                cells[(row.name, col.key)] = _uncell(cell)
+    return cells
+
+
+def doc_cell(outcome: Outcome) -> str:
+    """The table cell an outcome is written as."""
+    return _cell(outcome)
+
+
 RULES: tuple[tuple[str, str, str, str, str], ...] = (
     (
         "`RANK` `WORLD_SIZE` `LOCAL_RANK` `LOCAL_WORLD_SIZE` `GROUP_RANK` `NODE_RANK`",
