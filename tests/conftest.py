@@ -64,6 +64,14 @@ def in_ci() -> bool:
 
 
 @pytest.fixture(params=HOSTILE, ids=lambda v: repr(v)[:20])
+def hang_timeout(seconds: float) -> str:
+    """``--hang-timeout`` for a test that plants a hang: ``seconds`` on a quiet machine, up to 4x that as the
+    load rises (one core's share per 2 runnable processes). A rank starting at load 30 on 2 cores may go
+    seconds between outputs and CPU use; a constant that fits load 1 called a slow start a hang (issue 66)."""
+    per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return f"{seconds * min(4.0, max(1.0, per_core / 2)):.0f}"
+
+
 def hostile(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

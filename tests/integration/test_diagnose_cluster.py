@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.cli_run import torchhpc
-from tests.conftest import REPO, left_running
+from tests.conftest import REPO, hang_timeout, left_running
 
 FAULT = str(REPO / "tests" / "integration" / "scripts" / "planted_fault.py")
 
@@ -128,7 +128,7 @@ def test_a_planted_collective_fault_is_named_from_the_flight_recorder(
     verdict names the collective it missed or the call that differs, from every rank's dump in fr/."""
     r = torchhpc(
         slurm_cluster.client_env(), "run", "--scheduler", "slurm", "--nodes", "2", "--nproc-per-node", "2",
-        "--launcher", launcher, "--output-dir", str(tmp_path), "--name", f"fr-{case}", "--hang-timeout", "20",
+        "--launcher", launcher, "--output-dir", str(tmp_path), "--name", f"fr-{case}", "--hang-timeout", hang_timeout(20),
         PLANTED, case, "3", "--wait", cwd=tmp_path, timeout=400,
     )
     assert r.returncode != 0
@@ -153,7 +153,7 @@ def test_planted_hang_is_named_and_cancelled(slurm_cluster: Any, launcher: str, 
     t0 = time.monotonic()
     r = torchhpc(
         slurm_cluster.client_env(), "run", "--scheduler", "slurm", "--nodes", "2", "--nproc-per-node", "2",
-        "--launcher", launcher, "--output-dir", str(tmp_path), "--name", f"hang-{launcher}", "--hang-timeout", "20",
+        "--launcher", launcher, "--output-dir", str(tmp_path), "--name", f"hang-{launcher}", "--hang-timeout", hang_timeout(20),
         HANG, "3", "--wait", cwd=tmp_path, timeout=400,
     )
     assert r.returncode != 0
@@ -171,6 +171,6 @@ def test_planted_hang_local(clean_user_env: None, tmp_path: Path) -> None:
     env = dict(os.environ)
     sub = torchhpc(env, "run", "-n", "4", "--background", HANG, "3", cwd=tmp_path)
     handle = re.search(r"Submitted (local:\S+)", sub.stdout).group(1)  # type: ignore[union-attr]
-    w = torchhpc(env, "wait", handle, "--hang-timeout", "10", cwd=tmp_path, timeout=200)
+    w = torchhpc(env, "wait", handle, "--hang-timeout", hang_timeout(10), cwd=tmp_path, timeout=200)
     assert w.returncode != 0
     _assert_hang_named(w.stderr, "localhost")

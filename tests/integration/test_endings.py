@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.cli_run import torchhpc
+from tests.conftest import hang_timeout
 from tests.integration.conftest import OWN_FIRST_JOB_ID, SlurmClient, cluster_of_its_own
 from torchhpc.devcluster import ClusterState
 
@@ -96,7 +97,7 @@ def test_each_ending_has_one_code_at_once_and_after_accounting(own_cluster: Clus
     env = own_cluster.client_env()
     # the hang: run --wait with the client's watch, in the background
     hang = subprocess.Popen([sys.executable, "-m", "torchhpc", "run", "--scheduler", "slurm", "--nodes", "1", "--name",
-                             "hang", "--output-dir", str(tmp_path), "--wait", "--hang-timeout", "15", "sleepy.py", "600"],
+                             "hang", "--output-dir", str(tmp_path), "--wait", "--hang-timeout", hang_timeout(15), "sleepy.py", "600"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     jobs = {
         "cancel-running": _submit(own_cluster, tmp_path, "running", "sleepy.py", "600"),

@@ -11,13 +11,13 @@ import os
 from pathlib import Path
 
 from tests.cli_run import torchhpc
-from tests.conftest import need
+from tests.conftest import hang_timeout, need
 from tests.integration.test_local_restarts import HANG_ONCE, _handle
 
 
 def test_events_of_a_local_job_with_a_restart(clean_user_env: None, tmp_path: Path) -> None:
     need("matplotlib", "the PNG needs the plot extra")
-    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", "5", "--max-restarts", "1", HANG_ONCE, "1",
+    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", hang_timeout(5), "--max-restarts", "1", HANG_ONCE, "1",
                  cwd=tmp_path, timeout=200)
     assert r.returncode == 0, r.stdout + r.stderr
     handle = _handle(r.stderr)
@@ -42,7 +42,7 @@ def test_events_of_an_unsupervised_hang_count_it(clean_user_env: None, tmp_path:
     """No --max-restarts, so no attempts.json: the hang is still an incident (it was "ETTR 100 %, 0 incidents"),
     and the plot draws the run's bar (it drew an empty axis)."""
     need("matplotlib", "the PNG needs the plot extra")
-    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", "5", HANG_ONCE, "1", "always",
+    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", hang_timeout(5), HANG_ONCE, "1", "always",
                  cwd=tmp_path, timeout=200)
     assert r.returncode != 0, r.stdout + r.stderr
     handle = _handle(r.stderr)

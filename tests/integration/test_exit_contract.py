@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import reaped
+from tests.conftest import hang_timeout, reaped
 
 TORCHHPC = [sys.executable, "-m", "torchhpc"]
 RAISE = "raise ValueError('planted')"
@@ -113,8 +113,8 @@ def _background(*args: str, cancel: bool = False) -> int:
 CASES = {
     "success": (["-n", "1", "--", sys.executable, "-c", "pass"], "", 0),
     "exception": (["-n", "1", "--", sys.executable, "-c", RAISE], "", 1),
-    "exception, --hang-timeout": (["-n", "1", "--hang-timeout", "30", "--", sys.executable, "-c", RAISE], "", 1),
-    "hang": (["-n", "2", "--hang-timeout", "5", "--", sys.executable, "-c", SLEEP], "", 81),
+    "exception, --hang-timeout": (["-n", "1", "--hang-timeout", hang_timeout(30), "--", sys.executable, "-c", RAISE], "", 1),
+    "hang": (["-n", "2", "--hang-timeout", hang_timeout(5), "--", sys.executable, "-c", SLEEP], "", 81),
     "ctrl-c": (["-n", "2", "--", sys.executable, "-c", SLEEP], "int", 130),
     "cancel": (["-n", "2", "--", sys.executable, "-c", SLEEP], "cancel", 143),
     "sigkill of the client": (["-n", "1", "--", sys.executable, "-c", SLEEP], "kill", 137),

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from tests.cli_run import torchhpc
-from tests.conftest import left_running
+from tests.conftest import hang_timeout, left_running
 from torchhpc.core.exitcodes import EXIT_CODES
 
 EXIT_HANG = str(Path(__file__).parent / "scripts" / "exit_hang.py")
@@ -22,7 +22,7 @@ EXIT_HANG = str(Path(__file__).parent / "scripts" / "exit_hang.py")
 def test_ranks_that_hang_after_their_program_ended_complete_the_job(clean_user_env: None, tmp_path: Path) -> None:
     """Both ranks block 60 s in an atexit handler after their last line: COMPLETED, exit 0, and the
     hang-at-exit line names each rank and where it stopped (it was FAILED as a hang after 15 s)."""
-    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", "15", EXIT_HANG, "exit", "60", "--wait",
+    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", hang_timeout(15), EXIT_HANG, "exit", "60", "--wait",
                  cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("FINISHED sum=2") == 2, r.stdout
@@ -38,7 +38,7 @@ def test_ranks_that_hang_after_their_program_ended_complete_the_job(clean_user_e
 
 def test_a_rank_that_blocks_before_its_program_returned_is_still_a_hang(clean_user_env: None, tmp_path: Path) -> None:
     """Rank 0 returns and marks it; rank 1 sleeps before its program's end: not every rank returned."""
-    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", "15", EXIT_HANG, "before", "60", "--wait",
+    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", hang_timeout(15), EXIT_HANG, "before", "60", "--wait",
                  cwd=tmp_path, timeout=300)
     assert r.returncode == EXIT_CODES["hang"], r.stdout + r.stderr
     assert "hang at exit" not in r.stderr, r.stderr

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from tests.cli_run import torchhpc
+from tests.conftest import hang_timeout
 from tests.integration.test_diagnose_cluster import PLANTED
 from tests.integration.test_local_restarts import _handle
 
@@ -19,7 +20,7 @@ from tests.integration.test_local_restarts import _handle
 def test_a_skipped_all_gather_is_named_by_its_number(clean_user_env: None, tmp_path: Path) -> None:
     """Rank 1 skips one all_gather (accelerate's uneven-loop bug): it never entered all_gather #5, where
     ranks 0, 2 and 3 wait. It was "size mismatch in all_gather #4: ranks 0,2-3 passed [[4]], rank 1 passed [[4]]"."""
-    r = torchhpc(dict(os.environ), "run", "-n", "4", "--hang-timeout", "8", PLANTED, "skip", "1", "all_gather",
+    r = torchhpc(dict(os.environ), "run", "-n", "4", "--hang-timeout", hang_timeout(8), PLANTED, "skip", "1", "all_gather",
                  cwd=tmp_path, timeout=300)
     assert r.returncode != 0
     want = "hang — rank 1 never entered all_gather #5 (pg 0); ranks 0,2-3 have waited in it"
@@ -58,7 +59,7 @@ SUBGROUP = str(Path(__file__).parent / "scripts" / "planted_subgroup.py")
 def test_a_skip_inside_a_pair_names_the_rank_that_skipped(clean_user_env: None, tmp_path: Path) -> None:
     """Issue 65: pairs {0,1},{2,3}; rank 3 skips its pair's all_reduce and waits in the world's. It blamed
     rank 2 (only waiting, in the pair's call) and said three ranks waited in a collective of two."""
-    r = torchhpc(dict(os.environ), "run", "-n", "4", "--hang-timeout", "8", SUBGROUP, "pairs", "skip", "3",
+    r = torchhpc(dict(os.environ), "run", "-n", "4", "--hang-timeout", hang_timeout(8), SUBGROUP, "pairs", "skip", "3",
                  cwd=tmp_path, timeout=300)
     assert r.returncode != 0
     want = ("hang — rank 3 never entered all_reduce #4 of the group of ranks 2,3 (pg 2); rank 2 has waited in it")

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, hang_timeout
 
 PY = sys.executable
 # kind -> (world size, the record's exit code, whether it ran)
@@ -96,7 +96,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Jobs:
     m = re.search(r"HANDLE (local:\w+)", fn.stdout)
     assert m, fn.stdout + fn.stderr
     j.handles["function"] = m.group(1)
-    j.handles["restarted, completed"] = j.submit("--max-restarts", "1", "--hang-timeout", "5", j.py("restart.py", (
+    j.handles["restarted, completed"] = j.submit("--max-restarts", "1", "--hang-timeout", hang_timeout(5), j.py("restart.py", (
         "import os, time\nprint('attempt', os.environ['TORCHHPC_RESTART_COUNT'], flush=True)\n"
         "if os.environ['TORCHHPC_RESTART_COUNT'] == '0':\n    time.sleep(600)\n")))
     cancelled = j.submit("--", PY, "-c", "import time; print('up', flush=True); time.sleep(600)")

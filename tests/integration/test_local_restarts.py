@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from tests.cli_run import torchhpc
-from tests.conftest import left_running
+from tests.conftest import hang_timeout, left_running
 from tests.integration.test_diagnose_cluster import FAULT
 from torchhpc.core.exitcodes import EXIT_CODES
 
@@ -37,7 +37,7 @@ def _no_rank_left(tmp_path: Path) -> None:
 
 
 def test_a_foreground_hang_is_restarted_and_the_run_completes(clean_user_env: None, tmp_path: Path) -> None:
-    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", "5", "--max-restarts", "1", HANG_ONCE, "1",
+    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", hang_timeout(5), "--max-restarts", "1", HANG_ONCE, "1",
                  cwd=tmp_path, timeout=200)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "rank 1 on localhost is not in a collective" in r.stderr, r.stderr  # the watch named the culprit
@@ -52,9 +52,10 @@ def test_a_foreground_hang_is_restarted_and_the_run_completes(clean_user_env: No
 
 
 def test_a_background_job_restarts_itself_with_no_client(clean_user_env: None, tmp_path: Path) -> None:
-    sub = torchhpc(dict(os.environ), "run", "-n", "2", "--background", "--hang-timeout", "5", "--max-restarts", "1",
+    quiet = hang_timeout(5)
+    sub = torchhpc(dict(os.environ), "run", "-n", "2", "--background", "--hang-timeout", quiet, "--max-restarts", "1",
                    HANG_ONCE, "0", cwd=tmp_path)
-    assert sub.returncode == 0 and "Hang watch: in the job itself (--hang-timeout 5)" in sub.stdout, sub.stdout
+    assert sub.returncode == 0 and f"Hang watch: in the job itself (--hang-timeout {quiet})" in sub.stdout, sub.stdout
     handle = _handle(sub.stdout)
     deadline = time.monotonic() + 180
     while True:  # no `wait`: only status, which watches nothing
@@ -78,11 +79,12 @@ def test_a_user_exception_is_never_restarted_locally(clean_user_env: None, tmp_p
 
 
 def test_when_the_restarts_are_spent_the_run_ends_with_the_hang(clean_user_env: None, tmp_path: Path) -> None:
-    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", "5", "--max-restarts", "1", HANG_ONCE, "1",
+    quiet = hang_timeout(5)
+    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", quiet, "--max-restarts", "1", HANG_ONCE, "1",
                  "always", cwd=tmp_path, timeout=200)
     assert r.returncode == EXIT_CODES["hang"], r.stdout + r.stderr  # the class's code, not the ranks' SIGTERM 143
     assert "not restarting: 1 restart allowed, 1 done" in r.stderr, r.stderr
-    assert "Error: the hang watch cancelled the run (--hang-timeout 5)" in r.stderr, r.stderr
+    assert f"Error: the hang watch cancelled the run (--hang-timeout {quiet})" in r.stderr, r.stderr
     assert "diagnosis: hang" in r.stderr, r.stderr
     assert _attempts(_handle(r.stderr), tmp_path) == [("hang", None), ("hang", None)]
     _no_rank_left(tmp_path)
@@ -92,7 +94,7 @@ def test_a_hang_before_the_first_checkpoint_stops_after_three_attempts(clean_use
     """Issue 44's acceptance: 5 restarts allowed, but the program hangs each time before it saves
     anything: the third attempt without a checkpoint advance ends the run with no-progress."""
     (tmp_path / "ckpt").mkdir()
-    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", "5", "--max-restarts", "5",
+    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", hang_timeout(5), "--max-restarts", "5",
                  "--checkpoint-dir", "ckpt", HANG_ONCE, "1", "always", cwd=tmp_path, timeout=400)
     assert r.returncode == EXIT_CODES["no-progress"], r.stdout + r.stderr
     assert "restart storm: hang x3 before the first checkpoint, no checkpoint advance" in r.stderr, r.stderr

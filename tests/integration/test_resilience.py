@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, hang_timeout
 from tests.integration.conftest import SlurmClient
 from tests.integration.test_nothing_lost import assert_bit_identical, events, log_of, submit, wait_until
 from torchhpc.core.exitcodes import EXIT_CODES
@@ -145,7 +145,7 @@ def test_a_repeating_hang_ends_with_the_hang_verdict_after_two_attempts(
     """Rank 3 sleeps before the all_reduce the others wait in, in every attempt: the supervisor (no
     client attached) catches it after 20 quiet seconds, runs the second attempt, and ends the job
     with the hang verdict after exactly two."""
-    job = run_plain(slurm_cluster, tmp_path, "hang", ["-N", "2", "--nproc-per-node", "2", "--hang-timeout", "20",
+    job = run_plain(slurm_cluster, tmp_path, "hang", ["-N", "2", "--nproc-per-node", "2", "--hang-timeout", hang_timeout(20),
                                                        "--max-restarts", "1"], [HANG, "3"])
     info = slurm.wait(job, timeout=600)
     tries = attempts(tmp_path, "hang", job)
@@ -304,7 +304,7 @@ def test_each_resume_idiom_picks_up_after_an_in_allocation_restart(
     """docs/resilience.md's idioms: the first attempt hangs once step 10's checkpoint is saved; the
     supervisor restarts the step, and the program resumes from that checkpoint by its own idiom."""
     name = f"idiom{idiom[:2]}"
-    job = run_plain(slurm_cluster, tmp_path, name, ["-N", "1", "--nproc-per-node", "2", "--hang-timeout", "15",
+    job = run_plain(slurm_cluster, tmp_path, name, ["-N", "1", "--nproc-per-node", "2", "--hang-timeout", hang_timeout(15),
                                                      "--max-restarts", "1"], [IDIOMS, idiom, str(tmp_path / "ckpt")])
     info = slurm.wait(job, timeout=600)
     text = log_of(tmp_path, name, job)
@@ -365,7 +365,7 @@ def test_a_hang_before_the_first_checkpoint_stops_after_three_attempts(
 ) -> None:
     """Issue 44's acceptance under Slurm: 5 restarts allowed, rank 3 hangs in every attempt before any
     checkpoint: the supervisor ends the job with no-progress after the third attempt, with its code."""
-    job = run_plain(slurm_cluster, tmp_path, "storm", ["-N", "2", "--nproc-per-node", "2", "--hang-timeout", "15",
+    job = run_plain(slurm_cluster, tmp_path, "storm", ["-N", "2", "--nproc-per-node", "2", "--hang-timeout", hang_timeout(15),
                                                         "--max-restarts", "5"], [HANG, "3"])
     info = slurm.wait(job, timeout=600)
     tries = attempts(tmp_path, "storm", job)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.cli_run import torchhpc
-from tests.conftest import left_running
+from tests.conftest import hang_timeout, left_running
 from tests.integration.test_diagnose_cluster import FAULT, HANG, _assert_hang_named
 from torchhpc.core.exitcodes import EXIT_CODES
 
@@ -94,10 +94,11 @@ def test_foreground_rank0_only_failure_still_names_the_hidden_rank(clean_user_en
 
 def test_foreground_hang_is_named_and_stopped(clean_user_env: None, tmp_path: Path) -> None:
     """`torchhpc run -n 4 --hang-timeout 20 planted_hang.py 3`: named, stacked, stopped (it used to run forever)."""
-    r = torchhpc(_env(), "run", "-n", "4", "--hang-timeout", "20", HANG, "3", cwd=tmp_path, timeout=200)
+    quiet = hang_timeout(20)
+    r = torchhpc(_env(), "run", "-n", "4", "--hang-timeout", quiet, HANG, "3", cwd=tmp_path, timeout=300)
     assert r.returncode == EXIT_CODES["hang"], r.stderr  # the class's code (81), not the ranks' SIGTERM 143
     _assert_hang_named(r.stderr, "localhost")
-    assert "Error: the hang watch cancelled the run (--hang-timeout 20); stopped 4 running ranks of 4" in r.stderr
+    assert f"Error: the hang watch cancelled the run (--hang-timeout {quiet}); stopped 4 running ranks of 4" in r.stderr
     assert "diagnosis: hang" in "\n".join(r.stderr.splitlines()[-8:])
     handle = _local_handle(r.stderr)
     st = json.loads(torchhpc(_env(), "status", handle, "--json", cwd=tmp_path).stdout)
@@ -106,7 +107,7 @@ def test_foreground_hang_is_named_and_stopped(clean_user_env: None, tmp_path: Pa
 
 
 def test_on_hang_requeue_is_refused_locally(clean_user_env: None, tmp_path: Path) -> None:
-    for args in (["run", "-n", "2", "--hang-timeout", "20", "--on-hang", "requeue", FAULT, "raise", "1"],):
+    for args in (["run", "-n", "2", "--hang-timeout", hang_timeout(20), "--on-hang", "requeue", FAULT, "raise", "1"],):
         r = torchhpc(_env(), *args, cwd=tmp_path)
         assert r.returncode == 2 and "cannot requeue" in r.stderr and "HINT:" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr and "[rank" not in r.stdout  # refused before any rank started
@@ -138,11 +139,11 @@ def test_exception_verdict_is_the_same_on_every_path(slurm_cluster: Any, clean_u
 @pytest.mark.cluster("slurm")
 def test_hang_verdict_is_the_same_on_every_path(slurm_cluster: Any, clean_user_env: None, tmp_path: Path) -> None:
     env = _env()
-    fg = torchhpc(env, "run", "-n", "4", "--hang-timeout", "20", HANG, "3", cwd=tmp_path, timeout=200)
+    fg = torchhpc(env, "run", "-n", "4", "--hang-timeout", hang_timeout(20), HANG, "3", cwd=tmp_path, timeout=200)
     fg_v = _verdict(env, _local_handle(fg.stderr), tmp_path)
-    bg_handle, _ = _background(env, tmp_path, HANG, "3", wait=("--hang-timeout", "20"))
+    bg_handle, _ = _background(env, tmp_path, HANG, "3", wait=("--hang-timeout", hang_timeout(20)))
     bg_v = _verdict(env, bg_handle, tmp_path)
-    sl_handle, sl_err = _slurm(slurm_cluster, tmp_path, "same-hang", "--hang-timeout", "20", HANG, "3")
+    sl_handle, sl_err = _slurm(slurm_cluster, tmp_path, "same-hang", "--hang-timeout", hang_timeout(20), HANG, "3")
     sl_v = _verdict(slurm_cluster.client_env(), sl_handle, tmp_path)
     line = next(i for i, t in enumerate(Path(HANG).read_text().splitlines(), 1) if "time.sleep(3600)" in t)
     want = ("hang", 3, "not in a collective", f"planted_hang.py:{line}", (0, 1, 2))
