@@ -63,7 +63,6 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-@pytest.fixture(params=HOSTILE, ids=lambda v: repr(v)[:20])
 def hang_timeout(seconds: float) -> str:
     """``--hang-timeout`` for a test that plants a hang: ``seconds`` on a quiet machine, up to 4x that as the
     load rises (one core's share per 2 runnable processes). A rank starting at load 30 on 2 cores may go
@@ -72,6 +71,7 @@ def hang_timeout(seconds: float) -> str:
     return f"{seconds * min(4.0, max(1.0, per_core / 2)):.0f}"
 
 
+@pytest.fixture(params=HOSTILE, ids=lambda v: repr(v)[:20])
 def hostile(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
