@@ -16,7 +16,7 @@
 set -euo pipefail
 
 CACHE=${TORCHHPC_TEST_IMAGE_CACHE:-/var/tmp/torchhpc-test-image}
-VERSION=8  # bump when the recipe below changes
+VERSION=9  # bump when the recipe below changes
 TORCH=${TORCHHPC_TEST_TORCH:-torch==2.13.0}
 # cloudpickle: the function extra (torchhpc.Executor), pinned as pyproject pins it; transformers/accelerate:
 # the compat matrix's Hugging Face row, pinned as the compat extra pins them
@@ -129,17 +129,37 @@ if [[ ! -x $ROOTFS/usr/bin/python3 || $(cat "$CACHE/rootfs.ok" 2>/dev/null) != "
   echo "$DEBS" >"$CACHE/rootfs.ok"
 fi
 site=$ROOTFS/usr/local/lib/python3.11/dist-packages
+# The suite's own Python environment is built beside this script (scripts/test.sh starts it first): wait for it.
+if [[ -n ${TORCHHPC_TEST_VENV_READY:-} ]]; then
+  log "waiting for the Python environment"
+  for _ in $(seq 1800); do [[ -e $TORCHHPC_TEST_VENV_READY ]] && break; sleep 1; done
+fi
 if [[ ! -f $site/.torchhpc-$VERSION-$TORCH ]]; then
-  # Install from the host (same CPython minor as the image: 3.11), never over the network
-  # from inside the image. pip's own config on this machine finds the local torch wheel.
   py=$HERE/.venv/bin/python
   [[ -x $py ]] || py=python3
-  # The compatibility matrix's frameworks too (docs/compat.md: every container cell runs), resolved in
-  # one command with torch pinned so none of them moves it. mpi4py's wheel loads the image's libmpi
-  # (libopenmpi3, the same Open MPI 4.1 as the host's mpirun that starts the ranks).
-  log "pip install --target (image) $TORCH numpy ${COMPAT[*]}"
-  mkdir -p "$site"
-  "$py" -m pip install -q --no-warn-script-location --target "$site" "$TORCH" numpy "${COMPAT[@]}" >&2
+  rm -rf "$site" && mkdir -p "$site"
+  if "$py" -c 'import sys; assert sys.version_info[:2] == (3, 11)' 2>/dev/null \
+     && "$py" -c 'import torch, numpy, lightning, submitit, idr_torch, mpi4py, cloudpickle, transformers, accelerate' 2>/dev/null; then
+    # The venv already holds torch and every framework (scripts/setup.sh dev,lightning,compat), built for the
+    # image's CPython minor: link its site-packages in (hard links, no copy, seconds) instead of installing
+    # them a second time (minutes on a new machine). torchhpc itself stays out: the image has no torchhpc
+    # (the ranks use the boot copy written at submit), and neither does it start coverage.
+    purelib=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    log "linking $purelib into the image (without torchhpc)"
+    for entry in "$purelib"/* "$purelib"/.[!.]*; do
+      [[ -e $entry ]] || continue
+      case ${entry##*/} in __editable__*|torchhpc*|*coverage*.pth|_virtualenv*) continue ;; esac
+      cp -al "$entry" "$site/" 2>/dev/null || cp -a "$entry" "$site/"
+    done
+  else
+    # Install from the host (same CPython minor as the image: 3.11), never over the network
+    # from inside the image. pip's own config on this machine finds the local torch wheel.
+    # The compatibility matrix's frameworks too (docs/compat.md: every container cell runs), resolved in
+    # one command with torch pinned so none of them moves it. mpi4py's wheel loads the image's libmpi
+    # (libopenmpi3, the same Open MPI 4.1 as the host's mpirun that starts the ranks).
+    log "pip install --target (image) $TORCH numpy ${COMPAT[*]}"
+    "$py" -m pip install -q --no-warn-script-location --target "$site" "$TORCH" numpy "${COMPAT[@]}" >&2
+  fi
   touch "$site/.torchhpc-$VERSION-$TORCH"
 fi
 mkdir -p "$ROOTFS$HERE" "$ROOTFS/var/tmp"

@@ -43,7 +43,8 @@ fi
 
 step "system packages"
 PKGS=(slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge slurmdbd mariadb-server openmpi-bin libopenmpi-dev
-      dnsmasq-base iperf3 shellcheck iproute2 procps openssh-server openssh-client socat git acl zsh)
+      dnsmasq-base iperf3 shellcheck iproute2 procps openssh-server openssh-client socat git acl zsh
+      podman charliecloud-runtime debootstrap)  # the last three: the container test image's (.ci/build-test-image.sh)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -51,19 +52,22 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-step "python environment"
-./scripts/setup.sh dev,lightning,compat
-
-# The container test image (minutes on a fresh machine, cached after) builds while the lint, the dev
-# cluster and the soaks run; pytest waits for it. Its log is printed if it fails.
+# The container test image (minutes on a new machine, cached after) starts now: its root filesystem
+# (debootstrap) beside the Python environment, then it links that environment's packages in, while the lint,
+# the dev cluster and the soaks run; pytest waits for it. Its log is printed if it fails.
 IMAGE_LOG=""
 if [ -x .ci/build-test-image.sh ]; then
   step "container test image (in the background)"
   IMAGE_LOG=$(mktemp)
-  .ci/build-test-image.sh >"$IMAGE_LOG" 2>&1 &
+  VENV_READY=$(mktemp -u)
+  TORCHHPC_TEST_VENV_READY=$VENV_READY .ci/build-test-image.sh >"$IMAGE_LOG" 2>&1 &
   IMAGE_PID=$!
-  trap 'kill "$IMAGE_PID" 2>/dev/null || true' EXIT  # a failed lint does not leave it running
+  trap 'kill "$IMAGE_PID" 2>/dev/null || true' EXIT  # a failed step does not leave it running
 fi
+
+step "python environment"
+./scripts/setup.sh dev,lightning,compat
+[ -z "$IMAGE_LOG" ] || touch "$VENV_READY"
 
 step "lint (the test modules' rewritten asserts cached beside it, on the other core)"
 lint
@@ -71,8 +75,8 @@ lint
 step "dev cluster"
 torchhpc devcluster down >/dev/null 2>&1 || true
 # --login: a real sshd as the login node; thpcremote is the second user the --remote tests log in as.
-# --cpus-per-node 12: the compatibility matrix's six columns take 24 of the 48 declared CPUs, and the
-# tests beside it start their jobs at once (with 4 a node they queued behind it for minutes).
+# --cpus-per-node 12: the compatibility matrix's cells (2 nodes each) and the tests beside them start their jobs at
+# once (with 4 a node they queued behind each other for minutes).
 torchhpc devcluster up --nodes 4 --cpus-per-node 12 --accounting --login --login-user thpcremote
 trap 'torchhpc devcluster down || true; [ -z "$IMAGE_LOG" ] || kill "$IMAGE_PID" 2>/dev/null || true' EXIT
 
@@ -85,7 +89,7 @@ python benchmarks/soak_compat.py -n 2 -P 4 --hogs 3 --cells hf_trainer --launche
 if [ -n "$IMAGE_LOG" ]; then
   step "container test image (waiting for it)"
   wait "$IMAGE_PID" || { cat "$IMAGE_LOG" >&2; echo "Error: .ci/build-test-image.sh failed (its log above)" >&2; exit 1; }
-  rm -f "$IMAGE_LOG"
+  rm -f "$IMAGE_LOG" "$VENV_READY"
 fi
 
 # Side by side by default (TORCHHPC_TEST_WORKERS=0: one test at a time, about 55 minutes here): five workers

@@ -14,9 +14,11 @@ memory every step and to disk at step 2 of 5, then a resume:
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,14 +68,65 @@ def test_resume_takes_the_newest_complete_copy_and_says_where_from(root: Path, c
         same(torch.load(root / "trained.pt", weights_only=False), torch.load(root / f"resumed-{case}.pt", weights_only=False))
 
 
-def test_a_local_jobs_memory_is_freed_when_it_ends(tmp_path: Path) -> None:
-    """The local scheduler removes its run's memory tier at the end (jobdir/shm.py): nothing left in /dev/shm."""
+def test_a_local_jobs_memory_is_on_disk_and_freed_when_it_ends(tmp_path: Path) -> None:
+    """At the end of a local run its newest memory checkpoint is written to disk (jobdir/shm.persist), then
+    its memory tier is removed: nothing left in /dev/shm, and the next run resumes the memory's step from disk,
+    bit-identical. Saves to memory at steps 1-3 and to disk at step 1 only."""
     shm = tmp_path / "shm"
     prog = tmp_path / "save.py"
-    prog.write_text("import torch, torchhpc.dist as thd\nfrom torchhpc.dist import checkpoint\nthd.init()\n"
-                    "m = torch.nn.Linear(2, 2)\ncheckpoint.save('ck', step=1, model=m, tier='memory')\n"
-                    "import os, glob\nprint('HELD', len(glob.glob(os.environ['TORCHHPC_SHM_DIR'] + '/torchhpc-local-*')))\n")
-    cp = subprocess.run([PYTHON, "-m", "torchhpc", "run", "-n", "2", "--env", f"TORCHHPC_SHM_DIR={shm}", str(prog)],
-                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert cp.returncode == 0 and "HELD 1" in cp.stdout, cp.stdout + cp.stderr
+    prog.write_text(
+        "import sys, glob, os, torch, torchhpc.dist as thd\nfrom torchhpc.dist import checkpoint\nthd.init()\n"
+        "torch.manual_seed(0)\nm = torch.nn.Linear(2, 2)\n"
+        "if sys.argv[1] == 'train':\n"
+        "    for step in (1, 2, 3):\n"
+        "        with torch.no_grad(): m.weight.add_(step)\n"
+        "        checkpoint.save('ck', step=step, model=m, tier='memory')\n"
+        "        if step == 1: checkpoint.save('ck', step=step, model=m)\n"
+        "    print('HELD', len(glob.glob(os.environ['TORCHHPC_SHM_DIR'] + '/torchhpc-local-*')))\n"
+        "else:\n"
+        "    got = checkpoint.resume('ck', model=m)\n"
+        "    print('RESUMED', got['step'], got['tier'])\n"
+        "print('WEIGHT', m.weight.sum().item())\n")
+    runs = [subprocess.run([PYTHON, "-m", "torchhpc", "run", "-n", "2", "--env", f"TORCHHPC_SHM_DIR={shm}", str(prog),
+                            what], cwd=tmp_path, capture_output=True, text=True, timeout=300) for what in ("train", "resume")]
+    train, resume = runs
+    assert train.returncode == 0 and "HELD 1" in train.stdout, train.stdout + train.stderr
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["ckpt-000000001", "ckpt-000000003"]
+    assert resume.returncode == 0 and "RESUMED 3 disk" in resume.stdout, resume.stdout + resume.stderr
+    weight = set(re.findall(r"WEIGHT (\S+)", train.stdout))
+    assert len(weight) == 1 and weight == set(re.findall(r"WEIGHT (\S+)", resume.stdout)), train.stdout + resume.stdout
     assert not list(shm.glob("torchhpc-*")), list(shm.iterdir())
+
+
+SAVE_EVERY_STEP = """\
+import sys, torch, torchhpc.dist as thd
+from torchhpc.dist import checkpoint
+thd.init()
+torch.manual_seed(0)
+m = torch.nn.Linear(2, 2)
+for step in (1, 2, 3):
+    with torch.no_grad():
+        m.weight.add_(step)
+    checkpoint.save(sys.argv[1], step=step, model=m, tier="memory")
+    if step == 1:
+        checkpoint.save(sys.argv[1], step=step, model=m)
+"""
+
+
+@pytest.mark.cluster("slurm")
+def test_the_supervisor_writes_the_memory_tier_to_disk_at_the_end(slurm_cluster: Any, slurm: Any, tmp_path: Path) -> None:
+    """2 nodes of the dev cluster under the in-allocation supervisor (--max-restarts): memory saves at steps 1-3,
+    a disk save at 1; when the job ends the supervisor writes step 3 to disk from the nodes' memory (each node
+    its part, run on every node), then frees every node's memory."""
+    from tests.integration.test_resilience import run_plain
+
+    shm, ck, prog = tmp_path / "shm", tmp_path / "ck", tmp_path / "save.py"
+    prog.write_text(SAVE_EVERY_STEP)
+    job = run_plain(slurm_cluster, tmp_path / "out", "memtier", ["-N", "2", "--nproc-per-node", "1", "--max-restarts",
+                                                                 "1", "--env", f"TORCHHPC_SHM_DIR={shm}"], [str(prog), str(ck)])
+    info = slurm.wait(job, timeout=300)
+    log = "\n".join(p.read_text(errors="replace") for p in (tmp_path / "out").rglob("*.out"))
+    assert info["JobState"] == "COMPLETED", log
+    assert sorted(p.name for p in ck.iterdir()) == ["ckpt-000000001", "ckpt-000000003"], log
+    assert f"the memory tier's newest checkpoint is on disk: {ck / 'ckpt-000000003'}" in log, log
+    assert not list(shm.glob("torchhpc-*")), list(shm.rglob("*"))

@@ -81,10 +81,10 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
     except BaseException as e:  # recorded, never left RUNNING; the caller reports it
         jobs.end_here(job_id, "FAILED", 1, f"{type(e).__name__}: {e}")
         raise
-    jobs.end_here(job_id, state, code, reason, ran=not _never_ran(reason))
-    from torchhpc.jobdir.shm import SHM_ENV, free
+    from torchhpc.jobdir.shm import SHM_ENV, release
 
-    free(f"local-{job_id}", spec.env_dict.get(SHM_ENV))  # its memory-tier checkpoints (dist/memtier.py): the run is over
+    release(f"local-{job_id}", spec.env_dict.get(SHM_ENV))  # its memory tier (dist/memtier.py) to disk, then freed
+    jobs.end_here(job_id, state, code, reason, ran=not _never_ran(reason))
     final = _final_code(scheduler, job_id, state, code, reason, hint, tries, spec, hang_timeout)
     if final != code:  # one truth: the record says what the shell sees (status, events, diagnose --json)
         jobs.end_here(job_id, state, final, reason, ran=not _never_ran(reason))
@@ -116,7 +116,7 @@ def _run_array(scheduler: Any, submission: Submission, rank0_only: bool) -> int:
     ``list --last``, ``status``, ``logs`` and ``diagnose`` read it back (each task's lines behind [task I])."""
     import sys
 
-    from torchhpc.jobdir.shm import SHM_ENV, free
+    from torchhpc.jobdir.shm import SHM_ENV, release
 
     job_id, log_path = scheduler.start_here(submission)
     state, code, reason = "COMPLETED", 0, ""
@@ -136,8 +136,8 @@ def _run_array(scheduler: Any, submission: Submission, rank0_only: bool) -> int:
                 isinstance(e, KeyboardInterrupt) else 1, f"{type(e).__name__}: {e}"
         raise
     finally:
+        release(f"local-{job_id}", submission.spec.env_dict.get(SHM_ENV))
         scheduler.end_here(job_id, state, code, reason)
-        free(f"local-{job_id}", submission.spec.env_dict.get(SHM_ENV))
     return code
 
 

@@ -13,6 +13,8 @@ Layout, per node: ``$TORCHHPC_SHM_DIR`` (default ``/dev/shm``) ``/torchhpc-<job>
   files), written by the same protocol as the disk tier (a temporary name, renamed when complete);
 * ``peer-NNNNNNNNN.to-R/``: the files of the ranks whose copy rank R of this node keeps (the previous
   node's, in the allocation's order), complete when renamed from its temporary name;
+* ``files.json`` in each checkpoint (every file of the whole checkpoint) and ``../dir`` (the checkpoint
+  directory), for the supervisor's write to disk at the job's end (``jobdir/shm.persist``, no torch);
 * ``.resume-NNNNNNNNN/``: what a resume read: links to the two above and the parts other nodes sent
   (removed at the next save).
 
@@ -30,6 +32,7 @@ reads it with DCP, resharded to the world it runs in; it says where the files ca
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -38,7 +41,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torchhpc.dist.checkpoint_state as cs
-from torchhpc.jobdir.shm import free, job_key, shm_base
+from torchhpc.jobdir.shm import DIR_FILE, FILES, free, job_key, shm_base
 
 __all__ = ["MemoryTier", "free", "node_name", "resume_memory", "tier_root"]
 
@@ -137,6 +140,10 @@ class MemoryTier:
             if not (tmp / DCP_META).exists():
                 (tmp / DCP_META).write_bytes(shared)
             cs.write_file(tmp / META, {**meta, "files": sorted(f for fs in every for f in fs)})
+            # what jobdir/shm.persist (no torch) checks a checkpoint's parts against, and where it writes them
+            (tmp / FILES).write_text(json.dumps(sorted({f for fs in every for f in fs} | {META, DCP_META, FILES})))
+            if not (root.parent / DIR_FILE).exists():
+                (root.parent / DIR_FILE).write_text(os.path.abspath(os.fspath(directory)))
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
             _drop_older(root, "ckpt", step)
@@ -153,7 +160,7 @@ class MemoryTier:
         rank = dist.get_rank()
         to = self.peer_of(nodes, rank)
         sources = [r for r in range(len(nodes)) if self.peer_of(nodes, r) == rank]
-        payload = {name: (final / name).read_bytes() for name in (*mine, DCP_META, META)}
+        payload = {name: (final / name).read_bytes() for name in (*mine, DCP_META, META, FILES)}
 
         def copy() -> None:
             try:

@@ -165,21 +165,23 @@ class Supervisor:
             previous = [h for h in step_nodes if h not in excluded]
 
     def free_memory(self) -> None:
-        """The job ends here: its memory-tier checkpoints leave every node's shared memory (jobdir/shm.py).
-        Only a job that saved to memory has any (its rank 0's node is this one, where the first attempt ran):
-        no step is started at the end of any other job."""
+        """The job ends here (done, failed, preempted or requeued): its newest memory-tier checkpoint is written
+        to disk, then the memory tier leaves every node's shared memory (jobdir/shm.py). Only a job that saved
+        to memory has any (its rank 0's node is this one, where the first attempt ran): no step is started at
+        the end of any other job."""
         from torchhpc.jobdir.shm import shm_base
 
         if not any(shm_base(self.env).glob(f"torchhpc-{self.job}-*")):
             return
         nodes = [h for h in self.alloc.nodes() if self.alloc.alive(h, timeout=PROBE_TIMEOUT_S)]
-        if not nodes:
-            return
-        try:
-            subprocess.run(self.alloc.on_nodes([sys.executable, "-m", "torchhpc.jobdir.shm", self.job], nodes),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
-        except Exception as e:  # nothing was saved there, or a node is gone with its memory
-            say(f"could not free the memory-tier checkpoints: {e}")
+        for args in (["--persist", self.job], [self.job]) if nodes else ():
+            try:
+                out = subprocess.run(self.alloc.on_nodes([sys.executable, "-m", "torchhpc.jobdir.shm", *args], nodes),
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=120).stdout
+                for line in out.splitlines():
+                    say(line.removeprefix("torchhpc: "))
+            except Exception as e:  # nothing was saved there, or a node is gone with its memory
+                say(f"could not {'persist' if args[0] == '--persist' else 'free'} the memory-tier checkpoints: {e}")
 
     def _watch_own_node(self, allocation: list[str], excluded: Iterable[str] = ()) -> None:
         """The supervisor cannot survive its own node: a watch on another node of the allocation ends the job as

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from torchhpc.errors import JobFailed
 from torchhpc.jobdir.endmark import write_end
-from torchhpc.jobdir.shm import SHM_ENV, free
+from torchhpc.jobdir.shm import SHM_ENV, release
 from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.local.jobs import SUBMISSION, read_state, write_state
 
@@ -102,12 +102,12 @@ def run_detached(d: Path, scheduler: Any, attempts: Callable[[Path, Submission],
     except Exception as e:  # recorded, never left as RUNNING
         state, code, reason = "FAILED", 1, f"{type(e).__name__}: {e}"
         print(f"torchhpc: {reason}", file=sys.stderr, flush=True)
+    release(f"local-{d.name}", submission.spec.env_dict.get(SHM_ENV))  # before the end is said: a waiter may resume
     ended = time.time()
     rec = read_state(d)
     rec.update(state=state, exit_code=code, reason=reason, ended=ended)
     write_state(d, rec)
     write_end(str(d), state, code, ended)  # after the record: a waiter that sees the marker reads the final record
-    free(f"local-{d.name}", submission.spec.env_dict.get(SHM_ENV))  # its memory-tier checkpoints: the job is over
     return code
 
 
