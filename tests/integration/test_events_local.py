@@ -54,3 +54,33 @@ def test_events_of_an_unsupervised_hang_count_it(clean_user_env: None, tmp_path:
     assert (tmp_path / "ev.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = torchhpc(dict(os.environ), "events", handle, cwd=tmp_path).stdout
     assert "1 incident" in text.splitlines()[-1] and "[]" not in text, text
+
+
+HANG_AFTER_MEMORY_SAVES = """\
+import time, torch, torchhpc.dist as thd
+from torchhpc.dist import checkpoint
+thd.init()
+m = torch.nn.Linear(2, 2)
+start = checkpoint.resume("ck", model=m).get("step", 0)
+for step in range(start + 1, start + 4):
+    checkpoint.save("ck", step=step, model=m, tier="memory")
+    print("saved", step, flush=True)
+if start == 0:
+    time.sleep(600)  # the first attempt hangs after its third save
+"""
+
+
+def test_events_say_where_a_restart_resumed_from_memory(clean_user_env: None, tmp_path: Path) -> None:
+    """Issue 68: the first attempt saves steps 1-3 to memory and hangs; the restart resumes step 3 from this
+    node's memory; events' incident says so, with 0 saved steps lost."""
+    prog = tmp_path / "memsave.py"
+    prog.write_text(HANG_AFTER_MEMORY_SAVES)
+    r = torchhpc(dict(os.environ), "run", "-n", "2", "--hang-timeout", hang_timeout(5), "--max-restarts", "1",
+                 str(prog), cwd=tmp_path, timeout=300)
+    assert r.returncode == 0 and "resumed step 3 from this node's memory" in r.stderr, r.stdout + r.stderr
+    handle = _handle(r.stderr)
+    out = json.loads(torchhpc(dict(os.environ), "events", handle, "--json", cwd=tmp_path).stdout)
+    (incident,) = out["account"]["incident_list"]
+    assert (incident["resumed_step"], incident["resumed_from"], incident["steps_lost"]) == (3, "memory", 0), incident
+    text = torchhpc(dict(os.environ), "events", handle, cwd=tmp_path).stdout
+    assert "resumed step 3 from memory (0 steps lost)" in text, text

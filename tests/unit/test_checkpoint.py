@@ -331,7 +331,7 @@ def test_the_supervisor_hears_of_completed_checkpoints_only(tmp_path: Path, monk
     handle.wait()
     marker = json.loads((job / "checkpoint.json").read_text())
     assert marker["step"] == 5 and marker["path"] == str(tmp_path / "ck" / "ckpt-000000005")
-    assert [s for s, _ in marker["completed"]] == [4, 5]
+    assert [(s, tier) for s, _, tier in marker["completed"]] == [(4, "disk"), (5, "disk")]
     assert before <= marker["completed"][0][1] <= marker["completed"][1][1] == marker["time"] <= time.time()
 
 

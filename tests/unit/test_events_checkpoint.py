@@ -56,3 +56,23 @@ def test_a_recorded_time_wins_and_no_marker_changes_nothing(tmp_path: Path) -> N
     recorded = [{**ATTEMPTS[0], "checkpoint_time": T + 40}, ATTEMPTS[1]]
     assert _with_checkpoint_times(str(tmp_path / "job"), recorded)[0]["checkpoint_time"] == T + 40
     assert _with_checkpoint_times(str(tmp_path / "none"), ATTEMPTS) == ATTEMPTS
+
+
+def test_each_incident_says_where_the_next_attempt_resumed_and_the_steps_lost(tmp_path: Path) -> None:
+    """Issue 68: memory saves every step (step, time, tier); the helper's resume after the fault (time, step,
+    where from): the incident names the resumed step, its tier and the saved steps it went back past."""
+    completed = [[s, T + 10 + 5 * s, "memory"] for s in range(1, 10)] + [[5, T + 38, "disk"]]
+    _marker(tmp_path / "job", tmp_path / "ck", time=T + 55, completed=completed, resumed=[[T + 71, 9, "peer"]])
+    rows = _with_checkpoint_times(str(tmp_path / "job"), ATTEMPTS)
+    assert (rows[0]["last_step"], rows[0]["resumed_step"], rows[0]["resumed_from"]) == (9, 9, "peer")
+    inc = account(T - 5, T, T + 100, rows).incidents[0]
+    assert (inc.resumed_step, inc.resumed_from, inc.steps_lost) == (9, "peer", 0)
+    assert inc.resume_note() == ", resumed step 9 from a peer's memory copy (0 steps lost)"
+    assert inc.to_json()["steps_lost"] == 0
+    # the same fault resumed from disk's step 5: the memory's steps 6-9 were lost
+    _marker(tmp_path / "job", tmp_path / "ck", time=T + 55, completed=completed, resumed=[[T + 71, 5, "disk"]])
+    inc = account(T - 5, T, T + 100, _with_checkpoint_times(str(tmp_path / "job"), ATTEMPTS)).incidents[0]
+    assert inc.resume_note() == ", resumed step 5 from disk (4 steps lost)"
+    # a resume before the fault (the first attempt's own) is not this incident's
+    _marker(tmp_path / "job", tmp_path / "ck", time=T + 55, completed=completed, resumed=[[T + 5, 0, "disk"]])
+    assert account(T - 5, T, T + 100, _with_checkpoint_times(str(tmp_path / "job"), ATTEMPTS)).incidents[0].resume_note() == ""

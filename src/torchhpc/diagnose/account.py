@@ -41,6 +41,17 @@ class Incident:
     restart_s: float = 0.0
     recompute_s: float = 0.0
     recompute_known: bool = False
+    resumed_step: Optional[int] = None  # where the next attempt resumed (torchhpc.dist.checkpoint's record)
+    resumed_from: str = ""  # memory | peer | disk
+    steps_lost: Optional[int] = None  # the newest save's step before the fault minus the resumed step
+
+    def resume_note(self) -> str:
+        """``, resumed step 41 from memory (1 step lost)``; empty where the helper recorded no resume."""
+        if self.resumed_step is None:
+            return ""
+        where = {"peer": "a peer's memory copy"}.get(self.resumed_from, self.resumed_from or "?")
+        lost = "" if self.steps_lost is None else f" ({self.steps_lost} step{'s' * (self.steps_lost != 1)} lost)"
+        return f", resumed step {self.resumed_step} from {where}{lost}"
 
     @property
     def lost_s(self) -> float:
@@ -117,6 +128,16 @@ def _num(d: Mapping[str, Any], key: str) -> Optional[float]:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def _resume(a: Mapping[str, Any]) -> dict[str, Any]:
+    """The incident's resume, where recorded (diagnose/events.py reads it from checkpoint.json)."""
+    step = a.get("resumed_step")
+    if not isinstance(step, int):
+        return {}
+    last = a.get("last_step")
+    return {"resumed_step": step, "resumed_from": str(a.get("resumed_from") or ""),
+            "steps_lost": max(0, last - step) if isinstance(last, int) else None}
+
+
 def account(submit: float, start: float, end: float, attempts: Sequence[Mapping[str, Any]],
             hang_quiet_s: Optional[float] = None) -> Account:
     """The partition of ``submit`` -> ``end`` (see the module's docstring). Each time is clamped into
@@ -172,7 +193,7 @@ def account(submit: float, start: float, end: float, attempts: Sequence[Mapping[
         ended = at(_num(a, "ended"))
         pending = {"attempt": int(a.get("attempt") or 0), "klass": str(klass), "found_by": str(a.get("found_by") or ""),
                    "fault": stop, "detection_s": detection, "teardown_s": ended - stop, "health_s": 0.0,
-                   "recompute_s": recompute, "recompute_known": known}
+                   "recompute_s": recompute, "recompute_known": known, **_resume(a)}
     if pending is not None:  # the last attempt failed: no restart follows
         incidents.append(Incident(**pending))
     return Account(end - submit, start - submit, startup, productive, end - cursor, tuple(incidents))

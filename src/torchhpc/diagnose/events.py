@@ -92,7 +92,7 @@ class Timeline:
             out.append(f"  incident {n} (attempt {i.attempt}, {i.klass}, found by {i.found_by or '?'}): "
                        f"detection {_detection(i.found_by, i.detection_s, rows.get(i.attempt, {}))}, "
                        f"teardown {i.teardown_s:.1f} s, health gate {i.health_s:.1f} s, "
-                       f"restart {i.restart_s:.1f} s, recompute {rec}")
+                       f"restart {i.restart_s:.1f} s, recompute {rec}{i.resume_note()}")
         out.extend(f"  note: {n}" for n in self.notes)
         ended = self.times.state if not self.running and self.times.state not in ("", "COMPLETED") else ""
         # a job that did not complete kept only what it checkpointed: its "productive" time is not a result
@@ -273,19 +273,23 @@ def _mtime(path: str) -> Optional[float]:
 
 def _with_checkpoint_times(job_dir: str, attempts: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Give each failed attempt that lacks one a ``checkpoint_time`` (the account's recompute starts there):
-    when the newest checkpoint finished before its fault. Completion times come from ``checkpoint.json``
-    (torchhpc.dist.checkpoint writes its last completions there, after each checkpoint was complete) and
-    from the complete checkpoints in the directory it names (a ``ckpt-N/`` directory's mtime: DCP's
-    ``.metadata``, its last write, landed then; temporary ``.ckpt-*`` names are not complete)."""
+    when the newest checkpoint finished before its fault; and, where the helper recorded them, the step of
+    that checkpoint and the step the next attempt resumed and from where (memory, a peer's copy, disk): the
+    steps the incident lost. Completion times come from ``checkpoint.json`` (torchhpc.dist.checkpoint writes
+    its last completions and resumes there) and from the complete checkpoints in the disk directory it
+    names (a ``ckpt-N/`` directory's mtime: DCP's ``.metadata``, its last write, landed then; temporary
+    ``.ckpt-*`` names are not complete)."""
     import json
     import re
 
     try:
         with open(os.path.join(job_dir, "checkpoint.json")) as f:
             marker = json.load(f)
-        done = [float(t) for _, t in marker.get("completed") or []] + [float(marker["time"])]
+        saved = [(int(row[0]), float(row[1])) for row in marker.get("completed") or []]
+        resumed = sorted((float(row[0]), int(row[1]), str(row[2])) for row in marker.get("resumed") or [])
+        done = [t for _, t in saved] + ([float(marker["time"])] if "time" in marker else [])
         where = os.path.dirname(str(marker.get("path") or ""))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
         return list(attempts)
     complete = re.compile(r"^ckpt-\d{9}(\.pt)?$")
     for entry in os.listdir(where) if where and os.path.isdir(where) else []:
@@ -296,7 +300,18 @@ def _with_checkpoint_times(job_dir: str, attempts: Sequence[Mapping[str, Any]]) 
     for a in attempts:
         fault = _num(a, "fault") or _num(a, "ended")
         before = [t for t in done if fault is not None and t <= fault]
-        out.append({**a, "checkpoint_time": max(before)} if a.get("class") and before and _num(a, "checkpoint_time") is None else a)
+        row = dict(a)
+        if a.get("class") and before and _num(a, "checkpoint_time") is None:
+            row["checkpoint_time"] = max(before)
+        if a.get("class") and fault is not None:
+            steps = [s for s, t in saved if t <= fault]
+            after = [r for r in resumed if r[0] > fault]
+            if steps:
+                row.setdefault("last_step", max(steps))
+            if after:
+                row.setdefault("resumed_step", after[0][1])
+                row.setdefault("resumed_from", after[0][2])
+        out.append(row)
     return out
 
 

@@ -181,10 +181,11 @@ def _publish(tmp: Path, final: Path, step: int, keep: int) -> Path:
     return final
 
 
-def _tell_supervisor(step: int, path: Path) -> None:
+def _tell_supervisor(step: int, path: Path | None, tier: str = "disk", resumed: bool = False) -> None:
     """``<job dir>/checkpoint.json``: the newest step, for the supervisor's no-progress stop
-    (torchhpc.supervisor.progress), and the last completions (step, time) for ``torchhpc events``.
-    Only inside a torchhpc job; a courtesy that never fails a save."""
+    (torchhpc.supervisor.progress); the last completions (step, time, tier) and resumes (time, step, where
+    from) for ``torchhpc events``' account (steps lost per incident). ``path``: the disk tier's newest (kept
+    as it was by a memory save). Only inside a torchhpc job; a courtesy that never fails a save."""
     import json
 
     job_dir = os.environ.get("TORCHHPC_JOB_DIR") or os.path.dirname(os.environ.get("TORCHHPC_RANKS_DIR", "").rstrip("/"))
@@ -194,13 +195,21 @@ def _tell_supervisor(step: int, path: Path) -> None:
     now = time.time()
     try:
         with open(marker) as f:
-            history = [list(x) for x in json.load(f).get("completed", [])][-(_HISTORY - 1):]
-    except (OSError, ValueError, AttributeError, TypeError):
-        history = []
+            old = json.load(f)
+        old = old if isinstance(old, dict) else {}
+    except (OSError, ValueError):
+        old = {}
+    history = [list(x) for x in old.get("completed") or []][-(_HISTORY - 1):]
+    resumes = [list(x) for x in old.get("resumed") or []][-(_HISTORY - 1):]
+    if resumed:
+        new = {**old, "resumed": [*resumes, [now, step, tier]]}
+    else:
+        new = {**old, "step": step, "time": now, "completed": [*history, [step, now, tier]]}
+        new["path"] = str(path) if tier == "disk" and path is not None else old.get("path", "")
     tmp = f"{marker}.{os.getpid()}.tmp"
     try:
         with open(tmp, "w") as f:
-            json.dump({"step": step, "path": str(path), "time": now, "completed": [*history, [step, now]]}, f)
+            json.dump(new, f)
         os.replace(tmp, marker)
     except OSError:
         pass
@@ -244,7 +253,10 @@ def save(
                 "scheduler": None if scheduler is None else scheduler.state_dict(),
                 "loader": None if loader is None else loader.state_dict(),
                 "parts": [k for k, v in (("model", model), ("optim", optimizer)) if v is not None]}
-        return _memory().save(directory, step, cs.state_of(model, optimizer), meta, pg)
+        where = _memory().save(directory, step, cs.state_of(model, optimizer), meta, pg)
+        if rank == 0:
+            _tell_supervisor(step, None, "memory")
+        return where
     d = Path(directory)
     final = d / f"ckpt-{step:09d}"
     tmp = d / f".{final.name}.{every[0]['token']}.tmp"
@@ -362,6 +374,7 @@ def resume(
             cs.set_rng_state(rngs[rank % len(rngs)])
         if rank == 0:
             print(f"torchhpc: resumed step {meta['step']} from {_FROM[tier]}: {path}", file=sys.stderr, flush=True)
+            _tell_supervisor(int(meta["step"]), None, tier, resumed=True)
         return {"step": meta["step"], "path": str(path), "world_size": meta.get("world_size"), "tier": tier,
                 **(meta.get("extra") or {})}
     return {}

@@ -61,7 +61,7 @@ CONTRACT = (
 # Per-rank names; the rest of CONTRACT is the same for every rank.
 PER_RANK = ("RANK", "LOCAL_RANK", "ROLE_RANK")
 # Left over from an enclosing torchrun, they would point our workers at the wrong place.
-STALE = ("TORCHELASTIC_ERROR_FILE", "NODE_RANK")
+STALE = ("TORCHELASTIC_ERROR_FILE", "NODE_RANK", "TORCHHPC_JOB_DIR")  # an outer job's: never this run's
 MASTER_ADDR = "127.0.0.1"
 
 
@@ -385,7 +385,8 @@ class LocalScheduler(Scheduler):
         rid = run_id or fixed.get("TORCHELASTIC_RUN_ID") or new_run_id()
         base = {k: v for k, v in os.environ.items() if k not in STALE}
         base.update(common_env(spec))
-        if job_dir:
+        if job_dir:  # the job's directory, as the ranks read it (the checkpoint helper's record, the boot's marks)
+            base.update(TORCHHPC_JOB_DIR=job_dir)
             base.setdefault("TORCHHPC_FR_DIR", os.path.join(job_dir, "fr"))
         envs = [
             {**base, **rank_env(spec, r, master_addr=addr, master_port=port, run_id=rid),
