@@ -4,7 +4,7 @@ A model and Adam state of ``--state-gib`` GiB in all (parameters and both moment
 a parameter) on each of ``--ranks`` local ranks (``torchhpc run -n R``), replicated as under
 DDP. Each round times, in an order that rotates from round to round:
 
-* ``legacy``: the helper before DCP (``torchhpc.dist.checkpoint_legacy.save``: rank 0
+* ``legacy``: the helper before DCP (``tests/legacy_checkpoint.save``, no longer in the package: rank 0
   ``torch.save``\\ s the whole state to one file, fsynced);
 * ``sync``: ``checkpoint.save(...)``: every rank writes its part (DCP), fsynced, published;
 * ``async``: ``checkpoint.save(..., blocking=False)``: the pause (the copy into host
@@ -80,7 +80,10 @@ def rank_program(a: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     import torchhpc.dist as thd
-    from torchhpc.dist import checkpoint, checkpoint_legacy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tests/legacy_checkpoint.py
+    from tests import legacy_checkpoint
+
+    from torchhpc.dist import checkpoint
 
     # each rank a node of its own for the memory tier: its peer copy then crosses ranks, as between nodes
     os.environ["TORCHHPC_NODE_NAME"] = f"rank{os.environ.get('RANK', '0')}"
@@ -100,7 +103,7 @@ def rank_program(a: argparse.Namespace) -> None:
         dist.barrier()
         t0 = time.perf_counter()
         if kind == "legacy":
-            checkpoint_legacy.save(where, step=step, model=model, optimizer=opt)
+            legacy_checkpoint.save(where, step=step, model=model, optimizer=opt)
             t1 = t2 = time.perf_counter()
         elif kind == "sync":
             checkpoint.save(where, step=step, model=model, optimizer=opt, keep=1)

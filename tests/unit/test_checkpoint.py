@@ -24,7 +24,8 @@ from tests.conftest import need
 
 torch = need("torch")
 
-from torchhpc.dist import checkpoint, checkpoint_legacy  # noqa: E402
+from tests import legacy_checkpoint  # noqa: E402
+from torchhpc.dist import checkpoint  # noqa: E402
 from torchhpc.dist.context import checkpoint_group  # noqa: E402
 from torchhpc.dist.teardown import run_before_teardown  # noqa: E402
 from torchhpc.errors import UsageError  # noqa: E402
@@ -303,7 +304,7 @@ def test_a_model_saved_alone_resumes_with_an_optimizer_given(tmp_path: Path) -> 
 def test_an_old_single_file_checkpoint_resumes_and_the_newest_of_either_kind_wins(tmp_path: Path) -> None:
     model, opt, sched = _make()
     _train(model, opt, sched, 0, 3)
-    checkpoint_legacy.save(tmp_path, step=3, model=model, optimizer=opt, scheduler=sched, epoch=1)
+    legacy_checkpoint.save(tmp_path, step=3, model=model, optimizer=opt, scheduler=sched, epoch=1)
     expected = _params(model)
     assert _names(tmp_path) == ["ckpt-000000003.pt"]
     model2, opt2, sched2 = _make()

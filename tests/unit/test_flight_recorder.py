@@ -15,7 +15,6 @@ import pytest
 from torchhpc.diagnose.flight import (
     FR_DIR,
     analyse,
-    behind,
     collect,
     load_dumps,
     post_mortem,
@@ -29,10 +28,8 @@ DATA = Path(__file__).parent.parent / "data" / "flight_recorder"
 def test_the_planted_hang_is_classified_from_the_dumps() -> None:
     dumps = load_dumps(str(DATA), prefix="nccl_trace_rank_")
     assert sorted(dumps) == [0, 1, 2, 3]
-    [v] = behind(dumps)
-    assert v.behind == (3,) and v.seq[3] == 1 and v.waiting_in == "nccl:all_reduce"
-    assert v.lines() == ["flight recorder: rank 3 of process group 0 is behind: rank 3 at collective 1; "
-                         "the others reached 2 (nccl:all_reduce)"]
+    [f] = analyse(dumps, 4)
+    assert (f.kind, f.pg, f.seq, f.op, f.culprits, f.waiting) == ("missed", "0", 2, "all_reduce", (3,), (0, 1, 2))
 
 
 def test_a_dump_that_would_run_code_is_refused(tmp_path: Path) -> None:

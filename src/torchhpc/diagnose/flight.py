@@ -34,7 +34,7 @@ from typing import Any, Optional
 from torchhpc.core.units import plural
 from torchhpc.diagnose.groups import chain, descriptions, entry_of, group_name, members, statuses
 
-__all__ = ["FR_DIR", "Finding", "analyse", "behind", "collect", "completed", "load_dumps", "members", "post_mortem", "read_dump",
+__all__ = ["FR_DIR", "Finding", "analyse", "collect", "completed", "load_dumps", "members", "post_mortem", "read_dump",
            "request"]
 
 _SAFE = {("builtins", n) for n in ("dict", "list", "tuple", "set", "frozenset", "str", "bytes", "int", "float",
@@ -324,42 +324,3 @@ def analyse(dumps: Mapping[int, Mapping[str, Any]], world: int, left: set[int] =
     said = descriptions(dumps)
     return chain([replace(f, group=group_name(f.pg, of.get(f.pg), world), desc=said.get(f.pg, "") if f.pg != "0" else "")
                   for f in out], dumps)
-
-
-@dataclass(frozen=True)
-class FlightVerdict:
-    pg: str
-    behind: tuple[int, ...]  # ranks whose sequence is behind the others'
-    seq: Mapping[int, int]  # rank -> last enqueued collective in that group
-    waiting_in: str  # the collective the others entered (profiling name)
-
-    def lines(self) -> list[str]:
-        if not self.behind:
-            return [f"flight recorder: every rank of process group {self.pg} reached collective "
-                    f"{max(self.seq.values(), default=0)}"]
-        top = max(self.seq.values())
-        return [f"flight recorder: {plural(len(self.behind), 'rank')} {', '.join(map(str, self.behind))} of process group {self.pg} {plural(len(self.behind), 'is', 'are')} behind: "
-                + ", ".join(f"rank {r} at collective {self.seq[r]}" for r in self.behind)
-                + f"; the others reached {top}" + (f" ({self.waiting_in})" if self.waiting_in else "")]
-
-
-def behind(dumps: Mapping[int, Mapping[str, Any]]) -> list[FlightVerdict]:
-    """Per process group, the ranks whose last enqueued collective is behind the furthest rank's."""
-    groups: dict[str, dict[int, int]] = {}
-    for rank, d in dumps.items():
-        for pg, st in (d.get("pg_status") or {}).items():
-            if isinstance(st, Mapping):
-                groups.setdefault(str(pg), {})[rank] = int(st.get("last_enqueued_collective", -1))
-    out = []
-    for pg, seq in sorted(groups.items()):
-        top = max(seq.values())
-        late = tuple(sorted(r for r, s in seq.items() if s < top))
-        name = ""
-        for rank, d in dumps.items():
-            if seq.get(rank) == top:
-                name = next((str(e.get("profiling_name", "")) for e in d.get("entries", ())
-                             if str(e.get("pg_id")) == pg and e.get("collective_seq_id") == top), "")
-                if name:
-                    break
-        out.append(FlightVerdict(pg, late, seq, name))
-    return out

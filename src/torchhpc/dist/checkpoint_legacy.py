@@ -1,46 +1,17 @@
 """Single-file checkpoints ``ckpt-NNNNNNNNN.pt``, as torchhpc wrote them before DCP.
 
 :func:`load` lets :func:`torchhpc.dist.checkpoint.resume` restore them, also into
-an FSDP2 model (each rank keeps its shard of the whole tensors). :func:`save` is
-the old writer, kept for the benchmark that compares it with DCP
-(``benchmarks/checkpoint_cost.py``) and for tests that make an old checkpoint:
-rank 0 gathers nothing but RNG states and ``torch.save``\\ s its own full state,
-which is wrong under FSDP (each rank holds a shard) and why it is no longer used.
+an FSDP2 model (each rank keeps its shard of the whole tensors). The old writer is
+no longer shipped (rank 0 saved its own full state: wrong under FSDP); tests and
+``benchmarks/checkpoint_cost.py`` keep a copy (tests/legacy_checkpoint.py).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
-from torchhpc.dist.checkpoint_state import barrier, gather, group, rank_world, rng_state, write_file
-
-__all__ = ["load", "save"]
-
-
-def _plain(obj: Any) -> Any:
-    return None if obj is None else getattr(obj, "module", obj).state_dict()
-
-
-def save(directory: str | os.PathLike[str], *, step: int, model: Any = None, optimizer: Any = None,
-         scheduler: Any = None, **extra: Any) -> Path | None:
-    """The old helper's write: rank 0's full state in one file, renamed into place; all ranks call it."""
-    pg = group()
-    rngs = gather(rng_state(), pg)
-    rank, world = rank_world()
-    path: Path | None = None
-    if rank == 0:
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        payload = {"step": step, "world_size": world, "model": _plain(model), "optimizer": _plain(optimizer),
-                   "scheduler": _plain(scheduler), "rng": rngs, "extra": extra}
-        path = d / f"ckpt-{step:09d}.pt"
-        tmp = d / f".{path.name}.tmp-{os.getpid()}"
-        write_file(tmp, payload)
-        os.replace(tmp, path)
-    barrier(pg)
-    return path
+__all__ = ["load"]
 
 
 def _has_dtensor(model: Any) -> bool:

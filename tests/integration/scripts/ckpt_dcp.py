@@ -21,6 +21,7 @@ state would show).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,10 @@ from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import torchhpc.dist as thd
-from torchhpc.dist import checkpoint, checkpoint_legacy
+from torchhpc.dist import checkpoint
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: tests/legacy_checkpoint.py
+from tests import legacy_checkpoint
 
 p = argparse.ArgumentParser()
 p.add_argument("root")
@@ -104,7 +108,7 @@ for spec in a.kinds.split(","):
             r = checkpoint.save(root / kind, step=step + 1, model=model, optimizer=opt,
                                 blocking=not kind.endswith("async"), epoch=7)
             if a.legacy and kind == "ddp-sync":
-                checkpoint_legacy.save(root / "legacy", step=step + 1, model=fwd, optimizer=opt, epoch=7)
+                legacy_checkpoint.save(root / "legacy", step=step + 1, model=fwd, optimizer=opt, epoch=7)
             if rank == 0:
                 print(f"saved {kind} step {step + 1}: {r}", flush=True)
     dump(kind, a.steps, model, opt)
