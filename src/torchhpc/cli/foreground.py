@@ -24,9 +24,9 @@ from typing import Any, Optional
 
 from torchhpc.cli.common import eprint
 from torchhpc.cli.follow import check_on_hang, hang_watch, print_verdict
+from torchhpc.core.exitcodes import exit_code_for
 from torchhpc.errors import JobFailed, UsageError
 from torchhpc.schedulers.api import Submission
-from torchhpc.supervisor.policy import exit_code_for
 from torchhpc.supervisor.restarts import Restarts
 from torchhpc.supervisor.resume import restart_args
 

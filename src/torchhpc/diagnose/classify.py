@@ -14,10 +14,9 @@ import signal
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Optional
 
-from torchhpc.core.exitcodes import EXIT_CODES
 from torchhpc.jobdir.logs import SYNTAX_FILE, Line, compile_error_end, parse_ranks
 
-__all__ = ["CLASSES", "EXIT_CODES", "classify_text", "first_cause", "launcher_events", "native_crashes", "node_failure_words",
+__all__ = ["CLASSES", "classify_text", "first_cause", "launcher_events", "native_crashes", "node_failure_words",
            "time_limit_words"]
 
 # class -> (what it means, one suggested next step). The keys are the verdict's vocabulary.

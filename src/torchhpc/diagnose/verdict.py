@@ -27,9 +27,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
+from torchhpc.core.exitcodes import EXIT_CODES
 from torchhpc.core.processes import stopped_ranks
 from torchhpc.core.units import counted, plural
-from torchhpc.diagnose.classify import CLASSES, EXIT_CODES, classify_text, launcher_events
+from torchhpc.diagnose.classify import CLASSES, classify_text, launcher_events
 from torchhpc.diagnose.flight import Finding, post_mortem
 from torchhpc.jobdir.logs import Line, format_ranks
 

@@ -21,13 +21,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from torchhpc.core.exitcodes import exit_code_for
 from torchhpc.core.proc import Runner
 from torchhpc.core.units import counted, plural
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.allocation import ipv4
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
 from torchhpc.supervisor.attempts import storm as record_storm
-from torchhpc.supervisor.policy import action_for, exit_code_for, why_not
+from torchhpc.supervisor.policy import action_for, why_not
 from torchhpc.supervisor.progress import NoProgress
 from torchhpc.supervisor.resume import restart_args
 

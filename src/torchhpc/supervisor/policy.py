@@ -10,10 +10,9 @@ The exit code each class ends the job with is :data:`EXIT_CODES`, kept in
 
 from __future__ import annotations
 
-from torchhpc.core.exitcodes import EXIT_CODES, exit_code_for
 from torchhpc.core.units import counted
 
-__all__ = ["EXIT_CODES", "NEVER", "POLICY", "RESTART_CLASSES", "action_for", "exit_code_for", "why_not"]
+__all__ = ["NEVER", "POLICY", "RESTART_CLASSES", "action_for", "why_not"]
 
 # class -> (action, why); the action is "restart" or "end"
 POLICY: dict[str, tuple[str, str]] = {

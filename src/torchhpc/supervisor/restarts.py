@@ -23,10 +23,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Optional, TypeVar, cast
 
+from torchhpc.core.exitcodes import exit_code_for
 from torchhpc.errors import JobFailed
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
 from torchhpc.supervisor.attempts import storm as record_storm
-from torchhpc.supervisor.policy import exit_code_for, why_not
+from torchhpc.supervisor.policy import why_not
 from torchhpc.supervisor.progress import NoProgress
 from torchhpc.supervisor.resume import restart_args
 
