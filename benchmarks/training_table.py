@@ -194,7 +194,8 @@ def table_png(rows: list[dict[str, Any]], path: Path) -> bool:
     for ax, m in zip(axes[0], models):
         rs = [r for r in done if r["model"] == m]
         labels = [f"{r['method']}\n{r['nodes']}×{r['per_node']}" for r in rs]
-        ax.bar(labels, [r["epoch_s"] for r in rs], yerr=[[r["epoch_s"] - r["spread_s"][0] for r in rs], [r["spread_s"][1] - r["epoch_s"] for r in rs]], capsize=4)
+        yerr = [[r["epoch_s"] - r["spread_s"][0] for r in rs], [r["spread_s"][1] - r["epoch_s"] for r in rs]]
+        ax.bar(labels, [r["epoch_s"] for r in rs], yerr=yerr, capsize=4)
         ax.set_title(f"{m} ({rs[0]['device']})")
         ax.set_ylabel("epoch time (s), median")
     fig.tight_layout()

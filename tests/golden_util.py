@@ -39,7 +39,8 @@ def assert_golden(text: str, name: str) -> None:
         diff = "\n".join(
             difflib.unified_diff(old.splitlines(), text.splitlines(), f"golden/{name}", "rendered", lineterm="")
         )
-        pytest.fail(f"{name} differs from its golden copy:\n{diff}\n\nIf intended: TORCHHPC_REGEN_GOLDEN=1 pytest {os.environ.get('PYTEST_CURRENT_TEST', '').split('::')[0]}")
+        module = os.environ.get("PYTEST_CURRENT_TEST", "").split("::")[0]
+        pytest.fail(f"{name} differs from its golden copy:\n{diff}\n\nIf intended: TORCHHPC_REGEN_GOLDEN=1 pytest {module}")
 
 
 def lint_script(text: str, tmp_path: Path, shell: str = "bash") -> None:

@@ -64,7 +64,8 @@ def test_mnist_runs_unchanged_without_a_launcher(tmp_path: Path) -> None:
 
 
 def test_mnist_dataloader_path_two_ranks(tmp_path: Path) -> None:
-    cp = torchhpc_run("-n", "2", MNIST, "--dataloader", "--epochs", "2", "--train-size", "512", "--test-size", "128", "--cache", str(tmp_path), "--max-steps", "3")
+    cp = torchhpc_run("-n", "2", MNIST, "--dataloader", "--epochs", "2", "--train-size", "512", "--test-size", "128",
+                      "--cache", str(tmp_path), "--max-steps", "3")
     assert cp.returncode == 0, cp.stdout + cp.stderr
     res = result_of(cp.stdout)
     assert "dataloader" in cp.stdout and [e["samples_per_s"] > 0 for e in res["epochs"]] == [True, True]
@@ -126,14 +127,16 @@ def test_main_first_orders_ranks_and_propagates_failure(tmp_path: Path) -> None:
     assert bad.returncode != 0
     assert "rank 0 raised RuntimeError: mirror unreachable" in bad.stdout, bad.stdout
     # the waiting ranks did not hang: they raised, naming rank 0 and its error
-    assert re.search(r"rank [12] raised TorchHPCError: rank 0 failed while preparing data inside main_first\(\): RuntimeError: mirror unreachable", bad.stdout), bad.stdout
+    assert re.search(r"rank [12] raised TorchHPCError: rank 0 failed while preparing data inside main_first\(\): "
+                     r"RuntimeError: mirror unreachable", bad.stdout), bad.stdout
 
 
 def test_resnet_modes_single_and_ddp(tmp_path: Path) -> None:
     single = run([PYTHON, RESNET, "--mode", "single", "--samples", "64", "--batch-size", "16", "--image-size", "16", "--max-steps", "2", "--warmup-steps", "1"])
     assert single.returncode == 0, single.stdout + single.stderr
     assert result_of(single.stdout)["mode"] == "single"
-    ddp = torchhpc_run("-n", "2", RESNET, "--mode", "ddp", "--data", "digits", "--cache", str(tmp_path), "--samples", "64", "--batch-size", "8", "--max-steps", "2", "--warmup-steps", "1")
+    ddp = torchhpc_run("-n", "2", RESNET, "--mode", "ddp", "--data", "digits", "--cache", str(tmp_path), "--samples", "64",
+                       "--batch-size", "8", "--max-steps", "2", "--warmup-steps", "1")
     assert ddp.returncode == 0, ddp.stdout + ddp.stderr
     res = result_of(ddp.stdout)
     assert res["world_size"] == 2 and res["epochs"][0]["samples_per_s"] > 0

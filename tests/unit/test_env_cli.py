@@ -166,7 +166,8 @@ def test_export_keeps_user_values_even_hostile(tmp_path: Path) -> None:
 
 def test_exec_exports_then_becomes_the_command(tmp_path: Path) -> None:
     env = scrubbed({**STEP, "MASTER_PORT": "23456", "PYTHONPATH": str(REPO / "src")})
-    code = "import os, json; print(json.dumps({k: os.environ.get(k) for k in ['RANK','LOCAL_RANK','WORLD_SIZE','MASTER_ADDR','MASTER_PORT','LOCAL_WORLD_SIZE']}), os.getpid())"
+    code = ("import os, json; print(json.dumps({k: os.environ.get(k) for k in "
+            "['RANK','LOCAL_RANK','WORLD_SIZE','MASTER_ADDR','MASTER_PORT','LOCAL_WORLD_SIZE']}), os.getpid())")
     probe = (
         "import os, subprocess, sys;"
         f"p = subprocess.run([sys.executable, '-m', 'torchhpc', 'exec', '-v', '--', sys.executable, '-c', {code!r}],"

@@ -97,7 +97,8 @@ def add_job_arguments(p: argparse.ArgumentParser, *, program: bool = True) -> No
     r.add_argument("--mem", default=None, help="memory per node, e.g. 64G")
     r.add_argument("-t", "--time", default=None, help="time limit: MM, HH:MM:SS or D-HH:MM:SS")
     r.add_argument("--name", default=None, help="job name (default: the script's name)")
-    r.add_argument("--output-dir", default=None, help="where scripts and logs go: DIR/<name>-<id>/ (default: the current directory; local jobs: torchhpc's job store, ~/.cache/torchhpc/jobs)")
+    r.add_argument("--output-dir", default=None, help="where scripts and logs go: DIR/<name>-<id>/ (default: the current "
+                   "directory; local jobs: torchhpc's job store, ~/.cache/torchhpc/jobs)")
     r.add_argument("-e", "--env", action="append", default=[], metavar="NAME=VALUE", help="environment variable for every rank (repeatable)")
     r.add_argument("--partition", default=None, help="Slurm partition")
     r.add_argument("--account", "-A", default=None, help="account to charge")

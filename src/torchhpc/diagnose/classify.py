@@ -29,14 +29,16 @@ CLASSES: dict[str, tuple[str, str]] = {
     "cuda-oom": ("CUDA out of memory", "lower the batch size or use activation checkpointing / bf16"),
     "host-oom": ("host out of memory (the kernel's OOM killer)", "ask for more memory: --mem (or fewer ranks per node)"),
     "node-failure": ("a node failed", "rerun with --exclude {host} (with --requeue, torchhpc excludes it itself)"),
-    "time-limit": ("the job reached its time limit", "ask for more --time, or checkpoint on the warning: --signal-before and torchhpc.dist.should_stop() (docs/nothing-lost.md)"),
+    "time-limit": ("the job reached its time limit", "ask for more --time, or checkpoint on the warning: --signal-before and "
+                   "torchhpc.dist.should_stop() (docs/nothing-lost.md)"),
     "preempted": ("the job was preempted", "rerun with --requeue so a preempted job comes back by itself"),
     "hang": ("ranks stopped making progress", "see the stacks above; the culprit is the rank not in a collective"),
     "network": (
         "a rendezvous, NCCL or network error",
         "check the interface and fabric: torchhpc net check (NCCL_DEBUG=INFO shows what NCCL picked)",
     ),
-    "environment": ("the environment does not match the program (import error, wrong torch, a command not there)", "check the venv or container: torchhpc doctor"),
+    "environment": ("the environment does not match the program (import error, wrong torch, a command not there)",
+                    "check the venv or container: torchhpc doctor"),
     "gpu-assignment": (
         "ranks and GPUs do not match (a rank bound to a GPU that is not there, or two ranks on one GPU)",
         "one rank per visible GPU (--nproc-per-node = GPUs per node); `torchhpc env` shows what each rank sees",

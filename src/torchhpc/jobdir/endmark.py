@@ -100,8 +100,8 @@ def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True,
     sets ``_torchhpc_end_state=REQUEUED``: no marker, the job goes on. SIGKILL leaves none: the
     client learns that end from the scheduler, at its next (backed-off) question.
     At the job's end (not a requeue from its script) the stop protocol's files beside the job directories go
-    with it, where the script has the protocol (``cancel_trap`` off: it traps SIGTERM itself): ``$TORCHHPC_STOP_FILE``, its ``.taken`` and the time-limit count (docs/logs.md: one directory
-    per job, nothing left in ``--output-dir``).
+    with it, where the script has the protocol (``cancel_trap`` off: it traps SIGTERM itself): ``$TORCHHPC_STOP_FILE``,
+    its ``.taken`` and the time-limit count (docs/logs.md: one directory per job, nothing left in ``--output-dir``).
     ``own_code_files``: shell words naming the batch output (the first that exists is read) where the
     launcher reported its ranks' ends. Its status hides the failed rank's own code: srun exits with its
     tasks' highest status, so once ``--kill-on-bad-exit`` has stopped the others with SIGTERM a rank's

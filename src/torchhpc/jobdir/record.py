@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 __all__ = [
-    "SCHEMA", "JobRecord", "dependency_record", "forget_record", "load_record", "new_record", "newest_record", "read_record", "record_dir", "record_path", "save_record", "update_record",
+    "SCHEMA", "JobRecord", "dependency_record", "forget_record", "load_record", "new_record", "newest_record", "read_record",
+    "record_dir", "record_path", "save_record", "update_record",
 ]
 
 # The version of the record's layout. 1: the flat object of torchhpc <= 0.x (no "schema" key).
