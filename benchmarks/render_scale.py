@@ -28,7 +28,7 @@ from tests.fakes import FakeRunner
 from torchhpc.core.hostlist import compress, expand
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.env import detect, tasks_per_node
-from torchhpc.launchers.task import task_argv
+from torchhpc.launchers.boot import task_argv
 from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
 NODES = "gpu[0001-1024]"

@@ -51,7 +51,7 @@ def test_slurm_procid_that_names_another_rank_is_reported_with_readers_and_hint(
 def test_after_the_shim_nothing_disagrees() -> None:
     env = dict(MPIRUN_NO_SHIM)
     argv = ["bash", "-c", "env -0"]
-    from torchhpc.launchers.task import task_argv
+    from torchhpc.launchers.boot import task_argv
 
     out = subprocess.run(task_argv(argv, launcher="mpirun"), env={"PATH": "/usr/bin:/bin", **env},
                          capture_output=True, timeout=30, check=True).stdout.decode()

@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from tests.conftest import missing
-from torchhpc.launchers.task import TASK_SH
+from torchhpc.launchers.boot import TASK_SH
 from torchhpc.profiles import BUILTIN
 from torchhpc.profiles.builtin import LUMI_CPU_MASKS
 

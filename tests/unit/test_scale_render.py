@@ -16,7 +16,7 @@ from tests.fakes import FakeRunner
 from torchhpc.core.hostlist import compress, expand, first_host, read_nodefile
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.env import detect, tasks_per_node
-from torchhpc.launchers.task import task_argv
+from torchhpc.launchers.boot import task_argv
 from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 
 HETERO = "4(x1000),2(x24)"  # 1024 nodes, 4048 tasks

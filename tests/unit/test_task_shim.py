@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import missing
 from tests.script_text import lines
-from torchhpc.launchers.task import TASK_SH, task_argv
+from torchhpc.launchers.boot import TASK_SH, task_argv
 
 PRINT = "env -0"
 

@@ -4,7 +4,7 @@
 # Usage: bash task.sh srun|mpirun|torchrun|auto COMMAND...  (auto: MPI first, then Slurm, else one process)
 # Every rank/world variable a known detector reads describes this process or is unset: SLURM_* of a
 # launcher's step rewritten, foreign OMPI_*/PMI_*/MV2_* and TORCHELASTIC_* unset (docs/compat.md).
-# Plain bash: it runs inside containers that have no torchhpc (src/torchhpc/launchers/task.py).
+# Plain bash: it runs inside containers that have no torchhpc (src/torchhpc/launchers/boot.py: task_argv).
 set -e
 _torchhpc_launcher=${1:?torchhpc-task: usage: task.sh srun|mpirun|torchrun|auto COMMAND...}; shift
 if [ "$_torchhpc_launcher" = auto ]; then

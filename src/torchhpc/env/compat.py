@@ -2,7 +2,7 @@
 
 Lightning, submitit, idr_torch, mpi4py and hand-written scripts each detect
 rank and world from ``SLURM_*``, ``OMPI_*``, ``PMI_*`` or torch's variables.
-torchhpc's per-task shim (:mod:`torchhpc.launchers.task`) makes every such
+torchhpc's per-task shim (``boot/task.sh``) makes every such
 variable truthful or absent; this module is the check that it is so, and the
 check before launch that a script will find what it reads:
 

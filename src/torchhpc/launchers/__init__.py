@@ -9,9 +9,9 @@ through :mod:`torchhpc.core.shell`.
 
 from __future__ import annotations
 
+from torchhpc.launchers.boot import TASK_REF, TASK_SH, task_argv
 from torchhpc.launchers.builders import mpirun_argv, srun_argv, torchrun_argv
 from torchhpc.launchers.kinds import LAUNCHERS, MPIRUN, SRUN, TORCHRUN, Launcher, get_launcher, launcher_of
-from torchhpc.launchers.task import TASK_REF, TASK_SH, task_argv
 
 __all__ = [
     "LAUNCHERS",

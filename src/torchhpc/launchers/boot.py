@@ -55,7 +55,10 @@ __all__ = [
     "BOOT_DIR",
     "BOOT_VAR",
     "SHELL_PROGRAMS",
+    "SHIM_LAUNCHERS",
     "SWITCH",
+    "TASK_REF",
+    "TASK_SH",
     "boot_argv",
     "boot_files",
     "boot_hash",
@@ -65,6 +68,7 @@ __all__ = [
     "boot_source",
     "cure_enabled",
     "is_boot_copy",
+    "task_argv",
 ]
 
 # The directory that holds the boot sitecustomize.py in the installed package.
@@ -160,3 +164,30 @@ def boot_shell() -> str:
 def boot_argv(argv: Sequence[str]) -> list[str]:
     """``sh -c BOOT; exec "$@"`` around ``argv``: for a rank that no shim starts (a container of the local scheduler)."""
     return ["sh", "-c", boot_shell() + 'exec "$@"', "torchhpc-boot", *argv]
+
+
+# --- the per-task shim: boot/task.sh ------------------------------------------------------------------------
+# srun-direct and mpirun start one process per rank but export only their own variables (SLURM_PROCID,
+# OMPI_COMM_WORLD_RANK, PMI_RANK); an unmodified script that calls init_process_group() needs torch's env://
+# contract. The shim maps the launcher's variables, then execs the command (signals reach it directly). Every
+# rank/world variable a known detector reads (Lightning, submitit, idr_torch, is_torchelastic_launched(),
+# scripts written for Slurm or Open MPI) describes this process or is absent: a launcher step's SLURM_* are
+# rewritten to the rank's, foreign OMPI_*/PMI_*/MV2_* and TORCHELASTIC_* unset; job-level Slurm identity is
+# never touched (srun, scontrol and the requeue keep working). docs/compat.md has the table, variable x launcher.
+
+# The launchers the shim knows by name (its first argument; "auto" guesses: MPI first, then Slurm).
+SHIM_LAUNCHERS = ("srun", "mpirun", "torchrun")
+# The shim in the installed package, and a batch script's word for it (its boot directory's copy).
+TASK_SH = os.path.join(BOOT_DIR, "task.sh")
+TASK_REF = boot_ref("task.sh")
+
+
+def task_argv(command: Sequence[str], shim: str = TASK_SH, launcher: str | None = None) -> list[str]:
+    """Wrap one rank's command in the shim: ``bash SHIM LAUNCHER CMD...``.
+
+    ``shim=TASK_REF`` in a batch script (``"$TORCHHPC_BOOT_DIR/task.sh"``). Name the ``launcher`` so stale
+    variables of another launcher can never win; None guesses (``auto``).
+    """
+    if launcher is not None and launcher not in SHIM_LAUNCHERS:
+        raise ValueError(f"unknown launcher {launcher!r} for the task shim (one of {', '.join(SHIM_LAUNCHERS)})")
+    return ["bash", shim, launcher or "auto", *command]

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from torchhpc.core.shell import Raw
 from torchhpc.core.spec import JobSpec
-from torchhpc.launchers.task import task_argv
+from torchhpc.launchers.boot import task_argv
 
 __all__ = ["mpirun_argv", "srun_argv", "srun_step", "torchrun_argv"]
 

@@ -95,7 +95,7 @@ def _cell(out: Outcome) -> str:
     return f"✘ {out.detail}"
 
 
-# The rule the per-task shim applies (src/torchhpc/launchers/task.py), variable family x launcher.
+# The rule the per-task shim applies (src/torchhpc/boot/task.sh), variable family x launcher.
 def _uncell(text: str) -> Outcome:
     """The outcome a table cell shows (the inverse of :func:`_cell`)."""
     if text.startswith("✔"):
@@ -302,7 +302,7 @@ def render_markdown(outcomes: dict[tuple[str, str], Outcome]) -> str:
         "",
         "## The rule, variable x launcher",
         "",
-        "Applied by the per-task shim (`src/torchhpc/launchers/task.py`) in every rank, inside the container",
+        "Applied by the per-task shim (`src/torchhpc/boot/task.sh`) in every rank, inside the container",
         "when there is one. `torchhpc env --explain` and `torchhpc doctor --in-job` report any variable that",
         "still disagrees with the detected rank (for processes started some other way).",
         "",
