@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchhpc.errors import ConfigError, TorchHPCError
+from torchhpc.core.units import is_off, parse_timeout
+from torchhpc.errors import ConfigError, SpecError, TorchHPCError
 
 __all__ = [
     "CONFIG_KEYS",
@@ -130,15 +131,18 @@ class Value:
 
 
 def hang_timeout_value(text: object) -> float:
-    """``--hang-timeout S|off`` from a variable or the config file: seconds, 0.0 for off."""
-    value = str(text).strip().lower()
-    return 0.0 if value in ("off", "0", "none", "no") else float(value)
+    """``--hang-timeout S|off`` from a variable or the config file: seconds, 0.0 for off (core/units.py's grammar;
+    the floor is JobSpec's check, one message wherever the value came from)."""
+    try:
+        return parse_timeout(text, "--hang-timeout", floor=0)
+    except SpecError as e:  # named with its source by pick()
+        raise ValueError(e.message) from None
 
 
 def flight_recorder_value(text: object) -> str:
     """``--flight-recorder N|off``: collectives kept per rank (1 to 1000000), or off."""
     value = str(text).strip().lower()
-    if value in ("off", "0", "false", "no"):
+    if is_off(value):
         return "off"
     if value.isdigit() and 0 < int(value) <= 1_000_000:
         return value

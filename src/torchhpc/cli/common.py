@@ -127,16 +127,15 @@ def add_subparser(sub: Any, name: str, help: str, description: str | None = None
 def add_hang_arguments(p: Any) -> None:
     """--hang-timeout / --on-hang, for commands that follow a job (a foreground local run, run --wait, wait)."""
 
+    from torchhpc.core.units import parse_timeout
+    from torchhpc.errors import SpecError
+
     def seconds(v: str) -> float:
-        if v.strip().lower() in ("off", "0", "none", "no"):
-            return 0.0  # off: also over a config file's or $TORCHHPC_HANG_TIMEOUT's value
+        """0.0 for off: also over a config file's or $TORCHHPC_HANG_TIMEOUT's value (core/units.py's grammar)."""
         try:
-            f = float(v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{v!r} is not a number of seconds (or off)") from None
-        if f < 5:
-            raise argparse.ArgumentTypeError(f"{v}: a hang timeout under 5 seconds would call slow steps hangs")
-        return f
+            return parse_timeout(v, "--hang-timeout")
+        except SpecError as e:
+            raise argparse.ArgumentTypeError(e.message.removeprefix("--hang-timeout ")) from None
 
     p.add_argument("--hang-timeout", type=seconds, default=env_default("--hang-timeout", None), metavar="SECONDS|off",
                    help="while torchhpc follows the job (a local run in the foreground, --wait, wait): when no rank has "

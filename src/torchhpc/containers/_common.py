@@ -14,6 +14,7 @@ from pathlib import Path
 
 from torchhpc.core.shell import Raw
 from torchhpc.core.spec import ContainerSpec
+from torchhpc.core.units import parse_switch
 from torchhpc.core.validate import check_name, check_value
 from torchhpc.errors import ConfigError, QuotingError, SpecError
 
@@ -31,8 +32,6 @@ COMMON_OPTIONS: dict[str, str] = {
 BOOT_DIR = str(Path(__file__).resolve().parent.parent / "boot")
 # Used with fullmatch only: ``$`` would also match before a final newline.
 _ENV_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?|\*")
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
 
 
 @dataclass(frozen=True)
@@ -152,12 +151,12 @@ def options(container: ContainerSpec, allowed: Mapping[str, str]) -> dict[str, s
 def flag(opts: Mapping[str, str], key: str, default: bool = False) -> bool:
     if key not in opts:
         return default
-    value = str(opts[key]).strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ConfigError(f"container option {key}={opts[key]!r} is not a boolean", "use true or false")
+    if not str(opts[key]).strip():
+        return False  # a bare ``key=``: off
+    try:
+        return parse_switch(opts[key], f"container option {key}")
+    except SpecError as e:
+        raise ConfigError(e.message, e.hint) from None
 
 
 def split_args(opts: Mapping[str, str], key: str = "args") -> list[str]:

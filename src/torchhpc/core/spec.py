@@ -18,7 +18,7 @@ from typing import Literal, Optional, Union
 from torchhpc.core.array import ArraySpec, check_placeholders, parse_array
 from torchhpc.core.depend import Dependency
 from torchhpc.core.gpus import requested_geometry_error
-from torchhpc.core.units import parse_size, parse_walltime
+from torchhpc.core.units import parse_size, parse_timeout, parse_walltime
 from torchhpc.core.validate import check_name, check_value
 from torchhpc.errors import SpecError
 
@@ -272,9 +272,8 @@ class JobSpec:
                                 "quote it as for a shell, e.g. '--resume_from_checkpoint {latest:ckpt/*}'") from None
         if self.max_no_progress < 0:
             raise SpecError(f"--max-no-progress={self.max_no_progress} must not be negative", "0 means: never stop for it")
-        if self.hang_timeout is not None and self.hang_timeout < 5:
-            raise SpecError(f"--hang-timeout={self.hang_timeout} is under 5 seconds",
-                            "a hang timeout under 5 seconds would call slow steps hangs")
+        if self.hang_timeout is not None:
+            parse_timeout(self.hang_timeout, "--hang-timeout")  # the grammar's one message for a value under its floor
         if self.signal_before is not None and self.signal_before < 0:
             raise SpecError(f"--signal-before={self.signal_before} must not be negative",
                             "give how long before the time limit the ranks are asked to stop, e.g. --signal-before 300")

@@ -1,5 +1,6 @@
-"""Sizes, wall times and counts: parsed once with errors that name the value and its source, and
-printed the way a person writes them."""
+"""Sizes, wall times, durations, switches and counts: parsed once with errors that name the value and its
+source, and printed the way a person writes them. The one grammar for flags, the config file, environment
+variables and JobSpec alike (the stdlib-only rank boot keeps a copy of the off words, held equal by a test)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,46 @@ import re
 
 from torchhpc.errors import SpecError
 
-__all__ = ["counted", "format_bytes", "format_walltime", "parse_seconds", "parse_size", "parse_walltime", "plural"]
+__all__ = ["HANG_FLOOR_S", "OFF_WORDS", "ON_WORDS", "counted", "format_bytes", "format_walltime", "is_off", "parse_seconds",
+           "parse_size", "parse_switch", "parse_timeout", "parse_walltime", "plural"]
+
+ON_WORDS = ("1", "true", "yes", "on")
+OFF_WORDS = ("0", "false", "no", "off", "none")
+HANG_FLOOR_S = 5  # a hang timeout under this calls slow steps (an import, a checkpoint load) hangs
+
+
+def is_off(text: object) -> bool:
+    """Whether a switch or a timeout is turned off: ``0``, ``false``, ``no``, ``off``, ``none`` (any case)."""
+    return str(text).strip().lower() in OFF_WORDS
+
+
+def parse_switch(text: object, source: str) -> bool:
+    """``1/true/yes/on`` or ``0/false/no/off/none``; anything else is an error, never a silent false."""
+    word = str(text).strip().lower()
+    if word in ON_WORDS:
+        return True
+    if word in OFF_WORDS:
+        return False
+    raise SpecError(f"{source}={text!r} is not a boolean", "use true or false (1/0, yes/no, on/off)")
+
+
+def parse_timeout(text: object, source: str = "--hang-timeout", floor: float = HANG_FLOOR_S) -> float:
+    """``SECONDS|off``: 0.0 when off, else seconds (``90``, ``7.5``, ``5m``, ``00:05:00``), at least ``floor``."""
+    if is_off(text) or (isinstance(text, (int, float)) and text == 0):
+        return 0.0
+    if isinstance(text, (int, float)):
+        seconds = float(text)
+    elif re.fullmatch(r"\s*\d+(\.\d*)?\s*", str(text)):
+        seconds = float(str(text))
+    else:
+        try:
+            seconds = float(parse_seconds(str(text), source))
+        except SpecError:
+            raise SpecError(f"{source} {text!r} is not a number of seconds", "write 300, 5m or 00:05:00, or off") from None
+    if seconds < floor:
+        raise SpecError(f"{source} {text}: a hang timeout under {floor:g} seconds would call slow steps hangs",
+                        f"give {floor:g} seconds or more, or off")
+    return seconds
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(i?B?)?\s*$", re.IGNORECASE)
 _POW = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}

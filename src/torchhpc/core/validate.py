@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 
+from torchhpc.core.units import parse_switch
 from torchhpc.errors import QuotingError, SpecError
 
 __all__ = [
@@ -120,15 +121,6 @@ def check_dns_label(value: str, field: str) -> str:
     return value
 
 
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
-
-
 def parse_bool(value: str, field: str) -> bool:
-    """``1/true/yes/on`` or ``0/false/no/off``; anything else is an error, never a silent false."""
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise SpecError(f"{field}={value!r} is not a boolean", "use true or false (1/0, yes/no, on/off)")
+    """``1/true/yes/on`` or ``0/false/no/off``; anything else is an error, never a silent false (core/units.py)."""
+    return parse_switch(value, field)

@@ -50,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from torchhpc.core.shell import Raw
+from torchhpc.core.units import is_off
 
 __all__ = [
     "BOOT_DIR",
@@ -78,7 +79,6 @@ SWITCH = "TORCHHPC_EXIT_CURE"
 BOOT_VAR = "TORCHHPC_BOOT_DIR"
 # The shell programs beside it (src/torchhpc/boot/*.sh), run by path; they travel with every copy.
 SHELL_PROGRAMS = ("rank.sh", "task.sh", "env.sh", "gpus.sh", "first_end.sh")
-OFF = ("0", "false", "no", "off")
 # The heredoc's end word: the boot file must never contain it as a line.
 EOF_WORD = "TORCHHPC_BOOT_PY"
 
@@ -120,7 +120,7 @@ def boot_ref(name: str) -> Raw:
 
 def cure_enabled(env: Mapping[str, str]) -> bool:
     """False when ``TORCHHPC_EXIT_CURE`` says off (0, false, no, off)."""
-    return env.get(SWITCH, "1").strip().lower() not in OFF
+    return not is_off(env.get(SWITCH, "1"))
 
 
 def boot_pythonpath(env: Mapping[str, str]) -> str | None:
