@@ -27,6 +27,7 @@ from torchhpc.core.array import last_result
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import SchedulerError, SpecError, UnknownJob, UsageError
 from torchhpc.job import Job, TaskHandle, check_program, tasks_of
+from torchhpc.jobdir.layout import RECORD
 from torchhpc.jobdir.logs import TASK_END_LINE, TASK_PREFIX
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
@@ -258,7 +259,7 @@ def _kept(directory: str, man: Mapping[str, Any], job_id: str) -> Optional[tuple
     record and its log, which the local store only links to); None where there is none."""
     home = os.path.join(directory, f"{man.get('name')}-{job_id}")
     try:
-        with open(os.path.join(home, "record.json"), encoding="utf-8") as f:
+        with open(os.path.join(home, RECORD), encoding="utf-8") as f:
             rec = json.load(f)
         with open(os.path.join(home, "output.log"), encoding="utf-8", errors="replace") as f:
             text = f.read()

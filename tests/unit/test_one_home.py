@@ -94,3 +94,39 @@ def test_one_message_per_mistake() -> None:
         parse_switch("maybe", "--opt exclusive")
     assert switch.value.message == "--opt exclusive='maybe' is not a boolean"
     assert set(ON_WORDS).isdisjoint(OFF_WORDS)
+
+
+FILE_NAMES = ("end.json", "attempts.json", "checkpoint.json", "hang.json", "record.json")
+
+
+def file_name_literals(root: Path) -> list[str]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel in ("jobdir/layout.py", BOOT):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in FILE_NAMES:
+                out.append(f"{rel}:{node.lineno}: {node.value!r}")
+    return out
+
+
+def test_job_directory_files_are_named_in_the_layout_module_only() -> None:
+    assert file_name_literals(SRC) == [], "import the name from torchhpc.jobdir.layout"
+
+
+def test_a_planted_file_name_is_found(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text('import os\nPATH = os.path.join("d", "checkpoint.json")\n')
+    assert file_name_literals(tmp_path) == ["m.py:2: 'checkpoint.json'"]
+
+
+@pytest.mark.parametrize("environ", [
+    {"TORCHHPC_JOB_DIR": "/j"}, {"TORCHHPC_RANKS_DIR": "/j/ranks/"}, {"TORCHHPC_FR_DIR": "/j/fr"},
+    {"TORCHHPC_JOB_DIR": "/a", "TORCHHPC_RANKS_DIR": "/b/ranks"}, {},
+])
+def test_the_boot_finds_the_job_directory_as_the_package_does(environ: dict[str, str]) -> None:
+    from torchhpc.boot import sitecustomize as boot
+    from torchhpc.jobdir import layout
+
+    assert boot.job_dir(environ) == layout.job_dir_of(environ)
+    assert (boot.ENDED_DIR, boot.flight_dir({"TORCHHPC_RANKS_DIR": "/j/ranks"})) == (layout.ENDED_DIR, f"/j/{layout.FR_DIR}")

@@ -27,6 +27,7 @@ from torchhpc.core.units import counted, plural
 from torchhpc.diagnose.account import Account, account, duration
 from torchhpc.jobdir.attempts import ATTEMPTS_FILE, load_attempts
 from torchhpc.jobdir.endmark import read_end
+from torchhpc.jobdir.layout import CHECKPOINT
 from torchhpc.jobdir.record import read_record
 from torchhpc.schedulers.api import Scheduler
 from torchhpc.schedulers.times import JobTimes
@@ -283,7 +284,7 @@ def _with_checkpoint_times(job_dir: str, attempts: Sequence[Mapping[str, Any]]) 
     import re
 
     try:
-        with open(os.path.join(job_dir, "checkpoint.json")) as f:
+        with open(os.path.join(job_dir, CHECKPOINT)) as f:
             marker = json.load(f)
         saved = [(int(row[0]), float(row[1])) for row in marker.get("completed") or []]
         resumed = sorted((float(row[0]), int(row[1]), str(row[2])) for row in marker.get("resumed") or [])

@@ -22,12 +22,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
+from torchhpc.jobdir.layout import ENDED_DIR
+
 if TYPE_CHECKING:
     from torchhpc.diagnose.probe import RankStack
 
 __all__ = ["ENDED_DIR", "Ended", "all_returned", "clear", "grace_left", "hung_at_exit", "in_teardown", "read"]
 
-ENDED_DIR = "ended"  # in the job directory; the boot names it too (stdlib only: it cannot import this)
 
 
 @dataclass(frozen=True)

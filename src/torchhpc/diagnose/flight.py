@@ -33,6 +33,7 @@ from typing import Any, Optional
 
 from torchhpc.core.units import plural
 from torchhpc.diagnose.groups import chain, descriptions, entry_of, group_name, members, statuses
+from torchhpc.jobdir.layout import FR_DIR
 
 __all__ = ["FR_DIR", "Finding", "analyse", "collect", "completed", "load_dumps", "members", "post_mortem", "read_dump",
            "request"]
@@ -71,7 +72,6 @@ def load_dumps(directory: str, prefix: str = "", suffix: str = "") -> dict[int, 
     return found
 
 
-FR_DIR = "fr"  # in the job directory
 
 
 def request(job_dir: str) -> float:

@@ -39,6 +39,7 @@ from torchhpc.core.units import plural
 from torchhpc.diagnose import exits
 from torchhpc.diagnose.probe import RankStack, ask_nodes, probe
 from torchhpc.errors import TorchHPCError
+from torchhpc.jobdir.layout import HANG
 
 if TYPE_CHECKING:
     from torchhpc.schedulers.api import Scheduler
@@ -55,7 +56,7 @@ __all__ = [
     "watch_job",
 ]
 
-HANG_FILE = "hang.json"  # in the job directory: the hang's diagnosis, for `torchhpc diagnose`
+HANG_FILE = HANG  # in the job directory: the hang's diagnosis, for `torchhpc diagnose`
 # torch.distributed calls a rank waits in while a peer is late (the py-spy frame names)
 _COLLECTIVES = re.compile(
     r"^(all_reduce|all_gather\w*|reduce_scatter\w*|broadcast\w*|barrier|reduce|gather\w*|scatter\w*|"

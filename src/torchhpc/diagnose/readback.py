@@ -20,6 +20,7 @@ from typing import Optional
 
 from torchhpc.core.units import counted, plural
 from torchhpc.diagnose.verdict import Evidence, Verdict, diagnose, gather
+from torchhpc.jobdir.layout import HANG
 from torchhpc.jobdir.logs import TASK_END_LINE, Line, format_ranks
 
 __all__ = ["TaskVerdicts", "diagnose_job", "never_started", "printable", "read_back"]
@@ -109,7 +110,7 @@ def _with_stacks(v: Verdict, ev: Evidence) -> Verdict:
         at = user_frame(frames) or f"{frames[0][1]}:{frames[0][2]}"
         where.setdefault(f"{at} ({frames[0][0]})", []).append(int(s["rank"]))
     seen = "; ".join(f"{plural(len(r), 'rank')} {format_ranks(r)} at {at}" for at, r in list(where.items())[:3])
-    path = f"{ev.job_dir}/hang.json" if ev.job_dir else "hang.json"
+    path = f"{ev.job_dir}/{HANG}" if ev.job_dir else HANG
     return replace(v, next_step=f"{seen} (every stack: {path}); `torchhpc logs {ev.job or 'JOB'}` shows what each printed")
 
 

@@ -188,10 +188,12 @@ def _tell_supervisor(step: int, path: Path | None, tier: str = "disk", resumed: 
     as it was by a memory save). Only inside a torchhpc job; a courtesy that never fails a save."""
     import json
 
-    job_dir = os.environ.get("TORCHHPC_JOB_DIR") or os.path.dirname(os.environ.get("TORCHHPC_RANKS_DIR", "").rstrip("/"))
+    from torchhpc.jobdir.layout import CHECKPOINT, job_dir_of
+
+    job_dir = job_dir_of()
     if not job_dir or not os.path.isdir(job_dir):
         return
-    marker = os.path.join(job_dir, "checkpoint.json")
+    marker = os.path.join(job_dir, CHECKPOINT)
     now = time.time()
     try:
         with open(marker) as f:

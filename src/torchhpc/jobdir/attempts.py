@@ -8,9 +8,11 @@ import json
 import os
 from typing import Any
 
+from torchhpc.jobdir.layout import ATTEMPTS
+
 __all__ = ["ATTEMPTS_FILE", "load_attempts", "save_attempts", "shrunk"]
 
-ATTEMPTS_FILE = "attempts.json"
+ATTEMPTS_FILE = ATTEMPTS
 
 
 def load_attempts(job_dir: str) -> list[dict[str, Any]]:

@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from typing import Optional
 
 from torchhpc.core.shell import quote
+from torchhpc.jobdir.layout import END
 from torchhpc.launchers.boot import boot_ref
 
 __all__ = ["END_FILE", "EndMark", "end_lines", "end_path", "read_end", "write_end"]
 
-END_FILE = "end.json"
+END_FILE = END
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from torchhpc.jobdir.layout import RANKS_DIR
 from torchhpc.launchers import TORCHRUN
 from torchhpc.launchers.boot import BOOT_DIR, boot_ref
 
@@ -25,7 +26,6 @@ __all__ = [
     "torchrun_per_rank",
 ]
 
-RANKS_DIR = "ranks"
 
 # Each rank's program runs through src/torchhpc/boot/rank.sh (the comments there say how): its output
 # appended to its own file in $TORCHHPC_RANKS_DIR (exported by the batch script; not an argument, so

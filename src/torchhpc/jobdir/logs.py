@@ -29,7 +29,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
-from torchhpc.jobdir.log_wiring import RANKS_DIR, job_dir
+from torchhpc.jobdir.layout import RANKS_DIR
+from torchhpc.jobdir.log_wiring import job_dir
 from torchhpc.jobdir.record import JobRecord, load_record, read_record
 from torchhpc.launchers import LAUNCHERS
 

@@ -24,6 +24,7 @@ from typing import Any, Optional
 from torchhpc.core.exitcodes import exit_code_for
 from torchhpc.core.proc import Runner
 from torchhpc.core.units import counted, plural
+from torchhpc.jobdir.layout import RANKS_DIR
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.allocation import ipv4
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
@@ -91,7 +92,7 @@ class Supervisor:
         self.clock = clock
         self.alloc = get_scheduler(opts.scheduler, self.runner).allocation_of("", self.env)  # the job we run in
         self.job = self.alloc.job_id
-        self.ranks_dir = os.path.join(opts.job_dir, "ranks")
+        self.ranks_dir = os.path.join(opts.job_dir, RANKS_DIR)
         self._warmed: set[str] = set()
         self._watching = ""  # the node the watch on this one runs on (supervisor/sentinel.py)
         self._watch_misses, self._lost_watch = 0, set[str]()

@@ -24,9 +24,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
+from torchhpc.jobdir.layout import CHECKPOINT
+
 __all__ = ["MARKER", "Checkpoint", "NoProgress", "newest_checkpoint"]
 
-MARKER = "checkpoint.json"
+MARKER = CHECKPOINT
 _DIGITS = re.compile(r"(\d+)")
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from torchhpc.errors import SchedulerError, UnknownJob
+from torchhpc.jobdir.layout import RECORD
 from torchhpc.jobdir.logs import task_text
 from torchhpc.jobdir.record import dependency_record, new_record, record_dir, save_record
 from torchhpc.schedulers.api import JobStatus, Submission
@@ -38,7 +39,7 @@ from torchhpc.schedulers.times import JobTimes, clock
 
 __all__ = ["LocalJobs", "job_dir"]
 
-RECORD, LOG, SUBMISSION = "record.json", "output.log", "submission.pickle"
+LOG, SUBMISSION = "output.log", "submission.pickle"
 
 
 def jobs_root() -> Path:

@@ -27,6 +27,7 @@ from torchhpc.core.shell import Raw, assignment, join
 from torchhpc.core.spec import JobSpec, default_python
 from torchhpc.core.units import counted
 from torchhpc.errors import JobFailed, SchedulerError, SpecError
+from torchhpc.jobdir.layout import FR_DIR, FR_VAR, JOB_DIR_VAR
 from torchhpc.launchers import get_launcher
 from torchhpc.launchers.boot import boot_argv, boot_pythonpath
 from torchhpc.schedulers.allocation import Allocation
@@ -386,8 +387,8 @@ class LocalScheduler(Scheduler):
         base = {k: v for k, v in os.environ.items() if k not in STALE}
         base.update(common_env(spec))
         if job_dir:  # the job's directory, as the ranks read it (the checkpoint helper's record, the boot's marks)
-            base.update(TORCHHPC_JOB_DIR=job_dir)
-            base.setdefault("TORCHHPC_FR_DIR", os.path.join(job_dir, "fr"))
+            base[JOB_DIR_VAR] = job_dir
+            base.setdefault(FR_VAR, os.path.join(job_dir, FR_DIR))
         envs = [
             {**base, **rank_env(spec, r, master_addr=addr, master_port=port, run_id=rid),
              **_restart_env(spec, restart_count)}

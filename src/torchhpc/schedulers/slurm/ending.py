@@ -33,6 +33,7 @@ from typing import Optional
 
 from torchhpc.core.exitcodes import exit_code_for
 from torchhpc.jobdir.endmark import EndMark, read_end
+from torchhpc.jobdir.layout import HANG
 from torchhpc.schedulers.api import TERMINAL
 
 __all__ = ["HANG_END_S", "HANG_FILE", "SIGTERM_CODE", "STOPPED_WHY", "one_ending", "this_runs_mark"]
@@ -43,7 +44,7 @@ SIGTERM_CODE = 128 + 15  # scancel's and the time limit's signal, as a shell rep
 HANG_END_S = 300.0
 # the hang watch's saved diagnosis in the job directory (diagnose/hang.py's HANG_FILE; diagnose sits above
 # the schedulers, so the name is repeated here and a unit test keeps the two equal)
-HANG_FILE = "hang.json"
+HANG_FILE = HANG
 _SIGNALLED = frozenset({"CANCELLED", "TIMEOUT"})
 # the state of an ending the batch script gave a stop's class: what ended it, not FAILED
 _STOPPED = {exit_code_for("time-limit"): "TIMEOUT", exit_code_for("preempted"): "PREEMPTED",
