@@ -39,7 +39,7 @@ def launch(root: Path, shm: Path, *args: str) -> None:
 
 
 def node_dirs(shm: Path) -> dict[str, Path]:
-    return {d.name: d for d in shm.glob("torchhpc-77-*/*")}
+    return {d.name: d for d in shm.glob("torchhpc-77-*/*") if d.is_dir()}  # beside them: the tier's ``dir`` file
 
 
 @pytest.fixture(scope="module")
