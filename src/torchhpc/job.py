@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from dataclasses import fields as dc_fields
 from typing import TYPE_CHECKING, Any, Callable
 
+from torchhpc.core.handle import Handle
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import ContainerSpec, JobSpec
 from torchhpc.errors import SpecError, TorchHPCError, UsageError, name_flag_as
@@ -58,7 +59,7 @@ class JobHandle:
     job_id: str
 
     def __str__(self) -> str:
-        return f"{self.scheduler.name}:{self.job_id}"
+        return str(Handle(self.scheduler.name, self.job_id))
 
     def status(self) -> JobStatus:
         return self.scheduler.status(self.job_id)
@@ -94,7 +95,7 @@ class TaskHandle:
     index: int
 
     def __str__(self) -> str:
-        return f"{self.scheduler.name}:{self.job_id}"
+        return str(Handle(self.scheduler.name, self.job_id))
 
     def status(self) -> JobStatus:
         return self.scheduler.status(self.job_id)

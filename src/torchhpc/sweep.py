@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from torchhpc.core.array import last_result
+from torchhpc.core.handle import Handle
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import SchedulerError, SpecError, UnknownJob, UsageError
 from torchhpc.job import Job, TaskHandle, check_program, tasks_of
@@ -98,7 +99,7 @@ class SweepHandle:
     directory: str
 
     def __str__(self) -> str:
-        return f"{self.scheduler.name}:{self.job_id}"
+        return str(Handle(self.scheduler.name, self.job_id))
 
     def wait(self, timeout: float | None = None, poll: float = 1.0) -> JobStatus:
         return self.scheduler.wait(self.job_id, timeout=timeout, poll=poll)
@@ -135,7 +136,7 @@ class Sweep:
         else:
             job_id = self.scheduler.schedule(sub)
         d = os.path.abspath(self.spec.output_dir)
-        write_manifest(d, {**self.manifest(), "job_id": job_id, "handle": f"{self.spec.scheduler}:{job_id}"})
+        write_manifest(d, {**self.manifest(), "job_id": job_id, "handle": str(Handle(self.spec.scheduler, job_id))})
         return SweepHandle(self.scheduler, job_id, d)
 
 

@@ -130,3 +130,46 @@ def test_the_boot_finds_the_job_directory_as_the_package_does(environ: dict[str,
 
     assert boot.job_dir(environ) == layout.job_dir_of(environ)
     assert (boot.ENDED_DIR, boot.flight_dir({"TORCHHPC_RANKS_DIR": "/j/ranks"})) == (layout.ENDED_DIR, f"/j/{layout.FR_DIR}")
+
+
+def inline_handles(root: Path) -> list[str]:
+    """f-strings that spell a handle themselves: ``{name}:{job_id}``, ``local:{job_id}`` (core/handle.py's job)."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel == "core/handle.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.JoinedStr):
+                continue
+            parts = node.values
+            for before, colon, after in zip(parts, parts[1:], parts[2:]):
+                job = isinstance(after, ast.FormattedValue) and ast.unparse(after.value).split(".")[-1] in ("job_id", "job")
+                text = colon.value if isinstance(colon, ast.Constant) and isinstance(colon.value, str) else ""
+                named = isinstance(before, ast.FormattedValue) and text == ":"
+                if job and (named or text.endswith(("local:", "slurm:", "pbs:"))):
+                    out.append(f"{rel}:{node.lineno}")
+            if len(parts) >= 2 and isinstance(parts[0], ast.Constant) and str(parts[0].value).endswith(("local:", "slurm:")) \
+                    and isinstance(parts[1], ast.FormattedValue) and ast.unparse(parts[1].value).split(".")[-1] == "job_id":
+                out.append(f"{rel}:{node.lineno}")
+    return sorted(set(out))
+
+
+def test_handles_are_parsed_and_printed_by_one_type() -> None:
+    assert inline_handles(SRC) == [], "use torchhpc.core.handle.Handle (str(Handle(name, job_id)))"
+
+
+def test_a_planted_inline_handle_is_found(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text('def f(name, job_id):\n    return f"no job {name}:{job_id}", f"local:{job_id}"\n')
+    assert inline_handles(tmp_path) == ["m.py:2"]
+
+
+def test_a_handle_round_trips_and_a_mistyped_scheduler_is_named() -> None:
+    from torchhpc.core.handle import Handle
+    from torchhpc.errors import UsageError
+
+    assert str(Handle.parse("slurm:123_4", "local")) == "slurm:123_4"
+    assert Handle.parse("3f2a", "local") == Handle("local", "3f2a")
+    with pytest.raises(UsageError) as e:
+        Handle.parse("slrum:1", "local", ("local", "slurm", "pbs"))
+    assert e.value.hint == "did you mean slurm:1?"

@@ -23,6 +23,7 @@ from typing import Any
 
 from torchhpc.bench import nodes_plan as plan
 from torchhpc.core import hostlist
+from torchhpc.core.handle import Handle
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.core.units import counted, plural
 from torchhpc.errors import JobFailed, UsageError
@@ -155,7 +156,7 @@ def run_job(scheduler: Any, spec: JobSpec, json_path: str, *, budget: float, sta
         job, logs = f"allocation {os.environ.get('SLURM_JOB_ID', '?')}", [log]
     else:
         job_id = scheduler.schedule(submission)
-        job, logs = f"{scheduler.name}:{job_id}", scheduler.log_paths(job_id)
+        job, logs = str(Handle(scheduler.name, job_id)), scheduler.log_paths(job_id)
     say(f"submitted {job}; budget {budget:.0f}s")
     offset, last = 0, ""
     while True:

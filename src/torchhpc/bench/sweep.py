@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from torchhpc.bench.report import load_results, sweep_markdown
+from torchhpc.core.handle import Handle
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.core.units import counted
 from torchhpc.errors import TorchHPCError, UsageError
@@ -104,7 +105,7 @@ def run_sweep(
     for i, job in enumerate(jobs, 1):
         Path(job.spec.output_dir).mkdir(parents=True, exist_ok=True)
         job_id = scheduler.submit(job.spec)
-        tag = f"[{i}/{len(jobs)}] {counted(job.nodes, 'node')} {scheduler.name}:{job_id}"
+        tag = f"[{i}/{len(jobs)}] {counted(job.nodes, 'node')} {Handle(scheduler.name, job_id)}"
 
         def show(st: JobStatus, waited: float, tag: str = tag) -> None:
             say(f"{tag} {st.state} {st.elapsed_or_waited(waited)}")

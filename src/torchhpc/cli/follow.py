@@ -10,13 +10,14 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from torchhpc.cli.common import Progress, eprint
+from torchhpc.core.handle import Handle
 from torchhpc.schedulers.api import JobStatus, Scheduler
 
 __all__ = ["check_on_hang", "follow", "hang_watch", "print_verdict", "status_dict", "task_index"]
 
 
 def status_dict(name: str, st: JobStatus) -> dict[str, Any]:
-    out = {"handle": f"{name}:{st.job_id}", **{k: v for k, v in vars(st).items() if k not in ("raw", "tasks")}}
+    out = {"handle": str(Handle(name, st.job_id)), **{k: v for k, v in vars(st).items() if k not in ("raw", "tasks")}}
     if st.tasks:
         out["tasks"] = [status_dict(name, t) for t in st.tasks]
     return out
@@ -41,7 +42,7 @@ def follow(
             return
         never.check(st)
         reason = f" ({st.told_reason})" if st.told_reason else ""
-        progress.update(f"{scheduler.name}:{job_id} {st.state}{reason} {st.elapsed_or_waited(waited)}")
+        progress.update(f"{Handle(scheduler.name, job_id)} {st.state}{reason} {st.elapsed_or_waited(waited)}")
         if watch is not None:
             watch.check(st.state)
 
@@ -57,7 +58,7 @@ def follow(
     if st.ok or getattr(watch, "finished", False):  # every rank's program had ended: this watch stopped a hung exit
         return 0
     code = st.exit_code if st.exit_code and 0 < st.exit_code < 256 else 1
-    eprint(f"Error: job {scheduler.name}:{job_id} ended {st.state}" + (f" with exit code {st.exit_code}" if st.exit_code else ""))
+    eprint(f"Error: job {Handle(scheduler.name, job_id)} ended {st.state}" + (f" with exit code {st.exit_code}" if st.exit_code else ""))
     if not st.tasks:
         print_verdict(scheduler, job_id)
     if watch is not None and getattr(watch, "fired", False):
@@ -72,8 +73,8 @@ def interruptible(name: str, job_id: str, wait: Callable[[], int]) -> int:
     try:
         return wait()
     except KeyboardInterrupt:
-        eprint(f"\nInterrupted: stopped waiting; {name}:{job_id} goes on (`torchhpc wait {name}:{job_id}` to wait again, "
-               f"`torchhpc cancel {name}:{job_id}` to stop it)")
+        eprint(f"\nInterrupted: stopped waiting; {Handle(name, job_id)} goes on (`torchhpc wait {Handle(name, job_id)}` to wait again, "
+               f"`torchhpc cancel {Handle(name, job_id)}` to stop it)")
         return 130
 
 
@@ -96,7 +97,7 @@ class _NeverWatch:
         if why is not None and why.category == "never":
             from torchhpc.errors import UsageError
 
-            handle = f"{self.scheduler.name}:{self.job_id}"
+            handle = str(Handle(self.scheduler.name, self.job_id))
             raise UsageError(f"job {handle}: {why.summary}; not waiting for it",
                              f"it stays in the queue until `torchhpc cancel {handle}`; then "
                              + (why.action or "submit what fits"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from torchhpc.core.handle import Handle
 from torchhpc.errors import TorchHPCError, UnknownJob
 from torchhpc.schedulers import REGISTRY, parse_handle, scheduler_class
 from torchhpc.schedulers.api import JobStatus, Scheduler
@@ -58,7 +59,7 @@ def resolve(args: argparse.Namespace, text: str | None = None) -> tuple[str, str
 
 def handle_text(name: str, job_id: str) -> str:
     """A handle as every command prints it, and accepts back: ``local:ID``, ``slurm:123_4``."""
-    return f"{name}:{job_id}"
+    return str(Handle(name, job_id))
 
 
 def unknown_job(name: str, job_id: str, why: str = "") -> UnknownJob:
@@ -67,7 +68,7 @@ def unknown_job(name: str, job_id: str, why: str = "") -> UnknownJob:
     hint = UNKNOWN_HINT.format(list=f"torchhpc list -s {name}")
     here = name in REGISTRY and scheduler_class(name).runs_here  # the local scheduler's jobs: ids of its own
     if here and job_id.isdigit():  # local ids are hex; a number is what sbatch and qsub print
-        hint = f"did you mean slurm:{job_id}? a bare id is the default scheduler's, local, whose ids are hex"
+        hint = f"did you mean {Handle('slurm', job_id)}? a bare id is the default scheduler's, local, whose ids are hex"
     array_id, _, task = job_id.partition("_")
     if here and task and _has_record(name, array_id):  # a local array's tasks are runs of one job
         hint = (f"a local job array's tasks share its handle: `torchhpc logs {handle_text(name, array_id)}` "

@@ -11,6 +11,7 @@ from torchhpc.cli.follow import follow, interruptible, status_dict
 from torchhpc.cli.handles import UNKNOWN_HINT, add_job_argument, default_scheduler, known_status, resolve
 from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.core.exitcodes import help_table
+from torchhpc.core.handle import Handle
 from torchhpc.core.units import plural
 from torchhpc.errors import CommandError, CommandNotFound, TorchHPCError, UnknownJob, UsageError
 from torchhpc.schedulers import get_scheduler
@@ -101,7 +102,7 @@ def _status_many(args: argparse.Namespace) -> int:
     for name, job in handles:
         by_sched.setdefault(name, []).append(job)
     found = {name: get_scheduler(name).query_many(jobs) for name, jobs in by_sched.items()}
-    missing = [f"{name}:{job}" for name, job in handles if job not in found[name]]
+    missing = [str(Handle(name, job)) for name, job in handles if job not in found[name]]
     if args.json:
         print_json([status_dict(name, found[name][job]) for name, job in handles if job in found[name]])
     else:
@@ -152,9 +153,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
                 raise
     if done is not None:
         code = f", exit code {done.exit_code}" if done.exit_code is not None else ""
-        print(f"{name}:{job} had already finished ({done.state}{code}): nothing to cancel")
+        print(f"{Handle(name, job)} had already finished ({done.state}{code}): nothing to cancel")
         return 0
-    print(f"Cancelled {name}:{job}")
+    print(f"Cancelled {Handle(name, job)}")
     return 0
 
 
@@ -200,7 +201,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print_json([status_dict(name, st) for st in jobs])
         return 0 if jobs or not args.last else 1
     if args.last and jobs:
-        print(f"{name}:{jobs[-1].job_id}")
+        print(Handle(name, jobs[-1].job_id))
         return 0
     for st in jobs:
         print(f"{name}:{st.line()} name={st.name}")
@@ -231,7 +232,7 @@ def _prune(sched: Scheduler, name: str, days: float, as_json: bool) -> int:
                          f"the {name} scheduler forgets its jobs itself; --prune is for local jobs")
     gone = forget(days)
     if as_json:
-        print_json({"pruned": [f"{name}:{j}" for j in gone]})
+        print_json({"pruned": [str(Handle(name, j)) for j in gone]})
     else:
         eprint(f"forgot {len(gone)} ended {name} {plural(len(gone), 'job')} older than {days:g} {plural(days, 'day')}")
     return 0

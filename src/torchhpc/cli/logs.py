@@ -18,6 +18,7 @@ from typing import Any, Optional
 from torchhpc.cli.common import add_subparser
 from torchhpc.cli.handles import add_job_argument, require
 from torchhpc.cli.remote import add_remote_arguments
+from torchhpc.core.handle import Handle
 from torchhpc.diagnose.classify import native_crashes
 from torchhpc.errors import SchedulerError, UsageError
 from torchhpc.jobdir.logs import (
@@ -114,8 +115,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
     sched, name, job, _st = require(args, record_ok=True)
     if "_" not in job and read_record(name, job).array:
         raise UsageError(
-            f"{name}:{job} is a job array: each task has its own log",
-            f"name one task: torchhpc logs {name}:{job}_0 (torchhpc status {name}:{job} lists the tasks)",
+            f"{Handle(name, job)} is a job array: each task has its own log",
+            f"name one task: torchhpc logs {Handle(name, job)}_0 (torchhpc status {Handle(name, job)} lists the tasks)",
         )
     log = _find(sched, name, job)
     if log is None:  # kubernetes, runai, or a job submitted elsewhere: the scheduler's own text
@@ -138,7 +139,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             crashes = native_crashes(select(lines, ranks, nodes, node_of))
             if crashes:  # `terminate called ...`, a segfault: no Python traceback, but the cause
                 sys.stdout.write("".join(f"=== rank {r} ===\n{t}\n" for r, t in crashes))
-                print(f"(no Python traceback; which rank crashed first: torchhpc diagnose {name}:{job})", file=sys.stderr)
+                print(f"(no Python traceback; which rank crashed first: torchhpc diagnose {Handle(name, job)})", file=sys.stderr)
                 return 0
             print("No traceback in this job's log.", file=sys.stderr)
             return 0
@@ -151,7 +152,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             # the job's size where its record knows it: a run here is one node (a batch job's record may not say
             # how many nodes its allocation had: no size, the rank lines alone decide)
             world = rec.nproc_per_node if sched.runs_here and rec.submitted else 0
-            _check_present(f"{name}:{job}", lines, ranks, nodes, node_of, args.node, world)
+            _check_present(str(Handle(name, job)), lines, ranks, nodes, node_of, args.node, world)
         emit(lines)
         return 0
     ended = threading.Event()

@@ -18,6 +18,7 @@ from torchhpc.cli.follow import check_on_hang, follow, interruptible, status_dic
 from torchhpc.cli.jobargs import add_job_arguments, misplaced_flags, spec_from_args, split_program
 from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.core.exitcodes import help_table
+from torchhpc.core.handle import Handle
 from torchhpc.core.units import counted
 from torchhpc.env.compat import preflight
 from torchhpc.errors import UsageError
@@ -142,7 +143,7 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
         job_id = scheduler.submit_background(submission)  # type: ignore[attr-defined]
     else:
         job_id = scheduler.schedule(submission)
-    handle = f"{spec.scheduler}:{job_id}"
+    handle = str(Handle(spec.scheduler, job_id))
     if args.json and not args.wait:
         print(json.dumps({"handle": handle, "scheduler": spec.scheduler, "job_id": job_id, "name": spec.name,
                           "nodes": spec.nodes, "nproc_per_node": spec.nproc_per_node, "launcher": spec.launcher,

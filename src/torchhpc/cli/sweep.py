@@ -12,6 +12,7 @@ from typing import Any
 from torchhpc.cli.common import add_subparser, eprint, print_json
 from torchhpc.cli.jobargs import add_job_arguments, spec_from_args, split_program
 from torchhpc.cli.remote import add_remote_arguments
+from torchhpc.core.handle import Handle
 
 DESCRIPTION = """Run a grid of parameters as ONE array job (Slurm --array, PBS -J/-t, local %K at a time).
 
@@ -98,7 +99,7 @@ def _sweep(args: argparse.Namespace, program: list[str]) -> int:
         job_id = scheduler.submit_background(submission)  # type: ignore[attr-defined]
     else:
         job_id = scheduler.schedule(submission)
-    handle = f"{spec.scheduler}:{job_id}"
+    handle = str(Handle(spec.scheduler, job_id))
     directory = os.path.abspath(spec.output_dir)
     write_manifest(directory, {**man, "job_id": job_id, "handle": handle})
     print(f"Submitted {handle}: {len(man['tasks'])} tasks ({spec.array}), manifest {directory}/sweep.json")

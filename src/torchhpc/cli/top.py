@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from torchhpc.cli.common import add_subparser, json_errors, print_json
 from torchhpc.cli.handles import add_job_argument, known_status, resolve
+from torchhpc.core.handle import Handle
 from torchhpc.errors import SchedulerError, UsageError
 from torchhpc.schedulers import get_scheduler, scheduler_class
 
@@ -63,7 +64,7 @@ def cmd_top(args: argparse.Namespace) -> int:
         from torchhpc.observe.live import stream_argv
         from torchhpc.observe.top import sample_argv
 
-        print(f"# torchhpc top {name}:{job}: nothing runs on a dry run; NODES: the job's nodes when it runs")
+        print(f"# torchhpc top {Handle(name, job)}: nothing runs on a dry run; NODES: the job's nodes when it runs")
         if here:
             print("# --once: in this process (/proc and py-spy on this machine)")
         else:
@@ -111,7 +112,7 @@ def _look(sched: Any, alloc: Any, ranks: Optional[list[int]], nodes: Optional[li
 
     name, job = sched.name, alloc.job_id
     st = sched.status(job)
-    title = f"{name}:{job} {st.state}" + (f" elapsed {st.elapsed}" if st.elapsed else "")
+    title = f"{Handle(name, job)} {st.state}" + (f" elapsed {st.elapsed}" if st.elapsed else "")
     if st.terminal:
         return [], title + ": ended", live
     if st.state != "RUNNING":
@@ -122,7 +123,7 @@ def _look(sched: Any, alloc: Any, ranks: Optional[list[int]], nodes: Optional[li
     if nodes is not None:
         on = [n for n in on if n in nodes]
         if not on:
-            raise UsageError(f"--node: none of {','.join(nodes)} is a node of {name}:{job} ({st.nodes})",
+            raise UsageError(f"--node: none of {','.join(nodes)} is a node of {Handle(name, job)} ({st.nodes})",
                              "give nodes the job runs on (torchhpc status shows them)")
     if live is None:
         try:

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+from torchhpc.core.handle import Handle, split_handle
 from torchhpc.errors import SpecError
 
 __all__ = ["KINDS", "Dependency", "dependency_value", "parse_dependencies", "verdict"]
@@ -81,7 +82,7 @@ class Dependency:
         return KINDS[self.kind][0]
 
     def handle(self, scheduler: str) -> str:
-        return f"{self.scheduler or scheduler}:{self.job_id}"
+        return str(Handle(self.scheduler or scheduler, self.job_id))
 
 
 def parse_dependencies(kind: Kind, given: object, scheduler: str, known: Iterable[str] = ()) -> tuple[Dependency, ...]:
@@ -103,12 +104,13 @@ def parse_dependencies(kind: Kind, given: object, scheduler: str, known: Iterabl
             native = _native_syntax(flag, word)
             if native is not None:
                 raise native
-            name, sep, job_id = word.rpartition(":") if ":" in word else ("", "", word)
+            name, job_id = split_handle(word)
+            sep = bool(name)
             if job_id.startswith("<"):  # a pipeline's dry-run placeholder, never a job a user can name
                 raise SpecError(f"{flag} {word!r} is not a job id", "give the id a submission printed (123 or slurm:123)")
             if sep and known and name not in known:
                 raise SpecError(f"{flag} {word}: {name!r} is not a scheduler (known: {', '.join(known)})",
-                                f"give the job id alone ({flag} {job_id}) or as SCHEDULER:ID, e.g. slurm:{job_id}")
+                                f"give the job id alone ({flag} {job_id}) or as SCHEDULER:ID, e.g. {Handle('slurm', job_id)}")
             if sep and name != scheduler:
                 raise SpecError(
                     f"{flag} {word}: a {name} job cannot be a dependency of a {scheduler} job",

@@ -18,6 +18,7 @@ from typing import Literal, Optional, Union
 from torchhpc.core.array import ArraySpec, check_placeholders, parse_array
 from torchhpc.core.depend import Dependency
 from torchhpc.core.gpus import requested_geometry_error
+from torchhpc.core.handle import Handle
 from torchhpc.core.units import parse_size, parse_timeout, parse_walltime
 from torchhpc.core.validate import check_name, check_value
 from torchhpc.errors import SpecError
@@ -307,7 +308,7 @@ class JobSpec:
         for dep in self.after:
             if dep.scheduler and dep.scheduler != self.scheduler:
                 raise SpecError(
-                    f"{dep.flag} {dep.scheduler}:{dep.job_id}: a {dep.scheduler} job cannot be a dependency "
+                    f"{dep.flag} {Handle(dep.scheduler, dep.job_id)}: a {dep.scheduler} job cannot be a dependency "
                     f"of a {self.scheduler} job",
                     f"a job waits only for jobs of its own scheduler: give {self.scheduler} job ids",
                 )

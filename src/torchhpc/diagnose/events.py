@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 import torchhpc.diagnose.flight as flight
 import torchhpc.diagnose.hang as hang
+from torchhpc.core.handle import Handle
 from torchhpc.core.units import counted, plural
 from torchhpc.diagnose.account import Account, account, duration
 from torchhpc.jobdir.attempts import ATTEMPTS_FILE, load_attempts
@@ -326,7 +327,7 @@ def gather(scheduler: Scheduler, name: str, job_id: str, now: Optional[float] = 
     findings = flight.post_mortem(job_dir, done) if job_dir else []
     mark = read_end(job_dir) if job_dir else None
     return timeline(
-        f"{name}:{job_id}", times, attempts, hang_info=hang_info,
+        str(Handle(name, job_id)), times, attempts, hang_info=hang_info,
         hang_time=_mtime(os.path.join(job_dir, hang.HANG_FILE)) if hang_info else None,
         findings=findings, findings_time=_mtime(os.path.join(job_dir, flight.FR_DIR)) if findings else None,
         end_mark=(mark.time, mark.state, mark.exit_code) if mark and mark.time else None, now=now,

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Optional
 
+from torchhpc.core.handle import Handle
 from torchhpc.core.proc import Runner
 from torchhpc.core.units import plural
 from torchhpc.diagnose import exits
@@ -397,7 +398,7 @@ def watch_job(scheduler: Scheduler, job_id: str, timeout: float, on_hang: str,
 
     log = job_log(scheduler.name, job_id)
     if log is None or not (log.ranks_dir or log.output):
-        say(f"torchhpc: --hang-timeout: no log files known for {scheduler.name}:{job_id}; not watching")
+        say(f"torchhpc: --hang-timeout: no log files known for {Handle(scheduler.name, job_id)}; not watching")
         return None
     job_dir = os.path.dirname(log.ranks_dir) if log.ranks_dir else os.path.dirname(log.output or "")
     alloc = scheduler.allocation_of(job_id)

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
 from torchhpc.core.exitcodes import EXIT_CODES
+from torchhpc.core.handle import Handle
 from torchhpc.core.processes import stopped_ranks
 from torchhpc.core.units import counted, plural
 from torchhpc.diagnose.classify import CLASSES, classify_text, launcher_events
@@ -416,7 +417,7 @@ def gather(scheduler: object, name: str, job_id: str) -> Evidence:
         paths = []
     log = job_log(name, job_id, output=paths[0] if paths else None)
     if log is None:
-        return Evidence(state=state, exit_code=code, job=f"{name}:{job_id}", reason=reason)
+        return Evidence(state=state, exit_code=code, job=str(Handle(name, job_id)), reason=reason)
     files = rank_files(log.ranks_dir) if log.ranks_dir else {}
     lines = log.read(final=True)
     local = bool(getattr(scheduler, "runs_here", False))
@@ -444,6 +445,6 @@ def gather(scheduler: object, name: str, job_id: str) -> Evidence:
         nproc_per_node=log.nproc_per_node,
         state=state,
         exit_code=code,
-        job=f"{name}:{job_id}",
+        job=str(Handle(name, job_id)),
         reason=reason,
     )

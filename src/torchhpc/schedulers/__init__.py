@@ -63,23 +63,12 @@ def get_scheduler(name: str, runner: Runner | None = None) -> Scheduler:
 
 
 def parse_handle(handle: str, default: str = "slurm") -> tuple[str, str]:
-    """``slurm:123`` -> ("slurm", "123"); a bare ``123`` uses ``default``.
+    """``slurm:123`` -> ("slurm", "123"); a bare ``123`` uses ``default`` (core/handle.py; ``slrum:1`` is a
+    mistyped scheduler, said so with the nearest names)."""
+    from torchhpc.core.handle import Handle
 
-    No scheduler's job id holds a colon (Slurm ``123_4``, PBS ``123.server``, local hex, Kubernetes
-    names), so ``slrum:1`` is a mistyped scheduler, said so with the nearest names.
-    """
-    if ":" in handle:
-        sched, job = handle.split(":", 1)
-        if sched in REGISTRY:
-            return sched, job
-        from torchhpc.core.suggest import closest
-
-        near = closest(sched, REGISTRY, limit=1)
-        raise UsageError(
-            f"{handle}: {sched!r} is not a scheduler (known: {', '.join(REGISTRY)})",
-            f"did you mean {near[0]}:{job}?" if near else f"write SCHEDULER:ID, e.g. slurm:{job}",
-        )
-    return default, handle
+    h = Handle.parse(handle, default, tuple(REGISTRY))
+    return h.scheduler, h.job_id
 
 
 def capabilities_table() -> str:

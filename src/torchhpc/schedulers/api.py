@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Optional
 
+from torchhpc.core.handle import Handle
 from torchhpc.core.proc import Runner, default_runner
 from torchhpc.core.shell import join
 from torchhpc.core.spec import JobSpec
@@ -380,7 +381,7 @@ class Scheduler(ABC):
             if timeout is not None and elapsed > timeout:
                 state = st.waiting_on() if st is not None else "not ended"
                 raise WaitTimeout(
-                    f"job {self.name}:{job_id} still {state} after {timeout:.0f}s (the wait timed out; the job goes on)",
-                    f"`torchhpc status {self.name}:{job_id}` to look again, `torchhpc cancel` to stop it",
+                    f"job {Handle(self.name, job_id)} still {state} after {timeout:.0f}s (the wait timed out; the job goes on)",
+                    f"`torchhpc status {Handle(self.name, job_id)}` to look again, `torchhpc cancel` to stop it",
                 )
             time.sleep(watch.pause())

@@ -30,6 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any, ClassVar
 
+from torchhpc.core.handle import Handle
 from torchhpc.errors import SchedulerError, UnknownJob
 from torchhpc.jobdir.layout import RECORD
 from torchhpc.jobdir.logs import task_text
@@ -48,7 +49,7 @@ def jobs_root() -> Path:
 
 def job_dir(job_id: str) -> Path:
     if not job_id or "/" in job_id or job_id.startswith("."):
-        raise UnknownJob(f"local:{job_id} is not a local job id", "`torchhpc list` shows the local jobs")
+        raise UnknownJob(f"{Handle('local', job_id)} is not a local job id", "`torchhpc list` shows the local jobs")
     return jobs_root() / job_id
 
 
@@ -61,14 +62,14 @@ def read_state(d: Path) -> dict[str, Any]:
         data = json.loads((d / RECORD).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UnknownJob(
-            f"local:{d.name} is not a local job here (no record in {d})",
+            f"{Handle('local', d.name)} is not a local job here (no record in {d})",
             "`torchhpc list` shows local jobs started with --background or Job.submit()",
         ) from None
     except (OSError, ValueError) as e:  # ValueError: bad JSON, or bytes that are not UTF-8
-        raise SchedulerError(f"the record of local:{d.name} cannot be read: {e}", _UNREADABLE_HINT.format(d=d)) from None
+        raise SchedulerError(f"the record of {Handle('local', d.name)} cannot be read: {e}", _UNREADABLE_HINT.format(d=d)) from None
     if not isinstance(data, dict):
         raise SchedulerError(
-            f"the record of local:{d.name} cannot be read: {d / RECORD} holds a JSON {type(data).__name__}, not an object",
+            f"the record of {Handle('local', d.name)} cannot be read: {d / RECORD} holds a JSON {type(data).__name__}, not an object",
             _UNREADABLE_HINT.format(d=d),
         )
     return data
@@ -80,7 +81,7 @@ def _pid(rec: dict[str, Any], d: Path) -> int:
         return int(rec.get("pid") or 0)
     except (TypeError, ValueError):
         raise SchedulerError(
-            f"the record of local:{d.name} cannot be read: pid {rec.get('pid')!r} is not a process id",
+            f"the record of {Handle('local', d.name)} cannot be read: pid {rec.get('pid')!r} is not a process id",
             _UNREADABLE_HINT.format(d=d),
         ) from None
 
@@ -279,7 +280,7 @@ class LocalJobs:
             elapsed = max(0.0, float(end) - float(start))
         except (TypeError, ValueError):
             raise SchedulerError(
-                f"the record of local:{job_id} cannot be read: its times are not numbers", _UNREADABLE_HINT.format(d=d)
+                f"the record of {Handle('local', job_id)} cannot be read: its times are not numbers", _UNREADABLE_HINT.format(d=d)
             ) from None
         return JobStatus(
             job_id=job_id, state=state, exit_code=rec.get("exit_code"), reason=str(rec.get("reason", "")),
@@ -380,6 +381,6 @@ class LocalJobs:
             try:
                 out.append(self.status(p.name))
             except SchedulerError as e:
-                print(f"Warning: skipped local:{p.name}: {e.message}", file=sys.stderr)
+                print(f"Warning: skipped {Handle('local', p.name)}: {e.message}", file=sys.stderr)
         return out if include_finished else [s for s in out if not s.terminal]
 

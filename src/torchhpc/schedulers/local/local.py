@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any, ClassVar, Optional
 
 from torchhpc import __version__
+from torchhpc.core.handle import Handle
 from torchhpc.core.processes import RankProcesses, describe_exit, exit_status
 from torchhpc.core.shell import Raw, assignment, join
 from torchhpc.core.spec import JobSpec, default_python
@@ -326,7 +327,7 @@ class LocalScheduler(Scheduler):
     def logs(self, job_id: str, rank: int | None = None) -> str:
         if job_id in self._finished:
             raise SchedulerError(
-                f"local:{job_id} ran in the foreground: its output went to the terminal",
+                f"{Handle('local', job_id)} ran in the foreground: its output went to the terminal",
                 "start it with `torchhpc run --background` (or Job.submit()) to keep a log",
             )
         return LocalJobs().logs(job_id, rank=rank)
@@ -440,10 +441,8 @@ class LocalScheduler(Scheduler):
 
 
 def _grace(text: str | None, default: float) -> float:
-    if text is None:
-        return default
     try:
-        value = float(text)
+        value = default if text is None else float(text)
     except ValueError:
         value = -1.0
     if not 0 <= value <= 3600:

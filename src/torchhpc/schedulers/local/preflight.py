@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from torchhpc.core.handle import Handle
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import UnknownJob
 
@@ -26,7 +27,7 @@ def check_startable(spec: JobSpec, query_many: Callable[[Sequence[str]], Mapping
             from torchhpc.core.depend import KINDS
 
             raise UnknownJob(
-                "no job " + ", ".join(f"local:{d.job_id} (from {KINDS[d.kind][0]})" for d in missing),
+                "no job " + ", ".join(f"{Handle('local', d.job_id)} (from {KINDS[d.kind][0]})" for d in missing),
                 "`torchhpc list` shows the local jobs; a dependency must be a job that exists",
             )
     if spec.container is not None:
