@@ -130,8 +130,8 @@ def setup_lines(container: ContainerSpec) -> list[str]:
         f"_torchhpc_sif={sif}",
         'if [ ! -f "$_torchhpc_sif" ]; then',
         '  mkdir -p "${_torchhpc_sif%/*}"',
-        f'  {join([exe, "build"])} "$_torchhpc_sif.$$.tmp" {join([uri])} '
-        f"|| {{ echo {join([f'torchhpc: {exe} build of {uri} failed'])} >&2; exit 1; }}",
+        f'  {join([exe, "build"])} "$_torchhpc_sif.$$.tmp" {join([uri])} \\',  # a registry's image: two lines of <= 160
+        f"    || {{ echo {join([f'torchhpc: {exe} build of {uri} failed'])} >&2; exit 1; }}",
         '  mv -f "$_torchhpc_sif.$$.tmp" "$_torchhpc_sif"',
         "fi",
     ]

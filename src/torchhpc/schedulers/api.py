@@ -86,8 +86,8 @@ class Submission:
             if path in boot:
                 if path == boot[0]:
                     names = " ".join(os.path.basename(p) for p in boot)
-                    parts.append(f"# --- {os.path.dirname(path)}/ --- torchhpc's boot copy, written at submit: {names}"
-                                 " (the installed torchhpc package's boot/ files; not shown)")
+                    parts.append(f"# --- {os.path.dirname(path)}/ --- torchhpc's boot copy, written at submit (not shown):")
+                    parts.append(f"#     {names}: the installed torchhpc package's boot/ files")
                 continue
             parts.append(f"# --- {path}{self._fate(path)} ---")
             parts.append(content.rstrip("\n"))

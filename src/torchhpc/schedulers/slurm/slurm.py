@@ -397,7 +397,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         from torchhpc.containers import per_node_lines
 
         per_node = per_node_lines(spec.container)
-        each = 'srun --ntasks="${SLURM_NNODES:-1}" --ntasks-per-node=1 --kill-on-bad-exit=1 '
+        each = 'srun --ntasks="${SLURM_NNODES:-1}" --ntasks-per-node=1 --kill-on-bad-exit=1 \\\n    '  # a long image name: 2 lines
         return [
             *(line for line in lines if line not in per_node),
             *(each + join(["bash", "-c", line]) for line in per_node),
