@@ -485,3 +485,13 @@ def test_no_manifest_line_is_over_200_characters() -> None:
         for patch in obj.get("spec", {}).get("runtimePatches", []):
             for job in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
                 assert len(job["name"]) <= 20, job["name"]
+
+
+@pytest.mark.parametrize("max_restarts", [0, 3])
+def test_every_rendered_line_is_within_160_characters(max_restarts: int) -> None:
+    """The TrainJob (and its TrainingRuntime) with the README's registry image, a long program line and the
+    boot file inline: every line of the YAML within 160 characters, as the batch scripts' (issue 69)."""
+    s = spec(options=(("image", "nvcr.io/nvidia/pytorch:24.03-py3"),), max_restarts=max_restarts,
+             entrypoint=Entrypoint.parse(["examples/pi.py", *(f"--option-{i}=value-{i}" for i in range(12))]))
+    text = KubernetesScheduler(runner=FakeRunner()).render(s).script or ""
+    assert text and max(map(len, text.splitlines())) <= 160, max(text.splitlines(), key=len)
