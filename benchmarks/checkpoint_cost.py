@@ -111,7 +111,7 @@ def rank_program(a: argparse.Namespace) -> None:
         elif kind == "memory":
             checkpoint.save(where, step=step, model=model, optimizer=opt, tier="memory")
             t1 = time.perf_counter()
-            checkpoint._memory().wait()  # the peer copy is complete
+            checkpoint.default().memory().wait()  # the peer copy is complete
             t2 = time.perf_counter()
         else:
             handle = checkpoint.save(where, step=step, model=model, optimizer=opt, keep=1, blocking=False)
@@ -217,14 +217,14 @@ def memory_loop(a: argparse.Namespace, ctx: Any, model: Any, opt: Any, where: Pa
             step()
             if kind == "memory":
                 t1 = time.perf_counter()
-                checkpoint._memory().wait()  # what the save would wait for first: the previous peer copy
+                checkpoint.default().memory().wait()  # what the save would wait for first: the previous peer copy
                 t2 = time.perf_counter()
                 checkpoint.save(where, step=b * 1000 + i, model=model, optimizer=opt, tier="memory")
                 t3 = time.perf_counter()
                 times["wait"].append(slowest(t2 - t1))
                 times["pause"].append(slowest(t3 - t2))
             times[kind].append(slowest(time.perf_counter() - t0))
-    checkpoint._memory().wait()
+    checkpoint.default().memory().wait()
     med = {k: statistics.median(v) for k, v in times.items()}
     extra = med["memory"] - med["none"]
     return {"none_step_s": med["none"], "memory_step_s": med["memory"], "slowdown": med["memory"] / med["none"],

@@ -147,7 +147,6 @@ def test_async_saves_go_on_where_torchs_stager_closes_itself(tmp_path: Path, mon
     ``_stage`` is made to close the same way, as 2.11's source does; three saves in a row must still resume."""
     from torch.distributed.checkpoint.staging import DefaultStager
 
-    from torchhpc.dist import checkpoint_state
 
     stage = DefaultStager._stage
 
@@ -158,7 +157,7 @@ def test_async_saves_go_on_where_torchs_stager_closes_itself(tmp_path: Path, mon
             self._state_dict_stager.close()
 
     monkeypatch.setattr(DefaultStager, "_stage", closing)
-    monkeypatch.setattr(checkpoint_state, "_STAGER", None)
+    monkeypatch.setattr(checkpoint.default(), "_stager", None)
     model, opt, sched = _make()
     for step in (1, 2, 3):
         _train(model, opt, sched, step - 1, step)

@@ -4,7 +4,7 @@
     step = state.get("step", 0)
     ...
     checkpoint.save(ckpt_dir, step=step, model=model, optimizer=opt, epoch=epoch)
-    checkpoint.save(ckpt_dir, step=step, model=model, optimizer=opt, blocking=False)  # training goes on
+    checkpoint.save_async(ckpt_dir, step=step, model=model, optimizer=opt)  # training goes on
 
 Every rank writes its own part through torch.distributed.checkpoint (DCP): a plain
 model, DDP (a replicated tensor is written once) and FSDP2 (each rank its shards)
@@ -21,7 +21,7 @@ moment leaves the previous checkpoint whole, and :func:`latest`,
 supervisor's no-progress stop) see completed checkpoints only. A checkpoint
 dropped by ``keep`` is first renamed away, then deleted.
 
-``blocking=False`` returns an :class:`AsyncSave` at once after copying the state
+:func:`save_async` (or ``save(blocking=False)``) returns an :class:`AsyncSave` at once after copying the state
 to host buffers (kept between saves, so host memory stays flat); the write runs
 on a thread over a gloo group of its own (:func:`torchhpc.dist.context.checkpoint_group`,
 also beside NCCL). At most one save is in flight: the next ``save``, ``resume``,
@@ -47,7 +47,7 @@ from typing import Any
 import torchhpc.dist.checkpoint_state as cs
 from torchhpc.errors import UsageError
 
-__all__ = ["META", "AsyncSave", "latest", "list_checkpoints", "resume", "save", "wait"]
+__all__ = ["META", "AsyncSave", "Checkpointer", "default", "latest", "list_checkpoints", "resume", "save", "save_async", "wait"]
 
 META = "torchhpc.pt"  # beside DCP's files: step, world size, RNG states, scheduler, extra keys
 _DIR = re.compile(r"^ckpt-(\d{9})$")
@@ -56,7 +56,7 @@ _HISTORY = 64  # completions kept in checkpoint.json (torchhpc events' account r
 
 
 class AsyncSave:
-    """A save in flight (``save(blocking=False)``). :meth:`wait` returns once every rank's write is
+    """A save in flight (:func:`save_async`). :meth:`wait` returns once every rank's write is
     done and, on rank 0, the checkpoint is in place; it returns the checkpoint's path on rank 0
     (None elsewhere) and raises the save's error."""
 
@@ -81,38 +81,6 @@ class AsyncSave:
 
     def __repr__(self) -> str:
         return f"AsyncSave(step={self.step}, done={self.done()})"
-
-
-_PENDING: AsyncSave | None = None
-_AT_EXIT = False
-
-
-def wait() -> Path | None:
-    """Wait for the save in flight, if any (raising its error once), and for a memory save's peer copy;
-    returns what the disk save's ``wait()`` returns."""
-    global _PENDING
-    if _TIER is not None:
-        _TIER.wait()
-    pending, _PENDING = _PENDING, None
-    return pending.wait() if pending is not None else None
-
-
-def _wait_at_exit() -> None:
-    try:
-        wait()
-    except Exception as e:  # the process ends anyway: say so rather than raise into the interpreter's exit
-        print(f"torchhpc: the last asynchronous checkpoint failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-
-
-def _watch_exit() -> None:
-    """Make cleanup() and the interpreter's exit wait for the save in flight (registered once)."""
-    global _AT_EXIT
-    if not _AT_EXIT:
-        from torchhpc.dist.teardown import before_teardown
-
-        _AT_EXIT = True
-        atexit.register(_wait_at_exit)  # after init's own exit handler, so it runs before it
-        before_teardown(_wait_at_exit)
 
 
 def _entries(d: Path) -> list[tuple[int, int, Path]]:
@@ -217,166 +185,233 @@ def _tell_supervisor(step: int, path: Path | None, tier: str = "disk", resumed: 
         pass
 
 
-def save(
-    directory: str | os.PathLike[str],
-    *,
-    step: int,
-    model: Any = None,
-    optimizer: Any = None,
-    scheduler: Any = None,
-    loader: Any = None,
-    keep: int = 3,
-    blocking: bool = True,
-    tier: str = "disk",
-    **extra: Any,
-) -> Any:
+class Checkpointer:
+    """What one process's saves share, in one object (torchtitan's CheckpointManager holds the same): the
+    save in flight, DCP's stager (its host buffers, kept between saves), the memory tier (its peer group and
+    copy in flight), and the exit hook that waits for them. The module's :func:`save`, :func:`save_async`,
+    :func:`resume` and :func:`wait` are the process-wide instance's (:func:`default`)."""
+
+    def __init__(self) -> None:
+        self._pending: AsyncSave | None = None
+        self._stager: Any = None
+        self._tier: Any = None
+        self._at_exit = False
+
+    def wait(self) -> Path | None:
+        """Wait for the save in flight, if any (raising its error once), and for a memory save's peer copy;
+        returns what the disk save's ``wait()`` returns."""
+        if self._tier is not None:
+            self._tier.wait()
+        pending, self._pending = self._pending, None
+        return pending.wait() if pending is not None else None
+
+    def memory(self) -> Any:
+        """The memory tier (torchhpc.dist.memtier): its peer group and copy in flight, made at the first use."""
+        if self._tier is None:
+            from torchhpc.dist.memtier import MemoryTier
+
+            self._tier = MemoryTier()
+        return self._tier
+
+    def save(self, directory: str | os.PathLike[str], *, step: int, model: Any = None, optimizer: Any = None,
+             scheduler: Any = None, loader: Any = None, keep: int = 3, tier: str = "disk", **extra: Any) -> Path | None:
+        """Write checkpoint ``step`` and return when it is in place (all ranks call it): its path on rank 0, None
+        elsewhere; ``tier="memory"``: this node's copy in shared memory (see the module's docstring)."""
+        if tier not in ("disk", "memory"):
+            raise UsageError(f"checkpoint.save(tier={tier!r}): no such tier", "tier='disk' (the default) or tier='memory'")
+        pg, rank, meta = self._begin(step, model, optimizer, scheduler, loader, extra)
+        if tier == "memory":
+            where: Path = self.memory().save(directory, step, cs.state_of(model, optimizer), meta, pg)
+            if rank == 0:
+                _tell_supervisor(step, None, "memory")
+            return where
+        tmp, final = self._stage(Path(directory), step, rank, meta)
+        cs.write(cs.state_of(model, optimizer), tmp, pg)
+        path = _publish(tmp, final, step, keep) if rank == 0 else None
+        cs.barrier(pg)  # every rank sees the new checkpoint when save returns
+        return path
+
+    def save_async(self, directory: str | os.PathLike[str], *, step: int, model: Any = None, optimizer: Any = None,
+                   scheduler: Any = None, loader: Any = None, keep: int = 3, **extra: Any) -> AsyncSave:
+        """Copy the state to host buffers and return (training may step on); the write runs on a thread, at most
+        one in flight: the next save, :meth:`resume`, ``torchhpc.dist.cleanup`` and the process's end wait for it."""
+        pg, rank, meta = self._begin(step, model, optimizer, scheduler, loader, extra)
+        tmp, final = self._stage(Path(directory), step, rank, meta)
+        handle = AsyncSave(step, final if rank == 0 else None)
+        self._stager = cs.stager(self._stager)
+        future = cs.write_async(cs.state_of(model, optimizer), tmp, pg, self._stager)  # after the copy to host memory
+
+        def finished(f: Any) -> None:  # on the writer's thread
+            try:
+                f.result()
+                if rank == 0:
+                    _publish(tmp, final, step, keep)
+            except BaseException as e:
+                handle._finish(e)
+            else:
+                handle._finish(None)
+
+        self._watch_exit()
+        self._pending = handle
+        future.add_done_callback(finished)
+        return handle
+
+    def _begin(self, step: int, model: Any, optimizer: Any, scheduler: Any, loader: Any,
+               extra: dict[str, Any]) -> tuple[Any, int, dict[str, Any]]:
+        """Wait for the save in flight, then one small collective: every rank's RNG state, and rank 0's
+        token for this save's temporary name. (group, rank, the checkpoint's own record)."""
+        if optimizer is not None and model is None:
+            raise UsageError("checkpoint.save(optimizer=...) without model=", "pass the model the optimizer trains")
+        self.wait()
+        pg = cs.group()
+        rank, world = cs.rank_world()
+        every = cs.gather({"rng": cs.rng_state(), "token": f"{os.getpid():x}{time.time_ns():x}"}, pg)
+        return pg, rank, {
+            "step": step, "world_size": world, "rng": [e["rng"] for e in every], "extra": extra,
+            "scheduler": None if scheduler is None else scheduler.state_dict(),
+            "loader": None if loader is None else loader.state_dict(),
+            "parts": [k for k, v in (("model", model), ("optim", optimizer)) if v is not None],
+            "token": every[0]["token"],
+        }
+
+    @staticmethod
+    def _stage(d: Path, step: int, rank: int, meta: dict[str, Any]) -> tuple[Path, Path]:
+        """The checkpoint's temporary directory (made by rank 0, with torchhpc's record in it) and final name."""
+        final = d / f"ckpt-{step:09d}"
+        tmp = d / f".{final.name}.{meta['token']}.tmp"
+        if rank == 0:
+            d.mkdir(parents=True, exist_ok=True)
+            _clear_stale(d, keep=tmp)
+            tmp.mkdir(exist_ok=True)  # another rank's writer may have made it already
+            cs.write_file(tmp / META, {k: v for k, v in meta.items() if k != "token"})
+        return tmp, final
+
+    def _watch_exit(self) -> None:
+        """Make cleanup() and the interpreter's exit wait for the save in flight (registered once)."""
+        if not self._at_exit:
+            from torchhpc.dist.teardown import before_teardown
+
+            self._at_exit = True
+            atexit.register(self._wait_at_exit)  # after init's own exit handler, so it runs before it
+            before_teardown(self._wait_at_exit)
+
+    def _wait_at_exit(self) -> None:
+        try:
+            self.wait()
+        except Exception as e:  # the process ends anyway: say so rather than raise into the interpreter's exit
+            print(f"torchhpc: the last asynchronous checkpoint failed: {type(e).__name__}: {e}", file=sys.stderr,
+                  flush=True)
+
+    def resume(self, directory: str | os.PathLike[str], *, model: Any = None, optimizer: Any = None,
+               scheduler: Any = None, loader: Any = None) -> dict[str, Any]:
+        """Restore the newest complete checkpoint; ``{}`` when there is none (all ranks call it).
+
+        Returns ``{"step": ..., "path": ..., "world_size": the saver's, **extra}``. Each rank gets its own RNG
+        states back when the world size is the one saved; in another world rank r takes saved rank r mod W's.
+        ``loader`` goes on from the saved place in the data, on this world's ranks.
+        """
+        had = self._pending is not None
+        self.wait()
+        pg = cs.group()
+        if had:
+            cs.barrier(pg)  # rank 0 put it in place; now every rank lists it
+        rank, _ = cs.rank_world()
+        self.memory().wait()
+        from torchhpc.dist.memtier import resume_memory
+
+        found = resume_memory(directory, pg)  # the newest memory checkpoint the nodes hold between them
+        on_disk = list_checkpoints(directory)
+        newest = _entries(Path(directory))[-1][0] if on_disk else -1
+        candidates = [(p, "disk") for p in on_disk]
+        if found is not None and found[0] >= newest:
+            candidates.append((found[1], found[2]))  # tried first: as new as the disk's newest, and in memory
+        for path, tier in reversed(candidates):
+            meta: dict[str, Any] = {}
+            why = "it could not be read on another rank"
+            try:
+                if path.is_dir():
+                    import torch
+
+                    meta = torch.load(path / META, map_location="cpu", weights_only=False)
+                    parts = meta.get("parts", ("model", "optim"))  # what was saved: a model alone resumes as before
+                    state = cs.state_of(model if "model" in parts else None, optimizer if "optim" in parts else None)
+                    if state:
+                        cs.read(state, path, pg)
+                        cs.apply_state(model, optimizer, state)
+                    if scheduler is not None and meta.get("scheduler") is not None:
+                        scheduler.load_state_dict(meta["scheduler"])
+                    if loader is not None and meta.get("loader") is not None:
+                        loader.load_state_dict(meta["loader"])
+                else:
+                    from torchhpc.dist.checkpoint_legacy import load as load_single_file
+
+                    meta = load_single_file(path, model, optimizer, scheduler)
+                ok = True
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as e:  # damaged outside our control, or unreadable here (DCP's error is a BaseException)
+                ok, lines = False, str(e).strip().splitlines()
+                why = f"{type(e).__name__}: {lines[0] if lines else ''}"
+            if not cs.agree(ok, pg):
+                if rank == 0:
+                    print(f"torchhpc: checkpoint {path} not loaded ({why}); trying the one before", file=sys.stderr, flush=True)
+                continue
+            rngs = meta.get("rng") or []
+            if rngs:
+                cs.set_rng_state(rngs[rank % len(rngs)])
+            if rank == 0:
+                print(f"torchhpc: resumed step {meta['step']} from {_FROM[tier]}: {path}", file=sys.stderr, flush=True)
+                _tell_supervisor(int(meta["step"]), None, tier, resumed=True)
+            return {"step": meta["step"], "path": str(path), "world_size": meta.get("world_size"), "tier": tier,
+                    **(meta.get("extra") or {})}
+        return {}
+
+
+_FROM = {"memory": "this node's memory", "peer": "the memory copies of the nodes left (a peer's)", "disk": "disk"}
+_DEFAULT = Checkpointer()
+
+
+def default() -> Checkpointer:
+    """The process-wide :class:`Checkpointer` the module's functions use."""
+    return _DEFAULT
+
+
+def save(directory: str | os.PathLike[str], *, step: int, model: Any = None, optimizer: Any = None, scheduler: Any = None,
+         loader: Any = None, keep: int = 3, blocking: bool = True, tier: str = "disk", **extra: Any) -> Any:
     """Write checkpoint ``step`` (all ranks call it); keep the newest ``keep`` (0: all).
 
-    Returns the checkpoint's path on rank 0 and None elsewhere; with ``blocking=False`` an
-    :class:`AsyncSave` at once (the state is copied first: training may step on). ``extra``
-    keys (picklable, e.g. ``epoch=3``) come back from :func:`resume`. ``loader``: a loader of
+    Returns the checkpoint's path on rank 0 and None elsewhere; with ``blocking=False`` (or
+    :func:`save_async`) an :class:`AsyncSave` at once (the state is copied first: training may step on).
+    ``extra`` keys (picklable, e.g. ``epoch=3``) come back from :func:`resume`. ``loader``: a loader of
     :mod:`torchhpc.dist.data` (or anything with ``state_dict``), whose place in the data is the job's,
     so a resume on another world size deals the rest of the epoch to the ranks it has. ``tier="memory"``:
     into each node's shared memory, each rank's part copied to a rank on another node in the background
     (:mod:`torchhpc.dist.memtier`); returns this node's copy. The disk tier stays, at its own interval.
     """
-    global _PENDING
-    if optimizer is not None and model is None:
-        raise UsageError("checkpoint.save(optimizer=...) without model=", "pass the model the optimizer trains")
-    wait()
-    pg = cs.group()
-    rank, world = cs.rank_world()
-    mine = {"rng": cs.rng_state(), "token": f"{os.getpid():x}{time.time_ns():x}"}
-    every = cs.gather(mine, pg)  # one small collective: every rank's RNG, and rank 0's name for this save
-    if tier not in ("disk", "memory"):
-        raise UsageError(f"checkpoint.save(tier={tier!r}): no such tier", "tier='disk' (the default) or tier='memory'")
-    if tier == "memory":
-        meta = {"step": step, "world_size": world, "rng": [e["rng"] for e in every], "extra": extra,
-                "scheduler": None if scheduler is None else scheduler.state_dict(),
-                "loader": None if loader is None else loader.state_dict(),
-                "parts": [k for k, v in (("model", model), ("optim", optimizer)) if v is not None]}
-        where = _memory().save(directory, step, cs.state_of(model, optimizer), meta, pg)
-        if rank == 0:
-            _tell_supervisor(step, None, "memory")
-        return where
-    d = Path(directory)
-    final = d / f"ckpt-{step:09d}"
-    tmp = d / f".{final.name}.{every[0]['token']}.tmp"
-    if rank == 0:
-        d.mkdir(parents=True, exist_ok=True)
-        _clear_stale(d, keep=tmp)
-        tmp.mkdir(exist_ok=True)  # another rank's writer may have made it already
-        cs.write_file(tmp / META, {
-            "step": step, "world_size": world, "rng": [e["rng"] for e in every], "extra": extra,
-            "scheduler": None if scheduler is None else scheduler.state_dict(),
-            "loader": None if loader is None else loader.state_dict(),
-            "parts": [k for k, v in (("model", model), ("optim", optimizer)) if v is not None],
-        })
-    state = cs.state_of(model, optimizer)
-    if blocking:
-        cs.write(state, tmp, pg)
-        path = _publish(tmp, final, step, keep) if rank == 0 else None
-        cs.barrier(pg)  # every rank sees the new checkpoint when save returns
-        return path
-    handle = AsyncSave(step, final if rank == 0 else None)
-    future = cs.write_async(state, tmp, pg)  # returns after the copy to host memory
-
-    def finished(f: Any) -> None:  # on the writer's thread
-        try:
-            f.result()
-            if rank == 0:
-                _publish(tmp, final, step, keep)
-        except BaseException as e:
-            handle._finish(e)
-        else:
-            handle._finish(None)
-
-    _watch_exit()
-    _PENDING = handle
-    future.add_done_callback(finished)
-    return handle
+    kw = dict(step=step, model=model, optimizer=optimizer, scheduler=scheduler, loader=loader, keep=keep, **extra)
+    if not blocking and tier == "disk":
+        return _DEFAULT.save_async(directory, **kw)
+    return _DEFAULT.save(directory, tier=tier, **kw)
 
 
-_FROM = {"memory": "this node's memory", "peer": "the memory copies of the nodes left (a peer's)", "disk": "disk"}
-_TIER: Any = None
+def save_async(directory: str | os.PathLike[str], *, step: int, model: Any = None, optimizer: Any = None,
+               scheduler: Any = None, loader: Any = None, keep: int = 3, **extra: Any) -> AsyncSave:
+    """:meth:`Checkpointer.save_async` of the process-wide instance."""
+    return _DEFAULT.save_async(directory, step=step, model=model, optimizer=optimizer, scheduler=scheduler,
+                               loader=loader, keep=keep, **extra)
 
 
-def _memory() -> Any:
-    """The process's memory tier (its peer group and copy in flight), made at the first use."""
-    global _TIER
-    if _TIER is None:
-        from torchhpc.dist.memtier import MemoryTier
-
-        _TIER = MemoryTier()
-    return _TIER
-
-
-def resume(
-    directory: str | os.PathLike[str],
-    *,
-    model: Any = None,
-    optimizer: Any = None,
-    scheduler: Any = None,
-    loader: Any = None,
-) -> dict[str, Any]:
+def resume(directory: str | os.PathLike[str], *, model: Any = None, optimizer: Any = None, scheduler: Any = None,
+           loader: Any = None) -> dict[str, Any]:
     """Restore the newest complete checkpoint; ``{}`` when there is none (all ranks call it).
 
-    Returns ``{"step": ..., "path": ..., "world_size": the saver's, **extra}``. Each rank gets its own RNG
-    states back when the world size is the one saved; in another world rank r takes saved rank r mod W's.
-    ``loader`` goes on from the saved place in the data, on this world's ranks.
+    Returns ``{"step": ..., "path": ..., "world_size": the saver's, "tier": where from, **extra}``. Each rank
+    gets its own RNG states back when the world size is the one saved; in another world rank r takes saved
+    rank r mod W's. ``loader`` goes on from the saved place in the data, on this world's ranks.
     """
-    had = _PENDING is not None
-    wait()
-    pg = cs.group()
-    if had:
-        cs.barrier(pg)  # rank 0 put it in place; now every rank lists it
-    rank, _ = cs.rank_world()
-    _memory().wait()
-    from torchhpc.dist.memtier import resume_memory
+    return _DEFAULT.resume(directory, model=model, optimizer=optimizer, scheduler=scheduler, loader=loader)
 
-    found = resume_memory(directory, pg)  # the newest memory checkpoint the nodes hold between them
-    on_disk = list_checkpoints(directory)
-    newest = _entries(Path(directory))[-1][0] if on_disk else -1
-    candidates = [(p, "disk") for p in on_disk]
-    if found is not None and found[0] >= newest:
-        candidates.append((found[1], found[2]))  # tried first: as new as the disk's newest, and in memory
-    for path, tier in reversed(candidates):
-        meta: dict[str, Any] = {}
-        why = "it could not be read on another rank"
-        try:
-            if path.is_dir():
-                import torch
 
-                meta = torch.load(path / META, map_location="cpu", weights_only=False)
-                parts = meta.get("parts", ("model", "optim"))  # what was saved: a model alone resumes as before
-                state = cs.state_of(model if "model" in parts else None, optimizer if "optim" in parts else None)
-                if state:
-                    cs.read(state, path, pg)
-                    cs.apply_state(model, optimizer, state)
-                if scheduler is not None and meta.get("scheduler") is not None:
-                    scheduler.load_state_dict(meta["scheduler"])
-                if loader is not None and meta.get("loader") is not None:
-                    loader.load_state_dict(meta["loader"])
-            else:
-                from torchhpc.dist.checkpoint_legacy import load as load_single_file
-
-                meta = load_single_file(path, model, optimizer, scheduler)
-            ok = True
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as e:  # damaged outside our control, or unreadable here (DCP's error is a BaseException)
-            ok, lines = False, str(e).strip().splitlines()
-            why = f"{type(e).__name__}: {lines[0] if lines else ''}"
-        if not cs.agree(ok, pg):
-            if rank == 0:
-                print(f"torchhpc: checkpoint {path} not loaded ({why}); trying the one before", file=sys.stderr, flush=True)
-            continue
-        rngs = meta.get("rng") or []
-        if rngs:
-            cs.set_rng_state(rngs[rank % len(rngs)])
-        if rank == 0:
-            print(f"torchhpc: resumed step {meta['step']} from {_FROM[tier]}: {path}", file=sys.stderr, flush=True)
-            _tell_supervisor(int(meta["step"]), None, tier, resumed=True)
-        return {"step": meta["step"], "path": str(path), "world_size": meta.get("world_size"), "tier": tier,
-                **(meta.get("extra") or {})}
-    return {}
+def wait() -> Path | None:
+    """:meth:`Checkpointer.wait` of the process-wide instance."""
+    return _DEFAULT.wait()

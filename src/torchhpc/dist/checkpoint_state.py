@@ -35,13 +35,13 @@ __all__ = [
     "read",
     "rng_state",
     "set_rng_state",
+    "stager",
     "state_of",
     "write",
     "write_async",
     "write_file",
-]
 
-_STAGER: Any = None  # DCP's DefaultStager, made on the first async save and kept (its host buffers)
+]
 
 
 def rank_world() -> tuple[int, int]:
@@ -204,25 +204,29 @@ def _share(state: Any, rank: int, world: int) -> Any:
     return keep(state, ())
 
 
-def write_async(state: dict[str, Any], path: Path, pg: Any) -> Any:
-    """Copy this rank's share of ``state`` to host buffers now (the pause), write it on a thread; a Future
-    of the write's end."""
-    global _STAGER
+def stager(current: Any) -> Any:
+    """DCP's stager for the next async save: ``current`` (its host buffers reused) unless there is none yet or
+    it closed itself (:func:`_spent`). Staged on the caller's thread (the copy is the pause; training must not
+    step before it ends), pinned and non-blocking where there is a GPU; never shared memory (one process writes)."""
+    if current is not None and not _spent(current):
+        return current
     import torch
+    from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+    cuda = torch.cuda.is_available()
+    return DefaultStager(StagingOptions(use_pinned_memory=cuda, use_shared_memory=False,
+                                        use_async_staging=False, use_non_blocking_copy=cuda))
+
+
+def write_async(state: dict[str, Any], path: Path, pg: Any, async_stager: Any) -> Any:
+    """Copy this rank's share of ``state`` to host buffers now (the pause, through ``async_stager``), write it on
+    a thread; a Future of the write's end."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
     if pg is not None and dist.get_world_size(pg) > 1:
         state = _share(state, dist.get_rank(pg), dist.get_world_size(pg))
-
-    if _STAGER is None or _spent(_STAGER):
-        cuda = torch.cuda.is_available()
-        # Staged on this thread (the copy is the pause; training must not step before it ends),
-        # pinned and non-blocking where there is a GPU; never shared memory (one process writes).
-        _STAGER = DefaultStager(StagingOptions(use_pinned_memory=cuda, use_shared_memory=False,
-                                               use_async_staging=False, use_non_blocking_copy=cuda))
-    return dcp.async_save(state, storage_writer=_writer(path, pg), process_group=pg, async_stager=_STAGER,
+    return dcp.async_save(state, storage_writer=_writer(path, pg), process_group=pg, async_stager=async_stager,
                           no_dist=pg is None)
 
 
