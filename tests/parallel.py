@@ -130,6 +130,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         index, item = pair
         if item.get_closest_marker(EXCLUSIVE):
             return (0, 0, 0.0, index)  # the one chain that cannot overlap the cluster's other users: first
+        if _module(item) in CELLS:  # CPU-heavy cells of a minute, one slot each: first on the cluster, while the
+            return (1, 2, -cost[groups[item]], index)  # unit tests fill the workers beside (run 1: last, a 5-min tail)
         if not _is_integration(item):
             return (2, 0, 0.0, index)  # no lock either: the short unit tests fill that time's end
         # the local modules run beside the exclusive chain (no lock), the cluster's after it: the whole-machine
