@@ -138,8 +138,9 @@ def test_status_falls_back_to_sacct() -> None:
 
 @pytest.mark.parametrize(("field", "code"), [("3:0", 3), ("0:15", 143), ("0:0", 0), ("15:0", 15), ("", None),
                                             ("(null)", None)])
-def test_every_reader_of_exitcode_says_the_same(field: str, code: int | None) -> None:
-    """scontrol, squeue's fallback sacct, the many-jobs sacct, an array's tasks and events' times: one rule."""
+def test_every_reader_of_exitcode_says_the_same(field: str, code: int | None, clean_user_env: None) -> None:
+    """scontrol, squeue's fallback sacct, the many-jobs sacct, an array's tasks and events' times: one rule.
+    (Its own record store: a real job 5 of this machine's dev cluster, with an end marker, won over the fake.)"""
     from torchhpc.schedulers.slurm.array import tasks_from_sacct
     from torchhpc.schedulers.slurm.many import parse_sacct_rows
     from torchhpc.schedulers.slurm.parse import exit_code_of, status_from_scontrol
