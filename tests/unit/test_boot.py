@@ -225,10 +225,10 @@ def test_the_recorder_uses_the_variable_names_of_the_torch_it_finds(tmp_path: Pa
         assert {k for k in env if k.startswith("TORCH_") and k != "TORCH_NCCL_DUMP_ON_TIMEOUT"} == want, env
 
 
-def test_a_dry_run_names_the_boot_copy_in_one_line(tmp_path: Path) -> None:
-    """A container job's dry run writes the boot copy at submit: one line names its directory and files
-    instead of ~480 lines of the package's own text below the script. A file whose text is not the
-    package's (no boot copy) is shown whole."""
+def test_a_dry_run_names_the_boot_copy_in_two_lines(tmp_path: Path) -> None:
+    """A container job's dry run writes the boot copy at submit: two lines name its directory and files
+    (each within 160 characters) instead of ~480 lines of the package's own text below the script. A file
+    whose text is not the package's (no boot copy) is shown whole."""
     from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
     from torchhpc.launchers.boot import SHELL_PROGRAMS, is_boot_copy
     from torchhpc.schedulers.slurm.slurm import SlurmScheduler
@@ -239,8 +239,10 @@ def test_a_dry_run_names_the_boot_copy_in_one_line(tmp_path: Path) -> None:
     text = str(sub)
     boot = [p for p, c in sub.files if is_boot_copy(p, c)]
     assert [os.path.basename(p) for p in boot] == ["sitecustomize.py", *SHELL_PROGRAMS]
-    line = next(ln for ln in text.splitlines() if "torchhpc's boot copy" in ln)
-    assert line.startswith(f"# --- {os.path.dirname(boot[0])}/ --- ") and all(n in line for n in SHELL_PROGRAMS)
+    lines = text.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "torchhpc's boot copy" in ln)
+    assert lines[at].startswith(f"# --- {os.path.dirname(boot[0])}/ --- ")
+    assert lines[at + 1].startswith("#     ") and all(n in lines[at + 1] for n in SHELL_PROGRAMS)
     assert "GLOO_WORKER = " not in text and "_torchhpc_launcher=" not in text  # no boot file's body
     assert (sub.script or "").rstrip("\n") in text and len(text.splitlines()) < 120
     assert not is_boot_copy(boot[1], "echo changed\n") and not is_boot_copy(str(tmp_path / "rank.sh"), dict(sub.files)[boot[1]])
