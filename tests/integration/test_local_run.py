@@ -21,7 +21,8 @@ import pytest
 from tests.conftest import PYTHON, REPO
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import CommandNotFound, JobFailed, SchedulerError
-from torchhpc.schedulers.local.local import CONTRACT, LocalScheduler
+from torchhpc.schedulers.local.local import LocalScheduler
+from torchhpc.schedulers.local.ranks import CONTRACT
 
 TORCHHPC = [PYTHON, "-m", "torchhpc"]
 

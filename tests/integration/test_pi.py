@@ -149,6 +149,6 @@ def test_srun_direct_two_nodes(slurm: Any, tmp_path: Path, torchhpc: bool) -> No
 
 
 def _free_port() -> int:
-    from torchhpc.schedulers.local.local import free_port
+    from torchhpc.schedulers.local.ranks import free_port
 
     return free_port()

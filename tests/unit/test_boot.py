@@ -159,7 +159,7 @@ def test_two_gloo_ranks_that_destroy_their_group_finish(tmp_path: Path) -> None:
     need("torch")
     script = tmp_path / "destroy.py"
     script.write_text(GLOO_DESTROY)
-    from torchhpc.schedulers.local.local import free_port
+    from torchhpc.schedulers.local.ranks import free_port
 
     port = str(free_port())
     procs = []

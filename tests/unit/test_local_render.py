@@ -12,21 +12,13 @@ import sys
 import pytest
 
 from tests.conftest import missing
+from torchhpc.core.processes import describe_exit, exit_status
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import JobFailed, SpecError
 from torchhpc.launchers.boot import BOOT_DIR
 from torchhpc.schedulers import get_scheduler
-from torchhpc.schedulers.local.local import (
-    CONTRACT,
-    PER_RANK,
-    LocalScheduler,
-    common_env,
-    describe_exit,
-    exit_status,
-    free_port,
-    new_run_id,
-    rank_env,
-)
+from torchhpc.schedulers.local.local import LocalScheduler
+from torchhpc.schedulers.local.ranks import CONTRACT, PER_RANK, common_env, free_port, new_run_id, rank_env
 
 
 def spec_for(argv: list[str], **kw: object) -> JobSpec:

@@ -220,10 +220,10 @@ class Checkpointer:
         if tier not in ("disk", "memory"):
             raise UsageError(f"checkpoint.save(tier={tier!r}): no such tier", "tier='disk' (the default) or tier='memory'")
         pg, rank, meta = self._begin(step, model, optimizer, scheduler, loader, extra)
-        if tier == "memory":
-            where: Path = self.memory().save(directory, step, cs.state_of(model, optimizer), meta, pg)
-            if rank == 0:
-                _tell_supervisor(step, None, "memory")
+        if tier == "memory":  # returns after the copy to host memory; the process's end waits for the rest
+            self._watch_exit()
+            told = (lambda: _tell_supervisor(step, None, "memory")) if rank == 0 else None
+            where: Path = self.memory().save(directory, step, cs.state_of(model, optimizer), meta, pg, done=told)
             return where
         tmp, final = self._stage(Path(directory), step, rank, meta)
         cs.write(cs.state_of(model, optimizer), tmp, pg)

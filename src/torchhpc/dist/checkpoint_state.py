@@ -35,6 +35,7 @@ __all__ = [
     "read",
     "rng_state",
     "set_rng_state",
+    "share",
     "stager",
     "state_of",
     "write",
@@ -167,7 +168,7 @@ def write(state: dict[str, Any], path: Path, pg: Any) -> None:
     dcp.save(state, storage_writer=_writer(path, pg), process_group=pg, no_dist=pg is None)
 
 
-def _share(state: Any, rank: int, world: int) -> Any:
+def share(state: Any, rank: int, world: int) -> Any:
     """``state`` less the whole (non-DTensor) tensors that other ranks write.
 
     DCP takes a whole tensor that every rank holds (DDP's parameters, Adam's moments of a
@@ -225,7 +226,7 @@ def write_async(state: dict[str, Any], path: Path, pg: Any, async_stager: Any) -
     import torch.distributed.checkpoint as dcp
 
     if pg is not None and dist.get_world_size(pg) > 1:
-        state = _share(state, dist.get_rank(pg), dist.get_world_size(pg))
+        state = share(state, dist.get_rank(pg), dist.get_world_size(pg))
     return dcp.async_save(state, storage_writer=_writer(path, pg), process_group=pg, async_stager=async_stager,
                           no_dist=pg is None)
 

@@ -37,6 +37,7 @@ import os
 import shutil
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
@@ -85,6 +86,7 @@ class MemoryTier:
         self._error: Optional[BaseException] = None
         self._peer_pg: Any = None
         self._nodes: Optional[list[str]] = None
+        self._stager: Any = None  # DCP's stager: its host buffers, kept between saves
 
     # -- the node map ------------------------------------------------------------------------------------
     def _map(self, pg: Any) -> list[str]:
@@ -106,7 +108,7 @@ class MemoryTier:
 
     # -- save --------------------------------------------------------------------------------------------
     def wait(self) -> None:
-        """Until the peer copy in flight is complete; its error, if it failed."""
+        """Until the save in flight (its write into memory and its peer copy) is complete; its error, if it failed."""
         if self._copy is not None:
             self._copy.join()
             self._copy = None
@@ -115,15 +117,41 @@ class MemoryTier:
             raise error
 
     def save(self, directory: str | os.PathLike[str], step: int, state: dict[str, Any], meta: dict[str, Any],
-             pg: Any) -> Path:
-        """Write ``state`` into this node's memory as checkpoint ``step`` (every rank calls it), then copy each
-        rank's part to its peer in the background. Returns this node's checkpoint directory."""
+             pg: Any, done: Optional[Callable[[], None]] = None) -> Path:
+        """Copy ``state`` into host buffers (the pause: one copy of this rank's share) and return; a thread then
+        writes it into this node's memory as checkpoint ``step`` and copies each rank's part to its peer, over a
+        group of its own. Every rank calls it. Returns the directory this node's copy will have; ``done`` is called
+        on the thread once this node's copy is complete."""
         self.wait()
         rank, world = cs.rank_world()
         nodes = self._map(pg)
+        if world > 1 and self._peer_pg is None:
+            import torch.distributed as dist
+
+            self._peer_pg = dist.new_group(backend="gloo")  # collective: every rank is here, on its main thread
         root = tier_root(directory)
-        final = root / f"ckpt-{step:09d}"
-        tmp = root / f".ckpt-{step:09d}.tmp"
+        if world > 1:
+            state = cs.share(state, rank, world)  # a replicated tensor is written (and copied) by one rank
+        self._stager = cs.stager(self._stager)
+        staged = self._stager.stage(state)
+        args = (os.path.abspath(os.fspath(directory)), step, staged, meta, nodes, root, rank, world, done)
+
+        def work() -> None:
+            try:
+                self._write(*args)
+            except BaseException as e:  # said at the next save or resume
+                self._error = e
+
+        self._copy = threading.Thread(target=work, name="torchhpc-memory-save", daemon=True)
+        self._copy.start()
+        return root / f"ckpt-{step:09d}"
+
+    def _write(self, directory: str, step: int, staged: dict[str, Any], meta: dict[str, Any], nodes: list[str],
+               root: Path, rank: int, world: int, done: Optional[Callable[[], None]]) -> None:
+        """On the save's thread: this node's checkpoint in shared memory (a temporary name, renamed when every
+        rank's part and DCP's ``.metadata`` are there), then the peer copies; collectives on the tier's group."""
+        pg = self._peer_pg
+        final, tmp = root / f"ckpt-{step:09d}", root / f".ckpt-{step:09d}.tmp"
         first = nodes.index(nodes[rank]) == rank  # this node's first rank tidies and publishes
         if first:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -131,7 +159,7 @@ class MemoryTier:
             for old in root.glob(".resume-*"):  # what a resume assembled: read, no longer needed
                 shutil.rmtree(old, ignore_errors=True)
         cs.barrier(pg)
-        cs.write(state, tmp, pg)  # each rank its own file into its node's memory; .metadata on rank 0's node
+        cs.write(staged, tmp, pg)  # each rank its own file into its node's memory; .metadata on rank 0's node
         mine = sorted(p.name for p in tmp.glob(f"__{rank}_*"))
         every = cs.gather(mine, pg)
         blob = (tmp / DCP_META).read_bytes() if rank == 0 else b""
@@ -143,33 +171,18 @@ class MemoryTier:
             # what jobdir/shm.persist (no torch) checks a checkpoint's parts against, and where it writes them
             (tmp / FILES).write_text(json.dumps(sorted({f for fs in every for f in fs} | {META, DCP_META, FILES})))
             if not (root.parent / DIR_FILE).exists():
-                (root.parent / DIR_FILE).write_text(os.path.abspath(os.fspath(directory)))
+                (root.parent / DIR_FILE).write_text(directory)
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
             _drop_older(root, "ckpt", step)
         cs.barrier(pg)
+        if done is not None:
+            done()
         if world > 1 and len(set(nodes)) > 1:
-            self._start_copy(final, step, mine, nodes, root)
-        return final
-
-    def _start_copy(self, final: Path, step: int, mine: list[str], nodes: list[str], root: Path) -> None:
-        import torch.distributed as dist
-
-        if self._peer_pg is None:
-            self._peer_pg = dist.new_group(backend="gloo")  # collective: every rank is here
-        rank = dist.get_rank()
-        to = self.peer_of(nodes, rank)
-        sources = [r for r in range(len(nodes)) if self.peer_of(nodes, r) == rank]
-        payload = {name: (final / name).read_bytes() for name in (*mine, DCP_META, META, FILES)}
-
-        def copy() -> None:
-            try:
-                _exchange(payload, to, sources, step, root, self._peer_pg)
-            except BaseException as e:  # said at the next save or resume
-                self._error = e
-
-        self._copy = threading.Thread(target=copy, name="torchhpc-peer-copy", daemon=True)
-        self._copy.start()
+            to = self.peer_of(nodes, rank)
+            sources = [r for r in range(len(nodes)) if self.peer_of(nodes, r) == rank]
+            payload = {name: (final / name).read_bytes() for name in (*mine, DCP_META, META, FILES)}
+            _exchange(payload, to, sources, step, root, pg)
 
 
 def _exchange(payload: dict[str, bytes], to: Optional[int], sources: list[int], step: int, root: Path,
