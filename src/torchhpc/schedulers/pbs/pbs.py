@@ -20,30 +20,26 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import Any
 
 from torchhpc.core.depend import dependency_value
 from torchhpc.core.shell import Raw, directive, join
 from torchhpc.core.spec import JobSpec, default_python
 from torchhpc.core.units import parse_size
 from torchhpc.core.validate import parse_bool
-from torchhpc.errors import CommandError, CommandNotFound, QuotingError, SchedulerError, SpecError, UnknownJob
+from torchhpc.errors import QuotingError, SpecError
 from torchhpc.jobdir.log_wiring import LOG_DIR_VAR, LOG_REF, job_dir, log_argv, make_ranks_dir_lines
-from torchhpc.jobdir.logs import filter_rank
-from torchhpc.jobdir.record import read_record, update_record
-from torchhpc.launchers import TASK_REF, get_launcher, launcher_of, mpirun_argv, task_argv
+from torchhpc.jobdir.record import update_record
+from torchhpc.launchers import TASK_REF, launcher_of, mpirun_argv, task_argv
 from torchhpc.launchers.boot import BOOT_VAR
 from torchhpc.schedulers.allocation import Allocation
-from torchhpc.schedulers.api import JobStatus, Submission
+from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.batch.base import BatchScheduler
 from torchhpc.schedulers.batch.script import script_path
 from torchhpc.schedulers.batch.step import in_container, job_env_names, torchrun_command
 from torchhpc.schedulers.options import Option, declare
-from torchhpc.schedulers.pbs.parse import find_job, parse_qstat_full, parse_qstat_json, status_from_attrs
-from torchhpc.schedulers.pending import Pending
-from torchhpc.schedulers.times import JobTimes
-from torchhpc.schedulers.waiting import settled
+from torchhpc.schedulers.pbs.status import PBSQueries
 
 __all__ = ["PORT_EXPR", "PBSScheduler", "job_name", "pbs_size", "pbs_walltime"]
 
@@ -109,7 +105,7 @@ def job_name(name: str) -> str:
     return safe if safe[:1].isalpha() else ("j" + safe)[:236]
 
 
-class PBSScheduler(BatchScheduler):
+class PBSScheduler(PBSQueries, BatchScheduler):
     name = "pbs"
     submit_command = "qsub"
     clients = ("qsub", "qstat", "qdel", "pbsdsh")
@@ -329,122 +325,7 @@ class PBSScheduler(BatchScheduler):
         # PBS_O_WORKDIR is qsub's working directory: the script cd's there, as sbatch jobs start there.
         return {"name": job_name(spec.name), "output_dir": os.path.abspath(spec.output_dir)}
 
-    def _qstat(self, job_id: str) -> dict[str, dict[str, str]]:
-        """``qstat -x -f -F json`` (PBS Pro, finished jobs included); plain ``qstat -f`` elsewhere."""
-        try:
-            done = self.runner.run(["qstat", "-x", "-f", "-F", "json", job_id], timeout=30, hint=self.query_hint)
-            return parse_qstat_json(done.stdout)
-        except CommandNotFound:
-            raise  # no qstat at all: the fallback below would not find it either
-        except CommandError as e:
-            if _unknown_job(e):
-                raise self._unknown(job_id) from None
-            # Torque and old PBS have neither -x nor -F json: fall back to the plain listing.
-        try:
-            done = self.runner.run(["qstat", "-f", job_id], timeout=30, hint=self.query_hint)
-        except CommandError as e:
-            if _unknown_job(e):
-                raise self._unknown(job_id) from None
-            raise
-        return parse_qstat_full(done.stdout)
-
-    def _unknown(self, job_id: str) -> SchedulerError:
-        return UnknownJob(
-            f"pbs job {job_id} is unknown to qstat",
-            "finished jobs are kept only while the server's job_history_enable/keep_completed allows; "
-            "check the job id and the output file",
-        )
-
-    def explain_pending(self, st: JobStatus) -> Optional[Pending]:
-        """Why a queued job waits, from the qstat -f attributes ``status`` read (schedulers/pbs/pending.py)."""
-        if st.state != "PENDING" or not st.raw:
-            return None
-        from torchhpc.schedulers.pbs.pending import classify
-
-        return classify(st.job_id, st.raw)
-
-    def status(self, job_id: str) -> JobStatus:
-        found = find_job(self._qstat(job_id), job_id)
-        if found is None:
-            raise self._unknown(job_id)
-        return settled(status_from_attrs(*found), self.end_dir(job_id))
-
-    def times(self, job_id: str) -> JobTimes:  # the attributes status reads: qtime, etime, stime, ...
-        from torchhpc.schedulers.pbs.times import times_from_attrs
-        return times_from_attrs(job_id, self.status(job_id).raw)
-
-    def query_many(self, ids: Sequence[str]) -> dict[str, JobStatus]:
-        """One ``qstat -x -f -F json ID...`` for all (an unknown id is left out: qstat says so on
-        stderr and answers for the others); Torque's qstat without JSON: one question each."""
-        wanted = list(dict.fromkeys(ids))
-        if not wanted:
-            return {}
-        done = self.runner.run(["qstat", "-x", "-f", "-F", "json", *wanted], check=False, timeout=60, hint=self.query_hint)
-        try:
-            jobs = parse_qstat_json(done.stdout)
-        except (SchedulerError, ValueError):
-            return super().query_many(wanted)
-        out: dict[str, JobStatus] = {}
-        for job_id in wanted:
-            found = find_job(jobs, job_id)
-            if found is not None:
-                out[job_id] = status_from_attrs(*found)
-        return out
-
     def allocation_of(self, job_id: str, env: Mapping[str, str] | None = None) -> Allocation:
         from torchhpc.schedulers.pbs.allocation import PBSAllocation
 
         return PBSAllocation(self, job_id, env)
-
-    def cancel(self, job_id: str) -> None:
-        # -W force would skip the epilogue; plain qdel lets PBS clean up the nodes.
-        self.runner.run(["qdel", job_id])
-
-    def log_paths(self, job_id: str) -> list[str]:
-        rec = read_record(self.name, job_id)
-        seq = job_id.split(".")[0]
-        if rec.output_dir:
-            return [os.path.join(rec.output_dir, f"{rec.name}.o{seq}")]
-        try:
-            found = find_job(self._qstat(job_id), job_id)
-        except (CommandError, SchedulerError):
-            return []
-        if found is None:
-            return []
-        path = found[1].get("Output_Path", "")
-        path = path.split(":", 1)[1] if ":" in path else path  # host:/path
-        if path.endswith("/"):
-            path += f"{found[1].get('Job_Name', '')}.o{seq}"
-        return [path] if path else []
-
-    def rank_lines(self, job_id: str, text: str, rank: int) -> str:
-        launcher = get_launcher(read_record(self.name, job_id).launcher or "mpirun")
-        if launcher.per_node:
-            # c10d numbers the nodes itself, so no line says which node a torchrun rank is on.
-            raise SchedulerError(
-                f"cannot pick rank {rank} out of a torchrun job's PBS log",
-                "per-rank logs need --launcher mpirun (lines tagged [job,rank]); drop --rank to see all",
-            )
-        return filter_rank(text, rank, launcher.name, 1)
-
-    def list_jobs(self) -> list[JobStatus]:
-        """This user's jobs (``Job_Owner`` is ``user@host``); qstat's ``-u`` does not combine with ``-f``."""
-        hint = self.query_hint
-        try:
-            jobs = parse_qstat_json(self.runner.run(["qstat", "-f", "-F", "json"], timeout=30, hint=hint).stdout)
-        except CommandNotFound:
-            raise  # no qstat at all: the fallback below would not find it either
-        except CommandError:
-            # Torque and old PBS have no -F json.
-            jobs = parse_qstat_full(self.runner.run(["qstat", "-f"], timeout=30, hint=hint).stdout)
-        user = os.environ.get("USER", "")
-        return [
-            status_from_attrs(jid, attrs)
-            for jid, attrs in jobs.items()
-            if not user or attrs.get("Job_Owner", "").split("@")[0] in ("", user)
-        ]
-
-
-def _unknown_job(e: CommandError) -> bool:
-    text = f"{e.stderr}\n{e.stdout}"
-    return "Unknown Job Id" in text or "Job has finished" in text
