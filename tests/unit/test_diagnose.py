@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from torchhpc.diagnose.classify import classify_text, launcher_events
-from torchhpc.diagnose.verdict import Evidence, diagnose
+from torchhpc.diagnose.evidence import Evidence
+from torchhpc.diagnose.verdict import diagnose
 from torchhpc.jobdir.logs import JobLog, rank_files
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "diagnose"

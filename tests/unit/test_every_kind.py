@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from torchhpc.diagnose.evidence import Evidence
 from torchhpc.diagnose.readback import TaskVerdicts, read_back
-from torchhpc.diagnose.verdict import Evidence
 from torchhpc.errors import UsageError
 from torchhpc.jobdir.logs import TASK_END, first_tracebacks, parse_line, task_text
 

@@ -165,8 +165,9 @@ def test_the_hang_watch_names_the_root_with_the_stacks_as_corroboration(tmp_path
     import os
     import time
 
+    from torchhpc.diagnose.evidence import Evidence
     from torchhpc.diagnose.hang import with_flight
-    from torchhpc.diagnose.verdict import Evidence, diagnose
+    from torchhpc.diagnose.verdict import diagnose
 
     fr = tmp_path / FR_DIR
     fr.mkdir()

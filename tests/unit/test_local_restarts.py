@@ -84,7 +84,8 @@ def test_on_hang_requeue_is_refused_where_the_job_watches_itself(capsys: pytest.
 def test_a_restart_storm_ends_attempts_json_with_no_progress(tmp_path: Path) -> None:
     """Every attempt hangs before a checkpoint: after the third, the job ends with no-progress, and so
     does attempts.json (it said hang, hang, hang); the verdict then says no-progress too."""
-    from torchhpc.diagnose.verdict import Evidence, diagnose
+    from torchhpc.diagnose.evidence import Evidence
+    from torchhpc.diagnose.verdict import diagnose
 
     log = tmp_path / "output.log"
     log.write_text("")

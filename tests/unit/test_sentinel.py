@@ -56,7 +56,8 @@ def test_stopping_an_attempt_leaves_the_watch_running() -> None:
 
 
 def test_the_verdict_of_a_lost_batch_host_says_so(tmp_path: Path) -> None:
-    from torchhpc.diagnose.verdict import Evidence, diagnose
+    from torchhpc.diagnose.evidence import Evidence
+    from torchhpc.diagnose.verdict import diagnose
     from torchhpc.jobdir.attempts import load_attempts
 
     batch_host_lost(str(tmp_path), "node1", 0, lambda: None, clock=lambda: 100.0)

@@ -120,7 +120,8 @@ def test_the_time_limit_verdict_says_when_the_ranks_were_asked_and_blames_no_pee
                                                                                 said: str) -> None:
     """Issue 70, item 12: it pointed to docs/stop.md (there is none) and blamed "a lost peer" in a one-rank job."""
     from tests.conftest import REPO
-    from torchhpc.diagnose.verdict import Evidence, diagnose
+    from torchhpc.diagnose.evidence import Evidence
+    from torchhpc.diagnose.verdict import diagnose
     from torchhpc.jobdir.logs import Line
 
     v = diagnose(Evidence(lines=[Line(None, t) for t in lines], state="TIMEOUT", exit_code=code, launcher="srun",
@@ -146,7 +147,8 @@ def test_a_completing_job_shows_all_its_nodes(clean_user_env: None) -> None:
 def test_a_node_loss_with_no_spare_left_is_node_failure_in_the_supervisors_words() -> None:
     """Issue 70, item 15: attempts.json said node-failure, diagnose said "unknown — no evidence names a cause".
     The attempts and the supervisor's lines as recorded on the dev cluster (--nodes 2 --max-restarts 1, node2 failed)."""
-    from torchhpc.diagnose.verdict import Evidence, diagnose
+    from torchhpc.diagnose.evidence import Evidence
+    from torchhpc.diagnose.verdict import diagnose
     from torchhpc.jobdir.logs import Line
 
     attempts = [{"attempt": 0, "nodes": ["node1", "node2"], "excluded": ["node2"], "exit_code": -9, "rank": None,
@@ -170,7 +172,8 @@ def test_the_hang_files_name_is_the_hang_watchs() -> None:
 def test_a_cancel_torchhpc_made_says_who_and_when(clean_user_env: None, tmp_path: Path) -> None:
     """Issue 70's wording list: "who cancelled it is not recorded" for a cancel torchhpc made; and a job cancelled
     while pending showed the reason it had waited for (PartitionNodeLimit) as the reason it ended."""
-    from torchhpc.diagnose.verdict import Evidence, diagnose
+    from torchhpc.diagnose.evidence import Evidence
+    from torchhpc.diagnose.verdict import diagnose
     from torchhpc.jobdir.record import load_record
     from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 

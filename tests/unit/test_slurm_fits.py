@@ -74,7 +74,8 @@ def test_a_command_on_no_path_is_refused() -> None:
 def test_a_command_the_nodes_lack_is_an_environment_failure() -> None:
     """Issue 70, item 10: classed "unknown" though the rank's one line says why. The first line as recorded on the
     dev cluster (srun, ``-- /nonexistent/cmd``), the second bash's words for a bare command on no PATH."""
-    from torchhpc.diagnose.verdict import Evidence, diagnose
+    from torchhpc.diagnose.evidence import Evidence
+    from torchhpc.diagnose.verdict import diagnose
     from torchhpc.jobdir.logs import Line
 
     for line in ("/work/main/src/torchhpc/boot/task.sh: line 100: /nonexistent/cmd: No such file or directory",

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from torchhpc.diagnose.evidence import Evidence
 from torchhpc.diagnose.hang import HangWatch, culprit, render
 from torchhpc.diagnose.probe import RankStack
-from torchhpc.diagnose.verdict import Evidence, diagnose
+from torchhpc.diagnose.verdict import diagnose
 from torchhpc.jobdir.logs import Line
 
 NO_PY_SPY = "py-spy is not installed here (pip install py-spy)"

@@ -19,7 +19,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Optional
 
 from torchhpc.core.units import counted, plural
-from torchhpc.diagnose.verdict import Evidence, Verdict, diagnose, gather
+from torchhpc.diagnose.evidence import Evidence, gather
+from torchhpc.diagnose.verdict import Verdict, diagnose
 from torchhpc.jobdir.layout import HANG
 from torchhpc.jobdir.logs import TASK_END_LINE, Line, format_ranks
 

@@ -17,25 +17,23 @@ job first (a time limit explains every rank's death), then the launcher's first 
 then the earliest rank whose own log shows a root cause (by when its file was last written).
 Ranks whose only evidence is a lost peer are counted as consequences, not listed.
 
-Pure: lines and facts in, :class:`Verdict` out. The CLI (``torchhpc diagnose``) gathers them.
+Pure: lines and facts in, :class:`Verdict` out. ``diagnose/evidence.py`` gathers them (the CLI, ``wait``, ``events``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
 from torchhpc.core.exitcodes import EXIT_CODES
-from torchhpc.core.handle import Handle
 from torchhpc.core.processes import stopped_ranks
 from torchhpc.core.units import counted, plural
 from torchhpc.diagnose.classify import CLASSES, classify_text, launcher_events
-from torchhpc.diagnose.flight import Finding, post_mortem
-from torchhpc.jobdir.logs import Line, format_ranks
+from torchhpc.diagnose.evidence import Evidence, RankFailure
+from torchhpc.jobdir.logs import format_ranks
 
-__all__ = ["Evidence", "RankFailure", "Verdict", "diagnose", "gather"]
+__all__ = ["Verdict", "diagnose"]
 
 # Scheduler-wide verdicts (sacct State, or the batch step's banner).
 _JOB_STATES = {
@@ -49,42 +47,6 @@ _JOB_STATES = {
 _BANNER = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON (\S+) CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))? \*\*\*")
 _BANNER_CLASS = {"TIME LIMIT": "time-limit", "PREEMPTION": "preempted", "NODE FAILURE": "node-failure"}
 _OOM_EVENT = re.compile(r"Detected \d+ oom[-_]kill event|oom[-_]kill event")
-
-@dataclass(frozen=True)
-class RankFailure:
-    """One rank's end, as far as the evidence says."""
-
-    rank: int
-    host: str = ""
-    klass: str = "unknown"
-    exit: str = ""  # "exit 1", "SIGABRT", ... (the rank's own, not the launcher's)
-    error: str = ""  # the exception line or the crash message
-    where: str = ""  # innermost frame in the user's code: file:line
-    log: str = ""
-    when: float = 0.0  # sort key: earlier failed first
-    consequence: bool = False
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What :func:`diagnose` reads. All optional: it says what it could not see."""
-
-    lines: Sequence[Line] = ()
-    failed_at: Mapping[int, float] = field(default_factory=dict)  # rank -> its log file's last write
-    rank_logs: Mapping[int, str] = field(default_factory=dict)  # rank -> path of its own log
-    nodes: Mapping[int, str] = field(default_factory=dict)  # rank -> host
-    launcher: str = ""
-    nproc_per_node: int = 1
-    state: str = ""  # the scheduler's final state (sacct State)
-    exit_code: Optional[int] = None  # the job's exit code
-    job: str = ""  # "slurm:123", for the suggested commands
-    hang: Optional[Mapping[str, object]] = None  # the hang watch's saved diagnosis (hang.json)
-    local: bool = False  # the local scheduler: its supervisor's reason names the rank that ended first
-    flight: Sequence[Finding] = ()  # what the ranks' Flight Recorder dumps say (diagnose/flight.py)
-    attempts: Sequence[Mapping[str, object]] = ()  # the supervisor's attempts.json (supervisor/attempts.py)
-    reason: str = ""  # the scheduler's reason for the state (DependencyNeverSatisfied; the local run's own words)
-    job_dir: str = ""  # where hang.json, attempts.json and fr/ are (the readers name the file, not only its data)
-
 
 @dataclass(frozen=True)
 class Verdict:
@@ -393,58 +355,3 @@ def _hang_verdict(ev: Evidence) -> Verdict:
     elif klass == "hang" and first is None:
         step = f"no rank waits in a collective: see where each rank is in the stacks above, or {logs}"
     return Verdict(klass, summary, first, waiting, step, ev.job, ev.state, ev.exit_code, ("the hang watch's stacks",))
-
-
-def gather(scheduler: object, name: str, job_id: str) -> Evidence:
-    """Collect a job's evidence: its record's log files and the scheduler's final state.
-
-    ``scheduler`` is the scheduler object (``status`` and ``log_paths``); a scheduler that cannot
-    answer leaves that part empty, and the verdict says what it saw.
-    """
-    import os
-
-    from torchhpc.jobdir.logs import job_log, rank_files
-
-    state, code, reason, hosts = "", None, "", ""
-    try:
-        st = scheduler.status(job_id)  # type: ignore[attr-defined]
-        state, code, reason, hosts = st.state, st.exit_code, st.reason, st.nodes
-    except Exception:  # the verdict works from the logs alone
-        pass
-    try:
-        paths = scheduler.log_paths(job_id)  # type: ignore[attr-defined]
-    except Exception:
-        paths = []
-    log = job_log(name, job_id, output=paths[0] if paths else None)
-    if log is None:
-        return Evidence(state=state, exit_code=code, job=str(Handle(name, job_id)), reason=reason)
-    files = rank_files(log.ranks_dir) if log.ranks_dir else {}
-    lines = log.read(final=True)
-    local = bool(getattr(scheduler, "runs_here", False))
-    if local:  # the local supervisor says which rank ended first, in the job's reason
-        lines = [*lines, Line(None, reason)] if reason else lines
-    nodes = {r: n for r, (_p, n) in files.items()}
-    if not nodes and hosts and "," not in hosts and "[" not in hosts:  # one node: every rank is on it
-        nodes = {ln.rank: hosts for ln in lines if ln.rank is not None}
-    from torchhpc.diagnose.hang import load as load_hang
-    from torchhpc.jobdir.attempts import load_attempts
-
-    where = os.path.dirname(log.ranks_dir) if log.ranks_dir else os.path.dirname(log.output or "")
-    hang = load_hang(where) if where else None
-    return Evidence(
-        attempts=load_attempts(where) if where else [],
-        job_dir=where,
-        hang=hang,
-        flight=post_mortem(where) if where and not hang else (),
-        lines=lines,
-        failed_at=log.failure_order(),
-        rank_logs={r: p for r, (p, _n) in files.items()},
-        nodes=nodes,
-        launcher=log.launcher,
-        local=local,
-        nproc_per_node=log.nproc_per_node,
-        state=state,
-        exit_code=code,
-        job=str(Handle(name, job_id)),
-        reason=reason,
-    )
