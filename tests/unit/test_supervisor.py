@@ -27,7 +27,8 @@ from torchhpc.supervisor import POLICY, RESTART_CLASSES, action_for, load_attemp
 from torchhpc.supervisor.__main__ import parse
 from torchhpc.supervisor.attempts import Attempt, save_attempts
 from torchhpc.supervisor.health import check_here, gate
-from torchhpc.supervisor.loop import Options, Supervisor, _classify, _sizes, choose
+from torchhpc.supervisor.loop import Options, Supervisor, choose
+from torchhpc.supervisor.outcome import classify_attempt, log_sizes
 from torchhpc.supervisor.progress import NoProgress, newest_checkpoint
 from torchhpc.supervisor.resume import restart_args
 from torchhpc.supervisor.show import attempt_lines
@@ -100,14 +101,14 @@ def test_classify_reads_only_what_the_attempt_wrote(tmp_path: Path) -> None:
     old = "Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\nValueError: old attempt\n"
     (ranks / "rank-0@n1.log").write_text(old)
     (ranks / "rank-1@n2.log").write_text("")
-    sizes = _sizes(str(ranks))
+    sizes = log_sizes(str(ranks))
     with open(ranks / "rank-1@n2.log", "a") as f:
         f.write("Traceback (most recent call last):\n  File \"t.py\", line 9, in <module>\nValueError: planted\n")
     with open(ranks / "rank-0@n1.log", "a") as f:
         f.write("RuntimeError: Connection closed by peer\n")
-    out = _classify(str(ranks), sizes, 1)
+    out = classify_attempt(str(ranks), sizes, 1)
     assert (out.klass, out.rank) == ("user-exception", 1) and "planted" in out.detail
-    assert _classify(str(ranks), _sizes(str(ranks)), 1).klass == "unknown"
+    assert classify_attempt(str(ranks), log_sizes(str(ranks)), 1).klass == "unknown"
 
 
 def test_the_command_line_parses() -> None:

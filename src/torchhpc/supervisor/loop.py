@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from torchhpc.core.exitcodes import exit_code_for
@@ -29,6 +29,7 @@ from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.allocation import ipv4
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
 from torchhpc.supervisor.attempts import storm as record_storm
+from torchhpc.supervisor.outcome import Outcome, classify_attempt, log_sizes, wrote
 from torchhpc.supervisor.policy import action_for, why_not
 from torchhpc.supervisor.progress import NoProgress
 from torchhpc.supervisor.resume import restart_args
@@ -59,24 +60,6 @@ class Options:
     on_restart_append: str = ""  # arguments added on attempts after the first (supervisor/resume.py)
     health: bool = True  # the health gate before each attempt (supervisor/health.py)
     min_nodes: Optional[int] = None  # go on with this many nodes at least when no spare is left (--min-nodes)
-
-
-@dataclass
-class Outcome:
-    klass: Optional[str]
-    rc: int
-    dead: list[str] = field(default_factory=list)
-    rank: Optional[int] = None
-    detail: str = ""
-    # A node died, or the supervisor ended a hung step while no stop had been asked for: a stop file
-    # that exists now was made by the ranks' SIGTERM handler as their node or step went down (seen:
-    # the ranks of the dying node itself, before its link was gone), not by a warning. A time-limit
-    # warning at the very moment a node dies is lost with it: the restarted or requeued job runs on.
-    teardown: bool = False
-    found_by: str = "step-end"  # attempts.json's found_by: probe, hang-watch, or the step ended by itself
-    fault: Optional[float] = None  # when the supervisor saw the failure (attempts.json's parts of a recovery)
-    teardown_s: Optional[float] = None
-    first_line: Optional[float] = None
 
 
 def say(text: str) -> None:
@@ -305,7 +288,7 @@ class Supervisor:
         return env
 
     def _attempt(self, attempt: Attempt) -> Outcome:
-        sizes = _sizes(self.ranks_dir)
+        sizes = log_sizes(self.ranks_dir)
         attempt.launched = self.clock()
         extra = restart_args(self.o.on_restart_append, attempt.attempt, say=say)
         if extra:
@@ -332,7 +315,7 @@ class Supervisor:
                 out.first_line = first_line
                 return out
             now = self.clock()
-            if first_line is None and _wrote(self.ranks_dir, sizes):
+            if first_line is None and wrote(self.ranks_dir, sizes):
                 first_line = now  # within POLL_S of the rank's first line
             if now >= next_check:
                 next_check = now + self.o.probe_every
@@ -387,7 +370,7 @@ class Supervisor:
         dead = [h for h in attempt.nodes if not self.alloc.alive(h)]
         if dead:  # the step ended because a node died: Slurm's SIGTERM to the rest made any stop file
             return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True)
-        return _classify(self.ranks_dir, sizes, rc)
+        return classify_attempt(self.ranks_dir, sizes, rc)
 
 
 def choose(allocation: Sequence[str], previous: Sequence[str], usable: Iterable[str], n: int) -> list[str]:
@@ -398,42 +381,6 @@ def choose(allocation: Sequence[str], previous: Sequence[str], usable: Iterable[
     more = [h for h in allocation if h in ok and h not in keep]
     picked = set((keep + more)[:n])
     return [h for h in allocation if h in picked]
-
-
-def _sizes(ranks_dir: str) -> dict[str, int]:
-    from torchhpc.jobdir.logs import rank_files
-
-    out = {}
-    for _rank, (path, _node) in rank_files(ranks_dir).items():
-        try:
-            out[path] = os.path.getsize(path)
-        except OSError:
-            pass
-    return out
-
-
-def _wrote(ranks_dir: str, sizes: dict[str, int]) -> bool:
-    """Whether a rank of this attempt has written a byte (its log grew past ``sizes``)."""
-    return any(n > sizes.get(path, 0) for path, n in _sizes(ranks_dir).items())
-
-
-def _classify(ranks_dir: str, sizes: dict[str, int], rc: int) -> Outcome:
-    """The attempt's class from what each rank wrote during it: the earliest rank with a cause."""
-    from torchhpc.diagnose.classify import first_cause
-    from torchhpc.jobdir.logs import rank_files
-
-    written: list[tuple[float, int, list[str]]] = []
-    for rank, (path, _node) in rank_files(ranks_dir).items():
-        try:
-            with open(path, errors="replace") as f:
-                f.seek(sizes.get(path, 0))
-                lines = f.read().splitlines()
-            mtime = os.path.getmtime(path)
-        except OSError:
-            continue
-        written.append((mtime, rank, lines))
-    klass, first, error = first_cause((r, lines) for _t, r, lines in sorted(written))
-    return Outcome(klass, rc, rank=first, detail=error)
 
 
 def main(opts: Options) -> int:
