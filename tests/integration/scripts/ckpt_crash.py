@@ -1,6 +1,6 @@
 """SIGKILL every rank of an FSDP2 run at random moments while it checkpoints asynchronously every step.
 
-usage: ckpt_crash.py WORK --world 2 --rounds 20 --seed S [--kill-after LO HI] [--tail 5]
+usage: ckpt_crash.py WORK --world 2 --rounds 20 --seed S [--kill-after LO HI] [--tail 5] [--tier memory]
 
 The harness imports torch once and forks the ranks of each round (a real gloo
 group per round, on a fresh port, through ``torchhpc.dist.init``), so a round costs
@@ -12,6 +12,10 @@ background write, the rename, the pruning). After each kill it notes ``latest()`
 checkpoint) and whether a save was caught half written (a ``.tmp`` directory).
 The next round resumes and must land there. A last round runs ``--tail`` steps to
 its end; then an uninterrupted run without checkpoints (the reference) goes as far.
+
+``--tier memory`` saves to the memory tier every step instead (each rank a node of its own under
+``WORK/shm``, so every save also makes a peer copy): ``latest`` is then the newest step whose parts the
+nodes' memory holds between them (own copies and peer copies), what a resume must take.
 
 Rank 0 of each round appends to ``WORK/log``: ``R round step digest`` for the state
 it resumed (``step`` 0: a fresh start), ``S round step digest`` after each step, and
@@ -52,6 +56,7 @@ p.add_argument("--seed", type=int, default=0)
 p.add_argument("--kill-after", type=float, nargs=2, default=(0.0, 1.2), help="seconds after the resume")
 p.add_argument("--tail", type=int, default=5)
 p.add_argument("--step-sleep", type=float, default=0.01)
+p.add_argument("--tier", choices=("disk", "memory"), default="disk")
 a = p.parse_args()
 work = Path(a.work)
 ckpt, log = work / "ckpt", work / "log"
@@ -107,10 +112,13 @@ def rank_main(rank: int, round_: int, stop_at: int | None, save: bool, where: Pa
         if out:
             out.write(f"S {round_} {step} {d} {time.time():.3f}\n")
         if save:
-            handle = checkpoint.save(where, step=step, model=model, optimizer=opt, blocking=False, keep=3)
+            if a.tier == "memory":
+                checkpoint.save(where, step=step, model=model, optimizer=opt, tier="memory")
+            else:
+                checkpoint.save(where, step=step, model=model, optimizer=opt, blocking=False, keep=3)
             if out and pending is not None:
                 out.write(f"P {round_} {pending}\n")  # save() waited for the one before: it is complete
-            pending = handle.step
+            pending = step
         time.sleep(a.step_sleep)
     checkpoint.wait()
     if out and pending is not None:
@@ -130,6 +138,9 @@ def start_round(round_: int, stop_at: int | None, save: bool, where: Path) -> li
                 os.setpgid(0, pids[0] if pids else 0)
                 os.environ.update(RANK=str(rank), WORLD_SIZE=str(a.world), LOCAL_RANK=str(rank),
                                   LOCAL_WORLD_SIZE=str(a.world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                if a.tier == "memory":  # each rank a node: its shared memory a directory of WORK/shm
+                    os.environ.update(TORCHHPC_NODE_NAME=f"n{rank}", TORCHHPC_SHM_DIR=str(work / "shm"),
+                                      TORCHELASTIC_RUN_ID="crash")
                 rank_main(rank, round_, stop_at, save, where)
             except BaseException as e:
                 print(f"rank {rank} of round {round_}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
@@ -148,6 +159,24 @@ def start_round(round_: int, stop_at: int | None, save: bool, where: Path) -> li
 
 def reap(pids: list[int]) -> list[int]:
     return [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+
+
+def newest_complete(where: Path) -> int:
+    """The step a resume must land on: on disk, the newest complete checkpoint; in memory, the newest step whose
+    files (``files.json``) the nodes hold between them, own and peer copies (torchhpc.dist.memtier)."""
+    if a.tier == "disk":
+        found = checkpoint.latest(where)
+        return int(found.name.split("-")[1].split(".")[0]) if found else 0
+    held: dict[int, set[str]] = {}
+    listing: dict[int, set[str]] = {}
+    for d in (work / "shm").glob("torchhpc-crash-*/*/*"):
+        if not d.is_dir() or d.name.startswith("."):
+            continue
+        step = int(d.name.split("-")[1].split(".")[0])
+        held.setdefault(step, set()).update(f.name for f in d.iterdir())
+        if (d / "files.json").exists():
+            listing[step] = set(json.loads((d / "files.json").read_text()))
+    return max((s for s, names in held.items() if s in listing and listing[s] <= names), default=0)
 
 
 def lines(kind: str) -> list[list[str]]:
@@ -171,11 +200,11 @@ for r in range(a.rounds):
     time.sleep(wait_s)
     os.killpg(pids[0], signal.SIGKILL)
     codes = reap(pids)
-    latest = checkpoint.latest(ckpt)
+    torn_in = ckpt if a.tier == "disk" else work / "shm"
     rounds.append({
         "round": r, "phase": phase, "killed_after_s": round(time.monotonic() - t0, 3), "exit_codes": codes,
-        "latest": int(latest.name.split("-")[1].split(".")[0]) if latest else 0,
-        "torn": sorted(q.name for q in ckpt.glob(".ckpt-*.tmp")) if ckpt.exists() else [],
+        "latest": newest_complete(ckpt),
+        "torn": sorted(q.name for q in torn_in.rglob(".ckpt-*.tmp")) if torn_in.exists() else [],
         "published": max((int(x[2]) for x in lines("P") if int(x[1]) == r), default=None),
     })
 last = rounds[-1]["latest"] if rounds else 0
@@ -189,5 +218,9 @@ assert codes == [0] * a.world, f"the reference run failed: {codes}"
 reference = {int(x[2]): x[3] for x in lines("S")}
 reference[0] = next(x[3] for x in lines("R"))
 log.write_text(ref_log)
+if a.tier == "memory":  # the job's end, as the local scheduler ends one: the newest memory step to disk, memory freed
+    from torchhpc.jobdir.shm import release
+
+    release("crash", str(work / "shm"))
 (work / "report.json").write_text(json.dumps({"rounds": rounds, "reference": reference, "reached": reached}, indent=1))
 print(f"{a.rounds} kills, reached step {reached}", flush=True)
