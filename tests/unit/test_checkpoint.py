@@ -234,7 +234,7 @@ def test_the_checkpoint_group_is_its_own_and_outlives_no_default_group() -> None
 def test_whole_tensors_are_dealt_out_once_and_evenly_for_async_copies() -> None:
     """Each rank stages only its share of the tensors every rank holds whole (DDP): together exactly all of
     them, each once, the bytes about even; everything that is not a plain tensor stays on every rank."""
-    from torchhpc.dist.checkpoint_state import _share, state_of
+    from torchhpc.dist.checkpoint_state import share as _share, state_of
 
     class Odd(torch.Tensor):  # a subclass (as ShardedTensor is): per-rank data, never dealt out
         pass

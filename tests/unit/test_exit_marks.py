@@ -156,7 +156,10 @@ def test_the_batch_supervisor_completes_an_attempt_whose_rank_hangs_at_exit(tmp_
     assert Supervisor(opts, env=env).run() == 0
     [attempt] = load_attempts(str(tmp_path))
     assert attempt["class"] is None, attempt
-    assert attempt["detail"].startswith("rank 0 stopped ") and "after its program ended: late (" in attempt["detail"], attempt
+    # where in the program py-spy found it: late() as a rule; at load its sample can land in the interpreter's
+    # finalization, which py-spy shows as the module's first line (seen side by side with the quick tier)
+    assert attempt["detail"].startswith("rank 0 stopped ") and "after its program ended: " in attempt["detail"], attempt
+    assert "late (<string>:3)" in attempt["detail"] or "<module> (<string>:" in attempt["detail"], attempt
 
 
 def test_a_rank_in_its_teardown_gets_the_exit_grace_even_without_a_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

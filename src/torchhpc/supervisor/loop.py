@@ -293,16 +293,16 @@ class Supervisor:
         extra = restart_args(self.o.on_restart_append, attempt.attempt, say=say)
         if extra:
             say(f"attempt {attempt.attempt} adds to the program: {' '.join(extra)}")
+        watch = self._hang_watch(attempt)
+        if watch is not None:  # the marks of the ranks' return (boot/sitecustomize.py) are per attempt: cleared
+            from torchhpc.diagnose import exits  # before the step starts (after, at load, a quick rank's was lost)
+
+            exits.clear(self.o.job_dir)
         # "$@": the rendered step ends its launch line with it when --on-restart-append is given
         proc = self.alloc.start_step(["bash", "-c", '_torchhpc_step "$@"', "_torchhpc_step", *extra], self._env(attempt))
         first_line: Optional[float] = None
         misses = dict.fromkeys(attempt.nodes, 0)
         next_check = self.clock() + self.o.probe_every
-        watch = self._hang_watch(attempt)
-        if watch is not None:  # the marks of the ranks' return (boot/sitecustomize.py) are per attempt
-            from torchhpc.diagnose import exits
-
-            exits.clear(self.o.job_dir)
         while True:
             try:
                 rc = proc.wait(timeout=POLL_S)
