@@ -234,7 +234,7 @@ def test_the_checkpoint_group_is_its_own_and_outlives_no_default_group() -> None
 def test_whole_tensors_are_dealt_out_once_and_evenly_for_async_copies() -> None:
     """Each rank stages only its share of the tensors every rank holds whole (DDP): together exactly all of
     them, each once, the bytes about even; everything that is not a plain tensor stays on every rank."""
-    from torchhpc.dist.checkpoint_state import share as _share, state_of
+    from torchhpc.dist.checkpoint_state import share, state_of
 
     class Odd(torch.Tensor):  # a subclass (as ShardedTensor is): per-rank data, never dealt out
         pass
@@ -249,7 +249,7 @@ def test_whole_tensors_are_dealt_out_once_and_evenly_for_async_copies() -> None:
         return {where: node}
 
     everything = leaves(state)
-    shares = [leaves(_share(state, r, 3)) for r in range(3)]
+    shares = [leaves(share(state, r, 3)) for r in range(3)]
     plain = {k for k, v in everything.items() if type(v) is torch.Tensor}
     for k in plain:
         assert sum(k in sh for sh in shares) == 1, k
