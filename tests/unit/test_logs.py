@@ -140,6 +140,14 @@ def test_first_traceback_per_rank_ordered_by_position_or_failure_time() -> None:
     assert not first_tracebacks([Line(0, "fine")])
 
 
+def test_a_stdout_line_merged_into_a_traceback_does_not_end_it() -> None:
+    """A rank's stdout and stderr are two pipes: at load, a line the program printed before it raised can arrive
+    between the traceback's lines (run 3 of issue 66: `logs --errors` ended the block at "index 0" and lost
+    "ValueError: bad value"). The exception line still ends the block; the stdout line is not part of it."""
+    merged = [TB[0], TB[1], "index 0", *TB[2:]]
+    assert first_tracebacks([Line(0, t) for t in merged]).by_rank == ((0, tuple(TB)),)
+
+
 def test_chained_traceback_is_one_block() -> None:
     texts = [*TB, "", "During handling of the above exception, another exception occurred:", "", *TB[:3], "KeyError: 'k'", "after"]
     tbs = first_tracebacks([Line(2, t) for t in texts])

@@ -281,6 +281,8 @@ _TB_START = "Traceback (most recent call last):"
 # source line, a caret, then the error (python x.py with a SyntaxError in x.py)
 SYNTAX_FILE = re.compile(r'^\s*File "([^"]+)", line (\d+)\s*$')
 SYNTAX_ERROR = re.compile(r"^(?:SyntaxError|IndentationError|TabError)(?::|$)")
+# A traceback's last line: "ValueError: bad", "KeyboardInterrupt"; not stdout's "index 0", merged in between
+_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::.*)?$")
 _TB_CHAIN = (
     "During handling of the above exception, another exception occurred:",
     "The above exception was the direct cause of the following exception:",
@@ -320,8 +322,7 @@ def compile_error_end(texts: Sequence[str], start: int) -> int:
 
 
 def _first_traceback(texts: Sequence[str]) -> tuple[int, tuple[str, ...]] | None:
-    """(index of its first line, its lines) of the first traceback in one rank's lines (a compile
-    report of a SyntaxError counts as one)."""
+    """(index of its first line, its lines) of the first traceback in one rank's lines (a SyntaxError's report too)."""
     for start, text in enumerate(texts):
         end = compile_error_end(texts, start)
         if end >= 0:
@@ -329,15 +330,19 @@ def _first_traceback(texts: Sequence[str]) -> tuple[int, tuple[str, ...]] | None
         if text.strip() != _TB_START:
             continue
         indent = len(text) - len(text.lstrip())
-        block = [text]
+        block, other = [text], 0
         i = start + 1
         while i < len(texts):
             t = texts[i]
             body = t[indent:] if t[:indent].strip() == "" else t
-            block.append(t)
             i += 1
             if body.startswith((" ", "\t")) or body.strip() == _TB_START:
+                block.append(t)
                 continue
+            if not _EXC_LINE.match(body.strip()) and other < 20:  # stdout's line, merged in at load: skipped
+                other += 1
+                continue
+            block.append(t)
             # the exception line; a chained traceback may follow after a blank line
             j = i
             while j < len(texts) and not texts[j].strip():
