@@ -6,6 +6,7 @@ own copy of the off words: held equal here."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,18 @@ BOOT = "boot/sitecustomize.py"  # stdlib only: a copy, held equal below
 NOT_SWITCHES = {"schedulers/kubernetes/yaml_text.py"}
 
 
-def word_sets(path: Path) -> list[tuple[int, set[str]]]:
+def sources(root: Path, homes: set[str]) -> Iterator[tuple[str, ast.AST]]:
+    """(path relative to ``root``, parsed module) of every module below ``root`` but the ``homes``."""
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel not in homes:
+            yield rel, ast.parse(path.read_text())
+
+
+def word_sets(tree: ast.AST) -> list[tuple[int, set[str]]]:
     """Literal tuples, sets and lists of strings that hold "off" beside another off word."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
         if isinstance(node, (ast.Tuple, ast.Set, ast.List)):
             words = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
             if "off" in words and words & {"0", "false", "no", "none"}:
@@ -33,13 +42,8 @@ def word_sets(path: Path) -> list[tuple[int, set[str]]]:
 
 
 def off_word_copies(root: Path) -> list[str]:
-    out = []
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root).as_posix()
-        if rel in HOME | NOT_SWITCHES | {BOOT}:
-            continue
-        out += [f"{rel}:{line}: {sorted(words)}" for line, words in word_sets(path)]
-    return out
+    return [f"{rel}:{line}: {sorted(words)}" for rel, tree in sources(root, HOME | NOT_SWITCHES | {BOOT})
+            for line, words in word_sets(tree)]
 
 
 def test_the_off_words_live_in_core_units_only() -> None:
@@ -52,16 +56,14 @@ def test_a_planted_copy_is_found(tmp_path: Path) -> None:
 
 
 def test_the_boots_copy_is_the_same_words() -> None:
-    [(_, words)] = [w for w in word_sets(SRC / BOOT)]
+    [(_, words)] = [w for w in word_sets(ast.parse((SRC / BOOT).read_text()))]
     assert words == set(OFF_WORDS)
 
 
 def test_the_exit_table_is_imported_from_its_home() -> None:
     """No module re-exports EXIT_CODES or exit_code_for, and none imports them from anywhere else."""
     bad = []
-    for path in sorted(SRC.rglob("*.py")):
-        rel = path.relative_to(SRC).as_posix()
-        tree = ast.parse(path.read_text())
+    for rel, tree in sources(SRC, set()):
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module != "torchhpc.core.exitcodes":
                 bad += [f"{rel}: from {node.module} import {a.name}" for a in node.names
@@ -100,15 +102,8 @@ FILE_NAMES = ("end.json", "attempts.json", "checkpoint.json", "hang.json", "reco
 
 
 def file_name_literals(root: Path) -> list[str]:
-    out = []
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root).as_posix()
-        if rel in ("jobdir/layout.py", BOOT):
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and node.value in FILE_NAMES:
-                out.append(f"{rel}:{node.lineno}: {node.value!r}")
-    return out
+    return [f"{rel}:{node.lineno}: {node.value!r}" for rel, tree in sources(root, {"jobdir/layout.py", BOOT})
+            for node in ast.walk(tree) if isinstance(node, ast.Constant) and node.value in FILE_NAMES]
 
 
 def test_job_directory_files_are_named_in_the_layout_module_only() -> None:
@@ -135,11 +130,8 @@ def test_the_boot_finds_the_job_directory_as_the_package_does(environ: dict[str,
 def inline_handles(root: Path) -> list[str]:
     """f-strings that spell a handle themselves: ``{name}:{job_id}``, ``local:{job_id}`` (core/handle.py's job)."""
     out = []
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root).as_posix()
-        if rel == "core/handle.py":
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
+    for rel, tree in sources(root, {"core/handle.py"}):
+        for node in ast.walk(tree):
             if not isinstance(node, ast.JoinedStr):
                 continue
             parts = node.values
