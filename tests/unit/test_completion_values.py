@@ -12,7 +12,8 @@ import pytest
 
 from tests.conftest import missing
 from torchhpc.cli.main import main
-from torchhpc.core.spec import LAUNCHERS, RUNTIMES
+from torchhpc.core.launcher_kind import LAUNCHERS
+from torchhpc.core.spec import RUNTIMES
 from torchhpc.profiles import list_profiles
 from torchhpc.schedulers import scheduler_names
 

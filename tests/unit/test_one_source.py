@@ -18,7 +18,8 @@ import pytest
 
 from tests.conftest import REPO
 from tests.fakes import FakeRunner
-from torchhpc.core.spec import Entrypoint, JobSpec, LauncherKind
+from torchhpc.core.launcher_kind import LauncherKind
+from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import SpecError
 from torchhpc.jobdir.logs import filter_rank, parse_line
 from torchhpc.launchers import LAUNCHERS, MPIRUN, SRUN, TORCHRUN, launcher_of

@@ -10,7 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from torchhpc.core.spec import LAUNCHERS, RUNTIMES, JobSpec
+from torchhpc.core.launcher_kind import LAUNCHERS
+from torchhpc.core.spec import RUNTIMES, JobSpec
 
 # Flags that may also follow the program (``torchhpc run ... train.py --wait``).
 # Everything else after the program belongs to the program; ``--`` ends our flags.

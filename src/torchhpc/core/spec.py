@@ -3,7 +3,8 @@
 A :class:`JobSpec` says *what* the user wants (entrypoint, geometry, resources,
 launcher, container, scheduler options); schedulers and launchers turn it into
 *how*. Validation lives here so every path rejects the same bad input with the
-same message.
+same message. The launcher's typed name, :class:`~torchhpc.core.launcher_kind.LauncherKind`,
+is a vocabulary of its own (core/launcher_kind.py).
 """
 
 from __future__ import annotations
@@ -12,60 +13,26 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from enum import Enum
-from typing import Literal, Optional, Union
+from typing import Literal, Optional
 
 from torchhpc.core.array import ArraySpec, check_placeholders, parse_array
 from torchhpc.core.depend import Dependency
 from torchhpc.core.gpus import requested_geometry_error
 from torchhpc.core.handle import Handle
+from torchhpc.core.launcher_kind import LauncherKind
 from torchhpc.core.units import parse_size, parse_timeout, parse_walltime
 from torchhpc.core.validate import check_name, check_value
 from torchhpc.errors import SpecError
 
 __all__ = [
-    "LAUNCHERS",
     "RUNTIMES",
     "ContainerSpec",
     "Entrypoint",
     "JobSpec",
-    "LauncherKind",
     "default_python",
 ]
 
 
-class LauncherKind(str, Enum):
-    """Which launcher starts the ranks: the typed value a :class:`JobSpec` carries.
-
-    A ``str`` enum, so records and job scripts still read ``srun``; the CLI and the
-    API take plain strings and convert once, here (:meth:`parse`). What each launcher
-    *does* lives in :mod:`torchhpc.launchers` (``get_launcher(spec.launcher)``); the one
-    fact stated here is the geometry, because :class:`JobSpec` validates it.
-    """
-
-    TORCHRUN = "torchrun"
-    SRUN = "srun"
-    MPIRUN = "mpirun"
-
-    def __str__(self) -> str:  # f"{kind}" is "srun" on every Python, not "LauncherKind.SRUN"
-        return str(self.value)
-
-    @property
-    def per_node(self) -> bool:
-        """One task per node that forks the node's processes (torchrun), else one task per process."""
-        return self is LauncherKind.TORCHRUN
-
-    @classmethod
-    def parse(cls, value: Union[str, LauncherKind], source: str = "--launcher") -> LauncherKind:
-        try:
-            return cls(value)
-        except ValueError:
-            raise SpecError(
-                f"{source} {value!r} is not a launcher", f"choose one of: {', '.join(k.value for k in cls)}"
-            ) from None
-
-
-LAUNCHERS = tuple(k.value for k in LauncherKind)
 RUNTIMES = ("apptainer", "singularity", "pyxis", "enroot", "docker", "podman", "charliecloud")
 EntryKind = Literal["script", "module", "command"]
 

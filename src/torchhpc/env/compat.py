@@ -25,7 +25,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from torchhpc.core.spec import JobSpec, LauncherKind
+from torchhpc.core.launcher_kind import LauncherKind
+from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import counted
 from torchhpc.env.base import DistEnv
 from torchhpc.errors import SpecError

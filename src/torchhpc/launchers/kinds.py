@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from torchhpc.core.spec import JobSpec, LauncherKind
+from torchhpc.core.launcher_kind import LauncherKind
+from torchhpc.core.spec import JobSpec
 from torchhpc.errors import SpecError
 from torchhpc.launchers.builders import mpirun_argv, srun_argv, torchrun_argv
 from torchhpc.launchers.tags import Tag, mpirun_tag, srun_tag, torchrun_tag
