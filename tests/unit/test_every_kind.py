@@ -20,7 +20,8 @@ from tests.conftest import REPO
 from torchhpc.diagnose.evidence import Evidence
 from torchhpc.diagnose.readback import TaskVerdicts, read_back
 from torchhpc.errors import UsageError
-from torchhpc.jobdir.logs import TASK_END, first_tracebacks, parse_line, task_text
+from torchhpc.jobdir.logs import TASK_END, parse_line, task_text
+from torchhpc.jobdir.tracebacks import first_tracebacks
 
 ARRAY_LOG = """\
 [task 0] [rank0]: starting

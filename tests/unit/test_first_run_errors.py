@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from torchhpc.diagnose.classify import classify_text, user_file
 from torchhpc.diagnose.hang import user_frame
-from torchhpc.jobdir.logs import Line, first_tracebacks
+from torchhpc.jobdir.logs import Line
+from torchhpc.jobdir.tracebacks import first_tracebacks
 
 SYNTAX = ['  File "/home/u/train.py", line 3', "    def f(:", "          ^", "SyntaxError: invalid syntax"]
 INDENT = ['  File "/home/u/train.py", line 7', "    return x", "IndentationError: unexpected indent"]

@@ -16,7 +16,6 @@ from torchhpc.jobdir.logs import (
     MAX_RANKS,
     JobLog,
     Line,
-    first_tracebacks,
     format_ranks,
     log_text,
     parse_line,
@@ -24,6 +23,7 @@ from torchhpc.jobdir.logs import (
     rank_files,
     select,
 )
+from torchhpc.jobdir.tracebacks import first_tracebacks
 
 
 @pytest.mark.parametrize(

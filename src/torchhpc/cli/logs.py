@@ -25,13 +25,13 @@ from torchhpc.jobdir.logs import (
     MAX_RANKS,
     JobLog,
     Line,
-    first_tracebacks,
     format_ranks,
     job_log,
     parse_ranks,
     select,
 )
 from torchhpc.jobdir.record import read_record
+from torchhpc.jobdir.tracebacks import first_tracebacks
 from torchhpc.schedulers.api import Scheduler
 
 # How often -f looks for new lines and asks the scheduler whether the job ended.

@@ -14,7 +14,8 @@ import signal
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Optional
 
-from torchhpc.jobdir.logs import SYNTAX_FILE, Line, compile_error_end, parse_ranks
+from torchhpc.jobdir.logs import Line, parse_ranks
+from torchhpc.jobdir.tracebacks import SYNTAX_FILE, compile_error_end
 
 __all__ = ["CLASSES", "classify_text", "first_cause", "launcher_events", "native_crashes", "node_failure_words",
            "time_limit_words"]
