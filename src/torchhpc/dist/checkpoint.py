@@ -30,14 +30,15 @@ also beside NCCL). At most one save is in flight: the next ``save``, ``resume``,
 Single-file checkpoints ``ckpt-NNNNNNNNN.pt`` from before DCP still resume; the
 newest of either kind wins. A checkpoint that fails to load on any rank is skipped
 by every rank for the one before it.
+
+The files (names, publish, prune, ``checkpoint.json``) are :mod:`torchhpc.dist.checkpoint_files`'s;
+the calls into torch are :mod:`torchhpc.dist.checkpoint_state`'s.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
-import re
-import shutil
 import sys
 import threading
 import time
@@ -45,14 +46,10 @@ from pathlib import Path
 from typing import Any
 
 import torchhpc.dist.checkpoint_state as cs
+from torchhpc.dist.checkpoint_files import META, clear_stale, entries, latest, list_checkpoints, publish, tell_supervisor
 from torchhpc.errors import UsageError
 
 __all__ = ["META", "AsyncSave", "Checkpointer", "default", "latest", "list_checkpoints", "resume", "save", "save_async", "wait"]
-
-META = "torchhpc.pt"  # beside DCP's files: step, world size, RNG states, scheduler, extra keys
-_DIR = re.compile(r"^ckpt-(\d{9})$")
-_FILE = re.compile(r"^ckpt-(\d{9})\.pt$")  # the single-file kind, written before DCP
-_HISTORY = 64  # completions kept in checkpoint.json (torchhpc events' account reads them)
 
 
 class AsyncSave:
@@ -81,108 +78,6 @@ class AsyncSave:
 
     def __repr__(self) -> str:
         return f"AsyncSave(step={self.step}, done={self.done()})"
-
-
-def _entries(d: Path) -> list[tuple[int, int, Path]]:
-    out: list[tuple[int, int, Path]] = []
-    try:
-        names = os.listdir(d)
-    except OSError:
-        return out
-    for name in names:
-        p = d / name
-        m = _DIR.match(name)
-        if m and (p / ".metadata").is_file() and (p / META).is_file():
-            out.append((int(m.group(1)), 1, p))  # at one step the directory sorts after the file: it wins
-            continue
-        m = _FILE.match(name)
-        if m and p.is_file():
-            out.append((int(m.group(1)), 0, p))
-    return sorted(out)
-
-
-def list_checkpoints(directory: str | os.PathLike[str]) -> list[Path]:
-    """The complete checkpoints in ``directory``, oldest first (both kinds)."""
-    return [p for _, _, p in _entries(Path(directory))]
-
-
-def latest(directory: str | os.PathLike[str]) -> Path | None:
-    ckpts = list_checkpoints(directory)
-    return ckpts[-1] if ckpts else None
-
-
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _discard(p: Path) -> None:
-    """Remove a checkpoint so that no half-deleted one ever carries a complete name."""
-    if p.is_dir():
-        aside = p.with_name(f".{p.name}.{os.getpid()}.del")
-        os.replace(p, aside)
-        shutil.rmtree(aside, ignore_errors=True)
-    else:
-        p.unlink(missing_ok=True)
-
-
-def _clear_stale(d: Path, keep: Path) -> None:
-    """Temporary and half-deleted entries of saves that were killed (ours and the old helper's)."""
-    for p in d.glob(".ckpt-*"):
-        if p != keep and (p.name.endswith((".tmp", ".del")) or ".pt.tmp-" in p.name):
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-
-
-def _publish(tmp: Path, final: Path, step: int, keep: int) -> Path:
-    """Rank 0, once every rank's write is done: make the checkpoint visible, tell, prune."""
-    _fsync_dir(tmp)
-    if final.exists():  # the same step saved again (a rerun): the new one replaces it
-        _discard(final)
-    os.replace(tmp, final)
-    _fsync_dir(final.parent)
-    _tell_supervisor(step, final)
-    for old in list_checkpoints(final.parent)[:-keep] if keep > 0 else []:
-        _discard(old)
-    return final
-
-
-def _tell_supervisor(step: int, path: Path | None, tier: str = "disk", resumed: bool = False) -> None:
-    """``<job dir>/checkpoint.json``: the newest step, for the supervisor's no-progress stop
-    (torchhpc.supervisor.progress); the last completions (step, time, tier) and resumes (time, step, where
-    from) for ``torchhpc events``' account (steps lost per incident). ``path``: the disk tier's newest (kept
-    as it was by a memory save). Only inside a torchhpc job; a courtesy that never fails a save."""
-    import json
-
-    from torchhpc.jobdir.layout import CHECKPOINT, job_dir_of
-
-    job_dir = job_dir_of()
-    if not job_dir or not os.path.isdir(job_dir):
-        return
-    marker = os.path.join(job_dir, CHECKPOINT)
-    now = time.time()
-    try:
-        with open(marker) as f:
-            old = json.load(f)
-        old = old if isinstance(old, dict) else {}
-    except (OSError, ValueError):
-        old = {}
-    history = [list(x) for x in old.get("completed") or []][-(_HISTORY - 1):]
-    resumes = [list(x) for x in old.get("resumed") or []][-(_HISTORY - 1):]
-    if resumed:
-        new = {**old, "resumed": [*resumes, [now, step, tier]]}
-    else:
-        new = {**old, "step": step, "time": now, "completed": [*history, [step, now, tier]]}
-        new["path"] = str(path) if tier == "disk" and path is not None else old.get("path", "")
-    tmp = f"{marker}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w") as f:
-            json.dump(new, f)
-        os.replace(tmp, marker)
-    except OSError:
-        pass
 
 
 class Checkpointer:
@@ -222,12 +117,12 @@ class Checkpointer:
         pg, rank, meta = self._begin(step, model, optimizer, scheduler, loader, extra)
         if tier == "memory":  # returns after the copy to host memory; the process's end waits for the rest
             self._watch_exit()
-            told = (lambda: _tell_supervisor(step, None, "memory")) if rank == 0 else None
+            told = (lambda: tell_supervisor(step, None, "memory")) if rank == 0 else None
             where: Path = self.memory().save(directory, step, cs.state_of(model, optimizer), meta, pg, done=told)
             return where
         tmp, final = self._stage(Path(directory), step, rank, meta)
         cs.write(cs.state_of(model, optimizer), tmp, pg)
-        path = _publish(tmp, final, step, keep) if rank == 0 else None
+        path = publish(tmp, final, step, keep) if rank == 0 else None
         cs.barrier(pg)  # every rank sees the new checkpoint when save returns
         return path
 
@@ -245,7 +140,7 @@ class Checkpointer:
             try:
                 f.result()
                 if rank == 0:
-                    _publish(tmp, final, step, keep)
+                    publish(tmp, final, step, keep)
             except BaseException as e:
                 handle._finish(e)
             else:
@@ -281,7 +176,7 @@ class Checkpointer:
         tmp = d / f".{final.name}.{meta['token']}.tmp"
         if rank == 0:
             d.mkdir(parents=True, exist_ok=True)
-            _clear_stale(d, keep=tmp)
+            clear_stale(d, keep=tmp)
             tmp.mkdir(exist_ok=True)  # another rank's writer may have made it already
             cs.write_file(tmp / META, {k: v for k, v in meta.items() if k != "token"})
         return tmp, final
@@ -321,7 +216,7 @@ class Checkpointer:
 
         found = resume_memory(directory, pg)  # the newest memory checkpoint the nodes hold between them
         on_disk = list_checkpoints(directory)
-        newest = _entries(Path(directory))[-1][0] if on_disk else -1
+        newest = entries(Path(directory))[-1][0] if on_disk else -1
         candidates = [(p, "disk") for p in on_disk]
         if found is not None and found[0] >= newest:
             candidates.append((found[1], found[2]))  # tried first: as new as the disk's newest, and in memory
@@ -361,7 +256,7 @@ class Checkpointer:
                 cs.set_rng_state(rngs[rank % len(rngs)])
             if rank == 0:
                 print(f"torchhpc: resumed step {meta['step']} from {_FROM[tier]}: {path}", file=sys.stderr, flush=True)
-                _tell_supervisor(int(meta["step"]), None, tier, resumed=True)
+                tell_supervisor(int(meta["step"]), None, tier, resumed=True)
             return {"step": meta["step"], "path": str(path), "world_size": meta.get("world_size"), "tier": tier,
                     **(meta.get("extra") or {})}
         return {}
