@@ -5,7 +5,7 @@ whose last frame is in the standard library (the user's own deepest frame is nam
 from __future__ import annotations
 
 from torchhpc.diagnose.classify import classify_text, user_file
-from torchhpc.diagnose.hang import user_frame
+from torchhpc.diagnose.hang_verdict import user_frame
 from torchhpc.jobdir.logs import Line
 from torchhpc.jobdir.tracebacks import first_tracebacks
 

@@ -19,7 +19,7 @@ import pytest
 
 from torchhpc.diagnose.flight import FR_DIR, Finding, analyse, load_dumps, members, post_mortem
 from torchhpc.diagnose.groups import chain, departs
-from torchhpc.diagnose.hang import culprit, why_unread
+from torchhpc.diagnose.hang_verdict import culprit, why_unread
 from torchhpc.diagnose.probe import RankStack, why_no_stack
 
 DATA = Path(__file__).parent.parent / "data" / "flight_recorder"
@@ -166,7 +166,7 @@ def test_the_hang_watch_names_the_root_with_the_stacks_as_corroboration(tmp_path
     import time
 
     from torchhpc.diagnose.evidence import Evidence
-    from torchhpc.diagnose.hang import with_flight
+    from torchhpc.diagnose.hang_verdict import with_flight
     from torchhpc.diagnose.verdict import diagnose
 
     fr = tmp_path / FR_DIR

@@ -13,13 +13,8 @@ from typing import Any
 
 import pytest
 
-from torchhpc.diagnose.hang import (
-    culprit,
-    in_collective,
-    quiet_for,
-    render,
-    user_frame,
-)
+from torchhpc.diagnose.hang import quiet_for
+from torchhpc.diagnose.hang_verdict import culprit, exiting, in_collective, render, user_frame
 from torchhpc.diagnose.probe import RankStack, parse_py_spy
 
 WAITING = """Process 4242: /opt/venv/bin/python planted_hang.py 3
@@ -121,7 +116,7 @@ def test_a_quiet_exit_is_not_a_hang_until_its_grace_is_spent(tmp_path: Path, mon
     monkeypatch.setattr(hang, "probe_job", hang.probe_job)
     monkeypatch.setattr(hang, "with_flight", lambda v, _d, wait=5.0: v)
     stacks = [RankStack(0, "n1", 10, 0.0, TEARDOWN), RankStack(1, "n1", 11, 0.0, JOINING)]
-    assert hang.exiting(TEARDOWN) and hang.exiting(JOINING) and not hang.exiting(parse_py_spy(SLEEPING))
+    assert exiting(TEARDOWN) and exiting(JOINING) and not exiting(parse_py_spy(SLEEPING))
     watch, acted, said, t = _watch_with(tmp_path, stacks)
     assert watch.check("RUNNING", now=t + 46) is None and not acted and not watch.fired
     assert said == ["torchhpc: hang: ranks 0-1 quiet for 46s in their exit: not a hang yet (up to 90 s more)"]

@@ -10,7 +10,8 @@ from dataclasses import asdict
 from typing import Any
 
 from torchhpc.diagnose.evidence import Evidence
-from torchhpc.diagnose.hang import HangWatch, culprit, render
+from torchhpc.diagnose.hang import HangWatch
+from torchhpc.diagnose.hang_verdict import culprit, render
 from torchhpc.diagnose.probe import RankStack
 from torchhpc.diagnose.verdict import diagnose
 from torchhpc.jobdir.logs import Line
@@ -67,7 +68,7 @@ def test_a_flight_recorder_culprit_replaces_the_stacks_guess(tmp_path: Any) -> N
     import pickle
 
     from torchhpc.diagnose import flight
-    from torchhpc.diagnose.hang import with_flight
+    from torchhpc.diagnose.hang_verdict import with_flight
 
     backward = (("_engine_run_backward", "torch/autograd/graph.py", 979), ("training_step", "/home/u/t.py", 40))
     stacks = [RankStack(0, "localhost", 100, 0.0, backward), RankStack(1, "localhost", 101, 0.0, SLEEP)]

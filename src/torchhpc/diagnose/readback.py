@@ -100,7 +100,7 @@ def _one(ev: Evidence) -> Verdict:
 def _with_stacks(v: Verdict, ev: Evidence) -> Verdict:
     """A hang's next step names where each rank is and the file that holds every stack, in place of "the
     stacks above", which no reader printed (hang.json is the watch's record, diagnose/hang.py)."""
-    from torchhpc.diagnose.hang import user_frame
+    from torchhpc.diagnose.hang_verdict import user_frame
 
     stacks = [s for s in (ev.hang or {}).get("stacks", ()) if isinstance(s, dict) and s.get("frames")]  # type: ignore[attr-defined]
     if not stacks or "stacks above" not in v.next_step:

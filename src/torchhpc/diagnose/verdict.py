@@ -313,7 +313,7 @@ def _cancelled(ev: Evidence, ranks: tuple[int, ...], ran: bool) -> tuple[str, st
 
 def _hang_verdict(ev: Evidence) -> Verdict:
     """The verdict from the hang watch's record: the culprit rank, its stack, the ranks that waited."""
-    from torchhpc.diagnose.hang import collective, user_frame
+    from torchhpc.diagnose.hang_verdict import collective, user_frame
 
     h = ev.hang or {}
     stacks = {int(s["rank"]): s for s in h.get("stacks", ()) if isinstance(s, dict)}  # type: ignore[attr-defined]

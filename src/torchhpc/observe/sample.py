@@ -10,7 +10,7 @@ the local scheduler), it finds the job's rank processes in ``/proc`` as the hang
   --idle`` (one py-spy per rank for the whole window: starting a ``py-spy dump`` per sample costs
   far more; ``--nonblocking`` never pauses the rank; ``--idle`` keeps the samples where the rank
   waits, which are the ones that matter), and counts the samples inside a torch.distributed
-  collective with the hang watch's frame finder (:func:`torchhpc.diagnose.hang.collective`);
+  collective with the hang watch's frame finder (:func:`torchhpc.diagnose.hang_verdict.collective`);
 * asks ``nvidia-smi`` (per process and per GPU) or ``rocm-smi`` (per card, by ``LOCAL_RANK``)
   for GPU utilization and memory, only where the tool exists on the node.
 
@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from torchhpc.diagnose.hang import collective
+from torchhpc.diagnose.hang_verdict import collective
 from torchhpc.diagnose.probe import _cpu_ticks, _environ, _py_spy, find_ranks, node_args
 
 __all__ = ["RankSample", "gpu_by_pid", "parse_raw", "sample"]
