@@ -11,6 +11,8 @@ only data and parsers: directives, the job id's variable, the host list, the lau
 warned before the end (Slurm signals; PBS does not, the script keeps a timer), the submit argv.
 
 The script's own variables start with ``_torchhpc_`` (refused in ``--env``): a user's are never overwritten.
+The stop protocol's helpers are written by :mod:`~torchhpc.schedulers.batch.stop`, the launch under the
+in-allocation supervisor by :mod:`~torchhpc.schedulers.batch.supervised`.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import sys
 from abc import abstractmethod
 from typing import Any, ClassVar
 
-from torchhpc.core.shell import Raw, join, quote, split_words, wrap_command
-from torchhpc.core.spec import JobSpec, default_python
+from torchhpc.core.shell import wrap_command
+from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import counted
 from torchhpc.errors import SchedulerError
 from torchhpc.jobdir.files import keep, make_dirs, write_new, write_same
@@ -40,34 +42,13 @@ from torchhpc.schedulers.batch.script import (
     script_path,
 )
 from torchhpc.schedulers.batch.step import array_lines, launch_breaks
+from torchhpc.schedulers.batch.stop import indent, stop_helper_lines
+from torchhpc.schedulers.batch.supervised import supervised_lines
 
-__all__ = ["PREFIX", "WAIT_LINES", "BatchScheduler", "stop_file"]
+__all__ = ["PREFIX", "BatchScheduler"]
 
 # Shell variables of the script itself (never a user's): see the module docstring.
 PREFIX = "_torchhpc_"
-
-# The step runs in the background (bash defers traps until a foreground command ends). A trap cuts `wait`
-# short with 128+signal; bash keeps a reaped child's status, so we wait again: the step's own status. (`while
-# kill -0` lost the status of a step that ended between trap and test: exit 140 after a clean checkpoint.)
-WAIT_COMMENT = (
-    "# Wait for the step (in the background, so traps fire while it runs); a trap cuts `wait` short with",
-    "# 128+signal while the step runs on: wait again for the step's own status.",
-)
-WAIT_LINES = (
-    "_torchhpc_step=$!",
-    "_torchhpc_rc=0 _torchhpc_woken=0",
-    'wait "$_torchhpc_step" || _torchhpc_rc=$?',
-    'while [ "$_torchhpc_woken" = 1 ] && [ "$_torchhpc_rc" -gt 128 ]; do',
-    "  _torchhpc_rc=0 _torchhpc_woken=0",
-    '  wait "$_torchhpc_step" || _torchhpc_rc=$?',
-    "done",
-)
-
-
-def stop_file(spec: JobSpec) -> str:
-    """The stop file's path without the job id (the script appends it)."""
-    return os.path.join(os.path.abspath(spec.output_dir), ".torchhpc-stop-")
-
 
 # MASTER_ADDR, defined once in every script's helpers and called as `_torchhpc_master_addr HOST`.
 MASTER_ADDR_LINES = (
@@ -77,10 +58,6 @@ MASTER_ADDR_LINES = (
     '  MASTER_ADDR="${MASTER_ADDR:-$1}"',
     "}",
 )
-
-
-def _indent(lines: list[str], by: str = "  ") -> list[str]:
-    return [by + line if line else line for line in lines]
 
 
 class BatchScheduler(Scheduler):
@@ -194,7 +171,7 @@ class BatchScheduler(Scheduler):
         lines += self.directives(spec)
         lines += ["", "set -euo pipefail", "", "main() {"]
         body: list[str] = [*self.preamble_lines(spec), *self.container_setup_lines(spec)]
-        lines += _indent(body)
+        lines += indent(body)
         # module lines run outside `set -u` (Lmod reads unset variables); a heredoc's body stays as written
         lines += indent_setup(env_block(spec))
         body = []
@@ -224,7 +201,7 @@ class BatchScheduler(Scheduler):
             if not self.traps_first:
                 body.append("_torchhpc_arm_stop")
         if spec.supervised:
-            body += self.supervised_lines(spec, launch, stopping)
+            body += supervised_lines(spec, launch, stopping)
         for i, line in enumerate([] if spec.supervised else launch):
             wrapped = [x[2:] for x in wrap_command(line, launch_breaks(line, spec))]
             if stopping and i == len(launch) - 1:
@@ -232,48 +209,12 @@ class BatchScheduler(Scheduler):
             body += wrapped
         if stopping:
             body += ["_torchhpc_wait_step", 'exit "$_torchhpc_rc"']
-        lines += _indent(body)
+        lines += indent(body)
         lines += ["}", "", *self.helper_section(spec, launch)]
         at = lines.index("main() {")
         if lines[at + 1] == "":
             del lines[at + 1]
         return "\n".join(lines) + "\n"
-
-    def supervised_lines(self, spec: JobSpec, launch: list[str], stopping: bool) -> list[str]:
-        """The launch as the bash function ``_torchhpc_step``, run by the in-allocation supervisor
-        (:mod:`torchhpc.supervisor`) on N healthy nodes per attempt, restarted by policy."""
-        shrink = f", at least {spec.min_nodes} when no spare is left (--min-nodes)" if spec.shrinks else ""
-        lines = [
-            f"# Under the in-allocation supervisor (docs/resilience.md): {spec.nodes} of the allocation's "
-            f"{spec.nodes + spec.spares} nodes per attempt{shrink};",
-            "# it checks the step's nodes every 2 s and restarts after a node failure, hang or network error.",
-            "_torchhpc_step() {",
-        ]
-        if spec.on_restart_append and launch:  # the program's arguments end the launch: the supervisor's go after
-            launch = [*launch[:-1], launch[-1] + ' "$@"']
-        for line in launch:
-            lines += ["  " + x[2:] for x in wrap_command(line, launch_breaks(line, spec))]
-        lines += ["}", "export -f _torchhpc_step"]
-        python = sys.executable if spec.container is not None else default_python(spec)
-        argv = [python, "-m", "torchhpc.supervisor", "--job-dir", Raw('"${TORCHHPC_RANKS_DIR%/ranks}"'),
-                "--nodes", str(spec.nodes), "--nproc-per-node", str(spec.nproc_per_node),
-                "--launcher", str(spec.launcher), "--max-restarts", str(spec.max_restarts)]
-        if spec.shrinks:
-            argv += ["--min-nodes", str(spec.min_nodes)]
-        if spec.hang_timeout:
-            argv += ["--hang-timeout", f"{spec.hang_timeout:g}"]
-        if spec.requeue:
-            argv.append("--requeue")
-        if spec.max_no_progress != 3:
-            argv += ["--max-no-progress", str(spec.max_no_progress)]
-        if spec.checkpoint_dir:
-            argv += ["--checkpoint-dir", spec.checkpoint_dir]
-        if spec.on_restart_append:
-            argv += ["--on-restart-append", spec.on_restart_append]
-        line = join(argv)
-        wrapped = [x[2:] for x in wrap_command(line, [split_words(line).index("--nodes")])]
-        wrapped[-1] += " &" if stopping else ""
-        return [*lines, *wrapped]
 
     def helper_section(self, spec: JobSpec, launch: list[str]) -> list[str]:
         """What ``main()`` calls, defined once: rendezvous, the stop protocol, the end marker (the log wrapper
@@ -343,36 +284,10 @@ class BatchScheduler(Scheduler):
         return script_lines(spec.network, python=sys.executable or "python3", master_var="MASTER_ADDR")
 
     def stop_helper_lines(self, spec: JobSpec) -> list[str]:
-        """Time limit and preemption: the stop file, the traps (``_torchhpc_arm_stop``), and the wait
-        for the step in the background with what follows it (``_torchhpc_wait_step``).
-
-        Why a file and not a signal: torchrun's agent, mpirun, container runtimes and NCCL each
-        handle signals their own way; every rank sees a file in the output directory the same way,
-        polls it with ``torchhpc.dist.should_stop()`` (one small all_reduce: all stop at the same step).
-        """
-        return [
-            "# The stop protocol (docs/nothing-lost.md): a stop file every rank polls with torchhpc.dist.should_stop().",
-            '_torchhpc_stop_reason="" _torchhpc_woken=0',
-            "_torchhpc_stop() {",
-            "  _torchhpc_stop_reason=$1 _torchhpc_woken=1",
-            '  echo "torchhpc: ${2:-$1} at $(date +%T): asking every rank to checkpoint and stop"',
-            '  touch -- "$TORCHHPC_STOP_FILE"',
-            "}",
-            "_torchhpc_arm_stop() {",
-            *_indent([
-                f'export TORCHHPC_STOP_FILE={quote(stop_file(spec))}"{self.job_id_ref}"',
-                'rm -f -- "$TORCHHPC_STOP_FILE" "$TORCHHPC_STOP_FILE.taken"',
-                *self.stop_env_lines(spec),
-                *self.before_step_lines(spec),
-                *(f"trap '_torchhpc_stop {reason}{words}' {sig}" for reason, sig in self.stop_traps
-                  for words in [f' "{self.stop_words[reason]}"' if reason in self.stop_words else ""]),
-            ]),
-            "}",
-            *WAIT_COMMENT,
-            "_torchhpc_wait_step() {",
-            *_indent([*WAIT_LINES, *self.after_step_lines(spec)]),
-            "}",
-        ]
+        """Time limit and preemption: the stop protocol's helpers (batch/stop.py), with this backend's
+        job id, exports, signals and what follows the step."""
+        arm = [*self.stop_env_lines(spec), *self.before_step_lines(spec)]
+        return stop_helper_lines(spec, self.job_id_ref, arm, self.stop_traps, self.stop_words, self.after_step_lines(spec))
 
     # -- submission ----------------------------------------------------------------
     def _render(self, spec: JobSpec) -> Submission:
