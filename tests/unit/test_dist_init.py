@@ -21,7 +21,8 @@ torch = need("torch")
 import torch.distributed as dist  # noqa: E402
 
 import torchhpc.dist as thd  # noqa: E402
-from torchhpc.dist.context import DistContext, _pick_device  # noqa: E402
+from torchhpc.dist.context import DistContext  # noqa: E402
+from torchhpc.dist.group import pick_device  # noqa: E402
 from torchhpc.env import detect  # noqa: E402
 from torchhpc.errors import EnvironmentDetectionError, UsageError  # noqa: E402
 
@@ -102,9 +103,9 @@ def test_cuda_device_follows_local_rank(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "set_device", lambda d: chosen.append(d))
     env = detect({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "h"})
-    assert _pick_device(env, None) == torch.device("cuda", 1)  # local rank 3 on 2 visible GPUs
+    assert pick_device(env, None) == torch.device("cuda", 1)  # local rank 3 on 2 visible GPUs
     assert chosen == [torch.device("cuda", 1)]
-    assert _pick_device(env, "cpu") == torch.device("cpu")
+    assert pick_device(env, "cpu") == torch.device("cpu")
 
 
 def _ctx(rank: int) -> DistContext:
