@@ -11,6 +11,9 @@ sweep`` and by the Python API, so both apply the same precedence (see
   ``container_optional`` or the user gives ``--no-container``;
 * ``-n`` with more than one node is ambiguous (per node or in total?) and
   refused; ``--nproc-per-node`` (per node) and ``--ntasks`` (total) are not.
+
+What the scheduler, the launcher and the profile refuse of the picked values is
+asked in :mod:`torchhpc.refusals`.
 """
 
 from __future__ import annotations
@@ -32,20 +35,12 @@ from torchhpc.config import (
 from torchhpc.core.shell import Raw
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec, env_pairs
 from torchhpc.core.units import counted
-from torchhpc.errors import SpecError, UsageError
+from torchhpc.errors import UsageError
+from torchhpc.refusals import check_masks_per_task, check_option_flags, check_requirements, declared, scheduler_has
 
-__all__ = ["FLAGS", "build_spec", "default_name", "resolve_values"]
+__all__ = ["build_spec", "default_name", "resolve_values"]
 
-# How each required key is given on the command line (for HINTs).
-FLAGS: dict[str, str] = {
-    "account": "--account ACCOUNT (-A)",
-    "qos": "--qos QOS",
-    "time": "--time HH:MM:SS",
-    "partition": "--partition NAME",
-    "queue": "--queue NAME",
-    "image": "--image IMAGE",
-    "mem": "--mem SIZE",
-}
+# The scheduler options that have their own flag (--partition, ...): picked like the scalar values.
 _OPTION_KEYS = ("partition", "account", "qos", "queue", "image")
 
 
@@ -87,7 +82,7 @@ def resolve_values(
 
     with as_given(sched_v, "--scheduler"):
         scheduler_class(str(scheduler))  # a name that is no scheduler, named where it came from
-    p("launcher", "--launcher", _declared(str(scheduler), "default_launcher", "torchrun"))
+    p("launcher", "--launcher", declared(str(scheduler), "default_launcher", "torchrun"))
     p("gpus_per_node", "--gpus-per-node", 0, int)
     p("gpu_kind", "--gpu-kind", "nvidia")
     p("cpus_per_gpu", "--cpus-per-gpu", None, int)
@@ -118,43 +113,8 @@ def _defaults_where_honoured(scheduler: str, out: dict[str, Value]) -> None:
         v = out.get(key)
         if v is None or v.value in (None, "") or not v.source.startswith(("profile", "config file")):
             continue
-        if not _scheduler_has(scheduler, key):  # an unknown scheduler has everything: get_scheduler names it later
+        if not scheduler_has(scheduler, key):  # an unknown scheduler has everything: get_scheduler names it later
             out[key] = Value(None, f"not applied: the {scheduler} scheduler has none ({key} {v.value} from {v.source})")
-
-
-def _check_option_flags(scheduler: str, options: dict[str, str], given: Mapping[str, str]) -> None:
-    """A scheduler option the user asked for (``--partition``, ``--queue``, ``--exclude``, ``--opt K=V``)
-    that the scheduler does not have is refused, naming the flag as typed; never dropped in silence.
-    Defaults from a profile or the config file that the scheduler lacks were already set aside
-    (``config show``: "not applied")."""
-    from torchhpc.core.spec import OPTION_FLAGS
-    from torchhpc.schedulers import REGISTRY, scheduler_class
-
-    if scheduler not in REGISTRY:
-        return
-    declared = getattr(scheduler_class(scheduler), "OPTIONS", {})
-    for key in [k for k in options if k not in declared]:
-        if key not in given:
-            continue  # a profile's own option: its backend reads what it knows (as before)
-        flag = OPTION_FLAGS.get(key, f"--opt {key}=")
-        typed = f"{flag}{options[key]}" if flag.endswith("=") else f"{flag} {options[key]}"
-        if key == "queue" and "partition" in declared:  # Slurm
-            hint = f"the {scheduler} scheduler calls its queues partitions: --partition {options[key]}"
-        elif key in ("partition", "account", "qos", "queue", "exclude"):
-            hint = f"drop {flag.rstrip('=')}, or submit to a batch scheduler (--scheduler slurm or pbs)"
-        else:
-            hint = f"valid: {', '.join(declared) or 'none'}; `torchhpc options {scheduler}` describes them"
-        what = {"partition": "partitions", "account": "accounts", "qos": "QOS", "queue": "queues",
-                "exclude": "nodes to exclude (one machine)"}.get(key, f"option {key!r}")
-        raise SpecError(f"{typed}: the {scheduler} scheduler has no {what}", hint)
-
-
-def _declared(scheduler: str, attribute: str, default: Any) -> Any:
-    """What the scheduler's class declares (``default_launcher``, ``runs_in_pods``, ``env_options``...),
-    asked instead of comparing names; ``default`` for a name that is no scheduler (named later)."""
-    from torchhpc.schedulers import REGISTRY, scheduler_class
-
-    return getattr(scheduler_class(scheduler), attribute) if scheduler in REGISTRY else default
 
 
 def build_spec(
@@ -248,14 +208,14 @@ def _options(values: Mapping[str, Any], v: Mapping[str, Value], profile: Any, en
             k, val = item.split("=", 1)
         options[str(k)] = str(val)
         asked[str(k)] = str(val)
-    _check_option_flags(str(scheduler), options, asked)
-    _check_masks_per_task(options.get("cpu_bind", ""), str(v["launcher"].value), profile)
+    check_option_flags(str(scheduler), options, asked)
+    check_masks_per_task(options.get("cpu_bind", ""), str(v["launcher"].value), profile)
     if profile is not None:
         given = {**options, "time": v["time"].value, "mem": v["mem"].value}
         if values.get("interactive_shell"):  # torchhpc shell: what the site's salloc may leave out
             given.update({req: "(not needed by a shell)" for req in profile.shell_optional})
-        _check_requirements(profile, scheduler, given, env)
-    if _declared(scheduler, "runs_in_pods", False) and values.get("bind") and not values.get("container"):
+        check_requirements(profile, scheduler, given, env)
+    if declared(scheduler, "runs_in_pods", False) and values.get("bind") and not values.get("container"):
         # Pods take --image, not --container: --bind CLAIM:/path (a PVC) still reaches the scheduler, never dropped.
         options.setdefault("bind", ",".join(values["bind"]))
     return options
@@ -268,7 +228,7 @@ def _job_env(values: Mapping[str, Any], v: Mapping[str, Value], profile: Any) ->
     network, scheduler = v["network"].value, v["scheduler"].value
     # Batch scripts apply presets themselves with setdefault semantics (network.presets.script_lines), so a
     # variable exported at submit time still wins; the other schedulers get them as job environment here.
-    if network and not _declared(scheduler, "renders_script", False):
+    if network and not declared(scheduler, "renders_script", False):
         from torchhpc.network.presets import preset_env
 
         for k, val in preset_env(network).items():
@@ -345,62 +305,8 @@ def _imports_torchhpc(entry: Entrypoint, image: str, profile: str) -> Notice | N
     )
 
 
-def _check_masks_per_task(cpu_bind: str, launcher: str, profile: Any) -> None:
-    """A mask list binds one task per GPU: torchrun's one task per node would squeeze all its workers
-    into the first mask (LUMI: 8 workers on 7 cores), so it is refused, naming the launchers that fit."""
-    from torchhpc.launchers import get_launcher
-
-    if not cpu_bind.startswith("mask_cpu:") or "," not in cpu_bind or not get_launcher(launcher).per_node:
-        return
-    where = f"profile {profile.name!r}" if profile is not None and profile.cpu_bind else "--opt cpu_bind"
-    raise UsageError(
-        f"--launcher {launcher} with the CPU masks of {where} (one per task, one task per GPU): "
-        "torchrun's single task per node cannot give each worker its own mask",
-        "use --launcher srun (the seed's way: one task per GPU, each with its mask and its GPU), or mpirun",
-    )
-
-
 class _NoImage(UsageError):
     """A profile's container runtime without an image: refused when submitting, a warning in a dry run."""
-
-
-def _check_requirements(profile: Any, scheduler: str, given: Mapping[str, Any], env: Mapping[str, str]) -> None:
-    """The profile's required values that are missing, all in one error; only those the scheduler has
-    (an mn5 profile's account, qos and time mean nothing to a local run)."""
-    missing = []
-    for req in profile.require:
-        if given.get(req) or not _scheduler_has(scheduler, req):
-            continue
-        var = _declared(scheduler, "env_options", {}).get(req)
-        if var and env.get(var):
-            continue  # the submit command reads it itself (sbatch: $SBATCH_ACCOUNT, as the LUMI guide does)
-        missing.append(req)
-    if not missing:
-        return
-    flags = [FLAGS.get(req, f"--opt {req}=VALUE") for req in missing]
-    also = ""
-    if any(req in ("account", "partition", "qos", "queue", "time") for req in missing):
-        also = " (or set them once in ~/.config/torchhpc/config.toml, or as $TORCHHPC_<NAME>)"
-    names = ", ".join(f.split()[0] for f in flags)
-    raise UsageError(
-        f"profile {profile.name!r} requires {names}: the site rejects jobs without {'them' if len(missing) > 1 else 'it'}",
-        f"add {' '.join(flags)}{also}; --profile none runs without the profile",
-    )
-
-
-def _scheduler_has(scheduler: str, key: str) -> bool:
-    """Whether ``scheduler`` has ``key``: a time limit, memory, or a declared option. The one rule for a
-    default it cannot honour (not applied) and for a profile's requirement (not asked)."""
-    from torchhpc.schedulers import REGISTRY, scheduler_class
-
-    if scheduler not in REGISTRY:
-        return True
-    cls = scheduler_class(scheduler)
-    if key == "time":
-        return bool(cls.supports_time_limit)
-    if key == "mem":
-        return bool(cls.supports_memory)
-    return key in cls.OPTIONS
 
 
 def _container(
@@ -416,7 +322,7 @@ def _container(
     runtime = values.get("runtime") or env.get("TORCHHPC_RUNTIME") or (
         profile.container_runtime if profile is not None else None
     )
-    pod_scheduler = bool(_declared(scheduler, "runs_in_pods", False))
+    pod_scheduler = bool(declared(scheduler, "runs_in_pods", False))
     if not image and profile is not None and options.get("image") is None:
         image = profile.container_image
     if not image:

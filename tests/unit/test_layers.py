@@ -1,7 +1,7 @@
 """The import layers hold: every ``import`` in src/torchhpc (lazy ones inside functions too) points down.
 
     errors  <  torchhpc/__init__ (the version)  <  core  <  env | network | containers | launchers
-    <  jobdir  <  schedulers | dist | profiles | devcluster  <  bench | config | diagnose
+    <  jobdir  <  schedulers | dist | profiles | devcluster  <  bench | config | diagnose | refusals
     <  resolve | doctor | supervisor | observe  <  job  <  sweep | functions  <  cli  <  __main__
 
 A package may import itself and anything in a lower layer; packages of one
@@ -35,7 +35,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "env network containers launchers",
         "jobdir",  # what a job leaves on disk: record, never-overwrite writer, rank logs
         "schedulers dist profiles devcluster",
-        "bench config diagnose",  # diagnose: the failure verdict and the hang watch (jobdir, core)
+        "bench config diagnose refusals",  # diagnose: the failure verdict and the hang watch (jobdir, core); refusals: resolve's checks
         "resolve doctor supervisor observe",  # supervisor: the in-allocation restart loop; observe: top (diagnose)
         "job remote",  # remote: --remote's shipping and ssh forwarding (config, resolve, profiles)
         "sweep functions pipeline",  # functions: Executor (job), the pickle, the rank entry (env, dist), Stop/Checkpoint
