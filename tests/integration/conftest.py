@@ -164,7 +164,7 @@ def cluster_of_its_own(tmp_path_factory: pytest.TempPathFactory, name: str, node
     if os.geteuid() != 0 or not sys.platform.startswith("linux"):
         missing("bringing up a dev cluster needs root on Linux")
     from torchhpc import devcluster
-    from torchhpc.devcluster.bringup import NEXT_JOB_ID
+    from torchhpc.devcluster.prepare import NEXT_JOB_ID
 
     sdir = tmp_path_factory.mktemp(name) / "dc"
     sdir.mkdir()

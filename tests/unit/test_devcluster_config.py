@@ -19,7 +19,7 @@ import pytest
 from tests.fakes import FakeRunner
 from torchhpc.cli.main import main
 from torchhpc.devcluster import ClusterState, config, daemons, netns
-from torchhpc.devcluster.bringup import binds
+from torchhpc.devcluster.prepare import binds
 from torchhpc.devcluster.state import default_state_dir, read_state
 from torchhpc.errors import UsageError
 
@@ -315,23 +315,23 @@ def test_not_root_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 
 def test_ensure_packages_installs_only_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     """apt-get is a FakeRunner answer here: installing packages is not a unit test's business."""
-    from torchhpc.devcluster import bringup as cluster
+    from torchhpc.devcluster import prepare
 
     monkeypatch.setattr(
-        cluster, "_which", lambda prog: None if prog in ("slurmdbd", "munged") else f"/x/{prog}"
+        prepare, "which", lambda prog: None if prog in ("slurmdbd", "munged") else f"/x/{prog}"
     )
-    monkeypatch.setattr(cluster.glob, "glob", lambda pattern: ["/found"])
+    monkeypatch.setattr(prepare.glob, "glob", lambda pattern: ["/found"])
     answers = iter([(100, "", "E: Unable to locate package munge"), (0, "", ""), (0, "", "")])
     runner = FakeRunner(responses={"apt-get": lambda argv, _in: next(answers)})
     said: list[str] = []
-    assert cluster.ensure_packages(True, runner, said.append) == ["munge", "slurmdbd"]
+    assert prepare.ensure_packages(True, runner, said.append) == ["munge", "slurmdbd"]
     argvs = [argv for argv, _ in runner.calls]
     install = ["apt-get", "install", "-y", "--no-install-recommends", "munge", "slurmdbd"]
     assert argvs == [install, ["apt-get", "update"], install]
     assert any("apt-get update" in s for s in said)
     # Without --accounting, slurmdbd is not wanted.
     runner2 = FakeRunner(responses={"apt-get": ""})
-    assert cluster.ensure_packages(False, runner2, said.append) == ["munge"]
+    assert prepare.ensure_packages(False, runner2, said.append) == ["munge"]
 
 
 def test_mariadb_template_is_made_once_and_keyed_by_the_server(

@@ -167,8 +167,8 @@ def test_kubernetes_pytorchjob_maps_max_restarts_to_backoff_limit() -> None:
 
 def test_job_ids_go_on_past_the_last_cluster(tmp_path: Path) -> None:
     """FirstJobId: past every id the last cluster's slurmctld.log names, and past the saved number."""
-    from torchhpc.devcluster.bringup import NEXT_JOB_ID, next_job_id
     from torchhpc.devcluster.config import make_layout, render_slurm_conf
+    from torchhpc.devcluster.prepare import NEXT_JOB_ID, next_job_id
 
     assert next_job_id(str(tmp_path)) == 1
     (tmp_path / "log").mkdir()

@@ -21,9 +21,11 @@ import torchhpc.devcluster.bringup as bringup
 import torchhpc.devcluster.config as config
 import torchhpc.devcluster.daemons as daemons
 import torchhpc.devcluster.netns as netns
+import torchhpc.devcluster.prepare as prepare
 from torchhpc.core.proc import Runner
-from torchhpc.devcluster.bringup import Client, binds, ensure_packages
+from torchhpc.devcluster.bringup import Client
 from torchhpc.devcluster.config import CONTROLLER, LOGIN
+from torchhpc.devcluster.prepare import binds, ensure_packages
 from torchhpc.devcluster.state import (
     ClusterState,
     _remove_state_file,
@@ -35,7 +37,7 @@ from torchhpc.errors import CommandError, DevClusterError
 
 __all__ = ["check_host", "down", "run_client", "shell_argv", "status", "up"]
 
-DOWN_REMOVES = tuple(d for d in bringup.RUNTIME_DIRS if d != "log")
+DOWN_REMOVES = tuple(d for d in prepare.RUNTIME_DIRS if d != "log")
 
 
 def check_host() -> None:
@@ -173,8 +175,8 @@ def _up(
     if installed:
         say(f"installed {' '.join(installed)} in {t_ready - t0:.0f} s")
 
-    first_job_id = bringup.next_job_id(sdir)  # before prepare_dirs empties log/
-    bringup.prepare_dirs(layout)
+    first_job_id = prepare.next_job_id(sdir)  # before prepare_dirs empties log/
+    prepare.prepare_dirs(layout)
 
     def step(msg: str) -> None:  # every step says when it finished: bring-up timings for free
         say(f"{msg} (+{time.monotonic() - t_ready:.1f} s)")
@@ -189,7 +191,7 @@ def _up(
         slurm_conf=layout.slurm_conf,
         munge_socket=layout.munge_socket,
         bin_dir=layout.bin_dir,
-        host_netns=bringup.host_netns(),
+        host_netns=prepare.host_netns(),
         accounting=accounting,
         started_at=time.time(),
         cpus_per_node=cpus_per_node,
@@ -202,7 +204,7 @@ def _up(
         state.netns_names[LOGIN] = layout.login_netns
         state.login_users = list(dict.fromkeys([invoking_user(), *login_users]))
     try:
-        bringup.write_files(layout, state, accounting, first_job_id)
+        prepare.write_files(layout, state, accounting, first_job_id)
         step(f"network: {len(layout.nodes)} node namespaces + {layout.controller_netns} on {layout.subnet}")
         netns.create(layout, runner)
         state.save()
