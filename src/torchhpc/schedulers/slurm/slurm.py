@@ -6,6 +6,8 @@ mpirun are one task per process. MASTER_ADDR is the first node's IPv4 (torch's
 TCPStore and c10d rendezvous are happiest with an address), MASTER_PORT is
 derived from the job id so every rank computes the same value without talking
 and two jobs on one node do not collide.
+
+The launch step itself, for each launcher, is written by :mod:`~torchhpc.schedulers.slurm.launch`.
 """
 
 from __future__ import annotations
@@ -18,32 +20,28 @@ from typing import Any, ClassVar
 
 from torchhpc.core.depend import dependency_value
 from torchhpc.core.proc import Runner
-from torchhpc.core.shell import Raw, directive, join, quote
-from torchhpc.core.spec import JobSpec, default_python
+from torchhpc.core.shell import directive, join, quote
+from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import format_bytes, format_walltime, parse_size
 from torchhpc.core.validate import parse_bool
 from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.jobdir.files import keep
 from torchhpc.jobdir.log_wiring import (
     LOG_DIR_VAR,
-    LOG_REF,
     RANKS_DIR,
     job_dir,
-    log_argv,
     make_ranks_dir_lines,
     ranks_dir_ref,
-    torchrun_per_rank,
 )
 from torchhpc.jobdir.logs import filter_rank
 from torchhpc.jobdir.record import update_record
-from torchhpc.launchers import TASK_REF, launcher_of, mpirun_argv, srun_argv, task_argv
-from torchhpc.launchers.boot import BOOT_VAR
+from torchhpc.launchers import launcher_of
 from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.batch.base import BatchScheduler
 from torchhpc.schedulers.batch.script import script_path
-from torchhpc.schedulers.batch.step import in_container, job_container, job_env_names, torchrun_command
 from torchhpc.schedulers.options import Option, declare
+from torchhpc.schedulers.slurm.launch import container_srun_options, step_lines, wrap
 from torchhpc.schedulers.slurm.parse import parse_scontrol
 from torchhpc.schedulers.slurm.site import dev_target, site_runner
 from torchhpc.schedulers.slurm.status import SlurmQueries, expand_output, first_end_files, output_pattern
@@ -53,28 +51,6 @@ __all__ = ["SlurmScheduler", "expand_output", "filter_rank", "parse_scontrol"]
 # The shell form of torchhpc.env's derive_port(): keep the two in step.
 PORT_EXPR = "$(( 10000 + SLURM_JOB_ID % 20000 ))"
 PORT_EXPR_TRY = "$(( 10000 + (SLURM_JOB_ID + _torchhpc_try * 7919) % 20000 ))"
-RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT")
-
-
-def _wrap(spec: JobSpec, argv: list[str], interactive: bool = False) -> list[str]:
-    """One container per task; pyxis is not a wrapper but srun flags (:func:`_container_srun_options`)."""
-    if spec.container is not None and spec.container.runtime == "pyxis":
-        return argv
-    return in_container(spec, argv, [*RENDEZVOUS_VARS, "SLURM_*", "PMIX_*", "OMPI_*"], interactive)
-
-
-def _per_rank(spec: JobSpec, argv: list[str]) -> list[str]:
-    """Each rank's output into its own file (:mod:`torchhpc.jobdir.logs`). The wrapper runs
-    before the task shim and outside the container (with pyxis the whole task is inside it)."""
-    return log_argv(argv, launcher_of(spec).rank_vars, wrapper=LOG_REF)
-
-
-def _container_srun_options(spec: JobSpec) -> list[str]:
-    if spec.container is None or spec.container.runtime != "pyxis":
-        return []
-    from torchhpc.containers import srun_options
-
-    return srun_options(job_container(spec, spec.container))
 
 
 class SlurmScheduler(SlurmQueries, BatchScheduler):
@@ -88,7 +64,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     clients = ("sbatch", "srun", "scontrol", "squeue", "scancel")
 
     def watches_hangs(self, spec: JobSpec) -> bool:
-        return spec.supervised  # the supervisor runs with --hang-timeout (batch.supervised_lines)
+        return spec.supervised  # the supervisor runs with --hang-timeout (batch/supervised.py)
 
     def allocation_of(self, job_id: str, env: Mapping[str, str] | None = None) -> Allocation:
         from torchhpc.schedulers.slurm.allocation import SlurmAllocation
@@ -199,42 +175,8 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         return lines
 
     def launch_lines(self, spec: JobSpec) -> list[str]:
-        """The job step(s) that start the ranks, for the chosen launcher."""
-        python = default_python(spec)
-        extra_srun = _container_srun_options(spec)
-        if spec.option("cpu_bind"):
-            extra_srun = [f"--cpu-bind={spec.option('cpu_bind')}", *extra_srun]
-        launcher = launcher_of(spec)
-        if spec.supervised:  # each attempt on the supervisor's N nodes (batch.supervised_lines)
-            tasks: object = spec.nodes * launcher.tasks_per_node(spec)
-            nodes: object = spec.nodes
-            if spec.shrinks:  # the attempt's own size: fewer nodes after a shrink (the supervisor exports it)
-                nodes = Raw('"$TORCHHPC_STEP_NNODES"')
-                tasks = Raw('"$TORCHHPC_STEP_NNODES"') if launcher.per_node else Raw('"$TORCHHPC_STEP_NTASKS"')
-            extra_srun = [Raw(f"--nodes={nodes}"), Raw(f"--ntasks={tasks}"), Raw('--nodelist="$TORCHHPC_STEP_NODES"'),
-                          *extra_srun]
-        if launcher.per_node:
-            nnodes, rdzv_id = Raw('"$SLURM_NNODES"'), Raw('"$SLURM_JOB_ID"')
-            if spec.supervised:
-                nnodes = Raw('"$TORCHHPC_STEP_NNODES"') if spec.shrinks else Raw(str(spec.nodes))
-                rdzv_id = Raw('"$SLURM_JOB_ID-$TORCHHPC_RESTART_COUNT"')
-            cmd = torchrun_command(spec, python, nnodes=nnodes, rdzv_id=rdzv_id, worker_shim=TASK_REF)
-            cmd = torchrun_per_rank(cmd)
-            step = srun_argv(1, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
-            return [join([*step, *_wrap(spec, cmd)])]
-        rank_cmd = task_argv(spec.entrypoint.argv(python), shim=TASK_REF, launcher=spec.launcher)
-        if launcher.own_step:
-            step = srun_argv(spec.nproc_per_node, cpus_per_task=self._cpus(spec), extra=["--label", *extra_srun])
-            return [join([*step, *_per_rank(spec, _wrap(spec, rank_cmd))])]
-        # mpirun: one launcher process in the batch step, OpenMPI starts its daemons through Slurm.
-        np: Raw = Raw('"$SLURM_NTASKS"')
-        extra_mpi = ["--tag-output", "-x", LOG_DIR_VAR]
-        if spec.supervised:  # the supervisor's hosts, each with its slots (mpirun --host node1:2,node3:2)
-            np = Raw('"$TORCHHPC_STEP_NTASKS"') if spec.shrinks else Raw(str(spec.nodes * spec.nproc_per_node))
-            extra_mpi += ["-x", "TORCHHPC_RESTART_COUNT", "--host", Raw('"$TORCHHPC_STEP_HOSTS"')]
-        mpi = mpirun_argv(np, spec.nproc_per_node, export=[*RENDEZVOUS_VARS, "PATH", BOOT_VAR, *job_env_names(spec)],
-                          extra=extra_mpi)
-        return [join([*mpi, *_per_rank(spec, _wrap(spec, rank_cmd))])]
+        """The job step(s) that start the ranks, for the chosen launcher (slurm/launch.py)."""
+        return step_lines(spec)
 
     def log_lines(self, spec: JobSpec) -> list[str]:
         if spec.array is not None:
@@ -412,8 +354,8 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             argv.append("--exclusive")
         # --overlap (Slurm >= 20.11): the shell's step shares its CPUs, so an srun (or a torchhpc
         # run) typed inside the shell starts at once instead of waiting for the shell to end.
-        inner = ["srun", "--overlap", "--pty", *_container_srun_options(spec)]
-        shell = _wrap(spec, ["bash", "-i"], interactive=True) if spec.container else ["bash", "-i"]
+        inner = ["srun", "--overlap", "--pty", *container_srun_options(spec)]
+        shell = wrap(spec, ["bash", "-i"], interactive=True) if spec.container else ["bash", "-i"]
         loads = [line for line in spec.setup if line.startswith("module ")]
         if loads:
             # The profile's modules load on the compute node (LUMI picks its partition/G modules
