@@ -296,7 +296,7 @@ IDIOMS = str(REPO / "tests" / "integration" / "scripts" / "resume_idioms.py")
 # at=20) but a rank's exit after Lightning's teardown stayed quiet and idle for 46 s and the hang watch
 # ended it. The watch now gives a rank in its exit (destroy_process_group, the interpreter joining its
 # threads, torchhpc's exit cures) EXIT_GRACE_S more unless another rank waits in a collective for it
-# (diagnose/hang.py exiting(); tests/unit/test_hang.py).
+# (diagnose/hang_verdict.py exiting(); tests/unit/test_hang.py).
 @pytest.mark.parametrize("idiom", ["checkpoint", "plain", "hf", "lightning"])
 def test_each_resume_idiom_picks_up_after_an_in_allocation_restart(
     idiom: str, slurm_cluster: Any, slurm: SlurmClient, tmp_path: Path

@@ -34,9 +34,8 @@ def test_write_then_read_is_whole_and_leaves_no_temporary(tmp_path: Path) -> Non
 
 
 def _script(job_dir: Path, body: str, cancel_trap: bool = True) -> str:
-    lines = ["#!/bin/bash", "set -euo pipefail", *end_lines(quoted_dir(str(job_dir.parent) + "/j-", "$JOBID"),
-                                                          cancel_trap=cancel_trap),
-             "_torchhpc_end_arm", body]
+    lines = ["#!/bin/bash", "set -euo pipefail", f"export TORCHHPC_BOOT_DIR={shlex.quote(BOOT_DIR)}",
+             *end_lines(quoted_dir(str(job_dir.parent) + "/j-", "$JOBID"), cancel_trap=cancel_trap), body]
     return "\n".join(lines) + "\n"
 
 
@@ -115,8 +114,7 @@ def test_slurm_and_pbs_scripts_arm_the_marker(tmp_path: Path) -> None:
     spec = JobSpec(entrypoint=Entrypoint.parse(["train.py"], python="python3"), name="t", nodes=2,
                    launcher="srun", scheduler="slurm", output_dir=str(tmp_path))
     text = SlurmScheduler().render_script(spec)
-    assert f'_d={tmp_path}/t-"$SLURM_JOB_ID"' in text
-    assert text.rstrip().splitlines()[-2].startswith("_torchhpc_end_arm")
+    assert f'"$TORCHHPC_BOOT_DIR/end.sh" {tmp_path}/t-"$SLURM_JOB_ID" "${{SLURM_RESTART_COUNT:-0}}"' in text
     arr = SlurmScheduler().render_script(spec.with_(array="0-3"))
     assert '"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' in arr
     pbs = PBSScheduler().render_script(spec.with_(launcher="mpirun", scheduler="pbs"))
@@ -165,8 +163,8 @@ BOOT = {"TORCHHPC_BOOT_DIR": BOOT_DIR}  # first_end.sh, as the batch script find
 
 def _own_script(job_dir: Path, body: str) -> str:
     words = quoted_dir(str(job_dir.parent) + "/j-", "$JOBID")
-    lines = ["#!/bin/bash", "set -euo pipefail",
-             *end_lines(words, own_code_files=f'"$_d/slurm.out" {words}.out'), "_torchhpc_end_arm", body]
+    lines = ["#!/bin/bash", "set -euo pipefail", f"export TORCHHPC_BOOT_DIR={shlex.quote(BOOT_DIR)}",
+             *end_lines(words, own_code_files=f"slurm.out {words}.out"), body]
     return "\n".join(lines) + "\n"
 
 
@@ -246,13 +244,18 @@ def test_only_an_unsupervised_srun_or_torchrun_step_reads_its_report(tmp_path: P
     spec = JobSpec(entrypoint=Entrypoint.parse(["train.py"], python="python3"), name="t", nodes=2,
                    launcher="srun", scheduler="slurm", output_dir=str(tmp_path))
     s = SlurmScheduler()
-    assert s.own_code_files(spec) == f'"$_d/slurm.out" {tmp_path}/t-"$SLURM_JOB_ID".out'
+    assert s.own_code_files(spec) == f'slurm.out {tmp_path}/t-"$SLURM_JOB_ID".out'
     assert s.own_code_files(spec.with_(array="0-3")) == f'{tmp_path}/t-"${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}".out'
-    assert "first_end.sh" in s.render_script(spec)
+    assert end_line(s.render_script(spec)).endswith(s.own_code_files(spec))
     assert s.own_code_files(spec.with_(launcher="torchrun")) == s.own_code_files(spec)
     # mpirun exits with its first failed process's own code; a supervised job with its failure's class
     for other in (spec.with_(launcher="mpirun"), spec.with_(max_restarts=1), spec.with_(launcher="torchrun", max_restarts=1)):
-        assert s.own_code_files(other) == "" and "first_end.sh" not in s.render_script(other)
+        assert s.own_code_files(other) == "" and end_line(s.render_script(other)).endswith('"${SLURM_RESTART_COUNT:-0}"')
+
+
+def end_line(script: str) -> str:
+    """The script's line that sources boot/end.sh: its last words name the launcher's report, if any."""
+    return script.split('. "$TORCHHPC_BOOT_DIR/end.sh" ', 1)[1].split("\n\n", 1)[0].replace(" \\\n  ", " ")
 
 
 class Clock:

@@ -45,10 +45,10 @@ def test_program_within_40_lines(launcher: str, capsys: pytest.CaptureFixture[st
     assert "SLURM_STEP_TASKS_PER_NODE" not in text and "TORCHELASTIC_RUN_ID" not in text
 
 
-def test_srun_2x2_is_80_lines_of_160_characters_and_passes_shellcheck(capsys: pytest.CaptureFixture[str],
+def test_srun_2x2_is_60_lines_of_160_characters_and_passes_shellcheck(capsys: pytest.CaptureFixture[str],
                                                                      tmp_path: Path) -> None:
     lines = render(capsys, tmp_path, "--launcher", "srun")
-    assert len(lines) <= 80 and max(map(len, lines)) <= 160, "\n".join(lines)
+    assert len(lines) <= 60 and max(map(len, lines)) <= 160, "\n".join(lines)
     lint_script("\n".join(lines) + "\n", tmp_path)
 
 

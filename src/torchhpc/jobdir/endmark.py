@@ -91,70 +91,26 @@ def write_end(job_dir: str, state: str, exit_code: Optional[int], when: Optional
 
 def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True,
               own_code_files: str = "") -> list[str]:
-    """The batch script's end marker: a helper, and ``_torchhpc_end_arm`` (called just before
-    ``main``) that removes an earlier run's marker and arms the EXIT trap.
+    """The batch script's end marker: it sources the boot directory's ``end.sh`` before ``main``, which removes
+    an earlier run's marker and arms the EXIT trap that writes this one (src/torchhpc/boot/end.sh says how).
 
-    ``dir_words``: shell words for the job's directory (the id expands at run time); the marker
-    is written only where that directory exists (a script submitted by hand has none).
-    ``cancel_trap``: trap SIGTERM (the scheduler ending the job) so that the EXIT trap runs and
-    says CANCELLED; off where the stop protocol traps SIGTERM itself. A requeue from the script
-    sets ``_torchhpc_end_state=REQUEUED``: no marker, the job goes on. SIGKILL leaves none: the
-    client learns that end from the scheduler, at its next (backed-off) question.
-    At the job's end (not a requeue from its script) the stop protocol's files beside the job directories go
-    with it, where the script has the protocol (``cancel_trap`` off: it traps SIGTERM itself): ``$TORCHHPC_STOP_FILE``,
-    its ``.taken`` and the time-limit count (docs/logs.md: one directory per job, nothing left in ``--output-dir``).
-    ``own_code_files``: shell words naming the batch output (the first that exists is read) where the
-    launcher reported its ranks' ends. Its status hides the failed rank's own code: srun exits with its
-    tasks' highest status, so once ``--kill-on-bad-exit`` has stopped the others with SIGTERM a rank's
-    ``exit 1`` becomes the job's 143, which reads as a cancel; torchrun exits 1 whatever its worker's
-    code. With these files, a failed job ends (marker and batch exit status, hence sacct's ExitCode)
-    with the code of the rank that failed first, in the launcher's own words: torchrun's root cause
-    ``exitcode  : 3`` is 3, srun's ``task 2: Exited with exit code 1`` is 1, ``Aborted`` 134. A first
-    end of SIGTERM, or none, keeps the status (src/torchhpc/boot/first_end.sh).
+    ``dir_words``: shell words for the job's directory (the id expands at run time); the marker is written only
+    where that directory exists (a script submitted by hand has none). ``cancel_trap``: trap SIGTERM (the
+    scheduler ending the job) so that the EXIT trap runs and says CANCELLED; off where the stop protocol traps
+    SIGTERM itself, and then the protocol's files beside the job directories end with it (docs/logs.md: one
+    directory per job, nothing left in ``--output-dir``). ``own_code_files``: shell words naming the batch output
+    (the first that exists is read; a bare name is in the job's directory) where the launcher reported its ranks'
+    ends. Its status hides the failed rank's own code: srun exits with its tasks' highest status, so once
+    ``--kill-on-bad-exit`` has stopped the others with SIGTERM a rank's ``exit 1`` becomes the job's 143, which
+    reads as a cancel; torchrun exits 1 whatever its worker's code. With these files, a failed job ends (marker
+    and batch exit status, hence sacct's ExitCode) with the code of the rank that failed first, in the
+    launcher's own words (src/torchhpc/boot/first_end.sh).
     """
-    arm = [
-        "_torchhpc_end_arm() {",
-        f'  rm -f -- {dir_words}/{END_FILE}',
-        "  trap '_torchhpc_end $?' EXIT",
-    ]
-    if cancel_trap:
-        arm.append("  trap '_torchhpc_end_state=CANCELLED; exit 143' TERM")
-    arm.append("}")
-    if_failed = '  if [ "$_s" = COMPLETED ] && [ "$_rc" -ne 0 ]; then'
-    failed = [f"{if_failed} _s=FAILED; fi"]
-    if own_code_files:  # a failed job also asks which rank failed first
-        failed = [
-            if_failed,
-            "    _s=FAILED  # the launcher's status hides the rank's own code:",
-            f'    _own=$(bash {boot_ref("first_end.sh")} "$_rc" \\',
-            f"      {own_code_files} 2>/dev/null)",
-            "  fi",
-        ]
+    words = [boot_ref("end.sh"), *([] if cancel_trap else ["--stop-protocol"]), dir_words, f'"{restart_ref}"']
     return [
-        "# The job's end into <job dir>/end.json from the EXIT trap (also after a failure or a cancel): clients",
-        "# wait on that file instead of asking the controller every second (docs/script.md).",
-        '_torchhpc_end_state=""',
-        "_torchhpc_end() {",
-        "  local _rc=$1 _d _s=${_torchhpc_end_state:-COMPLETED} _t=${EPOCHREALTIME:-$(date +%s)} _own=",
-        "  set +eu",
-        f"  _d={dir_words}",
-        '  if [ "$_s" = REQUEUED ]; then return 0; fi',
-        *([] if cancel_trap else [  # the stop protocol's: its files (the request, a rank's word, the count) end here
-            "  # the stop protocol's files (stop request, a rank's word it took it, the time-limit count) end with the job",
-            '  rm -f -- ${TORCHHPC_STOP_FILE:+"$TORCHHPC_STOP_FILE" "$TORCHHPC_STOP_FILE.taken"}'
-            ' ${_torchhpc_timeouts_file:+"$_torchhpc_timeouts_file"} 2>/dev/null',
-        ]),
-        '  case ${_torchhpc_stop_reason:-} in ended-by-slurm|terminated) _s=CANCELLED ;; esac',
-        *failed,
-        '  if [ -d "$_d" ]; then',
-        "    printf '{\"state\": \"%s\", \"exit_code\": %d, \"time\": %s, \"restart\": %d}\\n' \\",
-        f'      "$_s" "${{_own:-$_rc}}" "${{_t/,/.}}" "{restart_ref}" >"$_d/.{END_FILE}.$$" 2>/dev/null \\',
-        f'      && mv -f -- "$_d/.{END_FILE}.$$" "$_d/{END_FILE}" 2>/dev/null',
-        "  fi",
-        '  if [ -n "$_own" ] && [ "$_own" != "$_rc" ]; then exit "$_own"; fi  # the shell\'s status too',
-        "  return 0",
-        "}",
-        *arm,
+        f"# The job's end into <job dir>/{END_FILE} from the EXIT trap, also after a failure or a cancel (docs/script.md).",
+        " ".join([".", *words]) + (" \\" if own_code_files else ""),
+        *([f"  {own_code_files}"] if own_code_files else []),
     ]
 
 

@@ -65,7 +65,7 @@ def _disk_steps(directory: Path) -> list[int]:
 def _persist_step(directory: Path, step: int, dirs: list[Path]) -> Optional[str]:
     """Copy these directories' files into the step's stage; publish it as ``ckpt-<step>`` once it holds every
     file of the checkpoint. The published path, or None while parts are missing."""
-    # a stage a save of the disk tier clears if it is left behind (checkpoint._clear_stale: .ckpt-*.tmp)
+    # a stage a save of the disk tier clears if it is left behind (checkpoint_files.clear_stale: .ckpt-*.tmp)
     stage, final = directory / f".ckpt-{step:09d}.persist.tmp", directory / f"ckpt-{step:09d}"
     stage.mkdir(parents=True, exist_ok=True)
     listing: set[str] = set()

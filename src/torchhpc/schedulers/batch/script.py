@@ -70,7 +70,7 @@ def boot_lines(spec: JobSpec) -> list[str]:
     """Export the boot directory: the shell programs the launch runs, and the exit cures the task shim puts on
     PYTHONPATH. Without it (a script copied where torchhpc is not installed) the job stops with one line."""
     return [
-        "# torchhpc's rank programs (rank.sh, task.sh) and the exit cures (gloo settle, destroy guard).",
+        "# torchhpc's rank programs (rank.sh, task.sh), its end marker (end.sh) and the exit cures (gloo settle, destroy guard).",
         f"export {BOOT_VAR}={quote(job_boot(spec)[0])}",
         f'[ -f "${BOOT_VAR}/task.sh" ] || {{ echo "torchhpc: no ${BOOT_VAR}/task.sh (install torchhpc; torchhpc run copies it)" >&2; '
         'exit 2; }',

@@ -259,4 +259,4 @@ def first_end_files(spec: JobSpec) -> str:
     path = expand_output(output_pattern(spec), spec.name, f"{at}_{at}" if array else at)
     before, _, after = path.replace(f"{at}_{at}", at).partition(at)
     own = quoted_dir(before, ref) + (quote(after) if after else "")
-    return own if array else f'"$_d/slurm.out" {own}'
+    return own if array else f"slurm.out {own}"
