@@ -191,7 +191,7 @@ def test_hostile_values_rejected_or_carried(hostile: str, tmp_path: Path) -> Non
 def test_preamble_runs_in_bash(tmp_path: Path) -> None:
     """The rendezvous block, run by bash with a made-up nodefile: first host, deduplicated, port from job id."""
     script = PBSScheduler(runner=FakeRunner()).render(spec()).script or ""
-    pre = helpers(script) + script[script.index("mapfile") : script.index("  # torchhpc's rank programs")]
+    pre = helpers(script) + script[script.index("mapfile") : script.index('  echo "torchhpc: job $PBS_JOBID')]
     nodefile = tmp_path / "nodes"
     nodefile.write_text("se007\nse007\nse003\nse007\nse003\n")
     env = {"PATH": os.environ["PATH"], "PBS_NODEFILE": str(nodefile), "PBS_JOBID": "4711.pbsserver01"}
