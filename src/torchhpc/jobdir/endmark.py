@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from torchhpc.core.shell import quote
+from torchhpc.core.shell import quote, split_words, wrap_command
 from torchhpc.jobdir.layout import END
 from torchhpc.launchers.boot import boot_ref
 
@@ -91,7 +91,7 @@ def write_end(job_dir: str, state: str, exit_code: Optional[int], when: Optional
 
 def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True,
               own_code_files: str = "") -> list[str]:
-    """The batch script's end marker: it sources the boot directory's ``end.sh`` before ``main``, which removes
+    """The batch script's end marker (said in the boot lines' comment): it sources the boot directory's ``end.sh`` before ``main``, which removes
     an earlier run's marker and arms the EXIT trap that writes this one (src/torchhpc/boot/end.sh says how).
 
     ``dir_words``: shell words for the job's directory (the id expands at run time); the marker is written only
@@ -106,11 +106,10 @@ def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True,
     and batch exit status, hence sacct's ExitCode) with the code of the rank that failed first, in the
     launcher's own words (src/torchhpc/boot/first_end.sh).
     """
-    words = [boot_ref("end.sh"), *([] if cancel_trap else ["--stop-protocol"]), dir_words, f'"{restart_ref}"']
+    head = " ".join([boot_ref("end.sh"), *([] if cancel_trap else ["--stop-protocol"]), dir_words, f'"{restart_ref}"'])
+    line = f". {head} {own_code_files}".rstrip()  # the launcher's report on a line of its own
     return [
-        f"# The job's end into <job dir>/{END_FILE} from the EXIT trap, also after a failure or a cancel (docs/script.md).",
-        " ".join([".", *words]) + (" \\" if own_code_files else ""),
-        *([f"  {own_code_files}"] if own_code_files else []),
+        *(x[2:] for x in wrap_command(line, [len(split_words(head)) + 1] if own_code_files else [], width=160)),
     ]
 
 

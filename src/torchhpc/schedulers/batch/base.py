@@ -169,8 +169,8 @@ class BatchScheduler(Scheduler):
         lines = header_lines("#!/bin/bash", self.how_to_submit)
         lines.append("# Set-up, then the job as main(), top-down; torchhpc's helpers follow it; the last line runs it.")
         lines += self.directives(spec)
-        lines += ["", "set -euo pipefail", "", *boot_lines(spec)]
         end_dir = self.end_dir_words(spec)
+        lines += ["", "set -euo pipefail", "", *boot_lines(spec, ends=bool(end_dir))]
         if end_dir:
             from torchhpc.jobdir.endmark import end_lines
 

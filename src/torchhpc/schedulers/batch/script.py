@@ -11,6 +11,7 @@ import sys
 from torchhpc import __version__
 from torchhpc.core.shell import export_lines, quote
 from torchhpc.core.spec import JobSpec, default_python
+from torchhpc.jobdir.layout import END
 from torchhpc.launchers.boot import BOOT_DIR, BOOT_VAR, boot_files, boot_hash
 
 __all__ = ["boot_lines", "env_block", "header_lines", "indent_setup", "job_boot", "read_log",
@@ -66,11 +67,14 @@ def job_boot(spec: JobSpec) -> tuple[str, tuple[tuple[str, str], ...]]:
     return where, tuple((os.path.join(where, name), text) for name, text in boot_files())
 
 
-def boot_lines(spec: JobSpec) -> list[str]:
+def boot_lines(spec: JobSpec, ends: bool = False) -> list[str]:
     """Export the boot directory: the shell programs the launch runs, and the exit cures the task shim puts on
-    PYTHONPATH. Without it (a script copied where torchhpc is not installed) the job stops with one line."""
+    PYTHONPATH. Without it (a script copied where torchhpc is not installed) the job stops with one line.
+    ``ends``: the script sources its ``end.sh`` next (jobdir/endmark.py), said here."""
+    said = (f", and the job's end into <job dir>/{END} at any end (end.sh, docs/script.md)" if ends
+            else " (gloo settle, destroy guard)")
     return [
-        "# torchhpc's rank programs (rank.sh, task.sh), its end marker (end.sh) and the exit cures (gloo settle, destroy guard).",
+        f"# torchhpc's rank programs (rank.sh, task.sh), the exit cures{said}.",
         f"export {BOOT_VAR}={quote(job_boot(spec)[0])}",
         f'[ -f "${BOOT_VAR}/task.sh" ] || {{ echo "torchhpc: no ${BOOT_VAR}/task.sh (install torchhpc; torchhpc run copies it)" >&2; '
         'exit 2; }',
