@@ -6,6 +6,7 @@ Also turns torch's Flight Recorder on and dumps it into the job directory when t
 ($TORCHHPC_FLIGHT_RECORDER: entries per rank, default 2000; off: none).
 Marks the moment the rank's program returned (``<job dir>/ended/rank-N``: main script ended, sys.exit,
 or an uncaught exception), so that the hang watch can tell a hang from an exit that is slow or stuck.
+Beats to the supervisor ($TORCHHPC_HEARTBEAT), so that a lost node is found in about a second.
 Stdlib only, no eager torch import; then the hidden sitecustomize runs. TORCHHPC_EXIT_CURE=0: off.
 """
 
@@ -197,6 +198,40 @@ def flight(d):
     threading.Thread(target=_flight_watch, args=(d,), name="torchhpc-flight", daemon=True).start()
 
 
+HEARTBEAT_VAR = "TORCHHPC_HEARTBEAT"  # host:port of the supervisor's socket (supervisor/liveness.py: the same names)
+HEARTBEAT_EVERY = 0.2
+
+
+def heartbeat(environ=os.environ, every=HEARTBEAT_EVERY):
+    """A datagram every ``every`` s to the supervisor, naming this node, from a daemon thread: a node whose ranks
+    all go silent is probed at once, so a lost node is found in about a second (a silent node that still answers
+    the probe is a busy one, not a dead one). Nothing without ``$TORCHHPC_HEARTBEAT``; an error ends it quietly."""
+    host, _, port = environ.get(HEARTBEAT_VAR, "").rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    import socket
+    import threading
+
+    node = environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    message = f"torchhpc-hb {node} {os.getpid()}".encode()
+
+    def beat():
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                while True:
+                    try:
+                        s.sendto(message, (host, int(port)))
+                    except OSError:  # no route for now (a network blip): the next beat tries again
+                        pass
+                    time.sleep(every)
+        except Exception:
+            return
+
+    thread = threading.Thread(target=beat, name="torchhpc-heartbeat", daemon=True)
+    thread.start()
+    return thread
+
+
 ENDED_DIR = "ended"  # <job dir>/ended/rank-N (diagnose/exits.py reads it: the same name there)
 _EXIT_CODE: list = []  # what sys.exit was called with, if it was
 
@@ -349,6 +384,7 @@ def chain():
 if __name__ == "sitecustomize":
     sys.modules["_torchhpc_boot"] = sys.modules[__name__]  # stays reachable once chain() replaced the name
     flight_env()
+    heartbeat()
     if install():
         ended()
     chain()

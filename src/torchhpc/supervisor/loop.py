@@ -29,6 +29,8 @@ from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.allocation import ipv4
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
 from torchhpc.supervisor.attempts import storm as record_storm
+from torchhpc.supervisor.liveness import HEARTBEAT_VAR, Heartbeats, Liveness
+from torchhpc.supervisor.memtier import free_memory
 from torchhpc.supervisor.outcome import Outcome, classify_attempt, log_sizes, wrote
 from torchhpc.supervisor.policy import action_for, why_not
 from torchhpc.supervisor.progress import NoProgress
@@ -36,7 +38,8 @@ from torchhpc.supervisor.resume import restart_args
 
 __all__ = ["Options", "Supervisor", "choose"]
 
-POLL_S = 0.5
+POLL_S = 0.5  # the hang watch's check
+BEAT_POLL_S = 0.1  # the step's end, the heartbeats' silence
 # A live slurmd completes the TCP handshake in well under a millisecond, even on a busy node (the kernel
 # answers); 1 s is generous, and a node counts as dead only after Options.misses misses in a row.
 PROBE_TIMEOUT_S = 1.0
@@ -79,6 +82,15 @@ class Supervisor:
         self._warmed: set[str] = set()
         self._watching = ""  # the node the watch on this one runs on (supervisor/sentinel.py)
         self._watch_misses, self._lost_watch = 0, set[str]()
+        self.beats: Optional[Heartbeats] = None
+
+    def _listen(self, allocation: list[str]) -> None:
+        """The heartbeat socket (supervisor/liveness.py), at the address the ranks reach this node by."""
+        host = "127.0.0.1" if self.alloc.here else ipv4(self.env.get("SLURMD_NODENAME") or allocation[0])
+        try:
+            self.beats = Heartbeats(host)
+        except OSError as e:  # the probe alone still finds a lost node, a few seconds later
+            say(f"no heartbeat socket ({e}): lost nodes are found by the probe alone")
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> int:
@@ -90,6 +102,8 @@ class Supervisor:
         say(f"job {self.job}: {len(allocation)} nodes ({','.join(allocation)}), {self.o.nodes} used, "
             f"max restarts {self.o.max_restarts}" + (f", excluded before: {','.join(sorted(excluded))}" if excluded else ""))
         self._watch_own_node(allocation)
+        if allocation:
+            self._listen(allocation)
         while True:
             usable = [h for h in allocation if h not in excluded and self.alloc.alive(h)]
             dead_now = [h for h in allocation if h not in excluded and h not in usable]
@@ -112,6 +126,8 @@ class Supervisor:
                               world_size=len(step_nodes) * self.o.nproc_per_node)
             self._warm([h for h in usable if h not in step_nodes])
             say(f"attempt {count} on {','.join(step_nodes)} (TORCHHPC_RESTART_COUNT={count})")
+            if self.beats:
+                self.beats.reset()
             out = self._attempt(attempt)
             attempt.ended, attempt.klass, attempt.exit_code = self.clock(), out.klass, out.rc
             attempt.rank, attempt.detail = out.rank, out.detail[:300]
@@ -148,25 +164,6 @@ class Supervisor:
                 record_storm(self.o.job_dir, history, storm)
                 return exit_code_for("no-progress")
             previous = [h for h in step_nodes if h not in excluded]
-
-    def free_memory(self) -> None:
-        """The job ends here (done, failed, preempted or requeued): its newest memory-tier checkpoint is written
-        to disk, then the memory tier leaves every node's shared memory (jobdir/shm.py). Only a job that saved
-        to memory has any (its rank 0's node is this one, where the first attempt ran): no step is started at
-        the end of any other job."""
-        from torchhpc.jobdir.shm import shm_base
-
-        if not any(shm_base(self.env).glob(f"torchhpc-{self.job}-*")):
-            return
-        nodes = [h for h in self.alloc.nodes() if self.alloc.alive(h, timeout=PROBE_TIMEOUT_S)]
-        for args in (["--persist", self.job], [self.job]) if nodes else ():
-            try:
-                out = subprocess.run(self.alloc.on_nodes([sys.executable, "-m", "torchhpc.jobdir.shm", *args], nodes),
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=120).stdout
-                for line in out.splitlines():
-                    say(line.removeprefix("torchhpc: "))
-            except Exception as e:  # nothing was saved there, or a node is gone with its memory
-                say(f"could not {'persist' if args[0] == '--persist' else 'free'} the memory-tier checkpoints: {e}")
 
     def _watch_own_node(self, allocation: list[str], excluded: Iterable[str] = ()) -> None:
         """The supervisor cannot survive its own node: a watch on another node of the allocation ends the job as
@@ -281,6 +278,7 @@ class Supervisor:
             TORCHHPC_BASE_PORT=str(base),
             MASTER_ADDR=ipv4(attempt.nodes[0]),
             MASTER_PORT=str(self._port(attempt.attempt)),
+            **({HEARTBEAT_VAR: self.beats.address} if self.beats else {}),  # the ranks' boot sends here
             # srun's --overlap (also the srun mpirun starts its daemons with): a failed attempt's step
             # holds its CPUs until the dead node's part of it is cleaned up, after SlurmdTimeout.
             SLURM_OVERLAP="1",
@@ -301,13 +299,14 @@ class Supervisor:
         # "$@": the rendered step ends its launch line with it when --on-restart-append is given
         proc = self.alloc.start_step(["bash", "-c", '_torchhpc_step "$@"', "_torchhpc_step", *extra], self._env(attempt))
         first_line: Optional[float] = None
-        misses = dict.fromkeys(attempt.nodes, 0)
-        next_check = self.clock() + self.o.probe_every
+        live = Liveness(self.alloc, attempt.nodes, self.o.probe_every, self.o.misses, PROBE_TIMEOUT_S, self.beats,
+                        self.clock())
+        next_watch = 0.0
         while True:
-            try:
-                rc = proc.wait(timeout=POLL_S)
-            except subprocess.TimeoutExpired:
-                rc = None
+            rc = proc.poll()
+            if rc is None:
+                live.wait(BEAT_POLL_S, self.clock)  # heartbeats noted as they come
+                rc = proc.poll()
             if rc is not None:
                 seen = self.clock()
                 out = self._judge(rc, attempt, sizes)
@@ -317,23 +316,19 @@ class Supervisor:
             now = self.clock()
             if first_line is None and wrote(self.ranks_dir, sizes):
                 first_line = now  # within POLL_S of the rank's first line
-            if now >= next_check:
-                next_check = now + self.o.probe_every
-                for h in attempt.nodes:
-                    misses[h] = 0 if self.alloc.alive(h, timeout=min(PROBE_TIMEOUT_S, self.o.probe_every)) else misses[h] + 1
-                if any(misses.values()):  # confirm a miss at once, not a probe interval later (detection <= 5 s)
-                    next_check = now
+            dead, found_by = live.dead(now)  # the heartbeats' silence confirmed by a probe, or the probe's own rule
+            if live.probed:
                 self._check_watch(attempt.nodes)
-                dead = [h for h, n in misses.items() if n >= self.o.misses]
-                if dead:
-                    say(f"{plural(len(dead), 'node')} {','.join(dead)} stopped answering: stopping the step")
-                    fault = self.clock()
-                    rc = self.alloc.kill_step(proc, grace=0.0)  # a dead node's step never ends cleanly: no grace
-                    return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True,
-                                   fault=fault, found_by="probe", teardown_s=round(self.clock() - fault, 3),
-                                   first_line=first_line)
-            if watch is None:
+            if dead:
+                say(f"{plural(len(dead), 'node')} {','.join(dead)} stopped answering: stopping the step")
+                fault = self.clock()
+                rc = self.alloc.kill_step(proc, grace=0.0)  # a dead node's step never ends cleanly: no grace
+                return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True,
+                               fault=fault, found_by=found_by, teardown_s=round(self.clock() - fault, 3),
+                               first_line=first_line)
+            if watch is None or now < next_watch:
                 continue
+            next_watch = now + POLL_S
             # Until a rank of this attempt has written a byte (imports, rendezvous, a checkpoint load; a
             # starved rank may use little CPU on a busy node) the quiet allowed is STARTING times the
             # timeout (ft_launcher likewise waits longer for the first heartbeat).
@@ -389,7 +384,7 @@ def main(opts: Options) -> int:
         try:
             return sup.run()
         finally:
-            sup.free_memory()
+            free_memory(sup.alloc, sup.env, sup.job, say)
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # the job must end with a reason, not a bare traceback in slurm.out
