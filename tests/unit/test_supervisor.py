@@ -27,8 +27,9 @@ from torchhpc.supervisor import POLICY, RESTART_CLASSES, action_for, load_attemp
 from torchhpc.supervisor.__main__ import parse
 from torchhpc.supervisor.attempts import Attempt, save_attempts
 from torchhpc.supervisor.health import check_here, gate
-from torchhpc.supervisor.loop import Options, Supervisor, choose
+from torchhpc.supervisor.loop import Options, Supervisor
 from torchhpc.supervisor.outcome import classify_attempt, log_sizes
+from torchhpc.supervisor.policy import choose
 from torchhpc.supervisor.progress import NoProgress, newest_checkpoint
 from torchhpc.supervisor.resume import restart_args
 from torchhpc.supervisor.show import attempt_lines

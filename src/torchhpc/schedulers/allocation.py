@@ -30,7 +30,9 @@ from torchhpc.core.proc import Runner
 from torchhpc.core.processes import stop_group
 from torchhpc.errors import SchedulerError
 
-__all__ = ["Allocation", "ipv4"]
+__all__ = ["STANDBY_STEP", "Allocation", "ipv4"]
+
+STANDBY_STEP = "torchhpc-warm"  # the step name of a standby interpreter (supervisor/standby.py): kill_step spares it
 
 
 def ipv4(host: str) -> str:
@@ -91,9 +93,11 @@ class Allocation:
         """An attempt's step, in its own session so that :meth:`kill_step` reaches all of it."""
         return subprocess.Popen(list(argv), env=dict(env), start_new_session=True)
 
-    def start_watch(self, argv: Sequence[str], node: str, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    def start_watch(self, argv: Sequence[str], node: str, env: Mapping[str, str],
+                    name: str = "") -> subprocess.Popen[bytes]:
         """``argv`` on ``node`` as a step beside the job's that :meth:`kill_step` leaves running (the
-        supervisor's watch on its own node, supervisor/sentinel.py); never waited for."""
+        supervisor's watch on its own node, supervisor/sentinel.py; a standby interpreter, ``name`` the
+        backend's step name for it); never waited for."""
         return subprocess.Popen(self.on_nodes(argv, [node]), env=dict(env), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
 

@@ -33,12 +33,14 @@ def parse(argv: list[str]) -> Options:
                    help="arguments added to the program on attempts after the first ({latest:GLOB}: the newest match)")
     p.add_argument("--no-health-gate", action="store_true",
                    help="skip the checks of the next attempt's nodes (job dir writable, port free, nvidia-smi)")
+    p.add_argument("--warm", action="store_true",
+                   help="restart with a standby interpreter per node, torch imported (the ranks run this Python)")
     a = p.parse_args(argv)
     return Options(job_dir=a.job_dir, nodes=a.nodes, nproc_per_node=a.nproc_per_node, launcher=a.launcher,
                    max_restarts=a.max_restarts, hang_timeout=a.hang_timeout, requeue=a.requeue,
                    probe_every=a.probe_every, scheduler=a.scheduler, max_no_progress=a.max_no_progress,
                    checkpoint_dir=a.checkpoint_dir, on_restart_append=a.on_restart_append,
-                   health=not a.no_health_gate, min_nodes=a.min_nodes)
+                   health=not a.no_health_gate, min_nodes=a.min_nodes, warm=a.warm)
 
 
 if __name__ == "__main__":

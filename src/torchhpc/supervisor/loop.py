@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -32,11 +32,12 @@ from torchhpc.supervisor.attempts import storm as record_storm
 from torchhpc.supervisor.liveness import HEARTBEAT_VAR, Heartbeats, Liveness
 from torchhpc.supervisor.memtier import free_memory
 from torchhpc.supervisor.outcome import Outcome, classify_attempt, log_sizes, wrote
-from torchhpc.supervisor.policy import action_for, why_not
+from torchhpc.supervisor.policy import action_for, choose, why_not
 from torchhpc.supervisor.progress import NoProgress
 from torchhpc.supervisor.resume import restart_args
+from torchhpc.supervisor.standby import Standby
 
-__all__ = ["Options", "Supervisor", "choose"]
+__all__ = ["Options", "Supervisor"]
 
 POLL_S = 0.5  # the hang watch's check
 BEAT_POLL_S = 0.1  # the step's end, the heartbeats' silence
@@ -63,6 +64,7 @@ class Options:
     on_restart_append: str = ""  # arguments added on attempts after the first (supervisor/resume.py)
     health: bool = True  # the health gate before each attempt (supervisor/health.py)
     min_nodes: Optional[int] = None  # go on with this many nodes at least when no spare is left (--min-nodes)
+    warm: bool = False  # restarts from a standby interpreter per node (supervisor/standby.py)
 
 
 def say(text: str) -> None:
@@ -104,6 +106,9 @@ class Supervisor:
         self._watch_own_node(allocation)
         if allocation:
             self._listen(allocation)
+        standby = Standby(self.alloc, self.job, sys.executable, self.env, say)
+        if self.o.warm:
+            standby.start(h for h in allocation if h not in excluded)
         while True:
             usable = [h for h in allocation if h not in excluded and self.alloc.alive(h)]
             dead_now = [h for h in allocation if h not in excluded and h not in usable]
@@ -128,7 +133,7 @@ class Supervisor:
             say(f"attempt {count} on {','.join(step_nodes)} (TORCHHPC_RESTART_COUNT={count})")
             if self.beats:
                 self.beats.reset()
-            out = self._attempt(attempt)
+            out = self._attempt(attempt, standby.env_for(count))
             attempt.ended, attempt.klass, attempt.exit_code = self.clock(), out.klass, out.rc
             attempt.rank, attempt.detail = out.rank, out.detail[:300]
             attempt.found_by = out.found_by if out.klass is not None else ""
@@ -285,7 +290,7 @@ class Supervisor:
         )
         return env
 
-    def _attempt(self, attempt: Attempt) -> Outcome:
+    def _attempt(self, attempt: Attempt, warm: dict[str, str]) -> Outcome:
         sizes = log_sizes(self.ranks_dir)
         attempt.launched = self.clock()
         extra = restart_args(self.o.on_restart_append, attempt.attempt, say=say)
@@ -297,7 +302,8 @@ class Supervisor:
 
             exits.clear(self.o.job_dir)
         # "$@": the rendered step ends its launch line with it when --on-restart-append is given
-        proc = self.alloc.start_step(["bash", "-c", '_torchhpc_step "$@"', "_torchhpc_step", *extra], self._env(attempt))
+        proc = self.alloc.start_step(["bash", "-c", '_torchhpc_step "$@"', "_torchhpc_step", *extra],
+                                     {**self._env(attempt), **warm})
         first_line: Optional[float] = None
         live = Liveness(self.alloc, attempt.nodes, self.o.probe_every, self.o.misses, PROBE_TIMEOUT_S, self.beats,
                         self.clock())
@@ -366,16 +372,6 @@ class Supervisor:
         if dead:  # the step ended because a node died: Slurm's SIGTERM to the rest made any stop file
             return Outcome("node-failure", rc, dead, detail=f"{','.join(dead)} unreachable", teardown=True)
         return classify_attempt(self.ranks_dir, sizes, rc)
-
-
-def choose(allocation: Sequence[str], previous: Sequence[str], usable: Iterable[str], n: int) -> list[str]:
-    """N usable nodes: the previous attempt's survivors first (their caches are warm), then the
-    spares, in the allocation's order. Fewer than N when fewer are usable."""
-    ok = set(usable)
-    keep = [h for h in previous if h in ok]
-    more = [h for h in allocation if h in ok and h not in keep]
-    picked = set((keep + more)[:n])
-    return [h for h in allocation if h in picked]
 
 
 def main(opts: Options) -> int:

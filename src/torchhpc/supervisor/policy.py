@@ -10,9 +10,11 @@ The exit code each class ends the job with is :data:`EXIT_CODES`, kept in
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from torchhpc.core.units import counted
 
-__all__ = ["NEVER", "POLICY", "RESTART_CLASSES", "action_for", "why_not"]
+__all__ = ["NEVER", "POLICY", "RESTART_CLASSES", "action_for", "choose", "why_not"]
 
 # class -> (action, why); the action is "restart" or "end"
 POLICY: dict[str, tuple[str, str]] = {
@@ -50,3 +52,13 @@ def why_not(klass: str, count: int, max_restarts: int) -> str:
         return (f"not restarting: {counted(max_restarts, 'restart')} allowed, {count} done; "
                 f"the job ends with the {klass} verdict (torchhpc diagnose)")
     return ""
+
+
+def choose(allocation: Sequence[str], previous: Sequence[str], usable: Iterable[str], n: int) -> list[str]:
+    """N usable nodes: the previous attempt's survivors first (their caches are warm), then the
+    spares, in the allocation's order. Fewer than N when fewer are usable."""
+    ok = set(usable)
+    keep = [h for h in previous if h in ok]
+    more = [h for h in allocation if h in ok and h not in keep]
+    picked = set((keep + more)[:n])
+    return [h for h in allocation if h in picked]

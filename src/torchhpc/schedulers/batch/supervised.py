@@ -49,7 +49,16 @@ def supervised_lines(spec: JobSpec, launch: list[str], stopping: bool) -> list[s
         argv += ["--checkpoint-dir", spec.checkpoint_dir]
     if spec.on_restart_append:
         argv += ["--on-restart-append", spec.on_restart_append]
+    if warm_restarts(spec):
+        argv.append("--warm")
     line = join(argv)
     wrapped = [x[2:] for x in wrap_command(line, [split_words(line).index("--nodes")])]
     wrapped[-1] += " &" if stopping else ""
     return [*lines, *wrapped]
+
+
+def warm_restarts(spec: JobSpec) -> bool:
+    """Whether restarts can start from a standby interpreter (supervisor/standby.py): each rank is a process of
+    this Python (srun's and mpirun's tasks, torchrun's workers; torchrun's agent itself starts cold), running a
+    script or a module, outside a container."""
+    return spec.container is None and spec.entrypoint.kind in ("script", "module")

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Optional
 
 from torchhpc.core.processes import killpg
-from torchhpc.schedulers.allocation import Allocation, ipv4
+from torchhpc.schedulers.allocation import STANDBY_STEP, Allocation, ipv4
 
 __all__ = ["DEFAULT_SLURMD_PORT", "WATCH_STEP", "SlurmAllocation", "overlap_step"]
 
@@ -63,18 +63,19 @@ class SlurmAllocation(Allocation):
         killpg(proc.pid, signal.SIGTERM if grace else signal.SIGKILL)
         listed = self.runner.run(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i %j"], check=False, timeout=10)
         steps = [p[0] for p in (line.split() for line in listed.stdout.splitlines())
-                 if p and p[0].rsplit(".", 1)[-1].isdigit() and p[1:] != [WATCH_STEP]]
+                 if p and p[0].rsplit(".", 1)[-1].isdigit() and p[1:] not in ([WATCH_STEP], [STANDBY_STEP])]
         if steps:
             cancel = ["scancel", "--signal=KILL", *steps]
             threading.Thread(target=self.runner.run, args=(cancel,), kwargs={"check": False, "timeout": 60},
                              daemon=True).start()
         return super().kill_step(proc, grace)
 
-    def start_watch(self, argv: Sequence[str], node: str, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    def start_watch(self, argv: Sequence[str], node: str, env: Mapping[str, str],
+                    name: str = WATCH_STEP) -> subprocess.Popen[bytes]:
         """The watch as a step named :data:`WATCH_STEP` (``--job-name``: inside an allocation srun ignores
         SLURM_JOB_NAME), which :meth:`kill_step` leaves running when it cancels an attempt's steps."""
         srun, *rest = self.on_nodes(argv, [node])
-        return subprocess.Popen([srun, f"--job-name={WATCH_STEP}", *rest], env=dict(env), stdout=subprocess.DEVNULL,
+        return subprocess.Popen([srun, f"--job-name={name}", *rest], env=dict(env), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
 
     def requeue(self, exclude: Sequence[str] = ()) -> str:

@@ -1,0 +1,63 @@
+"""Warm restarts: a standby interpreter on every node of the allocation, torch imported, for the restarts.
+
+Why: after a node loss, ``import torch`` in every new rank was a third of the time to the next attempt's first
+step. With ``--warm`` (the batch renderer adds it where the ranks run this Python: no container, no
+``--python``), the supervisor starts ``boot/warm.py serve`` on each node as a step of its own beside the job's
+(kill_step spares it), at the job's start, so it has imported torch long before a fault. Attempts after the
+first run with ``$TORCHHPC_WARM``: the task shim then hands the rank's program to the node's standby, which
+forks it with torch already imported (boot/warm.py says how). A node without a standby, a program that is not
+``PYTHON script`` or ``PYTHON -m module``, a rank of another Python: a cold start as before, and its log says so.
+
+Each standby holds one interpreter with torch imported (a few hundred MB of memory per node) until the job
+ends. ``TORCHHPC_WARM=off`` in the job's environment: none is started.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from torchhpc.core.units import is_off
+from torchhpc.launchers.boot import BOOT_DIR
+from torchhpc.schedulers.allocation import STANDBY_STEP
+
+__all__ = ["WARM_VAR", "Standby"]
+
+WARM_VAR = "TORCHHPC_WARM"  # boot/warm.py and boot/task.sh read the same name (held equal by a test)
+PYTHON_VAR = "TORCHHPC_WARM_PYTHON"
+PRELOAD = ("torch",)
+
+
+class Standby:
+    """The job's standby interpreters: started once per node, named in the environment of later attempts."""
+
+    def __init__(self, alloc: Any, job: str, python: str, env: Mapping[str, str], say: Callable[[str], None]) -> None:
+        self.alloc, self.python, self.say = alloc, python, say
+        self.name = f"torchhpc-warm-{job}"
+        self.on: set[str] = set()
+        self.wanted = not is_off(env.get(WARM_VAR, "on"))
+        # the standby's own environment: the job's, without what makes an interpreter a rank (the boot's
+        # cures and heartbeat start threads, which a process that forks must not have)
+        boot = os.path.abspath(BOOT_DIR)
+        path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != boot]
+        self.env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "TORCHHPC_HEARTBEAT", WARM_VAR)}
+        if path:
+            self.env["PYTHONPATH"] = os.pathsep.join(path)
+
+    def start(self, nodes: Iterable[str]) -> None:
+        """A standby on each of ``nodes`` that has none yet; never waited for (it binds, then imports)."""
+        todo = [h for h in nodes if h not in self.on] if self.wanted else []
+        argv = [self.python, os.path.join(BOOT_DIR, "warm.py"), "serve", self.name, *PRELOAD]
+        for h in todo:
+            try:
+                self.alloc.start_watch(argv, h, self.env, name=STANDBY_STEP)
+                self.on.add(h)
+            except Exception as e:  # restarts are cold there, as before
+                self.say(f"no standby interpreter on {h} ({e}): its restarts start cold")
+        if todo and self.on:
+            self.say(f"standby interpreters (torch imported) on {','.join(sorted(self.on))}: restarts start warm")
+
+    def env_for(self, attempt: int) -> dict[str, str]:
+        """What an attempt's ranks are told: the standby's name from the second attempt on."""
+        return {WARM_VAR: self.name, PYTHON_VAR: self.python} if attempt > 0 and self.on else {}
