@@ -48,11 +48,12 @@ _STEP = re.compile(r"\bstep (\d+) restart=(\d+) t=([\d.]+)")
 # helpers ----------------------------------------------------------------------
 
 
-def submit(cluster: Any, out: Path, name: str, flags: list[str], train: list[str], launcher: str = "torchrun") -> str:
-    """``torchhpc run --scheduler slurm`` of ckpt_train.py; returns the job id."""
+def submit(cluster: Any, out: Path, name: str, flags: list[str], train: list[str], launcher: str = "torchrun",
+           env: dict[str, str] | None = None) -> str:
+    """``torchhpc run --scheduler slurm`` of ckpt_train.py (``env``: more of the submitting environment); the job id."""
     out.mkdir(parents=True, exist_ok=True)
     r = torchhpc(
-        cluster, "run", "--scheduler", "slurm", "--launcher", launcher, "--name", name,
+        {**cluster.client_env(), **env} if env else cluster, "run", "--scheduler", "slurm", "--launcher", launcher, "--name", name,
         "--output-dir", str(out), *flags, TRAIN, "--ckpt", str(out / "ckpt"), "--out", str(out / "final.pt"),
         *train, cwd=out,
     )

@@ -87,11 +87,12 @@ def test_node_loss_with_a_spare_completes_on_its_own(
 ) -> None:
     """One of the two working nodes (not the batch host) fails after step 100; the supervisor
     excludes it, goes on on the spare, and the job ends COMPLETED with the uninterrupted run's
-    parameters, at most one checkpoint interval done twice."""
+    parameters, at most one checkpoint interval done twice. Its restart is warm (a standby
+    interpreter per node, torch imported: supervisor/standby.py): the same parameters bit for bit."""
     name = f"spare{launcher[:2]}"
     job = submit(own_cluster, tmp_path, name,
                  ["-N", "2", "--spares", "1", "--nproc-per-node", "2", "--max-restarts", "1"],
-                 [*TRAIN, "--sleep", "0.1"], launcher=launcher)
+                 [*TRAIN, "--sleep", "0.1"], launcher=launcher, env={"TORCHHPC_WARM": "on"})
     hosts = own_slurm.run(["scontrol", "show", "hostnames", wait_until(
         lambda: own_slurm.job(job).get("NodeList") if own_slurm.job(job).get("JobState") == "RUNNING" else None,
         120, "the job to start")]).stdout.split()
@@ -111,6 +112,7 @@ def test_node_loss_with_a_spare_completes_on_its_own(
     assert victim in tries[0]["excluded"] and victim not in tries[1]["nodes"], tries
     assert hosts[2] in tries[1]["nodes"], tries  # the spare
     assert_bit_identical(tmp_path / "final.pt", reference)
+    assert "restarts start warm" in text and "cold start" not in text, text[-3000:]  # every restarted rank warm
     again = repeated_steps(text)
     assert again <= EVERY, f"{again} steps done twice"
     starts = [t for kind, _s, r, t in events(text) if kind == "step" and r == 1]
