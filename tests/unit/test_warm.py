@@ -22,7 +22,7 @@ import pytest
 
 from torchhpc.boot import warm
 from torchhpc.launchers.boot import BOOT_DIR
-from torchhpc.supervisor.standby import PYTHON_VAR, WARM_VAR, Standby
+from torchhpc.supervisor.standby import PYTHON_VAR, SWITCH, WARM_VAR, Standby
 
 WARM_PY = os.path.join(BOOT_DIR, "warm.py")
 TASK_SH = os.path.join(BOOT_DIR, "task.sh")
@@ -141,15 +141,15 @@ def test_the_standby_is_started_once_per_node_and_named_from_the_second_attempt(
             started.append((argv, node, env, name))
 
     said: list[str] = []
-    env = {"PYTHONPATH": f"{BOOT_DIR}{os.pathsep}/mine", "TORCHHPC_HEARTBEAT": "h:1", "PATH": "/bin"}
+    env = {"PYTHONPATH": f"{BOOT_DIR}{os.pathsep}/mine", "TORCHHPC_HEARTBEAT": "h:1", "PATH": "/bin", SWITCH: "on"}
     s = Standby(Alloc(), "42", "/py", env, said.append)
     s.start(["n1", "n2"])
     s.start(["n2", "n3"])
     assert [n for _a, n, _e, _s in started] == ["n1", "n2", "n3"]
     argv, _n, senv, step = started[0]
     assert argv == ["/py", WARM_PY, "serve", "torchhpc-warm-42", "torch"] and step == "torchhpc-warm"
-    assert senv == {"PYTHONPATH": "/mine", "PATH": "/bin"}  # no boot, no heartbeat: a process that forks has no threads
+    assert senv == {"PYTHONPATH": "/mine", "PATH": "/bin", SWITCH: "on"}  # no boot, no heartbeat: a forking process has no threads
     assert s.env_for(0) == {} and s.env_for(1) == {WARM_VAR: "torchhpc-warm-42", PYTHON_VAR: "/py"}
-    off = Standby(Alloc(), "43", "/py", {WARM_VAR: "off"}, said.append)
+    off = Standby(Alloc(), "43", "/py", {SWITCH: "off"}, said.append)
     off.start(["n1"])
     assert len(started) == 3 and off.env_for(1) == {}

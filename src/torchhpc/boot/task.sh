@@ -97,7 +97,7 @@ fi
 export RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
 export NODE_RANK=$GROUP_RANK
 if [ -n "${TORCHHPC_BOOT_DIR:-}" ] && [ "${TORCHHPC_EXIT_CURE:-1}" != 0 ]; then export PYTHONPATH="$TORCHHPC_BOOT_DIR${PYTHONPATH:+:$PYTHONPATH}"; fi
-if [ -n "${TORCHHPC_WARM:-}" ] && [ -f "${TORCHHPC_BOOT_DIR:-}/warm.py" ]; then  # a restart: a standby has torch imported
+if [ -n "${TORCHHPC_WARM_STANDBY:-}" ] && [ -f "${TORCHHPC_BOOT_DIR:-}/warm.py" ]; then  # a restart: a standby has torch imported
   if [ "$1" = "${TORCHHPC_WARM_PYTHON:-}" ]; then exec "$1" -I -S "$TORCHHPC_BOOT_DIR/warm.py" run "$@"; fi
   echo "torchhpc: warm start: $1 is not the standby's Python: cold start" >&2
 fi

@@ -29,7 +29,7 @@ import struct
 import sys
 import time
 
-WARM_VAR = "TORCHHPC_WARM"  # the standby's name (supervisor/standby.py: the same name)
+WARM_VAR = "TORCHHPC_WARM_STANDBY"  # the standby's name (supervisor/standby.py: the same name)
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
 FLAGS = {"-u", "-B", "-O", "-OO"}
 

@@ -22,9 +22,10 @@ from torchhpc.core.units import is_off
 from torchhpc.launchers.boot import BOOT_DIR
 from torchhpc.schedulers.allocation import STANDBY_STEP
 
-__all__ = ["WARM_VAR", "Standby"]
+__all__ = ["PYTHON_VAR", "SWITCH", "WARM_VAR", "Standby"]
 
-WARM_VAR = "TORCHHPC_WARM"  # boot/warm.py and boot/task.sh read the same name (held equal by a test)
+SWITCH = "TORCHHPC_WARM"  # the user's: off starts no standby
+WARM_VAR = "TORCHHPC_WARM_STANDBY"  # a rank's: its standby's name (boot/warm.py, boot/task.sh: held equal by a test)
 PYTHON_VAR = "TORCHHPC_WARM_PYTHON"
 PRELOAD = ("torch",)
 
@@ -36,12 +37,12 @@ class Standby:
         self.alloc, self.python, self.say = alloc, python, say
         self.name = f"torchhpc-warm-{job}"
         self.on: set[str] = set()
-        self.wanted = not is_off(env.get(WARM_VAR, "on"))
+        self.wanted = not is_off(env.get(SWITCH, "on"))
         # the standby's own environment: the job's, without what makes an interpreter a rank (the boot's
         # cures and heartbeat start threads, which a process that forks must not have)
         boot = os.path.abspath(BOOT_DIR)
         path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != boot]
-        self.env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "TORCHHPC_HEARTBEAT", WARM_VAR)}
+        self.env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "TORCHHPC_HEARTBEAT", WARM_VAR, PYTHON_VAR)}
         if path:
             self.env["PYTHONPATH"] = os.pathsep.join(path)
 
