@@ -66,8 +66,10 @@ def cold(argv, why):
 def client(argv):
     name = os.environ.get(WARM_VAR, "")
     form = parse(argv)
-    if not name or form is None:
-        cold(argv, "not a form started warm (PYTHON script or PYTHON -m module)" if name else f"no ${WARM_VAR}")
+    if not name:  # a first attempt: no standby named, nothing to say
+        os.execv(argv[0], argv)
+    if form is None:
+        cold(argv, "not a form started warm (PYTHON script or PYTHON -m module)")
     want = os.environ.get("TORCHHPC_WARM_PYTHON", "")
     if want and os.path.realpath(argv[0]) != os.path.realpath(want):
         cold(argv, f"{argv[0]} is not the standby's Python ({want})")
@@ -171,8 +173,12 @@ def serve(name, preload):
                     os.close(fd)
                 conn.sendall(f"P {pid}\n".encode())
                 children[pid], conns[conn] = conn, pid
-            elif not conn.recv(64):  # the client is gone (srun killed it): so is its rank
-                _forward(conns.pop(conn), signal.SIGKILL)
+            elif not conn.recv(64):  # the client is gone (srun killed it): so is its rank, and what it started
+                pid = conns.pop(conn)
+                try:
+                    os.killpg(pid, signal.SIGKILL)  # its own process group (become: setsid)
+                except OSError:
+                    _forward(pid, signal.SIGKILL)
                 conn.close()
         while children:
             try:
@@ -209,6 +215,7 @@ def _stdio(unbuffered):
 def become(request):
     """In the child: the client's descriptors, environment, directory, path and argv; the boot's per-rank
     parts; then ``(kind, target)`` to run."""
+    os.setsid()  # a process group of its own: a client that dies takes the rank's children too
     for sig in FORWARDED:
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
