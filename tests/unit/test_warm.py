@@ -103,12 +103,12 @@ def test_a_signal_reaches_the_rank_and_a_killed_client_takes_it_along(tmp_path: 
 
 
 def _alive(pid: int) -> bool:
-    try:
+    try:  # gone, or gone between the two looks (its /proc entry then reads as ProcessLookupError): not alive
         os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (ProcessLookupError, FileNotFoundError):
         return False
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.split(") ", 1)[1][0] != "Z"
+    return stat.split(") ", 1)[1][0] != "Z"  # a zombie has ended
 
 
 @pytest.mark.parametrize("why", ["no standby", "another python", "a command"])
