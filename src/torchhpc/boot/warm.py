@@ -70,9 +70,6 @@ def client(argv):
         os.execv(argv[0], argv)
     if form is None:
         cold(argv, "not a form started warm (PYTHON script or PYTHON -m module)")
-    want = os.environ.get("TORCHHPC_WARM_PYTHON", "")
-    if want and os.path.realpath(argv[0]) != os.path.realpath(want):
-        cold(argv, f"{argv[0]} is not the standby's Python ({want})")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(address(name))

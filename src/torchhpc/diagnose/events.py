@@ -105,7 +105,8 @@ class Timeline:
 
 def _detection(found_by: str, seconds: float, row: Mapping[str, Any]) -> str:
     """The detection time as known: a fault the heartbeats found was seen about a second after it; one the
-    supervisor's probe found happened at most one probe interval before it was seen (the account counts it as found when seen: 0 s), so the bound is said."""
+    supervisor's probe found happened at most one probe interval before it was seen (the account counts it
+    as found when seen: 0 s), so the bound is said."""
     if found_by == "heartbeat":  # its ranks' last beat, then SILENT_S and one probe (supervisor/liveness.py)
         return "about 1 s (the heartbeats' silence, then one probe)"
     if found_by != "probe":

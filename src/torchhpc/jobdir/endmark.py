@@ -91,8 +91,9 @@ def write_end(job_dir: str, state: str, exit_code: Optional[int], when: Optional
 
 def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True,
               own_code_files: str = "") -> list[str]:
-    """The batch script's end marker (said in the boot lines' comment): it sources the boot directory's ``end.sh`` before ``main``, which removes
-    an earlier run's marker and arms the EXIT trap that writes this one (src/torchhpc/boot/end.sh says how).
+    """The batch script's end marker (said in the boot lines' comment): it sources the boot directory's ``end.sh``
+    before ``main``, which removes an earlier run's marker and arms the EXIT trap that writes this one
+    (src/torchhpc/boot/end.sh says how).
 
     ``dir_words``: shell words for the job's directory (the id expands at run time); the marker is written only
     where that directory exists (a script submitted by hand has none). ``cancel_trap``: trap SIGTERM (the
@@ -108,9 +109,7 @@ def end_lines(dir_words: str, restart_ref: str = "0", cancel_trap: bool = True,
     """
     head = " ".join([boot_ref("end.sh"), *([] if cancel_trap else ["--stop-protocol"]), dir_words, f'"{restart_ref}"'])
     line = f". {head} {own_code_files}".rstrip()  # the launcher's report on a line of its own
-    return [
-        *(x[2:] for x in wrap_command(line, [len(split_words(head)) + 1] if own_code_files else [], width=160)),
-    ]
+    return [x[2:] for x in wrap_command(line, [len(split_words(head)) + 1] if own_code_files else [], width=160)]
 
 
 def quoted_dir(prefix: str, id_ref: str) -> str:

@@ -23,11 +23,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-__all__ = ["BEAT_EVERY", "HEARTBEAT_VAR", "SILENT_S", "Heartbeats", "Liveness"]
+__all__ = ["BEAT_EVERY", "HEARTBEAT_VAR", "PROBE_TIMEOUT_S", "SILENT_S", "Heartbeats", "Liveness"]
 
 HEARTBEAT_VAR = "TORCHHPC_HEARTBEAT"  # boot/sitecustomize.py reads the same name (stdlib only: held equal by a test)
 BEAT_EVERY = 0.2  # seconds between a rank's datagrams (boot/sitecustomize.py's HEARTBEAT_EVERY)
 SILENT_S = 0.6  # a heard node silent this long is probed at once: three beats missed
+# A live slurmd completes the TCP handshake in well under a millisecond, even on a busy node (the kernel
+# answers); 1 s is generous for the probe's round, and a node counts as dead only after its misses in a row.
+PROBE_TIMEOUT_S = 1.0
 CONFIRM_TIMEOUT_S = 0.5  # that probe's connect: a live slurmd answers in well under a millisecond
 PREFIX = b"torchhpc-hb "
 

@@ -29,7 +29,7 @@ from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.allocation import ipv4
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
 from torchhpc.supervisor.attempts import storm as record_storm
-from torchhpc.supervisor.liveness import HEARTBEAT_VAR, Heartbeats, Liveness
+from torchhpc.supervisor.liveness import HEARTBEAT_VAR, PROBE_TIMEOUT_S, Heartbeats, Liveness
 from torchhpc.supervisor.memtier import free_memory
 from torchhpc.supervisor.outcome import Outcome, classify_attempt, log_sizes, wrote
 from torchhpc.supervisor.policy import action_for, choose, why_not
@@ -41,9 +41,6 @@ __all__ = ["Options", "Supervisor"]
 
 POLL_S = 0.5  # the hang watch's check
 BEAT_POLL_S = 0.1  # the step's end, the heartbeats' silence
-# A live slurmd completes the TCP handshake in well under a millisecond, even on a busy node (the kernel
-# answers); 1 s is generous, and a node counts as dead only after Options.misses misses in a row.
-PROBE_TIMEOUT_S = 1.0
 STARTING = 4  # the hang timeout's multiple allowed before an attempt's first line (see Supervisor._attempt)
 
 
@@ -86,9 +83,13 @@ class Supervisor:
         self._watch_misses, self._lost_watch = 0, set[str]()
         self.beats: Optional[Heartbeats] = None
 
+    def _here(self, allocation: list[str]) -> str:
+        """The node this supervisor runs on (the batch host): where the ranks' heartbeats go, what its watch watches."""
+        return self.env.get("SLURMD_NODENAME") or (allocation[0] if allocation else "")
+
     def _listen(self, allocation: list[str]) -> None:
         """The heartbeat socket (supervisor/liveness.py), at the address the ranks reach this node by."""
-        host = "127.0.0.1" if self.alloc.here else ipv4(self.env.get("SLURMD_NODENAME") or allocation[0])
+        host = "127.0.0.1" if self.alloc.here else ipv4(self._here(allocation))
         try:
             self.beats = Heartbeats(host)
         except OSError as e:  # the probe alone still finds a lost node, a few seconds later
@@ -174,7 +175,7 @@ class Supervisor:
         """The supervisor cannot survive its own node: a watch on another node of the allocation ends the job as
         node-failure, allocation released, if this one dies (supervisor/sentinel.py). Never waited for; started
         again elsewhere when its node is lost."""
-        host = self.env.get("SLURMD_NODENAME") or (allocation[0] if allocation else "")
+        host = self._here(allocation)
         others = [h for h in allocation if h != host and h not in set(excluded)]
         self._watching = ""
         if not host or not others:

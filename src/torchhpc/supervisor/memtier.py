@@ -11,9 +11,10 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from torchhpc.supervisor.liveness import PROBE_TIMEOUT_S
+
 __all__ = ["free_memory"]
 
-PROBE_TIMEOUT_S = 1.0  # a live node's slurmd answers a TCP connect in well under a millisecond
 
 
 def free_memory(alloc: Any, env: Mapping[str, str], job: str, say: Callable[[str], None]) -> None:

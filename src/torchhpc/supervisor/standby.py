@@ -21,6 +21,7 @@ from typing import Any
 from torchhpc.core.units import is_off
 from torchhpc.launchers.boot import BOOT_DIR
 from torchhpc.schedulers.allocation import STANDBY_STEP
+from torchhpc.supervisor.liveness import HEARTBEAT_VAR
 
 __all__ = ["PYTHON_VAR", "SWITCH", "WARM_VAR", "Standby"]
 
@@ -42,7 +43,7 @@ class Standby:
         # cures and heartbeat start threads, which a process that forks must not have)
         boot = os.path.abspath(BOOT_DIR)
         path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != boot]
-        self.env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "TORCHHPC_HEARTBEAT", WARM_VAR, PYTHON_VAR)}
+        self.env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", HEARTBEAT_VAR, WARM_VAR, PYTHON_VAR)}
         if path:
             self.env["PYTHONPATH"] = os.pathsep.join(path)
 
