@@ -348,3 +348,24 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Iterator[None]:
     line.update((k, v) for k, v in item.user_properties if k in ("lock_wait_s", "slot_wait_s"))
     with open(_TIMES, "a") as f:
         f.write(json.dumps(line) + "\n")
+
+
+def hogs_wanted(n: int, load: float, cpus: int) -> int:
+    """Busy loops still needed for ``n`` of them's worth of load: none where the machine already runs
+    that many more processes than it has CPUs (the suite side by side, load 10-12 on 2 cores: there
+    two more loops only took CPU from the tests beside), all ``n`` on a quiet machine."""
+    return max(0, min(n, round(n + cpus - load)))
+
+
+@contextmanager
+def busy_loops(n: int) -> Iterator[None]:
+    """n processes' worth of load spinning on the CPU (the load that widens teardown races), minus the
+    load already there (:func:`hogs_wanted`); killed by PID after."""
+    n = hogs_wanted(n, os.getloadavg()[0], os.cpu_count() or 1)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()

@@ -15,6 +15,7 @@ every other cluster test of a side-by-side run waited for them. The others use t
 from __future__ import annotations
 
 import json
+import random
 import re
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, hang_timeout
+from tests.conftest import REPO, busy_loops, hang_timeout
 from tests.integration.conftest import SlurmClient
 from tests.integration.test_nothing_lost import assert_bit_identical, events, log_of, submit, wait_until
 from torchhpc.core.exitcodes import EXIT_CODES
@@ -117,6 +118,42 @@ def test_node_loss_with_a_spare_completes_on_its_own(
     assert again <= EVERY, f"{again} steps done twice"
     starts = [t for kind, _s, r, t in events(text) if kind == "step" and r == 1]
     report(f"spare-{launcher}", fault_to_second_attempt_first_step_s=min(starts) - t_fault, steps_done_twice=again)
+
+
+@pytest.mark.parametrize("hogs", [0, 3])
+def test_a_node_loss_resumes_from_the_peer_copy_of_the_step_it_reached(
+    hogs: int, own_cluster: Any, own_slurm: SlurmClient, reference: Path, tmp_path: Path
+) -> None:
+    """Issue 68: a memory save every step (to disk every 20), 2 x 2 with a spare; the second working node fails
+    at a random step k. The next attempt resumes at step k or k-1, never earlier, from the copies the batch
+    host's node kept of the lost node's ranks (a peer's: the lost node's memory is gone with it), and ends with
+    the uninterrupted run's parameters bit for bit, as a disk resume of that step would. ``hogs``: the same
+    beside 3 busy loops. At the end no memory tier of the job is left in shared memory."""
+    k = random.randint(25, 150)
+    name = f"mem{hogs}"
+    job = submit(own_cluster, tmp_path, name, ["-N", "2", "--spares", "1", "--nproc-per-node", "2", "--max-restarts", "1"],
+                 [*TRAIN, "--sleep", "0.1", "--memory-every", "1"], launcher="srun")
+    hosts = own_slurm.run(["scontrol", "show", "hostnames", wait_until(
+        lambda: own_slurm.job(job).get("NodeList") if own_slurm.job(job).get("JobState") == "RUNNING" else None,
+        120, "the job to start")]).stdout.split()
+    victim = hosts[1]
+    with busy_loops(hogs):
+        wait_until(lambda: rank0_step(tmp_path, name, job) >= k, 300, f"step {k}", every=0.05)
+        try:
+            devcluster(own_cluster, "fail", victim)
+            info = own_slurm.wait(job, timeout=300)
+        finally:
+            devcluster(own_cluster, "revive", victim)
+    text = log_of(tmp_path, name, job)
+    assert info["JobState"] == "COMPLETED", text[-3000:]
+    assert [a["class"] for a in attempts(tmp_path, name, job)] == ["node-failure", None], text[-3000:]
+    reached = max(step for kind, step, restart, _t in events(text) if kind == "step" and restart == 0)
+    start = next(step for kind, step, restart, _t in events(text) if kind == "START" and restart == 1)
+    assert start in (reached, reached - 1), f"reached step {reached}, resumed at {start} (k={k})"
+    assert f"resumed step {start} from the memory copies of the nodes left (a peer's)" in text, text[-3000:]
+    assert_bit_identical(tmp_path / "final.pt", reference)
+    assert not list(Path("/dev/shm").glob(f"torchhpc-{job}-*")), "the job's memory tier was left behind"
+    report(f"memory-node-loss-hogs{hogs}", k=k, reached=reached, resumed_at=start)
 
 
 HANG = str(REPO / "tests" / "integration" / "scripts" / "planted_hang.py")

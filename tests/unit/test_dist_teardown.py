@@ -26,12 +26,10 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
-from tests.conftest import need, reaped
+from tests.conftest import busy_loops, hogs_wanted, need, reaped
 
 RUNS = int(os.environ.get("TORCHHPC_TEARDOWN_RUNS", "3"))
 GLOO_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop", "pt_tcpstore_uv")
@@ -62,27 +60,6 @@ RANK = textwrap.dedent(
     print("DONE", ctx.rank, "gloo threads after cleanup:", ",".join(gloo_threads()) or "none", flush=True)
     """
 ).replace("{names!r}", repr(set(GLOO_THREADS)))
-
-
-def hogs_wanted(n: int, load: float, cpus: int) -> int:
-    """Busy loops still needed for ``n`` of them's worth of load: none where the machine already runs
-    that many more processes than it has CPUs (the suite side by side, load 10-12 on 2 cores: there
-    two more loops only took CPU from the tests beside), all ``n`` on a quiet machine."""
-    return max(0, min(n, round(n + cpus - load)))
-
-
-@contextmanager
-def busy_loops(n: int) -> Iterator[None]:
-    """n processes' worth of load spinning on the CPU (the load that widens teardown races), minus the
-    load already there (:func:`hogs_wanted`); killed by PID after."""
-    n = hogs_wanted(n, os.getloadavg()[0], os.cpu_count() or 1)
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
-    try:
-        yield
-    finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
 
 
 def test_busy_loops_top_the_load_up_and_never_add_to_a_loaded_machine() -> None:

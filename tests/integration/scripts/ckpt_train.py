@@ -18,7 +18,8 @@ Fault hooks for the tests (each a real fault, not a simulation of its effect):
 ``--kill-at N`` makes rank 1 SIGKILL itself after step N; ``--slow-save-at N``
 makes the fsync of step N's checkpoint take a minute (a slow shared
 filesystem), so a test can SIGKILL rank 0 while the temporary file is half
-written. ``--sleep`` slows every step (``--sleep-first-attempt-only``: only
+written. ``--memory-every N`` saves to the memory tier (each node's shared memory, a peer's copy) between the disk saves.
+``--sleep`` slows every step (``--sleep-first-attempt-only``: only
 the first attempt, so a requeued run finishes before its own time-limit warning).
 """
 
@@ -45,6 +46,7 @@ p.add_argument("--out", required=True)
 p.add_argument("--sleep", type=float, default=0.0)
 p.add_argument("--sleep-first-attempt-only", action="store_true")
 p.add_argument("--ckpt-every", type=int, default=1000)
+p.add_argument("--memory-every", type=int, default=0, help="save to the memory tier every N steps (0: never)")
 p.add_argument("--kill-at", type=int, default=-1, help="rank 1 SIGKILLs itself after this step")
 p.add_argument("--slow-save-at", type=int, default=-1, help="rank 0's fsync of this step's checkpoint takes 60 s")
 p.add_argument("--fixed-buckets", action="store_true",
@@ -110,6 +112,8 @@ for step in range(start, a.steps):
         os.kill(os.getpid(), 9)
     if done % a.ckpt_every == 0:
         save(done)
+    elif a.memory_every and done % a.memory_every == 0:
+        checkpoint.save(a.ckpt, step=done, model=model, optimizer=opt, tier="memory")
     if thd.should_stop():
         save(done)
         say(f"STOPPED step={done}")
