@@ -45,12 +45,11 @@ def intercept(argv: list[str], build_parser: Callable[..., argparse.ArgumentPars
     host; None to run it here."""
     if not argv or argv[0].startswith("-"):
         return None
-    import torchhpc.remote.forward as fw
-    from torchhpc.remote.ship import DEFAULT_LIMIT
+    import torchhpc.remote.route as route  # not .forward: a command that stays here loads no shipping or ssh
 
     command = argv[0]
     sub: argparse.ArgumentParser | None = None
-    if command in fw.SHIPPING_COMMANDS:
+    if command in route.SHIPPING_COMMANDS:
         from torchhpc.cli.jobargs import split_program
 
         parser = build_parser(command)
@@ -59,7 +58,7 @@ def intercept(argv: list[str], build_parser: Callable[..., argparse.ArgumentPars
         own = _prefix(argv, head)
     else:
         own = argv.index("--") - 1 if "--" in argv else len(argv) - 1
-    found, stripped = fw.extract(argv, own)
+    found, stripped = route.extract(argv, own)
     if {"-h", "--help"} & set(stripped[1 : 1 + own]):
         return None
     options: dict[str, Any] = {}
@@ -73,18 +72,21 @@ def intercept(argv: list[str], build_parser: Callable[..., argparse.ArgumentPars
         n = _prefix(stripped, flags)
         sep = stripped[1 + n : 2 + n] == ["--"]
         options = vars(sub.parse_known_args(flags)[0])
-    where = fw.target(command, found.get("remote"), options.get("profile"))
+    where = route.target(command, found.get("remote"), options.get("profile"))
     if where is None:
         if "ship" in found or "ship_limit" in found:
             raise UsageError("--ship and --ship-limit only apply with --remote",
                              "add --remote [USER@]HOST, or drop them")
         return None
+    from torchhpc.remote.forward import Request, forward
+    from torchhpc.remote.ship import DEFAULT_LIMIT
+
     limit = DEFAULT_LIMIT
-    raw_limit = found.get("ship_limit") or os.environ.get(fw.ENV_LIMIT)
+    raw_limit = found.get("ship_limit") or os.environ.get(route.ENV_LIMIT)
     if raw_limit:
         from torchhpc.core.units import parse_size
 
         limit = parse_size(raw_limit, "--ship-limit")
-    req = fw.Request(argv=stripped, host=where[0], ship=found.get("ship") or "worktree", limit=limit,
-                     program=program, flags=flags, sep=sep, options=options)
-    return fw.forward(req, dry_run=bool(options.get("dry_run")))
+    req = Request(argv=stripped, host=where[0], ship=found.get("ship") or "worktree", limit=limit,
+                  program=program, flags=flags, sep=sep, options=options)
+    return forward(req, dry_run=bool(options.get("dry_run")))

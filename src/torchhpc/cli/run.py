@@ -19,8 +19,8 @@ from torchhpc.cli.jobargs import add_job_arguments, misplaced_flags, spec_from_a
 from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.core.exitcodes import help_table
 from torchhpc.core.handle import Handle
+from torchhpc.core.script_reads import preflight
 from torchhpc.core.units import counted
-from torchhpc.env.compat import preflight
 from torchhpc.errors import UsageError
 from torchhpc.jobdir.record import read_record
 from torchhpc.schedulers import get_scheduler
@@ -84,7 +84,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 @json_errors
 def _run(args: argparse.Namespace, program: list[str]) -> int:
-    from torchhpc.diagnose.hang import pg_timeout_note
     from torchhpc.job import check_gpus, check_program, no_gpu_warning
 
     spec = spec_from_args(args, program)
@@ -105,9 +104,12 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
                          "drop --rank0-only; `torchhpc logs local:ID --rank 0` shows rank 0's output")
     if args.hang_timeout:
         check_on_hang(scheduler, args.on_hang)  # requeue where the scheduler cannot: refused
-    note = pg_timeout_note(args.hang_timeout or spec.hang_timeout, spec.gpus_per_node)
-    if note:
-        eprint(f"Note: {note}")
+    if args.hang_timeout or spec.hang_timeout:  # the hang watch's module only for a job that has one
+        from torchhpc.diagnose.hang import pg_timeout_note
+
+        note = pg_timeout_note(args.hang_timeout or spec.hang_timeout, spec.gpus_per_node)
+        if note:
+            eprint(f"Note: {note}")
     if args.hang_timeout and args.on_hang != "cancel" and scheduler.watches_hangs(spec):
         raise UsageError(
             f"--on-hang {args.on_hang}: this job watches itself for hangs and restarts a hung run by policy "

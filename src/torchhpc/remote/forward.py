@@ -31,21 +31,16 @@ from torchhpc import __version__
 from torchhpc.core.shell import Raw, join, quote
 from torchhpc.core.units import counted
 from torchhpc.errors import RemoteError, UsageError
-from torchhpc.remote.ssh import Ssh, check_host, command_words
+from torchhpc.remote.route import ENV_SIDE, REMOTE_COMMANDS, SHIPPING_COMMANDS, extract, target
+from torchhpc.remote.ssh import Ssh, command_words
 
 __all__ = ["ENV_COMMAND", "ENV_SIDE", "REMOTE_COMMANDS", "Request", "extract", "forward", "target"]
 
-# Where TORCHHPC_REMOTE / the config's `remote` key send a command without --remote.
-REMOTE_COMMANDS = ("run", "sweep", "status", "logs", "wait", "cancel", "list", "diagnose", "top")
-SHIPPING_COMMANDS = ("run", "sweep")
+# REMOTE_COMMANDS, ENV_SIDE, extract and target live in .route (the CLI reads them for every command line).
 INTERACTIVE = ("top", "shell")
-ENV_SIDE = "TORCHHPC_REMOTE_SIDE"  # set on the remote side: it never forwards again
 ENV_COMMAND = "TORCHHPC_REMOTE_COMMAND"
-ENV_LIMIT = "TORCHHPC_SHIP_LIMIT"
 CODE_DIR = ".torchhpc/code"
 JOBS_DIR = ".torchhpc/jobs"
-FLAGS = {"--remote": "remote", "--ship": "ship", "--ship-limit": "ship_limit"}
-
 
 @dataclass
 class Request:
@@ -59,57 +54,6 @@ class Request:
     flags: list[str] | None = None  # run/sweep: torchhpc's own flags
     sep: bool = False  # run/sweep: the program came after `--` (a command, not a file)
     options: dict[str, Any] | None = None  # run: its flags parsed (scheduler, wait, json, dry_run...)
-
-
-def extract(argv: Sequence[str], own: int) -> tuple[dict[str, str], list[str]]:
-    """Take ``--remote``/``--ship``/``--ship-limit`` (and ``=`` forms) out of ``argv[1:1+own]``."""
-    found: dict[str, str] = {}
-    out = [argv[0]]
-    words = list(argv[1 : 1 + own])
-    i = 0
-    while i < len(words):
-        name, eq, value = words[i].partition("=")
-        if name in FLAGS:
-            if not eq:
-                if i + 1 >= len(words):
-                    raise UsageError(f"{name} needs a value", "e.g. --remote user@login.cluster.org")
-                value = words[i + 1]
-                i += 1
-            found[FLAGS[name]] = value
-        else:
-            out.append(words[i])
-        i += 1
-    return found, out + list(argv[1 + own :])
-
-
-def target(command: str, given: str | None, profile: str | None = None) -> tuple[str, str] | None:
-    """(host, where it came from) for this command, or None to run it here.
-
-    ``--remote`` > ``$TORCHHPC_REMOTE`` > the profile's ``remote`` > the config file's.
-    The remote side (``$TORCHHPC_REMOTE_SIDE``) never forwards again.
-    """
-    if os.environ.get(ENV_SIDE):
-        return None
-    if given is not None:
-        return check_host(given), "--remote"
-    if command not in REMOTE_COMMANDS:
-        return None
-    from torchhpc.config import as_given, load_config, pick, pick_profile
-
-    env = os.environ
-    config = load_config(env)
-    prof_v = pick_profile(profile, env, config)
-    prof_name = prof_v.value
-    prof = None
-    if prof_name:
-        from torchhpc.profiles import get_profile
-
-        with as_given(prof_v, "--profile"):  # $TORCHHPC_PROFILE='x', not a --profile nobody typed
-            prof = get_profile(str(prof_name), env)
-    v = pick("remote", None, flag="--remote", environ=env, profile=prof, config=config)
-    if not v.value:
-        return None
-    return check_host(str(v.value), v.source), v.source
 
 
 def _cmd_prefix() -> str:

@@ -21,7 +21,6 @@ import hashlib
 import io
 import os
 import subprocess
-import tarfile
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -240,6 +239,8 @@ def _dir_tar(root: str, paths: list[str]) -> bytes:
 
 
 def _tar_of(members: Mapping[str, bytes], executable: set[str] | frozenset[str] = frozenset()) -> bytes:
+    import tarfile  # here: the CLI checks every command line for --remote and must not load tarfile for it
+
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, data in members.items():

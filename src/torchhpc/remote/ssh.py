@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchhpc.errors import RemoteError, UsageError
+from torchhpc.remote.route import check_host
 
 __all__ = ["ENV_CONFIG", "ENV_CONTROL_DIR", "PERSIST", "Ssh", "check_host", "control_dir", "remote_line"]
 
@@ -37,13 +38,6 @@ ENV_CONFIG = "TORCHHPC_SSH_CONFIG"
 ENV_CONTROL_DIR = "TORCHHPC_SSH_CONTROL_DIR"
 # How long an idle master stays up after the last command: a working session, not a day.
 PERSIST = "10m"
-
-
-def check_host(host: str, source: str = "--remote") -> str:
-    """``[USER@]HOST`` as ssh takes it; a leading ``-`` would be read as an ssh option."""
-    if not host or host.startswith("-") or any(c.isspace() or ord(c) < 32 for c in host):
-        raise UsageError(f"{source} {host!r} is not a host", "give [USER@]HOST, or a Host name from your ssh config")
-    return host
 
 
 def control_dir() -> str:

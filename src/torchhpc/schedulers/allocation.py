@@ -20,14 +20,12 @@ Each backend's subclass lives in its own package (``schedulers/slurm/allocation.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Optional, Protocol
 
 from torchhpc.core.hostlist import expand
 from torchhpc.core.proc import Runner
-from torchhpc.core.processes import stop_group
 from torchhpc.errors import SchedulerError
 
 __all__ = ["STANDBY_STEP", "Allocation", "ipv4"]
@@ -37,6 +35,8 @@ STANDBY_STEP = "torchhpc-warm"  # the step name of a standby interpreter (superv
 
 def ipv4(host: str) -> str:
     """The host's IPv4 address (torch's TCPStore prefers an address), else its name."""
+    import socket  # here, not at import: submitting a job never resolves a host
+
     try:
         return str(socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0])
     except OSError:
@@ -104,6 +104,8 @@ class Allocation:
     def kill_step(self, proc: subprocess.Popen[bytes], grace: float = 5.0) -> int:
         """End a step: TERM to its session (KILL at once without ``grace``), KILL to what is left after
         ``grace`` seconds. Returns its exit status."""
+        from torchhpc.core.processes import stop_group  # its threads and queues only where a step is ended
+
         return stop_group(proc, grace)
 
     def requeue(self, exclude: Sequence[str] = ()) -> str:

@@ -265,9 +265,11 @@ class BatchScheduler(Scheduler):
         return []
 
     def container_setup_lines(self, spec: JobSpec) -> list[str]:
+        if spec.container is None:  # the containers package only when a job has one: submitting stays light
+            return []
         from torchhpc.containers import setup_lines
 
-        return [] if spec.container is None else setup_lines(spec.container)
+        return setup_lines(spec.container)
 
     def network_lines(self, spec: JobSpec) -> list[str]:
         """``--network``: the presets with setdefault semantics, then ``auto`` detection on the first node.
