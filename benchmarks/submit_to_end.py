@@ -17,7 +17,16 @@ submit -> end, the submit command, the queue wait (until the first poll that see
 the running time (from there to the first poll that sees it ended), each as a median with its
 spread. Goal: torchhpc / sbatch <= 1.02 as a ratio of medians, running time within 0.1 s.
 
-    python benchmarks/submit_to_end.py [--rounds 7] [--steps 2000000] [--json out.json]
+The ratio of medians compares two medians taken over different rounds; on a shared machine the
+running time of one job moves 2x between rounds, which swamps a 2 % difference. So each round's
+jobs are also paired: per round, torchhpc - sbatch (and submitit - sbatch) in seconds, for submit ->
+end and for the running time, reported as the median of the differences with their spread (min-max
+and the middle half). A round's load moves both jobs of a pair alike; the paired median is the
+figure to trust, the ratio of medians the one to compare with earlier runs.
+
+The documented run, twice (the two must agree before either is quoted):
+
+    python benchmarks/submit_to_end.py --rounds 15 [--steps 2000000] [--json out.json]
 """
 
 from __future__ import annotations
@@ -146,9 +155,47 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
 
 
+PAIRED = ("total", "running")  # the measures paired per round: submit -> end, and the running time
+
+
+def quartiles(values: list[float]) -> tuple[float, float]:
+    """The middle half's bounds (one value: itself twice)."""
+    if len(values) < 2:
+        return values[0], values[0]
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+def paired(res: dict[str, list[dict[str, float]]], base: str = "sbatch") -> dict[str, dict[str, dict[str, object]]]:
+    """Per variant other than ``base``: for each measure in :data:`PAIRED`, the round-by-round differences
+    ``variant - base`` in seconds (round i of one against round i of the other, both run under that
+    round's load), their median, min, max and middle half (q1, q3)."""
+    out: dict[str, dict[str, dict[str, object]]] = {}
+    for name, rows in res.items():
+        if name == base:
+            continue
+        n = min(len(rows), len(res[base]))
+        out[name] = {}
+        for key in PAIRED:
+            diffs = [rows[i][key] - res[base][i][key] for i in range(n)]
+            if not diffs:
+                continue
+            q1, q3 = quartiles(diffs)
+            out[name][key] = {"diffs": diffs, "median": statistics.median(diffs), "min": min(diffs),
+                              "max": max(diffs), "q1": q1, "q3": q3}
+    return out
+
+
+def paired_cell(d: dict[str, object]) -> str:
+    """``+0.12 s [-0.30..+0.50], middle half [-0.05..+0.20]``."""
+    return (f"{d['median']:+.2f} s [{d['min']:+.2f}..{d['max']:+.2f}], "
+            f"middle half [{d['q1']:+.2f}..{d['q3']:+.2f}]")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--rounds", type=int, default=15,
+                   help="rounds, each one job per variant (default 15, the documented run: run it twice)")
     p.add_argument("--steps", type=int, default=2_000_000, help="pi.py --steps (small: the job is mostly start and exit)")
     p.add_argument("--poll", type=float, default=0.1, help="seconds between scontrol polls (the same for every variant)")
     p.add_argument("--timeout", type=float, default=300)
@@ -193,9 +240,18 @@ def main() -> int:
         print(f"| {n} | {cells} | {med[n]['total'] / med['sbatch']['total']:.3f} |")
     ratio = med["torchhpc"]["total"] / med["sbatch"]["total"]
     run_diff = med["torchhpc"]["running"] - med["sbatch"]["running"]
+    pairs = paired(res)
     print(f"\ntorchhpc / sbatch: {ratio:.3f} (goal <= {GOAL}); running time {run_diff:+.2f} s (goal within {RUN_GOAL})")
+    print(f"\npaired by round ({args.rounds} rounds): variant - sbatch, median [min..max], middle half\n")
+    print("| variant | ratio of medians | submit -> end, paired | running, paired |\n|---|---|---|---|")
+    for n, by in pairs.items():
+        print(f"| {n} | {med[n]['total'] / med['sbatch']['total']:.3f} | "
+              + " | ".join(paired_cell(by[k]) if k in by else "-" for k in PAIRED) + " |")
     if args.json:
-        args.json.write_text(json.dumps({"results": res, "medians": med, "ratio": ratio}, indent=1))
+        args.json.write_text(json.dumps({"results": res, "medians": med, "ratio": ratio, "rounds": args.rounds,
+                                         "paired": pairs,
+                                         "ratios": {n: med[n]["total"] / med["sbatch"]["total"] for n in med}},
+                                        indent=1))
     return 0
 
 
