@@ -49,6 +49,7 @@ __all__ = ["MemoryTier", "free", "node_name", "resume_memory", "tier_root"]
 NODE_ENV = "TORCHHPC_NODE_NAME"
 META = "torchhpc.pt"
 DCP_META = ".metadata"
+SMALL = 1 << 20  # bytes: a file up to this size travels in the peer copy's header
 
 
 def node_name() -> str:
@@ -181,13 +182,17 @@ class MemoryTier:
         if world > 1 and len(set(nodes)) > 1:
             to = self.peer_of(nodes, rank)
             sources = [r for r in range(len(nodes)) if self.peer_of(nodes, r) == rank]
-            payload = {name: (final / name).read_bytes() for name in (*mine, DCP_META, META, FILES)}
-            _exchange(payload, to, sources, step, root, pg)
+            _exchange({name: final / name for name in (*mine, DCP_META, META, FILES)}, to, sources, step, root, pg)
 
 
-def _exchange(payload: dict[str, bytes], to: Optional[int], sources: list[int], step: int, root: Path,
+def _exchange(files: dict[str, Path], to: Optional[int], sources: list[int], step: int, root: Path,
               pg: Any) -> None:
-    """Send this rank's files to ``to``; receive the files of ``sources`` into ``root/peer-<step>``."""
+    """Send this rank's ``files`` to ``to``; receive the files of ``sources`` into ``root/peer-<step>``.
+
+    A file goes as itself: mapped from this node's shared memory on the way out and received straight into
+    a file mapped in the peer's (``torch.from_file``), so the only copies are gloo's; a pickled payload cost
+    six more of the state and held the GIL meanwhile. The small files (DCP's ``.metadata``, ``torchhpc.pt``,
+    ``files.json``) travel in the header."""
     import pickle
 
     import torch
@@ -195,26 +200,36 @@ def _exchange(payload: dict[str, bytes], to: Optional[int], sources: list[int], 
 
     sending = []
     if to is not None:
-        data = torch.frombuffer(bytearray(pickle.dumps(payload)), dtype=torch.uint8)
-        size = torch.tensor([data.numel()], dtype=torch.int64)
-        sending = [dist.isend(size, to, group=pg), dist.isend(data, to, group=pg)]
-    got: dict[str, bytes] = {}
+        sizes = {name: path.stat().st_size for name, path in files.items()}
+        small = {name: path.read_bytes() for name, path in files.items() if sizes[name] <= SMALL}
+        big = [(name, sizes[name]) for name in sorted(files) if name not in small]
+        head = torch.frombuffer(bytearray(pickle.dumps((small, big))), dtype=torch.uint8)
+        sending = [dist.isend(torch.tensor([head.numel()], dtype=torch.int64), to, group=pg, tag=0),
+                   dist.isend(head, to, group=pg, tag=1)]
+        for i, (name, size) in enumerate(big):
+            data = torch.from_file(str(files[name]), shared=True, size=size, dtype=torch.uint8)
+            sending.append(dist.isend(data, to, group=pg, tag=2 + i))
+    me = dist.get_rank()
+    tmp = root / f".peer-{step:09d}.{me}.tmp"  # one directory per receiving rank: ranks of a node never rename over each other
+    if sources:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True, exist_ok=True)
     for s in sorted(sources):
-        size = torch.zeros(1, dtype=torch.int64)
-        dist.recv(size, s, group=pg)
-        buf = torch.empty(int(size.item()), dtype=torch.uint8)
-        dist.recv(buf, s, group=pg)
-        got.update(pickle.loads(buf.numpy().tobytes()))
+        size_t = torch.zeros(1, dtype=torch.int64)
+        dist.recv(size_t, s, group=pg, tag=0)
+        head = torch.empty(int(size_t.item()), dtype=torch.uint8)
+        dist.recv(head, s, group=pg, tag=1)
+        small, big = pickle.loads(head.numpy().tobytes())
+        for name, blob in small.items():
+            (tmp / name).write_bytes(blob)
+        for i, (name, size) in enumerate(big):
+            with open(tmp / name, "wb") as f:
+                f.truncate(size)
+            dist.recv(torch.from_file(str(tmp / name), shared=True, size=size, dtype=torch.uint8), s, group=pg, tag=2 + i)
     for work in sending:
         if work is not None:
             work.wait()
-    me = dist.get_rank()
-    if sources:  # one directory per receiving rank: ranks of one node never rename over each other
-        tmp = root / f".peer-{step:09d}.{me}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True, exist_ok=True)
-        for name, data_ in got.items():
-            (tmp / name).write_bytes(data_)
+    if sources:
         final = root / f"peer-{step:09d}.to-{me}"
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
