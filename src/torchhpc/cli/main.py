@@ -9,6 +9,7 @@ of every job's start-up.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 from collections.abc import Sequence
@@ -107,6 +108,20 @@ def _switches_then_action(words: list[str]) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Start-up (the parser, the subcommand's modules) makes only objects that live as long as the process:
+    # collecting garbage among them is wasted work (~5 ms of a 0.1 s submit). The collector is back, and
+    # never walks them again (freeze), before the command itself runs, however long it runs.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _main(argv, collecting)
+    finally:
+        gc.unfreeze()  # a caller that runs main() many times (the tests) keeps collecting what each left
+        if collecting:
+            gc.enable()
+
+
+def _main(argv: Sequence[str] | None, collecting: bool = True) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["help"]:  # git's `help COMMAND`: the command's --help (torchhpc help: the overview)
         argv = [*argv[1:], "--help"]
@@ -149,6 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _use_devcluster()
     args._build_parser = build_parser  # the whole parser, for `completion` (cli modules never import main)
+    gc.freeze()
+    if collecting:
+        gc.enable()
     try:
         rc = args.func(args)
     except TorchHPCError as e:

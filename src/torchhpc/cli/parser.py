@@ -11,14 +11,15 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from torchhpc.core.suggest import did_you_mean
 
 __all__ = ["Parser", "print_json_error"]
 
-_CHOICE = re.compile(r"argument (?P<arg>\S+): invalid choice: '(?P<word>[^']*)' \(choose from (?P<known>.*)\)$")
+# Error-path patterns as text: re compiles (and caches) them when an error needs one, not at every start.
+_CHOICE = r"argument (?P<arg>\S+): invalid choice: '(?P<word>[^']*)' \(choose from (?P<known>.*)\)$"
 
 
 class Parser(argparse.ArgumentParser):
@@ -29,6 +30,14 @@ class Parser(argparse.ArgumentParser):
     #: Set by ``main`` when the command line asks for ``--json``: the error is then a JSON object on stdout,
     #: like every other error of a ``--json`` command (cli/common.py ``json_errors``).
     json_errors: bool = False
+    #: Text made only when the help is shown, appended to the epilog (``run``'s exit-code table: wrapping it
+    #: loads textwrap, which a submission does not need).
+    epilog_more: Callable[[], str] | None = None
+
+    def format_help(self) -> str:
+        if self.epilog_more is not None:
+            self.epilog, self.epilog_more = (self.epilog or "") + self.epilog_more(), None
+        return super().format_help()
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         argv = list(sys.argv[1:] if args is None else args)
@@ -93,7 +102,7 @@ class Parser(argparse.ArgumentParser):
         return "usage: " + " ".join(words)
 
     def error(self, message: str) -> NoReturn:
-        m = _CHOICE.match(message)
+        m = re.match(_CHOICE, message)
         if m:  # a mistyped subcommand or choice: name the nearest, not all of them
             known = re.findall(r"'([^']*)'", m.group("known"))
             near = did_you_mean(m.group("word"), known)
@@ -135,12 +144,12 @@ def print_json_error(message: str, hint: str | None, exit_code: int) -> None:
     print(json.dumps({"error": message, "hint": hint, "exit_code": exit_code}), flush=True)
 
 
-_BAD_VALUE = re.compile(r"^argument (?P<flag>[^:]+): invalid (?P<kind>int|float) value: (?P<value>.*)$")
+_BAD_VALUE = r"^argument (?P<flag>[^:]+): invalid (?P<kind>int|float) value: (?P<value>.*)$"
 
 
 def _plain_value(message: str) -> str:
     """argparse's "argument -n: invalid int value: 'two'" in the CLI's own words: "-n 'two' is not a whole number"."""
-    m = _BAD_VALUE.match(message)
+    m = re.match(_BAD_VALUE, message)
     if not m:  # a type's own words about the value ('2-4' is Slurm's min-max...): the flag, then them
         own = re.match(r"^argument (?P<flag>[^:]+): (?P<rest>'.*)$", message)
         return f"{own.group('flag').split('/')[-1]} {own.group('rest')}" if own else message

@@ -50,7 +50,8 @@ Everything else after the program (or after --) is passed to it unchanged.
 
 def register(sub: Any) -> None:
     p = add_subparser(sub, "run", "run or submit a distributed job", DESCRIPTION)
-    p.epilog = EXAMPLES + "\n" + help_table()
+    p.epilog = EXAMPLES + "\n"
+    p.epilog_more = help_table  # type: ignore[attr-defined]
     p.short_usage = "usage: torchhpc run [FLAGS] PROGRAM [ARGS...]  (or -m MODULE [ARGS...], or -- COMMAND...)"  # type: ignore[attr-defined]
     add_job_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="print what would run or be submitted; touch nothing")

@@ -19,7 +19,7 @@ __all__ = ["MAX_TASKS", "ArraySpec", "check_placeholders", "last_result", "parse
 
 MAX_TASKS = 10000
 _HINT = "write Slurm's array syntax: 0-15, 1,3,7, 0-31:2 or 0-31%4 (at most 4 at once)"
-_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+_RANGE = r"(\d+)(?:-(\d+)(?::(\d+))?)?"  # re compiles (and caches) it on use: --array only
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def parse_array(text: str, field: str = "--array") -> ArraySpec:
         raise SpecError(f"{field} {value!r} names no task index", _HINT)
     seen: set[int] = set()
     for part in body.split(","):
-        m = _RANGE.fullmatch(part.strip())
+        m = re.fullmatch(_RANGE, part.strip())
         if not m:
             raise SpecError(f"{field} {value!r}: {part!r} is not INDEX, FIRST-LAST or FIRST-LAST:STEP", _HINT)
         first = int(m.group(1))
@@ -137,13 +137,13 @@ def refuse_array(scheduler: str, array: Optional[str]) -> None:
         )
 
 
-_RESULT = re.compile(r"RESULT (\{.*\})\s*$")
+_RESULT = r"RESULT (\{.*\})\s*$"  # re compiles (and caches) it on use
 
 
 def last_result(text: str) -> Optional[dict[str, Any]]:
     """The last ``RESULT {json}`` line of a log (any prefix: ``0: ``, ``[rank0]: ``), parsed."""
     for line in reversed(text.splitlines()):
-        m = _RESULT.search(line)
+        m = re.search(_RESULT, line)
         if m:
             try:
                 value = json.loads(m.group(1))

@@ -33,20 +33,19 @@ KINDS: dict[str, tuple[str, str]] = {
 }
 # A job id as schedulers print them: 123, 123_4 (a Slurm array task), 123.server, 123[].server, a local hex id.
 # ``<step>``: a pipeline step not submitted yet, only in a pipeline's dry run (the id it will get).
-_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\[\]-]*|<[A-Za-z0-9_.-]+>")
+_JOB_ID = r"[A-Za-z0-9][A-Za-z0-9_.\[\]-]*|<[A-Za-z0-9_.-]+>"  # patterns as text: re compiles (and caches) on use
 _SUCCESS = "COMPLETED"
 # Slurm's and PBS's own --dependency words: typed to --after-ok they are not job ids nor a scheduler's name.
-_NATIVE = re.compile(r"(after|afterok|afterany|afternotok|aftercorr|afterburstbuffer|singleton|before\w*|on)(?::(.*))?",
-                     re.IGNORECASE)
+_NATIVE = r"(?i)(after|afterok|afterany|afternotok|aftercorr|afterburstbuffer|singleton|before\w*|on)(?::(.*))?"
 
 
 def _native_syntax(flag: str, word: str) -> SpecError | None:
     """``afterok:1`` given to a flag: the error that says which flag and id mean it (None: not that syntax)."""
-    m = _NATIVE.fullmatch(word)
+    m = re.fullmatch(_NATIVE, word)
     if m is None:
         return None
     native = m.group(1).lower()
-    ids = [i for i in re.split(r"[:?,+]", m.group(2) or "") if _JOB_ID.fullmatch(i) and not _NATIVE.fullmatch(i)]
+    ids = [i for i in re.split(r"[:?,+]", m.group(2) or "") if re.fullmatch(_JOB_ID, i) and not re.fullmatch(_NATIVE, i)]
     flags = {w: f for f, w in KINDS.values()}
     wanted = flags.get(native, flag)
     example = f"{wanted} {','.join(ids) or 'JOB_ID'}"
@@ -71,7 +70,7 @@ class Dependency:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise SpecError(f"dependency kind {self.kind!r} is not one of: {', '.join(KINDS)}")
-        if not _JOB_ID.fullmatch(self.job_id):
+        if not re.fullmatch(_JOB_ID, self.job_id):
             raise SpecError(
                 f"{self.flag} {self.job_id!r} is not a job id",
                 "give the id a submission printed (123, or a handle such as slurm:123), comma-separated for several",

@@ -16,7 +16,6 @@ failure policy is rendered from it) read the same table.
 
 from __future__ import annotations
 
-import textwrap
 from typing import Optional
 
 __all__ = ["EXIT_CODES", "INFRASTRUCTURE", "RESTARTABLE", "class_of_exit", "exit_code_for", "help_table"]
@@ -53,6 +52,8 @@ def help_table() -> str:
     """The exit codes of ``run``, ``wait`` and ``status`` as ``--help`` and the README show them: one
     table, one home. What a command exits with is what the job's record holds, wherever it is read back
     (status, wait, events, diagnose --json)."""
+    import textwrap  # here: the table is wrapped for --help only
+
     classes = " ".join(f"{code}\x00{klass}" for klass, code in EXIT_CODES.items())  # \x00: never split a pair
     body = textwrap.fill(classes, width=96, initial_indent=" " * 11, subsequent_indent=" " * 11,
                          break_on_hyphens=False).replace("\x00", " ")

@@ -44,7 +44,6 @@ nothing but chain where it still is.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -107,6 +106,8 @@ def is_boot_copy(path: str, content: str) -> bool:
 
 def boot_hash() -> str:
     """The content's name of a boot copy: every file of it (a new shell program is a new copy)."""
+    import hashlib  # here: only a job that writes a boot copy (a container, --python) names one
+
     h = hashlib.sha256()
     for name, text in boot_files():
         h.update(f"{name}\0{text}\0".encode())

@@ -36,7 +36,7 @@ def env_block(spec: JobSpec) -> list[str]:
     return lines
 
 
-_HEREDOC = re.compile(r"(?<!<)<<(?!<)(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
+_HEREDOC = r"(?<!<)<<(?!<)(-?)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2"  # re compiles (and caches) it on use
 
 
 def indent_setup(lines: list[str], by: str = "  ") -> list[str]:
@@ -51,7 +51,7 @@ def indent_setup(lines: list[str], by: str = "  ") -> list[str]:
                 end = None
             continue
         out.append(by + line if line else line)
-        m = _HEREDOC.search(line)
+        m = re.search(_HEREDOC, line)
         if m:
             end = (m.group(3), m.group(1) == "-")
     return out

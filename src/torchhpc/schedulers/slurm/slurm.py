@@ -16,7 +16,7 @@ import contextlib
 import os
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torchhpc.core.depend import dependency_value
 from torchhpc.core.proc import Runner
@@ -33,7 +33,6 @@ from torchhpc.jobdir.log_wiring import (
     make_ranks_dir_lines,
     ranks_dir_ref,
 )
-from torchhpc.jobdir.logs import filter_rank
 from torchhpc.jobdir.record import update_record
 from torchhpc.launchers import launcher_of
 from torchhpc.schedulers.allocation import Allocation
@@ -45,6 +44,9 @@ from torchhpc.schedulers.slurm.launch import container_srun_options, step_lines,
 from torchhpc.schedulers.slurm.parse import parse_scontrol
 from torchhpc.schedulers.slurm.site import dev_target, site_runner
 from torchhpc.schedulers.slurm.status import SlurmQueries, expand_output, first_end_files, output_pattern
+
+if TYPE_CHECKING:
+    from torchhpc.jobdir.logs import filter_rank
 
 __all__ = ["SlurmScheduler", "expand_output", "filter_rank", "parse_scontrol"]
 
@@ -362,3 +364,13 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             # there), before the runtime they provide starts and before $SIF, which they set, expands.
             shell = ["bash", "-c", " && ".join([*loads, "exec " + join(shell)])]
         return argv + inner + shell
+
+
+def __getattr__(name: str) -> Any:
+    """``filter_rank``, this module's name for :func:`torchhpc.jobdir.logs.filter_rank`: loaded when asked,
+    as a submission never reads a log."""
+    if name == "filter_rank":
+        from torchhpc.jobdir.logs import filter_rank
+
+        return filter_rank
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

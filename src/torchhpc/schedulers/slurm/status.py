@@ -17,7 +17,6 @@ import torchhpc.schedulers.slurm.nodes as slurm_nodes
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import CommandError, QuotingError, SchedulerError, UnknownJob
-from torchhpc.jobdir.logs import filter_rank, task_record
 from torchhpc.jobdir.record import load_record, update_record
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.pending import Pending
@@ -32,7 +31,7 @@ from torchhpc.schedulers.waiting import settled
 __all__ = ["SlurmQueries", "expand_output", "first_end_files", "output_pattern"]
 
 # a job, an array task or a heterogeneous component, as Slurm prints them: 123, 123_4, 123+1
-_SLURM_ID = re.compile(r"\d+(?:_\d+|\+\d+)?")
+_SLURM_ID = r"\d+(?:_\d+|\+\d+)?"  # re compiles (and caches) it on use
 
 
 class SlurmQueries:
@@ -47,7 +46,7 @@ class SlurmQueries:
         A controller that is briefly unreachable (restart, failover) is retried
         rather than reported: a wait of hours must not die on one dropped poll.
         """
-        if not _SLURM_ID.fullmatch(job_id):  # sacct's own refusal would name its whole command line
+        if not re.fullmatch(_SLURM_ID, job_id):  # sacct's own refusal would name its whole command line
             raise UnknownJob(f"slurm job {job_id} is unknown to Slurm: a Slurm job id is a number, 123, "
                              "or 123_4 for an array task", "check the job id")
         for attempt in range(retries + 1):
@@ -71,6 +70,9 @@ class SlurmQueries:
         return self._with_dir(self._status_from_sacct(job_id))
 
     def _with_dir(self, st: JobStatus) -> JobStatus:
+        # jobdir.logs (the rank logs' reader) in the methods that read: submitting a job never loads it
+        from torchhpc.jobdir.logs import task_record
+
         rec = task_record(self.name, st.job_id)
         st.log_dir = rec.job_dir
         end_dir = st.log_dir if st.log_dir and os.path.isdir(st.log_dir) else None
@@ -134,6 +136,8 @@ class SlurmQueries:
 
     def _ended(self, found: JobTimes, job_id: str) -> JobTimes:
         """``found`` with the state and code every reader gives this ending (slurm/ending.py)."""
+        from torchhpc.jobdir.logs import task_record
+
         state, code = one_ending(found.state, found.exit_code, task_record(self.name, job_id).job_dir or None)
         return found if (state, code) == (found.state, found.exit_code) else replace(found, state=state, exit_code=code)
 
@@ -177,6 +181,8 @@ class SlurmQueries:
         return slurm_nodes.node_names(self.runner)
 
     def log_paths(self, job_id: str) -> list[str]:
+        from torchhpc.jobdir.logs import task_record
+
         rec = task_record(self.name, job_id)  # an array task: its array's record
         if rec.output_path:
             return [rec.output_path]
@@ -190,6 +196,8 @@ class SlurmQueries:
         return [expand_output(pattern, name, job_id)]
 
     def rank_lines(self, job_id: str, text: str, rank: int) -> str:
+        from torchhpc.jobdir.logs import filter_rank, task_record
+
         rec = task_record(self.name, job_id)
         return filter_rank(text, rank, rec.launcher or "srun", rec.nproc_per_node)
 
