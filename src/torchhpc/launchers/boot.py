@@ -4,7 +4,8 @@ Beside ``sitecustomize.py`` the directory holds the shell programs a batch scrip
 (``bash "$TORCHHPC_BOOT_DIR/rank.sh" ...``), so no script carries program text: ``rank.sh`` (each
 rank's log file), ``task.sh`` (the per-task shim, one ``case`` per launcher), ``env.sh`` (a
 container's environment patterns), ``gpus.sh`` (docker's and podman's GPUs) and ``first_end.sh`` (a failed
-srun step's first rank's own exit code, for the end trap). shellcheck lints them.
+srun step's first rank's own exit code, for the end trap). shellcheck lints them, and ``write.sh``, the
+template of the POSIX sh that writes a boot directory where no copy was made (:func:`boot_shell`).
 
 Why: torch 2.13's gloo backend aborts a rank at interpreter exit about half the time on a loaded
 machine (a ``pt_gloo_runloop`` thread takes the GIL during ``Py_FinalizeEx``), and
@@ -59,6 +60,7 @@ __all__ = [
     "SWITCH",
     "TASK_REF",
     "TASK_SH",
+    "WRITER",
     "boot_argv",
     "boot_files",
     "boot_hash",
@@ -80,6 +82,8 @@ BOOT_VAR = "TORCHHPC_BOOT_DIR"
 SHELL_PROGRAMS = ("rank.sh", "task.sh", "env.sh", "gpus.sh", "first_end.sh", "end.sh")
 # The heredoc's end word: the boot file must never contain it as a line.
 EOF_WORD = "TORCHHPC_BOOT_PY"
+# The boot writer (boot/write.sh): a template boot_shell fills in; it makes a copy, and travels with none.
+WRITER = "write.sh"
 
 
 @functools.lru_cache(maxsize=1)
@@ -135,31 +139,22 @@ def boot_pythonpath(env: Mapping[str, str]) -> str | None:
 def boot_shell() -> str:
     """POSIX sh lines that write the boot directory (once per node and version) and put it first on PYTHONPATH.
 
+    The program is ``boot/write.sh`` (shellcheck lints it), less its leading comment lines, with its
+    placeholders filled in: the line ``@SITECUSTOMIZE_PY@`` becomes the boot ``sitecustomize.py`` (the
+    body of a quoted heredoc ended by :data:`EOF_WORD`), ``@BOOT_HASH@`` the copy's :func:`boot_hash`.
     Safe under ``set -e``: a directory that cannot be made or is not the user's costs the cure
     (one line on stderr), never the rank.
     """
     src = boot_source()
     if not src.endswith("\n"):
         src += "\n"
-    return (
-        f'if [ "${{{SWITCH}:-1}}" != 0 ]; then\n'
-        '  _torchhpc_b=${TMPDIR:-/tmp}; { [ -d "$_torchhpc_b" ] && [ -w "$_torchhpc_b" ]; } || _torchhpc_b=/tmp\n'
-        f'  _torchhpc_b=$_torchhpc_b/torchhpc-boot-${{UID:-$(id -u)}}-{boot_hash()}\n'
-        '  if [ ! -f "$_torchhpc_b/sitecustomize.py" ]; then\n'
-        '    mkdir -m 700 "$_torchhpc_b" 2>/dev/null || :\n'
-        '    if [ -O "$_torchhpc_b" ] && [ ! -L "$_torchhpc_b" ]; then\n'
-        f'      {{ cat > "$_torchhpc_b/.sitecustomize.$$" <<\\{EOF_WORD}\n'
-        f"{src}{EOF_WORD}\n"
-        '      } 2>/dev/null && mv -f "$_torchhpc_b/.sitecustomize.$$" "$_torchhpc_b/sitecustomize.py" 2>/dev/null || :\n'
-        "    fi\n"
-        "  fi\n"
-        '  if [ -O "$_torchhpc_b" ] && [ ! -L "$_torchhpc_b" ] && [ -f "$_torchhpc_b/sitecustomize.py" ]; then\n'
-        '    export PYTHONPATH="$_torchhpc_b${PYTHONPATH:+:$PYTHONPATH}"\n'
-        "  else\n"
-        '    echo "torchhpc: no exit cure in this rank: cannot write $_torchhpc_b as this user" >&2\n'
-        "  fi\n"
-        "fi\n"
-    )
+    lines = Path(BOOT_DIR, WRITER).read_text().splitlines(keepends=True)
+    while lines and lines[0].startswith("#"):  # the file's own comments and shellcheck's directive
+        lines.pop(0)
+    program = "".join(lines)
+    if f"<<\\{EOF_WORD}\n@SITECUSTOMIZE_PY@\n{EOF_WORD}\n" not in program or f'"${{{SWITCH}:-1}}"' not in program:
+        raise AssertionError(f"boot/{WRITER} lost its heredoc of sitecustomize.py or its {SWITCH} switch")
+    return program.replace("@BOOT_HASH@", boot_hash()).replace("@SITECUSTOMIZE_PY@\n", src)
 
 
 def boot_argv(argv: Sequence[str]) -> list[str]:
