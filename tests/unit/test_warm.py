@@ -153,3 +153,52 @@ def test_the_standby_is_started_once_per_node_and_named_from_the_second_attempt(
     off = Standby(Alloc(), "43", "/py", {SWITCH: "off"}, said.append)
     off.start(["n1"])
     assert len(started) == 3 and off.env_for(1) == {}
+    agent = Standby(Alloc(), "44", "/py", env, said.append, agent=True)  # torchrun: its agent runs the boot on a restart
+    agent.start(["n1"])
+    assert agent.env_for(0) == {} and agent.env_for(1)["PYTHONPATH"] == f"{BOOT_DIR}{os.pathsep}/mine"
+
+
+def _children(pid: int) -> list[int]:
+    """The living processes whose parent is ``pid``."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == str(pid) and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def test_torchruns_agent_on_a_restart_runs_in_the_standby_and_its_end_takes_its_workers(tmp_path: Path) -> None:
+    """torchrun's agent (``python -m torch.distributed.run``) with a standby named: the boot's sitecustomize
+    hands it to the standby before it imports anything, and its worker starts warm through the task shim, so
+    both are forks of the standby (torch imported once). srun's SIGKILL of the agent's client then takes the
+    agent and the worker it started, though torchrun starts each worker in a session of its own."""
+    env = {"PATH": os.environ["PATH"], "SLURMD_NODENAME": f"a{os.getpid()}-{time.monotonic_ns()}"}
+    standby = subprocess.Popen([sys.executable, WARM_PY, "serve", "t-agent", "torch"], env=env, stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        assert standby.stdout is not None and "ready" in standby.stdout.readline()
+        (tmp_path / "prog.py").write_text(PROGRAM.replace('"json" in sys.modules', '"torch" in sys.modules'))
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1", "--no-python",
+             "bash", TASK_SH, "torchrun", sys.executable, str(tmp_path / "prog.py"), "sleep"],
+            env={**env, WARM_VAR: "t-agent", PYTHON_VAR: sys.executable, "TORCHHPC_BOOT_DIR": BOOT_DIR,
+                 "PYTHONPATH": Standby(None, "", sys.executable, {}, print, agent=True).agent_path},  # a restart's
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert agent.stdout is not None
+        seen = json.loads(agent.stdout.readline())
+        assert seen["warm"] and seen["rank"] == "0", seen
+        assert len(_children(standby.pid)) == 2, "the agent and its worker: both forks of the standby"
+        agent.kill()  # srun's SIGKILL of the attempt: the agent's client cannot pass it on
+        _out, err = agent.communicate()
+        deadline = time.monotonic() + 30
+        while _children(standby.pid) or _alive(seen["pid"]):
+            assert time.monotonic() < deadline, f"left running: {_children(standby.pid)}, worker {seen['pid']}"
+            time.sleep(0.05)
+        assert "cold start" not in err, err
+    finally:
+        standby.kill()
+        standby.wait()

@@ -381,8 +381,18 @@ def chain():
     return module
 
 
+def warm_agent(environ=os.environ):
+    """torchrun's agent on a restart: handed to the node's standby (boot/warm.py), whose torch is imported."""
+    if environ.get("TORCHHPC_WARM_STANDBY") and sys.orig_argv[1:3] == ["-m", "torch.distributed.run"]:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm.py")
+        with open(path) as f:
+            exec(compile(f.read(), path, "exec"), warm := {"__name__": "_torchhpc_warm"})
+        warm["agent"](sys.orig_argv)  # type: ignore[operator]  # returns only to start cold
+
+
 if __name__ == "sitecustomize":
     sys.modules["_torchhpc_boot"] = sys.modules[__name__]  # stays reachable once chain() replaced the name
+    warm_agent()
     flight_env()
     heartbeat()
     if install():

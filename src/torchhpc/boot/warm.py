@@ -9,13 +9,15 @@ rank (2.5-3.6 s here). HyperPod and NVRx call it restart overhead and keep proce
 the MODULEs (torch). Each request forks a child that becomes the rank: the client's stdin, stdout and stderr,
 its environment, its working directory, its argv; the boot's per-rank parts run again (the exit cures,
 the return mark, the heartbeat: sitecustomize.py) and the program runs as ``__main__``. The child's exit
-status goes back to the client; a client that dies (srun's SIGKILL) takes the child with it.
+status goes back to the client; a client that dies (srun's SIGKILL) takes the child with it, and everything
+the child started (torchrun's workers, in sessions of their own, included).
 
 ``python -I -S warm.py run PYTHON ARGS...``: the client, what the task shim (task.sh) execs on a restart in
 place of ``PYTHON ARGS...`` when ``$TORCHHPC_WARM`` names the standby. It passes on the signals it gets and
 ends as the child ended (its code, or its signal). ``PYTHON script``, ``PYTHON -m module`` (with -u, -B,
 -O) start warm; anything else, a PYTHON that is not the standby's, or no standby on this node: a cold
-start as before, said in one line on stderr.
+start as before, said in one line on stderr. torchrun's agent (``PYTHON -m torch.distributed.run``) is
+handed over the same way by the boot's sitecustomize (:func:`agent`), before it imports anything.
 Stdlib only; no torchhpc import (it runs where the rank runs).
 """
 
@@ -30,6 +32,7 @@ import sys
 import time
 
 WARM_VAR = "TORCHHPC_WARM_STANDBY"  # the standby's name (supervisor/standby.py: the same name)
+PYTHON_VAR = "TORCHHPC_WARM_PYTHON"  # its Python (the same)
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
 FLAGS = {"-u", "-B", "-O", "-OO"}
 
@@ -59,22 +62,26 @@ def parse(argv):
 
 
 def cold(argv, why):
-    say(f"{why}: cold start")
+    """The task shim's cold start: the program exec'd as it was (said, unless a first attempt's: ``why`` None)."""
+    if why:
+        say(f"{why}: cold start")
     os.execv(argv[0], argv)
 
 
-def client(argv):
+def client(argv, cold=cold):
+    """Hand ``PYTHON ARGS...`` to this node's standby and end as its child ends; ``cold(argv, why)`` where it
+    cannot (the task shim's default: exec the program as it is)."""
     name = os.environ.get(WARM_VAR, "")
     form = parse(argv)
     if not name:  # a first attempt: no standby named, nothing to say
-        os.execv(argv[0], argv)
+        return cold(argv, None)
     if form is None:
-        cold(argv, "not a form started warm (PYTHON script or PYTHON -m module)")
+        return cold(argv, "not a form started warm (PYTHON script or PYTHON -m module)")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(address(name))
     except OSError as e:
-        cold(argv, f"no standby interpreter on this node ({e.strerror or e})")
+        return cold(argv, f"no standby interpreter on this node ({e.strerror or e})")
     flags, kind, target, args = form
     payload = json.dumps({"flags": flags, "kind": kind, "target": target, "args": args, "cwd": os.getcwd(),
                           "env": dict(os.environ)}).encode()
@@ -84,20 +91,65 @@ def client(argv):
     reader = sock.makefile("rb")
     line = reader.readline().split()
     if line[:1] != [b"P"]:
-        say("the standby refused the program: cold start")
-        os.execv(argv[0], argv)
+        return cold(argv, "the standby refused the program")
     pid = int(line[1])
     for sig in FORWARDED:
         signal.signal(sig, lambda s, _f: _forward(pid, s))
     line = reader.readline().split()
     if line[:1] != [b"X"]:
         say("the standby ended before the program did")
-        sys.exit(1)
+        os._exit(1)
     status = int(line[1])
+    sys.stdout.flush()
     if os.WIFSIGNALED(status):  # end as the child did: srun and first_end.sh read the signal
         signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
         os.kill(os.getpid(), os.WTERMSIG(status))
-    sys.exit(os.waitstatus_to_exitcode(status) if not os.WIFSIGNALED(status) else 128 + os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status) if not os.WIFSIGNALED(status) else 128 + os.WTERMSIG(status))
+
+
+def agent(argv):
+    """torchrun's agent (``PYTHON -m torch.distributed.run ...``) on a restart, from the boot's sitecustomize:
+    handed to the standby like a rank, so the agent does not import torch again. Its workers start through the
+    task shim, warm too. Returns (the agent then starts cold, as before) where it cannot."""
+
+    def start_cold(_argv, why):
+        if why:
+            say(f"torchrun's agent: {why}: cold start")
+
+    if sys.executable != os.environ.get(PYTHON_VAR):
+        return start_cold(argv, "another Python than the standby's")
+    return client(argv, start_cold)
+
+
+def _tree(root):
+    """``root`` and every process descended from it (torchrun's workers start sessions of their own, so the
+    agent's process group does not hold them)."""
+    children: dict = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def _kill_tree(pid):
+    """The child, its process group and everything it started: stopped first, so nothing forks meanwhile."""
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for p in _tree(pid):
+            _forward(p, sig)
+    try:
+        os.killpg(pid, signal.SIGKILL)  # its own process group (become: setsid)
+    except OSError:
+        pass
 
 
 def _forward(pid, sig):
@@ -171,11 +223,7 @@ def serve(name, preload):
                 conn.sendall(f"P {pid}\n".encode())
                 children[pid], conns[conn] = conn, pid
             elif not conn.recv(64):  # the client is gone (srun killed it): so is its rank, and what it started
-                pid = conns.pop(conn)
-                try:
-                    os.killpg(pid, signal.SIGKILL)  # its own process group (become: setsid)
-                except OSError:
-                    _forward(pid, signal.SIGKILL)
+                _kill_tree(conns.pop(conn))
                 conn.close()
         while children:
             try:

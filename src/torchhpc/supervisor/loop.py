@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from torchhpc.core.exitcodes import exit_code_for
+from torchhpc.core.launcher_kind import LauncherKind
 from torchhpc.core.proc import Runner
 from torchhpc.core.units import counted, plural
 from torchhpc.jobdir.layout import RANKS_DIR
@@ -107,7 +108,7 @@ class Supervisor:
         self._watch_own_node(allocation)
         if allocation:
             self._listen(allocation)
-        standby = Standby(self.alloc, self.job, sys.executable, self.env, say)
+        standby = Standby(self.alloc, self.job, sys.executable, self.env, say, agent=LauncherKind(self.o.launcher).per_node)
         if self.o.warm:
             standby.start(h for h in allocation if h not in excluded)
         while True:

@@ -5,7 +5,8 @@ step. With ``--warm`` (the batch renderer adds it where the ranks run this Pytho
 ``--python``), the supervisor starts ``boot/warm.py serve`` on each node as a step of its own beside the job's
 (kill_step spares it), at the job's start, so it has imported torch long before a fault. Attempts after the
 first run with ``$TORCHHPC_WARM``: the task shim then hands the rank's program to the node's standby, which
-forks it with torch already imported (boot/warm.py says how). A node without a standby, a program that is not
+forks it with torch already imported (boot/warm.py says how); torchrun's agent is handed over the same way by the
+rank boot's sitecustomize, before it imports anything, and its workers then start warm too. A node without a standby, a program that is not
 ``PYTHON script`` or ``PYTHON -m module``, a rank of another Python: a cold start as before, and its log says so.
 
 Each standby holds one interpreter with torch imported (a few hundred MB of memory per node) until the job
@@ -34,7 +35,8 @@ PRELOAD = ("torch",)
 class Standby:
     """The job's standby interpreters: started once per node, named in the environment of later attempts."""
 
-    def __init__(self, alloc: Any, job: str, python: str, env: Mapping[str, str], say: Callable[[str], None]) -> None:
+    def __init__(self, alloc: Any, job: str, python: str, env: Mapping[str, str], say: Callable[[str], None],
+                 agent: bool = False) -> None:
         self.alloc, self.python, self.say = alloc, python, say
         self.name = f"torchhpc-warm-{job}"
         self.on: set[str] = set()
@@ -46,6 +48,9 @@ class Standby:
         self.env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", HEARTBEAT_VAR, WARM_VAR, PYTHON_VAR)}
         if path:
             self.env["PYTHONPATH"] = os.pathsep.join(path)
+        # a launcher that is a Python of its own on each node (torchrun's agent) runs the boot too on a restart:
+        # its sitecustomize hands the agent to the standby before it imports torch (boot/warm.py, agent)
+        self.agent_path = os.pathsep.join([boot, *path]) if agent else ""
 
     def start(self, nodes: Iterable[str]) -> None:
         """A standby on each of ``nodes`` that has none yet; never waited for (it binds, then imports)."""
@@ -62,4 +67,6 @@ class Standby:
 
     def env_for(self, attempt: int) -> dict[str, str]:
         """What an attempt's ranks are told: the standby's name from the second attempt on."""
-        return {WARM_VAR: self.name, PYTHON_VAR: self.python} if attempt > 0 and self.on else {}
+        if attempt == 0 or not self.on:
+            return {}
+        return {WARM_VAR: self.name, PYTHON_VAR: self.python, **({"PYTHONPATH": self.agent_path} if self.agent_path else {})}

@@ -59,6 +59,6 @@ def supervised_lines(spec: JobSpec, launch: list[str], stopping: bool) -> list[s
 
 def warm_restarts(spec: JobSpec) -> bool:
     """Whether restarts can start from a standby interpreter (supervisor/standby.py): each rank is a process of
-    this Python (srun's and mpirun's tasks, torchrun's workers; torchrun's agent itself starts cold), running a
-    script or a module, outside a container."""
+    this Python (srun's and mpirun's tasks, torchrun's agent and workers), running a script or a module, outside a
+    container."""
     return spec.container is None and spec.entrypoint.kind in ("script", "module")
