@@ -7,9 +7,15 @@ are pure; :mod:`torchhpc.bench.runner`, :mod:`torchhpc.bench.context` and
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from torchhpc.bench.collectives import COLLECTIVES, Collective, Layout, bandwidth, get_collective
-from torchhpc.bench.config import BenchConfig
-from torchhpc.bench.report import BenchResult, CollectiveResult, Measure, Row, load_results
+
+if TYPE_CHECKING:
+    from torchhpc.bench.config import BenchConfig
+    from torchhpc.bench.report import BenchResult, CollectiveResult, Measure, Row, load_results
+
+_REPORT = ("BenchResult", "CollectiveResult", "Measure", "Row", "load_results")
 
 __all__ = [
     "COLLECTIVES",
@@ -24,3 +30,17 @@ __all__ = [
     "get_collective",
     "load_results",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The config and the reports load on first use: ``torchhpc --help`` registers ``bench``, whose flags
+    need only the collectives."""
+    if name == "BenchConfig":
+        from torchhpc.bench.config import BenchConfig
+
+        return BenchConfig
+    if name in _REPORT:
+        from torchhpc.bench import report
+
+        return getattr(report, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

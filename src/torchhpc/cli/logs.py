@@ -19,7 +19,6 @@ from torchhpc.cli.common import add_subparser
 from torchhpc.cli.handles import add_job_argument, require
 from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.core.handle import Handle
-from torchhpc.diagnose.classify import native_crashes
 from torchhpc.errors import SchedulerError, UsageError
 from torchhpc.jobdir.logs import (
     MAX_RANKS,
@@ -136,6 +135,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
         lines = log.read(final=True)
         tbs = first_tracebacks(select(lines, ranks, nodes, node_of), log.failure_order())
         if not tbs:
+            from torchhpc.diagnose.classify import native_crashes  # the crash classifier: --errors without a traceback only
+
             crashes = native_crashes(select(lines, ranks, nodes, node_of))
             if crashes:  # `terminate called ...`, a segfault: no Python traceback, but the cause
                 sys.stdout.write("".join(f"=== rank {r} ===\n{t}\n" for r, t in crashes))

@@ -21,14 +21,15 @@ __all__ = ["Tag", "mpirun_tag", "srun_tag", "torchrun_tag"]
 # (rank or None, the line without its tag), or None: not a tag of this launcher
 Tag = Optional[tuple[Optional[int], str]]
 
-_SRUN = re.compile(r"^\s*(\d+): ")
-_TORCHRUN_RANK = re.compile(r"^\s*(\d+): \[rank(\d+)\]: ?")
-_TORCHRUN_LOCAL = re.compile(r"^\s*(\d+): \[[A-Za-z_]+?(\d+)\]: ?")  # [default1]: (not the failure summary's [1]:)
-_MPI = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>: ?")
+# Patterns as text: re compiles (and caches) them when a log is read, not when a job is submitted.
+_SRUN = r"^\s*(\d+): "
+_TORCHRUN_RANK = r"^\s*(\d+): \[rank(\d+)\]: ?"
+_TORCHRUN_LOCAL = r"^\s*(\d+): \[[A-Za-z_]+?(\d+)\]: ?"  # [default1]: (not the failure summary's [1]:)
+_MPI = r"^\[\d+,(\d+)\]<std(?:out|err)>: ?"
 
 
 def srun_tag(line: str, nproc_per_node: int = 1) -> Tag:
-    m = _SRUN.match(line)
+    m = re.match(_SRUN, line)
     return (int(m.group(1)), line[m.end():]) if m else None
 
 
@@ -40,19 +41,19 @@ def torchrun_tag(line: str, nproc_per_node: int = 1) -> Tag:
     order (it sorts them by host name: node10 before node2). Every other line is the
     agent's own, whatever its label: torchrun's parser never leaves a line to another's.
     """
-    m = _TORCHRUN_RANK.match(line)
+    m = re.match(_TORCHRUN_RANK, line)
     if m:
         return int(m.group(2)), line[m.end():]
-    m = _TORCHRUN_LOCAL.match(line)
+    m = re.match(_TORCHRUN_LOCAL, line)
     if m:
         return int(m.group(1)) * max(1, nproc_per_node) + int(m.group(2)), line[m.end():]
-    m = _SRUN.match(line)
+    m = re.match(_SRUN, line)
     return None, line[m.end():] if m else line
 
 
 def mpirun_tag(line: str, nproc_per_node: int = 1) -> Tag:
-    m = _MPI.match(line)
+    m = re.match(_MPI, line)
     if m:
         return int(m.group(1)), line[m.end():]
-    m = _SRUN.match(line)  # an srun --label around a container runtime's own messages
+    m = re.match(_SRUN, line)  # an srun --label around a container runtime's own messages
     return (None, line[m.end():]) if m else None

@@ -13,7 +13,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from torchhpc.core.handle import Handle
 from torchhpc.core.proc import Runner, default_runner
@@ -25,8 +25,10 @@ from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.capabilities import check
 from torchhpc.schedulers.options import Option, with_defaults
 from torchhpc.schedulers.options import resolve as resolve_options
-from torchhpc.schedulers.pending import Pending
-from torchhpc.schedulers.times import JobTimes
+
+if TYPE_CHECKING:  # the readers' value types: loaded where a job's state is read, never by a submission
+    from torchhpc.schedulers.pending import Pending
+    from torchhpc.schedulers.times import JobTimes
 
 __all__ = ["TERMINAL", "UNENDED", "JobStatus", "JobTimes", "Scheduler", "Submission"]
 
@@ -344,6 +346,8 @@ class Scheduler(ABC):
     def times(self, job_id: str) -> JobTimes:
         """The job's submit/eligible/start/end on the scheduler's clock (:mod:`~torchhpc.schedulers.times`),
         at no more cost than :meth:`status`; a backend without a clock of its own answers its state alone."""
+        from torchhpc.schedulers.times import JobTimes
+
         st = self.status(job_id)
         return JobTimes(state=st.state, exit_code=st.exit_code, nodes=st.nodes, source="status")
 
@@ -385,3 +389,12 @@ class Scheduler(ABC):
                     f"`torchhpc status {Handle(self.name, job_id)}` to look again, `torchhpc cancel` to stop it",
                 )
             time.sleep(watch.pause())
+
+
+def __getattr__(name: str) -> Any:
+    """``JobTimes``, this module's name for :class:`torchhpc.schedulers.times.JobTimes`: loaded when asked."""
+    if name == "JobTimes":
+        from torchhpc.schedulers.times import JobTimes
+
+        return JobTimes
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

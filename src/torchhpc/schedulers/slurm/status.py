@@ -11,7 +11,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import ClassVar, Optional
+from typing import TYPE_CHECKING, ClassVar, Optional
 
 import torchhpc.schedulers.slurm.nodes as slurm_nodes
 from torchhpc.core.proc import Runner
@@ -19,14 +19,16 @@ from torchhpc.core.spec import JobSpec
 from torchhpc.errors import CommandError, QuotingError, SchedulerError, UnknownJob
 from torchhpc.jobdir.record import load_record, update_record
 from torchhpc.schedulers.api import JobStatus
-from torchhpc.schedulers.pending import Pending
 from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct, tasks_from_scontrol
 from torchhpc.schedulers.slurm.ending import STOPPED_WHY, one_ending
 from torchhpc.schedulers.slurm.many import SACCT_FIELDS
 from torchhpc.schedulers.slurm.parse import exit_code_of, parse_scontrol, transient
 from torchhpc.schedulers.slurm.parse import status_from_scontrol as _status_from_scontrol
-from torchhpc.schedulers.times import JobTimes
 from torchhpc.schedulers.waiting import settled
+
+if TYPE_CHECKING:  # status's value types, made by the readers (slurm/times.py, slurm/pending.py): a submit needs neither
+    from torchhpc.schedulers.pending import Pending
+    from torchhpc.schedulers.times import JobTimes
 
 __all__ = ["SlurmQueries", "expand_output", "first_end_files", "output_pattern"]
 
