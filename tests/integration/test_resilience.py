@@ -128,7 +128,8 @@ def test_a_node_loss_resumes_from_the_peer_copy_of_the_step_it_reached(
     at a random step k. The next attempt resumes at step k or k-1, never earlier, from the copies the batch
     host's node kept of the lost node's ranks (a peer's: the lost node's memory is gone with it), and ends with
     the uninterrupted run's parameters bit for bit, as a disk resume of that step would. ``hogs``: the same
-    beside 3 busy loops. At the end no memory tier of the job is left in shared memory."""
+    beside 3 busy loops. After the loss the survivors write the memory tier to disk (a second loss or a requeue
+    would resume from there); at the end no memory tier of the job is left in shared memory."""
     k = random.randint(25, 150)
     name = f"mem{hogs}"
     job = submit(own_cluster, tmp_path, name, ["-N", "2", "--spares", "1", "--nproc-per-node", "2", "--max-restarts", "1"],
@@ -151,6 +152,8 @@ def test_a_node_loss_resumes_from_the_peer_copy_of_the_step_it_reached(
     start = next(step for kind, step, restart, _t in events(text) if kind == "START" and restart == 1)
     assert start in (reached, reached - 1), f"reached step {reached}, resumed at {start} (k={k})"
     assert f"resumed step {start} from the memory copies of the nodes left (a peer's)" in text, text[-3000:]
+    persisted = [int(n) for n in re.findall(r"the memory tier's newest checkpoint is on disk: .*ckpt-(\d+)", text)]
+    assert persisted and max(persisted) >= start, "the survivors did not write the memory tier to disk after the loss"
     assert_bit_identical(tmp_path / "final.pt", reference)
     assert not list(Path("/dev/shm").glob(f"torchhpc-{job}-*")), "the job's memory tier was left behind"
     report(f"memory-node-loss-hogs{hogs}", k=k, reached=reached, resumed_at=start)

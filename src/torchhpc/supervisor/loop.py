@@ -31,7 +31,7 @@ from torchhpc.schedulers.allocation import ipv4
 from torchhpc.supervisor.attempts import Attempt, load_attempts, save_attempts
 from torchhpc.supervisor.attempts import storm as record_storm
 from torchhpc.supervisor.liveness import HEARTBEAT_VAR, PROBE_TIMEOUT_S, Heartbeats, Liveness
-from torchhpc.supervisor.memtier import free_memory
+from torchhpc.supervisor.memtier import free_memory, persist_after_loss
 from torchhpc.supervisor.outcome import Outcome, classify_attempt, log_sizes, wrote
 from torchhpc.supervisor.policy import action_for, choose, why_not
 from torchhpc.supervisor.progress import NoProgress
@@ -171,6 +171,8 @@ class Supervisor:
                 record_storm(self.o.job_dir, history, storm)
                 return exit_code_for("no-progress")
             previous = [h for h in step_nodes if h not in excluded]
+            if out.dead:  # the lost node's ranks have one copy left in memory: the survivors write it to disk
+                persist_after_loss(self.alloc, self.env, self.job, previous, say)
 
     def _watch_own_node(self, allocation: list[str], excluded: Iterable[str] = ()) -> None:
         """The supervisor cannot survive its own node: a watch on another node of the allocation ends the job as

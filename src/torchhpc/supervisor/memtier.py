@@ -1,4 +1,5 @@
-"""The memory tier at the job's end: persisted to disk, then freed on every node (jobdir/shm.py does the work).
+"""The memory tier at a node loss and at the job's end: persisted to disk, then (at the end) freed on every node
+(jobdir/shm.py does the work).
 
 Why here: the supervisor is what outlives every attempt of the job, so it is the one place that knows the job is
 over (done, failed, preempted or requeued) while its nodes can still be reached.
@@ -9,11 +10,11 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Optional
 
 from torchhpc.supervisor.liveness import PROBE_TIMEOUT_S
 
-__all__ = ["free_memory"]
+__all__ = ["free_memory", "persist_after_loss"]
 
 
 
@@ -34,3 +35,21 @@ def free_memory(alloc: Any, env: Mapping[str, str], job: str, say: Callable[[str
                 say(line.removeprefix("torchhpc: "))
         except Exception as e:  # nothing was saved there, or a node is gone with its memory
             say(f"could not {'persist' if args[0] == '--persist' else 'free'} the memory-tier checkpoints: {e}")
+
+
+def persist_after_loss(alloc: Any, env: Mapping[str, str], job: str, nodes: list[str],
+                       say: Callable[[str], None]) -> Optional[subprocess.Popen[bytes]]:
+    """After a node loss the job goes on, but the lost node's ranks have one copy left (their peer's): the
+    survivors write the newest memory checkpoint to disk, in the background and at the lowest priority, so that
+    a second loss or a requeue before the next save resumes from it, not from the last disk save. Never waited
+    for; its line (``the memory tier's newest checkpoint is on disk``) goes to the job's output."""
+    from torchhpc.jobdir.shm import shm_base
+
+    if not nodes or not any(shm_base(env).glob(f"torchhpc-{job}-*")):
+        return None
+    argv = ["nice", "-n", "19", sys.executable, "-m", "torchhpc.jobdir.shm", "--persist", job]
+    try:
+        return subprocess.Popen(alloc.on_nodes(argv, nodes), stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except Exception as e:  # the job goes on from memory all the same
+        say(f"could not persist the memory-tier checkpoints after the node loss: {e}")
+        return None
