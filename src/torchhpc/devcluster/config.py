@@ -10,7 +10,6 @@ on a shared /tmp, so each node gets its own ``TmpFS``.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import os
 from dataclasses import dataclass
@@ -141,6 +140,8 @@ def netns_prefix_for(state_dir: str) -> str:
     """
     if os.path.abspath(state_dir) == DEFAULT_STATE_DIR:
         return "torchhpc"
+    import hashlib  # here: every Slurm command of the CLI reads the state; a named throw-away cluster is rare
+
     digest = hashlib.sha1(os.path.abspath(state_dir).encode()).hexdigest()[:6]
     return f"torchhpc-{digest}"
 
