@@ -42,6 +42,7 @@ ENV_COMMAND = "TORCHHPC_REMOTE_COMMAND"
 CODE_DIR = ".torchhpc/code"
 JOBS_DIR = ".torchhpc/jobs"
 
+
 @dataclass
 class Request:
     """One forwarded command: what to run there and how to ship."""
