@@ -20,6 +20,8 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,22 @@ def devcluster(cluster: Any, *args: str) -> str:
                           capture_output=True, text=True, timeout=120, env=cluster.client_env())
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
+
+
+def running_hosts(slurm: SlurmClient, job: str) -> list[str]:
+    """The job's nodes once it runs, in order: the first is the batch host."""
+    nodes = wait_until(lambda: slurm.job(job).get("NodeList") if slurm.job(job).get("JobState") == "RUNNING" else None,
+                       120, "the job to start")
+    return slurm.run(["scontrol", "show", "hostnames", nodes]).stdout.split()
+
+
+@contextmanager
+def failed(cluster: Any, victim: str) -> Iterator[str]:
+    """``victim`` failed for the block (its link cut, every process of it killed), revived after; what fail said."""
+    try:
+        yield devcluster(cluster, "fail", victim)
+    finally:
+        devcluster(cluster, "revive", victim)
 
 
 def attempts(out: Path, name: str, job: str) -> list[dict[str, Any]]:
@@ -94,18 +112,13 @@ def test_node_loss_with_a_spare_completes_on_its_own(
     job = submit(own_cluster, tmp_path, name,
                  ["-N", "2", "--spares", "1", "--nproc-per-node", "2", "--max-restarts", "1"],
                  [*TRAIN, "--sleep", "0.1"], launcher=launcher, env={"TORCHHPC_WARM": "on"})
-    hosts = own_slurm.run(["scontrol", "show", "hostnames", wait_until(
-        lambda: own_slurm.job(job).get("NodeList") if own_slurm.job(job).get("JobState") == "RUNNING" else None,
-        120, "the job to start")]).stdout.split()
+    hosts = running_hosts(own_slurm, job)
     victim = hosts[1]  # hosts[0] is the batch host
     wait_until(lambda: rank0_step(tmp_path, name, job) > FAULT_AFTER, 240, f"step {FAULT_AFTER}", every=0.1)
     t_fault = time.time()
-    try:
-        said = devcluster(own_cluster, "fail", victim)
+    with failed(own_cluster, victim) as said:
         assert "link cut" in said and "killed" in said, said
         info = own_slurm.wait(job, timeout=300)
-    finally:
-        devcluster(own_cluster, "revive", victim)
     text = log_of(tmp_path, name, job)
     assert info["JobState"] == "COMPLETED", text[-3000:]
     tries = attempts(tmp_path, name, job)
@@ -134,17 +147,12 @@ def test_a_node_loss_resumes_from_the_peer_copy_of_the_step_it_reached(
     name = f"mem{hogs}"
     job = submit(own_cluster, tmp_path, name, ["-N", "2", "--spares", "1", "--nproc-per-node", "2", "--max-restarts", "1"],
                  [*TRAIN, "--sleep", "0.1", "--memory-every", "1"], launcher="srun")
-    hosts = own_slurm.run(["scontrol", "show", "hostnames", wait_until(
-        lambda: own_slurm.job(job).get("NodeList") if own_slurm.job(job).get("JobState") == "RUNNING" else None,
-        120, "the job to start")]).stdout.split()
+    hosts = running_hosts(own_slurm, job)
     victim = hosts[1]
     with busy_loops(hogs):
         wait_until(lambda: rank0_step(tmp_path, name, job) >= k, 300, f"step {k}", every=0.05)
-        try:
-            devcluster(own_cluster, "fail", victim)
+        with failed(own_cluster, victim):
             info = own_slurm.wait(job, timeout=300)
-        finally:
-            devcluster(own_cluster, "revive", victim)
     text = log_of(tmp_path, name, job)
     assert info["JobState"] == "COMPLETED", text[-3000:]
     assert [a["class"] for a in attempts(tmp_path, name, job)] == ["node-failure", None], text[-3000:]
@@ -226,19 +234,14 @@ def test_node_loss_without_spares_requeues_without_the_node(
     job = submit(own_cluster, tmp_path, name, ["-N", "2", "--nproc-per-node", "2", "--launcher", "srun",
                                                   "--requeue", "--max-restarts", "1"], [*TRAIN, "--sleep", "0.1"],
                  launcher="srun")
-    hosts = own_slurm.run(["scontrol", "show", "hostnames", wait_until(
-        lambda: own_slurm.job(job).get("NodeList") if own_slurm.job(job).get("JobState") == "RUNNING" else None,
-        120, "the job to start")]).stdout.split()
+    hosts = running_hosts(own_slurm, job)
     victim = hosts[1]
     wait_until(lambda: rank0_step(tmp_path, name, job) > FAULT_AFTER, 240, f"step {FAULT_AFTER}", every=0.1)
-    try:
-        devcluster(own_cluster, "fail", victim)
+    with failed(own_cluster, victim):
         # the supervisor requeues, then excludes the node (Slurm takes ExcNodeList on a pending job only)
         wait_until(lambda: victim in (own_slurm.job(job).get("ExcNodeList") or ""), 120, f"{victim} excluded")
         assert int(own_slurm.job(job).get("Restarts", "0") or 0) >= 1, own_slurm.job(job)
         info = own_slurm.wait(job, timeout=400)
-    finally:
-        devcluster(own_cluster, "revive", victim)
     text = log_of(tmp_path, name, job)
     assert info["JobState"] == "COMPLETED", text[-3000:]
     tries = attempts(tmp_path, name, job)
@@ -278,17 +281,12 @@ def test_node_loss_without_a_spare_shrinks_the_job_and_loses_no_sample(
                     ["-N", "3", "--min-nodes", "2", "--nproc-per-node", "2", "--max-restarts", "2", "--launcher", launcher,
                      "--env", f"TORCHHPC_DATA_LEDGER={ledger}"],
                     [ELASTIC, *SHRINK, "--ckpt", str(tmp_path / "ckpt")])
-    hosts = own_slurm.run(["scontrol", "show", "hostnames", wait_until(
-        lambda: own_slurm.job(job).get("NodeList") if own_slurm.job(job).get("JobState") == "RUNNING" else None,
-        120, "the job to start")]).stdout.split()
+    hosts = running_hosts(own_slurm, job)
     victim = hosts[1]  # hosts[0] is the batch host
     wait_until(lambda: rank0_step(tmp_path, name, job) > 40, 240, "step 40", every=0.1)
     t_fault = time.time()
-    try:
-        devcluster(own_cluster, "fail", victim)
+    with failed(own_cluster, victim):
         info = own_slurm.wait(job, timeout=400)
-    finally:
-        devcluster(own_cluster, "revive", victim)
     text = log_of(tmp_path, name, job)
     assert info["JobState"] == "COMPLETED", text[-3000:]
     tries = attempts(tmp_path, name, job)
@@ -314,15 +312,10 @@ def test_a_plain_program_runs_on_after_a_shrink(own_cluster: Any, own_slurm: Slu
                                        "    time.sleep(0.2)\n")
     job = run_plain(own_cluster, tmp_path, "plain", ["-N", "3", "--min-nodes", "2", "--max-restarts", "1"],
                     [str(tmp_path / "plain.py")])
-    hosts = own_slurm.run(["scontrol", "show", "hostnames", wait_until(
-        lambda: own_slurm.job(job).get("NodeList") if own_slurm.job(job).get("JobState") == "RUNNING" else None,
-        120, "the job to start")]).stdout.split()
+    hosts = running_hosts(own_slurm, job)
     wait_until(lambda: rank0_step(tmp_path, "plain", job) > 5, 120, "step 5", every=0.1)
-    try:
-        devcluster(own_cluster, "fail", hosts[2])
+    with failed(own_cluster, hosts[2]):
         info = own_slurm.wait(job, timeout=300)
-    finally:
-        devcluster(own_cluster, "revive", hosts[2])
     text = log_of(tmp_path, "plain", job)
     assert info["JobState"] == "COMPLETED", text[-3000:]
     assert [(a["class"], a["world_size"]) for a in attempts(tmp_path, "plain", job)] == [("node-failure", 3), (None, 2)]
