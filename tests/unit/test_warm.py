@@ -42,7 +42,8 @@ sys.exit(int(sys.argv[1]) if sys.argv[1:2] and sys.argv[1].isdigit() else 0)
 
 
 def test_the_names_are_the_same_on_both_sides() -> None:
-    assert warm.WARM_VAR == WARM_VAR
+    assert (warm.WARM_VAR, warm.PYTHON_VAR) == (WARM_VAR, PYTHON_VAR)
+    assert f'environ.get("{WARM_VAR}")' in Path(BOOT_DIR, "sitecustomize.py").read_text()  # the agent's hand-off
     assert f"${WARM_VAR}" in Path(TASK_SH).read_text() or WARM_VAR in Path(TASK_SH).read_text()
     assert PYTHON_VAR in Path(TASK_SH).read_text()
 

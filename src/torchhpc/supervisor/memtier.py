@@ -17,14 +17,18 @@ from torchhpc.supervisor.liveness import PROBE_TIMEOUT_S
 __all__ = ["free_memory", "persist_after_loss"]
 
 
+def _saved_to_memory(env: Mapping[str, str], job: str) -> bool:
+    """Whether the job has a memory tier: only a job that saved to memory has one, on its rank 0's node (this one,
+    where the first attempt ran). No step is started for any other job."""
+    from torchhpc.jobdir.shm import shm_base
+
+    return any(shm_base(env).glob(f"torchhpc-{job}-*"))
+
 
 def free_memory(alloc: Any, env: Mapping[str, str], job: str, say: Callable[[str], None]) -> None:
     """The job's newest memory-tier checkpoint written to disk, then the memory tier gone from every node's
-    shared memory. Only a job that saved to memory has any (its rank 0's node is this one, where the first
-    attempt ran): no step is started at the end of any other job."""
-    from torchhpc.jobdir.shm import shm_base
-
-    if not any(shm_base(env).glob(f"torchhpc-{job}-*")):
+    shared memory, for a job that saved to memory."""
+    if not _saved_to_memory(env, job):
         return
     nodes = [h for h in alloc.nodes() if alloc.alive(h, timeout=PROBE_TIMEOUT_S)]
     for args in (["--persist", job], [job]) if nodes else ():
@@ -43,9 +47,7 @@ def persist_after_loss(alloc: Any, env: Mapping[str, str], job: str, nodes: list
     survivors write the newest memory checkpoint to disk, in the background and at the lowest priority, so that
     a second loss or a requeue before the next save resumes from it, not from the last disk save. Never waited
     for; its line (``the memory tier's newest checkpoint is on disk``) goes to the job's output."""
-    from torchhpc.jobdir.shm import shm_base
-
-    if not nodes or not any(shm_base(env).glob(f"torchhpc-{job}-*")):
+    if not nodes or not _saved_to_memory(env, job):
         return None
     argv = ["nice", "-n", "19", sys.executable, "-m", "torchhpc.jobdir.shm", "--persist", job]
     try:

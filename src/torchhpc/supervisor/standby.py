@@ -5,9 +5,10 @@ step. With ``--warm`` (the batch renderer adds it where the ranks run this Pytho
 ``--python``), the supervisor starts ``boot/warm.py serve`` on each node as a step of its own beside the job's
 (kill_step spares it), at the job's start, so it has imported torch long before a fault. Attempts after the
 first run with ``$TORCHHPC_WARM``: the task shim then hands the rank's program to the node's standby, which
-forks it with torch already imported (boot/warm.py says how); torchrun's agent is handed over the same way by the
-rank boot's sitecustomize, before it imports anything, and its workers then start warm too. A node without a standby, a program that is not
-``PYTHON script`` or ``PYTHON -m module``, a rank of another Python: a cold start as before, and its log says so.
+forks it with torch already imported (boot/warm.py says how); torchrun's agent is handed over the same way by
+the rank boot's sitecustomize, before it imports anything, and its workers then start warm too. A node without a
+standby, a program that is not ``PYTHON script`` or ``PYTHON -m module``, a rank of another Python: a cold start
+as before, and its log says so.
 
 Each standby holds one interpreter with torch imported (a few hundred MB of memory per node) until the job
 ends. ``TORCHHPC_WARM=off`` in the job's environment: none is started.
