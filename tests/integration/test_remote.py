@@ -103,8 +103,22 @@ def remote(slurm_cluster: ClusterState) -> Iterator[Remote]:
             subprocess.run([*undo, str(parent)], check=False, timeout=30)
 
 
+def _fresh_records() -> None:
+    """The login user's job records and job directories of earlier dev clusters, removed.
+
+    A new dev cluster (a new state directory) gives job ids from 1 again, so an earlier run's
+    ``~/.torchhpc/jobs/pi-497`` or record ``slurm-497`` would meet this run's job 497: the product
+    refuses to write into a job directory it did not make (by design), and the test would fail by
+    chance. This user exists for these tests alone; its venv and its shipped code stay.
+    """
+    home = Path(f"/home/{USER}")
+    for old in (home / ".torchhpc" / "jobs", home / ".cache" / "torchhpc"):
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def _remote(slurm_cluster: ClusterState, acl: list[tuple[Path, bool]]) -> Iterator[Remote]:
     _user_venv(slurm_cluster, acl)
+    _fresh_records()
     work = Path(tempfile.mkdtemp(prefix="thpc-remote-test-"))
     conf = work / "ssh_config"
     conf.write_text(render_ssh_config(slurm_cluster._layout(), USER))
