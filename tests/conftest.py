@@ -115,10 +115,6 @@ _PYTEST_OWN = "PYTEST_CURRENT_TEST"  # pytest sets it for each phase (setup, cal
 # torch's rendezvous contract: what a job submitted from this process would inherit and trust
 _CONTRACT = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
              "GROUP_RANK", "TORCHELASTIC_RUN_ID")
-# Warm restarts (supervisor/standby.py) start a standby interpreter per node, torch imported, in every supervised
-# Slurm job: on a 2-core machine the suite's ~40 such jobs would spend minutes of CPU on standbys that never serve.
-# The suite's jobs run without them, except where a test turns them on (test_resilience's node loss with a spare).
-os.environ.setdefault("TORCHHPC_WARM", "off")
 _SESSION_ENV = dict(os.environ)  # as this process (an xdist worker, or the one pytest) started
 
 # A suite started in the background of a script (`./scripts/test.sh &`, `nohup ... &`) inherits SIGINT ignored:

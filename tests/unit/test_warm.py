@@ -84,6 +84,8 @@ def test_an_exception_prints_its_traceback_and_exits_1(tmp_path: Path, standby: 
     p = _task(tmp_path, standby, "raise")
     out, err = p.communicate(timeout=60)
     assert p.returncode == 1 and "ValueError: bad value" in err and json.loads(out.splitlines()[0])["warm"]
+    assert err.splitlines()[1].startswith(f'  File "{tmp_path / "prog.py"}"'), err  # as a cold rank's: no warm.py, no runpy
+    assert "warm.py" not in err and "runpy" not in err and "During handling" not in err, err
 
 
 def test_a_signal_reaches_the_rank_and_a_killed_client_takes_it_along(tmp_path: Path, standby: dict[str, str]) -> None:
@@ -134,7 +136,7 @@ def test_a_module_starts_warm(tmp_path: Path, standby: dict[str, str]) -> None:
     assert p.returncode == 4 and seen["warm"] and seen["argv"][1:] == ["4"], p.stderr
 
 
-def test_the_standby_is_started_once_per_node_and_named_from_the_second_attempt() -> None:
+def test_the_standby_is_started_once_per_node_and_named_for_every_attempt() -> None:
     started: list[tuple[list[str], str, dict[str, str], str]] = []
 
     class Alloc:
@@ -150,13 +152,13 @@ def test_the_standby_is_started_once_per_node_and_named_from_the_second_attempt(
     argv, _n, senv, step = started[0]
     assert argv == ["/py", WARM_PY, "serve", "torchhpc-warm-42", "torch"] and step == "torchhpc-warm"
     assert senv == {"PYTHONPATH": "/mine", "PATH": "/bin", SWITCH: "on"}  # no boot, no heartbeat: a forking process has no threads
-    assert s.env_for(0) == {} and s.env_for(1) == {WARM_VAR: "torchhpc-warm-42", PYTHON_VAR: "/py"}
+    assert s.env_for(0) == s.env_for(1) == {WARM_VAR: "torchhpc-warm-42", PYTHON_VAR: "/py"}
     off = Standby(Alloc(), "43", "/py", {SWITCH: "off"}, said.append)
     off.start(["n1"])
     assert len(started) == 3 and off.env_for(1) == {}
     agent = Standby(Alloc(), "44", "/py", env, said.append, agent=True)  # torchrun: its agent runs the boot on a restart
     agent.start(["n1"])
-    assert agent.env_for(0) == {} and agent.env_for(1)["PYTHONPATH"] == f"{BOOT_DIR}{os.pathsep}/mine"
+    assert agent.env_for(0) == agent.env_for(1) and agent.env_for(1)["PYTHONPATH"] == f"{BOOT_DIR}{os.pathsep}/mine"
 
 
 def _children(pid: int) -> list[int]:
@@ -203,3 +205,35 @@ def test_torchruns_agent_on_a_restart_runs_in_the_standby_and_its_end_takes_its_
     finally:
         standby.kill()
         standby.wait()
+
+
+def test_the_hang_probe_finds_a_warm_rank_in_the_standbys_fork(tmp_path: Path, standby: dict[str, str]) -> None:
+    """A forked rank's /proc environ is the standby's: the probe follows its client (named ``warm PID``)."""
+    from torchhpc.diagnose.probe import find_ranks
+
+    run_id = f"t-probe-{time.monotonic_ns()}"
+    p = _task(tmp_path, {**standby, "RANK": "1", "THPC_PROBE_ID": run_id}, "sleep")  # task.sh unsets TORCHELASTIC_*
+    try:
+        assert p.stdout is not None
+        pid = json.loads(p.stdout.readline())["pid"]
+        assert pid != p.pid and find_ranks({"THPC_PROBE_ID": run_id}) == {1: pid}
+    finally:
+        p.kill()
+        p.wait()
+    deadline = time.monotonic() + 30  # the standby takes the rank along before the fixture stops it
+    while _alive(pid):
+        assert time.monotonic() < deadline, "the rank outlived its client"
+        time.sleep(0.05)
+
+
+def test_a_standby_whose_starter_is_gone_ends(tmp_path: Path) -> None:
+    """A local run killed outright leaves no standby behind: it watches its parent."""
+    env = {"PATH": os.environ["PATH"], "SLURMD_NODENAME": f"n{os.getpid()}-{time.monotonic_ns()}"}
+    serve = f"{sys.executable} {WARM_PY} serve t-orphan json >/dev/null 2>&1"
+    starter = subprocess.run(["sh", "-c", f"{serve} & echo $!; sleep 1"],  # alive while the standby starts
+                             env=env, capture_output=True, text=True, timeout=60)
+    pid = int(starter.stdout.strip())
+    deadline = time.monotonic() + 30
+    while _alive(pid):
+        assert time.monotonic() < deadline, "the standby outlived the process that started it"
+        time.sleep(0.05)

@@ -22,6 +22,7 @@ Stdlib only; no torchhpc import (it runs where the rank runs).
 """
 
 import array
+import errno
 import json
 import os
 import select
@@ -35,6 +36,7 @@ WARM_VAR = "TORCHHPC_WARM_STANDBY"  # the standby's name (supervisor/standby.py:
 PYTHON_VAR = "TORCHHPC_WARM_PYTHON"  # its Python (the same)
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
 FLAGS = {"-u", "-B", "-O", "-OO"}
+BIND_WAIT_S = 3.0  # a standby starts with its job: its socket is bound a Python start-up after
 
 
 def address(name, environ=os.environ):
@@ -77,11 +79,17 @@ def client(argv, cold=cold):
         return cold(argv, None)
     if form is None:
         return cold(argv, "not a form started warm (PYTHON script or PYTHON -m module)")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(address(name))
-    except OSError as e:
-        return cold(argv, f"no standby interpreter on this node ({e.strerror or e})")
+    deadline = time.monotonic() + BIND_WAIT_S
+    while True:  # a first attempt may start beside its standby: give it the moment it takes to bind
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(address(name))
+            break
+        except OSError as e:
+            sock.close()
+            if e.errno != errno.ECONNREFUSED or time.monotonic() > deadline:
+                return cold(argv, f"no standby interpreter on this node ({e.strerror or e})")
+            time.sleep(0.02)
     flags, kind, target, args = form
     payload = json.dumps({"flags": flags, "kind": kind, "target": target, "args": args, "cwd": os.getcwd(),
                           "env": dict(os.environ)}).encode()
@@ -93,6 +101,7 @@ def client(argv, cold=cold):
     if line[:1] != [b"P"]:
         return cold(argv, "the standby refused the program")
     pid = int(line[1])
+    _name(f"warm {pid}")  # where the rank is: the hang probe follows it (its /proc environ is the standby's)
     for sig in FORWARDED:
         signal.signal(sig, lambda s, _f: _forward(pid, s))
     line = reader.readline().split()
@@ -105,6 +114,16 @@ def client(argv, cold=cold):
         signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
         os.kill(os.getpid(), os.WTERMSIG(status))
     os._exit(os.waitstatus_to_exitcode(status) if not os.WIFSIGNALED(status) else 128 + os.WTERMSIG(status))
+
+
+def _name(comm):
+    """This process's name (``/proc/PID/comm``, 15 bytes): prctl(PR_SET_NAME)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, comm.encode()[:15], 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def agent(argv):
@@ -202,7 +221,12 @@ def serve(name, preload):
           f"{time.monotonic() - t0:.1f} s)", flush=True)
     children: dict = {}  # pid -> the client's connection
     conns: dict = {}  # connection -> its child's pid
+    parent = os.getppid()
     while True:
+        if os.getppid() != parent:  # whoever started it is gone (a local run killed): so are its ranks
+            for pid in children:
+                _kill_tree(pid)
+            return
         ready, _, _ = select.select([listener, *conns], [], [], 0.05)
         for conn in ready:
             if conn is listener:
@@ -299,21 +323,40 @@ def become(request):
         torch.set_num_threads(int(threads))
 
 
+def _from_the_program(hook, runpy_file):
+    """``hook`` shown a traceback that starts where a cold rank's would: at the program, without this file's and
+    runpy's frames above it (a verdict reads the rank's traceback; the user reads their own code)."""
+    mine = {os.path.abspath(__file__), os.path.abspath(runpy_file or "")}
+
+    def trimmed(kind, value, tb):
+        while tb is not None and (os.path.abspath(tb.tb_frame.f_code.co_filename) in mine
+                                  or tb.tb_frame.f_code.co_filename.startswith("<frozen runpy")):
+            tb = tb.tb_next
+        if isinstance(value, BaseException):
+            value.__traceback__ = tb  # what the default hook prints (it reads the exception's own)
+        hook(kind, value, tb)
+
+    return trimmed
+
+
 def main(argv):
     if argv[1:2] == ["run"]:
         return client(argv[2:])
     if argv[1:2] == ["serve"] and len(argv) > 2:
         try:
             serve(argv[2], argv[3:])
+            return None
         except Run as r:
-            become(r.request)
-            import runpy
+            request = r.request  # the program runs outside this handler: its exceptions have no Run as context
+        become(request)
+        import runpy
 
-            if r.request["kind"] == "module":
-                runpy.run_module(r.request["target"], run_name="__main__", alter_sys=True)
-            else:
-                runpy.run_path(r.request["target"], run_name="__main__")
-            return None  # the program's end is the interpreter's: exit hooks, threads joined, as a cold rank's
+        sys.excepthook = _from_the_program(sys.excepthook, runpy.__file__)
+        if request["kind"] == "module":
+            runpy.run_module(request["target"], run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(request["target"], run_name="__main__")
+        return None  # the program's end is the interpreter's: exit hooks, threads joined, as a cold rank's
     sys.stderr.write("usage: warm.py serve NAME [MODULE...] | warm.py run PYTHON ARGS...\n")
     return 2
 

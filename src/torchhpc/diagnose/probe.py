@@ -74,6 +74,7 @@ def _is_python(pid: int) -> bool:
 def find_ranks(match: Mapping[str, str]) -> dict[int, int]:
     """rank -> pid of the Python processes here whose environment has every ``match`` item and a RANK."""
     found: dict[int, int] = {}
+    forked: set[int] = set()
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == os.getpid():
             continue
@@ -82,11 +83,24 @@ def find_ranks(match: Mapping[str, str]) -> dict[int, int]:
             continue
         if not _is_python(int(name)) or not env["RANK"].isdigit():
             continue
-        rank = int(env["RANK"])
+        rank, warm = int(env["RANK"]), _warm_rank(int(name))
+        if warm:  # a warm client (boot/warm.py): the rank is the standby's child it names
+            found[rank] = warm
+            forked.add(rank)
         # the rank's own process, not a parent that carries the same variables (keep the newest)
-        if rank not in found or int(name) > found[rank]:
+        elif rank not in forked and (rank not in found or int(name) > found[rank]):
             found[rank] = int(name)
     return found
+
+
+def _warm_rank(pid: int) -> int:
+    """The rank a warm client stands for (its name is ``warm PID``); 0 for any other process."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            word, _, target = f.read().strip().partition(" ")
+    except OSError:
+        return 0
+    return int(target) if word == "warm" and target.isdigit() and _is_python(int(target)) else 0
 
 
 def _py_spy() -> Optional[str]:

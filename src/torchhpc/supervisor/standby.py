@@ -1,11 +1,11 @@
-"""Warm restarts: a standby interpreter on every node of the allocation, torch imported, for the restarts.
+"""Warm starts: a standby interpreter on every node of the allocation, torch imported, for every attempt.
 
 Why: after a node loss, ``import torch`` in every new rank was a third of the time to the next attempt's first
 step. With ``--warm`` (the batch renderer adds it where the ranks run this Python: no container, no
 ``--python``), the supervisor starts ``boot/warm.py serve`` on each node as a step of its own beside the job's
-(kill_step spares it), at the job's start, so it has imported torch long before a fault. Attempts after the
-first run with ``$TORCHHPC_WARM``: the task shim then hands the rank's program to the node's standby, which
-forks it with torch already imported (boot/warm.py says how); torchrun's agent is handed over the same way by
+(kill_step spares it), at the job's start, so it has imported torch long before a fault. Every attempt runs
+with ``$TORCHHPC_WARM``, the first too (a node's ranks then import torch once between them): the task shim
+hands the rank's program to the node's standby, which forks it with torch already imported (boot/warm.py); torchrun's agent is handed over the same way by
 the rank boot's sitecustomize, before it imports anything, and its workers then start warm too. A node without a
 standby, a program that is not ``PYTHON script`` or ``PYTHON -m module``, a rank of another Python: a cold start
 as before, and its log says so.
@@ -64,10 +64,12 @@ class Standby:
             except Exception as e:  # restarts are cold there, as before
                 self.say(f"no standby interpreter on {h} ({e}): its restarts start cold")
         if todo and self.on:
-            self.say(f"standby interpreters (torch imported) on {','.join(sorted(self.on))}: restarts start warm")
+            self.say(f"standby interpreters (torch imported) on {','.join(sorted(self.on))}: every attempt starts warm")
 
     def env_for(self, attempt: int) -> dict[str, str]:
-        """What an attempt's ranks are told: the standby's name from the second attempt on."""
-        if attempt == 0 or not self.on:
+        """What an attempt's ranks are told: the standby's name, the first attempt's too (its ranks then share
+        one import of torch per node instead of one each; a rank that comes before the standby is bound waits
+        for it a moment, boot/warm.py)."""
+        if not self.on:
             return {}
         return {WARM_VAR: self.name, PYTHON_VAR: self.python, **({"PYTHONPATH": self.agent_path} if self.agent_path else {})}

@@ -45,6 +45,7 @@ from torchhpc.schedulers.local.ranks import (
     restart_env,
     worker_argv,
 )
+from torchhpc.schedulers.local.warm import LocalStandby
 from torchhpc.schedulers.options import Option, declare
 
 __all__ = ["LocalScheduler"]
@@ -293,9 +294,11 @@ class LocalScheduler(Scheduler):
             for r in range(spec.nproc_per_node)
         ]
         grace = _grace(spec.option("grace"), self.grace)
+        standby = LocalStandby(spec, submission.argv, base, rid)  # one torch import for all ranks (local/warm.py)
+        argv, warm_env = standby.start()
         job = RankProcesses(
-            list(submission.argv),
-            envs,
+            argv,
+            [{**env, **warm_env} for env in envs],
             stdout=stdout or sys.stdout,
             stderr=stderr or sys.stderr,
             rank0_only=rank0_only,
@@ -303,7 +306,10 @@ class LocalScheduler(Scheduler):
             poll=self.poll,
             log=log,
         )
-        return job.run()
+        try:
+            return job.run()
+        finally:
+            standby.stop()
 
     def _wait_dependencies(self, spec: JobSpec, err: IO[str]) -> None:
         from torchhpc.schedulers.dependencies import DependencyState, wait_dependencies
