@@ -159,9 +159,13 @@ def test_a_node_loss_resumes_from_the_peer_copy_of_the_step_it_reached(
     reached = max(step for kind, step, restart, _t in events(text) if kind == "step" and restart == 0)
     start = next(step for kind, step, restart, _t in events(text) if kind == "START" and restart == 1)
     assert start in (reached, reached - 1), f"reached step {reached}, resumed at {start} (k={k})"
-    assert f"resumed step {start} from the memory copies of the nodes left (a peer's)" in text, text[-3000:]
+    # a step the disk tier saved too (every EVERY-th) may come from disk: the peer's copy of that very step can be in
+    # flight at the loss, and the disk's is as new; any other step comes from the peer's copy
+    froms = ["the memory copies of the nodes left (a peer's)"] + (["disk"] if start % EVERY == 0 else [])
+    assert any(f"resumed step {start} from {where}:" in text for where in froms), text[-3000:]
     persisted = [int(n) for n in re.findall(r"the memory tier's newest checkpoint is on disk: .*ckpt-(\d+)", text)]
-    assert persisted and max(persisted) >= start, "the survivors did not write the memory tier to disk after the loss"
+    if f"resumed step {start} from disk:" not in text:  # the disk held that step already: nothing newer to write
+        assert persisted and max(persisted) >= start, "the survivors did not write the memory tier to disk after the loss"
     assert_bit_identical(tmp_path / "final.pt", reference)
     assert not list(Path("/dev/shm").glob(f"torchhpc-{job}-*")), "the job's memory tier was left behind"
     report(f"memory-node-loss-hogs{hogs}", k=k, reached=reached, resumed_at=start)

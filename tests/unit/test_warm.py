@@ -208,7 +208,9 @@ def test_torchruns_agent_on_a_restart_runs_in_the_standby_and_its_end_takes_its_
 
 
 def test_the_hang_probe_finds_a_warm_rank_in_the_standbys_fork(tmp_path: Path, standby: dict[str, str]) -> None:
-    """A forked rank's /proc environ is the standby's: the probe follows its client (named ``warm PID``)."""
+    """A forked rank's /proc environ is the standby's: the probe follows its client (named ``warm:PID``).
+    The name has no space: Slurm's proctrack/linuxproc misreads /proc/PID/stat for one, and a step's signals
+    then pass the client by (a stale rank lived on after its step was cancelled)."""
     from torchhpc.diagnose.probe import find_ranks
 
     run_id = f"t-probe-{time.monotonic_ns()}"
@@ -217,6 +219,8 @@ def test_the_hang_probe_finds_a_warm_rank_in_the_standbys_fork(tmp_path: Path, s
         assert p.stdout is not None
         pid = json.loads(p.stdout.readline())["pid"]
         assert pid != p.pid and find_ranks({"THPC_PROBE_ID": run_id}) == {1: pid}
+        stat = Path(f"/proc/{p.pid}/stat").read_text()
+        assert stat.split()[1] == f"(warm:{pid})" and int(stat.split()[3]) == os.getpid()  # scanf-readable
     finally:
         p.kill()
         p.wait()

@@ -63,3 +63,26 @@ def test_a_module_of_torch_is_wanted_and_a_container_is_not() -> None:
     assert LocalStandby(spec, ["python", "-m", "torch.utils.collect_env"], {}, "x").wanted
     boxed = spec.with_(container=ContainerSpec(image="img.sif"))
     assert not LocalStandby(boxed, ["python", "-m", "torch.utils.collect_env"], {}, "x").wanted
+
+
+def test_a_warm_rank_that_ignores_sigterm_is_gone_when_the_run_ends(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Rank 0 fails; rank 1 ignores SIGTERM: its client is killed after the grace, and the rank in the standby's
+    fork goes with the standby's end, not later."""
+    program = PROGRAM.format(imports="import signal, time, torch") + "\n"
+    program = program.replace("sys.exit(", "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('pid', os.getpid(), flush=True)\n"
+                              "time.sleep(0 if os.environ['RANK'] == '0' else 120)\nsys.exit(")
+    (tmp_path / "prog.py").write_text(program)
+    spec = JobSpec(entrypoint=Entrypoint.parse([str(tmp_path / "prog.py"), "fail"]), nproc_per_node=2,
+                   options=(("grace", "0.5"),))
+    sched = get_scheduler("local")
+    job = sched.schedule(sched.render(spec))
+    out = capsys.readouterr().out
+    pids = [int(line.split()[-1]) for line in out.splitlines() if " pid " in line]
+    assert sched.status(job).exit_code == 3 and len(pids) == 2, out
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except FileNotFoundError:
+            continue
+        assert stat.split(") ", 1)[1][0] == "Z", f"rank pid {pid} is still running"

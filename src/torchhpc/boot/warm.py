@@ -101,7 +101,10 @@ def client(argv, cold=cold):
     if line[:1] != [b"P"]:
         return cold(argv, "the standby refused the program")
     pid = int(line[1])
-    _name(f"warm {pid}")  # where the rank is: the hang probe follows it (its /proc environ is the standby's)
+    # where the rank is, for the hang probe (its /proc environ is the standby's); no space in it: Slurm's
+    # proctrack/linuxproc reads /proc/PID/stat with a scanf that a name with a space breaks (the step's
+    # signals then pass this client by)
+    _name(f"warm:{pid}")
     for sig in FORWARDED:
         signal.signal(sig, lambda s, _f: _forward(pid, s))
     line = reader.readline().split()
@@ -211,6 +214,7 @@ def _recv(conn):
 
 
 def serve(name, preload):
+    parent = os.getppid()  # before the import: whoever started it may be gone before it is done
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address(name))  # first: a client that comes while torch imports waits instead of starting cold
     listener.listen(64)
@@ -221,11 +225,18 @@ def serve(name, preload):
           f"{time.monotonic() - t0:.1f} s)", flush=True)
     children: dict = {}  # pid -> the client's connection
     conns: dict = {}  # connection -> its child's pid
-    parent = os.getppid()
+    me = os.getpid()
+    try:
+        _loop(listener, children, conns, parent)
+    finally:
+        if os.getpid() == me:  # the standby, not a forked rank unwinding with Run
+            for pid in list(children):
+                _kill_tree(pid)
+
+
+def _loop(listener, children, conns, parent):
     while True:
         if os.getppid() != parent:  # whoever started it is gone (a local run killed): so are its ranks
-            for pid in children:
-                _kill_tree(pid)
             return
         ready, _, _ = select.select([listener, *conns], [], [], 0.05)
         for conn in ready:
@@ -336,6 +347,7 @@ def _from_the_program(hook, runpy_file):
             value.__traceback__ = tb  # what the default hook prints (it reads the exception's own)
         hook(kind, value, tb)
 
+    trimmed.torchhpc_default = hook is sys.__excepthook__  # type: ignore[attr-defined]  # torchhpc.dist may put its own over it
     return trimmed
 
 

@@ -94,10 +94,10 @@ def find_ranks(match: Mapping[str, str]) -> dict[int, int]:
 
 
 def _warm_rank(pid: int) -> int:
-    """The rank a warm client stands for (its name is ``warm PID``); 0 for any other process."""
+    """The rank a warm client stands for (its name is ``warm:PID``); 0 for any other process."""
     try:
         with open(f"/proc/{pid}/comm") as f:
-            word, _, target = f.read().strip().partition(" ")
+            word, _, target = f.read().strip().partition(":")
     except OSError:
         return 0
     return int(target) if word == "warm" and target.isdigit() and _is_python(int(target)) else 0

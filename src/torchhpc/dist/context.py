@@ -227,8 +227,8 @@ def _one_line_errors() -> None:
     problem (two ranks on one GPU). Installed only over Python's default hook;
     other exceptions keep their traceback.
     """
-    if sys.excepthook is not sys.__excepthook__:
-        return
+    if sys.excepthook is not sys.__excepthook__ and not getattr(sys.excepthook, "torchhpc_default", False):
+        return  # the user's own hook; a warm rank's (boot/warm.py) is the default's, trimmed
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -99,12 +98,12 @@ class LocalStandby:
         return any(line.endswith(" " + self.address) for line in text.splitlines())
 
     def stop(self) -> None:
-        """The standby and anything it still holds: gone (every rank has ended by now)."""
+        """The standby and everything forked from it: gone. Every client has ended by now, but a rank whose
+        client was killed is the standby's to stop, which it may not have done yet: stop them all here."""
         if self.proc is None:
             return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
+        from torchhpc.boot.warm import _kill_tree  # the standby's own sweep: its tree by parent, sessions and all
+
+        _kill_tree(self.proc.pid)
         self.proc.wait()
         self.proc = None
