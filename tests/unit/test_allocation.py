@@ -78,6 +78,10 @@ def test_local_runs_the_command_itself_and_marks_its_ranks() -> None:
     assert alloc.here and alloc.nodes() == ["localhost"]
     assert alloc.on_nodes(["python", "-V"], ["localhost"]) == ["python", "-V"]
     assert alloc.rank_match() == {"TORCHELASTIC_RUN_ID": "local-7"}
+    # inside a local job, "the job this process runs in" is its run id's; torchrun's own run ids are not local jobs
+    inside = get_scheduler("local").allocation_of("", {"TORCHELASTIC_RUN_ID": "local-ab12"})
+    assert inside.job_id == "ab12" and inside.rank_match() == {"TORCHELASTIC_RUN_ID": "local-ab12"}
+    assert get_scheduler("local").allocation_of("", {"TORCHELASTIC_RUN_ID": "13"}).job_id == ""
 
 
 def test_slurm_writes_the_overlap_step_once_and_requeues_without_nodes() -> None:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -148,9 +149,10 @@ def test_the_batch_supervisor_completes_an_attempt_whose_rank_hangs_at_exit(tmp_
     from torchhpc.supervisor.loop import Options, Supervisor
 
     code = "import atexit, time\\ndef late():\\n    time.sleep(120)\\natexit.register(late)\\nprint(1)"
-    step = (f"() {{ RANK=0 WORLD_SIZE=1 TORCHELASTIC_RUN_ID=local- TORCHHPC_JOB_DIR={tmp_path} "
+    run = f"local-{uuid.uuid4().hex[:12]}"  # its own: a run id shared with a concurrent test's ranks adds suspects
+    step = (f"() {{ RANK=0 WORLD_SIZE=1 TORCHELASTIC_RUN_ID={run} TORCHHPC_JOB_DIR={tmp_path} "
             f"PYTHONPATH={boot_pythonpath(dict(os.environ))} exec {sys.executable} -c $'{code}'; }}")
-    env = {"PATH": os.environ["PATH"], "BASH_FUNC__torchhpc_step%%": step}
+    env = {"PATH": os.environ["PATH"], "BASH_FUNC__torchhpc_step%%": step, "TORCHELASTIC_RUN_ID": run}
     opts = Options(job_dir=str(tmp_path), nodes=1, nproc_per_node=1, launcher="srun", hang_timeout=0.5,
                    probe_every=60.0, scheduler="local")
     assert Supervisor(opts, env=env).run() == 0

@@ -3,16 +3,22 @@ node is a child process here."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
-from torchhpc.schedulers.allocation import Allocation
+from torchhpc.schedulers.allocation import Allocation, SchedulerView
 
 __all__ = ["LocalAllocation"]
 
 
 class LocalAllocation(Allocation):
     here = True
+
+    def __init__(self, scheduler: SchedulerView, job_id: str, env: Optional[Mapping[str, str]] = None) -> None:
+        super().__init__(scheduler, job_id, env)
+        run_id = self.env.get("TORCHELASTIC_RUN_ID", "")
+        if not self.job_id and run_id.startswith("local-"):  # the local job this process runs in (local/ranks.py)
+            self.job_id = run_id.removeprefix("local-")
 
     def nodes(self, status: Any = None) -> list[str]:
         return ["localhost"]
