@@ -122,7 +122,7 @@ def test_node_loss_with_a_spare_completes_on_its_own(
     text = log_of(tmp_path, name, job)
     assert info["JobState"] == "COMPLETED", text[-3000:]
     tries = attempts(tmp_path, name, job)
-    # every row whole, with the log's end: one run at load had a third attempt, and the basetemp was gone
+    # every row whole, with the log's end (the requeue test below once had a third attempt, its files gone)
     assert [a["class"] for a in tries] == ["node-failure", None], json.dumps(tries, indent=1) + "\n" + text[-4000:]
     assert victim in tries[0]["excluded"] and victim not in tries[1]["nodes"], tries
     assert hosts[2] in tries[1]["nodes"], tries  # the spare

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from torchhpc.boot import sitecustomize as boot
 from torchhpc.diagnose import exits, hang
 from torchhpc.diagnose.probe import RankStack
 from torchhpc.launchers.boot import boot_pythonpath
+from torchhpc.schedulers.local.ranks import new_run_id
 
 
 def ended_by(tmp_path: Path, code: str, rank: int = 0, world: int = 1, **env: str) -> dict[int, exits.Ended]:
@@ -149,7 +149,7 @@ def test_the_batch_supervisor_completes_an_attempt_whose_rank_hangs_at_exit(tmp_
     from torchhpc.supervisor.loop import Options, Supervisor
 
     code = "import atexit, time\\ndef late():\\n    time.sleep(120)\\natexit.register(late)\\nprint(1)"
-    run = f"local-{uuid.uuid4().hex[:12]}"  # its own: a run id shared with a concurrent test's ranks adds suspects
+    run = new_run_id()  # its own: a run id shared with a concurrent test's ranks adds suspects
     step = (f"() {{ RANK=0 WORLD_SIZE=1 TORCHELASTIC_RUN_ID={run} TORCHHPC_JOB_DIR={tmp_path} "
             f"PYTHONPATH={boot_pythonpath(dict(os.environ))} exec {sys.executable} -c $'{code}'; }}")
     env = {"PATH": os.environ["PATH"], "BASH_FUNC__torchhpc_step%%": step, "TORCHELASTIC_RUN_ID": run}

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from torchhpc.diagnose.classify import CLASSES
 from torchhpc.diagnose.hang import HANG_FILE
 from torchhpc.errors import SpecError
 from torchhpc.schedulers import get_scheduler
+from torchhpc.schedulers.local.ranks import new_run_id
 from torchhpc.supervisor import POLICY, RESTART_CLASSES, action_for, load_attempts
 from torchhpc.supervisor.__main__ import parse
 from torchhpc.supervisor.attempts import Attempt, save_attempts
@@ -239,17 +239,11 @@ def test_a_stop_file_from_a_node_loss_teardown_does_not_read_as_a_stop(tmp_path:
     assert [(a["class"], a["excluded"]) for a in tries] == [("node-failure", ["127.0.0.2"])], tries
 
 
-def _own_run_id() -> str:
-    """A local run id of this test's own: the hang probe finds a local job's ranks by it, and a shared one
-    (``local-``) made a concurrent test's sleeping rank a second suspect (no culprit named, under -n 2)."""
-    return f"local-{uuid.uuid4().hex[:12]}"
-
-
 def test_a_hung_attempt_is_probed_and_ended_through_the_allocation(tmp_path: Path) -> None:
     """The supervisor's hang watch asks the allocation (here the local one: the probe runs on this
     machine) for the ranks' stacks: a rank that writes nothing and uses no CPU is named, the step is
     killed and the attempt recorded as a hang. Real processes; no scheduler is stood in for."""
-    run = _own_run_id()
+    run = new_run_id()  # its own: the probe finds a local job's ranks by it (a shared one added suspects)
     step = f"() {{ RANK=0 TORCHELASTIC_RUN_ID={run} exec " + sys.executable + " -c 'import time; time.sleep(120)'; }"
     env = {"PATH": os.environ["PATH"], "BASH_FUNC__torchhpc_step%%": step, "TORCHELASTIC_RUN_ID": run}
     opts = Options(job_dir=str(tmp_path), nodes=1, nproc_per_node=1, launcher="srun", hang_timeout=0.5,
@@ -266,7 +260,7 @@ def test_each_hung_attempt_names_its_own_culprit(tmp_path: Path) -> None:
     """Two hung attempts, each of one rank whose number is the attempt's (RANK=$TORCHHPC_RESTART_COUNT):
     attempts.json must name rank 0 for the first and rank 1 for the second, so the second verdict comes
     from its own probe, not from the first attempt's watch (issue 47: only tries[0] was ever checked)."""
-    run = _own_run_id()
+    run = new_run_id()  # its own: the probe finds a local job's ranks by it (a shared one added suspects)
     step = (f"() {{ RANK=$TORCHHPC_RESTART_COUNT TORCHELASTIC_RUN_ID={run} exec " + sys.executable
             + " -c 'import time; time.sleep(120)'; }")
     env = {"PATH": os.environ["PATH"], "BASH_FUNC__torchhpc_step%%": step, "TORCHELASTIC_RUN_ID": run}

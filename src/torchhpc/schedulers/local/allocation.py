@@ -8,7 +8,9 @@ from typing import Any, Optional
 
 from torchhpc.schedulers.allocation import Allocation, SchedulerView
 
-__all__ = ["LocalAllocation"]
+__all__ = ["RUN_PREFIX", "LocalAllocation"]
+
+RUN_PREFIX = "local-"  # a local job's run id (TORCHELASTIC_RUN_ID) is this and its job id: how its ranks are found
 
 
 class LocalAllocation(Allocation):
@@ -17,14 +19,14 @@ class LocalAllocation(Allocation):
     def __init__(self, scheduler: SchedulerView, job_id: str, env: Optional[Mapping[str, str]] = None) -> None:
         super().__init__(scheduler, job_id, env)
         run_id = self.env.get("TORCHELASTIC_RUN_ID", "")
-        if not self.job_id and run_id.startswith("local-"):  # the local job this process runs in (local/ranks.py)
-            self.job_id = run_id.removeprefix("local-")
+        if not self.job_id and run_id.startswith(RUN_PREFIX):  # the local job this process runs in (local/ranks.py)
+            self.job_id = run_id.removeprefix(RUN_PREFIX)
 
     def nodes(self, status: Any = None) -> list[str]:
         return ["localhost"]
 
     def rank_match(self) -> dict[str, str]:
-        return {"TORCHELASTIC_RUN_ID": f"local-{self.job_id}"}  # the run id each rank's environment carries
+        return {"TORCHELASTIC_RUN_ID": RUN_PREFIX + self.job_id}  # the run id each rank's environment carries
 
     def on_nodes(self, argv: Sequence[str], nodes: Sequence[str]) -> list[str]:
         return list(argv)

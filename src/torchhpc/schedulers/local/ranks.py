@@ -8,6 +8,7 @@ import os
 
 from torchhpc.core.spec import JobSpec, default_python
 from torchhpc.launchers.boot import boot_argv, boot_pythonpath
+from torchhpc.schedulers.local.allocation import RUN_PREFIX
 
 __all__ = ["CONTRACT", "MASTER_ADDR", "PER_RANK", "STALE", "common_env", "free_port", "new_run_id", "rank_env",
            "restart_env", "worker_argv"]
@@ -53,7 +54,7 @@ def new_run_id() -> str:
     """A TORCHELASTIC_RUN_ID-style id, unique per run (torchrun's default is a uuid too)."""
     import uuid
 
-    return "local-" + uuid.uuid4().hex[:12]
+    return RUN_PREFIX + uuid.uuid4().hex[:12]
 
 
 def rank_env(
