@@ -133,3 +133,28 @@ def test_an_exiting_rank_others_wait_for_is_no_excuse(tmp_path: Path, monkeypatc
     stacks = [RankStack(0, "n1", 10, 0.0, TEARDOWN), RankStack(1, "n1", 11, 0.0, parse_py_spy(WAITING))]
     watch, acted, _said, t = _watch_with(tmp_path, stacks)
     assert watch.check("RUNNING", now=t + 16) is not None and acted == ["restart"]
+
+
+# A warm client (boot/warm.py) waiting for its standby to fork the rank: py-spy 0.4's frames, from a dump taken
+# while the standby imported torch (paths replaced).
+CLIENT = (("readinto", "/usr/lib/python3.11/socket.py", 706), ("client", "/v/torchhpc/boot/warm.py", 99),
+          ("main", "/v/torchhpc/boot/warm.py", 356), ("<module>", "/v/torchhpc/boot/warm.py", 377))
+
+
+def test_ranks_whose_standby_has_not_forked_them_are_starting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI of stop 74: at load 30 a standby importing torch kept four warm clients quiet and idle past the hang
+    timeout; the watch named rank 3 hung "in socket.py:706" and cancelled a run that had not started yet."""
+    from torchhpc.diagnose import hang
+    from torchhpc.diagnose.hang_verdict import starting
+
+    monkeypatch.setattr(hang, "probe_job", hang.probe_job)
+    monkeypatch.setattr(hang, "with_flight", lambda v, _d, wait=5.0: v)
+    assert starting(CLIENT) and not starting(parse_py_spy(SLEEPING)) and not starting(parse_py_spy(WAITING))
+    stacks = [RankStack(r, "n1", 10 + r, 0.0, CLIENT) for r in range(4)]
+    watch, acted, _said, t = _watch_with(tmp_path, stacks)
+    assert watch.check("RUNNING", now=t + 40) is None and not acted and not watch.fired
+    stacks[:] = [RankStack(r, "n1", 10 + r, 0.0, parse_py_spy(WAITING)) for r in range(3)]
+    stacks.append(RankStack(3, "n1", 13, 0.0, parse_py_spy(SLEEPING)))
+    watch._next_probe = 0.0
+    v = watch.check("RUNNING", now=t + 60)
+    assert v is not None and v.culprits == (3,) and acted == ["restart"]

@@ -86,3 +86,56 @@ def test_a_warm_rank_that_ignores_sigterm_is_gone_when_the_run_ends(tmp_path: Pa
         except FileNotFoundError:
             continue
         assert stat.split(") ", 1)[1][0] == "Z", f"rank pid {pid} is still running"
+
+
+def _standby_under(root: int) -> tuple[int, str] | None:
+    """(pid, abstract address) of a warm standby started below process ``root``, once it has bound."""
+    for name in os.listdir("/proc"):
+        try:
+            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" not in argv or not any(a.endswith(b"warm.py") for a in argv):
+            continue
+        pid = int(name)
+        while pid > 1 and pid != root:
+            try:
+                pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                break
+        if pid == root:
+            address = argv[argv.index(b"serve") + 1].decode()
+            bound = any(address in line for line in Path("/proc/net/unix").read_text().splitlines())
+            return (int(name), address) if bound else None
+    return None
+
+
+def test_ranks_waiting_for_a_slow_standby_are_not_a_hang(tmp_path: Path) -> None:
+    """CI of stop 74: at load 30 the standby took longer to import torch than --hang-timeout, its clients sat
+    idle in socket.py, and the watch cancelled the run as a hang before any rank had started. Here the standby
+    is stopped (SIGSTOP) once bound, for three hang timeouts: the run must start late and finish, no verdict."""
+    import contextlib
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "prog.py").write_text(PROGRAM.format(imports="import torch"))
+    env = {**os.environ, "TORCHHPC_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.Popen([sys.executable, "-m", "torchhpc", "run", "-n", "2", "--hang-timeout", "5", "prog.py"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    found, deadline = None, time.monotonic() + 60
+    while found is None and proc.poll() is None and time.monotonic() < deadline:
+        found = _standby_under(proc.pid)
+        time.sleep(0.005)
+    assert found, f"no warm standby seen: {proc.communicate()}"
+    os.kill(found[0], signal.SIGSTOP)
+    try:
+        time.sleep(16)  # the watch's first probe comes once the ranks' log is quiet for 5 s
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the run may have ended it (a hang verdict cancels)
+            os.kill(found[0], signal.SIGCONT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "hang" not in err.lower(), err
+    assert sorted(x.split()[1:5] for x in out.splitlines() if " warm " in x) == [["rank", "0", "warm", "True"],
+                                                                                ["rank", "1", "warm", "True"]], out

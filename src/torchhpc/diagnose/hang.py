@@ -39,7 +39,7 @@ from torchhpc.core.handle import Handle
 from torchhpc.core.proc import Runner
 from torchhpc.core.units import plural
 from torchhpc.diagnose import exits
-from torchhpc.diagnose.hang_verdict import HangVerdict, culprit, exiting, in_collective, render, with_flight
+from torchhpc.diagnose.hang_verdict import HangVerdict, culprit, exiting, in_collective, render, starting, with_flight
 from torchhpc.diagnose.probe import RankStack, ask_nodes, probe
 from torchhpc.errors import TorchHPCError
 from torchhpc.jobdir.layout import HANG
@@ -183,9 +183,10 @@ class HangWatch:
             stacks = []
         for n in notes:
             self.say(n)
-        # A rank still importing is starting, not hung, however little CPU it gets: 64 ranks sharing
-        # two cores each got 0.03-0.05 CPU-s in the 2 s sample while importing torch (measured).
-        busy = [s.rank for s in stacks if s.cpu_s >= 0.1 or any("<frozen importlib" in f[1] for f in s.frames)]
+        # A rank still importing (or waiting for its warm standby to fork it) is starting, not hung, however
+        # little CPU it gets: 64 ranks sharing two cores each got 0.03-0.05 CPU-s in the 2 s sample while
+        # importing torch (measured).
+        busy = [s.rank for s in stacks if s.cpu_s >= 0.1 or starting(s.frames)]
         if not stacks or busy:  # silent but computing, or starting (or gone): not a hang; look again later
             self._next_probe = now + max(10.0, self.timeout / 2)
             return None

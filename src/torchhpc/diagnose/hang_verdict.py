@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from torchhpc.core.units import plural
 from torchhpc.diagnose.probe import RankStack
 
-__all__ = ["HangVerdict", "collective", "culprit", "exiting", "in_collective", "render", "user_frame", "why_unread", "with_flight"]
+__all__ = ["HangVerdict", "collective", "culprit", "exiting", "in_collective", "render", "starting", "user_frame", "why_unread", "with_flight"]
 
 # torch.distributed calls a rank waits in while a peer is late (the py-spy frame names)
 _COLLECTIVES = re.compile(
@@ -37,6 +37,13 @@ _EXITING = {"destroy_process_group": "", "_shutdown": "threading.py", "gloo_work
 def exiting(frames: Sequence[tuple[str, str, int]]) -> bool:
     """Whether a stack is a rank's exit in progress (its teardown, or the interpreter's own at exit)."""
     return any(fn in _EXITING and path.endswith(_EXITING[fn]) for fn, path, _ln in frames)
+
+
+def starting(frames: Sequence[tuple[str, str, int]]) -> bool:
+    """Whether a stack is a rank still starting: importing, or a warm client (boot/warm.py) whose standby has
+    not forked its rank yet. At load 30 a standby importing torch kept four clients quiet and idle for over
+    the hang timeout; the watch named one of them hung, in socket.py (CI of stop 74)."""
+    return any("<frozen importlib" in path or (fn == "client" and path.endswith("warm.py")) for fn, path, _ln in frames)
 
 
 def collective(frames: Sequence[tuple[str, str, int]]) -> str:
