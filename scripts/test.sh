@@ -69,23 +69,29 @@ step "python environment"
 ./scripts/setup.sh dev,lightning,compat
 [ -z "$IMAGE_LOG" ] || touch "$VENV_READY"
 
-step "lint (the test modules' rewritten asserts cached beside it, on the other core)"
-lint
-
-step "dev cluster"
+# The lint beside the dev cluster's start (its daemons mostly wait on each other: 5 s of an idle core).
+step "lint (the test modules' rewritten asserts cached beside it, on the other core) and the dev cluster"
+lint & LINT_PID=$!
 torchhpc devcluster down >/dev/null 2>&1 || true
 # --login: a real sshd as the login node; thpcremote is the second user the --remote tests log in as.
 # --cpus-per-node 12: the compatibility matrix's cells (2 nodes each) and the tests beside them start their jobs at
 # once (with 4 a node they queued behind each other for minutes).
 torchhpc devcluster up --nodes 4 --cpus-per-node 12 --accounting --login --login-user thpcremote
 trap 'torchhpc devcluster down || true; [ -z "$IMAGE_LOG" ] || kill "$IMAGE_PID" 2>/dev/null || true' EXIT
+wait "$LINT_PID"
 
-step "soak: the batch script's requeue test 20x beside 3 busy loops (a race fails here every time, not 1 in 10)"
-./scripts/soak.sh -n 20 -P 4 --hogs 3 -k warning_creates_the_stop_file_and_requeues tests/unit/test_stop.py
-
-# Once per launcher, all four at once (2x was a second wave of 50 s; the matrix's own hf_trainer cells run again in pytest).
-step "soak: the Hugging Face Trainer cell once per launcher, all at once, beside 3 busy loops (issue 29: no rank aborts at exit)"
-python benchmarks/soak_compat.py -n 1 -P 4 --hogs 3 --cells hf_trainer --launchers local,torchrun,srun,mpirun
+# The two soaks side by side: the requeue test runs inside the Hugging Face soak, beside its 3 busy loops and its
+# ranks (more load than its own 3 loops gave it; 12 s of set-up saved). The HF soak: once per launcher, all four
+# at once (2x was a second wave of 50 s; the matrix's own hf_trainer cells run again in pytest).
+step "soaks: the Hugging Face Trainer cell once per launcher beside 3 busy loops (issue 29: no rank aborts at exit), and the batch script's requeue test 20x beside them (a race fails here every time, not 1 in 10)"
+HF_LOG=$(mktemp)
+python benchmarks/soak_compat.py -n 1 -P 4 --hogs 3 --cells hf_trainer --launchers local,torchrun,srun,mpirun >"$HF_LOG" 2>&1 &
+HF_PID=$!
+sleep 1  # its busy loops start first
+./scripts/soak.sh -n 20 -P 4 --hogs 0 -k warning_creates_the_stop_file_and_requeues tests/unit/test_stop.py
+wait "$HF_PID" || { cat "$HF_LOG" >&2; echo "Error: the Hugging Face soak failed (its log above)" >&2; exit 1; }
+cat "$HF_LOG" >&2
+rm -f "$HF_LOG"
 
 if [ -n "$IMAGE_LOG" ]; then
   step "container test image (waiting for it)"
