@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -82,6 +83,22 @@ def missing(reason: str) -> NoReturn:
     if in_ci():
         pytest.fail(f"{reason} (CI=true makes this mandatory)", pytrace=False)
     pytest.skip(reason, allow_module_level=True)
+
+
+def container_image_env() -> dict[str, str]:
+    """The container test image's variables (``$CACHE/env``), built or reused by .ci/build-test-image.sh: run
+    here, it waits on a build already under way (scripts/test.sh starts one beside pytest) and then finds it
+    cached. Root only; :func:`missing` otherwise."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        missing("container tests need root (ch-run, podman, debootstrap)")
+    build = REPO / ".ci" / "build-test-image.sh"
+    r = subprocess.run(["bash", str(build)], capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        missing(f"{build.name} failed: {r.stderr[-2000:]}")
+    cache = Path(os.environ.get("TORCHHPC_TEST_IMAGE_CACHE", "/var/tmp/torchhpc-test-image"))
+    return dict(re.findall(r"^export (\w+)=(.*)$", (cache / "env").read_text(), re.M))
 
 
 def need(module: str, why: str = "") -> Any:

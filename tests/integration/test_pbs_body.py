@@ -19,14 +19,13 @@ rank in a real Charliecloud container (the test image from .ci/build-test-image.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import PYTHON, REPO, missing
+from tests.conftest import PYTHON, REPO, container_image_env
 from tests.fakes import FakeRunner
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.schedulers.pbs.pbs import PBSScheduler
@@ -111,12 +110,7 @@ def test_torchrun_per_node_via_mpirun_body(slurm: Any, tmp_path: Path) -> None:
 
 def test_charliecloud_ranks_under_the_pbs_body(slurm: Any, tmp_path: Path) -> None:
     """Each mpirun rank in a Charliecloud container (the test image: Debian's python + torch), across two nodes."""
-    env_file = Path(os.environ.get("TORCHHPC_TEST_IMAGE_CACHE", "/var/tmp/torchhpc-test-image")) / "env"
-    found = re.search(r"TORCHHPC_TEST_CH_IMAGE=(\S+)", env_file.read_text()) if env_file.exists() else None
-    if not found:
-        missing("no container test image: run .ci/build-test-image.sh")
-    assert found is not None
-    image = found.group(1)
+    image = container_image_env()["TORCHHPC_TEST_CH_IMAGE"]
     s = spec(
         entrypoint=Entrypoint.parse(["examples/pi.py", "--steps", "2000000"]),
         container=ContainerSpec(image=image, runtime="charliecloud"),
