@@ -165,3 +165,30 @@ def test_a_handle_round_trips_and_a_mistyped_scheduler_is_named() -> None:
     with pytest.raises(UsageError) as e:
         Handle.parse("slrum:1", "local", ("local", "slurm", "pbs"))
     assert e.value.hint == "did you mean slurm:1?"
+
+
+# A local job's run id prefix: schedulers/local/allocation.py (RUN_PREFIX, run_id_of). The node-side probe is
+# stdlib only and runs without torchhpc's imports: a copy, held equal below.
+RUN_ID_HOME = {"schedulers/local/allocation.py"}
+PROBE = "diagnose/probe.py"
+
+
+def run_prefix_copies(root: Path) -> list[str]:
+    """String literals (f-string parts included) that start with the local run id's prefix."""
+    from torchhpc.schedulers.local.allocation import RUN_PREFIX
+
+    return [f"{rel}:{node.lineno}: {node.value!r}" for rel, tree in sources(root, RUN_ID_HOME | {PROBE})
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(RUN_PREFIX)]
+
+
+def test_the_local_run_id_is_spelled_in_its_home_only(tmp_path: Path) -> None:
+    assert run_prefix_copies(SRC) == [], "use torchhpc.schedulers.local.allocation.run_id_of / RUN_PREFIX"
+    (tmp_path / "m.py").write_text('def f(i):\n    return f"local-{i}"\n')
+    assert run_prefix_copies(tmp_path) == ["m.py:2: 'local-'"]
+
+
+def test_the_probes_copy_is_the_same_prefix() -> None:
+    from torchhpc.schedulers.local.allocation import RUN_PREFIX
+
+    assert f'.startswith("{RUN_PREFIX}")' in (SRC / PROBE).read_text()

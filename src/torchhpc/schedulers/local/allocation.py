@@ -8,9 +8,14 @@ from typing import Any, Optional
 
 from torchhpc.schedulers.allocation import Allocation, SchedulerView
 
-__all__ = ["RUN_PREFIX", "LocalAllocation"]
+__all__ = ["RUN_PREFIX", "LocalAllocation", "run_id_of"]
 
 RUN_PREFIX = "local-"  # a local job's run id (TORCHELASTIC_RUN_ID) is this and its job id: how its ranks are found
+
+
+def run_id_of(job_id: str) -> str:
+    """A local job's run id, from its job id."""
+    return RUN_PREFIX + job_id
 
 
 class LocalAllocation(Allocation):
@@ -26,7 +31,7 @@ class LocalAllocation(Allocation):
         return ["localhost"]
 
     def rank_match(self) -> dict[str, str]:
-        return {"TORCHELASTIC_RUN_ID": RUN_PREFIX + self.job_id}  # the run id each rank's environment carries
+        return {"TORCHELASTIC_RUN_ID": run_id_of(self.job_id)}  # the run id each rank's environment carries
 
     def on_nodes(self, argv: Sequence[str], nodes: Sequence[str]) -> list[str]:
         return list(argv)

@@ -23,6 +23,7 @@ from torchhpc.errors import JobFailed
 from torchhpc.jobdir.endmark import write_end
 from torchhpc.jobdir.shm import SHM_ENV, release
 from torchhpc.schedulers.api import Submission
+from torchhpc.schedulers.local.allocation import run_id_of
 from torchhpc.schedulers.local.jobs import SUBMISSION, read_state, write_state
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def run_detached(d: Path, scheduler: Any, attempts: Callable[[Path, Submission],
         if extra:
             print(f"torchhpc: attempt {count} adds to the program: {' '.join(extra)}", file=sys.stderr, flush=True)
             this = dataclasses.replace(submission, argv=(*submission.argv, *extra))
-        return int(scheduler.run(this, run_id="local-" + d.name, stdout=sys.stdout, stderr=sys.stdout,
+        return int(scheduler.run(this, run_id=run_id_of(d.name), stdout=sys.stdout, stderr=sys.stdout,
                                  dependencies=False, restart_count=count, job_dir=str(d)))
 
     tries = attempts(d, submission)
@@ -102,7 +103,7 @@ def run_detached(d: Path, scheduler: Any, attempts: Callable[[Path, Submission],
     except Exception as e:  # recorded, never left as RUNNING
         state, code, reason = "FAILED", 1, f"{type(e).__name__}: {e}"
         print(f"torchhpc: {reason}", file=sys.stderr, flush=True)
-    release(f"local-{d.name}", submission.spec.env_dict.get(SHM_ENV))  # before the end is said: a waiter may resume
+    release(run_id_of(d.name), submission.spec.env_dict.get(SHM_ENV))  # before the end is said: a waiter may resume
     ended = time.time()
     rec = read_state(d)
     rec.update(state=state, exit_code=code, reason=reason, ended=ended)

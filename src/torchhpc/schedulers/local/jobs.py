@@ -36,6 +36,7 @@ from torchhpc.jobdir.layout import RECORD
 from torchhpc.jobdir.logs import task_text
 from torchhpc.jobdir.record import dependency_record, new_record, record_dir, save_record
 from torchhpc.schedulers.api import JobStatus, Submission
+from torchhpc.schedulers.local.allocation import run_id_of
 from torchhpc.schedulers.times import JobTimes, clock
 
 __all__ = ["LocalJobs", "job_dir"]
@@ -127,7 +128,7 @@ def _stop_orphans(job_id: str) -> list[int]:
     started (a Slurm job submitted from that environment inherits the variable; its group may be
     slurmd's own, which must never be signalled).
     """
-    mark = f"TORCHELASTIC_RUN_ID=local-{job_id}".encode()
+    mark = f"TORCHELASTIC_RUN_ID={run_id_of(job_id)}".encode()
     ranks = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:

@@ -32,6 +32,7 @@ from torchhpc.jobdir.layout import FR_DIR, FR_VAR, JOB_DIR_VAR
 from torchhpc.launchers import get_launcher
 from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.api import JobStatus, JobTimes, Scheduler, Submission
+from torchhpc.schedulers.local.allocation import RUN_PREFIX
 from torchhpc.schedulers.local.jobs import LocalJobs
 from torchhpc.schedulers.local.preflight import check_startable
 from torchhpc.schedulers.local.ranks import (
@@ -86,7 +87,7 @@ def _script(spec: JobSpec, argv: Sequence[str], fixed: Mapping[str, str]) -> str
         lines.append("# MASTER_PORT: a free port, found by binding port 0")
         lines.append('MASTER_PORT="$(' + join([default_python(spec), "-c", probe]) + ')"')
         port = Raw('"$MASTER_PORT"')
-    run_id = fixed.get("TORCHELASTIC_RUN_ID") or Raw("local-$$")
+    run_id = fixed.get("TORCHELASTIC_RUN_ID") or Raw(RUN_PREFIX + "$$")
     shared: dict[str, str] = {
         **rank_env(spec, 0, master_addr=fixed.get("MASTER_ADDR", MASTER_ADDR), master_port=port, run_id=run_id),
         **common_env(spec),
