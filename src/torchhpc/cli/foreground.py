@@ -27,7 +27,6 @@ from torchhpc.cli.follow import check_on_hang, hang_watch, print_verdict
 from torchhpc.core.exitcodes import exit_code_for
 from torchhpc.errors import JobFailed, UsageError
 from torchhpc.schedulers.api import Submission
-from torchhpc.schedulers.local.allocation import run_id_of
 from torchhpc.supervisor.restarts import Restarts
 from torchhpc.supervisor.resume import restart_args
 
@@ -63,7 +62,7 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
             eprint(f"torchhpc: attempt {count} adds to the program: {' '.join(extra)}")
         this = dataclasses.replace(submission, argv=(*submission.argv, *extra)) if extra else submission
         with open(log_path, "a", encoding="utf-8", errors="backslashreplace") as log:
-            return int(scheduler.run(this, rank0_only=rank0_only, run_id=run_id_of(job_id), log=log,
+            return int(scheduler.run(this, rank0_only=rank0_only, run_id=scheduler.run_id_of(job_id), log=log,
                                      restart_count=count, job_dir=os.path.dirname(log_path)))
 
     state, code, reason, hint = "COMPLETED", 0, "", ""
@@ -84,7 +83,7 @@ def run_foreground(scheduler: Any, submission: Submission, *, rank0_only: bool =
         raise
     from torchhpc.jobdir.shm import SHM_ENV, release
 
-    release(run_id_of(job_id), spec.env_dict.get(SHM_ENV))  # its memory tier (dist/memtier.py) to disk, then freed
+    release(scheduler.run_id_of(job_id), spec.env_dict.get(SHM_ENV))  # its memory tier (dist/memtier.py) to disk, then freed
     jobs.end_here(job_id, state, code, reason, ran=not _never_ran(reason))
     final = _final_code(scheduler, job_id, state, code, reason, hint, tries, spec, hang_timeout)
     if final != code:  # one truth: the record says what the shell sees (status, events, diagnose --json)
@@ -137,7 +136,7 @@ def _run_array(scheduler: Any, submission: Submission, rank0_only: bool) -> int:
                 isinstance(e, KeyboardInterrupt) else 1, f"{type(e).__name__}: {e}"
         raise
     finally:
-        release(run_id_of(job_id), submission.spec.env_dict.get(SHM_ENV))
+        release(scheduler.run_id_of(job_id), submission.spec.env_dict.get(SHM_ENV))
         scheduler.end_here(job_id, state, code, reason)
     return code
 

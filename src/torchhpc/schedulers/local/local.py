@@ -32,7 +32,7 @@ from torchhpc.jobdir.layout import FR_DIR, FR_VAR, JOB_DIR_VAR
 from torchhpc.launchers import get_launcher
 from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.api import JobStatus, JobTimes, Scheduler, Submission
-from torchhpc.schedulers.local.allocation import RUN_PREFIX
+from torchhpc.schedulers.local.allocation import RUN_PREFIX, run_id_of
 from torchhpc.schedulers.local.jobs import LocalJobs
 from torchhpc.schedulers.local.preflight import check_startable
 from torchhpc.schedulers.local.ranks import (
@@ -246,6 +246,11 @@ class LocalScheduler(Scheduler):
     def prune(self, days: float) -> list[str]:
         """Forget ended jobs older than ``days``: their records and files; the ids forgotten."""
         return LocalJobs().prune(days)
+
+    @staticmethod
+    def run_id_of(job_id: str) -> str:
+        """A local job's run id (``TORCHELASTIC_RUN_ID``), for callers that reach this backend through the registry."""
+        return run_id_of(job_id)
 
     def run(
         self,
