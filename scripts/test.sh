@@ -93,7 +93,6 @@ wait "$HF_PID" || { cat "$HF_LOG" >&2; echo "Error: the Hugging Face soak failed
 cat "$HF_LOG" >&2
 rm -f "$HF_LOG"
 
-
 # pytest waits for the image. Started beside it instead (runs 15 and 16, docs/testing.md), pytest took 30.6-31.6
 # minutes against 26.3-28.1, and the cores stood 10-24 % idle for minutes early on: the build shares the CPU with
 # five workers, and the container tests wait on its lock holding their slots.

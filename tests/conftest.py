@@ -86,13 +86,11 @@ def missing(reason: str) -> NoReturn:
 
 
 def container_image_env() -> dict[str, str]:
-    """The container test image's variables (``$CACHE/env``), built or reused by .ci/build-test-image.sh: run
-    here, it waits on a build already under way (scripts/test.sh starts one beside pytest) and then finds it
-    cached. Root only; :func:`missing` otherwise."""
-    import subprocess
-
-    if os.geteuid() != 0:
-        missing("container tests need root (ch-run, podman, debootstrap)")
+    """The container test image's variables (``$CACHE/env``: the podman wrapper, the image names and paths),
+    built or reused by .ci/build-test-image.sh, which waits on a build already under way (its lock) and finds
+    a finished one cached. Root on Linux only; :func:`missing` otherwise. Every container test asks here."""
+    if sys.platform != "linux" or os.geteuid() != 0:
+        missing("container tests need root on Linux (ch-run, podman, debootstrap)")
     build = REPO / ".ci" / "build-test-image.sh"
     r = subprocess.run(["bash", str(build)], capture_output=True, text=True, timeout=900)
     if r.returncode != 0:

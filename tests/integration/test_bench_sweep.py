@@ -48,19 +48,9 @@ def test_sweep_one_two_three_nodes_writes_table_and_png(slurm_cluster: Any, tmp_
 def test_sweep_in_a_container(slurm_cluster: Any, tmp_path: Path) -> None:
     """Every rank inside a Charliecloud image (Debian's python + torch, no torchhpc installed:
     the source comes in through a bind and PYTHONPATH, as a site would bind a checkout)."""
-    import os
-    import re
+    from tests.conftest import REPO, container_image_env
 
-    from tests.conftest import REPO, missing
-
-    build = REPO / ".ci" / "build-test-image.sh"
-    if os.geteuid() != 0:
-        missing("container tests need root (ch-run, debootstrap)")
-    b = subprocess.run(["bash", str(build)], capture_output=True, text=True, timeout=900)
-    if b.returncode != 0:
-        missing(f"{build.name} failed: {b.stderr[-2000:]}")
-    cache = Path(os.environ.get("TORCHHPC_TEST_IMAGE_CACHE", "/var/tmp/torchhpc-test-image"))
-    image_env = dict(re.findall(r"^export (\w+)=(.*)$", (cache / "env").read_text(), re.M))
+    image_env = container_image_env()
     env = {**slurm_cluster.client_env(), **image_env}
     env.setdefault("USER", "root")  # ch-run refuses to start without $USER
     out = tmp_path / "sweep"

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, missing
+from tests.conftest import REPO, container_image_env, missing
 from tests.integration.compat.matrix import (
     COLUMNS,
     HERE,
@@ -157,17 +157,9 @@ def wait_all(slurm: Any, job_ids: list[str], timeout: float) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def image() -> str:
-    build = REPO / ".ci" / "build-test-image.sh"
-    if os.geteuid() != 0:
-        missing("the container columns need root (ch-run image built by .ci/build-test-image.sh)")
-    r = subprocess.run(["bash", str(build)], capture_output=True, text=True, timeout=900)
-    if r.returncode != 0:
-        missing(f"{build.name} failed: {r.stderr[-2000:]}")
-    cache = os.environ.get("TORCHHPC_TEST_IMAGE_CACHE", "/var/tmp/torchhpc-test-image")
-    env_text = Path(cache, "env").read_text()
-    m = re.search(r"^export TORCHHPC_TEST_CH_IMAGE=(.*)$", env_text, re.M)
-    assert m, env_text
-    return m.group(1)
+    images = container_image_env()  # the container columns: the ch-run image built by .ci/build-test-image.sh
+    assert "TORCHHPC_TEST_CH_IMAGE" in images, images
+    return images["TORCHHPC_TEST_CH_IMAGE"]
 
 
 def run_cell(slurm: Any, image: str, row: Row, col: Column, out_dir: Path) -> Outcome:

@@ -24,12 +24,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import HOSTILE, REPO, missing
+from tests.conftest import HOSTILE, REPO, container_image_env
 from torchhpc.containers import wrap
 from torchhpc.core.shell import join
 from torchhpc.core.spec import ContainerSpec
 
-BUILD = REPO / ".ci" / "build-test-image.sh"
 PROBE = (
     "import os, socket, sys; "
     "m = '/etc/torchhpc-test-image'; mark = open(m).read().split()[-1] if os.path.exists(m) else 'none'; "
@@ -41,18 +40,7 @@ PROBE = (
 @pytest.fixture(scope="module")
 def images() -> dict[str, str]:
     """Build (or reuse) the test images; their names/paths and the podman wrapper, as env vars."""
-    if sys.platform != "linux" or os.geteuid() != 0:
-        missing("container tests need root on Linux (podman, ch-run, debootstrap)")
-    r = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=900)
-    if r.returncode != 0:
-        missing(f"{BUILD.name} failed: {r.stderr[-2000:]}")
-    cache = os.environ.get("TORCHHPC_TEST_IMAGE_CACHE", "/var/tmp/torchhpc-test-image")
-    env = {}
-    for line in Path(cache, "env").read_text().splitlines():
-        m = re.match(r"^export (\w+)=(.*)$", line)
-        if m:
-            env[m.group(1)] = m.group(2)
-    return env
+    return container_image_env()
 
 
 def image_for(images: dict[str, str], runtime: str) -> str:

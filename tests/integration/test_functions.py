@@ -14,7 +14,6 @@ the same zero-lost-steps check; the final parameters must equal an uninterrupted
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from typing import Any
 import pytest
 
 import torchhpc
-from tests.conftest import REPO, missing
+from tests.conftest import REPO, container_image_env
 from tests.integration.test_nothing_lost import STEPS, check_resumed_run, events, procs, report, steps_lost
 
 pytestmark = pytest.mark.cluster("slurm")
@@ -243,13 +242,7 @@ def _every_attempt(job_dir: str) -> str:
 @pytest.fixture(scope="module")
 def images() -> dict[str, str]:
     """The container tests' images (built or reused by .ci/build-test-image.sh), as env variables."""
-    if sys.platform != "linux" or os.geteuid() != 0:
-        missing("container tests need root on Linux (podman, ch-run)")
-    r = subprocess.run(["bash", str(REPO / ".ci" / "build-test-image.sh")], capture_output=True, text=True, timeout=900)
-    if r.returncode != 0:
-        missing(f"build-test-image.sh failed: {r.stderr[-2000:]}")
-    cache = os.environ.get("TORCHHPC_TEST_IMAGE_CACHE", "/var/tmp/torchhpc-test-image")
-    return dict(re.findall(r"^export (\w+)=(.*)$", Path(cache, "env").read_text(), re.M))
+    return container_image_env()
 
 
 @pytest.fixture
