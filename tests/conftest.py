@@ -29,6 +29,8 @@ from typing import Any, NoReturn
 
 import pytest
 
+from tests.schedule import busy_seconds
+
 pytest_plugins = ["tests.parallel"]
 
 HOSTILE: list[str] = [
@@ -333,30 +335,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 _TIMES = os.environ.get("TORCHHPC_TEST_TIMES")
 
 
-def _busy_seconds() -> float:
-    """CPU seconds the machine has been busy since boot (all cores; idle and iowait excluded)."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return 0.0
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Iterator[None]:
     if not _TIMES:
         yield
         return
-    start, busy, began = time.monotonic(), _busy_seconds(), time.time()
+    start, busy, began = time.monotonic(), busy_seconds(), time.time()
     yield
     import json
 
     line = {"test": item.nodeid, "start": round(began, 1), "wall_s": round(time.monotonic() - start, 3),
-            "cpu_s": round(_busy_seconds() - busy, 3), "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
+            "cpu_s": round(busy_seconds() - busy, 3), "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
     # side by side, the seconds it waited for the run lock or a slot (tests/parallel.py), within wall_s
-    line.update((k, v) for k, v in item.user_properties if k in ("lock_wait_s", "slot_wait_s"))
+    line.update((k, v) for k, v in item.user_properties if k in ("lock_wait_s", "slot_wait_s", "spare_slot"))
     with open(_TIMES, "a") as f:
         f.write(json.dumps(line) + "\n")
 

@@ -15,6 +15,8 @@ tests/durations.json, one full run's wall time per test (``scripts/test_times.py
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,23 @@ DEFAULT_S = 0.2
 # a hang timeout, a time limit): it takes no slot (tests/parallel.py). Run I's CPUs were half idle for
 # 3.5 minutes while four such tests held the three slots and the fourth worker waited for one.
 WAITING_CORES = 0.5
+
+
+def busy_seconds() -> float:
+    """CPU seconds the machine has been busy since boot (all cores; idle and iowait excluded): /proc/stat, so every
+    process counts, the dev cluster's ranks included."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_clock() -> tuple[float, float]:
+    """(now, the machine's busy CPU seconds): two readings give the cores it kept busy in between."""
+    return time.monotonic(), busy_seconds()
 
 
 def _section(path: Path, key: str) -> dict[str, float]:

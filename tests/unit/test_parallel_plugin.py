@@ -76,6 +76,57 @@ def test_a_second_test_wanting_several_slots_waits_holding_none(tmp_path: Path) 
         t.join(5)
 
 
+class _Clock:
+    """The machine's clock as the spare slot reads it: ``busy`` cores kept busy since the last reading."""
+
+    def __init__(self, busy: float) -> None:
+        self.now, self.cpu, self.busy = 0.0, 0.0, busy
+
+    def __call__(self) -> tuple[float, float]:
+        self.now += 1.0  # each reading a second later
+        self.cpu += self.busy
+        return self.now, self.cpu
+
+
+def test_the_spare_slot_goes_to_a_waiting_test_only_while_the_cores_stand_idle(tmp_path: Path) -> None:
+    busy = _Clock(busy=2.0)  # both cores busy: the two slots' holders compute
+    held = [(threading.Event(), threading.Event()) for _ in range(2)]
+    threads = [_enters(Slots(tmp_path, 2, clock=busy, cores=2).take, *held[i]) for i in range(2)]
+    assert all(e.wait(5) for e, _ in held)
+    third_in, third_out = threading.Event(), threading.Event()
+    slots = Slots(tmp_path, 2, clock=busy, cores=2)
+    third = _enters(slots.take, third_in, third_out)
+    assert not third_in.wait(1.0), "the spare was taken while the cores were busy"
+    busy.busy = 0.5  # the holders now wait (a hang timeout): 1.5 cores idle
+    assert third_in.wait(5), "the spare was not taken while the cores stood idle"
+    assert slots.spare_held
+    fourth_in, fourth_out = threading.Event(), threading.Event()
+    fourth = _enters(Slots(tmp_path, 2, clock=busy, cores=2).take, fourth_in, fourth_out)
+    assert not fourth_in.wait(1.0), "a second test took the one spare"
+    third_out.set()
+    assert fourth_in.wait(5), "the spare, given back, was not taken again"
+    for _, release in [*held, (None, fourth_out)]:
+        release.set()
+    for t in [*threads, third, fourth]:
+        t.join(5)
+    assert not slots.spare_held
+
+
+def test_several_slots_are_never_taken_from_the_spare(tmp_path: Path) -> None:
+    idle = _Clock(busy=0.0)
+    one_in, one_out = threading.Event(), threading.Event()
+    first = _enters(Slots(tmp_path, 2, clock=idle, cores=2).take, one_in, one_out)
+    assert one_in.wait(5)
+    both_in, both_out = threading.Event(), threading.Event()
+    both = _enters(lambda: Slots(tmp_path, 2, clock=idle, cores=2).take(2), both_in, both_out)
+    assert not both_in.wait(1.0), "a test wanting both slots counted the spare as one"
+    one_out.set()
+    assert both_in.wait(5)
+    both_out.set()
+    for t in (first, both):
+        t.join(5)
+
+
 def test_a_waiting_writer_goes_before_new_readers(tmp_path: Path) -> None:
     reader, writer, late = RunLock(tmp_path), RunLock(tmp_path), RunLock(tmp_path)
     r_in, r_out = threading.Event(), threading.Event()

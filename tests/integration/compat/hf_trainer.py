@@ -7,7 +7,9 @@ torchhpc's exit cure (src/torchhpc/boot/sitecustomize.py) now settles in every r
 """
 
 import os
+import shutil
 import sys
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever downloaded: the model comes from a config
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -23,7 +25,7 @@ model = GPT2LMHeadModel(config)
 tokens = torch.randint(0, config.vocab_size, (160, 16), generator=torch.Generator().manual_seed(0))
 data = [{"input_ids": t, "labels": t} for t in tokens]
 args = TrainingArguments(
-    output_dir=os.environ.get("TMPDIR", "/tmp") + f"/hf-compat-{os.getpid()}",
+    output_dir=(out := tempfile.mkdtemp(prefix="hf-compat-")),  # one per rank, removed at the end
     per_device_train_batch_size=2, max_steps=20, learning_rate=1e-3, use_cpu=True, ddp_backend="gloo",
     ddp_find_unused_parameters=False,
     report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
@@ -39,5 +41,6 @@ print(
     f"steps={trainer.state.global_step} loss={result.training_loss:.6f} boot={'_torchhpc_boot' in sys.modules}",
     flush=True,
 )
+shutil.rmtree(out, ignore_errors=True)
 if os.environ.get("COMPAT_DESTROY") == "1":  # the "obvious workaround" of issue 29 (benchmarks/soak_compat.py)
     dist.destroy_process_group()
