@@ -47,15 +47,10 @@ from typing import IO, Any
 
 import pytest
 
-from tests.schedule import estimate, load_cores, load_durations, machine_clock, plain_id, waits
+from tests.schedule import estimate, load_cores, load_durations, machine_clock, waits
 
 EXCLUSIVE = "exclusive"
 WHOLE_MACHINE = "whole_machine"
-# A whole-machine test that keeps fewer cores busy than this, run alone (the time-limit tests: 0.4-0.6), waits
-# holding two slots of three for minutes: after the unit tests (runs 17-19) the cores stood a third idle meanwhile,
-# while workers waited for the one slot left. It goes out beside the compatibility matrix's cells instead, the
-# CPU-heavy tests of a minute (2 cores each) that keep the cores busy in the one slot.
-WAITING_WHOLE_CORES = 1.0
 SPARE_AFTER_S = 4.0  # a test waiting for a slot this long looks at how idle the cores were meanwhile
 SPARE_IDLE_CORES = 0.8  # idle cores (on average, over that time) that let it take the spare slot
 
@@ -129,7 +124,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item in groups:
             item.add_marker(pytest.mark.xdist_group(groups[item]))
     # a group's expected seconds, from one full run (tests/durations.json), for the longest-first order
-    durations, cores = load_durations(), load_cores()
+    durations = load_durations()
     cost: dict[str, float] = defaultdict(float)
     for item, group in groups.items():
         cost[group] += estimate(item.nodeid, durations)
@@ -138,15 +133,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         index, item = pair
         if item.get_closest_marker(EXCLUSIVE):
             return (0, 0, 0.0, index)  # the one chain that cannot overlap the cluster's other users: first
-        whole = 0 if item.get_closest_marker(WHOLE_MACHINE) else 1
-        if not whole and _on_cluster(item) and cores.get(plain_id(item.nodeid), WAITING_WHOLE_CORES) < WAITING_WHOLE_CORES:
-            return (1, 2, -cost[groups[item]], index)  # a whole-machine test that waits: beside the cells (below)
         if _module(item) in CELLS:  # CPU-heavy cells of a minute, one slot each: first on the cluster, while the
-            return (1, 3, -cost[groups[item]], index)  # unit tests fill the workers beside (run 1: last, a 5-min tail)
+            return (1, 2, -cost[groups[item]], index)  # unit tests fill the workers beside (run 1: last, a 5-min tail)
         if not _is_integration(item):
             return (2, 0, 0.0, index)  # no lock either: the short unit tests fill that time's end
         # the local modules run beside the exclusive chain (no lock), the cluster's after it: the whole-machine
         # ones first, while the slots are still free, then the longest first
+        whole = 0 if item.get_closest_marker(WHOLE_MACHINE) else 1
         return (1 if not _on_cluster(item) else 3, whole, -cost[groups[item]], index)
 
     items[:] = [item for _, item in sorted(enumerate(items), key=rank)]
