@@ -28,6 +28,7 @@ _torchhpc_end_state=""
 _torchhpc_end() {
   local _rc=$1 _d=$_torchhpc_end_dir _s=${_torchhpc_end_state:-COMPLETED} _t=${EPOCHREALTIME:-$(date +%s)} _own=
   set +eu
+  if [ -n "${_torchhpc_standby:-}" ]; then kill "$_torchhpc_standby" 2>/dev/null; fi  # the warm standbys (standby.sh)
   if [ "$_s" = REQUEUED ]; then return 0; fi
   if [ -n "$_torchhpc_end_stop" ]; then
     rm -f -- ${TORCHHPC_STOP_FILE:+"$TORCHHPC_STOP_FILE" "$TORCHHPC_STOP_FILE.taken"} \

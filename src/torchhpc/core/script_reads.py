@@ -18,7 +18,7 @@ from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import counted
 from torchhpc.errors import SpecError
 
-__all__ = ["PROVIDES", "STARTS_ITS_RANKS", "ScriptRead", "preflight", "scan_script"]
+__all__ = ["PROVIDES", "STARTS_ITS_RANKS", "ScriptRead", "imports_torch", "preflight", "scan_script"]
 
 # Which families of variables a (scheduler, launcher) gives every rank, truthfully.
 # slurm/mpirun and slurm/torchrun get SLURM_* rewritten by the per-task shim.
@@ -144,3 +144,28 @@ def preflight(spec: JobSpec, read_text: bool = True) -> list[str]:
             f"{hint}; TORCHHPC_COMPAT=warn launches anyway; docs/compat.md has the table",
         )
     return warnings
+
+
+_TORCH = re.compile(rb"^\s*(?:import|from)\s+(?:torch|lightning|pytorch_lightning|transformers|accelerate)\b", re.M)
+
+
+def imports_torch(kind: str, target: str, cwd: str) -> bool:
+    """Whether a program (``kind`` script or module) imports torch or a framework on it in its own source: where its
+    ranks start warm, forked from an interpreter that imported torch once (schedulers/local/warm.py, boot/standby.sh).
+    A program that never imports torch would only wait for a standby's import; one whose source is unknown: False."""
+    path = ""
+    if kind == "module":
+        import importlib.util
+
+        try:
+            found = importlib.util.find_spec(target)
+        except (ImportError, ValueError):
+            found = None
+        path = (found.origin or "") if found else ""
+    elif kind == "script":
+        path = os.path.join(cwd, target)
+    try:
+        with open(path, "rb") as f:
+            return bool(_TORCH.search(f.read(1 << 20)))
+    except OSError:
+        return False

@@ -79,7 +79,7 @@ SWITCH = "TORCHHPC_EXIT_CURE"
 # The batch script's boot directory: task.sh puts it first on PYTHONPATH.
 BOOT_VAR = "TORCHHPC_BOOT_DIR"
 # The shell programs beside it (src/torchhpc/boot/*.sh), run by path; they travel with every copy.
-SHELL_PROGRAMS = ("rank.sh", "task.sh", "env.sh", "gpus.sh", "first_end.sh", "end.sh")
+SHELL_PROGRAMS = ("rank.sh", "task.sh", "env.sh", "gpus.sh", "first_end.sh", "end.sh", "standby.sh")
 # The heredoc's end word: the boot file must never contain it as a line.
 EOF_WORD = "TORCHHPC_BOOT_PY"
 # The boot writer (boot/write.sh): a template boot_shell fills in; it makes a copy, and travels with none.

@@ -152,6 +152,10 @@ class BatchScheduler(Scheduler):
         """Where each rank's output goes (``$TORCHHPC_RANKS_DIR``), if this backend keeps per-rank files."""
         return []
 
+    def standby_lines(self, spec: JobSpec) -> list[str]:
+        """Warm starts without the supervisor (boot/standby.sh), where this backend has them."""
+        return []
+
     # -- the script --------------------------------------------------------------
     @staticmethod
     def stopping(spec: JobSpec) -> bool:
@@ -196,6 +200,7 @@ class BatchScheduler(Scheduler):
             f'launcher {spec.launcher}, {counted(spec.nodes, "node")} x {counted(spec.nproc_per_node, "rank")}"',
             *self.check_lines(spec),
             *self.log_lines(spec),
+            *self.standby_lines(spec),
             "",
         ]
         launcher = launcher_of(spec)

@@ -16,12 +16,12 @@ cold, as before, and its log says so.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from torchhpc.core.script_reads import imports_torch
 from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import is_off
 from torchhpc.launchers.boot import BOOT_DIR
@@ -30,30 +30,7 @@ __all__ = ["SWITCH", "WARM_VAR", "LocalStandby"]
 
 SWITCH = "TORCHHPC_WARM"  # supervisor/standby.py: the same switch
 WARM_VAR = "TORCHHPC_WARM_STANDBY"  # boot/warm.py: the same name (held equal by a test)
-_TORCH = re.compile(rb"^\s*(?:import|from)\s+(?:torch|lightning|pytorch_lightning|transformers|accelerate)\b", re.M)
 _BIND_S = 5.0  # how long to wait for the standby's socket before the ranks start cold
-
-
-def _source(argv: Sequence[str], cwd: str) -> bytes:
-    """The program's own source (a script, or a module's file found without importing it); empty if unknown."""
-    flags = {"-u", "-B", "-O", "-OO"}
-    rest = [a for a in argv[1:3] if a not in flags] + list(argv[3:])
-    path = ""
-    if rest[:1] == ["-m"] and len(rest) > 1:
-        import importlib.util
-
-        try:
-            found = importlib.util.find_spec(rest[1])
-        except (ImportError, ValueError):
-            found = None
-        path = (found.origin or "") if found else ""
-    elif rest and not rest[0].startswith("-"):
-        path = os.path.join(cwd, rest[0])
-    try:
-        with open(path, "rb") as f:
-            return f.read(1 << 20)
-    except OSError:
-        return b""
 
 
 class LocalStandby:
@@ -66,8 +43,7 @@ class LocalStandby:
         self.address = f"@{self.name}-{node}"
         switch = {**env, **spec.env_dict}.get(SWITCH, "on")
         self.wanted = (spec.nproc_per_node > 1 and spec.container is None and not spec.setup and not is_off(switch)
-                       and spec.entrypoint.kind in ("script", "module")
-                       and bool(_TORCH.search(_source(argv, os.getcwd()))))
+                       and imports_torch(spec.entrypoint.kind, spec.entrypoint.target, os.getcwd()))
         boot = os.path.abspath(BOOT_DIR)  # the standby is no rank: no boot (its threads must not be forked)
         path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != boot]
         self.env = {k: v for k, v in env.items() if k != "PYTHONPATH"}

@@ -9,14 +9,19 @@ output in its own file, and under the in-allocation supervisor the attempt's own
 
 from __future__ import annotations
 
-from torchhpc.core.shell import Raw, join
+import os
+import sys
+
+from torchhpc.core.script_reads import imports_torch
+from torchhpc.core.shell import Raw, join, quote
 from torchhpc.core.spec import JobSpec, default_python
 from torchhpc.jobdir.log_wiring import LOG_DIR_VAR, LOG_REF, log_argv, torchrun_per_rank
 from torchhpc.launchers import TASK_REF, launcher_of, mpirun_argv, srun_argv, task_argv
-from torchhpc.launchers.boot import BOOT_VAR
+from torchhpc.launchers.boot import BOOT_VAR, boot_ref
 from torchhpc.schedulers.batch.step import in_container, job_container, job_env_names, torchrun_command
+from torchhpc.schedulers.batch.supervised import warm_restarts
 
-__all__ = ["RENDEZVOUS_VARS", "container_srun_options", "step_lines", "wrap"]
+__all__ = ["RENDEZVOUS_VARS", "container_srun_options", "standby_lines", "step_lines", "wrap"]
 
 RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT")
 
@@ -81,3 +86,18 @@ def step_lines(spec: JobSpec) -> list[str]:
     mpi = mpirun_argv(np, spec.nproc_per_node, export=[*RENDEZVOUS_VARS, "PATH", BOOT_VAR, *job_env_names(spec)],
                       extra=extra_mpi)
     return [join([*mpi, *_per_rank(spec, wrap(spec, rank_cmd))])]
+
+
+def standby_lines(spec: JobSpec) -> list[str]:
+    """One import of torch a node where a node runs two Python processes or more of this Python (ranks, torchrun's
+    agent) and the program imports torch: its ranks fork from a standby interpreter (boot/standby.sh, boot/warm.py).
+    Not under the supervisor (it starts its own, supervisor/standby.py), in a container or with another Python (no
+    standby of its kind there), nor for a program that never imports torch (its ranks would wait for the import)."""
+    python = default_python(spec)
+    per_node = spec.nproc_per_node + (1 if spec.launcher.per_node else 0)
+    if spec.supervised or not warm_restarts(spec) or python != sys.executable or per_node < 2:
+        return []
+    if not imports_torch(spec.entrypoint.kind, spec.entrypoint.target, os.getcwd()):
+        return []
+    return ["# torch loaded once a node: its ranks fork from a standby interpreter that has it (TORCHHPC_WARM=off: none).",
+            f". {boot_ref('standby.sh')} {quote(python)}"]

@@ -40,7 +40,7 @@ from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.batch.base import BatchScheduler
 from torchhpc.schedulers.batch.script import script_path
 from torchhpc.schedulers.options import Option, declare
-from torchhpc.schedulers.slurm.launch import container_srun_options, step_lines, wrap
+from torchhpc.schedulers.slurm.launch import container_srun_options, standby_lines, step_lines, wrap
 from torchhpc.schedulers.slurm.parse import parse_scontrol
 from torchhpc.schedulers.slurm.site import dev_target, site_runner
 from torchhpc.schedulers.slurm.status import SlurmQueries, expand_output, first_end_files, output_pattern
@@ -179,6 +179,9 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
     def launch_lines(self, spec: JobSpec) -> list[str]:
         """The job step(s) that start the ranks, for the chosen launcher (slurm/launch.py)."""
         return step_lines(spec)
+
+    def standby_lines(self, spec: JobSpec) -> list[str]:
+        return standby_lines(spec)
 
     def log_lines(self, spec: JobSpec) -> list[str]:
         if spec.array is not None:
