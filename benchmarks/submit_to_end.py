@@ -241,7 +241,7 @@ def main() -> int:
     ratio = med["torchhpc"]["total"] / med["sbatch"]["total"]
     run_diff = med["torchhpc"]["running"] - med["sbatch"]["running"]
     pairs = paired(res)
-    print(f"\ntorchhpc / sbatch: {ratio:.3f} (goal <= {GOAL}); running time {run_diff:+.2f} s (goal within {RUN_GOAL})")
+    print(f"\ntorchhpc / sbatch: {ratio:.3f} (goal <= {GOAL}); running time {run_diff:+.2f} s (goal: at most +{RUN_GOAL})")
     print(f"\npaired by round ({args.rounds} rounds): variant - sbatch, median [min..max], middle half\n")
     print("| variant | ratio of medians | submit -> end, paired | running, paired |\n|---|---|---|---|")
     for n, by in pairs.items():
