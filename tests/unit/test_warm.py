@@ -37,6 +37,8 @@ if sys.argv[1:2] == ["sleep"]:
     time.sleep(60)
 if sys.argv[1:2] == ["raise"]:
     raise ValueError("bad value")
+if sys.argv[1:2] == ["sigkill"]:
+    os.kill(os.getpid(), 9)
 sys.exit(int(sys.argv[1]) if sys.argv[1:2] and sys.argv[1].isdigit() else 0)
 """
 
@@ -103,6 +105,13 @@ def test_a_signal_reaches_the_rank_and_a_killed_client_takes_it_along(tmp_path: 
     while _alive(pid):
         assert time.monotonic() < deadline, "the rank outlived its client"
         time.sleep(0.05)
+
+
+def test_a_rank_killed_by_sigkill_ends_its_client_by_sigkill(tmp_path: Path, standby: dict[str, str]) -> None:
+    """The launcher reads the rank's end from the client: SIGKILL, whose handler cannot be reset, as any other."""
+    p = _task(tmp_path, standby, "sigkill")
+    _out, err = p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGKILL and "Traceback" not in err, err
 
 
 def _alive(pid: int) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import hang_timeout
 from torchhpc.core.spec import ContainerSpec, Entrypoint, JobSpec
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.local.warm import LocalStandby
@@ -67,11 +68,15 @@ def test_a_module_of_torch_is_wanted_and_a_container_is_not() -> None:
 
 def test_a_warm_rank_that_ignores_sigterm_is_gone_when_the_run_ends(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    """Rank 0 fails; rank 1 ignores SIGTERM: its client is killed after the grace, and the rank in the standby's
-    fork goes with the standby's end, not later."""
+    """Rank 0 fails once rank 1 ignores SIGTERM (a file says so: at load rank 1 could be killed before it had said
+    its pid); its client is killed after the grace, and the rank in the standby's fork goes with the standby's end,
+    not later."""
     program = PROGRAM.format(imports="import signal, time, torch") + "\n"
+    ready = str(tmp_path / "rank1-ignores-sigterm")
     program = program.replace("sys.exit(", "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('pid', os.getpid(), flush=True)\n"
-                              "time.sleep(0 if os.environ['RANK'] == '0' else 120)\nsys.exit(")
+                              f"if os.environ['RANK'] == '1':\n    open({ready!r}, 'w').close()\n    time.sleep(120)\n"
+                              f"t = time.monotonic()\nwhile not os.path.exists({ready!r}) and time.monotonic() - t < 60:\n"
+                              "    time.sleep(0.02)\nsys.exit(")
     (tmp_path / "prog.py").write_text(program)
     spec = JobSpec(entrypoint=Entrypoint.parse([str(tmp_path / "prog.py"), "fail"]), nproc_per_node=2,
                    options=(("grace", "0.5"),))
@@ -122,7 +127,8 @@ def test_ranks_waiting_for_a_slow_standby_are_not_a_hang(tmp_path: Path) -> None
 
     (tmp_path / "prog.py").write_text(PROGRAM.format(imports="import torch"))
     env = {**os.environ, "TORCHHPC_STATE_DIR": str(tmp_path / "state")}
-    proc = subprocess.Popen([sys.executable, "-m", "torchhpc", "run", "-n", "2", "--hang-timeout", "5", "prog.py"],
+    timeout = hang_timeout(5)  # run 22: at load 30 a rank's exit alone took over 5 s, and was called a hang at exit
+    proc = subprocess.Popen([sys.executable, "-m", "torchhpc", "run", "-n", "2", "--hang-timeout", timeout, "prog.py"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     found, deadline = None, time.monotonic() + 60
     while found is None and proc.poll() is None and time.monotonic() < deadline:
@@ -131,7 +137,7 @@ def test_ranks_waiting_for_a_slow_standby_are_not_a_hang(tmp_path: Path) -> None
     assert found, f"no warm standby seen: {proc.communicate()}"
     os.kill(found[0], signal.SIGSTOP)
     try:
-        time.sleep(16)  # the watch's first probe comes once the ranks' log is quiet for 5 s
+        time.sleep(3 * int(timeout) + 1)  # the watch's first probe comes once the ranks' log is quiet for a timeout
     finally:
         with contextlib.suppress(ProcessLookupError):  # the run may have ended it (a hang verdict cancels)
             os.kill(found[0], signal.SIGCONT)

@@ -55,9 +55,9 @@ def test_the_standby_file_speaks_the_supervisors_names_and_the_off_words() -> No
 @pytest.mark.parametrize(("why", "kw"), [
     ("srun, 2 ranks a node", {"nproc_per_node": 2, "launcher": "srun"}),
     ("mpirun, 2 ranks a node", {"nproc_per_node": 2, "launcher": "mpirun"}),
-    ("torchrun: its agent and one worker", {"nproc_per_node": 1, "launcher": "torchrun"}),
+    ("torchrun, 2 workers a node and the agent", {"nproc_per_node": 2, "launcher": "torchrun"}),
 ])
-def test_a_node_with_two_pythons_of_a_torch_program_starts_a_standby(program: Path, why: str, kw: dict[str, object]) -> None:
+def test_a_node_with_two_ranks_of_a_torch_program_starts_a_standby(program: Path, why: str, kw: dict[str, object]) -> None:
     lines = _lines("train.py", **kw)  # type: ignore[arg-type]
     assert lines[-1] == f'. "$TORCHHPC_BOOT_DIR/standby.sh" {sys.executable}', why
     assert "import " not in "\n".join(lines)  # a script carries no Python
@@ -65,6 +65,7 @@ def test_a_node_with_two_pythons_of_a_torch_program_starts_a_standby(program: Pa
 
 @pytest.mark.parametrize(("why", "kw"), [
     ("one rank a node", {"script": "train.py", "nproc_per_node": 1, "launcher": "srun"}),
+    ("torchrun, one worker a node", {"script": "train.py", "nproc_per_node": 1, "launcher": "torchrun"}),
     ("no torch in the program", {"script": "plain.py", "nproc_per_node": 2, "launcher": "srun"}),
     ("a program that is not there", {"script": "gone.py", "nproc_per_node": 2, "launcher": "srun"}),
     ("the supervisor starts its own", {"script": "train.py", "nproc_per_node": 2, "launcher": "srun", "max_restarts": 2}),

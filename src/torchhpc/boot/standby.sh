@@ -1,8 +1,8 @@
 #!/bin/bash
 # torchhpc's warm start for a Slurm job without the supervisor (sourced, not run): main() sources this file before
-# its launch where each node runs two Python processes or more of the job's Python (schedulers/slurm/slurm.py), so
-# that a node's ranks are forked from one standby interpreter that imported torch once (boot/warm.py), instead of
-# each rank importing torch itself (1.5-3 CPU-s each, and a shared filesystem read as many times).
+# its launch where each node runs two ranks or more of the job's Python (schedulers/slurm/launch.py), so that a
+# node's ranks are forked from one standby interpreter that imported torch once (boot/warm.py), instead of each
+# rank importing torch itself (1.5-3 CPU-s each, and a shared filesystem read as many times).
 # Usage: . standby.sh PYTHON
 # - The standby is a step of its own beside the job's (srun --overlap, named torchhpc-warm: the supervisor's
 #   name for its standbys, supervisor/standby.py), one task per node; the end marker's trap ends it (end.sh).

@@ -114,7 +114,8 @@ def client(argv, cold=cold):
     status = int(line[1])
     sys.stdout.flush()
     if os.WIFSIGNALED(status):  # end as the child did: srun and first_end.sh read the signal
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        if os.WTERMSIG(status) not in (signal.SIGKILL, signal.SIGSTOP):  # their action is fixed: no handler to reset
+            signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
         os.kill(os.getpid(), os.WTERMSIG(status))
     os._exit(os.waitstatus_to_exitcode(status) if not os.WIFSIGNALED(status) else 128 + os.WTERMSIG(status))
 

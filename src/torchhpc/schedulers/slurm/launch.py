@@ -89,13 +89,13 @@ def step_lines(spec: JobSpec) -> list[str]:
 
 
 def standby_lines(spec: JobSpec) -> list[str]:
-    """One import of torch a node where a node runs two Python processes or more of this Python (ranks, torchrun's
-    agent) and the program imports torch: its ranks fork from a standby interpreter (boot/standby.sh, boot/warm.py).
-    Not under the supervisor (it starts its own, supervisor/standby.py), in a container or with another Python (no
-    standby of its kind there), nor for a program that never imports torch (its ranks would wait for the import)."""
+    """One import of torch a node where a node runs two ranks or more of this Python and the program imports torch:
+    its ranks (and torchrun's agent) fork from a standby interpreter (boot/standby.sh, boot/warm.py). Not under the
+    supervisor (it starts its own, supervisor/standby.py), in a container or with another Python (no standby of its
+    kind there), nor for a program that never imports torch (its ranks would wait for the import). One rank a node
+    stays cold: torchrun's agent and its one worker would share one import, a small gain for a second step."""
     python = default_python(spec)
-    per_node = spec.nproc_per_node + (1 if spec.launcher.per_node else 0)
-    if spec.supervised or not warm_restarts(spec) or python != sys.executable or per_node < 2:
+    if spec.supervised or not warm_restarts(spec) or python != sys.executable or spec.nproc_per_node < 2:
         return []
     if not imports_torch(spec.entrypoint.kind, spec.entrypoint.target, os.getcwd()):
         return []
