@@ -114,6 +114,28 @@ def test_a_rank_killed_by_sigkill_ends_its_client_by_sigkill(tmp_path: Path, sta
     assert p.returncode == -signal.SIGKILL and "Traceback" not in err, err
 
 
+def test_sigterm_to_the_standby_leaves_its_ranks_to_their_own_signal(tmp_path: Path) -> None:
+    """Run 23: at a time limit Slurm signals every step; the standby's SIGTERM killed its ranks at once (SIGKILL),
+    so the job's end read 137 where accounting says 143. Now the standby ends after its ranks, by their own end."""
+    node = f"n{os.getpid()}-{time.monotonic_ns()}"
+    env = {"PATH": os.environ["PATH"], "SLURMD_NODENAME": node}
+    proc = subprocess.Popen([sys.executable, WARM_PY, "serve", "t-term", "json"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and "ready" in proc.stdout.readline()
+        p = _task(tmp_path, {**env, WARM_VAR: "t-term", PYTHON_VAR: sys.executable, "TORCHHPC_BOOT_DIR": BOOT_DIR}, "sleep")
+        assert p.stdout is not None
+        pid = json.loads(p.stdout.readline())["pid"]
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert proc.poll() is None and _alive(pid), "the standby ended its rank at its own SIGTERM"
+        os.kill(pid, signal.SIGTERM)  # Slurm's SIGTERM to the rank itself
+        assert p.wait(timeout=60) == -signal.SIGTERM
+        assert proc.wait(timeout=30) is not None  # its last rank gone: the standby too
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def _alive(pid: int) -> bool:
     try:  # gone, or gone between the two looks (its /proc entry then reads as ProcessLookupError): not alive
         os.kill(pid, 0)

@@ -37,6 +37,7 @@ PYTHON_VAR = "TORCHHPC_WARM_PYTHON"  # its Python (the same)
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
 FLAGS = {"-u", "-B", "-O", "-OO"}
 BIND_WAIT_S = 3.0  # a standby starts with its job: its socket is bound a Python start-up after
+TERM_GRACE_S = 60.0  # SIGTERM to a standby with ranks: they end by their own signals first (Slurm's KillWait is 30 s)
 
 
 def address(name, environ=os.environ):
@@ -227,19 +228,25 @@ def serve(name, preload):
     children: dict = {}  # pid -> the client's connection
     conns: dict = {}  # connection -> its child's pid
     me = os.getpid()
+    # SIGTERM (a time limit, a cancel: Slurm signals every step) ends the standby once its ranks have ended by the
+    # same signal, theirs to handle: killing them at once would end each rank by SIGKILL, and its job with 137
+    term: list = []
+    signal.signal(signal.SIGTERM, lambda _s, _f: term.append(time.monotonic()))
     try:
-        _loop(listener, children, conns, parent)
+        _loop(listener, children, conns, parent, term)
     finally:
         if os.getpid() == me:  # the standby, not a forked rank unwinding with Run
             for pid in list(children):
                 _kill_tree(pid)
 
 
-def _loop(listener, children, conns, parent):
+def _loop(listener, children, conns, parent, term=()):
     while True:
         if os.getppid() != parent:  # whoever started it is gone (a local run killed): so are its ranks
             return
-        ready, _, _ = select.select([listener, *conns], [], [], 0.05)
+        if term and (not children or time.monotonic() - term[0] > TERM_GRACE_S):
+            return
+        ready, _, _ = select.select([*conns] if term else [listener, *conns], [], [], 0.05)
         for conn in ready:
             if conn is listener:
                 conn, _addr = listener.accept()
