@@ -99,5 +99,4 @@ def standby_lines(spec: JobSpec) -> list[str]:
         return []
     if not imports_torch(spec.entrypoint.kind, spec.entrypoint.target, os.getcwd()):
         return []
-    return ["# torch loaded once a node: its ranks fork from a standby interpreter that has it (TORCHHPC_WARM=off: none).",
-            f". {boot_ref('standby.sh')} {quote(python)}"]
+    return [f". {boot_ref('standby.sh')} {quote(python)}  # torch loaded once a node (TORCHHPC_WARM=off: per rank)"]
