@@ -261,6 +261,17 @@ def test_binds_give_each_node_its_hostname(layout: config.Layout) -> None:
     assert "/etc/hostname" not in binds(layout, None).values()
 
 
+def test_each_node_has_its_own_shared_memory_and_no_one_else_does(layout: config.Layout) -> None:
+    """A node's /dev/shm is its own folder in the machine's memory (a failed node's is emptied with it); the
+    controller and the login node keep the machine's."""
+    dirs = {binds(layout, n).get(layout.shm_dir(n)) for n in layout.nodes}
+    assert dirs == {"/dev/shm"} and len({layout.shm_dir(n) for n in layout.nodes}) == len(layout.nodes)
+    assert layout.shm_dir("node1").startswith("/dev/shm/.") and SD not in layout.shm_dir("node1")
+    assert "/dev/shm" not in binds(layout, config.CONTROLLER).values() and "/dev/shm" not in binds(layout, None).values()
+    other = config.make_layout("/tmp/another-cluster", 2)
+    assert other.shm_dir("node1") != layout.shm_dir("node1")  # two clusters on one machine keep apart
+
+
 def test_daemon_records_follow_a_real_process() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:

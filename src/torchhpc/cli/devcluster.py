@@ -118,7 +118,8 @@ def register(sub: Any) -> None:
     fl = actions.add_parser(
         "fail", parents=[common], help="fail a node as a power loss would: cut its link, kill all its processes",
         description="Cut NODE's link (both ends of its veth), then SIGKILL every process in its namespace: "
-                    "slurmd, slurmstepd and every rank. Slurm marks it down after SlurmdTimeout. "
+                    "slurmd, slurmstepd and every rank; empty its shared memory (each node has its own /dev/shm). "
+                    "Slurm marks it down after SlurmdTimeout. "
                     "Idempotent; `revive NODE` brings it back.",
     )  # fmt: skip
     fl.add_argument("node", help="node1..nodeN")

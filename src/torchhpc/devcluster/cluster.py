@@ -246,6 +246,7 @@ def _down(state_dir: str | None, runner: Runner | None, progress: Callable[[str]
         done.append(f"{len(leftover)} job processes")
     done += netns.delete(sorted(names), runner)
     _remove_state_file(sdir)
+    shutil.rmtree(config.shm_root(sdir), ignore_errors=True)  # the nodes' own /dev/shm
     for d in DOWN_REMOVES:
         path = os.path.join(sdir, d)
         if os.path.isdir(path):

@@ -110,6 +110,11 @@ class Layout:
     def path(self, *parts: str) -> str:
         return os.path.join(self.state_dir, *parts)
 
+    def shm_dir(self, node: str) -> str:
+        """``node``'s /dev/shm (bind-mounted in its namespace): a node's shared memory is its own, and a failed
+        node's is gone with it (``devcluster fail``), as on real nodes."""
+        return os.path.join(shm_root(self.state_dir), node)
+
     @property
     def slurm_conf(self) -> str:
         return self.path("etc", "slurm.conf")
@@ -144,6 +149,11 @@ def netns_prefix_for(state_dir: str) -> str:
 
     digest = hashlib.sha1(os.path.abspath(state_dir).encode()).hexdigest()[:6]
     return f"torchhpc-{digest}"
+
+
+def shm_root(state_dir: str) -> str:
+    """Where the cluster's nodes keep their own /dev/shm: in the machine's memory (tmpfs), a folder per cluster."""
+    return f"/dev/shm/.{netns_prefix_for(state_dir)}-devcluster"
 
 
 MIN_JOB_AGE = 300  # Slurm's default

@@ -2,7 +2,7 @@
 
 ``fail`` cuts the node's link (both ends of its veth pair) and then ends, with SIGKILL,
 every process living in the node's network namespace: its slurmd, its slurmstepd and
-every rank a job runs there. Nothing says goodbye: peers on other nodes see no FIN
+every rank a job runs there; its memory goes with it (its own /dev/shm emptied). Nothing says goodbye: peers on other nodes see no FIN
 (the link is down before the processes die), Slurm sees a node that stops answering,
 exactly what a node that loses power looks like from the outside. ``revive`` brings
 the link back and starts the node's slurmd again; Slurm returns the node to service
@@ -15,6 +15,8 @@ is meant to be dead) and ``down`` still cleans everything up.
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 
 from torchhpc.core.proc import Runner, default_runner
@@ -55,6 +57,12 @@ def fail(state: ClusterState, node: str, runner: Runner | None = None) -> list[s
         daemons.kill_pids(pids, timeout=5.0, signals=(signal.SIGKILL,))
         done.append(f"{len(pids)} processes killed (slurmd and slurmstepd among them)" if any(
             d.pid in pids for d in state.daemons) else f"{len(pids)} processes killed")
+    shm = state.shm_dir(node)
+    if os.path.isdir(shm) and os.listdir(shm):  # a power loss: what the node held in memory is gone
+        for name in os.listdir(shm):
+            path = os.path.join(shm, name)
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+        done.append("its memory emptied")
     if node not in state.failed:
         state.failed.append(node)
         state.save()

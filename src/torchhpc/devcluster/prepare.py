@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torchhpc.devcluster.config as config
 import torchhpc.devcluster.netns as netns
 from torchhpc.core.proc import Runner
-from torchhpc.devcluster.config import CONTROLLER, LOGIN, Layout
+from torchhpc.devcluster.config import CONTROLLER, LOGIN, Layout, shm_root
 from torchhpc.devcluster.state import ClusterState
 from torchhpc.errors import DevClusterError
 
@@ -107,8 +107,11 @@ def prepare_dirs(layout: Layout) -> None:
         if os.path.isdir(path):
             shutil.rmtree(path)
         os.makedirs(path, mode=0o755, exist_ok=True)
+    shutil.rmtree(shm_root(layout.state_dir), ignore_errors=True)
     for name in layout.nodes:
         os.makedirs(layout.path("tmp", name), exist_ok=True)
+        os.makedirs(layout.shm_dir(name), mode=0o1777, exist_ok=True)
+        os.chmod(layout.shm_dir(name), 0o1777)  # as /dev/shm: every user's, each one's own files
         os.makedirs(layout.path("spool", f"slurmd-{name}"), exist_ok=True)
     os.makedirs(layout.path("state", "slurmctld"), exist_ok=True)
     for d in RUNTIME_DIRS:
@@ -173,8 +176,10 @@ def write_files(layout: Layout, state: ClusterState, accounting: bool, first_job
 
 
 def binds(layout: Layout, host: str | None) -> dict[str, str]:
-    """Files bind-mounted over /etc in a daemon's private mount namespace."""
+    """Files bind-mounted over /etc in a daemon's private mount namespace, and a node's own /dev/shm."""
     binds = {layout.path("etc", "hosts"): "/etc/hosts", layout.path("etc", "resolv.conf"): "/etc/resolv.conf"}
     if host:
         binds[layout.path("etc", f"hostname.{host}")] = "/etc/hostname"
+    if host in layout.nodes:
+        binds[layout.shm_dir(host)] = "/dev/shm"
     return binds

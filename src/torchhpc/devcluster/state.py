@@ -109,6 +109,10 @@ class ClusterState:
         env.update(config.ompi_env(self._layout()))
         return env
 
+    def shm_dir(self, node: str) -> str:
+        """``node``'s own /dev/shm, seen from the machine (config.Layout.shm_dir)."""
+        return self._layout().shm_dir(node)
+
     def _layout(self) -> Layout:
         return Layout(
             state_dir=self.state_dir,

@@ -21,7 +21,7 @@ Layout, per node: ``$TORCHHPC_SHM_DIR`` (default ``/dev/shm``) ``/torchhpc-<job>
 At most two copies of a rank's part exist (its own node's newest, and one peer's), and older ones are
 removed as soon as a newer one is complete: a node's shared memory holds at most two checkpoints' worth.
 ``<node>`` is the host name (``$TORCHHPC_NODE_NAME`` where a test runs several "nodes" on one machine), so
-the dev cluster's namespace nodes, which share one ``/dev/shm``, keep apart as real nodes do.
+"nodes" that share one ``/dev/shm`` keep apart as real nodes do (the dev cluster gives each its own).
 
 The peer copy runs on a thread over a gloo group of its own, and the next memory save waits for it: a copy
 is complete before the next one starts. :func:`resume_memory` takes the newest step whose files the nodes
