@@ -116,7 +116,7 @@ def register(sub: Any) -> None:
     rs.set_defaults(func=cmd_restore)
 
     fl = actions.add_parser(
-        "fail", parents=[common], help="fail a node as a power loss would: cut its link, kill all its processes",
+        "fail", parents=[common], help="fail a node as a power loss would: cut its link, kill its processes, empty its memory",
         description="Cut NODE's link (both ends of its veth), then SIGKILL every process in its namespace: "
                     "slurmd, slurmstepd and every rank; empty its shared memory (each node has its own /dev/shm). "
                     "Slurm marks it down after SlurmdTimeout. "
