@@ -10,7 +10,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from torchhpc.bench.collectives import COLLECTIVES, OPS, dtype_name, parse_collectives, sizes
+from torchhpc.bench.collectives import OPS, dtype_name, parse_collectives, sizes
 from torchhpc.errors import UsageError
 
 __all__ = ["AVERAGE_MODES", "CORRUPT_VAR", "BenchConfig"]
@@ -99,7 +99,3 @@ class BenchConfig:
         from dataclasses import replace
 
         return replace(self, corrupt_rank=rank)
-
-
-def known_collectives() -> list[str]:
-    return list(COLLECTIVES)

@@ -214,10 +214,6 @@ def env_expand_argv(mode: str, arg: str, patterns: Sequence[str], head: Sequence
     return ["bash", how.program("env.sh"), mode, arg, str(len(patterns)), *patterns, str(len(head)), *head, *tail]
 
 
-def has_wildcards(patterns: Iterable[str]) -> bool:
-    return any(p.endswith("*") for p in patterns)
-
-
 def is_image_file(image: str) -> bool:
     """A squashfs/SIF/tar path rather than a registry reference (a ``$SIF`` variable names a file)."""
     if is_variable(image):

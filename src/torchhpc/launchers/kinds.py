@@ -52,11 +52,6 @@ class Launcher:
         """One task per node that starts the node's processes itself (torchrun), or one task per process."""
         return self.kind.per_node
 
-    @property
-    def needs_shim(self) -> bool:
-        """Processes started one per rank see only their launcher's variables: the shim maps them."""
-        return not self.per_node
-
     def tasks_per_node(self, spec: JobSpec) -> int:
         return 1 if self.per_node else spec.nproc_per_node
 
