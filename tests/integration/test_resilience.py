@@ -164,8 +164,8 @@ def test_a_node_loss_resumes_from_the_peer_copy_of_the_step_it_reached(
     # a step the disk tier saved too (every EVERY-th) may come from disk: the peer's copy of that very step can be in
     # flight at the loss, and the disk's is as new; any other step comes from the peer's copy
     froms = ["the memory copies of the nodes left (a peer's)"] + (["disk"] if start % EVERY == 0 else [])
-    ours = "\n".join(line for line in text.splitlines() if "torchhpc" in line)  # not the ranks' DDP warnings
-    assert any(f"resumed step {start} from {where}:" in text for where in froms), ours[-4000:]
+    assert any(f"resumed step {start} from {where}:" in text for where in froms), "\n".join(  # not the DDP warnings
+        line for line in text.splitlines() if "torchhpc" in line)[-4000:]
     persisted = [int(n) for n in re.findall(r"the memory tier's newest checkpoint is on disk: .*ckpt-(\d+)", text)]
     if f"resumed step {start} from disk:" not in text:  # the disk held that step already: nothing newer to write
         assert persisted and max(persisted) >= start, "the survivors did not write the memory tier to disk after the loss"

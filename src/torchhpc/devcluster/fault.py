@@ -2,11 +2,12 @@
 
 ``fail`` cuts the node's link (both ends of its veth pair) and then ends, with SIGKILL,
 every process living in the node's network namespace: its slurmd, its slurmstepd and
-every rank a job runs there; its memory goes with it (its own /dev/shm emptied). Nothing says goodbye: peers on other nodes see no FIN
-(the link is down before the processes die), Slurm sees a node that stops answering,
-exactly what a node that loses power looks like from the outside. ``revive`` brings
-the link back and starts the node's slurmd again; Slurm returns the node to service
-when it registers (``ReturnToService=2``).
+every rank a job runs there; its memory goes with it (its own /dev/shm emptied).
+Nothing says goodbye: peers on other nodes see no FIN (the link is down before the
+processes die), Slurm sees a node that stops answering, exactly what a node that loses
+power looks like from the outside. ``revive`` brings the link back and starts the
+node's slurmd again; Slurm returns the node to service when it registers
+(``ReturnToService=2``).
 
 Both are idempotent and return what they did, in words. The failed nodes are
 recorded in the state file, so the cluster counts as healthy (a failed node's slurmd
@@ -58,10 +59,14 @@ def fail(state: ClusterState, node: str, runner: Runner | None = None) -> list[s
         done.append(f"{len(pids)} processes killed (slurmd and slurmstepd among them)" if any(
             d.pid in pids for d in state.daemons) else f"{len(pids)} processes killed")
     shm = state.shm_dir(node)
-    if os.path.isdir(shm) and os.listdir(shm):  # a power loss: what the node held in memory is gone
-        for name in os.listdir(shm):
-            path = os.path.join(shm, name)
-            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+    held = os.listdir(shm) if os.path.isdir(shm) else []
+    for name in held:  # a power loss: what the node held in memory is gone
+        path = os.path.join(shm, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    if held:
         done.append("its memory emptied")
     if node not in state.failed:
         state.failed.append(node)

@@ -110,7 +110,7 @@ def prepare_dirs(layout: Layout) -> None:
     shutil.rmtree(shm_root(layout.state_dir), ignore_errors=True)
     for name in layout.nodes:
         os.makedirs(layout.path("tmp", name), exist_ok=True)
-        os.makedirs(layout.shm_dir(name), mode=0o1777, exist_ok=True)
+        os.makedirs(layout.shm_dir(name), exist_ok=True)
         os.chmod(layout.shm_dir(name), 0o1777)  # as /dev/shm: every user's, each one's own files
         os.makedirs(layout.path("spool", f"slurmd-{name}"), exist_ok=True)
     os.makedirs(layout.path("state", "slurmctld"), exist_ok=True)
