@@ -230,11 +230,10 @@ class _Worker(NodeRank):
             bad, good = plan.suspects(self.nodes, scores, self.args.slow_ratio)
             limit = plan.max_confirm_rounds(len(self.nodes)) + 1
             if what == "retry":
-                # Pairs of a suspect are settled by its confirmation; the others may be a slow link.
-                slow = [p for p in ring if (scores.get(p, (None, None))[0] or 0.0) < self.args.slow_ratio
-                        and p[0] not in bad and p[1] not in bad]
-                passed = [p for p in ring if p not in slow]
-                box[0] = plan.retry_rounds(slow, good, passed, limit)
+                again = plan.remeasure_pairs(self.nodes, scores, self.args.slow_ratio,
+                                             [tuple(m["pair"]) for m in self.pairs if m["stage"] == "retry"])
+                passed = [p for p in ring if p not in again]
+                box[0] = plan.retry_rounds(again, good, passed, limit)
             else:
                 rounds = plan.confirm_rounds(bad, good, scores, len(self.nodes))
                 box[0] = (bad, [(r, plan.reference_pair(r, good)) for r in rounds])
@@ -281,13 +280,14 @@ class _Worker(NodeRank):
             pairs = [(p[0], p[1]) for p in r]
             if self._go(pairs):
                 self.run_round(pairs, "confirm", f"confirmation {i}/{len(confirm)}", tuple(ref) if ref else None)
-        # Then a slow pair between two good nodes (after the confirmation) runs again beside a
+        # Then a slow pair between two good nodes, and each suspect still slow, runs again beside a
         # reference pair of good nodes: a busy moment slows both alike, a slow link only its own.
-        retry = self._decide("retry", ring)
-        for i, (r, ref) in enumerate(retry, 1):
-            pairs = [(p[0], p[1]) for p in r]
-            if self._go(pairs):
-                self.run_round(pairs, "retry", f"re-measure {i}/{len(retry)}", tuple(ref) if ref else None)
+        for _ in range(2):  # the second time: the slow pairs of a suspect the first one cleared
+            retry = self._decide("retry", ring)
+            for i, (r, ref) in enumerate(retry, 1):
+                pairs = [(p[0], p[1]) for p in r]
+                if self._go(pairs):
+                    self.run_round(pairs, "retry", f"re-measure {i}/{len(retry)}", tuple(ref) if ref else None)
         scores, _ = plan.pair_scores(self.pairs, ring)
         rows = plan.node_rows(self.nodes, figures, checks, scores, self.args.slow_ratio)
         return {

@@ -14,9 +14,10 @@ The pairwise stage costs O(N) pairs, not the N(N-1)/2 of all pairs:
    at most ceil(log2 N) rounds are spent, so a broken half of a cluster still
    costs O(log N) rounds, not O(N). Confirmation rounds carry a reference pair too.
 3. **Re-measure** (after the confirmation): a slow ring pair between two good nodes (a possible slow
-   *link*) runs again beside a *reference pair* of two other good nodes, and is
-   compared with it: same moment, same load (a busy machine slows a healthy
-   pair; a bad link is slow every time).
+   *link*), and each suspect still slow with its best good partner (:func:`remeasure_pairs`), run
+   again beside a *reference pair* of two other good nodes, and are compared with it: same
+   moment, same load (a busy machine slows a healthy pair; a bad link is slow every time). No
+   node is named on one busy moment.
 
 A node's pairwise figure is its best pair: a slow link slows every pair it is
 in, so a node with one fast pair has a good link. A slow pair between two good
@@ -50,6 +51,7 @@ __all__ = [
     "pair_scores",
     "plan_counts",
     "reference_pair",
+    "remeasure_pairs",
     "retry_rounds",
     "ring_pairs",
     "rounds_of",
@@ -203,6 +205,31 @@ def retry_rounds(slow: Sequence[Pair], good: Sequence[str], prefer: Sequence[Pai
     return rounds
 
 
+def remeasure_pairs(nodes: Sequence[str], scores: Mapping[Pair, tuple[float | None, float | None]],
+                    slow_ratio: float, done: Iterable[Pair] = ()) -> list[Pair]:
+    """What runs again before the verdict (after the confirmation), but for the pairs in ``done``.
+
+    - A slow or failed pair of two good nodes: a slow link, or a busy moment.
+    - Each suspect with a figure, with the good node of its best pair so far: its pairs may all
+      have been busy moments (a healthy node beside a degraded one in every round); a slow node
+      is slow again. A suspect whose every pair failed (a dead link) keeps its FAIL.
+
+    Asked again after the first re-measure: a suspect it clears turns its other slow pairs into
+    pairs of two good nodes, measured again in turn, so that none is called a slow link unheard.
+    """
+    seen = {frozenset(p) for p in done}
+    bad, good = suspects(nodes, scores, slow_ratio)
+    out = [p for p, (r, _) in scores.items() if (r or 0.0) < slow_ratio and p[0] in good and p[1] in good]
+    for x in bad:
+        mine = [(r, p) for p, (r, _) in scores.items() if x in p and r is not None]
+        with_good = [(r, p) for r, p in mine if (p[1] if p[0] == x else p[0]) in good]
+        if with_good:
+            out.append(max(with_good)[1])
+        elif mine and good:
+            out.append((x, good[0]))
+    return [p for i, p in enumerate(out) if frozenset(p) not in seen and p not in out[:i]]
+
+
 def confirm_rounds(bad: Sequence[str], good: Sequence[str], done: Iterable[Pair], n_nodes: int) -> list[list[Pair]]:
     """Pair each suspect with a good node it has not met, each good node once per round.
 
@@ -305,11 +332,11 @@ def exclude_text(rows: Sequence[Row]) -> tuple[str, list[str]]:
 
 
 def plan_counts(n: int) -> dict[str, int]:
-    """Pairs and rounds for ``n`` nodes: the ring, one slow node's confirmation, one slow link's re-measure.
+    """Pairs and rounds for ``n`` nodes: the ring, one slow node's confirmation, the re-measure.
 
     The docs' table. A slow node (``n1``) makes its two ring pairs slow; it is the only suspect
-    and gets one confirmation pair. A slow link between two good nodes (the ring pair farthest
-    from ``n1``) is re-measured once beside a reference pair.
+    and gets one confirmation pair, then one re-measure with a good node. A slow link between
+    two good nodes (the ring pair farthest from ``n1``) is re-measured once beside a reference pair.
     """
     names = [f"n{i}" for i in range(n)]
     ring = ring_pairs(names)
@@ -317,7 +344,8 @@ def plan_counts(n: int) -> dict[str, int]:
     good = [x for x in names if x not in bad]
     confirm = confirm_rounds(bad, good, ring, n)
     link = [p for p in ring if "n1" not in p][n // 2 - 1 : n // 2] if n > 3 else []
-    retry = retry_rounds(link, good, [p for p in ring if p not in link], max_confirm_rounds(n))
+    again = [("n1", next(g for g in good if not any(g in p for p in link)))] if bad else []
+    retry = retry_rounds([*link, *again], good, [p for p in ring if p not in link], max_confirm_rounds(n))
     return {
         "nodes": n,
         "ring_pairs": len(ring),
