@@ -68,6 +68,24 @@ def test_resume_takes_the_newest_complete_copy_and_says_where_from(root: Path, c
         same(torch.load(root / "trained.pt", weights_only=False), torch.load(root / f"resumed-{case}.pt", weights_only=False))
 
 
+def test_a_node_lost_during_the_peer_copy_leaves_the_step_before_whole(tmp_path: Path) -> None:
+    """Node n1 is lost as the peer copy of step 5 starts: n0 has its own step 5, and of n1's ranks only the
+    copies of step 4. n0 keeps its own step 4 until every peer copy of step 5 is complete, so the resume on n0
+    and a new node takes step 4 from memory (n1's part from n0's copy), bit-identical, not step 2 from disk."""
+    shm = tmp_path / "shm"
+    cp = subprocess.run([PYTHON, "-m", "torchhpc", "run", "-n", "4", "--env", f"TORCHHPC_SHM_DIR={shm}",
+                         "--env", "SLURM_JOB_ID=77", SCRIPT, str(tmp_path), "lose", "n0,n0,n1,n1"],
+                        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert cp.returncode != 0, cp.stdout + cp.stderr
+    nodes = node_dirs(shm)
+    held = sorted(p.name for p in nodes["n0"].iterdir() if not p.name.startswith("."))
+    assert held == ["ckpt-000000004", "ckpt-000000005", "peer-000000004.to-0", "peer-000000004.to-1"], held
+    shutil.rmtree(nodes["n1"])  # lost with its memory
+    launch(tmp_path, shm, "resume", "n0,n0,n2,n2", "lost")
+    assert json.loads((tmp_path / "resumed-lost.json").read_text()) == {"step": 4, "tier": "peer"}
+    same(torch.load(tmp_path / "trained-4.pt", weights_only=False), torch.load(tmp_path / "resumed-lost.pt", weights_only=False))
+
+
 def test_a_local_jobs_memory_is_on_disk_and_freed_when_it_ends(tmp_path: Path) -> None:
     """At the end of a local run its newest memory checkpoint is written to disk (jobdir/shm.persist), then
     its memory tier is removed: nothing left in /dev/shm, and the next run resumes the memory's step from disk,

@@ -18,8 +18,10 @@ Layout, per node: ``$TORCHHPC_SHM_DIR`` (default ``/dev/shm``) ``/torchhpc-<job>
 * ``.resume-NNNNNNNNN/``: what a resume read: links to the two above and the parts other nodes sent
   (removed at the next save).
 
-At most two copies of a rank's part exist (its own node's newest, and one peer's), and older ones are
-removed as soon as a newer one is complete: a node's shared memory holds at most two checkpoints' worth.
+Two copies of a rank's part are kept (its own node's newest, and one peer's). A node's older own checkpoint
+is removed once every peer copy of the newer one is complete (a loss during the copy leaves the step before
+whole), an older peer copy once its newer one is: a node's shared memory holds two checkpoints' worth, and
+four while a save is in flight.
 ``<node>`` is the host name (``$TORCHHPC_NODE_NAME`` where a test runs several "nodes" on one machine), so
 "nodes" that share one ``/dev/shm`` keep apart as real nodes do (the dev cluster gives each its own).
 
@@ -175,7 +177,6 @@ class MemoryTier:
                 (root.parent / DIR_FILE).write_text(directory)
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
-            _drop_older(root, "ckpt", step)
         cs.barrier(pg)
         if done is not None:
             done()
@@ -183,6 +184,11 @@ class MemoryTier:
             to = self.peer_of(nodes, rank)
             sources = [r for r in range(len(nodes)) if self.peer_of(nodes, r) == rank]
             _exchange({name: final / name for name in (*mine, DCP_META, META, FILES)}, to, sources, step, root, pg)
+            cs.barrier(pg)
+        # Only now, every peer copy of this step complete, is this node's older checkpoint of no use: a node lost
+        # during the copy leaves the survivors their own step-1 beside its ranks' peer copies of step-1.
+        if first:
+            _drop_older(root, "ckpt", step)
 
 
 def _exchange(files: dict[str, Path], to: Optional[int], sources: list[int], step: int, root: Path,

@@ -1,12 +1,14 @@
 """The memory tier with real ranks: 4 ranks as 2 "nodes" of 2 (``TORCHHPC_NODE_NAME``), each node's shared
 memory a directory of its own under ``TORCHHPC_SHM_DIR``.
 
-usage: ckpt_memory.py ROOT train|resume NODES
+usage: ckpt_memory.py ROOT train|lose|resume NODES
 
 ``NODES`` names each rank's node, comma separated (``n0,n0,n1,n1``). ``train``: FSDP2 trains 5 steps,
 saving to memory every step and to disk at step 2; rank 0 dumps the full state at step 5. ``resume``:
 restores (the newest of memory, a peer's copy, disk) and rank 0 dumps the state as restored with the step and
-the tier it came from.
+the tier it came from. ``lose``: ``train``, but node ``n1``'s ranks end (``os._exit``) as they start the
+peer copy of step 5, their own copy of it just published: a node lost with its copy in flight. Rank 0 dumps
+the full state at step 4 instead.
 """
 
 from __future__ import annotations
@@ -48,7 +50,19 @@ def dump(name: str, **info: object) -> None:
         (root / f"{name}.json").write_text(json.dumps(info))
 
 
-if mode == "train":
+if mode == "lose":
+    import torchhpc.dist.memtier as memtier
+
+    exchange = memtier._exchange
+
+    def lost_in_flight(files: dict, to: object, sources: list, step: int, where: Path, pg: object) -> None:
+        if step == 5 and os.environ["TORCHHPC_NODE_NAME"] == "n1":
+            os._exit(3)
+        exchange(files, to, sources, step, where, pg)  # type: ignore[arg-type]
+
+    memtier._exchange = lost_in_flight  # type: ignore[assignment]
+
+if mode in ("train", "lose"):
     for step in range(5):
         x = torch.randn(4, 8, generator=torch.Generator().manual_seed(100 * step + rank))
         loss = ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()
@@ -58,6 +72,11 @@ if mode == "train":
         checkpoint.save(root / "ckpt", step=step + 1, model=model, optimizer=opt, tier="memory")
         if step + 1 == 2:
             checkpoint.save(root / "ckpt", step=step + 1, model=model, optimizer=opt)
+        if mode == "lose" and step + 1 == 4:
+            checkpoint.wait()
+            dump("trained-4")
+    if mode == "lose":
+        checkpoint.wait()  # raises: n1 is gone
     dump("trained")
 else:
     state = checkpoint.resume(root / "ckpt", model=model, optimizer=opt)
