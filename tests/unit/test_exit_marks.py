@@ -18,7 +18,7 @@ import pytest
 
 from torchhpc.boot import sitecustomize as boot
 from torchhpc.diagnose import exits, hang
-from torchhpc.diagnose.probe import RankStack
+from torchhpc.diagnose.probe import EXITED, RankStack
 from torchhpc.launchers.boot import boot_pythonpath
 from torchhpc.schedulers.local.ranks import new_run_id
 
@@ -125,6 +125,22 @@ def test_every_rank_returned_then_a_quiet_exit_completes(tmp_path: Path, monkeyp
     assert v is not None and acted == ["finish"] and v.culprits == () and not os.path.exists(tmp_path / hang.HANG_FILE)
     assert v.at_exit == ("rank 1 stopped 15 s after its program ended: destroy_process_group (distributed_c10d.py:2080)",)
     assert said[0] == f"torchhpc: hang at exit: {v.at_exit[0]}"
+
+
+def test_a_rank_gone_or_busy_in_its_exit_is_no_hang_at_exit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run 26 of the suite (load 10): both ranks returned, the grace (the hang timeout) passed, and they were
+    called hung at exit while py-spy found them gone; the job had only been exiting slowly. A rank gone while
+    its stack was read is no hang, nor one using CPU in the sample, until EXIT_GRACE_S more have passed."""
+    stacks = [RankStack(0, "n1", 10, 0.0, (), EXITED), RankStack(1, "n1", 11, 0.8, TEARDOWN)]
+    watch, acted, said, t = watch_of(tmp_path, stacks, monkeypatch)
+    mark(tmp_path, 0, 2, t)
+    mark(tmp_path, 1, 2, t)
+    assert watch.check("RUNNING", now=t + 20) is None and not acted and not said
+    watch._next_probe = 0.0
+    v = watch.check("RUNNING", now=t + 15 + hang.EXIT_GRACE_S)
+    assert v is not None and acted == ["finish"], said
+    assert v.at_exit == (f"rank 1 stopped {15 + hang.EXIT_GRACE_S:.0f} s after its program ended: destroy_process_group "
+                         "(distributed_c10d.py:2080)",)
 
 
 @pytest.mark.parametrize("last", [None, "raised RuntimeError"])

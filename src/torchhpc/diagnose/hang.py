@@ -40,7 +40,7 @@ from torchhpc.core.proc import Runner
 from torchhpc.core.units import plural
 from torchhpc.diagnose import exits
 from torchhpc.diagnose.hang_verdict import HangVerdict, culprit, exiting, in_collective, render, starting, with_flight
-from torchhpc.diagnose.probe import RankStack, ask_nodes, probe
+from torchhpc.diagnose.probe import BUSY_CPU_S, EXITED, RankStack, ask_nodes, probe
 from torchhpc.errors import TorchHPCError
 from torchhpc.jobdir.layout import HANG
 
@@ -186,7 +186,7 @@ class HangWatch:
         # A rank still importing (or waiting for its warm standby to fork it) is starting, not hung, however
         # little CPU it gets: 64 ranks sharing two cores each got 0.03-0.05 CPU-s in the 2 s sample while
         # importing torch (measured).
-        busy = [s.rank for s in stacks if s.cpu_s >= 0.1 or starting(s.frames)]
+        busy = [s.rank for s in stacks if s.cpu_s >= BUSY_CPU_S or starting(s.frames)]
         if not stacks or busy:  # silent but computing, or starting (or gone): not a hang; look again later
             self._next_probe = now + max(10.0, self.timeout / 2)
             return None
@@ -228,8 +228,13 @@ class HangWatch:
         except (RuntimeError, OSError, TorchHPCError) as e:
             self.say(f"torchhpc: hang: probe failed: {e}")
             return None
+        # One that exited while py-spy read it is gone, and one using CPU is still exiting, not stopped: under
+        # load 10 the exits of two ranks that had imported torch took 6 s, and were called hangs at exit.
+        # A busy one is stopped too once EXIT_GRACE_S more have passed.
+        late = now - max(e.time for e in marks.values()) >= self.timeout + EXIT_GRACE_S
+        stacks = [s for s in stacks if s.error != EXITED and (late or s.cpu_s < BUSY_CPU_S)]
         lines = exits.hung_at_exit(marks, stacks, now)
-        if not lines:  # nothing of the job is left (or the probe found none): it ends by itself
+        if not lines:  # nothing of the job is left, or it is still exiting: it ends by itself
             self._next_probe = now + max(10.0, self.timeout / 2)
             return None
         self.fired = self.finished = True

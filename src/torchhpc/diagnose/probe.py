@@ -125,6 +125,8 @@ def parse_py_spy(text: str) -> tuple[tuple[str, str, int], ...]:
 
 
 SPY_TIMEOUT_S = 30.0
+EXITED = "the process exited while py-spy read it"  # why no stack: it was gone (diagnose/hang.py: no hang)
+BUSY_CPU_S = 0.1  # CPU seconds in the sample that make a rank busy, not hung (64 ranks importing on 2 cores: 0.03-0.05)
 
 
 def why_no_stack(stderr: str, alive: bool = True) -> str:
@@ -132,7 +134,7 @@ def why_no_stack(stderr: str, alive: bool = True) -> str:
     last line, "10: main", was once all a verdict said)."""
     text = stderr.lower()
     if not alive or "no such process" in text:
-        return "the process exited while py-spy read it"
+        return EXITED
     if "permission denied" in text or "operation not permitted" in text or "ptrace" in text:
         return ("permission denied: py-spy may not attach to it (run as the rank's user, as root, or with "
                 "kernel.yama.ptrace_scope=0)")
