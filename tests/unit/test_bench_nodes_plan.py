@@ -146,7 +146,7 @@ def test_a_healthy_node_slow_in_its_ring_and_confirmation_is_measured_again() ->
            {"pair": ["node3", "node1"], "stage": "confirm", "busbw": 0.0239}]
     scores, _ = plan.pair_scores(run, list(ring))
     assert plan.suspects(NODES, scores, 0.7) == (["node2", "node3"], ["node1", "node4"])
-    again = plan.remeasure_pairs(NODES, scores, 0.7)
+    again = plan.remeasure_pairs(*plan.suspects(NODES, scores, 0.7), scores, 0.7)
     assert again == [("node2", "node4"), ("node3", "node4")]  # each suspect's best pair with a good node
     assert plan.retry_rounds(again, good := ["node1", "node4"], [], 3) == [([("node2", "node4")], None),
                                                                        ([("node3", "node4")], None)]
@@ -155,7 +155,7 @@ def test_a_healthy_node_slow_in_its_ring_and_confirmation_is_measured_again() ->
     scores, _ = plan.pair_scores(run, list(ring))
     assert plan.suspects(NODES, scores, 0.7) == (["node3"], ["node1", "node2", "node4"])
     # the second time: node1-node2 is a slow pair of two good nodes now; the retried pairs are not asked again
-    assert plan.remeasure_pairs(NODES, scores, 0.7, [("node2", "node4"), ("node4", "node3")]) == [("node1", "node2")]
+    assert plan.remeasure_pairs(*plan.suspects(NODES, scores, 0.7), scores, 0.7, [("node2", "node4"), ("node4", "node3")]) == [("node1", "node2")]
     assert plan.retry_rounds([("node1", "node2")], good, [], 3) == [([("node1", "node2")], None)]
     run.append({"pair": ["node1", "node2"], "stage": "retry", "busbw": 1.1})
     rows = plan.node_rows(NODES, {}, [], plan.pair_scores(run, list(ring))[0], 0.7)
@@ -167,7 +167,7 @@ def test_a_suspect_whose_every_pair_failed_is_not_measured_again() -> None:
         ("node1", "node2"): (1.0, 1.0), ("node2", "node3"): (None, None), ("node3", "node4"): (None, None),
         ("node4", "node1"): (1.0, 1.0), ("node3", "node1"): (None, None)}
     assert plan.suspects(NODES, scores, 0.7)[0] == ["node3"]
-    assert plan.remeasure_pairs(NODES, scores, 0.7) == []
+    assert plan.remeasure_pairs(*plan.suspects(NODES, scores, 0.7), scores, 0.7) == []
 
 
 def test_a_busy_moment_is_cleared_by_the_same_moment_reference() -> None:

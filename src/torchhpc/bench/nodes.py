@@ -230,7 +230,7 @@ class _Worker(NodeRank):
             bad, good = plan.suspects(self.nodes, scores, self.args.slow_ratio)
             limit = plan.max_confirm_rounds(len(self.nodes)) + 1
             if what == "retry":
-                again = plan.remeasure_pairs(self.nodes, scores, self.args.slow_ratio,
+                again = plan.remeasure_pairs(bad, good, scores, self.args.slow_ratio,
                                              [tuple(m["pair"]) for m in self.pairs if m["stage"] == "retry"])
                 passed = [p for p in ring if p not in again]
                 box[0] = plan.retry_rounds(again, good, passed, limit)

@@ -205,9 +205,10 @@ def retry_rounds(slow: Sequence[Pair], good: Sequence[str], prefer: Sequence[Pai
     return rounds
 
 
-def remeasure_pairs(nodes: Sequence[str], scores: Mapping[Pair, tuple[float | None, float | None]],
+def remeasure_pairs(bad: Sequence[str], good: Sequence[str], scores: Mapping[Pair, tuple[float | None, float | None]],
                     slow_ratio: float, done: Iterable[Pair] = ()) -> list[Pair]:
-    """What runs again before the verdict (after the confirmation), but for the pairs in ``done``.
+    """What runs again before the verdict (after the confirmation), but for the pairs in ``done``;
+    ``bad`` and ``good`` are :func:`suspects` of the same ``scores``.
 
     - A slow or failed pair of two good nodes: a slow link, or a busy moment.
     - Each suspect with a figure, with the good node of its best pair so far: its pairs may all
@@ -218,7 +219,6 @@ def remeasure_pairs(nodes: Sequence[str], scores: Mapping[Pair, tuple[float | No
     pairs of two good nodes, measured again in turn, so that none is called a slow link unheard.
     """
     seen = {frozenset(p) for p in done}
-    bad, good = suspects(nodes, scores, slow_ratio)
     out = [p for p, (r, _) in scores.items() if (r or 0.0) < slow_ratio and p[0] in good and p[1] in good]
     for x in bad:
         mine = [(r, p) for p, (r, _) in scores.items() if x in p and r is not None]
