@@ -392,3 +392,13 @@ def test_down_hint_names_the_state_dir_only_when_not_default() -> None:
 
     assert down_hint(SD) == "torchhpc devcluster down"
     assert down_hint("/tmp/my dc") == "torchhpc devcluster down --state-dir '/tmp/my dc'"
+
+
+def test_a_daemon_runs_in_its_logs_folder_so_a_core_lands_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """slurmd's core dump (2026-12-04) landed in the directory `devcluster up` was typed in: a checkout."""
+    monkeypatch.chdir(tmp_path)
+    log = tmp_path / "log" / "pwd.out"
+    log.parent.mkdir()
+    d = daemons.start("pwd", ["/bin/sh", "-c", "pwd"], str(log))
+    daemons.wait_for("pwd to end", lambda: not daemons.alive(d), 10)
+    assert log.read_text().strip() == str(log.parent)

@@ -70,7 +70,9 @@ def start(
     netns: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Daemon:
-    """Start one daemon in its own session, output appended to ``log``."""
+    """Start one daemon in its own session, output appended to ``log``, in the log's folder: a daemon that dumps
+    core (slurmd did once, 2026-12-04) leaves it beside its log, for the post-mortem until the next ``up``,
+    not in the checkout ``up`` was typed in."""
     try:
         with open(log, "ab") as out:
             proc = subprocess.Popen(
@@ -81,6 +83,7 @@ def start(
                 start_new_session=True,
                 env=dict(env) if env is not None else None,
                 close_fds=True,
+                cwd=os.path.dirname(os.path.abspath(log)),
             )
     except OSError as e:
         raise DevClusterError(
