@@ -31,7 +31,7 @@ import pytest
 
 from tests.schedule import busy_seconds
 
-pytest_plugins = ["tests.parallel"]
+pytest_plugins = ["tests.parallel", "tests.cluster_keeper"]
 
 HOSTILE: list[str] = [
     "a 0",

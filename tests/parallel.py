@@ -95,7 +95,7 @@ def _is_integration(item: pytest.Item) -> bool:
     return _module(item).startswith("tests/integration/")
 
 
-def _on_cluster(item: pytest.Item) -> bool:
+def on_cluster(item: pytest.Item) -> bool:
     """Whether the test uses the shared dev cluster (its mark or its fixtures): only those take the lock. The
     fixtures live in tests/integration/conftest.py: elsewhere a name ``slurm`` is a parameter (unit tests of
     array syntax), and taking it for the fixture held three workers behind the exclusive chain for 4 minutes."""
@@ -120,7 +120,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 stem += "-" + getattr(item, "originalname", item.name)
             elif _module(item) in CELLS:
                 stem += "-" + item.name.replace("[", ".").rstrip("]")  # no "]" after the "@" (schedule.plain_id)
-            groups[item] = stem if _on_cluster(item) else f"{stem}-local"
+            groups[item] = stem if on_cluster(item) else f"{stem}-local"
         if item in groups:
             item.add_marker(pytest.mark.xdist_group(groups[item]))
     # a group's expected seconds, from one full run (tests/durations.json), for the longest-first order
@@ -140,7 +140,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # the local modules run beside the exclusive chain (no lock), the cluster's after it: the whole-machine
         # ones first, while the slots are still free, then the longest first
         whole = 0 if item.get_closest_marker(WHOLE_MACHINE) else 1
-        return (1 if not _on_cluster(item) else 3, whole, -cost[groups[item]], index)
+        return (1 if not on_cluster(item) else 3, whole, -cost[groups[item]], index)
 
     items[:] = [item for _, item in sorted(enumerate(items), key=rank)]
 
@@ -362,11 +362,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Iterator[None]:
     """The run lock first, then a slot, always in that order: a test that held a slot while it waited
     for the lock would keep the exclusive chain, which holds the lock, from the slot it needs next."""
     exclusive = bool(item.get_closest_marker(EXCLUSIVE))
-    lock = _run_lock() if (_on_cluster(item) or exclusive) else None
+    lock = _run_lock() if (on_cluster(item) or exclusive) else None
     if lock is None:
         with _slot(item):
             yield
-        if exclusive and _on_cluster(item):
+        if exclusive and on_cluster(item):
             nodes_back(item)
         return
     if not exclusive:
@@ -380,11 +380,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Any) -> Iterator[None]:
     if waited > 5:
         item.user_properties.append(("lock_wait_s", round(waited, 1)))
     try:
-        if _on_cluster(item):
+        if on_cluster(item):
             nodes_back(item, idle=True)  # the jobs of the tests before it may still be COMPLETING
         with _slot(item):
             yield
-        if _on_cluster(item):
+        if on_cluster(item):
             nodes_back(item)  # before the lock goes: the next test finds every node up
     finally:
         if nextitem is None or not nextitem.get_closest_marker(EXCLUSIVE):

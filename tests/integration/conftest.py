@@ -222,3 +222,20 @@ def queue_left_empty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]
         cancel(left)
         pytest.fail(f"jobs left in the dev cluster's queue: {', '.join(f'{j} ({s})' for j, s in left.items())} "
                     "(cancelled now; a test must cancel its jobs in a finally or a fixture)", pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test on the shared dev cluster shows its nodes and queue at that moment: a test that waited
+    on a node another test held, or on one that stopped serving, says which (tests/cluster_keeper.py)."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or call.when == "teardown":
+        return
+    from tests.cluster_keeper import cluster_now
+    from tests.parallel import on_cluster
+    from torchhpc.devcluster import read_state
+
+    state = read_state() if on_cluster(item) else None
+    if state is not None:
+        report.sections.append(("the dev cluster when it failed", cluster_now(state)))

@@ -15,8 +15,10 @@ every other cluster test of a side-by-side run waited for them. The others use t
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -27,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from tests.cluster_keeper import HUNG_S, Keeper, node_states
 from tests.conftest import REPO, busy_loops, hang_timeout
 from tests.integration.conftest import SlurmClient
 from tests.integration.test_nothing_lost import assert_bit_identical, events, log_of, submit, wait_until
@@ -367,11 +370,46 @@ def test_devcluster_fail_and_revive_say_what_they_did_and_are_idempotent(
         first = devcluster(own_cluster, "fail", node)
         assert "link cut" in first and "processes killed" in first, first
         assert "already failed" in devcluster(own_cluster, "fail", node)
+        keeper = Keeper()
+        assert keeper.look(own_cluster.state_dir) == keeper.look(own_cluster.state_dir) == []  # failed on purpose
     finally:
         back = devcluster(own_cluster, "revive", node)
     assert "link up" in back and "slurmd started" in back, back
     assert "already up" in devcluster(own_cluster, "revive", node)
     wait_until(lambda: own_slurm.run(["sinfo", "-h", "-n", node, "-o", "%T"]).stdout.strip() == "idle", 120, f"{node} idle")
+
+
+def test_the_suites_keeper_restarts_a_slurmd_that_died_or_hung_of_itself(
+    own_cluster: Any, own_slurm: SlurmClient
+) -> None:
+    """tests/cluster_keeper.py on real daemons: a slurmd killed by SIGSEGV (as the one that aborted in a run)
+    is started again at the second look, one stopped (SIGSTOP: alive, silent) once slurmctld calls it not
+    responding and HUNG_S have passed; both nodes serve again."""
+    from torchhpc.devcluster import daemons, read_state
+
+    crashed, hung = own_cluster.nodes[0], own_cluster.nodes[1]
+    record = {d.name: d for d in own_cluster.daemons}
+    keeper, sdir = Keeper(), own_cluster.state_dir
+    os.kill(record[f"slurmd-{crashed}"].pid, signal.SIGSEGV)
+    wait_until(lambda: not daemons.alive(record[f"slurmd-{crashed}"]), 30, "the SIGSEGV'd slurmd gone")
+    assert keeper.look(sdir) == []  # once is not yet
+    said = keeper.look(sdir)
+    assert len(said) == 1 and f"{crashed}'s slurmd (PID {record[f'slurmd-{crashed}'].pid}) died" in said[0], said
+    os.kill(record[f"slurmd-{hung}"].pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: "*" in node_states(own_cluster).get(hung, ""), 90, f"{hung} not responding")
+        t0 = time.monotonic()
+        assert keeper.look(sdir, now=t0) == []
+        said = keeper.look(sdir, now=t0 + HUNG_S)
+        assert len(said) == 1 and f"{hung}'s slurmd" in said[0] and "stopped answering" in said[0], said
+    finally:
+        if daemons.alive(record[f"slurmd-{hung}"]):  # still stopped (the look failed): never left behind
+            os.kill(record[f"slurmd-{hung}"].pid, signal.SIGKILL)
+    now = read_state(sdir)
+    assert now is not None and now.healthy(), "the restarted slurmds are recorded and running"
+    for node in (crashed, hung):
+        wait_until(lambda n=node: own_slurm.run(["sinfo", "-h", "-n", n, "-o", "%t"]).stdout.strip() == "idle",
+                   120, f"{node} idle again")
 
 
 def test_a_node_failing_the_health_gate_is_excluded_with_the_reason(

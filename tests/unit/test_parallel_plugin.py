@@ -263,11 +263,11 @@ class _Item:
 
 
 def test_a_test_on_a_cluster_of_its_modules_own_takes_no_lock_unless_it_also_reads_the_shared_one() -> None:
-    from tests.parallel import _on_cluster
+    from tests.parallel import on_cluster
 
     i = "tests/integration/test_x.py::t"
-    assert _on_cluster(_Item(i, ("slurm_cluster",)))  # type: ignore[arg-type]
-    assert not _on_cluster(_Item(i, ("own_cluster", "own_slurm"), ("cluster",)))  # type: ignore[arg-type]
+    assert on_cluster(_Item(i, ("slurm_cluster",)))  # type: ignore[arg-type]
+    assert not on_cluster(_Item(i, ("own_cluster", "own_slurm"), ("cluster",)))  # type: ignore[arg-type]
     # a reference run on the shared cluster, the fault on its own: a reader of the shared one
-    assert _on_cluster(_Item(i, ("own_cluster", "slurm_cluster"), ("cluster",)))  # type: ignore[arg-type]
-    assert not _on_cluster(_Item("tests/unit/test_x.py::t", ("slurm",)))  # type: ignore[arg-type]
+    assert on_cluster(_Item(i, ("own_cluster", "slurm_cluster"), ("cluster",)))  # type: ignore[arg-type]
+    assert not on_cluster(_Item("tests/unit/test_x.py::t", ("slurm",)))  # type: ignore[arg-type]

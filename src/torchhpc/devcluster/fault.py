@@ -52,6 +52,9 @@ def fail(state: ClusterState, node: str, runner: Runner | None = None) -> list[s
     done = []
     if _link(state, node, False, runner):
         done.append("link cut")
+    if node not in state.failed:  # recorded before the kill: a slurmd dead while unrecorded died of itself
+        state.failed.append(node)
+        state.save()
     pids = netns.pids_in([state.netns(node)])
     if pids:
         # SIGKILL only, as a power loss: a SIGTERM first let the batch shell's trap write "CANCELLED" (issue 70)
@@ -68,9 +71,6 @@ def fail(state: ClusterState, node: str, runner: Runner | None = None) -> list[s
             os.unlink(path)
     if held:
         done.append("its memory emptied")
-    if node not in state.failed:
-        state.failed.append(node)
-        state.save()
     return done
 
 
