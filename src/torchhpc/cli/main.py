@@ -125,6 +125,10 @@ def _main(argv: Sequence[str] | None, collecting: bool = True) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["help"]:  # git's `help COMMAND`: the command's --help (torchhpc help: the overview)
         argv = [*argv[1:], "--help"]
+    if argv[:1] == ["run"]:
+        from torchhpc.schedulers.slurm.site import ask_sinfo_early
+
+        ask_sinfo_early(argv[1:])
     parser = build_parser(only="run" if argv and argv[0] == "run" else None)
     Parser.json_errors = _wants_json(parser, argv)
     try:  # --remote HOST (or TORCHHPC_REMOTE): the login node's torchhpc runs the line (docs/remote.md)

@@ -24,10 +24,11 @@ from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import format_bytes, parse_size
 from torchhpc.errors import CommandError, SpecError
 from torchhpc.launchers import launcher_of
+from torchhpc.schedulers.slurm.site import SINFO_ARGV, SINFO_NODES
 
-__all__ = ["Node", "check_account", "check_command", "check_dependencies", "check_fits", "nodes_of"]
+__all__ = ["SINFO_NODES", "Node", "check_account", "check_command", "check_dependencies", "check_fits", "nodes_of"]
 
-SINFO_NODES = "%N|%P|%c|%m"  # name, partition (a * marks the default), CPUs, RealMemory in MB
+
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def _ask(runner: Runner, argv: list[str]) -> str | None:
 
 def check_fits(spec: JobSpec, runner: Runner) -> None:
     """Refuse a job its partition can never run: the partition itself, nodes, memory, CPUs per node, exclusions."""
-    text = _ask(runner, ["sinfo", "-h", "-N", "-o", SINFO_NODES])
+    text = _ask(runner, list(SINFO_ARGV))
     nodes = nodes_of(text or "")
     if not nodes:
         return

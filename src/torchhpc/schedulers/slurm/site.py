@@ -3,14 +3,31 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from torchhpc.core.proc import Runner
 
-__all__ = ["SITE_CONFS", "dev_target", "site_env", "site_runner"]
+__all__ = ["SINFO_ARGV", "SITE_CONFS", "ask_sinfo_early", "dev_target", "site_env", "site_runner"]
 
 # Where a site's own Slurm configuration lives when $SLURM_CONF does not say (Slurm's default, Debian's).
 SITE_CONFS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
+
+SINFO_NODES = "%N|%P|%c|%m"  # name, partition (a * marks the default), CPUs, RealMemory in MB
+SINFO_ARGV = ("sinfo", "-h", "-N", "-o", SINFO_NODES)  # what every submission asks first (slurm/fits.py)
+
+
+def ask_sinfo_early(words: Sequence[str]) -> None:
+    """``run -s slurm ...`` (not a dry run, not forwarded): start the sinfo that slurm/fits.py asks before
+    sbatch, so that it answers while the CLI imports and renders (a round trip of a 0.1 s submit). Only for
+    the site's own Slurm: a dev cluster's environment is known later, and a wrong guess costs one sinfo."""
+    slurm = any(w in ("--scheduler=slurm", "-sslurm") or (w in ("-s", "--scheduler") and n == "slurm")
+                for w, n in zip(words, [*words[1:], ""]))
+    if not slurm or "--dry-run" in words or "--remote" in words or os.environ.get("TORCHHPC_REMOTE"):
+        return
+    if os.environ.get("SLURM_CONF") or any(os.path.exists(p) for p in SITE_CONFS):
+        from torchhpc.core.proc import start_early
+
+        start_early(SINFO_ARGV)
 
 
 def site_env() -> Mapping[str, str] | None:
