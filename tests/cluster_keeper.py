@@ -7,11 +7,17 @@ two tests waiting minutes for node1 (a 4-node job PENDING 211 s, ``srun -w node1
 other test ran on the three other nodes. One node lost that way fails whatever test next needs it, for the
 rest of the run.
 
+Run 33 (docs/testing.md) showed the landing CI's case: node1 drained, reason "Kill task failed": a step the
+supervisor cancelled (a planted hang) still had a process 60 s after its SIGKILL (Slurm's UnkillableStepTimeout),
+and Slurm drains such a node; which process, the logs do not say.
+
 In the run's controller (xdist's, or pytest's own process), a thread looks at the shared cluster every
 ``POLL_S``. A node that is not failed on purpose (``devcluster fail`` records the node before it kills) and
 whose slurmd is dead for two looks in a row, or alive but not answering the controller (``*`` in sinfo's
-state) for ``HUNG_S``, gets its slurmd killed and started again, as ``devcluster revive`` does. The
-summary names each restart with the tail of the daemon's logs, and a cluster test that fails shows
+state) for ``HUNG_S``, gets its slurmd killed and started again, as ``devcluster revive`` does. A node drained
+"Kill task failed" has what is left on it written down (PID, state, wait channel, age, command) and is
+resumed. The
+summary names each restart with the tail of the daemon's logs and each resume with its evidence, and a cluster test that fails shows
 the nodes and the queue at that moment (tests/integration/conftest.py): the next post-mortem has its evidence.
 Nothing is restarted while ``devcluster up``/``down`` holds the state dir's lock.
 """
@@ -32,17 +38,48 @@ import pytest
 
 POLL_S = 2.0
 HUNG_S = 30.0  # slurmctld itself gives a silent node SlurmdTimeout=10 s before it calls it DOWN
+UNKILLABLE = "Kill task failed"  # Slurm's reason for a node whose step outlived SIGKILL (UnkillableStepTimeout)
 _KEEPER = pytest.StashKey["Keeper"]()
 
 
 def node_states(state: Any) -> dict[str, str]:
     """``node -> sinfo's short state`` (``idle``, ``mix``, ``down*``...) of the cluster; {} when sinfo fails."""
+    return {n: t for n, (t, _reason) in _nodes(state).items()}
+
+
+def _nodes(state: Any) -> dict[str, tuple[str, str]]:
+    """``node -> (short state, reason)``; {} when sinfo fails."""
     try:
-        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=state.client_env(), capture_output=True,
+        out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N|%t|%E"], env=state.client_env(), capture_output=True,
                              text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         return {}
-    return dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
+    rows = [line.split("|", 2) for line in out.splitlines()]
+    return {r[0]: (r[1], r[2]) for r in rows if len(r) == 3}
+
+
+def processes_of(state: Any, node: str) -> list[str]:
+    """``PID STATE WCHAN AGE COMM CMDLINE`` of every process on ``node`` but its slurmd: what a step left."""
+    from torchhpc.devcluster import netns
+
+    slurmd = {d.pid for d in state.daemons if d.name == f"slurmd-{node}"}
+    rows, boot = [], time.time() - time.monotonic()
+    for pid in netns.pids_in([state.netns(node)]):
+        if pid in slurmd:
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/wchan") as f:
+                wchan = f.read() or "-"
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:160]
+        except OSError:
+            continue  # gone meanwhile
+        comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        age = time.time() - (boot + int(rest[19]) / os.sysconf("SC_CLK_TCK"))
+        rows.append(f"{pid} {rest[0]} ppid {rest[1]} {wchan} {age:.0f}s ({comm}) {cmd}")
+    return rows
 
 
 def cluster_now(state: Any) -> str:
@@ -107,14 +144,17 @@ class Keeper:
         records = {d.name.removeprefix("slurmd-"): d for d in state.daemons if d.name.startswith("slurmd-")}
         dead = {n for n, d in records.items() if n not in state.failed and not daemons.alive(d)}
         silent: set[str] = set()
+        said: list[str] = []
         if len(dead) < len(records):
-            shown = node_states(state)
-            silent = {n for n, t in shown.items() if "*" in t and n in records and n not in dead | set(state.failed)}
+            shown = _nodes(state)
+            silent = {n for n, (t, _) in shown.items() if "*" in t and n in records and n not in dead | set(state.failed)}
+            said += [self._undrain(state, n) for n, (t, why) in sorted(shown.items())
+                     if t.startswith(("drain", "drng")) and why.startswith(UNKILLABLE) and n not in state.failed]
         due = {n for n in dead if self._dead.get(n) == records[n].pid}
         due |= {n for n in silent if now - self._silent.get(n, now) >= HUNG_S}
         self._dead = {n: records[n].pid for n in dead}
         self._silent = {n: self._silent.get(n, now) for n in silent}
-        said: list[str] = []
+        self.done += said
         if not due:
             return said
         with _not_coming_or_going(state.state_dir) as free:
@@ -140,8 +180,17 @@ class Keeper:
                             f"(the last lines of {old.log}: {last})")
                 self._dead.pop(node, None)
                 self._silent.pop(node, None)
-        self.done += said
+                self.done.append(said[-1])
         return said
+
+    def _undrain(self, state: Any, node: str) -> str:
+        """A node Slurm drained because a step's processes outlived UnkillableStepTimeout: what is still there
+        (the evidence), then the node back in service, said."""
+        left = processes_of(state, node)
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=state.client_env(),
+                       capture_output=True, timeout=30)
+        what = "; ".join(left) if left else "no process left on it"
+        return f"{time.strftime('%H:%M:%S')} {node} was drained ({UNKILLABLE}): resumed; on it then: {what}"
 
     def start(self) -> None:
         def loop() -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster_keeper import HUNG_S, Keeper, node_states
+from tests.cluster_keeper import HUNG_S, UNKILLABLE, Keeper, node_states
 from tests.conftest import REPO, busy_loops, hang_timeout
 from tests.integration.conftest import SlurmClient
 from tests.integration.test_nothing_lost import assert_bit_identical, events, log_of, submit, wait_until
@@ -384,12 +384,15 @@ def test_the_suites_keeper_restarts_a_slurmd_that_died_or_hung_of_itself(
 ) -> None:
     """tests/cluster_keeper.py on real daemons: a slurmd killed by SIGSEGV (as the one that aborted in a run)
     is started again at the second look, one stopped (SIGSTOP: alive, silent) once slurmctld calls it not
-    responding and HUNG_S have passed; both nodes serve again."""
+    responding and HUNG_S have passed, a node drained for a step that outlived its SIGKILL (the reason set by
+    hand: a process that SIGKILL cannot end is not to be had on demand) is resumed; all serve again."""
     from torchhpc.devcluster import daemons, read_state
 
     crashed, hung = own_cluster.nodes[0], own_cluster.nodes[1]
-    record = {d.name: d for d in own_cluster.daemons}
     keeper, sdir = Keeper(), own_cluster.state_dir
+    now = read_state(sdir)  # the fixture's record is the bring-up's: a revive since started new slurmds
+    assert now is not None
+    record = {d.name: d for d in now.daemons}
     os.kill(record[f"slurmd-{crashed}"].pid, signal.SIGSEGV)
     wait_until(lambda: not daemons.alive(record[f"slurmd-{crashed}"]), 30, "the SIGSEGV'd slurmd gone")
     assert keeper.look(sdir) == []  # once is not yet
@@ -407,7 +410,11 @@ def test_the_suites_keeper_restarts_a_slurmd_that_died_or_hung_of_itself(
             os.kill(record[f"slurmd-{hung}"].pid, signal.SIGKILL)
     now = read_state(sdir)
     assert now is not None and now.healthy(), "the restarted slurmds are recorded and running"
-    for node in (crashed, hung):
+    drained = own_cluster.nodes[2]  # as Slurm drains a node whose step outlived UnkillableStepTimeout
+    own_slurm.run(["scontrol", "update", f"nodename={drained}", "state=drain", f"reason={UNKILLABLE}"])
+    said = keeper.look(sdir)
+    assert len(said) == 1 and f"{drained} was drained ({UNKILLABLE}): resumed; on it then: " in said[0], said
+    for node in (crashed, hung, drained):
         wait_until(lambda n=node: own_slurm.run(["sinfo", "-h", "-n", n, "-o", "%t"]).stdout.strip() == "idle",
                    120, f"{node} idle again")
 
