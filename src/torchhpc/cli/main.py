@@ -116,7 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _main(argv, collecting)
     finally:
-        gc.unfreeze()  # a caller that runs main() many times (the tests) keeps collecting what each left
+        if argv is None:  # the command's own process: its exit need not walk every object left (~7 ms of a submit)
+            gc.freeze()
+        else:
+            gc.unfreeze()  # a caller that runs main() many times (the tests) keeps collecting what each left
         if collecting:
             gc.enable()
 
