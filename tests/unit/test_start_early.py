@@ -11,6 +11,7 @@ import pytest
 
 from torchhpc.core import proc
 from torchhpc.core.proc import Runner, start_early
+from torchhpc.schedulers import ask_early
 from torchhpc.schedulers.slurm import site
 
 
@@ -57,6 +58,7 @@ def test_a_failure_of_the_early_start_is_the_runs_failure(tmp_path: Path) -> Non
 @pytest.mark.parametrize(("words", "started"), [
     (["-s", "slurm", "pi.py"], True),
     (["--scheduler=slurm", "-N", "2", "pi.py"], True),
+    (["-sslurm", "pi.py"], True),
     (["--scheduler", "slurm", "--dry-run", "pi.py"], False),
     (["-s", "pbs", "pi.py"], False),
     (["pi.py", "--scheduler"], False),
@@ -70,7 +72,7 @@ def test_run_starts_sinfo_early_only_for_a_real_slurm_submission(
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     (tmp_path / "sinfo").write_text("#!/bin/sh\necho 'node1|debug*|4|1000'\n")
     (tmp_path / "sinfo").chmod(0o755)
-    site.ask_sinfo_early(words)
+    ask_early(words)
     assert (site.SINFO_ARGV in proc._EARLY) == started
     if started:
         assert Runner().run(list(site.SINFO_ARGV)).stdout == "node1|debug*|4|1000\n"
@@ -79,5 +81,5 @@ def test_run_starts_sinfo_early_only_for_a_real_slurm_submission(
 def test_without_a_site_slurm_nothing_starts_early(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SLURM_CONF", raising=False)
     monkeypatch.setattr(site, "SITE_CONFS", ())
-    site.ask_sinfo_early(["-s", "slurm", "pi.py"])  # a dev cluster's environment is known only later
+    ask_early(["-s", "slurm", "pi.py"])  # a dev cluster's environment is known only later
     assert not proc._EARLY

@@ -129,9 +129,9 @@ def _main(argv: Sequence[str] | None, collecting: bool = True) -> int:
     if argv[:1] == ["help"]:  # git's `help COMMAND`: the command's --help (torchhpc help: the overview)
         argv = [*argv[1:], "--help"]
     if argv[:1] == ["run"]:
-        from torchhpc.schedulers.slurm.site import ask_sinfo_early
+        from torchhpc.schedulers import ask_early
 
-        ask_sinfo_early(argv[1:])
+        ask_early(argv[1:])
     parser = build_parser(only="run" if argv and argv[0] == "run" else None)
     Parser.json_errors = _wants_json(parser, argv)
     try:  # --remote HOST (or TORCHHPC_REMOTE): the login node's torchhpc runs the line (docs/remote.md)

@@ -8,7 +8,8 @@ dependencies (the kubernetes client) stay optional.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from torchhpc.errors import UsageError
@@ -32,6 +33,24 @@ REGISTRY: dict[str, str] = {
 # first command, never at render time. The CLI registers `torchhpc devcluster` here: the dev
 # cluster lives above this layer, so the backends cannot import it themselves.
 SITE_ENV: dict[str, list[Callable[[], Mapping[str, str] | None]]] = {}
+
+
+# scheduler name -> "module:function" starting what every submission of it asks its cluster first, called by `run`
+# before the CLI imports the rest, so that the answer comes while it does (a round trip of a 0.1 s submit).
+EARLY: dict[str, str] = {"slurm": "torchhpc.schedulers.slurm.site:ask_sinfo_early"}
+
+
+def ask_early(words: Sequence[str]) -> None:
+    """``run WORDS``: a scheduler named by ``-s``/``--scheduler`` with an :data:`EARLY` question starts it now;
+    not for a dry run or a line forwarded to a login node. A guess wrong (the word was the program's) costs one
+    question the submit then never takes."""
+    named = [n for w, n in zip(words, [*words[1:], ""]) if w in ("-s", "--scheduler")]
+    named += [w.split("=", 1)[1] for w in words if w.startswith("--scheduler=")]
+    named += [w[2:] for w in words if w.startswith("-s") and len(w) > 2 and not w.startswith("--")]
+    if not named or named[0] not in EARLY or {"--dry-run", "--remote"} & set(words) or os.environ.get("TORCHHPC_REMOTE"):
+        return
+    mod, fn = EARLY[named[0]].split(":")
+    getattr(importlib.import_module(mod), fn)()
 
 
 def scheduler_names() -> list[str]:

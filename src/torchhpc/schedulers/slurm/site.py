@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from torchhpc.core.proc import Runner
 
@@ -16,14 +16,10 @@ SINFO_NODES = "%N|%P|%c|%m"  # name, partition (a * marks the default), CPUs, Re
 SINFO_ARGV = ("sinfo", "-h", "-N", "-o", SINFO_NODES)  # what every submission asks first (slurm/fits.py)
 
 
-def ask_sinfo_early(words: Sequence[str]) -> None:
-    """``run -s slurm ...`` (not a dry run, not forwarded): start the sinfo that slurm/fits.py asks before
-    sbatch, so that it answers while the CLI imports and renders (a round trip of a 0.1 s submit). Only for
-    the site's own Slurm: a dev cluster's environment is known later, and a wrong guess costs one sinfo."""
-    slurm = any(w in ("--scheduler=slurm", "-sslurm") or (w in ("-s", "--scheduler") and n == "slurm")
-                for w, n in zip(words, [*words[1:], ""]))
-    if not slurm or "--dry-run" in words or "--remote" in words or os.environ.get("TORCHHPC_REMOTE"):
-        return
+def ask_sinfo_early() -> None:
+    """Start the sinfo that slurm/fits.py asks before sbatch (``schedulers.ask_early``), for the site's own Slurm
+    only: a dev cluster's environment is known later (``site_env``), and an early answer is taken only by a run
+    of the same argv in the same environment (core/proc.py)."""
     if os.environ.get("SLURM_CONF") or any(os.path.exists(p) for p in SITE_CONFS):
         from torchhpc.core.proc import start_early
 
