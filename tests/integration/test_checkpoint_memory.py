@@ -86,6 +86,26 @@ def test_a_node_lost_during_the_peer_copy_leaves_the_step_before_whole(tmp_path:
     same(torch.load(tmp_path / "trained-4.pt", weights_only=False), torch.load(tmp_path / "resumed-lost.pt", weights_only=False))
 
 
+def test_a_node_lost_with_half_its_peer_copies_done_leaves_the_step_before_whole(tmp_path: Path) -> None:
+    """Run 35: node n1 is lost once rank 2's peer copy of step 5 has reached n0 but rank 3's has not. Rank 0's
+    receive was complete, and it dropped its copy of rank 2's step 4 at once: step 5 lacked rank 3's part, step 4
+    rank 2's, and the resume went back to disk. Older peer copies now go only once every peer copy of the step
+    is complete (as the node's own older checkpoint does), so step 4 is whole from memory, bit-identical."""
+    shm = tmp_path / "shm"
+    cp = subprocess.run([PYTHON, "-m", "torchhpc", "run", "-n", "4", "--env", f"TORCHHPC_SHM_DIR={shm}",
+                         "--env", "SLURM_JOB_ID=77", SCRIPT, str(tmp_path), "lose-half", "n0,n0,n1,n1"],
+                        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert cp.returncode != 0, cp.stdout + cp.stderr
+    nodes = node_dirs(shm)
+    held = sorted(p.name for p in nodes["n0"].iterdir() if not p.name.startswith("."))
+    assert "peer-000000005.to-0" in held and "peer-000000005.to-1" not in held, held  # the half that arrived
+    assert {"ckpt-000000004", "peer-000000004.to-0", "peer-000000004.to-1"} <= set(held), held
+    shutil.rmtree(nodes["n1"])  # lost with its memory
+    launch(tmp_path, shm, "resume", "n0,n0,n2,n2", "half")
+    assert json.loads((tmp_path / "resumed-half.json").read_text()) == {"step": 4, "tier": "peer"}
+    same(torch.load(tmp_path / "trained-4.pt", weights_only=False), torch.load(tmp_path / "resumed-half.pt", weights_only=False))
+
+
 def test_a_local_jobs_memory_is_on_disk_and_freed_when_it_ends(tmp_path: Path) -> None:
     """At the end of a local run its newest memory checkpoint is written to disk (jobdir/shm.persist), then
     its memory tier is removed: nothing left in /dev/shm, and the next run resumes the memory's step from disk,

@@ -185,10 +185,12 @@ class MemoryTier:
             sources = [r for r in range(len(nodes)) if self.peer_of(nodes, r) == rank]
             _exchange({name: final / name for name in (*mine, DCP_META, META, FILES)}, to, sources, step, root, pg)
             cs.barrier(pg)
-        # Only now, every peer copy of this step complete, is this node's older checkpoint of no use: a node lost
-        # during the copy leaves the survivors their own step-1 beside its ranks' peer copies of step-1.
+        # Only now, every peer copy of this step complete, are this node's older checkpoint and older peer copies of
+        # no use: a node lost during the copy leaves the survivors their own step-1 beside its ranks' peer copies of
+        # step-1, every one of them (a rank whose own receive was done dropped its step-1 copy before: run 35).
         if first:
             _drop_older(root, "ckpt", step)
+            _drop_older(root, "peer", step)
 
 
 def _exchange(files: dict[str, Path], to: Optional[int], sources: list[int], step: int, root: Path,
@@ -239,9 +241,6 @@ def _exchange(files: dict[str, Path], to: Optional[int], sources: list[int], ste
         final = root / f"peer-{step:09d}.to-{me}"
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
-    for old in root.glob(f"peer-*.to-{me}"):  # this rank's older copies; the new one is complete
-        if not old.name.startswith(f"peer-{step:09d}."):
-            shutil.rmtree(old, ignore_errors=True)
 
 
 def _inventory(root: Path) -> dict[int, dict[str, list[str]]]:

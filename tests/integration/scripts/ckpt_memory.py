@@ -8,7 +8,8 @@ saving to memory every step and to disk at step 2; rank 0 dumps the full state a
 restores (the newest of memory, a peer's copy, disk) and rank 0 dumps the state as restored with the step and
 the tier it came from. ``lose``: ``train``, but node ``n1``'s ranks end (``os._exit``) as they start the
 peer copy of step 5, their own copy of it just published: a node lost with its copy in flight. Rank 0 dumps
-the full state at step 4 instead.
+the full state at step 4 instead. ``lose-half``: the same, but only rank 3 ends there, 3 s late: rank 2's peer
+copy of step 5 completes, rank 3's never starts.
 """
 
 from __future__ import annotations
@@ -50,19 +51,23 @@ def dump(name: str, **info: object) -> None:
         (root / f"{name}.json").write_text(json.dumps(info))
 
 
-if mode == "lose":
+if mode in ("lose", "lose-half"):
+    import time
+
     import torchhpc.dist.memtier as memtier
 
     exchange = memtier._exchange
 
     def lost_in_flight(files: dict, to: object, sources: list, step: int, where: Path, pg: object) -> None:
-        if step == 5 and os.environ["TORCHHPC_NODE_NAME"] == "n1":
+        if step == 5 and os.environ["TORCHHPC_NODE_NAME"] == "n1" and (mode == "lose" or rank == 3):
+            if mode == "lose-half":
+                time.sleep(3)  # rank 2's copy of step 5 reaches its peer first; rank 3's never does
             os._exit(3)
         exchange(files, to, sources, step, where, pg)  # type: ignore[arg-type]
 
     memtier._exchange = lost_in_flight  # type: ignore[assignment]
 
-if mode in ("train", "lose"):
+if mode in ("train", "lose", "lose-half"):
     for step in range(5):
         x = torch.randn(4, 8, generator=torch.Generator().manual_seed(100 * step + rank))
         loss = ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()
@@ -72,10 +77,10 @@ if mode in ("train", "lose"):
         checkpoint.save(root / "ckpt", step=step + 1, model=model, optimizer=opt, tier="memory")
         if step + 1 == 2:
             checkpoint.save(root / "ckpt", step=step + 1, model=model, optimizer=opt)
-        if mode == "lose" and step + 1 == 4:
+        if mode != "train" and step + 1 == 4:
             checkpoint.wait()
             dump("trained-4")
-    if mode == "lose":
+    if mode != "train":
         checkpoint.wait()  # raises: n1 is gone
     dump("trained")
 else:
