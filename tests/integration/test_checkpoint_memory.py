@@ -68,17 +68,23 @@ def test_resume_takes_the_newest_complete_copy_and_says_where_from(root: Path, c
         same(torch.load(root / "trained.pt", weights_only=False), torch.load(root / f"resumed-{case}.pt", weights_only=False))
 
 
+def lose_n1(tmp_path: Path, mode: str) -> tuple[Path, dict[str, Path], list[str]]:
+    """Run ckpt_memory.py ``mode`` (n1 lost during step 5's peer copy): the shared memory, its node folders, and
+    what n0 holds."""
+    shm = tmp_path / "shm"
+    cp = subprocess.run([PYTHON, "-m", "torchhpc", "run", "-n", "4", "--env", f"TORCHHPC_SHM_DIR={shm}",
+                         "--env", "SLURM_JOB_ID=77", SCRIPT, str(tmp_path), mode, "n0,n0,n1,n1"],
+                        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert cp.returncode != 0, cp.stdout + cp.stderr
+    nodes = node_dirs(shm)
+    return shm, nodes, sorted(p.name for p in nodes["n0"].iterdir() if not p.name.startswith("."))
+
+
 def test_a_node_lost_during_the_peer_copy_leaves_the_step_before_whole(tmp_path: Path) -> None:
     """Node n1 is lost as the peer copy of step 5 starts: n0 has its own step 5, and of n1's ranks only the
     copies of step 4. n0 keeps its own step 4 until every peer copy of step 5 is complete, so the resume on n0
     and a new node takes step 4 from memory (n1's part from n0's copy), bit-identical, not step 2 from disk."""
-    shm = tmp_path / "shm"
-    cp = subprocess.run([PYTHON, "-m", "torchhpc", "run", "-n", "4", "--env", f"TORCHHPC_SHM_DIR={shm}",
-                         "--env", "SLURM_JOB_ID=77", SCRIPT, str(tmp_path), "lose", "n0,n0,n1,n1"],
-                        cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert cp.returncode != 0, cp.stdout + cp.stderr
-    nodes = node_dirs(shm)
-    held = sorted(p.name for p in nodes["n0"].iterdir() if not p.name.startswith("."))
+    shm, nodes, held = lose_n1(tmp_path, "lose")
     assert held == ["ckpt-000000004", "ckpt-000000005", "peer-000000004.to-0", "peer-000000004.to-1"], held
     shutil.rmtree(nodes["n1"])  # lost with its memory
     launch(tmp_path, shm, "resume", "n0,n0,n2,n2", "lost")
@@ -91,13 +97,7 @@ def test_a_node_lost_with_half_its_peer_copies_done_leaves_the_step_before_whole
     receive was complete, and it dropped its copy of rank 2's step 4 at once: step 5 lacked rank 3's part, step 4
     rank 2's, and the resume went back to disk. Older peer copies now go only once every peer copy of the step
     is complete (as the node's own older checkpoint does), so step 4 is whole from memory, bit-identical."""
-    shm = tmp_path / "shm"
-    cp = subprocess.run([PYTHON, "-m", "torchhpc", "run", "-n", "4", "--env", f"TORCHHPC_SHM_DIR={shm}",
-                         "--env", "SLURM_JOB_ID=77", SCRIPT, str(tmp_path), "lose-half", "n0,n0,n1,n1"],
-                        cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert cp.returncode != 0, cp.stdout + cp.stderr
-    nodes = node_dirs(shm)
-    held = sorted(p.name for p in nodes["n0"].iterdir() if not p.name.startswith("."))
+    shm, nodes, held = lose_n1(tmp_path, "lose-half")
     assert "peer-000000005.to-0" in held and "peer-000000005.to-1" not in held, held  # the half that arrived
     assert {"ckpt-000000004", "peer-000000004.to-0", "peer-000000004.to-1"} <= set(held), held
     shutil.rmtree(nodes["n1"])  # lost with its memory
