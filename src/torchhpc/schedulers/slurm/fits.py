@@ -24,11 +24,9 @@ from torchhpc.core.spec import JobSpec
 from torchhpc.core.units import format_bytes, parse_size
 from torchhpc.errors import CommandError, SpecError
 from torchhpc.launchers import launcher_of
-from torchhpc.schedulers.slurm.site import SINFO_ARGV, SINFO_NODES
+from torchhpc.schedulers.slurm.site import SINFO_ARGV
 
-__all__ = ["SINFO_NODES", "Node", "check_account", "check_command", "check_dependencies", "check_fits", "nodes_of"]
-
-
+__all__ = ["Node", "check_account", "check_command", "check_dependencies", "check_fits", "nodes_of"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +39,7 @@ class Node:
 
 
 def nodes_of(text: str) -> list[Node]:
-    """``sinfo -h -N -o SINFO_NODES`` rows (one per node and partition)."""
+    """``SINFO_ARGV``'s rows (slurm/site.py: one per node and partition)."""
     out = []
     for line in text.splitlines():
         parts = line.strip().split("|")
