@@ -154,16 +154,21 @@ class Keeper:
         due |= {n for n in silent if now - self._silent.get(n, now) >= HUNG_S}
         self._dead = {n: records[n].pid for n in dead}
         self._silent = {n: self._silent.get(n, now) for n in silent}
+        if due:
+            said += self._restart(state.state_dir, sorted(due), records, dead)
         self.done += said
-        if not due:
-            return said
-        with _not_coming_or_going(state.state_dir) as free:
-            if not free:
-                return said
-            from torchhpc.devcluster.bringup import restart_slurmd
+        return said
 
-            state = read_state(state.state_dir)
-            for node in sorted(due):
+    def _restart(self, state_dir: str, nodes: list[str], records: dict[str, Any], dead: set[str]) -> list[str]:
+        """Start again the slurmd of each of ``nodes`` (killed first where it was alive but silent), unless
+        ``devcluster up``/``down`` holds the state dir or the node has since been failed on purpose."""
+        from torchhpc.devcluster import daemons, read_state
+        from torchhpc.devcluster.bringup import restart_slurmd
+
+        said: list[str] = []
+        with _not_coming_or_going(state_dir) as free:
+            state = read_state(state_dir) if free else None
+            for node in nodes:
                 if state is None or node in state.failed:
                     continue
                 old = records[node]
@@ -180,7 +185,6 @@ class Keeper:
                             f"(the last lines of {old.log}: {last})")
                 self._dead.pop(node, None)
                 self._silent.pop(node, None)
-                self.done.append(said[-1])
         return said
 
     def _undrain(self, state: Any, node: str) -> str:

@@ -400,6 +400,7 @@ def nodes_back(item: pytest.Item, timeout: float = 120.0, idle: bool = False, st
     cluster (a module's own, tests/integration/conftest.py), not the shared one."""
     import subprocess
 
+    from tests.cluster_keeper import node_states
     from torchhpc.devcluster import load_state
 
     state = state or load_state()
@@ -407,15 +408,11 @@ def nodes_back(item: pytest.Item, timeout: float = 120.0, idle: bool = False, st
         return
     env, deadline, resumed = state.client_env(), time.monotonic() + timeout, False
     while True:
-        try:
-            out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=env, capture_output=True,
-                                 text=True, timeout=30).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            out = ""
-        bad = sorted({n for n, t in (line.split() for line in out.splitlines() if len(line.split()) == 2)
-                      if "*" in t or t.startswith(("down", "drain", "fail", "unk", "boot", "futr", "inval"))
-                      or (idle and t != "idle")})
-        if out and not bad:
+        shown = node_states(state)
+        bad = sorted(n for n, t in shown.items()
+                     if "*" in t or t.startswith(("down", "drain", "fail", "unk", "boot", "futr", "inval"))
+                     or (idle and t != "idle"))
+        if shown and not bad:
             return
         if time.monotonic() > deadline:
             if resumed:
