@@ -47,7 +47,7 @@ from typing import IO, Any
 
 import pytest
 
-from tests.schedule import WHOLE_GROUP, estimate, load_cores, load_durations, machine_clock, waits
+from tests.schedule import estimate, load_cores, load_durations, machine_clock, waits
 
 EXCLUSIVE = "exclusive"
 WHOLE_MACHINE = "whole_machine"
@@ -114,9 +114,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker(EXCLUSIVE):
             groups[item] = EXCLUSIVE
-        elif item.get_closest_marker(WHOLE_MACHINE):  # a group of its own, handed out one at a time (schedule.py)
-            stem = _module(item).rsplit("/", 1)[-1].removesuffix(".py")
-            groups[item] = f"{stem}-{getattr(item, 'originalname', item.name)}{WHOLE_GROUP}"
         elif _is_integration(item):  # a module's cluster tests and its local ones: two groups
             stem = _module(item).rsplit("/", 1)[-1].removesuffix(".py")
             if _module(item) in SPLIT:

@@ -31,10 +31,6 @@ DEFAULT_S = 0.2
 # a hang timeout, a time limit): it takes no slot (tests/parallel.py). Run I's CPUs were half idle for
 # 3.5 minutes while four such tests held the three slots and the fourth worker waited for one.
 WAITING_CORES = 0.5
-# A ``whole_machine`` test's group ends so (tests/parallel.py). Such tests hold every slot but one, one at a time:
-# handed out together, each waited for the one before with its worker idle. In run 36 three went out at once and
-# two workers stood idle for 95 and 248 s while the cores were up to 87 % idle beside the time-limit tests.
-WHOLE_GROUP = "-whole"
 
 
 def busy_seconds() -> float:
@@ -108,18 +104,9 @@ class TimedGroupScheduling(LoadGroupScheduling):  # type: ignore[misc]
     def _pending(self, node: Any) -> list[str]:
         return [n for unit in self.assigned_work.get(node, {}).values() for n, done in unit.items() if not done]
 
-    def _whole_in_flight(self) -> bool:
-        """Whether a worker holds a whole-machine group not yet done."""
-        return any(scope.endswith(WHOLE_GROUP) and not all(unit.values())
-                   for work in self.assigned_work.values() for scope, unit in work.items())
-
     def choose(self, pending: list[str]) -> str:
-        """The scope to give a worker whose tests still to run are ``pending``. A whole-machine group waits in the
-        queue's head while another is in flight (the worker that ran that one takes it next), unless nothing else
-        is left."""
+        """The scope to give a worker whose tests still to run are ``pending``."""
         head = next(iter(self.workqueue))
-        if head.endswith(WHOLE_GROUP) and self._whole_in_flight():
-            head = next((s for s in self.workqueue if not s.endswith(WHOLE_GROUP)), head)
         if sum(estimate(n, self.durations) for n in pending) < LONG_S:
             return head
         filler = min(self.workqueue, key=self.cost)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from tests.parallel import RunLock, Slots
 
@@ -258,40 +257,9 @@ class _Item:
 
     def __init__(self, nodeid: str, fixtures: tuple[str, ...], marks: tuple[str, ...] = ()) -> None:
         self.nodeid, self.fixturenames, self._marks = nodeid, fixtures, marks
-        self.name, self.group = nodeid.rsplit("::", 1)[-1], ""
-
-    def add_marker(self, mark: Any) -> None:
-        self.group = mark.args[0]
 
     def get_closest_marker(self, name: str) -> object:
         return name if name in self._marks else None
-
-
-def test_a_whole_machine_group_waits_in_the_queue_while_another_is_in_flight() -> None:
-    """Run 36: three whole-machine tests went out at once, and two workers sat idle waiting for the first one's
-    slots. The second now stays at the queue's head while other groups go out, until the first is done."""
-    collection = ["i/tl.py::a@tl-a-whole", "i/docs.py::t@docs-t-whole", "i/res.py::r@res", "i/arr.py::c@arr",
-                  "i/pi.py::p@pi"]
-    durations = {"i/tl.py::a": 100.0, "i/docs.py::t": 150.0, "i/res.py::r": 90.0, "i/arr.py::c": 60.0,
-                 "i/pi.py::p": 50.0}
-    sched, (one, two) = _scheduler(collection, durations)
-    assert _names(collection, one) == ["i/tl.py::a@tl-a-whole", "i/arr.py::c@arr"]  # not the other whole group
-    assert _names(collection, two) == ["i/res.py::r@res", "i/pi.py::p@pi"]
-    _finish(sched, collection, one, "i/tl.py::a@tl-a-whole")  # the first is done: the next asker takes the second
-    assert _names(collection, one)[2:] == ["i/docs.py::t@docs-t-whole"]
-
-
-def test_whole_machine_tests_get_a_group_each_that_the_scheduler_knows() -> None:
-    from tests.parallel import WHOLE_MACHINE, pytest_collection_modifyitems
-    from tests.schedule import WHOLE_GROUP
-
-    items = [_Item("tests/integration/test_x.py::t", ("slurm_cluster",), (WHOLE_MACHINE,)),
-             _Item("tests/integration/test_x.py::u", ("slurm_cluster",))]
-    config = type("Config", (), {"option": type("Option", (), {"numprocesses": 2})()})()
-    pytest_collection_modifyitems(config, items)  # type: ignore[arg-type]
-    groups = {i.nodeid: i.group for i in items}
-    assert groups == {"tests/integration/test_x.py::t": f"test_x-t{WHOLE_GROUP}",
-                      "tests/integration/test_x.py::u": "test_x"}
 
 
 def test_a_test_on_a_cluster_of_its_modules_own_takes_no_lock_unless_it_also_reads_the_shared_one() -> None:
