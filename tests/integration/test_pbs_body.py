@@ -78,7 +78,10 @@ def check_pi(text: str) -> None:
     assert m and float(m.group(1)) < 1e-10, text
 
 
-def spec(**kw: object) -> JobSpec:
+def spec(out: Path, **kw: object) -> JobSpec:
+    """The PBS job of these tests, its job directories under ``out`` (the test's own folder): under ``/tmp`` a
+    job directory ``pi-pbs-<job id>`` outlived its run, and a later dev cluster's job of the same id added the
+    old rank logs to its own (run 38, docs/testing.md)."""
     base: dict[str, object] = dict(
         entrypoint=Entrypoint.parse(["examples/pi.py", "--steps", "2000000"], python=PYTHON),
         nodes=2,
@@ -86,14 +89,14 @@ def spec(**kw: object) -> JobSpec:
         name="pi-pbs",
         scheduler="pbs",
         launcher="mpirun",
-        output_dir="/tmp",
+        output_dir=str(out),
     )
     base.update(kw)
     return JobSpec(**base)  # type: ignore[arg-type]
 
 
 def test_sockeye_mpirun_body_runs_pi_on_two_nodes(slurm: Any, tmp_path: Path) -> None:
-    text = run_body(slurm, tmp_path, spec(output_dir=str(tmp_path)), slots=2)
+    text = run_body(slurm, tmp_path, spec(tmp_path), slots=2)
     # the script's own banner names both hosts; each rank's lines are whole in its own file
     assert re.search(r"torchhpc: job \d+\.pbsserver01 on \S+ \S+, master [0-9.]+:\d+", text), text
     ranks = sorted(tmp_path.glob("pi-pbs-*/ranks/rank-*.log"))
@@ -104,7 +107,7 @@ def test_sockeye_mpirun_body_runs_pi_on_two_nodes(slurm: Any, tmp_path: Path) ->
 
 def test_torchrun_per_node_via_mpirun_body(slurm: Any, tmp_path: Path) -> None:
     """The alternative launch: one torchrun per node (started by mpirun here, pbsdsh needs a PBS MOM)."""
-    text = run_body(slurm, tmp_path, spec(launcher="torchrun", options=(("per_node", "mpirun"),)), slots=1)
+    text = run_body(slurm, tmp_path, spec(tmp_path, launcher="torchrun", options=(("per_node", "mpirun"),)), slots=1)
     check_pi(text)
 
 
@@ -112,6 +115,7 @@ def test_charliecloud_ranks_under_the_pbs_body(slurm: Any, tmp_path: Path) -> No
     """Each mpirun rank in a Charliecloud container (the test image: Debian's python + torch), across two nodes."""
     image = container_image_env()["TORCHHPC_TEST_CH_IMAGE"]
     s = spec(
+        tmp_path,
         entrypoint=Entrypoint.parse(["examples/pi.py", "--steps", "2000000"]),
         container=ContainerSpec(image=image, runtime="charliecloud"),
     )
@@ -128,8 +132,8 @@ def test_depend_line_chains_pbs_bodies(slurm: Any, tmp_path: Path) -> None:
     from torchhpc.core.depend import parse_dependencies
 
     def submit(name: str, code: int, after: tuple[Any, ...] = ()) -> str:
-        s = spec(entrypoint=Entrypoint.parse([PYTHON, "-c", f"print('body {name}'); raise SystemExit({code})"]),
-                 nodes=1, nproc_per_node=1, name=name, output_dir=str(tmp_path), after=after)
+        s = spec(tmp_path, entrypoint=Entrypoint.parse([PYTHON, "-c", f"print('body {name}'); raise SystemExit({code})"]),
+                 nodes=1, nproc_per_node=1, name=name, after=after)
         script = PBSScheduler(runner=FakeRunner()).render(s).script or ""
         (tmp_path / f"{name}.pbs").write_text(script)
         wrapper = tmp_path / f"{name}.sh"
@@ -206,7 +210,7 @@ def test_top_and_the_hang_probe_reach_the_ranks_of_a_pbs_body(slurm: Any, tmp_pa
         (bin_dir / name).chmod(0o755)
     (tmp_path / "probe.py").write_text(PROBE)
     program = "import time; print('started', flush=True); time.sleep(150)"  # ended by the LOOK's kill
-    s = spec(entrypoint=Entrypoint.parse([PYTHON, "-c", program]), name="sleepy", output_dir=str(tmp_path))
+    s = spec(tmp_path, entrypoint=Entrypoint.parse([PYTHON, "-c", program]), name="sleepy")
     pbs = tmp_path / "job.pbs"
     pbs.write_text(PBSScheduler(runner=FakeRunner()).render(s).script or "")
     head = WRAPPER.format(nodefile=tmp_path / "nodefile", slots=2, workdir=REPO, script=pbs)
