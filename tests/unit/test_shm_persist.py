@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from torchhpc.dist.memtier import DCP_META, META
 from torchhpc.jobdir.shm import DIR_FILE, FILES, free, persist
 
@@ -81,3 +83,28 @@ def test_the_supervisors_command_persists_then_frees(tmp_path: Path) -> None:
     assert cp.returncode == 0 and cp.stdout.splitlines() == [
         f"torchhpc: the memory tier's newest checkpoint is on disk: {disk / 'ckpt-000000003'}", "False"], cp.stdout + cp.stderr
     assert free("77", str(shm)) and not list(shm.iterdir())
+
+
+def test_a_node_that_copies_while_another_publishes_leaves_no_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every node persists at once (the supervisor runs it on each): n1 reads the disk, n0 publishes step 3,
+    then n1 copies its part. n1 clears the stage it made again; the disk holds the checkpoint and nothing else
+    (a CI run left ``.ckpt-000000003.persist.tmp`` beside ``ckpt-000000003`` this way)."""
+    import torchhpc.jobdir.shm as shm_mod
+
+    disk = tmp_path / "ck"
+    for node, names in (("n0", ["__0_0.distcp", "__1_0.distcp"]), ("n1", ["__2_0.distcp", "__3_0.distcp"])):
+        t = tier(tmp_path / node, disk)
+        ckpt(t / node / "ckpt-000000003", [*names, DCP_META, META])
+        ckpt(t / node / f"peer-000000003.to-{node}", ["__0_0.distcp", "__1_0.distcp", "__2_0.distcp",
+                                                        "__3_0.distcp", DCP_META, META])
+    real = shm_mod._persist_step
+
+    def n0_first(directory: Path, step: int, dirs: list[Path]) -> object:
+        monkeypatch.setattr(shm_mod, "_persist_step", real)
+        assert persist("77", str(tmp_path / "n0")) == [str(disk / "ckpt-000000003")]  # n0 wins meanwhile
+        return real(directory, step, dirs)
+
+    monkeypatch.setattr(shm_mod, "_persist_step", n0_first)
+    assert persist("77", str(tmp_path / "n1")) == []
+    assert sorted(p.name for p in disk.iterdir()) == ["ckpt-000000003"]
+    assert sorted(p.name for p in (disk / "ckpt-000000003").iterdir()) == sorted(ALL)

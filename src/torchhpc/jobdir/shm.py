@@ -108,7 +108,10 @@ def persist(job: Optional[str] = None, base: Optional[str] = None) -> list[str]:
                 done.append(path)
                 newest = step
                 break
-        for stage in directory.glob(".ckpt-*.persist.tmp"):  # stages no longer needed (not newer than the disk's)
+        # stages no longer needed (not newer than the disk's), the disk read again: a node that published a step
+        # while this one copied into its stage leaves the stage to this node to clear
+        newest = max(newest, *_disk_steps(directory), -1)
+        for stage in directory.glob(".ckpt-*.persist.tmp"):
             if (_step(stage.name[1:], "ckpt") or 0) <= newest:
                 shutil.rmtree(stage, ignore_errors=True)
     return done
