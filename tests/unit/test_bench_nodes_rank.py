@@ -43,7 +43,12 @@ def test_a_lone_rank_is_its_own_node_and_leader(rank: NodeRank) -> None:
 
 def test_the_lockstep_measures_once_a_step_and_stops_at_its_cap(rank: NodeRank) -> None:
     seen: list[int] = []
-    assert rank._lockstep(lambda: seen.append(len(seen)) or len(seen), 3, slot=1, slots=2) == [1, 2, 3]  # one turn each
+
+    def count() -> int:
+        seen.append(len(seen) + 1)
+        return seen[-1]
+
+    assert rank._lockstep(count, 3, slot=1, slots=2) == [1, 2, 3]  # one turn a step, whichever it is
     assert rank._lockstep(None, 2) == []  # a rank that only meets the others
     slow = rank._call_seconds(lambda: time.sleep(0.02))
     assert len(rank._lockstep(slow, 50, min_steps=2, cap=0.0)) == 2  # no step starts after the cap
