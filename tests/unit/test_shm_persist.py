@@ -92,11 +92,11 @@ def test_a_node_that_copies_while_another_publishes_leaves_no_stage(tmp_path: Pa
     import torchhpc.jobdir.shm as shm_mod
 
     disk = tmp_path / "ck"
-    for node, names in (("n0", ["__0_0.distcp", "__1_0.distcp"]), ("n1", ["__2_0.distcp", "__3_0.distcp"])):
+    parts = {"n0": ["__0_0.distcp", "__1_0.distcp"], "n1": ["__2_0.distcp", "__3_0.distcp"]}
+    for node, other in (("n0", "n1"), ("n1", "n0")):  # each node holds its own part and a copy of the other's
         t = tier(tmp_path / node, disk)
-        ckpt(t / node / "ckpt-000000003", [*names, DCP_META, META])
-        ckpt(t / node / f"peer-000000003.to-{node}", ["__0_0.distcp", "__1_0.distcp", "__2_0.distcp",
-                                                        "__3_0.distcp", DCP_META, META])
+        ckpt(t / node / "ckpt-000000003", [*parts[node], DCP_META, META])
+        ckpt(t / node / "peer-000000003.to-0", [*parts[other], DCP_META, META])
     real = shm_mod._persist_step
 
     def n0_first(directory: Path, step: int, dirs: list[Path]) -> object:

@@ -106,11 +106,10 @@ def persist(job: Optional[str] = None, base: Optional[str] = None) -> list[str]:
                 path = None
             if path:
                 done.append(path)
-                newest = step
                 break
-        # stages no longer needed (not newer than the disk's), the disk read again: a node that published a step
-        # while this one copied into its stage leaves the stage to this node to clear
-        newest = max(newest, *_disk_steps(directory), -1)
+        # stages not newer than the disk's newest are no longer needed. The disk is read again: it holds what this
+        # node published, and what another node published while this one copied into a stage it then clears
+        newest = max(_disk_steps(directory), default=-1)
         for stage in directory.glob(".ckpt-*.persist.tmp"):
             if (_step(stage.name[1:], "ckpt") or 0) <= newest:
                 shutil.rmtree(stage, ignore_errors=True)
