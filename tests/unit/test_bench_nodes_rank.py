@@ -20,18 +20,15 @@ from torchhpc.bench.nodes_rank import NodeRank, natural_key  # noqa: E402
 
 
 @pytest.fixture
-def rank(monkeypatch: pytest.MonkeyPatch) -> Iterator[NodeRank]:
-    import torch.distributed as dist
-
+def rank(one_rank_group: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[NodeRank]:
+    """Rank 0 of a one-rank group (tests/unit/conftest.py) on node7."""
     from torchhpc.dist import context
 
     monkeypatch.setenv("SLURMD_NODENAME", "node7")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         yield NodeRank(_parser().parse_args(["--json", "unused.json", "--device", "cpu", "--size", "4K"]))
     finally:
-        context.cleanup(barrier=False)  # the group is the test's: adopted, not destroyed by cleanup
-        dist.destroy_process_group()
+        context.cleanup(barrier=False)  # the group is the fixture's: adopted, so cleanup only forgets it
 
 
 def test_a_lone_rank_is_its_own_node_and_leader(rank: NodeRank) -> None:

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +28,6 @@ from torchhpc.dist import checkpoint  # noqa: E402
 from torchhpc.dist.context import checkpoint_group  # noqa: E402
 from torchhpc.dist.teardown import run_before_teardown  # noqa: E402
 from torchhpc.errors import UsageError  # noqa: E402
-
-
-@pytest.fixture
-def one_rank_group() -> Iterator[None]:
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        checkpoint.wait()
-        dist.destroy_process_group()
 
 
 def _make() -> tuple[Any, Any, Any]:

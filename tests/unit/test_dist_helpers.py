@@ -9,26 +9,14 @@ from __future__ import annotations
 
 import gzip
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch.utils.data import DistributedSampler, TensorDataset
 
 from torchhpc.dist import data, datasets, ddp, sync
 from torchhpc.errors import UsageError
-
-
-@pytest.fixture
-def one_rank_group() -> Iterator[None]:
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
 
 # ------------------------------------------------------------------ sharding
 

@@ -28,21 +28,17 @@ JOB = "4242"
 
 
 @pytest.fixture
-def one_rank(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A one-rank group in job 4242 on node n0, its shared memory under ``tmp_path/shm``."""
-    import torch.distributed as dist
-
+def one_rank(one_rank_group: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A one-rank group (tests/unit/conftest.py) in job 4242 on node n0, its shared memory under ``tmp_path/shm``."""
     for var in ("PBS_JOBID", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("SLURM_JOB_ID", JOB)
     monkeypatch.setenv(NODE_ENV, "n0")
     monkeypatch.setenv(SHM_ENV, str(tmp_path / "shm"))
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         yield tmp_path / "shm"
     finally:
         checkpoint.wait()
-        dist.destroy_process_group()
         free(JOB, str(tmp_path / "shm"))
 
 
