@@ -64,7 +64,7 @@ class Rule:
     used: Callable[[JobSpec], bool]
     refuse: Optional[Callable[[str, JobSpec], tuple[str, str]]] = None  # (message, HINT)
     convert: Optional[Callable[[str, JobSpec], tuple[JobSpec, str]]] = None  # (new spec, dry-run note)
-    otherwise: str = ""  # the docs' words for what happens without the capability
+    otherwise: str = "refused"  # the docs' words for what happens without the capability
 
 
 def _cpus_to_threads(name: str, spec: JobSpec) -> tuple[JobSpec, str]:
@@ -115,7 +115,6 @@ RULES: tuple[Rule, ...] = (
             f"--nodes={s.nodes}: the {n} scheduler runs on this machine only (nodes=1)",
             "drop --nodes and use -n/--nproc-per-node for more ranks, or pick --scheduler slurm",
         ),
-        otherwise="refused",
     ),
     Rule(
         "--time", "supports_time_limit", lambda s: s.time is not None,
@@ -123,7 +122,6 @@ RULES: tuple[Rule, ...] = (
             f"--time {s.time}: the {n} scheduler has no wall-time limit",
             "drop --time (wrap the command in `timeout` to bound it), or pick --scheduler slurm, pbs or kubernetes",
         ),
-        otherwise="refused",
     ),
     Rule(
         "--signal-before", "supports_time_limit", lambda s: bool(s.signal_before),
@@ -131,7 +129,6 @@ RULES: tuple[Rule, ...] = (
             f"--signal-before {s.signal_before}: the {n} scheduler has no time limit to signal before",
             "drop --signal-before, or pick --scheduler slurm or pbs",
         ),
-        otherwise="refused",
     ),
     Rule(
         "--requeue", "supports_requeue", lambda s: s.requeue,
@@ -140,7 +137,6 @@ RULES: tuple[Rule, ...] = (
             "drop --requeue (the ranks still get the stop signal where there is a time limit), "
             "or pick --scheduler slurm or pbs",
         ),
-        otherwise="refused",
     ),
     Rule(
         "--array", "supports_arrays", lambda s: s.array is not None,
@@ -149,7 +145,6 @@ RULES: tuple[Rule, ...] = (
             "submit one job per task (torchhpc run with -e TORCHHPC_ARRAY_INDEX=I in a loop), "
             "or pick --scheduler slurm, pbs or local",
         ),
-        otherwise="refused",
     ),
     Rule(
         "--gpus-per-node", "supports_gpus", lambda s: s.gpus_per_node > 0,
@@ -157,7 +152,6 @@ RULES: tuple[Rule, ...] = (
             f"--gpus-per-node {s.gpus_per_node}: the {n} scheduler cannot give a job GPUs",
             "drop --gpus-per-node, or pick a scheduler with GPUs",
         ),
-        otherwise="refused",
     ),
     Rule(
         "--mem", "supports_memory", lambda s: s.mem is not None,
@@ -165,7 +159,6 @@ RULES: tuple[Rule, ...] = (
             f"--mem {s.mem}: the {n} scheduler cannot reserve or limit memory",
             "drop --mem, or pick --scheduler slurm, pbs, kubernetes or runai",
         ),
-        otherwise="refused",
     ),
     # Before --cpus-per-proc: a converted --cpus-per-gpu becomes a --cpus-per-proc, which the next rule sees.
     Rule(
@@ -186,7 +179,6 @@ RULES: tuple[Rule, ...] = (
             f"--bind/--container-env/--cleanenv: the {n} scheduler runs pods, whose runtime is the cluster's",
             "mount volumes with --opt pvc=CLAIM:/path, pass variables with --env, and drop --cleanenv",
         ),
-        otherwise="refused",
     ),
     Rule(
         "--spares", "supports_spares", lambda s: s.spares > 0,
@@ -210,7 +202,6 @@ RULES: tuple[Rule, ...] = (
             f"--max-restarts {s.max_restarts}: the {n} scheduler has no restart this job could use",
             "drop --max-restarts, or pick --scheduler slurm (in the allocation) or kubernetes --opt api=pytorchjob",
         ),
-        otherwise="refused",
     ),
     Rule(
         "--after-ok, --after-any, --after-fail", "supports_dependencies", lambda s: bool(s.after),
@@ -219,7 +210,6 @@ RULES: tuple[Rule, ...] = (
             "submit it once the other job has ended (torchhpc wait HANDLE && torchhpc run ...), "
             "or pick --scheduler slurm, pbs or local",
         ),
-        otherwise="refused",
     ),
     Rule(
         "profile setup lines", "supports_setup", lambda s: bool(s.setup),
@@ -227,7 +217,6 @@ RULES: tuple[Rule, ...] = (
             f"the profile's setup lines ({s.setup[0]!r}...) cannot run before the ranks under the {n} scheduler",
             "build them into the image, or use a profile without setup lines",
         ),
-        otherwise="refused",
     ),
 )
 
