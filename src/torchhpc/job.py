@@ -18,6 +18,7 @@ CLI's precedence (keyword > ``TORCHHPC_*`` > profile > config file > default).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -302,9 +303,8 @@ def check_program(spec: JobSpec) -> None:
             f"the program {target!r} does not exist (from {os.getcwd()})",
             "check the path: scripts are found relative to the directory you submit from",
         )
-    if entry.kind == "command" and spec.container is None and runs.runs_here:
-        if shutil.which(entry.target) is None:
-            raise SpecError(f"the command {entry.target!r} is not on PATH", "give its full path, or a script.py")
+    if entry.kind == "command" and spec.container is None and runs.runs_here and shutil.which(entry.target) is None:
+        raise SpecError(f"the command {entry.target!r} is not on PATH", "give its full path, or a script.py")
 
 
 def visible_gpus(kind: str = "nvidia", root: str = "/") -> int:
@@ -314,10 +314,8 @@ def visible_gpus(kind: str = "nvidia", root: str = "/") -> int:
     if kind == "amd":
         n = 0
         for path in glob.glob(os.path.join(root, "sys/class/kfd/kfd/topology/nodes/*/gpu_id")):
-            try:
+            with contextlib.suppress(OSError):
                 n += open(path).read().strip() not in ("", "0")
-            except OSError:
-                pass
         return n
     found = glob.glob(os.path.join(root, "proc/driver/nvidia/gpus/*")) or glob.glob(os.path.join(root, "dev/nvidia[0-9]*"))
     return len(found)

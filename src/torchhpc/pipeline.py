@@ -13,6 +13,7 @@ directory, found again by the pipeline file, the record's path or the pipeline i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -182,10 +183,8 @@ def submit(steps: Sequence[Step], *, name: str, file: str = "", directory: str =
                               "after": [[k, n] for k, n in step.after]})
     except BaseException:
         for s in reversed(rec.steps):
-            try:
+            with contextlib.suppress(TorchHPCError):
                 get_scheduler(s["scheduler"]).cancel(s["job_id"])
-            except TorchHPCError:
-                pass
         raise
     order_names = [s.name for s in steps]  # the table keeps the file's order
     rec.steps.sort(key=lambda s: order_names.index(s["name"]))

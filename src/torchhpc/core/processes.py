@@ -10,6 +10,7 @@ it is stdlib only: the parent never imports torch.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import queue
 import re
@@ -343,10 +344,8 @@ def _write(stream: IO[str], line: str) -> None:
 
 def killpg(pgid: int, sig: int) -> None:
     """``sig`` to the process group ``pgid``; one already gone is no error."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def stop_group(proc: subprocess.Popen[Any], grace: float = 5.0) -> int:

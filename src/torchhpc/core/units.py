@@ -108,7 +108,7 @@ def parse_walltime(text: str | int, source: str = "time") -> int:
     else:
         h, mi, se = int(a), int(b or 0), int(c or 0)
         total = int(days) * 86400 + h * 3600 + mi * 60 + se
-        parts = [x for x in (mi, se)]
+        parts = [mi, se]
         if h >= 24:  # Slurm would carry it into the days: say so rather than change what was asked
             raise SpecError(f"{source}={text!r} has {h} hours beside a day count", f"write {format_walltime(total)}")
     if any(p >= 60 for p in parts):

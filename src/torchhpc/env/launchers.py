@@ -71,7 +71,7 @@ class TorchrunDetector(Detector):
             node_rank = get_int(env, "GROUP_RANK", "NODE_RANK")
             if node_rank is None:
                 node_rank = rank // lws
-            num_nodes = groups if groups else ceil_div(world, lws)
+            num_nodes = groups or ceil_div(world, lws)
             addr, port, more = resolve_master(env, ctx, source=self.name, single_host=num_nodes == 1)
             return DistEnv(
                 rank, world, local_rank, lws, node_rank, num_nodes, addr, port,

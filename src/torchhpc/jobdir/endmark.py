@@ -17,6 +17,7 @@ none: it has not ended.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -81,10 +82,8 @@ def write_end(job_dir: str, state: str, exit_code: Optional[int], when: Optional
             f.write(json.dumps(data) + "\n")
         os.replace(tmp, end_path(job_dir))
     except OSError:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         return False
     return True
 

@@ -147,18 +147,13 @@ def parse_ranks(spec: str) -> list[int]:
 
 def format_ranks(ranks: Iterable[int]) -> str:
     """The inverse of :func:`parse_ranks`: ``[0, 1, 2, 8]`` -> ``0-2,8``."""
-    parts: list[str] = []
-    run: list[int] = []
+    runs: list[list[int]] = []
     for r in sorted(set(ranks)):
-        if run and r == run[-1] + 1:
-            run[-1] = r
-            continue
-        if run:
-            parts.append(str(run[0]) if run[0] == run[1] else f"{run[0]}-{run[1]}")
-        run = [r, r]
-    if run:
-        parts.append(str(run[0]) if run[0] == run[1] else f"{run[0]}-{run[1]}")
-    return ",".join(parts)
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def rank_files(ranks_dir: str) -> dict[int, tuple[str, str]]:
@@ -226,20 +221,15 @@ class JobLog:
     nproc_per_node: int = 1
     _tails: dict[str, _Tail] = field(default_factory=dict, repr=False)
 
-    def _tail(self, path: str) -> _Tail:
-        if path not in self._tails:
-            self._tails[path] = _Tail(path)
-        return self._tails[path]
+    def _read(self, path: str, final: bool) -> list[str]:
+        return self._tails.setdefault(path, _Tail(path)).read(final)
 
     def read(self, final: bool = False) -> list[Line]:
         """New lines: the scheduler output's first, then each rank's in rank order."""
-        out: list[Line] = []
-        if self.output:
-            for text in self._tail(self.output).read(final):
-                out.append(parse_line(text, self.launcher, self.nproc_per_node))
-        if self.ranks_dir:
-            for rank, (path, node) in rank_files(self.ranks_dir).items():
-                out.extend(Line(rank, text, node) for text in self._tail(path).read(final))
+        out = [parse_line(text, self.launcher, self.nproc_per_node) for text in self._read(self.output, final)] if self.output else []
+        ranks = rank_files(self.ranks_dir) if self.ranks_dir else {}
+        for rank, (path, node) in ranks.items():
+            out.extend(Line(rank, text, node) for text in self._read(path, final))
         return out
 
     def failure_order(self) -> dict[int, float]:

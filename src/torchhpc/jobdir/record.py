@@ -67,17 +67,8 @@ class JobRecord:
     def from_json(cls, data: dict[str, Any]) -> JobRecord:
         """A record as any version wrote it: unknown keys to :attr:`extra`, values to their field's type."""
         known = {f.name: f for f in fields(cls) if f.name != "extra"}
-        values: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
-        for key, value in data.items():
-            f = known.get(key)
-            if f is None:
-                extra[key] = value
-                continue
-            values[key] = _typed(key, value, _default(f))
-        values.setdefault("scheduler", "")
-        values.setdefault("job_id", "")
-        return cls(**values, extra=extra)
+        values = {"scheduler": "", "job_id": "", **{k: _typed(k, v, _default(known[k])) for k, v in data.items() if k in known}}
+        return cls(**values, extra={k: v for k, v in data.items() if k not in known})
 
     def to_json(self) -> dict[str, Any]:
         """The flat object of the file: identity and schema always, other fields when they say something."""
@@ -105,15 +96,10 @@ def _typed(key: str, value: Any, default: Any) -> Any:
     """``value`` as the field's type: records were written by hand-rolled dicts (``"2"`` for 2)."""
     if isinstance(default, bool):
         return bool(value)
-    if isinstance(default, int):
+    if isinstance(default, (int, float)):
         try:
-            return int(str(value))
+            return type(default)(str(value))
         except ValueError:
-            return default
-    if isinstance(default, float):
-        try:
-            return float(value)
-        except (TypeError, ValueError):
             return default
     if key == "options":
         return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}

@@ -23,6 +23,7 @@ It prints one JSON line: ``{"node": NAME, "fail": REASON or ""}``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
@@ -82,10 +83,8 @@ def gate(on_nodes: Callable[[Sequence[str], Sequence[str]], list[str]], nodes: S
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
         out, err = proc.communicate()
     answers: dict[str, str] = {}
     for line in (out or "").splitlines():

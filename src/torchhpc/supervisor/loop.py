@@ -12,6 +12,7 @@ the bash function ``_torchhpc_step``; each attempt runs it with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -235,10 +236,8 @@ class Supervisor:
         if stop and os.path.exists(stop):
             say("the stop file came from the stopped step's teardown (SIGTERM to its ranks): removed")
             for path in (stop, stop + ".taken"):  # and a rank's word that it took it (dist/stop.py)
-                try:
+                with contextlib.suppress(OSError):
                     os.unlink(path)
-                except OSError:
-                    pass
 
     def _health(self, nodes: list[str], count: int) -> tuple[Optional[float], dict[str, str]]:
         """The health gate over the candidate nodes (supervisor/health.py): its seconds and the failing nodes."""

@@ -4,6 +4,7 @@ anything yet (its first line: the hang watch allows a slow start more quiet befo
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from typing import Optional
@@ -35,10 +36,8 @@ def log_sizes(ranks_dir: str) -> dict[str, int]:
 
     out = {}
     for _rank, (path, _node) in rank_files(ranks_dir).items():
-        try:
+        with contextlib.suppress(OSError):
             out[path] = os.path.getsize(path)
-        except OSError:
-            pass
     return out
 
 
