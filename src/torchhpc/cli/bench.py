@@ -22,7 +22,7 @@ from torchhpc.bench.command import (
     env_size,
     size_arg,
 )
-from torchhpc.cli.common import add_subparser, announce_target
+from torchhpc.cli.common import add_subparser, after_dashdash, announce_target, help_when_bare
 from torchhpc.core.units import counted, plural
 from torchhpc.errors import JobFailed, UsageError
 
@@ -64,7 +64,7 @@ def register(sub: Any) -> None:
     s.set_defaults(func=cmd_sweep)
 
     _register_nodes(bsub)
-    p.set_defaults(func=lambda _a: _help(p))
+    help_when_bare(p)
 
 
 NODES_DESCRIPTION = """\
@@ -112,20 +112,13 @@ def _register_nodes(bsub: Any) -> None:
     s.set_defaults(func=cmd_nodes)
 
 
-def _help(p: argparse.ArgumentParser) -> int:
-    p.print_help()
-    return 2
-
-
 def cmd_sweep(args: argparse.Namespace) -> int:
     from torchhpc.bench.sweep import parse_nodes, plan, run_sweep, write_report
     from torchhpc.cli.common import Progress
     from torchhpc.cli.jobargs import spec_from_args
     from torchhpc.schedulers import get_scheduler, scheduler_class
 
-    rest = list(args.bench_args)
-    if rest and rest[0] == "--":
-        rest = rest[1:]
+    rest = after_dashdash(args.bench_args)
     # Check the bench flags here, not minutes later in the first job's log.
     check = argparse.ArgumentParser(prog="torchhpc bench sweep -- ", parents=[bench_flags()], add_help=False)
     bench = check.parse_args(rest)

@@ -124,6 +124,21 @@ def add_subparser(sub: Any, name: str, help: str, description: str | None = None
     return p
 
 
+def help_when_bare(p: argparse.ArgumentParser) -> None:
+    """A command of actions named without one (``torchhpc net``): its help, exit 2."""
+
+    def show(_args: argparse.Namespace) -> int:
+        p.print_help()
+        return 2
+
+    p.set_defaults(func=show)
+
+
+def after_dashdash(words: list[str]) -> list[str]:
+    """A REMAINDER's words without the ``--`` that may open them."""
+    return words[1:] if words[:1] == ["--"] else list(words)
+
+
 def add_hang_arguments(p: Any) -> None:
     """--hang-timeout / --on-hang, for commands that follow a job (a foreground local run, run --wait, wait)."""
 

@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any
 
-from torchhpc.cli.common import add_subparser, env_default, eprint
+from torchhpc.cli.common import add_subparser, after_dashdash, env_default, eprint, help_when_bare
 from torchhpc.core.spec import RUNTIMES, ContainerSpec
 from torchhpc.core.units import plural
 from torchhpc.errors import UsageError
@@ -29,12 +29,7 @@ def register(sub: Any) -> None:
         __doc__,
     )
     csub = p.add_subparsers(dest="container_command", metavar="ACTION")
-
-    def _help(args: argparse.Namespace) -> int:
-        p.print_help()
-        return 2
-
-    p.set_defaults(func=_help)
+    help_when_bare(p)
 
     r = add_subparser(csub, "recipe", "write a Dockerfile or Apptainer definition that keeps the base's torch")
     r.add_argument("--base", default=env_default("--base", "nvcr.io/nvidia/pytorch:24.03-py3"),
@@ -164,7 +159,7 @@ def cmd_wrap(args: argparse.Namespace) -> int:
     from torchhpc.core.shell import join
     from torchhpc.launchers.builders import srun_step
 
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = after_dashdash(args.command)
     if not command:
         raise UsageError("no command to wrap", "add -- COMMAND ...")
     opts = []

@@ -10,7 +10,7 @@ import json
 import os
 from typing import Any
 
-from torchhpc.cli.common import add_subparser, eprint
+from torchhpc.cli.common import add_subparser, after_dashdash, eprint, help_when_bare
 from torchhpc.core.shell import export_lines, join
 from torchhpc.errors import DevClusterError, UsageError
 
@@ -44,7 +44,7 @@ def register(sub: Any) -> None:
         help="where the cluster lives (default: $TORCHHPC_DEVCLUSTER_DIR or /var/tmp/torchhpc-devcluster)",
     )
     actions = p.add_subparsers(dest="devcluster_action", metavar="ACTION")
-    p.set_defaults(func=lambda _a: _usage(p))
+    help_when_bare(p)
 
     up = actions.add_parser(
         "up", parents=[common], help="bring the cluster up (installs missing Debian packages)",
@@ -131,11 +131,6 @@ def register(sub: Any) -> None:
     )  # fmt: skip
     rv.add_argument("node", help="node1..nodeN")
     rv.set_defaults(func=cmd_revive)
-
-
-def _usage(p: argparse.ArgumentParser) -> int:
-    p.print_help()
-    return 2
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -227,9 +222,7 @@ def _memory_line(info: dict[str, Any]) -> str:
 def cmd_exec(args: argparse.Namespace) -> int:
     from torchhpc import devcluster
 
-    cmd = list(args.cmd)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
+    cmd = after_dashdash(args.cmd)
     if not cmd:
         raise UsageError("devcluster exec needs a command", "e.g. `torchhpc devcluster exec -- sinfo`")
     return devcluster.run_client(_need_state(args.state_dir), cmd)
@@ -279,9 +272,7 @@ def cmd_ssh(args: argparse.Namespace) -> int:
     from torchhpc.devcluster.login import host_alias, login_dir
 
     state = _need_login(args.state_dir)
-    cmd = list(args.cmd)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
+    cmd = after_dashdash(args.cmd)
     argv = ["ssh", "-F", login_dir(state.state_dir, "ssh_config")]
     if args.user:
         argv += ["-l", args.user]

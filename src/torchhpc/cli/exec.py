@@ -14,7 +14,7 @@ import argparse
 import os
 from typing import Any
 
-from torchhpc.cli.common import add_subparser, env_default, eprint
+from torchhpc.cli.common import add_subparser, after_dashdash, env_default, eprint
 from torchhpc.core.shell import join
 from torchhpc.env import conflicts, detect, export
 from torchhpc.errors import CommandNotFound, UsageError
@@ -46,9 +46,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    argv = list(args.command)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
+    argv = after_dashdash(args.command)
     if not argv:
         raise UsageError("torchhpc exec needs a command", "e.g. `srun torchhpc exec -- python train.py`")
     dist_env = detect()

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from torchhpc.cli.common import add_subparser, env_default, eprint
+from torchhpc.cli.common import add_subparser, env_default, eprint, help_when_bare
 from torchhpc.errors import JobFailed, UsageError
 
 
@@ -66,11 +66,7 @@ def register(sub: Any) -> None:
     c.add_argument("--timeout", type=float, default=180.0)
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_check)
-    def _help(_args: argparse.Namespace) -> int:
-        p.print_help()
-        return 2
-
-    p.set_defaults(func=_help)
+    help_when_bare(p)
 
 
 # ---------------------------------------------------------------- detect
