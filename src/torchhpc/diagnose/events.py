@@ -25,7 +25,7 @@ import torchhpc.diagnose.flight as flight
 import torchhpc.diagnose.hang as hang
 from torchhpc.core.handle import Handle
 from torchhpc.core.units import counted, plural
-from torchhpc.diagnose.account import Account, account, duration
+from torchhpc.diagnose.account import Account, _num, account, duration
 from torchhpc.jobdir.attempts import ATTEMPTS_FILE, load_attempts
 from torchhpc.jobdir.endmark import read_end
 from torchhpc.jobdir.layout import CHECKPOINT
@@ -155,11 +155,6 @@ def _plus(s: float) -> str:
     h, rest = divmod(int(s), 3600)
     m, sec = divmod(rest, 60)
     return f"{h}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
-
-
-def _num(d: Mapping[str, Any], key: str) -> Optional[float]:
-    v = d.get(key)
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _attempt_events(attempts: Sequence[Mapping[str, Any]]) -> list[Event]:

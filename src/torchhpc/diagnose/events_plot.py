@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
+from torchhpc.diagnose.account import _num
 from torchhpc.diagnose.events import Timeline
 from torchhpc.errors import UsageError
 
@@ -39,10 +40,6 @@ class Mark:
     klass: str
 
 
-def _f(v: Any) -> Optional[float]:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
 def plot_data(tl: Timeline) -> tuple[list[Bar], list[Mark]]:
     """One bar per (node, attempt) from its launch to its end; one mark per fault, on the nodes it
     excluded (the culprits) or, where none was excluded, on every node of the attempt."""
@@ -53,11 +50,11 @@ def plot_data(tl: Timeline) -> tuple[list[Bar], list[Mark]]:
     for a in tl.runs or tl.attempts:  # a job without attempts.json is drawn as the one attempt it was
         n = int(a.get("attempt") or 0)
         nodes = [str(x) for x in a.get("nodes") or ()] or ["?"]
-        start = _f(a.get("launched")) or _f(a.get("started")) or t0
-        stop = _f(a.get("ended")) or end
+        start = _num(a, "launched") or _num(a, "started") or t0
+        stop = _num(a, "ended") or end
         klass = str(a.get("class") or "")
         bars.extend(Bar(node, n, start - t0, stop - t0, klass) for node in nodes)
-        fault = _f(a.get("fault")) or (_f(a.get("ended")) if klass else None)
+        fault = _num(a, "fault") or (_num(a, "ended") if klass else None)
         if klass and fault is not None:
             culprits = [str(x) for x in a.get("excluded") or ()] or nodes
             marks.extend(Mark(node, n, fault - t0, klass) for node in culprits)

@@ -40,7 +40,7 @@ from torchhpc.core.proc import Runner
 from torchhpc.core.units import plural
 from torchhpc.diagnose import exits
 from torchhpc.diagnose.hang_verdict import HangVerdict, culprit, exiting, in_collective, render, starting, with_flight
-from torchhpc.diagnose.probe import BUSY_CPU_S, EXITED, RankStack, ask_nodes, probe
+from torchhpc.diagnose.probe import BUSY_CPU_S, EXITED, RankStack, ask_nodes, one_per_process, probe
 from torchhpc.errors import TorchHPCError
 from torchhpc.jobdir.layout import HANG
 
@@ -129,15 +129,9 @@ def probe_job(
     found, said = ask_nodes(runner or Runner(), argv, 120, empty_fails=True)
     if notes is not None:
         notes.extend(ln if ln.startswith("torchhpc: hang:") else f"torchhpc: hang: probe: {ln}" for ln in said)
-    out: dict[tuple[str, int], RankStack] = {}  # one per process: PBS Pro's pbsdsh runs a copy per slot
     for d in found:
         d["frames"] = tuple(tuple(f) for f in d.get("frames", ()))
-        try:
-            s = RankStack(**d)
-        except TypeError:
-            continue
-        out[s.host, s.pid] = s
-    return list(out.values())
+    return one_per_process(found, RankStack)
 
 
 class HangWatch:

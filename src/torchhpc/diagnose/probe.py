@@ -16,12 +16,12 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-__all__ = ["CPU_SAMPLE_S", "LINE_MAX", "RankStack", "ask_nodes", "find_ranks", "line_of", "node_args", "parse_py_spy",
-           "probe", "why_no_stack"]
+__all__ = ["CPU_SAMPLE_S", "LINE_MAX", "RankStack", "ask_nodes", "find_ranks", "line_of", "node_args",
+           "one_per_process", "parse_py_spy", "probe", "why_no_stack"]
 
 CPU_SAMPLE_S = 2.0  # how long a probe watches CPU time: a busy rank uses some in that time
 
@@ -231,6 +231,19 @@ def ask_nodes(runner: Any, argv: Sequence[str], timeout: float, empty_fails: boo
         if isinstance(d, dict):
             found.append(d)
     return found, [ln for ln in done.stderr.splitlines() if ln.strip()]
+
+
+def one_per_process(found: Sequence[dict[str, Any]], make: Callable[..., Any]) -> list[Any]:
+    """``make(**d)`` of each object :func:`ask_nodes` read, one per process (PBS Pro's pbsdsh runs a copy per
+    slot); an object ``make`` does not take is left out."""
+    out: dict[tuple[str, int], Any] = {}
+    for d in found:
+        try:
+            s = make(**d)
+        except TypeError:
+            continue
+        out[s.host, s.pid] = s
+    return list(out.values())
 
 
 def _main(argv: Sequence[str]) -> int:

@@ -146,8 +146,6 @@ _LEFT_STEP = ("rank {rank} ended before the others: every rank must run the same
 
 def _with_flight(v: Verdict, ev: Evidence) -> Verdict:
     """Where a rank left the group or the ranks' calls differ, the dumps name the rank the logs could not."""
-    from dataclasses import replace
-
     f = ev.flight[0]
     if v.klass not in ("lost-peer", "unknown", "native-crash", "collective-mismatch") or not f.culprits:
         return v

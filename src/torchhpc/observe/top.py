@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Optional
 
-from torchhpc.diagnose.probe import ask_nodes
+from torchhpc.diagnose.probe import ask_nodes, one_per_process
 from torchhpc.observe.progress import parse_progress, read_tail
 from torchhpc.observe.sample import DURATION_S, RATE_HZ, RankSample, sample
 
@@ -97,14 +97,7 @@ def probe_nodes(alloc: Allocation, nodes: Sequence[str], duration: int = DURATIO
     found, said = ask_nodes(alloc.runner, sample_argv(alloc, nodes, duration, rate), 60 + duration)
     if notes is not None:
         notes.extend(said)
-    out: dict[tuple[str, int], RankSample] = {}  # one per process: PBS Pro's pbsdsh runs a copy per slot
-    for d in found:
-        try:
-            s = RankSample(**d)
-        except TypeError:
-            continue
-        out[s.host, s.pid] = s
-    return list(out.values())
+    return one_per_process(found, RankSample)
 
 
 def _quiet_and_progress(log: Any, now: float) -> tuple[dict[int, tuple[float, str]], dict[int, str]]:
@@ -213,9 +206,7 @@ def table(rows: Sequence[RankRow], fold: Optional[bool] = None) -> list[str]:
                          f"{_fmt(max(quiet) if quiet else None):>5} {span:>9}  {slow}")
     flagged = [r for r in rows if r.straggler]
     if flagged:
-        from torchhpc.jobdir.logs import format_ranks as fr
-
-        lines.append(f"straggler: rank {fr(r.rank for r in flagged)} (in collectives far less than the other ranks: "
+        lines.append(f"straggler: rank {format_ranks(r.rank for r in flagged)} (in collectives far less than the other ranks: "
                      "they wait for it)")
     errors = sorted({r.error for r in rows if r.error})
     lines.extend(f"note: {e}" for e in errors[:3])
