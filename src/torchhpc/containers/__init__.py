@@ -53,6 +53,11 @@ def _module(runtime: str) -> ModuleType:
     return importlib.import_module(f"torchhpc.containers.{MODULES[runtime]}")
 
 
+def _lines(container: ContainerSpec, hook: str) -> list[str]:
+    """The runtime module's ``hook(container)``; ``[]`` where the runtime has none."""
+    return list(getattr(_module(container.runtime), hook, lambda _c: [])(container))
+
+
 def wrap(
     container: ContainerSpec,
     argv: list[str],
@@ -71,22 +76,17 @@ def wrap(
     names the variable that holds the boot directory in a script (else the installed one's path).
     """
     how = Wrapping(gpus=gpus, gpu_kind=gpu_kind, pass_env=tuple(pass_env), interactive=interactive, boot_var=boot_var)
-    out: list[str] = _module(container.runtime).wrap(container, list(argv), how)
-    return out
+    return list(_module(container.runtime).wrap(container, list(argv), how))
 
 
 def srun_options(container: ContainerSpec) -> list[str]:
     """srun flags that put each task in the container (pyxis); ``[]`` for other runtimes."""
-    out: list[str] = _module(container.runtime).srun_options(container)
-    return out
+    return _lines(container, "srun_options")
 
 
 def sbatch_directives(container: ContainerSpec) -> list[str]:
     """``#SBATCH`` lines for pyxis (``#`` escaped); ``[]`` for other runtimes."""
-    if container.runtime != "pyxis":
-        return []
-    out: list[str] = _module("pyxis").sbatch_directives(container)
-    return out
+    return _lines(container, "sbatch_directives")
 
 
 def setup_lines(container: ContainerSpec) -> list[str]:
@@ -94,14 +94,12 @@ def setup_lines(container: ContainerSpec) -> list[str]:
 
     ``module load singularity`` and the like are site profile settings, not returned here.
     """
-    out: list[str] = _module(container.runtime).setup_lines(container)
-    return out
+    return _lines(container, "setup_lines")
 
 
 def per_node_lines(container: ContainerSpec) -> list[str]:
     """Those of :func:`setup_lines` that every node must run once (enroot create), as one shell line each."""
-    lines: list[str] = list(getattr(_module(container.runtime), "per_node_lines", lambda _c: [])(container))
-    return lines
+    return _lines(container, "per_node_lines")
 
 
 # the executable each runtime runs (``binary`` / $TORCHHPC_<RUNTIME>_BINARY may name a site wrapper instead)

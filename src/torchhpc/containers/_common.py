@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -196,15 +196,21 @@ def workdir(container: ContainerSpec, opts: Mapping[str, str]) -> str | None:
     return None
 
 
-def cwd_bind(container: ContainerSpec, opts: Mapping[str, str], existing: Iterable[Bind]) -> Bind | None:
-    """The working directory's bind when mount_cwd is on and no bind already covers it."""
+def mounts(container: ContainerSpec, opts: Mapping[str, str]) -> list[Bind]:
+    """The ``--bind`` binds (SRC made absolute), then the working directory's when mount_cwd is on
+    and no bind already covers it."""
+    bound = binds(container, absolute=True)
     if not flag(opts, "mount_cwd", True):
-        return None
+        return bound
     cwd = os.getcwd()
-    for b in existing:
-        if b.dst == cwd or cwd.startswith(b.dst.rstrip("/") + "/"):
-            return None
-    return Bind(cwd, cwd)
+    if any(b.dst == cwd or cwd.startswith(b.dst.rstrip("/") + "/") for b in bound):
+        return bound
+    return [*bound, Bind(cwd, cwd)]
+
+
+def switches(opts: Mapping[str, str], table: Mapping[str, str]) -> list[str]:
+    """The runtime flag of each on/off option of ``table`` (option -> flag) that is on."""
+    return [f for key, f in table.items() if flag(opts, key)]
 
 
 def env_expand_argv(mode: str, arg: str, patterns: Sequence[str], head: Sequence[str], tail: Sequence[str],

@@ -78,12 +78,7 @@ def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAI
             raise SpecError(f"GPU kind {how.gpu_kind!r} is not nvidia or amd", "set --gpu-kind nvidia|amd")
     if container.cleanenv:
         cmd.append("--cleanenv")
-    if c.flag(opts, "containall"):
-        cmd.append("--containall")
-    if c.flag(opts, "no_home"):
-        cmd.append("--no-home")
-    if c.flag(opts, "writable_tmpfs"):
-        cmd.append("--writable-tmpfs")
+    cmd += c.switches(opts, {"containall": "--containall", "no_home": "--no-home", "writable_tmpfs": "--writable-tmpfs"})
     for b in c.binds(container):
         # --bind takes a comma-separated list of src[:dest[:opts]]
         c.reject_chars(b.src, ",:", "apptainer's --bind list")
@@ -111,10 +106,6 @@ def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAI
         if patterns:
             cmd = c.env_expand_argv("export", prefix, patterns, [], cmd, how)
     return cmd
-
-
-def srun_options(container: ContainerSpec) -> list[str]:
-    return []
 
 
 def setup_lines(container: ContainerSpec) -> list[str]:

@@ -30,11 +30,9 @@ def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAI
             "--cleanenv is not supported with --runtime charliecloud",
             "drop --cleanenv; ch-run passes the host environment, use --container-env to add to it",
         )
-    bound = c.binds(container, absolute=True)
-    extra = c.cwd_bind(container, opts, bound)
     # ch-run mounts in order and only onto directories that exist: a bind inside another one's
     # target comes after it (the job dir under the bound checkout), else its mount point is missing.
-    for b in sorted([*bound, *([extra] if extra else [])], key=lambda b: b.dst.rstrip("/").count("/")):
+    for b in sorted(c.mounts(container, opts), key=lambda b: b.dst.rstrip("/").count("/")):
         if b.readonly:
             raise SpecError(
                 f"--bind {b.src}:{b.dst}:ro: ch-run cannot mount read-only",
@@ -46,12 +44,7 @@ def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAI
     wd = c.workdir(container, opts)
     if wd:
         cmd.append(f"--cd={wd}")
-    if c.flag(opts, "write"):
-        cmd.append("--write")
-    if c.flag(opts, "private_tmp"):
-        cmd.append("--private-tmp")
-    if c.flag(opts, "home"):
-        cmd.append("--home")
+    cmd += c.switches(opts, {"write": "--write", "private_tmp": "--private-tmp", "home": "--home"})
     _, pairs = c.env_entries(container)
     for k, v in pairs:
         cmd.append(f"--set-env={k}={v}")
@@ -59,11 +52,3 @@ def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAI
         cmd.append("--env-no-expand")
     cmd += c.split_args(opts)
     return [*cmd, c.image_word(container.image), "--", *argv]
-
-
-def srun_options(container: ContainerSpec) -> list[str]:
-    return []
-
-
-def setup_lines(container: ContainerSpec) -> list[str]:
-    return []

@@ -92,9 +92,7 @@ def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAI
     if opts.get("user"):
         head += ["--user", opts["user"]]
 
-    bound = c.binds(container, absolute=True)
-    extra = c.cwd_bind(container, opts, bound)
-    for b in [*bound, *([extra] if extra else [])]:
+    for b in c.mounts(container, opts):
         c.reject_chars(b.src, ":", f"{container.runtime}'s -v SRC:DST")
         c.reject_chars(b.dst, ":", f"{container.runtime}'s -v SRC:DST")
         head += ["-v", f"{b.src}:{b.dst}" + (":ro" if b.readonly else "")]
@@ -119,11 +117,3 @@ def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAI
         pre = full[: len(full) - len(tail)]
         return ["bash", how.program("gpus.sh"), container.runtime, str(len(pre)), *pre, *tail]
     return full
-
-
-def srun_options(container: ContainerSpec) -> list[str]:
-    return []
-
-
-def setup_lines(container: ContainerSpec) -> list[str]:
-    return []

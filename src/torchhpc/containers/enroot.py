@@ -92,14 +92,8 @@ def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAI
     # GPUs need no flag: enroot's nvidia hook follows NVIDIA_VISIBLE_DEVICES, which
     # the patterns below pass when the caller includes it.
     opts = c.options(container, OPTIONS)
-    head = [c.binary(container, opts, "enroot"), "start"]
-    if c.flag(opts, "rw"):
-        head.append("--rw")
-    if c.flag(opts, "root"):
-        head.append("--root")
-    bound = c.binds(container, absolute=True)
-    extra = c.cwd_bind(container, opts, bound)
-    for b in [*bound, *([extra] if extra else [])]:
+    head = [c.binary(container, opts, "enroot"), "start", *c.switches(opts, {"rw": "--rw", "root": "--root"})]
+    for b in c.mounts(container, opts):
         # fstab fields, colon-separated on the command line; whitespace ends a field
         for path in (b.src, b.dst):
             c.reject_chars(path, ": \t", "enroot's --mount (colon-separated fstab fields)")
@@ -123,7 +117,3 @@ def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAI
     if wild:
         return c.env_expand_argv("flag", "--env", wild, head, tail, how)
     return head + tail
-
-
-def srun_options(container: ContainerSpec) -> list[str]:
-    return []

@@ -56,9 +56,7 @@ def srun_options(container: ContainerSpec) -> list[str]:
     else:
         out = [f"--container-image={image}"]
     mounts = []
-    bound = c.binds(container, absolute=True)
-    extra = c.cwd_bind(container, opts, bound)
-    for b in [*bound, *([extra] if extra else [])]:
+    for b in c.mounts(container, opts):
         for path in (b.src, b.dst):
             c.reject_chars(path, ",:", "pyxis' --container-mounts list (SRC:DST[:FLAGS],...)")
         mounts.append(f"{b.src}:{b.dst}" + (":ro" if b.readonly else ""))
@@ -112,7 +110,3 @@ def sbatch_directives(container: ContainerSpec) -> list[str]:
         key, _, value = opt.partition("=")
         lines.append(directive("#SBATCH", key, value or None))
     return lines
-
-
-def setup_lines(container: ContainerSpec) -> list[str]:
-    return []
