@@ -120,22 +120,10 @@ def _apptainer(base: str, reqs: str, multi: bool, tag: str) -> Recipe:
     build = join(["apptainer", "build", sif, "torchhpc.def"])
     lines = _header(base, reqs, "apptainer", multi, build)
     post = ["    set -e", f"    {s['freeze']}", f"    {s['install']}", f"    {s['check']}"]
+    files = ["%files", f"    {reqs} {PREFIX}/{reqs}", f"    {HELPER} {PREFIX}/{HELPER}"]
+    test = ["%test", f"    {s['check']}", f"    {s['torch']}"]
     if not multi:
-        lines += [
-            "Bootstrap: docker",
-            f"From: {base}",
-            "",
-            "%files",
-            f"    {reqs} {PREFIX}/{reqs}",
-            f"    {HELPER} {PREFIX}/{HELPER}",
-            "",
-            "%post",
-            *post,
-            "",
-            "%test",
-            f"    {s['check']}",
-            f"    {s['torch']}",
-        ]
+        lines += ["Bootstrap: docker", f"From: {base}", "", *files, "", "%post", *post, "", *test]
     else:
         lines += [
             "# Stage 1: resolve against the base's pins and build wheels of what is new.",
@@ -143,9 +131,7 @@ def _apptainer(base: str, reqs: str, multi: bool, tag: str) -> Recipe:
             f"From: {base}",
             "Stage: build",
             "",
-            "%files",
-            f"    {reqs} {PREFIX}/{reqs}",
-            f"    {HELPER} {PREFIX}/{HELPER}",
+            *files,
             "",
             "%post",
             *post,
@@ -165,9 +151,7 @@ def _apptainer(base: str, reqs: str, multi: bool, tag: str) -> Recipe:
             f"    {s['check']}",
             f"    rm -rf {PREFIX}/wheels",
             "",
-            "%test",
-            f"    {s['check']}",
-            f"    {s['torch']}",
+            *test,
         ]
     return Recipe("torchhpc.def", "\n".join(lines) + "\n", {HELPER: helper_source()}, build)
 
