@@ -303,8 +303,7 @@ def rows(rec: PipelineRecord) -> list[StepRow]:
 def table(rows_: Sequence[StepRow]) -> str:
     """``STEP JOB STATE AFTER``, aligned; a state's detail in parentheses."""
     lines = [("STEP", "JOB", "STATE", "AFTER")]
-    for r in rows_:
-        lines.append((r.step, r.handle, r.state + (f" ({r.detail})" if r.detail else ""), r.after))
+    lines += [(r.step, r.handle, r.state + (f" ({r.detail})" if r.detail else ""), r.after) for r in rows_]
     widths = [max(len(line[i]) for line in lines) for i in range(3)]
     return "\n".join(
         "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line[:3])) + "  " + line[3] for line in lines

@@ -131,10 +131,8 @@ class Sweep:
         check_program(self.spec)
         check_manifest_free(self.spec.output_dir)
         sub = self.render()
-        if self.scheduler.runs_here:
-            job_id = self.scheduler.submit_background(sub)  # type: ignore[attr-defined]
-        else:
-            job_id = self.scheduler.schedule(sub)
+        sched = self.scheduler
+        job_id = sched.submit_background(sub) if sched.runs_here else sched.schedule(sub)  # type: ignore[attr-defined]
         d = os.path.abspath(self.spec.output_dir)
         write_manifest(d, {**self.manifest(), "job_id": job_id, "handle": str(Handle(self.spec.scheduler, job_id))})
         return SweepHandle(self.scheduler, job_id, d)
@@ -289,8 +287,7 @@ def columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     cols = columns(rows)
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        out.append("| " + " | ".join(str(r.get(c, "")).replace("|", "\\|") for c in cols) + " |")
+    out += ["| " + " | ".join(str(r.get(c, "")).replace("|", "\\|") for c in cols) + " |" for r in rows]
     return "\n".join(out) + "\n"
 
 

@@ -165,9 +165,8 @@ def _children(obj: Any) -> list[tuple[str, Any]]:
         for name in _global_names(obj.__code__):
             if name in glb and not isinstance(glb[name], types.ModuleType):
                 out.append((name, glb[name]))
-        for i, value in enumerate(obj.__defaults__ or ()):
-            out.append((f"<default {i}>", value))
-        out += [(k, v) for k, v in (obj.__kwdefaults__ or {}).items()]
+        out += [(f"<default {i}>", value) for i, value in enumerate(obj.__defaults__ or ())]
+        out += list((obj.__kwdefaults__ or {}).items())
         return out
     if isinstance(obj, dict):
         return [(f"[{k!r}]", v) for k, v in obj.items()]
