@@ -97,6 +97,11 @@ def _mariadb_template(layout: Layout, runner: Runner, timeout: float) -> str:
     return template
 
 
+def _wait_listening(what: str, daemon: Daemon, port: int, timeout: float) -> None:
+    daemons.wait_for(f"{what} to listen on port {port}", lambda: daemons.listening(daemon.pid, port), timeout,
+                     [daemon])
+
+
 def start_all(
     layout: Layout,
     state: ClusterState,
@@ -153,20 +158,10 @@ def start_all(
             ],
             ctl, CONTROLLER, env,
         )  # fmt: skip
-        daemons.wait_for(
-            f"MariaDB to listen on port {config.MYSQL_PORT}",
-            lambda: daemons.listening(db.pid, config.MYSQL_PORT),
-            timeout,
-            [db],
-        )
+        _wait_listening("MariaDB", db, config.MYSQL_PORT, timeout)
         progress("MariaDB up")
         dbd = _start(state, "slurmdbd", [_real("slurmdbd"), "-D"], ctl, CONTROLLER, env)
-        daemons.wait_for(
-            f"slurmdbd to listen on port {config.SLURMDBD_PORT}",
-            lambda: daemons.listening(dbd.pid, config.SLURMDBD_PORT),
-            timeout,
-            [dbd],
-        )
+        _wait_listening("slurmdbd", dbd, config.SLURMDBD_PORT, timeout)
         progress("slurmdbd up")
 
     ctld = _start(state, "slurmctld", [_real("slurmctld"), "-D", "-i"], ctl, CONTROLLER, env)
@@ -174,7 +169,7 @@ def start_all(
     daemons.wait_for("slurmctld", client.ping, timeout, [ctld, dns])
     progress("slurmctld up")
     # Jobs resolve node names through dnsmasq; it has long started by now, but check.
-    daemons.wait_for("dnsmasq to listen on port 53", lambda: daemons.listening(dns.pid, 53), timeout, [dns])
+    _wait_listening("dnsmasq", dns, 53, timeout)
     if accounting:
         client.ensure_cluster_registered()
         progress("cluster registered in the accounting database")
@@ -204,9 +199,7 @@ def start_login(
     login.write_configs(layout, users)
     env = dict(os.environ)
     sshd = _start(state, "sshd", login.sshd_argv(layout, _real("sshd")), layout.login_netns, LOGIN, env)
-    daemons.wait_for(
-        f"sshd to listen on port {login.SSH_PORT}", lambda: daemons.listening(sshd.pid, login.SSH_PORT), timeout, [sshd]
-    )
+    _wait_listening("sshd", sshd, login.SSH_PORT, timeout)
     if state.accounting:  # limits are enforced (AccountingStorageEnforce): a user needs an association to submit
         client = Client(state, runner)
         for user in users:
@@ -242,9 +235,6 @@ class Client:
             return False
         return "is UP" in out
 
-    def node_states(self) -> dict[str, str]:
-        return {name: info["state"] for name, info in self.node_info().items()}
-
     def node_info(self) -> dict[str, dict[str, str]]:
         """``{node: {"state", "cpus", "memory_mb"}}`` as slurmctld sees them (sinfo, one line per node)."""
         out = self.run("sinfo", "-h", "-N", "-o", "%N %T %c %m", timeout=5, check=False)
@@ -257,10 +247,10 @@ class Client:
 
     def all_idle(self, names: Sequence[str]) -> bool:
         try:
-            states = self.node_states()
+            info = self.node_info()
         except CommandError:
             return False
-        return all(states.get(n) == "idle" for n in names)
+        return all(info.get(n, {}).get("state") == "idle" for n in names)
 
     def ensure_cluster_registered(self) -> None:
         """Make sure the cluster exists in the accounting database (sacct shows nothing otherwise)."""

@@ -25,7 +25,7 @@ import torchhpc.devcluster.prepare as prepare
 from torchhpc.core.proc import Runner
 from torchhpc.devcluster.bringup import Client
 from torchhpc.devcluster.config import CONTROLLER, LOGIN
-from torchhpc.devcluster.prepare import binds, ensure_packages
+from torchhpc.devcluster.prepare import binds, ensure_packages, host_memory_mb
 from torchhpc.devcluster.state import (
     ClusterState,
     _remove_state_file,
@@ -323,18 +323,6 @@ def _int_or_none(text: str | None) -> int | None:
         return int(text) if text is not None else None
     except ValueError:
         return None
-
-
-def host_memory_mb() -> int | None:
-    """This machine's MemTotal in MiB (what all the nodes share), None when /proc/meminfo is unreadable."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) // 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def run_client(state: ClusterState, argv: Sequence[str]) -> int:

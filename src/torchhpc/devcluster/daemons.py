@@ -117,6 +117,13 @@ def listening(pid: int, port: int) -> bool:
     return False
 
 
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def _reap(pid: int) -> None:
     """Collect our own child's exit status so it does not linger as a zombie."""
     try:
@@ -133,10 +140,7 @@ def stop(daemons: Sequence[Daemon], timeout: float = 10.0) -> list[str]:
     """
     running = [d for d in daemons if alive(d)]
     for d in running:
-        try:
-            os.kill(d.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        _signal(d.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for d in running:
@@ -146,10 +150,7 @@ def stop(daemons: Sequence[Daemon], timeout: float = 10.0) -> list[str]:
         time.sleep(0.05)
     for d in running:
         if alive(d):
-            try:
-                os.kill(d.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _signal(d.pid, signal.SIGKILL)
             _reap(d.pid)
     return [d.name for d in running]
 
@@ -159,10 +160,7 @@ def kill_pids(pids: Sequence[int], timeout: float = 5.0,
     """SIGTERM then SIGKILL (``signals``) a set of PIDs found inside the cluster's namespaces."""
     for sig in signals:
         for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+            _signal(pid, sig)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             states = [proc_stat(pid) for pid in pids]

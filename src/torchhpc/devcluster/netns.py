@@ -39,32 +39,29 @@ def existing(prefix: str, runner: Runner) -> list[str]:
 def create(layout: Layout, runner: Runner) -> None:
     """Namespaces, the bridge (controller address on it) and one veth per node (and the login node)."""
     ctl = layout.controller_netns
-    ip = ["ip"]
-    runner.run([*ip, "netns", "add", ctl], timeout=10)
-    runner.run([*ip, "-n", ctl, "link", "set", "lo", "up"], timeout=10)
-    runner.run([*ip, "-n", ctl, "link", "add", BRIDGE, "type", "bridge"], timeout=10)
-    runner.run(
-        [*ip, "-n", ctl, "addr", "add", f"{layout.controller_ip}/{layout.prefix_len}", "dev", BRIDGE],
-        timeout=10,
-    )
-    runner.run([*ip, "-n", ctl, "link", "set", BRIDGE, "address", mac_for(layout.controller_ip)], timeout=10)
-    runner.run([*ip, "-n", ctl, "link", "set", BRIDGE, "up"], timeout=10)
+
+    def ip(*args: str) -> None:
+        runner.run(["ip", *args], timeout=10)
+
+    ip("netns", "add", ctl)
+    ip("-n", ctl, "link", "set", "lo", "up")
+    ip("-n", ctl, "link", "add", BRIDGE, "type", "bridge")
+    ip("-n", ctl, "addr", "add", f"{layout.controller_ip}/{layout.prefix_len}", "dev", BRIDGE)
+    ip("-n", ctl, "link", "set", BRIDGE, "address", mac_for(layout.controller_ip))
+    ip("-n", ctl, "link", "set", BRIDGE, "up")
     members = [
         (f"vn{i}", layout.node_netns(n), a) for i, (n, a) in enumerate(zip(layout.nodes, layout.node_ips), 1)
     ]
     if layout.login:
         members.append(("vlogin", layout.login_netns, layout.login_ip))
     for veth, ns, addr in members:
-        runner.run([*ip, "netns", "add", ns], timeout=10)
-        runner.run(
-            [*ip, "-n", ctl, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns],
-            timeout=10,
-        )
-        runner.run([*ip, "-n", ctl, "link", "set", veth, "master", BRIDGE, "up"], timeout=10)
-        runner.run([*ip, "-n", ns, "link", "set", "eth0", "address", mac_for(addr)], timeout=10)
-        runner.run([*ip, "-n", ns, "addr", "add", f"{addr}/{layout.prefix_len}", "dev", "eth0"], timeout=10)
-        runner.run([*ip, "-n", ns, "link", "set", "eth0", "up"], timeout=10)
-        runner.run([*ip, "-n", ns, "link", "set", "lo", "up"], timeout=10)
+        ip("netns", "add", ns)
+        ip("-n", ctl, "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        ip("-n", ctl, "link", "set", veth, "master", BRIDGE, "up")
+        ip("-n", ns, "link", "set", "eth0", "address", mac_for(addr))
+        ip("-n", ns, "addr", "add", f"{addr}/{layout.prefix_len}", "dev", "eth0")
+        ip("-n", ns, "link", "set", "eth0", "up")
+        ip("-n", ns, "link", "set", "lo", "up")
     # Every address is known up front: permanent neighbour entries, so no connection waits on ARP.
     # With 32 nodes on two loaded cores, ARP replies came too late and gloo's connect failed with
     # "No route to host" (EHOSTUNREACH after unanswered neighbour probes).
@@ -75,7 +72,7 @@ def create(layout: Layout, runner: Runner) -> None:
             for addr, _dev, _ns in hosts
             if addr != own_addr
         ]
-        runner.run([*ip, "-n", ns, "-batch", "-"], input="\n".join(lines) + "\n", timeout=30)
+        runner.run(["ip", "-n", ns, "-batch", "-"], input="\n".join(lines) + "\n", timeout=30)
 
 
 def mac_for(addr: str) -> str:

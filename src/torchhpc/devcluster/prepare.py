@@ -87,15 +87,21 @@ def host_netns() -> str:
     return os.readlink("/proc/self/ns/net")
 
 
-def _real_memory_mb() -> int:
+def host_memory_mb() -> int | None:
+    """This machine's MemTotal in MiB (what all the nodes share), None when /proc/meminfo is unreadable."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemTotal:"):
-                    return max(1024, int(line.split()[1]) // 1024 - 512)
-    except OSError:
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
         pass
-    return 4096
+    return None
+
+
+def _real_memory_mb() -> int:
+    host = host_memory_mb()
+    return 4096 if host is None else max(1024, host - 512)
 
 
 def prepare_dirs(layout: Layout) -> None:
