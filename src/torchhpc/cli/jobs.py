@@ -95,9 +95,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def _status_many(args: argparse.Namespace) -> int:
     """Several handles: one ``query_many`` per scheduler (Slurm: one squeue for all), in the order given."""
-    handles = []
-    for text in [args.job, *args.more]:
-        handles.append(resolve(args, text))
+    handles = [resolve(args, text) for text in [args.job, *args.more]]
     by_sched: dict[str, list[str]] = {}
     for name, job in handles:
         by_sched.setdefault(name, []).append(job)

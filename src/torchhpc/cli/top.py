@@ -34,12 +34,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_top)
 
 
-def _filters(args: argparse.Namespace) -> tuple[Optional[list[int]], Optional[list[str]]]:
-    from torchhpc.cli.logs import _nodes, _ranks
-
-    return _ranks(args.rank), _nodes(args.node)
-
-
 def _refuse(name: str) -> None:
     if not getattr(scheduler_class(name), "supports_rank_probe", False):
         raise UsageError(
@@ -50,8 +44,10 @@ def _refuse(name: str) -> None:
 
 @json_errors
 def cmd_top(args: argparse.Namespace) -> int:
+    from torchhpc.cli.logs import _nodes, _ranks
+
     name, job = resolve(args)
-    ranks, nodes = _filters(args)
+    ranks, nodes = _ranks(args.rank), _nodes(args.node)
     if not args.interval >= 0.5:
         raise UsageError(f"--interval {args.interval:g}: refreshing more often than twice a second shows nothing new",
                          "give --interval 0.5 or more (default 2)")

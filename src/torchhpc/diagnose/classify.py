@@ -108,6 +108,9 @@ def user_file(path: str) -> bool:
 
 # Launchers' own reports of a task's end.
 _SRUN_TASK = re.compile(r"^srun: error: (\S+): tasks? ([\d,\-]+): (.+?)\s*$")
+# srun's words for a task a signal ended -> the signal
+_SRUN_SIGNALS = {"Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV", "Killed": "SIGKILL", "Bus error": "SIGBUS",
+                 "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
 _MPI_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
 _MPI_EXIT_NAME = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]")
 _MPI_EXIT_CODE = re.compile(r"^\s*Exit code:\s*(-?\d+)")
@@ -216,10 +219,9 @@ def launcher_events(
         if m and not agents:
             what = m.group(3)
             own = what.replace("Exited with exit code ", "exit ")
-            if own.startswith("exit ") or what in ("Aborted", "Segmentation fault", "Killed", "Bus error",
-                                                  "Floating point exception", "Illegal instruction"):
+            if own.startswith("exit ") or what in _SRUN_SIGNALS:
                 for task in parse_ranks(m.group(2)):
-                    events.append((task, m.group(1), own if own.startswith("exit ") else _own_signal(what)))
+                    events.append((task, m.group(1), own if own.startswith("exit ") else _SRUN_SIGNALS[what]))
             elif what == "Terminated":
                 for task in parse_ranks(m.group(2)):
                     events.append((task, m.group(1), "SIGTERM"))
@@ -254,11 +256,6 @@ def launcher_events(
         i += 1
     roots.sort()  # torchrun's time field (to the second), then the output's order
     return [(r, h, o) for _t, _i, r, h, o in roots] + events
-
-
-def _own_signal(what: str) -> str:
-    return {"Aborted": "SIGABRT", "Segmentation fault": "SIGSEGV", "Killed": "SIGKILL", "Bus error": "SIGBUS",
-            "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}.get(what, what)
 
 
 def time_limit_words(job_lines: Sequence[str]) -> Optional[tuple[str, str]]:
