@@ -14,13 +14,7 @@ from torchhpc.launchers import torchrun_argv
 from torchhpc.network.presets import auto_lines, wants_auto
 from torchhpc.schedulers.kubernetes import bootmap
 from torchhpc.schedulers.kubernetes import trainjob as tj
-from torchhpc.schedulers.kubernetes.pods import (
-    RDMA_ANNOTATION,
-    k8s_name,
-    normalized_options,
-    pairs,
-    volume_claims,
-)
+from torchhpc.schedulers.kubernetes.pods import k8s_name, normalized_options, pairs
 
 __all__ = ["CONTAINER", "GROUP_PATH", "manifest", "pod_script"]
 
@@ -32,8 +26,7 @@ PORT_NAME, PORT = "pytorchjob-port", 23456  # the operator's defaults, written o
 def pod_script(spec: JobSpec, python: str) -> str:
     """``bash -c`` text: torchrun over pods. The script's own arguments arrive as ``"$@"``,
     so they are never parsed by a shell."""
-    # A leading "--" of the program stays in the text: torchrun would drop it from "$@".
-    bare = spec.with_(entrypoint=replace(spec.entrypoint, args=_lead(spec)))
+    bare = spec.with_(entrypoint=replace(spec.entrypoint, args=tj.lead(spec)))
     argv = torchrun_argv(
         bare,
         python,
@@ -51,34 +44,18 @@ def pod_script(spec: JobSpec, python: str) -> str:
     return bootmap.pod_lines(normalized_options(spec)) + start + "\n".join(wrap_command("exec " + join([*argv, Raw('"$@"')]), indent=""))
 
 
-def _lead(spec: JobSpec) -> tuple[str, ...]:
-    return ("--",) if spec.entrypoint.args[:1] == ("--",) else ()
-
-
 def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
     """The PyTorchJob object, as plain data (the same dict is YAML for kubectl and JSON for the API)."""
     opts = normalized_options(spec)
     spec = spec.with_(options=tuple(opts.items()))
     python = spec.entrypoint.python or "python"
     limits = tj.resources(spec, opts)
-    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    shm: dict[str, Any] = {"medium": "Memory"}
-    if opts.get("shm_size"):
-        shm["sizeLimit"] = tj.quantity(opts["shm_size"], "shm_size (from --opt)")
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
-    for i, c in enumerate(volume_claims(spec, opts)):
-        mount: dict[str, Any] = {"name": f"pvc-{i}", "mountPath": c.path}
-        claim: dict[str, Any] = {"claimName": c.claim}
-        if c.read_only:
-            mount["readOnly"] = claim["readOnly"] = True
-        mounts.append(mount)
-        volumes.append({"name": f"pvc-{i}", "persistentVolumeClaim": claim})
-    bootmap.add_mount(opts, volumes, mounts)
+    volumes, mounts = tj.pod_volumes(spec, opts)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
         "imagePullPolicy": opts.get("image_pull_policy", "IfNotPresent"),
-        "command": ["bash", "-c", pod_script(spec, python), "torchhpc-pod", *spec.entrypoint.args[len(_lead(spec)):]],
+        "command": ["bash", "-c", pod_script(spec, python), "torchhpc-pod", *spec.entrypoint.args[len(tj.lead(spec)):]],
     }
     if opts.get("workdir"):
         container["workingDir"] = opts["workdir"]
@@ -96,12 +73,7 @@ def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
         pod_spec["nodeSelector"] = dict(pairs(opts, "node_selector"))
     if opts.get("toleration"):
         pod_spec["tolerations"] = tj.tolerations(opts)
-    annotations = dict(pairs(opts, "annotation"))
-    if opts.get("rdma"):
-        annotations[RDMA_ANNOTATION] = opts["rdma"]
-    template: dict[str, Any] = {"spec": pod_spec}
-    if annotations:
-        template = {"metadata": {"annotations": annotations}, "spec": pod_spec}
+    template = tj.pod_template(pod_spec, opts)
     restart = opts.get("restart_policy", "Never")
     replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": restart, "template": template}}
     if spec.nodes > 1:
@@ -111,13 +83,10 @@ def manifest(spec: JobSpec, image: str, namespace: str) -> dict[str, Any]:
     run_policy: dict[str, Any] = {"cleanPodPolicy": "None", "backoffLimit": backoff}
     if spec.time_seconds:
         run_policy["activeDeadlineSeconds"] = spec.time_seconds
-    labels = {"app.kubernetes.io/managed-by": "torchhpc"}
-    if opts.get("queue"):
-        labels[tj.QUEUE_LABEL] = opts["queue"]
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": {"name": k8s_name(spec.name), "namespace": namespace, "labels": labels},
+        "metadata": {"name": k8s_name(spec.name), "namespace": namespace, "labels": tj.job_labels(opts)},
         "spec": {
             "nprocPerNode": str(spec.nproc_per_node),
             "runPolicy": run_policy,

@@ -152,7 +152,7 @@ def pod_script(spec: JobSpec, python: str, opts: Mapping[str, str]) -> str:
     command say what it does (and ``--nnodes`` is fixed at render time). The
     script's own arguments arrive as ``"$@"``, never parsed by a shell.
     """
-    bare = spec.with_(entrypoint=replace(spec.entrypoint, args=_lead(spec)))
+    bare = spec.with_(entrypoint=replace(spec.entrypoint, args=lead(spec)))
     argv = torchrun_argv(
         bare, python, nnodes=str(spec.nodes), rdzv_id="", endpoint="",
         node_rank=Raw('"$PET_NODE_RANK"'), extra=["--tee", "3"],
@@ -171,8 +171,44 @@ def pod_script(spec: JobSpec, python: str, opts: Mapping[str, str]) -> str:
     return bootmap.pod_lines(opts) + "\n".join(lines)
 
 
-def _lead(spec: JobSpec) -> tuple[str, ...]:
+def lead(spec: JobSpec) -> tuple[str, ...]:
+    """A leading "--" of the program's arguments, which stays in the pod's text: torchrun would drop it from "$@"."""
     return ("--",) if spec.entrypoint.args[:1] == ("--",) else ()
+
+
+def pod_volumes(spec: JobSpec, opts: Mapping[str, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, the container's volumeMounts): a memory-backed /dev/shm, the PVCs, the boot ConfigMap."""
+    shm: dict[str, Any] = {"medium": "Memory"}
+    if opts.get("shm_size"):
+        shm["sizeLimit"] = quantity(opts["shm_size"], "shm_size (from --opt)")
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    for i, c in enumerate(volume_claims(spec, opts)):
+        claim: dict[str, Any] = {"claimName": c.claim}
+        mount: dict[str, Any] = {"name": f"pvc-{i}", "mountPath": c.path}
+        if c.read_only:
+            claim["readOnly"] = mount["readOnly"] = True
+        volumes.append({"name": f"pvc-{i}", "persistentVolumeClaim": claim})
+        mounts.append(mount)
+    bootmap.add_mount(opts, volumes, mounts)
+    return volumes, mounts
+
+
+def pod_template(pod_spec: dict[str, Any], opts: Mapping[str, str]) -> dict[str, Any]:
+    """The pod template: ``pod_spec``, with the annotations (``--opt annotation``, ``rdma``) when there are any."""
+    annotations = dict(pairs(opts, "annotation"))
+    if opts.get("rdma"):
+        annotations[RDMA_ANNOTATION] = opts["rdma"]
+    if annotations:
+        return {"metadata": {"annotations": annotations}, "spec": pod_spec}
+    return {"spec": pod_spec}
+
+
+def job_labels(opts: Mapping[str, str]) -> dict[str, str]:
+    labels = {"app.kubernetes.io/managed-by": "torchhpc"}
+    if opts.get("queue"):
+        labels[QUEUE_LABEL] = opts["queue"]
+    return labels
 
 
 def check_env(spec: JobSpec) -> None:
@@ -211,7 +247,7 @@ def trainjob(spec: JobSpec, image: str, namespace: str, opts: Mapping[str, str])
     python = spec.entrypoint.python or "python"
     trainer: dict[str, Any] = {
         "image": image,
-        "command": ["bash", "-c", pod_script(spec, python, opts), "torchhpc-pod", *spec.entrypoint.args[len(_lead(spec)):]],
+        "command": ["bash", "-c", pod_script(spec, python, opts), "torchhpc-pod", *spec.entrypoint.args[len(lead(spec)):]],
     }
     if spec.env:
         trainer["env"] = [{"name": k, "value": v} for k, v in spec.env]
@@ -222,19 +258,7 @@ def trainjob(spec: JobSpec, image: str, namespace: str, opts: Mapping[str, str])
     if limits:
         trainer["resourcesPerNode"] = {"limits": limits, "requests": dict(limits)}
 
-    shm: dict[str, Any] = {"medium": "Memory"}
-    if opts.get("shm_size"):
-        shm["sizeLimit"] = quantity(opts["shm_size"], "shm_size (from --opt)")
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
-    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    for i, c in enumerate(volume_claims(spec, opts)):
-        claim: dict[str, Any] = {"claimName": c.claim}
-        mount: dict[str, Any] = {"name": f"pvc-{i}", "mountPath": c.path}
-        if c.read_only:
-            claim["readOnly"] = mount["readOnly"] = True
-        volumes.append({"name": f"pvc-{i}", "persistentVolumeClaim": claim})
-        mounts.append(mount)
-    bootmap.add_mount(opts, volumes, mounts)
+    volumes, mounts = pod_volumes(spec, opts)
     pod_spec: dict[str, Any] = {}
     if opts.get("node_selector"):
         pod_spec["nodeSelector"] = dict(pairs(opts, "node_selector"))
@@ -244,18 +268,9 @@ def trainjob(spec: JobSpec, image: str, namespace: str, opts: Mapping[str, str])
         pod_spec["serviceAccountName"] = opts["service_account"]
     pod_spec["volumes"] = volumes
     pod_spec["containers"] = [{"name": NODE, "volumeMounts": mounts}]
-    pod: dict[str, Any] = {"spec": pod_spec}
-    annotations = dict(pairs(opts, "annotation"))
-    if opts.get("rdma"):
-        annotations[RDMA_ANNOTATION] = opts["rdma"]
-    if annotations:
-        pod = {"metadata": {"annotations": annotations}, "spec": pod_spec}
     patch = {"manager": MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
-        {"name": NODE, "template": {"spec": {"template": pod}}}]}}}}
+        {"name": NODE, "template": {"spec": {"template": pod_template(pod_spec, opts)}}}]}}}}
 
-    labels = {"app.kubernetes.io/managed-by": "torchhpc"}
-    if opts.get("queue"):
-        labels[QUEUE_LABEL] = opts["queue"]
     ref: dict[str, Any] = {"name": opts.get("runtime") or DEFAULT_RUNTIME}
     if spec.max_restarts:  # our own runtime, rendered beside it (schedulers/kubernetes/runtime.py)
         ref = {"name": runtime_name(trainjob_name(spec.name)), "apiGroup": "trainer.kubeflow.org", "kind": RUNTIME_KIND}
@@ -267,7 +282,7 @@ def trainjob(spec: JobSpec, image: str, namespace: str, opts: Mapping[str, str])
     return {
         "apiVersion": API_VERSION,
         "kind": "TrainJob",
-        "metadata": {"name": trainjob_name(spec.name), "namespace": namespace, "labels": labels},
+        "metadata": {"name": trainjob_name(spec.name), "namespace": namespace, "labels": job_labels(opts)},
         "spec": body,
     }
 
