@@ -109,9 +109,11 @@ def load_user_profiles(environ: Mapping[str, str] | None = None) -> dict[str, Pr
 
 def list_profiles(environ: Mapping[str, str] | None = None) -> list[str]:
     """Built-in names, then user-only names, each once."""
-    names = list(BUILTIN)
-    names += [n for n in load_user_profiles(environ) if n not in BUILTIN]
-    return names
+    return _names(load_user_profiles(environ))
+
+
+def _names(user: Mapping[str, Profile]) -> list[str]:
+    return list(BUILTIN) + [n for n in user if n not in BUILTIN]
 
 
 def get_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile:
@@ -121,12 +123,10 @@ def get_profile(name: str, environ: Mapping[str, str] | None = None) -> Profile:
     a renderer can put ``setup`` at the top of a batch script as it is.
     """
     user = load_user_profiles(environ)
-    return _resolve(name, user, [], environ).finalized()
+    return _resolve(name, user, []).finalized()
 
 
-def _resolve(
-    name: str, user: dict[str, Profile], chain: list[str], environ: Mapping[str, str] | None = None
-) -> Profile:
+def _resolve(name: str, user: dict[str, Profile], chain: list[str]) -> Profile:
     if name in chain:
         raise ConfigError(f"profile {name!r} extends itself: {' -> '.join([*chain, name])}")
     mine: Optional[Profile] = user.get(name)
@@ -135,7 +135,7 @@ def _resolve(
             return BUILTIN[name]
         from torchhpc.core.suggest import did_you_mean
 
-        valid = list(BUILTIN) + [n for n in user if n not in BUILTIN]
+        valid = _names(user)
         near = did_you_mean(name, valid)
         raise UsageError(
             f"--profile {name!r} is not a known profile",
@@ -149,5 +149,5 @@ def _resolve(
             raise ConfigError(f"profile {name!r} extends itself", "extend a built-in or another profile")
         base = BUILTIN[name]
     else:
-        base = _resolve(parent, user, [*chain, name], environ)
+        base = _resolve(parent, user, [*chain, name])
     return mine.merged_onto(base)

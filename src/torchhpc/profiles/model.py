@@ -132,9 +132,7 @@ class Profile:
                 continue
             mine, theirs = getattr(self, f.name), getattr(base, f.name)
             if f.name in _PAIRS:
-                merged = dict(theirs)
-                merged.update(dict(mine))
-                changes[f.name] = tuple(merged.items())
+                changes[f.name] = tuple({**dict(theirs), **dict(mine)}.items())
             elif mine not in (None, (), "") and mine is not False:
                 changes[f.name] = mine
         return replace(base, **changes)
