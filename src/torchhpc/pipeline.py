@@ -238,10 +238,8 @@ def find_record(what: str) -> PipelineRecord:
                           f"submit it with `torchhpc pipeline {what}`, or give the record's path or the pipeline id")
     entry = _index_dir() / f"{what}.json"
     if "/" not in what and entry.is_file():
-        try:
+        with contextlib.suppress(OSError, ValueError, KeyError):
             return _load(str(json.loads(entry.read_text())["path"]))
-        except (OSError, ValueError, KeyError):
-            pass
     raise ConfigError(f"no pipeline {what!r} here", "give the pipeline's .toml file, its .pipeline.json record or its id")
 
 

@@ -8,6 +8,7 @@ fake one (``tests/fakes.py``); integration tests use the real one. Nothing patch
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -113,9 +114,7 @@ def start_early(argv: Sequence[str]) -> None:
     cwd or input starts its own; a command not found here is left to that run to say so."""
     if tuple(argv) in _EARLY or shutil.which(argv[0]) is None:
         return
-    try:
+    with contextlib.suppress(OSError):
         env = dict(os.environ)
         _EARLY[tuple(argv)] = (subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                                 stderr=subprocess.PIPE, text=True, env=env), env)
-    except OSError:
-        pass

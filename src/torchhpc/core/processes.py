@@ -279,11 +279,9 @@ class RankProcesses:
         if not self.rank0_only or rank == 0 or not self.tails[rank]:
             return
         with self.lock:
-            try:
+            with contextlib.suppress(BrokenPipeError, ValueError):
                 self.err.write("".join(self.tails[rank]))
                 self.err.flush()
-            except (BrokenPipeError, ValueError):
-                pass
 
     # -- signals --------------------------------------------------------
     def _install_handlers(self) -> dict[int, object]:

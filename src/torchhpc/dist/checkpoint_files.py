@@ -11,6 +11,7 @@ complete name, and ``<job dir>/checkpoint.json``, where the supervisor and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -120,9 +121,7 @@ def tell_supervisor(step: int, path: Path | None, tier: str = "disk", resumed: b
         new = {**old, "step": step, "time": now, "completed": [*history, [step, now, tier]]}
         new["path"] = str(path) if tier == "disk" and path is not None else old.get("path", "")
     tmp = f"{marker}.{os.getpid()}.tmp"
-    try:
+    with contextlib.suppress(OSError):
         with open(tmp, "w") as f:
             json.dump(new, f)
         os.replace(tmp, marker)
-    except OSError:
-        pass

@@ -20,6 +20,7 @@ inside functions only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from pathlib import Path
@@ -94,12 +95,10 @@ def rng_state() -> dict[str, Any]:
     state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
-    try:
+    with contextlib.suppress(ImportError):
         import numpy as np
 
         state["numpy"] = np.random.get_state()
-    except ImportError:
-        pass
     return state
 
 

@@ -20,6 +20,7 @@ torch is imported inside functions only: ``import torchhpc.dist`` stays cheap.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -258,11 +259,9 @@ def checkpoint_group() -> Any:
     if not (dist.is_available() and dist.is_initialized()):
         return None
     if _CHECKPOINT_GROUP is not None:
-        try:
+        with contextlib.suppress(KeyError, RuntimeError, ValueError):
             dist.get_process_group_ranks(_CHECKPOINT_GROUP)  # raises for a group destroyed with the default one
             return _CHECKPOINT_GROUP
-        except (KeyError, RuntimeError, ValueError):
-            pass
     _CHECKPOINT_GROUP = dist.new_group(backend="gloo")
     return _CHECKPOINT_GROUP
 
@@ -290,10 +289,8 @@ def cleanup(barrier: bool = True) -> None:
 
     if dist.is_available() and dist.is_initialized():
         if barrier and dist.get_world_size() > 1:
-            try:
+            with contextlib.suppress(Exception):  # a peer already gone: tear down anyway
                 dist.barrier()
-            except Exception:  # a peer already gone: tear down anyway
-                pass
         dist.destroy_process_group()
         gloo_workers_settle()
 

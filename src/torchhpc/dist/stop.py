@@ -11,6 +11,7 @@ that stops alone would leave the others blocked in the next collective.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -41,11 +42,9 @@ def touch_stop_file() -> None:
     (not to the batch shell), so the file is how the shell learns it should requeue."""
     path = os.environ.get("TORCHHPC_STOP_FILE")
     if path:
-        try:
+        with contextlib.suppress(OSError):  # a read-only or missing directory must not turn a stop into a crash
             with open(path, "a"):
                 pass
-        except OSError:  # a read-only or missing directory must not turn a stop into a crash
-            pass
 
 
 def taken() -> None:
@@ -53,11 +52,9 @@ def taken() -> None:
     answers True. A program that polls the stop file by itself does the same before it leaves."""
     path = os.environ.get("TORCHHPC_STOP_FILE")
     if path:
-        try:
+        with contextlib.suppress(OSError):  # as for the stop file: never turn a stop into a crash
             with open(path + TAKEN, "a"):
                 pass
-        except OSError:  # as for the stop file: never turn a stop into a crash
-            pass
 
 
 def watch(signals: tuple[int, ...] = (signal.SIGTERM,)) -> None:

@@ -9,6 +9,7 @@ script stay unchanged between ``python train.py`` and ``torchhpc run -n 8``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import random
@@ -211,11 +212,9 @@ def seed_everything(seed: int, per_rank: bool = True) -> int:
     effective = seed + (rank() if per_rank else 0)
     random.seed(effective)
     os.environ.setdefault("PYTHONHASHSEED", str(effective))
-    try:
+    with contextlib.suppress(ImportError):  # numpy is optional
         import numpy as np
 
         np.random.seed(effective % (2**32))
-    except ImportError:  # numpy is optional
-        pass
     torch.manual_seed(effective)
     return effective

@@ -14,6 +14,7 @@ unreadable file reads as no record.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -119,12 +120,10 @@ def record_path(scheduler: str, job_id: str) -> Path:
 
 def save_record(record: JobRecord) -> None:
     """Write the record (a read-only home must not fail a submission)."""
-    try:
+    with contextlib.suppress(OSError):
         path = record_path(record.scheduler, record.job_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record.to_json(), indent=1))
-    except OSError:
-        pass
 
 
 def load_record(scheduler: str, job_id: str) -> Optional[JobRecord]:

@@ -17,6 +17,7 @@ Where the newest checkpoint is read from, first found first:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -48,12 +49,10 @@ def _step(name: str) -> int:
 
 def newest_checkpoint(job_dir: str, checkpoint_dir: Optional[str] = None) -> Optional[Checkpoint]:
     """The newest checkpoint of the job, or None when none is seen (see the module's docstring)."""
-    try:
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         with open(os.path.join(job_dir, MARKER)) as f:
             d = json.load(f)
         return Checkpoint(int(d["step"]), float(d.get("time", 0.0)), str(d.get("path", "")))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
     if not checkpoint_dir:
         return None
     best: Optional[Checkpoint] = None
@@ -68,7 +67,7 @@ def newest_checkpoint(job_dir: str, checkpoint_dir: Optional[str] = None) -> Opt
 
 def _entries(top: str, depth: int) -> list[str]:
     out: list[str] = []
-    try:
+    with contextlib.suppress(OSError):
         with os.scandir(top) as it:
             for e in it:
                 if e.name.startswith(".") or e.name.endswith(".tmp"):
@@ -76,8 +75,6 @@ def _entries(top: str, depth: int) -> list[str]:
                 out.append(e.path)
                 if depth > 1 and e.is_dir(follow_symlinks=False):
                     out += _entries(e.path, depth - 1)
-    except OSError:
-        pass
     return out
 
 

@@ -21,6 +21,7 @@ A job that ends normally ends this step with it. Run as ``python -m torchhpc.sup
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -58,11 +59,9 @@ def batch_host_lost(job_dir: str, batch_host: str, restart: int, cancel: Callabl
     save_attempts(job_dir, history)
     write_end(job_dir, "NODE_FAIL", exit_code_for("node-failure"), now, restart)
     line = f"torchhpc: supervisor watch: {detail}"
-    try:
+    with contextlib.suppress(OSError):
         with open(os.path.join(job_dir, OUTPUT), "a", encoding="utf-8") as f:
             f.write(line + "\n")
-    except OSError:
-        pass
     cancel()
     return line
 
