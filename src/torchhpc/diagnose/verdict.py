@@ -110,19 +110,10 @@ class Verdict:
 
 def diagnose(ev: Evidence) -> Verdict:
     """The verdict for one job from its evidence (see the module docstring for the weighing)."""
-    per_rank: dict[int, list[str]] = {}
-    job_lines: list[str] = []
-    for ln in ev.lines:
-        if ln.rank is None:
-            job_lines.append(ln.text)
-        else:
-            per_rank.setdefault(ln.rank, []).append(ln.text)
-    logs_cmd = f"`torchhpc logs {ev.job}`" if ev.job else "`torchhpc logs JOB`"
-    seen: list[str] = []
     if ev.hang:
         v = _hang_verdict(ev)
     else:
-        v = _verdict(ev, per_rank, job_lines, logs_cmd, seen)
+        v = _verdict(ev)
         v = _with_flight(v, ev) if ev.flight else v
     return _with_storm(v, ev)
 
@@ -166,8 +157,16 @@ def _with_flight(v: Verdict, ev: Evidence) -> Verdict:
                    evidence=(*v.evidence, "fr/"))
 
 
-def _verdict(ev: Evidence, per_rank: dict[int, list[str]], job_lines: list[str], logs_cmd: str,
-             seen: list[str]) -> Verdict:
+def _verdict(ev: Evidence) -> Verdict:
+    per_rank: dict[int, list[str]] = {}
+    job_lines: list[str] = []
+    for ln in ev.lines:
+        if ln.rank is None:
+            job_lines.append(ln.text)
+        else:
+            per_rank.setdefault(ln.rank, []).append(ln.text)
+    logs_cmd = f"`torchhpc logs {ev.job}`" if ev.job else "`torchhpc logs JOB`"
+    seen: list[str] = []
 
     # 1. the scheduler's verdict on the whole job
     job_class = _JOB_STATES.get(ev.state.split()[0] if ev.state else "", "")
