@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from torchhpc.errors import EnvironmentDetectionError
 
@@ -120,20 +120,7 @@ class DistEnv:
         }
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "local_rank": self.local_rank,
-            "local_world_size": self.local_world_size,
-            "node_rank": self.node_rank,
-            "num_nodes": self.num_nodes,
-            "master_addr": self.master_addr,
-            "master_port": self.master_port,
-            "source": self.source,
-            "job_id": self.job_id,
-            "scheduler": self.scheduler,
-            "notes": list(self.notes),
-        }
+        return {**asdict(self), "notes": list(self.notes)}  # every field, in their order
 
     def validate(self, variables: str) -> DistEnv:
         """Reject impossible geometry, naming the variables it came from."""
