@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Optional
@@ -40,6 +41,7 @@ from torchhpc.network.sysfs import Gid, IBPort, Inventory, IPAddr, NetIf
 __all__ = ["Choice", "Detection", "detect", "pick_gid", "resolve_master"]
 
 Resolver = Callable[[str], Sequence[IPAddr]]
+_IFNAMES = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
 
 @dataclass(frozen=True)
@@ -89,12 +91,11 @@ def resolve_master(host: str) -> list[IPAddr]:
         infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError):  # UnicodeError: a name IDNA cannot encode (empty or 64+ character label)
         return []
-    addrs: list[IPAddr] = []
-    for family, *_rest, sockaddr in infos:
-        if family in (socket.AF_INET, socket.AF_INET6):
-            a = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
-            if a not in addrs:
-                addrs.append(a)
+    addrs = dict.fromkeys(
+        ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
+        for family, *_rest, sockaddr in infos
+        if family in (socket.AF_INET, socket.AF_INET6)
+    )
     return sorted(addrs, key=lambda a: a.version)
 
 
@@ -125,14 +126,12 @@ def _socket_iface(
     inv: Inventory, master: str | None, resolve: Resolver, det: Detection, nodes: int | None = None
 ) -> tuple[Optional[str], bool]:
     """Add NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME; return (interface routing to master, single_node)."""
-    names = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
     hsn = [i.name for i in inv.interfaces if i.name.startswith("hsn") and i.up]
     if master:
         addrs = resolve(master)
         if not addrs:
             det.warnings.append(f"--master {master!r} does not resolve here")
-            for n in names:
-                det.choices.append(Choice(n, None, f"master {master!r} does not resolve; cannot tell which route reaches it"))
+            det.choices += [Choice(n, None, f"master {master!r} does not resolve; cannot tell which route reaches it") for n in _IFNAMES]
             return None, False
         addr = addrs[0]
         det.master_addr = str(addr)
@@ -143,8 +142,7 @@ def _socket_iface(
                 if nodes is not None and nodes > 1:
                     det.warnings.append(f"master {shown} is loopback but the job has {nodes} nodes: they cannot reach it")
                 why = f"master {shown} is loopback: single node, lo is fine"
-                for n in names:
-                    det.choices.append(Choice(n, "lo", why))
+                det.choices += [Choice(n, "lo", why) for n in _IFNAMES]
                 return "lo", True
             # A host name that resolves to loopback here only (Debian's "127.0.1.1 <hostname>" line):
             # the other nodes resolve it to a real address, so never bind lo.
@@ -162,8 +160,7 @@ def _socket_iface(
         route = inv.route_to(addr)
         if route is None:
             det.warnings.append(f"no route to master {shown} in {inv.root.rstrip('/')}/proc/net/route")
-            for n in names:
-                det.choices.append(Choice(n, None, f"no route reaches master {addr}"))
+            det.choices += [Choice(n, None, f"no route reaches master {addr}") for n in _IFNAMES]
             return None, False
         nif = inv.interface(route.iface)
         if nif is not None and nif.container_or_virtual:
@@ -190,8 +187,7 @@ def _guess(inv: Inventory, hsn: list[str], det: Detection, why: str) -> tuple[Op
     if candidates:
         _set_ifnames(inv, candidates[0], [], f"first interface that is up and not loopback/virtual ({why})", det)
         return candidates[0], False
-    for n in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
-        det.choices.append(Choice(n, None, "no interface besides loopback/virtual ones is up"))
+    det.choices += [Choice(n, None, "no interface besides loopback/virtual ones is up") for n in _IFNAMES]
     return None, True
 
 
@@ -269,9 +265,7 @@ def _hca_and_gid(inv: Inventory, route_if: str | None, det: Detection) -> None:
     master = ipaddress.ip_address(det.master_addr) if det.master_addr else None
     prefer = _prefer_ndevs(inv, route_if)
     if roce:
-        picks: dict[str, tuple[Optional[Gid], str]] = {}
-        for p in roce:
-            picks[p.name] = pick_gid(p, prefer, master)
+        picks = {p.name: pick_gid(p, prefer, master) for p in roce}
         usable = {name: g for name, (g, _) in picks.items() if g is not None}
         reasons = "; ".join(r for _, r in picks.values())
         if not usable:
@@ -299,20 +293,14 @@ def _prefer_ndevs(inv: Inventory, route_if: str | None) -> list[str]:
     """The routing interface first, then (for a VLAN or a bond) its relatives."""
     if not route_if:
         return []
-    names = [route_if]
     base = route_if.split(".")[0]
     nif: Optional[NetIf] = inv.interface(base)
-    for n in [base, *(nif.slaves if nif else ())]:
-        if n not in names:
-            names.append(n)
-    return names
+    return list(dict.fromkeys([route_if, base, *(nif.slaves if nif else ())]))
 
 
 def _common_index(usable: dict[str, Gid], roce: list[IBPort], prefer: list[str]) -> int:
     """One index for all HCAs: the most common, ties to the port on the routing interface."""
-    counts: dict[int, int] = {}
-    for g in usable.values():
-        counts[g.index] = counts.get(g.index, 0) + 1
+    counts = Counter(g.index for g in usable.values())
     routing = [usable[p.name].index for p in roce if p.name in usable and set(p.netdevs) & set(prefer)]
     return max(counts, key=lambda i: (counts[i], i in routing, -i))
 

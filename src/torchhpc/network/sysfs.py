@@ -168,10 +168,7 @@ class Inventory:
     notes: tuple[str, ...] = field(default=())
 
     def interface(self, name: str) -> Optional[NetIf]:
-        for i in self.interfaces:
-            if i.name == name:
-                return i
-        return None
+        return next((i for i in self.interfaces if i.name == name), None)
 
     def route_to(self, addr: IPAddr) -> Optional[Route]:
         """Longest-prefix match in the main table (as ``ip route get`` would, minus policy rules)."""
@@ -266,9 +263,7 @@ def _ib_ports(base: Path) -> list[IBPort]:
 
 def _after_colon(text: Optional[str]) -> str:
     """``"4: ACTIVE"`` -> ``"ACTIVE"``."""
-    if not text:
-        return ""
-    return text.split(":", 1)[-1].strip()
+    return (text or "").split(":", 1)[-1].strip()
 
 
 _ARPHRD = {"1": "ether", "32": "infiniband", "772": "loopback", "776": "virtual", "65534": "virtual"}
