@@ -43,9 +43,6 @@ __all__ = [
     "verdict",
 ]
 
-EXPECT = ("auto", "fabric", "socket", "any")
-
-
 @dataclass
 class NcclReport:
     """What an ``NCCL_DEBUG=INFO`` log says about the network (one or many ranks, merged)."""
@@ -237,20 +234,18 @@ def run_local(
         base.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"})
     procs = []
     for rank in range(nproc):
-        penv = dict(base)
-        penv.update(
-            {
-                "RANK": str(rank),
-                "LOCAL_RANK": str(rank),
-                "WORLD_SIZE": str(nproc),
-                "LOCAL_WORLD_SIZE": str(nproc),
-                "GROUP_RANK": "0",
-                "NODE_RANK": "0",
-                "MASTER_ADDR": master_addr,
-                "MASTER_PORT": str(port),
-                "TORCHHPC_CHECK_BACKEND": backend,
-            }
-        )
+        penv = {
+            **base,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(nproc),
+            "LOCAL_WORLD_SIZE": str(nproc),
+            "GROUP_RANK": "0",
+            "NODE_RANK": "0",
+            "MASTER_ADDR": master_addr,
+            "MASTER_PORT": str(port),
+            "TORCHHPC_CHECK_BACKEND": backend,
+        }
         procs.append(
             subprocess.Popen(
                 [python, "-m", "torchhpc.network._check_worker"],
