@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from torchhpc.core.launcher_kind import LauncherKind
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import SpecError
-from torchhpc.launchers.builders import mpirun_argv, srun_argv, torchrun_argv
 from torchhpc.launchers.tags import Tag, mpirun_tag, srun_tag, torchrun_tag
 
 __all__ = ["DEFAULT_CPUS_PER_PROC", "LAUNCHERS", "MPIRUN", "SRUN", "TORCHRUN", "Launcher", "get_launcher", "launcher_of"]
@@ -30,8 +29,6 @@ class Launcher:
     summary: str
     # schedulers it runs under
     schedulers: frozenset[str]
-    # builds the launcher's own argv (see torchhpc.launchers.builders)
-    argv: Callable[..., list[str]]
     # the variables that hold a process's rank where the per-rank log wrapper runs, first set wins
     # (srun and mpirun: before the task shim, their own; torchrun: around each worker, torch's RANK)
     rank_vars: str
@@ -87,7 +84,6 @@ TORCHRUN = Launcher(
     LauncherKind.TORCHRUN,
     "one torchrun per node; it forks --nproc-per-node workers (c10d rendezvous)",
     schedulers=frozenset({"local", "slurm", "pbs", "kubernetes", "runai"}),
-    argv=torchrun_argv,
     rank_vars="RANK",
     parse_tag=torchrun_tag,
 )
@@ -95,7 +91,6 @@ SRUN = Launcher(
     LauncherKind.SRUN,
     "srun-direct: Slurm starts one task per process",
     schedulers=frozenset({"slurm"}),
-    argv=srun_argv,
     rank_vars="SLURM_PROCID",
     parse_tag=srun_tag,
     own_step=True,
@@ -105,7 +100,6 @@ MPIRUN = Launcher(
     LauncherKind.MPIRUN,
     "one mpirun over the allocation; each MPI process is one rank",
     schedulers=frozenset({"slurm", "pbs"}),
-    argv=mpirun_argv,
     rank_vars="OMPI_COMM_WORLD_RANK PMI_RANK PMIX_RANK",
     parse_tag=mpirun_tag,
     instead="kubernetes and runai start one pod per node, the local scheduler its ranks itself: use --launcher torchrun",
