@@ -148,16 +148,12 @@ class PBSScheduler(PBSQueries, BatchScheduler):
             )
         return opts
 
-
-    def _procs_per_chunk(self, spec: JobSpec) -> int:
-        """MPI slots per node: one per rank for mpirun, one per node for torchrun."""
-        return launcher_of(spec).tasks_per_node(spec)
-
     def directives(self, spec: JobSpec) -> list[str]:
         """The ``#PBS`` lines, each through :func:`~torchhpc.core.shell.directive`."""
         opts = self._check_options(spec)
         # One rule for every scheduler (Launcher.cpus_per_task): --cpus-per-proc wins over a site's cpus_per_gpu.
-        ncpus = launcher_of(spec).cpus_per_node(spec)
+        launcher = launcher_of(spec)
+        ncpus = launcher.cpus_per_node(spec)
         lines = [directive("#PBS", "-N", job_name(spec.name))]
         torque = opts["select_style"] == "torque"
         if torque:
@@ -169,7 +165,8 @@ class PBSScheduler(PBSQueries, BatchScheduler):
                 total = parse_size(spec.mem, "--mem") * spec.nodes
                 lines.append(directive("#PBS", "-l", f"mem={pbs_size(str(total))}"))
         else:
-            chunk = [str(spec.nodes), f"ncpus={ncpus}", f"mpiprocs={self._procs_per_chunk(spec)}"]
+            # MPI slots per node: one per rank for mpirun, one per node for torchrun
+            chunk = [str(spec.nodes), f"ncpus={ncpus}", f"mpiprocs={launcher.tasks_per_node(spec)}"]
             if spec.gpus_per_node:
                 chunk.append(f"ngpus={spec.gpus_per_node}")
             if spec.mem:

@@ -117,18 +117,14 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         return dev_target() if self._site else None
 
     # rendering -------------------------------------------------------
-    @staticmethod
-    def _cpus(spec: JobSpec) -> int | None:
-        """CPUs per Slurm task: per process for srun/mpirun, for all local processes for torchrun."""
-        return launcher_of(spec).cpus_per_task(spec)
-
     def allocation(self, spec: JobSpec, opts: Mapping[str, str]) -> list[tuple[str, object]]:
         """What the job asks Slurm for, as (flag, value) pairs (value None: a bare flag): the one
         source of ``#SBATCH`` resource lines and of ``salloc``'s flags (``torchhpc shell``)."""
         pairs: list[tuple[str, object]] = [
             ("nodes", spec.nodes + spec.spares),
             ("ntasks-per-node", launcher_of(spec).tasks_per_node(spec)),
-            ("cpus-per-task", self._cpus(spec)),
+            # per process for srun/mpirun, for all local processes for torchrun
+            ("cpus-per-task", launcher_of(spec).cpus_per_task(spec)),
         ]
         if spec.gpus_per_node and not opts.get("gres"):
             pairs.append(("gpus-per-node", spec.gpus_per_node))
