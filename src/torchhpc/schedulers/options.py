@@ -77,9 +77,8 @@ def options_table(declared: Iterable[Option]) -> list[str]:
     rows = [(o.name, o.kind, o.default if o.default is not None else "-", o.help) for o in declared]
     if not rows:
         return []
-    w = [max(len(r[i]) for r in rows) for i in range(3)]
     head = ("option", "type", "default")
-    w = [max(w[i], len(head[i])) for i in range(3)]
+    w = [max(len(r[i]) for r in (head, *rows)) for i in range(3)]
     lines = [f"  {head[0]:<{w[0]}}  {head[1]:<{w[1]}}  {head[2]:<{w[2]}}  what"]
     lines += [f"  {n:<{w[0]}}  {t:<{w[1]}}  {d:<{w[2]}}  {h}" for n, t, d, h in rows]
     return lines

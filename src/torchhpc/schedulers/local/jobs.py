@@ -358,7 +358,7 @@ class LocalJobs:
             gone.append(st.job_id)
         return gone
 
-    def list_jobs(self, include_finished: bool = True) -> list[JobStatus]:
+    def list_jobs(self) -> list[JobStatus]:
         """Every local job with a record, oldest submitted first (``list --last`` is the run just made); a
         record that cannot be read is skipped, said on stderr. Not by the record's mtime: reading a job's
         status may write its record (a supervisor found gone is recorded FAILED), and an older job then
@@ -383,5 +383,5 @@ class LocalJobs:
                 out.append(self.status(p.name))
             except SchedulerError as e:
                 print(f"Warning: skipped {Handle('local', p.name)}: {e.message}", file=sys.stderr)
-        return out if include_finished else [s for s in out if not s.terminal]
+        return out
 

@@ -161,7 +161,4 @@ def find_job(jobs: dict[str, dict[str, str]], job_id: str) -> tuple[str, dict[st
     if job_id in jobs:
         return job_id, jobs[job_id]
     short = job_id.split(".")[0]
-    for jid, attrs in jobs.items():
-        if jid.split(".")[0] == short:
-            return jid, attrs
-    return None
+    return next(((jid, attrs) for jid, attrs in jobs.items() if jid.split(".")[0] == short), None)
