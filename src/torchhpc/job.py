@@ -53,8 +53,8 @@ _DIRECT = ("setup", "cpus_per_task")
 
 
 @dataclass
-class JobHandle:
-    """A submitted job: ``status``, ``wait``, ``logs``, ``cancel``."""
+class _Known:
+    """A job, or one task of an array job, as its scheduler knows it: ``status``, ``logs``."""
 
     scheduler: Scheduler
     job_id: str
@@ -65,13 +65,18 @@ class JobHandle:
     def status(self) -> JobStatus:
         return self.scheduler.status(self.job_id)
 
+    def logs(self, rank: int | None = None) -> str:
+        return self.scheduler.logs(self.job_id, rank=rank)
+
+
+@dataclass
+class JobHandle(_Known):
+    """A submitted job: ``status``, ``wait``, ``logs``, ``cancel``."""
+
     def wait(
         self, timeout: float | None = None, poll: float = 1.0, progress: Callable[[JobStatus, float], None] | None = None
     ) -> JobStatus:
         return self.scheduler.wait(self.job_id, timeout=timeout, poll=poll, progress=progress)
-
-    def logs(self, rank: int | None = None) -> str:
-        return self.scheduler.logs(self.job_id, rank=rank)
 
     def cancel(self) -> None:
         self.scheduler.cancel(self.job_id)
@@ -88,25 +93,14 @@ class JobHandle:
 
 
 @dataclass
-class TaskHandle:
+class TaskHandle(_Known):
     """One task of an array job (``JOB_I``): ``state``, ``status()``, ``logs()``, ``result()`` (its last RESULT line)."""
 
-    scheduler: Scheduler
-    job_id: str
     index: int
-
-    def __str__(self) -> str:
-        return str(Handle(self.scheduler.name, self.job_id))
-
-    def status(self) -> JobStatus:
-        return self.scheduler.status(self.job_id)
 
     @property
     def state(self) -> str:
         return self.status().state
-
-    def logs(self, rank: int | None = None) -> str:
-        return self.scheduler.logs(self.job_id, rank=rank)
 
     def result(self) -> dict[str, Any] | None:
         from torchhpc.core.array import last_result
@@ -245,9 +239,7 @@ def _spec(
     try:
         spec = build_spec(values, program)
     except TorchHPCError as e:  # run's words (--after-any 'x') -> the keyword the caller wrote (after_any='x')
-        e.message = as_keywords(e.message, given, opens_with_value=True)
-        e.hint = None if e.hint is None else as_keywords(e.hint, given)
-        e.args = (e.message,)
+        _as_written(e, given)
         raise
     direct = {k: given[k] for k in _DIRECT if k in given}
     if isinstance(container, ContainerSpec):
