@@ -12,6 +12,7 @@ argument by argument: a value reaches the program exactly) and ``{index}`` by ``
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import itertools
@@ -27,7 +28,7 @@ from torchhpc.core.array import last_result
 from torchhpc.core.handle import Handle
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import SchedulerError, SpecError, UnknownJob, UsageError
-from torchhpc.job import Job, TaskHandle, check_program, tasks_of
+from torchhpc.job import Job, JobHandle, TaskHandle, check_program, tasks_of
 from torchhpc.jobdir.layout import RECORD
 from torchhpc.jobdir.logs import TASK_END_LINE, TASK_PREFIX
 from torchhpc.schedulers import get_scheduler
@@ -93,16 +94,8 @@ def flat_metrics(result: Optional[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 @dataclass
-class SweepHandle:
-    scheduler: Scheduler
-    job_id: str
+class SweepHandle(JobHandle):
     directory: str
-
-    def __str__(self) -> str:
-        return str(Handle(self.scheduler.name, self.job_id))
-
-    def wait(self, timeout: float | None = None, poll: float = 1.0) -> JobStatus:
-        return self.scheduler.wait(self.job_id, timeout=timeout, poll=poll)
 
     def tasks(self) -> list[TaskHandle]:
         man = read_manifest(self.directory)
@@ -154,8 +147,6 @@ def check_manifest_free(directory: str) -> None:
     """Before submitting: a directory that already holds a sweep's manifest is another sweep (or the user's)."""
     path = os.path.join(os.path.abspath(directory), MANIFEST)
     if os.path.lexists(path):
-        from torchhpc.errors import UsageError
-
         raise UsageError(
             f"--output-dir {directory} already holds {MANIFEST}: torchhpc never writes over an existing file",
             "give a new --output-dir (or none: a fresh NAME-sweep-TIMESTAMP/ is made)",
@@ -217,10 +208,8 @@ def task_rows(directory: str) -> list[dict[str, Any]]:
         st = by_id.get(tid) or _local_task(shared, tid, i, overall)
         result = None
         if sched.task_id(job_id, i) is not None:  # a task with its own logs (a Slurm array task)
-            try:
+            with contextlib.suppress(SchedulerError):
                 result = last_result(sched.logs(tid))
-            except SchedulerError:
-                result = None
         elif shared is not None:  # one log, each line [task I]-prefixed (the local scheduler)
             result = last_result(shared.get(i, ""))
         row: dict[str, Any] = {"task": i, **task["params"]}
