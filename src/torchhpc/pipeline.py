@@ -20,7 +20,7 @@ import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -153,8 +153,7 @@ class PipelineRecord:
                           f"its steps: {', '.join(s['name'] for s in self.steps)}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": 1, "id": self.id, "name": self.name, "file": self.file, "submitted": self.submitted,
-                "steps": self.steps}
+        return {"schema": 1, **{k: v for k, v in asdict(self).items() if k != "path"}}  # the path is where it lies
 
 
 def submit(steps: Sequence[Step], *, name: str, file: str = "", directory: str = ".") -> PipelineRecord:
@@ -202,11 +201,9 @@ def _save(rec: PipelineRecord, directory: str) -> None:
     os.makedirs(os.path.dirname(rec.path), exist_ok=True)
     with open(rec.path, "x") as f:
         json.dump(rec.to_json(), f, indent=1)
-    try:
+    with contextlib.suppress(OSError):  # a read-only state directory: the record is still found by its path
         _index_dir().mkdir(parents=True, exist_ok=True)
         (_index_dir() / f"{rec.id}.json").write_text(json.dumps({"path": rec.path, "file": rec.file}))
-    except OSError:
-        pass  # a read-only state directory: the record is still found by its path
 
 
 def _load(path: str) -> PipelineRecord:
@@ -260,10 +257,8 @@ def rows(rec: PipelineRecord) -> list[StepRow]:
     by_sched: dict[str, list[str]] = {}
     for s in rec.steps:
         by_sched.setdefault(s["scheduler"], []).append(s["job_id"])
-    known: dict[tuple[str, str], JobStatus] = {}
-    for sched, ids in by_sched.items():
-        for job_id, answer in get_scheduler(sched).query_many(ids).items():
-            known[(sched, job_id)] = answer
+    known = {(sched, job_id): answer for sched, ids in by_sched.items()
+             for job_id, answer in get_scheduler(sched).query_many(ids).items()}
     steps = {s["name"]: s for s in rec.steps}
     out = []
     for s in rec.steps:
