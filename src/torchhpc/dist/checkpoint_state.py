@@ -42,16 +42,13 @@ __all__ = [
     "write",
     "write_async",
     "write_file",
-
 ]
 
 
 def rank_world() -> tuple[int, int]:
-    import torch.distributed as dist
+    from torchhpc.dist.sync import rank, world_size
 
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+    return rank(), world_size()
 
 
 def group() -> Any:

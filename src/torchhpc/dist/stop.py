@@ -37,24 +37,20 @@ def _on_signal(signum: int, frame: Any) -> None:
     touch_stop_file()
 
 
-def touch_stop_file() -> None:
+def touch_stop_file(suffix: str = "") -> None:
     """Tell the other ranks and the batch shell: preemption sends SIGTERM to the ranks only
     (not to the batch shell), so the file is how the shell learns it should requeue."""
     path = os.environ.get("TORCHHPC_STOP_FILE")
     if path:
         with contextlib.suppress(OSError):  # a read-only or missing directory must not turn a stop into a crash
-            with open(path, "a"):
+            with open(path + suffix, "a"):
                 pass
 
 
 def taken() -> None:
     """Say that this rank took the stop (``$TORCHHPC_STOP_FILE.taken``): what ``should_stop()`` does when it
     answers True. A program that polls the stop file by itself does the same before it leaves."""
-    path = os.environ.get("TORCHHPC_STOP_FILE")
-    if path:
-        with contextlib.suppress(OSError):  # as for the stop file: never turn a stop into a crash
-            with open(path + TAKEN, "a"):
-                pass
+    touch_stop_file(TAKEN)
 
 
 def watch(signals: tuple[int, ...] = (signal.SIGTERM,)) -> None:
@@ -91,18 +87,14 @@ def should_stop(every: int = 1, step: int | None = None) -> bool:
     if step is not None and every > 1 and step % every:
         return False
     local = stop_requested_locally()
-    import torch.distributed as dist
+    from torchhpc.dist.sync import _collective_device, all_reduce_max, world_size
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    if world_size() == 1:  # also without a process group
         stop = local
     else:
         import torch
 
-        backend = dist.get_backend()
-        device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-        flag = torch.tensor([1 if local else 0], dtype=torch.int32, device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        stop = bool(flag.item())
+        stop = bool(all_reduce_max(torch.tensor([1 if local else 0], dtype=torch.int32, device=_collective_device())).item())
     if stop:
         taken()
     return stop

@@ -147,21 +147,20 @@ def main_first(local: bool = False, first: bool | None = None) -> Iterator[bool]
 
 def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     """Sum across ranks into a new tensor (the input is left as it was)."""
-    import torch.distributed as dist
-
-    out = tensor.detach().clone()
-    if is_distributed():
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)
-    return out
+    return _all_reduce(tensor, "SUM")
 
 
 def all_reduce_max(tensor: torch.Tensor) -> torch.Tensor:
     """Maximum across ranks into a new tensor (e.g. the slowest rank's epoch time)."""
+    return _all_reduce(tensor, "MAX")
+
+
+def _all_reduce(tensor: torch.Tensor, op: str) -> torch.Tensor:
     import torch.distributed as dist
 
     out = tensor.detach().clone()
     if is_distributed():
-        dist.all_reduce(out, op=dist.ReduceOp.MAX)
+        dist.all_reduce(out, op=getattr(dist.ReduceOp, op))
     return out
 
 
