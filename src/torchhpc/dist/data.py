@@ -62,7 +62,28 @@ def shard_indices(n: int, epoch: int, *, rank: int, world_size: int, shuffle: bo
     return order[rank : per * world_size : world_size]
 
 
-class TensorLoader:
+class _Positioned:
+    """What both loaders share: the next epoch, and the job's place in the data (``self._pos``)."""
+
+    epoch: int
+    _pos: _Dealt
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start the next iteration at ``epoch`` (resuming from a checkpoint)."""
+        self.epoch = epoch
+
+    def state_dict(self) -> dict[str, int]:
+        """The job's place in the data (the epoch, the samples of it consumed by all ranks): the same on every
+        rank, and meaningful on any world size (:mod:`torchhpc.dist.position`)."""
+        return self._pos.state_dict(self.epoch)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from ``state`` (this loader's or one saved on another world size): the rest of its epoch is
+        dealt to this world's ranks."""
+        self.epoch = self._pos.load(state)
+
+
+class TensorLoader(_Positioned):
     """Batches sliced from whole-dataset tensors; every iteration is a new epoch.
 
     ``tensors`` share their first dimension (e.g. images N×C×H×W and labels N).
@@ -103,20 +124,6 @@ class TensorLoader:
         self._n = n
         self._pos = _Dealt(n, batch_size, self.world_size, ledger, self.rank)
 
-    def set_epoch(self, epoch: int) -> None:
-        """Start the next iteration at ``epoch`` (resuming from a checkpoint)."""
-        self.epoch = epoch
-
-    def state_dict(self) -> dict[str, int]:
-        """The job's place in the data (the epoch, the samples of it consumed by all ranks): the same on every
-        rank, and meaningful on any world size (:mod:`torchhpc.dist.position`)."""
-        return self._pos.state_dict(self.epoch)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Go on from ``state`` (this loader's or one saved on another world size): the rest of its epoch is
-        dealt to this world's ranks."""
-        self.epoch = self._pos.load(state)
-
     def indices(self, epoch: int | None = None) -> torch.Tensor:
         """This rank's sample indices for ``epoch`` (default: the next one, from where a resume left it)."""
         return shard_indices(
@@ -154,7 +161,7 @@ class TensorLoader:
         deal.done()
 
 
-class EpochLoader:
+class EpochLoader(_Positioned):
     """A ``DataLoader`` whose sampler is advanced on every ``iter()``, and whose place in the data is the job's
     (``state_dict``/``load_state_dict``, as :class:`TensorLoader`'s)."""
 
@@ -166,18 +173,6 @@ class EpochLoader:
         rank, world = (sampler.rank, sampler.num_replicas) if strided else (0, 1)
         self._pos = _Dealt(len(dataloader.dataset), dataloader.batch_size or 1, world, ledger, rank)  # type: ignore[arg-type]
         self._strided = strided
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start the next iteration at ``epoch`` (resuming from a checkpoint)."""
-        self.epoch = epoch
-
-    def state_dict(self) -> dict[str, int]:
-        """The job's place in the data: the epoch and the samples of it consumed by all ranks."""
-        return self._pos.state_dict(self.epoch)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Go on from ``state``, on this world's ranks (see :class:`TensorLoader`)."""
-        self.epoch = self._pos.load(state)
 
     def __len__(self) -> int:
         return len(self.dataloader)

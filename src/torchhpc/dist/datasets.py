@@ -192,11 +192,7 @@ _TEMPLATES: dict[int, list[list[tuple[float, float]]]] = {
 
 
 def _segments(digit: int) -> list[tuple[float, float, float, float]]:
-    segs = []
-    for line in _TEMPLATES[digit]:
-        for (x0, y0), (x1, y1) in zip(line[:-1], line[1:]):
-            segs.append((x0, y0, x1, y1))
-    return segs
+    return [(x0, y0, x1, y1) for line in _TEMPLATES[digit] for (x0, y0), (x1, y1) in zip(line[:-1], line[1:])]
 
 
 def render_digits(n: int, seed: int, size: int = 28) -> tuple[torch.Tensor, torch.Tensor]:
