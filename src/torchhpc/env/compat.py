@@ -124,10 +124,5 @@ def disagreements(dist_env: DistEnv, environ: Mapping[str, str] | None = None) -
     env = os.environ if environ is None else environ
     if dist_env.world_size <= 1:
         return []
-    out: list[Disagreement] = []
-    for name, want, truth in _checks(dist_env):
-        have = env.get(name)
-        if have is None or have.strip() == str(want):
-            continue
-        out.append(Disagreement(name, have, str(want), truth.format(want), READERS[name]))
-    return out
+    return [Disagreement(name, env[name], str(want), truth.format(want), READERS[name])
+            for name, want, truth in _checks(dist_env) if env.get(name) is not None and env[name].strip() != str(want)]

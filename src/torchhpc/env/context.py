@@ -113,9 +113,7 @@ def resolve_master(
     elif ctx.job_id:
         port = derive_port(ctx.job_id)
         notes.append(f"MASTER_PORT derived from {ctx.scheduler} job id {ctx.job_id}")
-    elif port_key and first_set(env, port_key):
-        key_value = first_set(env, port_key)
-        assert key_value is not None
+    elif port_key and (key_value := first_set(env, port_key)):
         port = derive_port(key_value[1])
         notes.append(f"MASTER_PORT derived from {port_key}")
     else:

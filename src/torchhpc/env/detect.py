@@ -108,12 +108,8 @@ def detect(env: Mapping[str, str] | None = None, read_file: FileReader | None = 
 
 def conflicts(dist_env: DistEnv, environ: Mapping[str, str]) -> dict[str, tuple[str, str]]:
     """``{name: (user's value, detected value)}`` where the user's value differs from detection."""
-    out: dict[str, tuple[str, str]] = {}
-    for name, value in dist_env.as_torch_env().items():
-        have = environ.get(name)
-        if have is not None and have != value:
-            out[name] = (have, value)
-    return out
+    return {name: (environ[name], value) for name, value in dist_env.as_torch_env().items()
+            if environ.get(name) not in (None, value)}
 
 
 def export(dist_env: DistEnv, environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
@@ -123,9 +119,6 @@ def export(dist_env: DistEnv, environ: MutableMapping[str, str] | None = None) -
     batch script's) value wins. Returns only what was added.
     """
     target: MutableMapping[str, str] = os.environ if environ is None else environ
-    added: dict[str, str] = {}
-    for name, value in dist_env.as_torch_env().items():
-        if name not in target:
-            target[name] = value
-            added[name] = value
+    added = {name: value for name, value in dist_env.as_torch_env().items() if name not in target}
+    target.update(added)
     return added
