@@ -98,10 +98,7 @@ KNOWN_HINTS: tuple[tuple[str, str], ...] = (
 
 
 def known_hint(stderr: str) -> str | None:
-    for needle, hint in KNOWN_HINTS:
-        if needle in stderr:
-            return hint
-    return None
+    return next((hint for needle, hint in KNOWN_HINTS if needle in stderr), None)
 
 
 class CommandNotFound(CommandError):

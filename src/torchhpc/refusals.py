@@ -58,11 +58,10 @@ def check_option_flags(scheduler: str, options: dict[str, str], given: Mapping[s
     Defaults from a profile or the config file that the scheduler lacks were already set aside
     (``config show``: "not applied")."""
     from torchhpc.core.spec import OPTION_FLAGS
-    from torchhpc.schedulers import REGISTRY, scheduler_class
 
-    if scheduler not in REGISTRY:
+    offered = declared(scheduler, "OPTIONS", None)
+    if offered is None:  # no such scheduler: named later
         return
-    offered = getattr(scheduler_class(scheduler), "OPTIONS", {})
     for key in [k for k in options if k not in offered]:
         if key not in given:
             continue  # a profile's own option: its backend reads what it knows (as before)
