@@ -154,9 +154,8 @@ class Executor:
         except BaseException:
             shutil.rmtree(fdir.path, ignore_errors=True)
             raise
-        if items is None:
-            return [FunctionJob(handle, fdir, spec.world_size)]
-        return [FunctionJob(handle, fdir, spec.world_size, task=i) for i in range(len(items))]
+        tasks: list[Optional[int]] = [None] if items is None else list(range(len(items)))
+        return [FunctionJob(handle, fdir, spec.world_size, task=t) for t in tasks]
 
     def _job(self, program: list[str], keywords: Optional[dict[str, Any]] = None) -> Job:
         kw = dict(self.job_keywords if keywords is None else keywords)

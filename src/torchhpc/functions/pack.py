@@ -279,14 +279,9 @@ class FunctionDir:
     def records(self, task: Optional[int] = None) -> dict[int, dict[str, Any]]:
         """Every rank's record present so far, by rank (a record is written whole or not at all)."""
         out: dict[int, dict[str, Any]] = {}
-        base = self._sub("results", task)
-        if not base.is_dir():
-            return out
-        for p in sorted(base.glob("rank-*.pkl")):
-            try:
+        for p in sorted(self._sub("results", task).glob("rank-*.pkl")):  # none before the directory exists
+            with contextlib.suppress(OSError, ValueError, pickle.UnpicklingError, EOFError):
                 out[int(p.stem.split("-")[1])] = pickle.loads(p.read_bytes())
-            except (OSError, ValueError, pickle.UnpicklingError, EOFError):
-                continue
         return out
 
 

@@ -30,6 +30,8 @@ from typing import Any, Optional
 from torchhpc.errors import TorchHPCError
 from torchhpc.functions.pack import (
     FunctionDir,
+    _installed,
+    _release,
     atomic_write,
     load_cloudpickle,
     submit_versions,
@@ -111,14 +113,7 @@ def _already_returned(fdir: FunctionDir, task: Optional[int], world_size: int) -
 
 def submit_versions_here() -> dict[str, Optional[str]]:
     """This rank's versions, torch's from its metadata (not imported yet)."""
-    from importlib import metadata
-
-    here = submit_versions()
-    try:
-        here["torch"] = metadata.version("torch").split("+", 1)[0]
-    except metadata.PackageNotFoundError:
-        here["torch"] = None
-    return here
+    return {**submit_versions(), "torch": _release(_installed("torch"))}
 
 
 def _call(fdir: FunctionDir, rank: int, task: Optional[int], call: dict[str, Any], cloudpickle: Any,
