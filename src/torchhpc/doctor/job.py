@@ -53,10 +53,7 @@ def check_interface(ctx: Context) -> Check:
 
 
 def _nodes(e: Mapping[str, str]) -> Optional[int]:
-    for name in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
-        if e.get(name, "").isdigit():
-            return int(e[name])
-    return None
+    return next((int(e[name]) for name in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES") if e.get(name, "").isdigit()), None)
 
 
 def check_port(ctx: Context) -> Check:
@@ -180,11 +177,10 @@ def check_geometry(ctx: Context) -> Check:
     e = ctx.environ
     if not ctx.in_job:
         return Check("geometry", "skip", "not inside a job")
-    n_opt, source = _tasks_per_node(e)
+    n, source = _tasks_per_node(e)
     torchrun = "TORCHELASTIC_RUN_ID" in e or "TORCHELASTIC_RESTART_COUNT" in e
-    if n_opt is None:
+    if n is None:
         return Check("geometry", "skip", "not a Slurm job step (no SLURM_*TASKS_PER_NODE)")
-    n = n_opt
     if torchrun and n != 1:
         return Check("geometry", "fail",
                      f"torchrun runs under {source}={n}: {n} torchrun copies per node each start "
