@@ -20,13 +20,12 @@ import pytest
 from tests.conftest import need
 from tests.fakes import FakeRunner
 from torchhpc.diagnose.account import account
-from torchhpc.diagnose.events import ATTEMPTS_FILE, gather, timeline
+from torchhpc.diagnose.events import gather, timeline
 from torchhpc.diagnose.events_plot import plot_data
 from torchhpc.jobdir.record import new_record, save_record
 from torchhpc.schedulers.pbs.pbs import PBSScheduler
 from torchhpc.schedulers.slurm.slurm import SlurmScheduler
 from torchhpc.schedulers.times import JobTimes, clock
-from torchhpc.supervisor.attempts import ATTEMPTS_FILE as SUPERVISOR_FILE
 
 DATA = Path(__file__).parent.parent / "data"
 SACCT = (DATA / "slurm" / "sacct_times.txt").read_text()
@@ -48,10 +47,6 @@ ATTEMPTS = [
 def _sacct(argv: list[str], _input: object) -> str:
     wanted = argv[argv.index("-j") + 1]
     return "".join(line + "\n" for line in SACCT.splitlines() if line.split("|")[0] == wanted)
-
-
-def test_the_attempts_file_is_the_supervisors() -> None:
-    assert ATTEMPTS_FILE == SUPERVISOR_FILE
 
 
 def test_slurm_times_are_one_sacct_call_and_no_controller_call() -> None:

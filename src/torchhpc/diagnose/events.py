@@ -26,14 +26,14 @@ import torchhpc.diagnose.hang as hang
 from torchhpc.core.handle import Handle
 from torchhpc.core.units import counted, plural
 from torchhpc.diagnose.account import Account, _num, account, duration
-from torchhpc.jobdir.attempts import ATTEMPTS_FILE, load_attempts
+from torchhpc.jobdir.attempts import load_attempts
 from torchhpc.jobdir.endmark import read_end
 from torchhpc.jobdir.layout import CHECKPOINT
 from torchhpc.jobdir.record import read_record
 from torchhpc.schedulers.api import Scheduler
 from torchhpc.schedulers.times import JobTimes
 
-__all__ = ["ATTEMPTS_FILE", "Event", "Timeline", "gather", "timeline"]
+__all__ = ["Event", "Timeline", "gather", "timeline"]
 
 
 

@@ -10,15 +10,13 @@ from typing import Any
 
 from torchhpc.jobdir.layout import ATTEMPTS
 
-__all__ = ["ATTEMPTS_FILE", "load_attempts", "save_attempts", "shrunk"]
-
-ATTEMPTS_FILE = ATTEMPTS
+__all__ = ["load_attempts", "save_attempts", "shrunk"]
 
 
 def load_attempts(job_dir: str) -> list[dict[str, Any]]:
     """The attempts recorded in ``job_dir`` (``[]`` when none or unreadable)."""
     try:
-        with open(os.path.join(job_dir, ATTEMPTS_FILE)) as f:
+        with open(os.path.join(job_dir, ATTEMPTS)) as f:
             data = json.load(f)
     except (OSError, ValueError):
         return []
@@ -27,7 +25,7 @@ def load_attempts(job_dir: str) -> list[dict[str, Any]]:
 
 def save_attempts(job_dir: str, attempts: list[dict[str, Any]]) -> None:
     """Write the list whole, through a temporary file: a reader never sees half of it."""
-    path = os.path.join(job_dir, ATTEMPTS_FILE)
+    path = os.path.join(job_dir, ATTEMPTS)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         json.dump(attempts, f, indent=1)

@@ -24,7 +24,7 @@ Stdlib only; runs with the submitting interpreter on the batch host.
 
 from __future__ import annotations
 
-from torchhpc.supervisor.attempts import ATTEMPTS_FILE, Attempt, load_attempts
+from torchhpc.supervisor.attempts import Attempt, load_attempts
 from torchhpc.supervisor.policy import POLICY, RESTART_CLASSES, action_for
 
-__all__ = ["ATTEMPTS_FILE", "POLICY", "RESTART_CLASSES", "Attempt", "action_for", "load_attempts"]
+__all__ = ["POLICY", "RESTART_CLASSES", "Attempt", "action_for", "load_attempts"]

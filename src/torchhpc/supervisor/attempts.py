@@ -33,9 +33,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from torchhpc.jobdir.attempts import ATTEMPTS_FILE, load_attempts, save_attempts
+from torchhpc.jobdir.attempts import load_attempts, save_attempts
 
-__all__ = ["ATTEMPTS_FILE", "Attempt", "load_attempts", "save_attempts", "storm"]
+__all__ = ["Attempt", "load_attempts", "save_attempts", "storm"]
 
 
 
