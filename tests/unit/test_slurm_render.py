@@ -13,7 +13,8 @@ from tests.fakes import FakeRunner
 from tests.golden_util import assert_golden, lint_script
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.errors import SpecError
-from torchhpc.schedulers.slurm.slurm import SlurmScheduler, filter_rank, parse_scontrol
+from torchhpc.jobdir.logs import filter_rank
+from torchhpc.schedulers.slurm.slurm import SlurmScheduler, parse_scontrol
 
 
 def spec(**kw: object) -> JobSpec:

@@ -13,7 +13,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Optional
+from typing import TYPE_CHECKING, ClassVar, Optional
 
 from torchhpc.core.handle import Handle
 from torchhpc.core.proc import Runner, default_runner
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the readers' value types: loaded where a job's state is rea
     from torchhpc.schedulers.pending import Pending
     from torchhpc.schedulers.times import JobTimes
 
-__all__ = ["TERMINAL", "UNENDED", "JobStatus", "JobTimes", "Scheduler", "Submission"]
+__all__ = ["TERMINAL", "UNENDED", "JobStatus", "Scheduler", "Submission"]
 
 # States as Slurm names them; other backends map onto these.
 # States in which a job has not ended yet, whatever the scheduler says its exit code is.
@@ -389,12 +389,3 @@ class Scheduler(ABC):
                     f"`torchhpc status {Handle(self.name, job_id)}` to look again, `torchhpc cancel` to stop it",
                 )
             time.sleep(watch.pause())
-
-
-def __getattr__(name: str) -> Any:
-    """``JobTimes``, this module's name for :class:`torchhpc.schedulers.times.JobTimes`: loaded when asked."""
-    if name == "JobTimes":
-        from torchhpc.schedulers.times import JobTimes
-
-        return JobTimes
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -31,7 +31,7 @@ from torchhpc.errors import JobFailed, SchedulerError, SpecError
 from torchhpc.jobdir.layout import FR_DIR, FR_VAR, JOB_DIR_VAR
 from torchhpc.launchers import get_launcher
 from torchhpc.schedulers.allocation import Allocation
-from torchhpc.schedulers.api import JobStatus, JobTimes, Scheduler, Submission
+from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 from torchhpc.schedulers.local.allocation import RUN_PREFIX, run_id_of
 from torchhpc.schedulers.local.jobs import LocalJobs
 from torchhpc.schedulers.local.preflight import check_startable
@@ -48,6 +48,7 @@ from torchhpc.schedulers.local.ranks import (
 )
 from torchhpc.schedulers.local.warm import LocalStandby
 from torchhpc.schedulers.options import Option, declare
+from torchhpc.schedulers.times import JobTimes
 
 __all__ = ["LocalScheduler"]
 

@@ -16,14 +16,13 @@ import contextlib
 import os
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from torchhpc.core.depend import dependency_value
 from torchhpc.core.proc import Runner
 from torchhpc.core.shell import directive, join, quote
 from torchhpc.core.spec import JobSpec
-from torchhpc.core.units import format_bytes, format_walltime, parse_size
-from torchhpc.core.validate import parse_bool
+from torchhpc.core.units import format_bytes, format_walltime, parse_size, parse_switch
 from torchhpc.errors import CommandError, SchedulerError, SpecError
 from torchhpc.jobdir.files import keep
 from torchhpc.jobdir.log_wiring import (
@@ -45,10 +44,7 @@ from torchhpc.schedulers.slurm.parse import parse_scontrol
 from torchhpc.schedulers.slurm.site import dev_target, site_runner
 from torchhpc.schedulers.slurm.status import SlurmQueries, expand_output, first_end_files, output_pattern
 
-if TYPE_CHECKING:
-    from torchhpc.jobdir.logs import filter_rank
-
-__all__ = ["SlurmScheduler", "expand_output", "filter_rank", "parse_scontrol"]
+__all__ = ["SlurmScheduler", "expand_output", "parse_scontrol"]
 
 # The shell form of torchhpc.env's derive_port(): keep the two in step.
 PORT_EXPR = "$(( 10000 + SLURM_JOB_ID % 20000 ))"
@@ -163,7 +159,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             lines.append(directive("#SBATCH", "requeue"))
         if spec.supervised:  # a failed node must not end the job: the supervisor goes on without it
             lines.append(directive("#SBATCH", "no-kill"))
-        if parse_bool(opts["exclusive"], "exclusive"):
+        if parse_switch(opts["exclusive"], "exclusive"):
             lines.append(directive("#SBATCH", "exclusive"))
         for flag in (opts.get("sbatch_extra") or "").split():
             if not flag.startswith("--"):
@@ -351,7 +347,7 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
         self.check(spec)
         opts = self.settings(spec)
         argv = ["salloc", *(f"--{key}={value}" for key, value in self.allocation(spec, opts))]
-        if parse_bool(opts["exclusive"], "exclusive"):
+        if parse_switch(opts["exclusive"], "exclusive"):
             argv.append("--exclusive")
         # --overlap (Slurm >= 20.11): the shell's step shares its CPUs, so an srun (or a torchhpc
         # run) typed inside the shell starts at once instead of waiting for the shell to end.
@@ -363,13 +359,3 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             # there), before the runtime they provide starts and before $SIF, which they set, expands.
             shell = ["bash", "-c", " && ".join([*loads, "exec " + join(shell)])]
         return argv + inner + shell
-
-
-def __getattr__(name: str) -> Any:
-    """``filter_rank``, this module's name for :func:`torchhpc.jobdir.logs.filter_rank`: loaded when asked,
-    as a submission never reads a log."""
-    if name == "filter_rank":
-        from torchhpc.jobdir.logs import filter_rank
-
-        return filter_rank
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
