@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 
-from torchhpc.core.units import parse_switch
 from torchhpc.errors import QuotingError, SpecError
 
 __all__ = [
@@ -29,7 +28,6 @@ __all__ = [
     "check_name",
     "check_value",
     "encodable",
-    "parse_bool",
 ]
 
 # Variables the generated scripts use for themselves; a user's --env of the same
@@ -119,8 +117,3 @@ def check_dns_label(value: str, field: str) -> str:
             "use 1-63 lower-case letters, digits and '-', starting and ending with a letter or digit",
         )
     return value
-
-
-def parse_bool(value: str, field: str) -> bool:
-    """``1/true/yes/on`` or ``0/false/no/off``; anything else is an error, never a silent false (core/units.py)."""
-    return parse_switch(value, field)

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from torchhpc.core.units import plural
-from torchhpc.core.validate import parse_bool
+from torchhpc.core.units import parse_switch, plural
 from torchhpc.errors import SpecError
 
 __all__ = ["Option", "declare", "options_table", "resolve", "with_defaults"]
@@ -37,7 +36,7 @@ class Option:
         if self.type == "int":
             ok = value.strip().isdigit()
         elif self.type == "bool":
-            parse_bool(value, f"{self.name} (from --opt)")
+            parse_switch(value, f"{self.name} (from --opt)")
         elif self.type == "choice":
             ok = value in self.choices
         if not ok:

@@ -26,8 +26,7 @@ from typing import Any
 from torchhpc.core.depend import dependency_value
 from torchhpc.core.shell import Raw, directive, join
 from torchhpc.core.spec import JobSpec, default_python
-from torchhpc.core.units import parse_size
-from torchhpc.core.validate import parse_bool
+from torchhpc.core.units import parse_size, parse_switch
 from torchhpc.errors import QuotingError, SpecError
 from torchhpc.jobdir.log_wiring import LOG_DIR_VAR, LOG_REF, job_dir, log_argv, make_ranks_dir_lines
 from torchhpc.jobdir.record import update_record
@@ -201,7 +200,7 @@ class PBSScheduler(PBSQueries, BatchScheduler):
 
     def _mpirun_extra(self, opts: dict[str, str]) -> list[str]:
         extra: list[str] = []
-        if parse_bool(opts["oversubscribe"], "oversubscribe"):
+        if parse_switch(opts["oversubscribe"], "oversubscribe"):
             extra.append("--oversubscribe")
         for item in opts["mca"].split(","):
             if not item.strip():

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 
 from torchhpc.core.shell import validate_env_name
 from torchhpc.core.spec import JobSpec
-from torchhpc.core.validate import parse_bool
+from torchhpc.core.units import parse_switch
 from torchhpc.errors import SpecError
 from torchhpc.schedulers.kubernetes.pods import RDMA_ANNOTATION, k8s_name, pairs, volume_claims
 
@@ -75,7 +75,7 @@ def submit_argv_v2(spec: JobSpec, opts: Mapping[str, str], image: str, pod_comma
     for k, v in env:
         item = f"{validate_env_name(k, '--env')}={v}"
         argv += ["-e", item, "--master-environment-variable", item]
-    if parse_bool(opts.get("large_shm", "1"), "large_shm (from --opt)"):
+    if parse_switch(opts.get("large_shm", "1"), "large_shm (from --opt)"):
         argv.append("--large-shm")
     if opts.get("preemptibility"):
         argv += ["--preemptibility", opts["preemptibility"]]

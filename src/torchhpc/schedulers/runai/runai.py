@@ -23,7 +23,8 @@ import re
 
 from torchhpc.core.shell import Raw, join, validate_env_name
 from torchhpc.core.spec import JobSpec
-from torchhpc.core.validate import check_value, parse_bool
+from torchhpc.core.units import parse_switch
+from torchhpc.core.validate import check_value
 from torchhpc.errors import CommandError, SchedulerError, SpecError, UnknownJob
 from torchhpc.jobdir.record import new_record, read_record, save_record
 from torchhpc.launchers import get_launcher, torchrun_argv
@@ -185,7 +186,7 @@ class RunAIScheduler(Scheduler):
         argv += ["-e", f"TORCHHPC_NPROC_PER_NODE={spec.nproc_per_node}"]
         for k, v in spec.env:
             argv += ["-e", f"{validate_env_name(k, '--env')}={v}"]
-        if parse_bool(opts.get("large_shm", "1"), "large_shm (from --opt)"):
+        if parse_switch(opts.get("large_shm", "1"), "large_shm (from --opt)"):
             argv.append("--large-shm")
         argv += ["--", "bash", "-c", second_layer(pod_command(spec.with_(options=tuple(opts.items())), python))]
         return argv
