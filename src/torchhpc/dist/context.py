@@ -77,9 +77,9 @@ class DistContext:
     @property
     def distributed(self) -> bool:
         """True when a process group is up (also when the user started it)."""
-        import torch.distributed as dist
+        from torchhpc.dist.sync import is_distributed
 
-        return dist.is_available() and dist.is_initialized()
+        return is_distributed()
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on rank 0 only (flushed: job logs are files, not TTYs)."""
@@ -95,10 +95,9 @@ class DistContext:
 
     def barrier(self) -> None:
         """Wait for every rank; a no-op without a process group."""
-        if self.distributed:
-            import torch.distributed as dist
+        from torchhpc.dist.sync import barrier
 
-            dist.barrier()
+        barrier()
 
     def cleanup(self) -> None:
         cleanup()

@@ -344,9 +344,8 @@ class FunctionJob:
     def _final_records(self, st: JobStatus, records: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
         """A shared filesystem may show a rank's record a moment after the scheduler shows the end."""
         deadline = time.monotonic() + (5.0 if st.ok else 2.0)
-        while not self._complete(records) and not any(not r.get("ok") for r in records.values()):
-            if time.monotonic() > deadline:
-                break
+        while not self._complete(records) and not any(not r.get("ok") for r in records.values()) \
+                and time.monotonic() <= deadline:
             time.sleep(0.2)
             records = self.function_dir.records(self.task)
         return records
