@@ -58,9 +58,6 @@ class Step:
     spec: JobSpec
     after: tuple[tuple[str, str], ...] = ()  # (kind, step name)
 
-    def parents(self) -> list[str]:
-        return list(dict.fromkeys(n for _, n in self.after))
-
 
 def check(steps: Sequence[Step], source: str = "pipeline") -> list[Step]:
     """The steps in an order that submits every parent first; each problem is one line of one error."""
