@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from torchhpc.core.spec import Entrypoint, JobSpec
-from torchhpc.jobdir.endmark import END_FILE, end_lines, quoted_dir, read_end, write_end
+from torchhpc.jobdir.endmark import end_lines, quoted_dir, read_end, write_end
+from torchhpc.jobdir.layout import END
 from torchhpc.launchers.boot import BOOT_DIR
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.waiting import CAP, EndWatch, settled
@@ -27,8 +28,8 @@ def test_write_then_read_is_whole_and_leaves_no_temporary(tmp_path: Path) -> Non
     assert write_end(str(tmp_path), "FAILED", 3, when=12.5)
     mark = read_end(str(tmp_path))
     assert mark is not None and (mark.state, mark.exit_code, mark.time) == ("FAILED", 3, 12.5)
-    assert sorted(os.listdir(tmp_path)) == [END_FILE]
-    (tmp_path / END_FILE).write_text("{not json")
+    assert sorted(os.listdir(tmp_path)) == [END]
+    (tmp_path / END).write_text("{not json")
     assert read_end(str(tmp_path)) is None
     assert not write_end(str(tmp_path / "missing"), "COMPLETED", 0)
 
@@ -69,7 +70,7 @@ def test_the_script_writes_its_end(tmp_path: Path, body: str, state: str | None,
     """Also a failing command under ``set -e``: the EXIT trap writes it; a requeue from the script writes none."""
     d = tmp_path / "j-7 x"
     d.mkdir()
-    (d / END_FILE).write_text('{"state": "COMPLETED", "exit_code": 0, "time": 1}')  # an earlier run's: removed
+    (d / END).write_text('{"state": "COMPLETED", "exit_code": 0, "time": 1}')  # an earlier run's: removed
     path = tmp_path / "job.sh"
     path.write_text(_script(d, body))
     done = subprocess.run(["bash", str(path)], env={**os.environ, "JOBID": "7 x"}, check=False)
@@ -79,7 +80,7 @@ def test_the_script_writes_its_end(tmp_path: Path, body: str, state: str | None,
         return
     assert mark is not None and (mark.state, mark.exit_code) == (state, code) and done.returncode == code
     assert abs(mark.time - time.time()) < 60
-    assert json.loads((d / END_FILE).read_text())["restart"] == 0
+    assert json.loads((d / END).read_text())["restart"] == 0
 
 
 def test_a_cancel_while_the_step_runs_writes_cancelled(tmp_path: Path) -> None:
@@ -340,7 +341,7 @@ def test_a_requeued_jobs_old_marker_is_ignored_until_the_next_run_writes_its_own
     watch = EndWatch(lambda: JobStatus("1", state["s"]), str(tmp_path), clock=clock)
 
     def next_run_ends() -> None:
-        (tmp_path / END_FILE).unlink()
+        (tmp_path / END).unlink()
         write_end(str(tmp_path), "COMPLETED", 0, restart=1)
         state["s"] = "COMPLETED"
 

@@ -19,6 +19,7 @@ import pytest
 from torchhpc.boot import sitecustomize as boot
 from torchhpc.diagnose import exits, hang
 from torchhpc.diagnose.probe import EXITED, RankStack
+from torchhpc.jobdir.layout import HANG
 from torchhpc.launchers.boot import boot_pythonpath
 from torchhpc.schedulers.local.ranks import new_run_id
 
@@ -122,7 +123,7 @@ def test_every_rank_returned_then_a_quiet_exit_completes(tmp_path: Path, monkeyp
     mark(tmp_path, 1, 2, t + 1)
     assert watch.check("RUNNING", now=t + 15) is None and not acted  # quiet 15 s, the last return only 14 s ago
     v = watch.check("RUNNING", now=t + 16)
-    assert v is not None and acted == ["finish"] and v.culprits == () and not os.path.exists(tmp_path / hang.HANG_FILE)
+    assert v is not None and acted == ["finish"] and v.culprits == () and not os.path.exists(tmp_path / HANG)
     assert v.at_exit == ("rank 1 stopped 15 s after its program ended: destroy_process_group (distributed_c10d.py:2080)",)
     assert said[0] == f"torchhpc: hang at exit: {v.at_exit[0]}"
 

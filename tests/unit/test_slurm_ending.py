@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import FakeRunner
-from torchhpc.schedulers.slurm.ending import HANG_FILE, one_ending
+from torchhpc.jobdir.layout import HANG
+from torchhpc.schedulers.slurm.ending import one_ending
 
 GONE = (1, "", "slurm_load_jobs error: Invalid job id specified\n")
 
@@ -45,7 +46,7 @@ def _job(tmp_path: Path, job_id: str, mark: str | None, hang: bool) -> None:
     if mark is not None:
         (job_dir / "end.json").write_text(mark + "\n")
     if hang:
-        (job_dir / HANG_FILE).write_text(json.dumps({"quiet_s": 20.0}))
+        (job_dir / HANG).write_text(json.dumps({"quiet_s": 20.0}))
     update_record("slurm", job_id, job_dir=str(job_dir))
 
 
@@ -74,7 +75,7 @@ def test_each_ending_has_one_code_from_scontrol_and_from_sacct(clean_user_env: N
 def test_a_hang_long_before_the_end_is_not_its_cause(tmp_path: Path) -> None:
     """The supervisor restarted after a hang (hang.json stays), and a person cancelled the job an hour
     later: that end is a cancel, 143."""
-    (tmp_path / HANG_FILE).write_text("{}")
+    (tmp_path / HANG).write_text("{}")
     (tmp_path / "end.json").write_text('{"state": "CANCELLED", "exit_code": 143, "time": 9999999999.0}')
     assert one_ending("CANCELLED", 143, str(tmp_path)) == ("CANCELLED", 143)
 
@@ -160,13 +161,6 @@ def test_a_node_loss_with_no_spare_left_is_node_failure_in_the_supervisors_words
                               launcher="srun", job="slurm:1"))
         assert v.klass == "node-failure", (state, v.render())
         assert "node2 lost" in v.summary and "--exclude node2" in v.next_step, v.render()
-
-
-def test_the_hang_files_name_is_the_hang_watchs() -> None:
-    """slurm/ending.py repeats diagnose/hang.py's file name (diagnose sits above the schedulers): kept equal here."""
-    from torchhpc.diagnose.hang import HANG_FILE as WATCHS
-
-    assert HANG_FILE == WATCHS
 
 
 def test_a_cancel_torchhpc_made_says_who_and_when(clean_user_env: None, tmp_path: Path) -> None:

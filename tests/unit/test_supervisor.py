@@ -20,8 +20,8 @@ from torchhpc.core.exitcodes import EXIT_CODES
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.diagnose.classify import CLASSES
-from torchhpc.diagnose.hang import HANG_FILE
 from torchhpc.errors import SpecError
+from torchhpc.jobdir.layout import HANG
 from torchhpc.schedulers import get_scheduler
 from torchhpc.schedulers.local.ranks import new_run_id
 from torchhpc.supervisor import POLICY, RESTART_CLASSES, action_for, load_attempts
@@ -253,7 +253,7 @@ def test_a_hung_attempt_is_probed_and_ended_through_the_allocation(tmp_path: Pat
     assert [(a["class"], a["nodes"]) for a in tries] == [("hang", ["localhost"])], tries
     assert tries[0]["found_by"] == "hang-watch" and tries[0]["fault"] >= tries[0]["launched"] >= tries[0]["started"]
     assert tries[0]["teardown_s"] is not None and tries[0]["first_line"] is None  # it never wrote a line
-    assert (tmp_path / HANG_FILE).exists(), sorted(p.name for p in tmp_path.iterdir())
+    assert (tmp_path / HANG).exists(), sorted(p.name for p in tmp_path.iterdir())
 
 
 def test_each_hung_attempt_names_its_own_culprit(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from torchhpc.core.units import counted, plural
 from torchhpc.diagnose.account import Account, _num, account, duration
 from torchhpc.jobdir.attempts import load_attempts
 from torchhpc.jobdir.endmark import read_end
-from torchhpc.jobdir.layout import CHECKPOINT
+from torchhpc.jobdir.layout import CHECKPOINT, HANG
 from torchhpc.jobdir.record import read_record
 from torchhpc.schedulers.api import Scheduler
 from torchhpc.schedulers.times import JobTimes
@@ -326,7 +326,7 @@ def gather(scheduler: Scheduler, name: str, job_id: str, now: Optional[float] = 
     mark = read_end(job_dir) if job_dir else None
     return timeline(
         str(Handle(name, job_id)), times, attempts, hang_info=hang_info,
-        hang_time=_mtime(os.path.join(job_dir, hang.HANG_FILE)) if hang_info else None,
+        hang_time=_mtime(os.path.join(job_dir, HANG)) if hang_info else None,
         findings=findings, findings_time=_mtime(os.path.join(job_dir, flight.FR_DIR)) if findings else None,
         end_mark=(mark.time, mark.state, mark.exit_code) if mark and mark.time else None, now=now,
     )

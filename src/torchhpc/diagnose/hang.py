@@ -48,14 +48,12 @@ if TYPE_CHECKING:
     from torchhpc.schedulers.api import Scheduler
 
 __all__ = [
-    "HANG_FILE",
     "HangWatch",
     "probe_job",
     "quiet_for",
     "watch_job",
 ]
 
-HANG_FILE = HANG  # in the job directory: the hang's diagnosis, for `torchhpc diagnose`
 # How much longer than --hang-timeout an exit may stay quiet before the watch looks at it as a hang: the
 # destroy guard ends a rank stuck in destroy_process_group after 60 s (TORCHHPC_DESTROY_TIMEOUT), with its stack
 EXIT_GRACE_S = 90.0
@@ -94,7 +92,7 @@ def quiet_for(ranks_dir: str, now: float, output: str = "") -> Optional[float]:
 
 
 def save(job_dir: str, v: HangVerdict, quiet_s: float) -> str:
-    path = os.path.join(job_dir, HANG_FILE)
+    path = os.path.join(job_dir, HANG)
     with open(path, "w") as f:
         json.dump({"quiet_s": quiet_s, **v.to_json()}, f, indent=1)
     return path
@@ -102,7 +100,7 @@ def save(job_dir: str, v: HangVerdict, quiet_s: float) -> str:
 
 def load(job_dir: str) -> Optional[dict[str, object]]:
     try:
-        with open(os.path.join(job_dir, HANG_FILE)) as f:
+        with open(os.path.join(job_dir, HANG)) as f:
             d = json.load(f)
     except (OSError, ValueError):
         return None

@@ -28,9 +28,7 @@ from torchhpc.core.shell import quote, split_words, wrap_command
 from torchhpc.jobdir.layout import END
 from torchhpc.launchers.boot import boot_ref
 
-__all__ = ["END_FILE", "EndMark", "end_lines", "end_path", "read_end", "write_end"]
-
-END_FILE = END
+__all__ = ["EndMark", "end_lines", "end_path", "read_end", "write_end"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +44,7 @@ class EndMark:
 
 
 def end_path(job_dir: str) -> str:
-    return os.path.join(job_dir, END_FILE)
+    return os.path.join(job_dir, END)
 
 
 def read_end(job_dir: str) -> Optional[EndMark]:
@@ -76,7 +74,7 @@ def write_end(job_dir: str, state: str, exit_code: Optional[int], when: Optional
     """Write the marker atomically (a hidden temporary file renamed over it); False when the
     directory cannot take it (the end is then learnt from the scheduler, as before)."""
     data = {"state": state, "exit_code": exit_code, "time": time.time() if when is None else when, "restart": restart}
-    tmp = os.path.join(job_dir, f".{END_FILE}.{os.getpid()}")
+    tmp = os.path.join(job_dir, f".{END}.{os.getpid()}")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(json.dumps(data) + "\n")

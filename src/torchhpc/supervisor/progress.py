@@ -27,9 +27,8 @@ from typing import Optional
 
 from torchhpc.jobdir.layout import CHECKPOINT
 
-__all__ = ["MARKER", "Checkpoint", "NoProgress", "newest_checkpoint"]
+__all__ = ["Checkpoint", "NoProgress", "newest_checkpoint"]
 
-MARKER = CHECKPOINT
 _DIGITS = re.compile(r"(\d+)")
 
 
@@ -50,7 +49,7 @@ def _step(name: str) -> int:
 def newest_checkpoint(job_dir: str, checkpoint_dir: Optional[str] = None) -> Optional[Checkpoint]:
     """The newest checkpoint of the job, or None when none is seen (see the module's docstring)."""
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        with open(os.path.join(job_dir, MARKER)) as f:
+        with open(os.path.join(job_dir, CHECKPOINT)) as f:
             d = json.load(f)
         return Checkpoint(int(d["step"]), float(d.get("time", 0.0)), str(d.get("path", "")))
     if not checkpoint_dir:

@@ -36,15 +36,12 @@ from torchhpc.jobdir.endmark import EndMark, read_end
 from torchhpc.jobdir.layout import HANG
 from torchhpc.schedulers.api import TERMINAL
 
-__all__ = ["HANG_END_S", "HANG_FILE", "SIGTERM_CODE", "STOPPED_WHY", "one_ending", "this_runs_mark"]
+__all__ = ["HANG_END_S", "SIGTERM_CODE", "STOPPED_WHY", "one_ending", "this_runs_mark"]
 
 SIGTERM_CODE = 128 + 15  # scancel's and the time limit's signal, as a shell reports it
 # The hang watch saves its diagnosis, then cancels: the end follows within KillWait (seconds). A diagnosis
 # older than this before the end is an earlier hang the supervisor restarted from, not this end's cause.
 HANG_END_S = 300.0
-# the hang watch's saved diagnosis in the job directory (diagnose/hang.py's HANG_FILE; diagnose sits above
-# the schedulers, so the name is repeated here and a unit test keeps the two equal)
-HANG_FILE = HANG
 _SIGNALLED = frozenset({"CANCELLED", "TIMEOUT"})
 # the state of an ending the batch script gave a stop's class: what ended it, not FAILED
 _STOPPED = {exit_code_for("time-limit"): "TIMEOUT", exit_code_for("preempted"): "PREEMPTED",
@@ -66,7 +63,7 @@ def _hang_ended(end_dir: Optional[str], mark: Optional[EndMark]) -> bool:
     if not end_dir:
         return False
     try:
-        saved = os.stat(os.path.join(end_dir, HANG_FILE)).st_mtime
+        saved = os.stat(os.path.join(end_dir, HANG)).st_mtime  # the hang watch's saved diagnosis
     except OSError:
         return False
     return mark is None or not mark.time or mark.time - saved <= HANG_END_S
