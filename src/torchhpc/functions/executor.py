@@ -197,20 +197,13 @@ def _visible_in_container(spec: JobSpec, fdir: FunctionDir) -> JobSpec:
     return spec.with_(container=dataclasses.replace(c, binds=(*c.binds, path)))
 
 
-def _pvcs(spec: JobSpec) -> list[tuple[str, str]]:
-    out = []
-    for item in (spec.option("pvc") or "").split(","):
-        claim, sep, path = item.strip().partition(":")
-        if sep and claim and path.startswith("/"):
-            out.append((claim, path.rstrip("/") or "/"))
-    return out
-
-
 def _on_pvc(spec: JobSpec, fdir: FunctionDir) -> tuple[str, str]:
     """The (claim, mount) holding the function directory; a pod sees nothing else of this machine's files."""
     path = str(fdir.path)
-    for claim, mount in _pvcs(spec):
-        if path == mount or path.startswith(mount.rstrip("/") + "/"):
+    for item in (spec.option("pvc") or "").split(","):
+        claim, sep, given = item.strip().partition(":")
+        mount = given.rstrip("/") or "/"
+        if sep and claim and given.startswith("/") and (path == mount or path.startswith(mount.rstrip("/") + "/")):
             return claim, mount
     raise SpecError(
         f"the function's pickle would be written to {path}, which the {spec.scheduler} pods cannot see "
