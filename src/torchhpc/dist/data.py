@@ -169,7 +169,7 @@ class EpochLoader(_Positioned):
         self.dataloader = dataloader
         self.sampler = sampler
         self.epoch = 0
-        strided = isinstance(sampler, _strided_class()) if sampler is not None else False
+        strided = isinstance(sampler, _strided_class())
         rank, world = (sampler.rank, sampler.num_replicas) if strided else (0, 1)
         self._pos = _Dealt(len(dataloader.dataset), dataloader.batch_size or 1, world, ledger, rank)  # type: ignore[arg-type]
         self._strided = strided
