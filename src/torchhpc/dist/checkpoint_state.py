@@ -107,11 +107,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
     if "numpy" in state:
-        try:
+        with contextlib.suppress(ImportError):  # saved where numpy was, resumed where it is not
             import numpy as np
-        except ImportError:
-            return
-        np.random.set_state(state["numpy"])
+
+            np.random.set_state(state["numpy"])
 
 
 def state_of(model: Any, optimizer: Any) -> dict[str, Any]:
