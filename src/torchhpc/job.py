@@ -181,9 +181,7 @@ class Job:
         warning = no_gpu_warning(self.spec)
         if warning:
             print(warning, file=sys.stderr)
-        if self.scheduler.runs_here:  # a queue-like start: status, logs, cancel, wait from any process
-            return JobHandle(self.scheduler, self.scheduler.submit_background(submission))  # type: ignore[attr-defined]
-        return JobHandle(self.scheduler, self.scheduler.schedule(submission))
+        return JobHandle(self.scheduler, self.scheduler.start(submission))
 
 
 def _argv(program: Sequence[str] | str | os.PathLike[str]) -> list[str]:

@@ -173,7 +173,7 @@ def submit(steps: Sequence[Step], *, name: str, file: str = "", directory: str =
             spec = _with_parents(step, ids)
             scheduler = get_scheduler(spec.scheduler)
             sub = scheduler.render(spec)
-            job_id = scheduler.submit_background(sub) if scheduler.runs_here else scheduler.schedule(sub)  # type: ignore[attr-defined]
+            job_id = scheduler.start(sub)
             ids[step.name] = job_id
             rec.steps.append({"name": step.name, "scheduler": spec.scheduler, "job_id": job_id,
                               "after": [[k, n] for k, n in step.after]})

@@ -124,8 +124,7 @@ class Sweep:
         check_program(self.spec)
         check_manifest_free(self.spec.output_dir)
         sub = self.render()
-        sched = self.scheduler
-        job_id = sched.submit_background(sub) if sched.runs_here else sched.schedule(sub)  # type: ignore[attr-defined]
+        job_id = self.scheduler.start(sub)
         d = os.path.abspath(self.spec.output_dir)
         write_manifest(d, {**self.manifest(), "job_id": job_id, "handle": str(Handle(self.spec.scheduler, job_id))})
         return SweepHandle(self.scheduler, job_id, d)

@@ -142,10 +142,7 @@ def _run(args: argparse.Namespace, program: list[str]) -> int:
 
             return run_foreground(scheduler, submission, rank0_only=args.rank0_only,
                                   hang_timeout=args.hang_timeout, on_hang=args.on_hang)
-    if scheduler.runs_here:
-        job_id = scheduler.submit_background(submission)  # type: ignore[attr-defined]
-    else:
-        job_id = scheduler.schedule(submission)
+    job_id = scheduler.start(submission)
     handle = str(Handle(spec.scheduler, job_id))
     if args.json and not args.wait:
         print(json.dumps({"handle": handle, "scheduler": spec.scheduler, "job_id": job_id, "name": spec.name,

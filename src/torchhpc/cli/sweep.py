@@ -95,10 +95,7 @@ def _sweep(args: argparse.Namespace, program: list[str]) -> int:
 
     check_program(spec)
     check_manifest_free(spec.output_dir)
-    if scheduler.runs_here:
-        job_id = scheduler.submit_background(submission)  # type: ignore[attr-defined]
-    else:
-        job_id = scheduler.schedule(submission)
+    job_id = scheduler.start(submission)
     handle = str(Handle(spec.scheduler, job_id))
     directory = os.path.abspath(spec.output_dir)
     write_manifest(directory, {**man, "job_id": job_id, "handle": handle})

@@ -266,6 +266,10 @@ class Scheduler(ABC):
     def submit(self, spec: JobSpec) -> str:
         return self.schedule(self.render(spec))
 
+    def start(self, submission: Submission) -> str:
+        """Submit so that any process reads the job back: a queue's job (the local scheduler: in the background)."""
+        return self.schedule(submission)
+
     def status(self, job_id: str) -> JobStatus:
         raise TorchHPCError(f"the {self.name} scheduler has no status command")
 

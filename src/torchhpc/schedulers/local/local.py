@@ -195,6 +195,8 @@ class LocalScheduler(Scheduler):
         check_startable(submission.spec, self.query_many)
         return LocalJobs().submit(submission)
 
+    start = submit_background  # a queue-like start: status, logs, cancel, wait from any process
+
     def start_here(self, submission: Submission) -> tuple[str, str]:
         """A record and job directory for a foreground run this process supervises: (id, its output.log)."""
         check_startable(submission.spec, self.query_many)
