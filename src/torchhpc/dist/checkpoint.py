@@ -201,9 +201,9 @@ class Checkpointer:
                scheduler: Any = None, loader: Any = None) -> dict[str, Any]:
         """Restore the newest complete checkpoint; ``{}`` when there is none (all ranks call it).
 
-        Returns ``{"step": ..., "path": ..., "world_size": the saver's, **extra}``. Each rank gets its own RNG
-        states back when the world size is the one saved; in another world rank r takes saved rank r mod W's.
-        ``loader`` goes on from the saved place in the data, on this world's ranks.
+        Returns ``{"step": ..., "path": ..., "world_size": the saver's, "tier": where from, **extra}``. Each rank
+        gets its own RNG states back when the world size is the one saved; in another world rank r takes saved
+        rank r mod W's. ``loader`` goes on from the saved place in the data, on this world's ranks.
         """
         had = self._pending is not None
         self.wait()
@@ -298,12 +298,8 @@ def save_async(directory: str | os.PathLike[str], *, step: int, model: Any = Non
 
 def resume(directory: str | os.PathLike[str], *, model: Any = None, optimizer: Any = None, scheduler: Any = None,
            loader: Any = None) -> dict[str, Any]:
-    """Restore the newest complete checkpoint; ``{}`` when there is none (all ranks call it).
-
-    Returns ``{"step": ..., "path": ..., "world_size": the saver's, "tier": where from, **extra}``. Each rank
-    gets its own RNG states back when the world size is the one saved; in another world rank r takes saved
-    rank r mod W's. ``loader`` goes on from the saved place in the data, on this world's ranks.
-    """
+    """Restore the newest complete checkpoint, ``{}`` when there is none: :meth:`Checkpointer.resume` of the
+    process-wide instance (its docstring says what comes back)."""
     return _DEFAULT.resume(directory, model=model, optimizer=optimizer, scheduler=scheduler, loader=loader)
 
 
