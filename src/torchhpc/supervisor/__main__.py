@@ -31,16 +31,11 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--checkpoint-dir", default=None, help="where the program's checkpoints are (the newest file's step)")
     p.add_argument("--on-restart-append", default="", metavar="ARGS",
                    help="arguments added to the program on attempts after the first ({latest:GLOB}: the newest match)")
-    p.add_argument("--no-health-gate", action="store_true",
+    p.add_argument("--no-health-gate", dest="health", action="store_false",
                    help="skip the checks of the next attempt's nodes (job dir writable, port free, nvidia-smi)")
     p.add_argument("--warm", action="store_true",
                    help="restart with a standby interpreter per node, torch imported (the ranks run this Python)")
-    a = p.parse_args(argv)
-    return Options(job_dir=a.job_dir, nodes=a.nodes, nproc_per_node=a.nproc_per_node, launcher=a.launcher,
-                   max_restarts=a.max_restarts, hang_timeout=a.hang_timeout, requeue=a.requeue,
-                   probe_every=a.probe_every, scheduler=a.scheduler, max_no_progress=a.max_no_progress,
-                   checkpoint_dir=a.checkpoint_dir, on_restart_append=a.on_restart_append,
-                   health=not a.no_health_gate, min_nodes=a.min_nodes, warm=a.warm)
+    return Options(**vars(p.parse_args(argv)))  # each flag's dest is a field of Options
 
 
 if __name__ == "__main__":
