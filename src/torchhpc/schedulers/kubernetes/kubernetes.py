@@ -204,6 +204,13 @@ class KubernetesScheduler(Scheduler):
         opts = rec.options
         return None if self._use_kubectl(opts) else KubeAPI.from_options(opts)
 
+    def _read(self, api: KubeAPI | None, kubectl: list[str], path: str, timeout: float = 60,
+              hint: str | None = None) -> str:
+        """What ``kubectl KUBECTL...`` prints, or without kubectl (``api``) the API server's answer to GET ``path``."""
+        if api is None:
+            return self.runner.run(["kubectl", *kubectl], timeout=timeout, hint=hint).stdout
+        return api.request("GET", path)[1]
+
     def schedule(self, submission: Submission) -> str:
         spec = submission.spec
         opts = normalized_options(spec)
@@ -237,17 +244,13 @@ class KubernetesScheduler(Scheduler):
     def get(self, job_id: str) -> dict[str, Any]:
         ns, name, rec = self._locate(job_id)
         resource, group, plural, _, _ = APIS[self._kind(rec)]
-        api = self._api(rec)
-        if api is None:
-            try:
-                done = self.runner.run(["kubectl", "get", resource, name, "-n", ns, "-o", "json"], timeout=60)
-            except CommandError as e:
-                if "NotFound" in e.stderr or "not found" in e.stderr:
-                    raise UnknownJob(f"{resource} {ns}/{name} not found", f"`kubectl get {plural} -A`") from None
-                raise
-            text = done.stdout
-        else:
-            text = api.request("GET", f"{group}/namespaces/{ns}/{plural}/{name}")[1]
+        try:
+            text = self._read(self._api(rec), ["get", resource, name, "-n", ns, "-o", "json"],
+                              f"{group}/namespaces/{ns}/{plural}/{name}")
+        except CommandError as e:  # kubectl's (the API's errors are SchedulerErrors of their own)
+            if "NotFound" in e.stderr or "not found" in e.stderr:
+                raise UnknownJob(f"{resource} {ns}/{name} not found", f"`kubectl get {plural} -A`") from None
+            raise
         data: dict[str, Any] = json.loads(text)
         return data
 
@@ -279,12 +282,8 @@ class KubernetesScheduler(Scheduler):
             nodes = rec.nodes
             return [f"{name}-master-0", *(f"{name}-worker-{i}" for i in range(nodes - 1))]
         selector = f"{tj.JOBSET_LABEL}={name}"
-        api = self._api(rec)
-        if api is None:
-            text = self.runner.run(["kubectl", "get", "pods", "-n", ns, "-l", selector, "-o", "json"], timeout=60).stdout
-        else:
-            query = urllib.parse.urlencode({"labelSelector": selector})
-            text = api.request("GET", f"/api/v1/namespaces/{ns}/pods?{query}")[1]
+        text = self._read(self._api(rec), ["get", "pods", "-n", ns, "-l", selector, "-o", "json"],
+                          f"/api/v1/namespaces/{ns}/pods?{urllib.parse.urlencode({'labelSelector': selector})}")
         newest: dict[int, tuple[str, str]] = {}
         for item in json.loads(text).get("items") or []:
             meta = item.get("metadata") or {}
@@ -310,10 +309,8 @@ class KubernetesScheduler(Scheduler):
         api = self._api(rec)
         parts = []
         for pod in pods:
-            if api is None:
-                text = self.runner.run(["kubectl", "logs", pod, "-n", ns, "-c", container], timeout=120).stdout
-            else:
-                text = api.request("GET", f"/api/v1/namespaces/{ns}/pods/{pod}/log?container={container}")[1]
+            text = self._read(api, ["logs", pod, "-n", ns, "-c", container],
+                              f"/api/v1/namespaces/{ns}/pods/{pod}/log?container={container}", timeout=120)
             parts.append(text if len(pods) == 1 else f"==> {pod} <==\n{text}")
         return "".join(parts)
 
@@ -333,13 +330,9 @@ class KubernetesScheduler(Scheduler):
         selector = "app.kubernetes.io/managed-by=torchhpc"
         for (kind, ns), rec in sorted(where.items()):
             resource, group, plural, _, _ = APIS[kind]
-            api = self._api(rec)
-            if api is None:
-                text = self.runner.run(["kubectl", "get", resource, "-n", ns, "-l", selector, "-o", "json"], timeout=60,
-                                       hint=f"`kubectl config current-context` names the cluster; {APIS[kind][4]}").stdout
-            else:
-                query = urllib.parse.urlencode({"labelSelector": selector})
-                text = api.request("GET", f"{group}/namespaces/{ns}/{plural}?{query}")[1]
+            text = self._read(self._api(rec), ["get", resource, "-n", ns, "-l", selector, "-o", "json"],
+                              f"{group}/namespaces/{ns}/{plural}?{urllib.parse.urlencode({'labelSelector': selector})}",
+                              hint=f"`kubectl config current-context` names the cluster; {APIS[kind][4]}")
             for item in json.loads(text).get("items") or []:
                 job = f"{ns}/{(item.get('metadata') or {}).get('name', '')}"
                 out.append(tj.status_from_trainjob(job, item) if kind == "trainjob" else status_from_job(job, item))
