@@ -156,46 +156,17 @@ def directive(prefix: str, key: str, value: object | None = None) -> str:
     return f"{prefix} {flag}{sep}{escaped}"
 
 
+# A word of a command line join() wrote: runs of $'...' (backslash escapes), '...', "..." (backslash escapes),
+# a backslash and the character it escapes, or any character but the space that ends the word.
+_WORD = re.compile(r"""(?:\$'(?:\\.|[^'\\])*'?|'[^']*'?|"(?:\\.|[^"\\])*"?|\\.?|[^ ])+""", re.S)
+
+
 def split_words(line: str) -> list[str]:
     """The words of a command line that :func:`join` wrote, each exactly as written (quotes kept).
 
     Splits at spaces outside ``'...'``, ``"..."`` and ``$'...'``; for :func:`wrap_command`.
     """
-    words: list[str] = []
-    cur: list[str] = []
-    i, n = 0, len(line)
-    while i < n:
-        ch = line[i]
-        if ch == " ":
-            if cur:
-                words.append("".join(cur))
-                cur = []
-            i += 1
-            continue
-        if ch == "\\":
-            cur.append(line[i : i + 2])
-            i += 2
-            continue
-        if ch == "'" or (ch == "$" and line[i + 1 : i + 2] == "'"):
-            ansi = ch == "$"
-            j = i + (2 if ansi else 1)
-            while j < n and line[j] != "'":
-                j += 2 if ansi and line[j] == "\\" else 1
-            cur.append(line[i : j + 1])
-            i = j + 1
-            continue
-        if ch == '"':
-            j = i + 1
-            while j < n and line[j] != '"':
-                j += 2 if line[j] == "\\" else 1
-            cur.append(line[i : j + 1])
-            i = j + 1
-            continue
-        cur.append(ch)
-        i += 1
-    if cur:
-        words.append("".join(cur))
-    return words
+    return _WORD.findall(line)
 
 
 def wrap_command(line: str, breaks: Iterable[int] = (), width: int = 100, indent: str = "  ") -> list[str]:
