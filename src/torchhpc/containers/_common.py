@@ -128,11 +128,7 @@ def check_pattern(name: str, source: str = "pass_env") -> str:
 def all_patterns(container: ContainerSpec, pass_env: Sequence[str]) -> list[str]:
     """pass_env + the container's own names, in order, without duplicates."""
     names, _ = env_entries(container)
-    out: list[str] = []
-    for n in [*(check_pattern(p) for p in pass_env), *names]:
-        if n not in out:
-            out.append(n)
-    return out
+    return list(dict.fromkeys([*(check_pattern(p) for p in pass_env), *names]))
 
 
 def options(container: ContainerSpec, allowed: Mapping[str, str]) -> dict[str, str]:
