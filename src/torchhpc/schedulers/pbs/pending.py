@@ -37,9 +37,11 @@ def classify(job_id: str, attrs: Mapping[str, str]) -> Pending:
     comment = (attrs.get("comment") or "").strip()
     holds = (attrs.get("Hold_Types") or "n").strip()
     evidence = [f"PBS's comment: {comment}" if comment else "PBS left no comment yet"]
+    expected: str | None = None  # the action while it waits for resources
     if attrs.get("estimated.start_time"):
         evidence.append(f"PBS's estimated start: {attrs['estimated.start_time']}"
                         + (f" on {attrs['estimated.exec_vnode']}" if attrs.get("estimated.exec_vnode") else ""))
+        expected = f"nothing to change: PBS expects it to start at {attrs['estimated.start_time']}"
     short = job_id.split(".")[0]
     if comment.startswith("Can Never Run"):
         why = comment.split(":", 1)[1].strip() if ":" in comment else comment
@@ -68,14 +70,10 @@ def classify(job_id: str, attrs: Mapping[str, str]) -> Pending:
         if asked is not None and total is not None and asked > total:
             return Pending("never", f"it asks {m.group(2)} {m.group(1)}; there are {m.group(4)} in all", None,
                            tuple(evidence))
-        action = (f"nothing to change: PBS expects it to start at {attrs['estimated.start_time']}"
-                  if attrs.get("estimated.start_time") else None)
         return Pending("resources", f"waiting for {m.group(1)}: {m.group(3)} of the {m.group(2)} it asks are free",
-                       action, tuple(evidence))
+                       expected, tuple(evidence))
     if any(s in why for s in _RESOURCES):
-        action = (f"nothing to change: PBS expects it to start at {attrs['estimated.start_time']}"
-                  if attrs.get("estimated.start_time") else None)
-        return Pending("resources", f"waiting for resources: {why}", action, tuple(evidence))
+        return Pending("resources", f"waiting for resources: {why}", expected, tuple(evidence))
     if "interfere with a confirmed reservation" in why:
         return Pending("reservation", f"a reservation holds the resources: {why}", None, tuple(evidence))
     if "interfere with a top job" in why or "strict sorted order" in why:
