@@ -19,6 +19,7 @@ reboot) reads as FAILED with that reason, never as running forever.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -322,13 +323,11 @@ class LocalJobs:
         rec = read_state(d)
         pid = _pid(rec, d)
         if pid and _alive(pid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 if rec.get("foreground"):  # a foreground run: its process, which stops its ranks itself
                     os.kill(pid, signal.SIGTERM)
                 else:
                     os.killpg(pid, signal.SIGTERM)  # the supervisor leads its own session
-            except ProcessLookupError:
-                pass
         else:
             rec = read_state(d)
             rec.update(state="CANCELLED", reason="cancelled before it started", ended=time.time())
