@@ -14,6 +14,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 
 import torchhpc.devcluster.config as config
 import torchhpc.devcluster.daemons as daemons
@@ -256,13 +257,11 @@ class Client:
         """Make sure the cluster exists in the accounting database (sacct shows nothing otherwise)."""
         deadline = time.monotonic() + 30
         while True:
-            try:
+            with suppress(CommandError):
                 out = self.run("sacctmgr", "-n", "-P", "list", "cluster", "format=cluster", timeout=10)
                 if config.CLUSTER_NAME in out.split():
                     return
                 self.run("sacctmgr", "-i", "add", "cluster", config.CLUSTER_NAME, timeout=10, check=False)
-            except CommandError:
-                pass
             if time.monotonic() > deadline:
                 raise DevClusterError(
                     "the cluster did not appear in the accounting database",

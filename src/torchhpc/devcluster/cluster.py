@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import suppress
 from typing import Any
 
 import torchhpc.devcluster.bringup as bringup
@@ -248,9 +249,7 @@ def _down(state_dir: str | None, runner: Runner | None, progress: Callable[[str]
     _remove_state_file(sdir)
     shutil.rmtree(config.shm_root(sdir), ignore_errors=True)  # the nodes' own /dev/shm
     for d in DOWN_REMOVES:
-        path = os.path.join(sdir, d)
-        if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(os.path.join(sdir, d), ignore_errors=True)
     (progress or (lambda _m: None))(
         f"down: stopped {len(done)} daemons/namespaces in {sdir}"
         if done
@@ -262,7 +261,7 @@ def _down(state_dir: str | None, runner: Runner | None, progress: Callable[[str]
 def _cancel_all_jobs(state: ClusterState, runner: Runner, wait: float = 10.0) -> None:
     """scancel every job so steps end through Slurm (epilogs, accounting) before the daemons stop."""
     client = Client(state, runner)
-    try:
+    with suppress(CommandError):  # a dying controller: the process sweep below still cleans up
         ids = client.run("squeue", "-h", "-o", "%i", timeout=10, check=False).split()
         if not ids:
             return
@@ -272,8 +271,6 @@ def _cancel_all_jobs(state: ClusterState, runner: Runner, wait: float = 10.0) ->
             if not client.run("squeue", "-h", "-o", "%i", timeout=10, check=False).split():
                 return
             time.sleep(0.2)
-    except CommandError:
-        pass  # a dying controller: the process sweep below still cleans up
 
 
 def status(state_dir: str | None = None, runner: Runner | None = None) -> dict[str, Any]:
@@ -298,10 +295,8 @@ def status(state_dir: str | None = None, runner: Runner | None = None) -> dict[s
         info["login"] = {"ip": state.login_ip, "host": host_alias(state._layout()), "users": state.login_users}
     node_info: dict[str, dict[str, str]] = {}
     if info["healthy"]:
-        try:
+        with suppress(CommandError):
             node_info = Client(state, runner or Runner()).node_info()
-        except CommandError:
-            pass
     info["nodes"] = [
         {
             "name": n,

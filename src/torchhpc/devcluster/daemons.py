@@ -13,6 +13,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 
 from torchhpc.errors import DevClusterError
@@ -118,18 +119,14 @@ def listening(pid: int, port: int) -> bool:
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
-    try:
+    with suppress(ProcessLookupError):
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _reap(pid: int) -> None:
     """Collect our own child's exit status so it does not linger as a zombie."""
-    try:
+    with suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def stop(daemons: Sequence[Daemon], timeout: float = 10.0) -> list[str]:

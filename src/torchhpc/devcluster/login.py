@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import pwd
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 
 import torchhpc.devcluster.config as config
 import torchhpc.devcluster.netns as netns
@@ -84,14 +85,11 @@ def ensure_user(name: str, runner: Runner, progress: Callable[[str], None]) -> p
 
 
 def _locked(name: str) -> bool:
-    try:
-        with open("/etc/shadow") as f:
-            for line in f:
-                fields = line.split(":")
-                if fields[0] == name and len(fields) > 1:
-                    return fields[1].startswith("!")
-    except OSError:
-        pass
+    with suppress(OSError), open("/etc/shadow") as f:
+        for line in f:
+            fields = line.split(":")
+            if fields[0] == name and len(fields) > 1:
+                return fields[1].startswith("!")
     return False
 
 

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable
+from contextlib import suppress
 
 import torchhpc.devcluster.config as config
 import torchhpc.devcluster.netns as netns
@@ -89,13 +90,10 @@ def host_netns() -> str:
 
 def host_memory_mb() -> int | None:
     """This machine's MemTotal in MiB (what all the nodes share), None when /proc/meminfo is unreadable."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) // 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    with suppress(OSError, ValueError, IndexError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
     return None
 
 
@@ -138,11 +136,8 @@ def next_job_id(state_dir: str) -> int:
     """The first job id for a new cluster here: past every id the last cluster gave (its
     slurmctld.log survives ``down``) and past the number saved by the cluster before it."""
     saved = 1
-    try:
-        with open(os.path.join(state_dir, NEXT_JOB_ID)) as f:
-            saved = max(1, int(f.read().strip() or 1))
-    except (OSError, ValueError):
-        pass
+    with suppress(OSError, ValueError), open(os.path.join(state_dir, NEXT_JOB_ID)) as f:
+        saved = max(1, int(f.read().strip() or 1))
     try:
         with open(os.path.join(state_dir, "log", "slurmctld.log"), "rb") as f:
             seen = max((int(m) for m in _JOB_ID.findall(f.read())), default=0)

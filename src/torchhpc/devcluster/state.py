@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -224,7 +225,5 @@ def load_state(state_dir: str | None = None) -> ClusterState | None:
 
 
 def _remove_state_file(sdir: str) -> None:
-    try:
+    with suppress(FileNotFoundError):
         os.remove(os.path.join(sdir, STATE_FILE))
-    except FileNotFoundError:
-        pass
