@@ -310,22 +310,16 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_fail(args: argparse.Namespace) -> int:
-    from torchhpc.devcluster.degrade import link_of
     from torchhpc.devcluster.fault import fail
 
-    state = _need_state(args.state_dir)
-    link_of(state, args.node)  # an unknown node: the usage error, before anything is touched
-    done = fail(state, args.node)
+    done = fail(_need_state(args.state_dir), args.node)  # an unknown node: a usage error before anything is touched
     print(f"{args.node}: failed: " + ", ".join(done) if done else f"{args.node}: already failed (link down, no process)")
     return 0
 
 
 def cmd_revive(args: argparse.Namespace) -> int:
-    from torchhpc.devcluster.degrade import link_of
     from torchhpc.devcluster.fault import revive
 
-    state = _need_state(args.state_dir)
-    link_of(state, args.node)
-    done = revive(state, args.node)
+    done = revive(_need_state(args.state_dir), args.node)
     print(f"{args.node}: revived: " + ", ".join(done) if done else f"{args.node}: already up (link up, slurmd running)")
     return 0
