@@ -58,11 +58,11 @@ def test_sockeye_rcp_alliance() -> None:
     home = {"HOME": "/nonexistent"}
     s = get_profile("sockeye", home)
     assert s.scheduler == "pbs" and s.launcher == "mpirun"
-    assert s.env_dict == {"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "^openib"}  # seed 003's -mca flags
+    assert dict(s.env) == {"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "^openib"}  # seed 003's -mca flags
     r = get_profile("rcp", home)
     assert r.scheduler == "runai" and r.network == "roce,auto"  # GID index detected at pod start
-    assert r.options_dict["annotation"] == "k8s.v1.cni.cncf.io/networks=kube-system/roce"
-    assert r.options_dict["extended-resource"] == "rdma/rdma=1"
+    assert dict(r.options)["annotation"] == "k8s.v1.cni.cncf.io/networks=kube-system/roce"
+    assert dict(r.options)["extended-resource"] == "rdma/rdma=1"
     a = get_profile("alliance-cc", home)
     assert a.scheduler == "slurm" and "account" in a.require
 
@@ -96,11 +96,11 @@ env = { NCCL_DEBUG = "INFO", X = 1 }
 """)
     lumi = get_profile("lumi", env)
     assert lumi.account == "project_465001726" and lumi.partition == "standard-g"
-    assert lumi.env_dict == {"TORCHHPC_GPU_PER_TASK": "ROCR_VISIBLE_DEVICES", "TORCHHPC_CPU_MASKS": LUMI_CPU_MASKS,
+    assert dict(lumi.env) == {"TORCHHPC_GPU_PER_TASK": "ROCR_VISIBLE_DEVICES", "TORCHHPC_CPU_MASKS": LUMI_CPU_MASKS,
                              "MIOPEN_DEBUG": "0"}  # the user's table adds to the built-in env
     child = get_profile("child", env)
     assert (child.qos, child.account, child.time, child.gpus_per_node) == ("acc_bsccs", "bsc98", "00:30:00", 4)
-    assert child.env_dict == {"NCCL_DEBUG": "INFO", "X": "1"}
+    assert dict(child.env) == {"NCCL_DEBUG": "INFO", "X": "1"}
     assert list_profiles(env)[-2:] == ["mylab", "child"]
 
 

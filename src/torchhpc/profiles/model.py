@@ -150,14 +150,6 @@ class Profile:
         """The profile as jobs use it: ``setup`` starts with the ``module load`` lines."""
         return replace(self, setup=tuple(self.setup_lines()))
 
-    @property
-    def env_dict(self) -> dict[str, str]:
-        return dict(self.env)
-
-    @property
-    def options_dict(self) -> dict[str, str]:
-        return dict(self.options)
-
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in fields(self):
