@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from torchhpc.core import hostlist
 from torchhpc.errors import SpecError
 
 __all__ = ["MAX_TASKS", "ArraySpec", "check_placeholders", "last_result", "parse_array", "refuse_array", "substitute"]
@@ -35,18 +36,7 @@ class ArraySpec:
 
     def ranges(self) -> str:
         """The indices as Slurm/Torque write them: ``0-3,7`` (consecutive runs collapsed)."""
-        parts: list[str] = []
-        run: list[int] = []
-        for i in self.indices:
-            if run and i == run[-1] + 1:
-                run.append(i)
-                continue
-            if run:
-                parts.append(_run_text(run))
-            run = [i]
-        if run:
-            parts.append(_run_text(run))
-        return ",".join(parts)
+        return hostlist.ranges(self.indices)
 
     def slurm(self) -> str:
         """``#SBATCH --array`` (and Torque ``-t``) value."""
@@ -63,10 +53,6 @@ class ArraySpec:
             )
         text = f"{idx[0]}-{idx[-1]}" + (f":{step}" if step != 1 else "")
         return text + (f"%{self.parallel}" if self.parallel else "")
-
-
-def _run_text(run: list[int]) -> str:
-    return str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}"
 
 
 def parse_array(text: str, field: str = "--array") -> ArraySpec:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from torchhpc.errors import SpecError
 
-__all__ = ["compress", "expand", "first_host", "read_nodefile"]
+__all__ = ["compress", "expand", "first_host", "ranges", "read_nodefile"]
 
 
 def _split_top(text: str) -> list[str]:
@@ -80,6 +80,17 @@ def first_host(hostlist: str) -> str:
     return hosts[0]
 
 
+def ranges(numbers: Iterable[int], width: int = 0) -> str:
+    """Sorted distinct numbers as Slurm writes them: ``[0, 1, 2, 8]`` -> ``0-2,8`` (each ``width`` digits, zero-padded)."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ",".join(str(a).zfill(width) + ("" if a == b else f"-{str(b).zfill(width)}") for a, b in runs)
+
+
 def compress(hosts: Iterable[str]) -> str:
     """The inverse of :func:`expand` for hosts sharing a prefix and a trailing number.
 
@@ -110,17 +121,7 @@ def compress(hosts: Iterable[str]) -> str:
         if len(nums) == 1:
             out.append(f"{prefix}{str(nums[0]).zfill(width)}")
             continue
-        ranges: list[str] = []
-        start = prev = nums[0]
-        for n in [*nums[1:], None]:
-            if n is not None and n == prev + 1:
-                prev = n
-                continue
-            a, b = str(start).zfill(width), str(prev).zfill(width)
-            ranges.append(a if start == prev else f"{a}-{b}")
-            if n is not None:
-                start = prev = n
-        out.append(f"{prefix}[{','.join(ranges)}]")
+        out.append(f"{prefix}[{ranges(nums, width)}]")
     return ",".join(out)
 
 

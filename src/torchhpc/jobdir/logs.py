@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
+from torchhpc.core.hostlist import ranges
 from torchhpc.jobdir.layout import RANKS_DIR
 from torchhpc.jobdir.log_wiring import job_dir
 from torchhpc.jobdir.record import JobRecord, load_record, read_record
@@ -147,13 +148,7 @@ def parse_ranks(spec: str) -> list[int]:
 
 def format_ranks(ranks: Iterable[int]) -> str:
     """The inverse of :func:`parse_ranks`: ``[0, 1, 2, 8]`` -> ``0-2,8``."""
-    runs: list[list[int]] = []
-    for r in sorted(set(ranks)):
-        if runs and r == runs[-1][1] + 1:
-            runs[-1][1] = r
-        else:
-            runs.append([r, r])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    return ranges(sorted(set(ranks)))
 
 
 def rank_files(ranks_dir: str) -> dict[int, tuple[str, str]]:
