@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from typing import Any, Optional
 
 from torchhpc.cli.common import add_subparser
@@ -164,13 +165,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
         end = EndWatch(lambda: sched.status(job), sched.end_dir(job), poll=STATUS_EVERY,
                        controller=sched.queries_controller)  # the end marker first (schedulers/waiting.py)
         while not ended.is_set():
-            try:
+            with suppress(SchedulerError):
                 end.step()
                 if end.ended:
                     ended.set()
                     return
-            except SchedulerError:
-                pass
             time.sleep(end.pause())
 
     threading.Thread(target=watch, daemon=True).start()

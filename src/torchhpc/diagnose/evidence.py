@@ -5,6 +5,7 @@ once from the scheduler and the job's directory; :func:`torchhpc.diagnose.verdic
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -63,11 +64,9 @@ def gather(scheduler: object, name: str, job_id: str) -> Evidence:
     from torchhpc.jobdir.logs import job_log, rank_files
 
     state, code, reason, hosts = "", None, "", ""
-    try:
+    with suppress(Exception):  # the verdict works from the logs alone
         st = scheduler.status(job_id)  # type: ignore[attr-defined]
         state, code, reason, hosts = st.state, st.exit_code, st.reason, st.nodes
-    except Exception:  # the verdict works from the logs alone
-        pass
     try:
         paths = scheduler.log_paths(job_id)  # type: ignore[attr-defined]
     except Exception:

@@ -33,6 +33,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from typing import TYPE_CHECKING, Optional
 
 from torchhpc.core.handle import Handle
@@ -84,10 +85,8 @@ def quiet_for(ranks_dir: str, now: float, output: str = "") -> Optional[float]:
 
     times = [t for t, _node in last_writes(ranks_dir).values()] if os.path.isdir(ranks_dir) else []
     if not times and output:
-        try:
+        with suppress(OSError):
             times = [os.stat(output).st_mtime]
-        except OSError:
-            pass
     return max(0.0, now - max(times)) if times else None
 
 

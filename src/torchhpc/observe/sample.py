@@ -29,6 +29,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
@@ -150,12 +151,10 @@ def gpu_health(gpus: Sequence[Sequence[str]], kernel_log: str = "") -> dict[str,
             continue
         uuid, bus, reasons, ecc = (c.strip() for c in row[:4])
         bad, capped = [], False
-        try:
+        with suppress(ValueError):
             mask = int(reasons, 16) if reasons.lower().startswith("0x") else int(reasons)
             bad += [name for bit, name in _THROTTLE.items() if mask & bit]
             capped = bool(mask & _POWER_CAP)
-        except ValueError:
-            pass
         if ecc.isdigit() and int(ecc) > 0:
             bad.append(f"ecc:{ecc}")
         seen = xids.get(_bus(bus), [])

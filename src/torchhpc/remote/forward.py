@@ -23,6 +23,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,8 +254,6 @@ def _submit(ssh: Ssh, req: Request, script: str, args: dict[str, Any], digest: s
                                      Raw('"$HOME"')), stdout=2 if args.get("json") else None)
     if args.get("json"):
         st = ssh.run(command_script(["status", handle, "--json"], Raw('"$HOME"')))
-        try:
+        with suppress(ValueError):
             print(json.dumps({**json.loads(st.stdout.decode()), **extra}))
-        except ValueError:
-            pass
     return code

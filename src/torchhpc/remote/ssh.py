@@ -26,6 +26,7 @@ import stat
 import subprocess
 import sys
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,10 +44,8 @@ PERSIST = "10m"
 def control_dir() -> str:
     """A directory only this user can enter, for the master's socket (short: sockets have a ~100 byte limit)."""
     path = os.environ.get(ENV_CONTROL_DIR) or os.path.join("/tmp", f"torchhpc-ssh-{os.geteuid()}")
-    try:
+    with suppress(FileExistsError):
         os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
         raise RemoteError(
