@@ -222,14 +222,11 @@ class RunAIScheduler(Scheduler):
         )
 
     # talking to RunAI ----------------------------------------------------------
-    def _project(self, job_id: str) -> list[str]:
-        project = read_record(self.name, job_id).project
-        return ["-p", str(project)] if project else []
-
     def _verb(self, verb: str, job_id: str) -> list[str]:
-        """The lifecycle command of the CLI the job was submitted with (records without 'cli': v1)."""
-        cli = str(read_record(self.name, job_id).extra.get("cli") or "v1")
-        return [*LIFECYCLE.get(cli, LIFECYCLE["v1"])[verb], job_id, *self._project(job_id)]
+        """The lifecycle command of the CLI the job was submitted with (records without 'cli': v1), in its project."""
+        rec = read_record(self.name, job_id)
+        cli = str(rec.extra.get("cli") or "v1")
+        return [*LIFECYCLE.get(cli, LIFECYCLE["v1"])[verb], job_id, *(["-p", str(rec.project)] if rec.project else [])]
 
     def schedule(self, submission: Submission) -> str:
         self.runner.run(list(submission.argv), hint="is the runai CLI installed and logged in? `runai whoami`")
