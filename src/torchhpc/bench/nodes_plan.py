@@ -323,10 +323,7 @@ def format_table(rows: Sequence[Row]) -> str:
 
 def exclude_text(rows: Sequence[Row]) -> tuple[str, list[str]]:
     """The ``--exclude @FILE`` file: every node (not link) that is SLOW or FAIL anywhere, one a line."""
-    names: list[str] = []
-    for r in rows:
-        if r.verdict in (SLOW, FAIL) and r.check != "link" and r.node not in names:
-            names.append(r.node)
+    names = list(dict.fromkeys(r.node for r in rows if r.verdict in (SLOW, FAIL) and r.check != "link"))
     head = "# nodes torchhpc bench nodes found SLOW or FAIL; use: torchhpc run --exclude @THIS_FILE ...\n"
     return head + "".join(f"{n}\n" for n in names), names
 

@@ -189,7 +189,7 @@ def header_lines(config: dict[str, Any], world_size: int, backend: str, ranks: S
     step = (
         f"{config['stepfactor']:g}(factor)" if config["stepfactor"] > 1 else f"{format_bytes(config['stepbytes'])}(bytes)"
     )
-    lines = [
+    return [
         f"# torchhpc bench: {', '.join(config['collectives'])}  backend {backend}  world size {world_size}"
         f"  nodes {len({r.host for r in ranks}) or 1}",
         f"# minBytes {config['minbytes']} maxBytes {config['maxbytes']} step: {step} warmup iters: "
@@ -197,11 +197,9 @@ def header_lines(config: dict[str, Any], world_size: int, backend: str, ranks: S
         f" op: {config['op']} root: {config['root']} time: {avg} over ranks",
         "#",
         "# Using devices",
+        *(f"#  Rank {r.rank:3d} Pid {r.pid:7d} on {r.host:>12} device {r.device}" for r in ranks),
+        "#",
     ]
-    for r in ranks:
-        lines.append(f"#  Rank {r.rank:3d} Pid {r.pid:7d} on {r.host:>12} device {r.device}")
-    lines.append("#")
-    return lines
 
 
 def table_header(collective: str) -> list[str]:

@@ -102,8 +102,7 @@ def render_disagreements(dist_env: DistEnv, environ: Mapping[str, str]) -> list[
     if not found:
         return []
     lines = ["", f"variables that disagree with rank {dist_env.rank} of {dist_env.world_size} ({dist_env.source}):"]
-    for d in found:
-        lines.append(f"  {d.message}")
+    lines += [f"  {d.message}" for d in found]
     hints = dict.fromkeys(d.hint for d in found)
     lines += [f"  HINT: {h}" for h in hints]
     return lines

@@ -220,11 +220,10 @@ def launcher_events(
             what = m.group(3)
             own = what.replace("Exited with exit code ", "exit ")
             if own.startswith("exit ") or what in _SRUN_SIGNALS:
-                for task in parse_ranks(m.group(2)):
-                    events.append((task, m.group(1), own if own.startswith("exit ") else _SRUN_SIGNALS[what]))
+                end = own if own.startswith("exit ") else _SRUN_SIGNALS[what]
+                events += [(task, m.group(1), end) for task in parse_ranks(m.group(2))]
             elif what == "Terminated":
-                for task in parse_ranks(m.group(2)):
-                    events.append((task, m.group(1), "SIGTERM"))
+                events += [(task, m.group(1), "SIGTERM") for task in parse_ranks(m.group(2))]
         m2 = _MPI_SIGNAL.search(t)
         if m2:
             events.append((int(m2.group(1)), m2.group(2), _signame(int(m2.group(3)))))

@@ -240,8 +240,7 @@ def timeline(job: str, times: JobTimes, attempts: Sequence[Mapping[str, Any]], *
         who = f"{plural(len(culprits), 'rank')} {format_ranks(culprits)}" if culprits else "every rank"
         events.append(Event(hang_time, "hang", f"{who} quiet for {quiet or 0:.0f} s"
                             + (f": {hang_info['flight'][0]}" if hang_info.get("flight") else "")))
-    for f in findings:
-        events.append(Event(findings_time or stop, "flight", f"{f.kind}: {f.line()}"))
+    events += [Event(findings_time or stop, "flight", f"{f.kind}: {f.line()}") for f in findings]
     if not running:
         code = times.exit_code if times.exit_code is not None else (end_mark[2] if end_mark else None)
         state = times.state or (end_mark[1] if end_mark else "")

@@ -167,9 +167,7 @@ def progress_text(p: Optional[dict[str, Any]]) -> str:
         bits.append(f"{n}/{p['total']:g}" if p.get("total") else n)
     if p.get("rate") is not None:
         bits.append(f"{p['rate']:.3g}{p.get('unit', '')}")
-    for k in ("loss", "epoch"):
-        if k in p.get("metrics", {}):
-            bits.append(f"{k}={p['metrics'][k]:.4g}")
+    bits += [f"{k}={p['metrics'][k]:.4g}" for k in ("loss", "epoch") if k in p.get("metrics", {})]
     return " ".join(bits) or p.get("kind", "-")
 
 

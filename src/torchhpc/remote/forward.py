@@ -123,9 +123,7 @@ def upload_script(digest: str) -> str:
 
 def command_script(argv: Sequence[str], cwd: str | Raw | None, extra_dirs: Sequence[Raw] = ()) -> str:
     """prelude + ``cd`` + exec the remote torchhpc with ``argv`` (every word quoted)."""
-    lines = [prelude()]
-    for d in extra_dirs:
-        lines.append(f"mkdir -p {d}")
+    lines = [prelude(), *(f"mkdir -p {d}" for d in extra_dirs)]
     if cwd is not None:
         lines.append(f"cd {quote(cwd)}")
     lines.append('exec "${cmd[@]}" ' + join(argv))
