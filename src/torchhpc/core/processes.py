@@ -257,17 +257,13 @@ class RankProcesses:
 
     def _teardown(self) -> list[int]:
         """SIGTERM every running rank's group, SIGKILL after the grace period; the ranks that were running."""
-        alive = list(self._running())
-        for r in alive:
-            killpg(self.procs[r].pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.grace
-        while self._running() and time.monotonic() < deadline:
-            time.sleep(self.poll)
-        for r in self._running():
-            killpg(self.procs[r].pid, signal.SIGKILL)
-        deadline = time.monotonic() + self.grace
-        while self._running() and time.monotonic() < deadline:
-            time.sleep(self.poll)
+        alive = self._running()
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # SIGKILL: what the grace period did not end
+            for r in self._running():
+                killpg(self.procs[r].pid, sig)
+            deadline = time.monotonic() + self.grace
+            while self._running() and time.monotonic() < deadline:
+                time.sleep(self.poll)
         return alive
 
     def _sweep(self) -> None:
