@@ -155,8 +155,9 @@ class RunAIScheduler(Scheduler):
 
     def submit_argv(self, spec: JobSpec) -> list[str]:
         opts = self._check(spec)
-        command = pod_command(spec.with_(options=tuple(opts.items())), spec.entrypoint.python or "python")
+        python = spec.entrypoint.python or "python"
         if opts.get("cli", "v2") == "v2":
+            command = pod_command(spec.with_(options=tuple(opts.items())), python)
             return submit_argv_v2(spec, opts, self.image(spec), command)
         refuse_v1_only(opts)
         argv = ["runai", "submit-dist", "pytorch", "--name", k8s_name(spec.name), "--image", self.image(spec)]
@@ -187,7 +188,7 @@ class RunAIScheduler(Scheduler):
             argv += ["-e", f"{validate_env_name(k, '--env')}={v}"]
         if parse_switch(opts.get("large_shm", "1"), "large_shm (from --opt)"):
             argv.append("--large-shm")
-        argv += ["--", "bash", "-c", second_layer(command)]
+        argv += ["--", "bash", "-c", second_layer(pod_command(spec.with_(options=tuple(opts.items())), python))]
         return argv
 
     def _render(self, spec: JobSpec) -> Submission:
