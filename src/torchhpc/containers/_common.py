@@ -235,7 +235,7 @@ def enroot_ref(image: str) -> str:
     """
     if is_variable(image):
         return image
-    ref = image[len("docker://") :] if image.startswith("docker://") else image
+    ref = image.removeprefix("docker://")
     if "#" in ref or is_image_file(image):
         return ref
     user = ""

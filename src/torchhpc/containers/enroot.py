@@ -44,8 +44,7 @@ def container_name(container: ContainerSpec) -> str:
     ref = c.enroot_ref(container.image)
     base = os.path.basename(ref.split("#")[-1])
     for suffix in (".sqsh", ".squashfs"):
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
+        base = base.removesuffix(suffix)
     return re.sub(r"[^A-Za-z0-9_.+-]", "+", base.replace(":", "+")) or "torchhpc"
 
 

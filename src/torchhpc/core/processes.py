@@ -274,10 +274,9 @@ class RankProcesses:
     def _show_tail(self, rank: int) -> None:
         if not self.rank0_only or rank == 0 or not self.tails[rank]:
             return
-        with self.lock:
-            with contextlib.suppress(BrokenPipeError, ValueError):
-                self.err.write("".join(self.tails[rank]))
-                self.err.flush()
+        with self.lock, contextlib.suppress(BrokenPipeError, ValueError):
+            self.err.write("".join(self.tails[rank]))
+            self.err.flush()
 
     # -- signals --------------------------------------------------------
     def _install_handlers(self) -> dict[int, object]:

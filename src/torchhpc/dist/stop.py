@@ -42,9 +42,9 @@ def touch_stop_file(suffix: str = "") -> None:
     (not to the batch shell), so the file is how the shell learns it should requeue."""
     path = os.environ.get("TORCHHPC_STOP_FILE")
     if path:
-        with contextlib.suppress(OSError):  # a read-only or missing directory must not turn a stop into a crash
-            with open(path + suffix, "a"):
-                pass
+        # a read-only or missing directory must not turn a stop into a crash
+        with contextlib.suppress(OSError), open(path + suffix, "a"):
+            pass
 
 
 def taken() -> None:

@@ -24,6 +24,7 @@ say, each failing rank's first traceback, is read in :mod:`torchhpc.jobdir.trace
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -169,10 +170,8 @@ def last_writes(ranks_dir: str) -> dict[int, tuple[float, str]]:
     """rank -> (when its file was last written, its node): the rank's last output line, or its death."""
     out: dict[int, tuple[float, str]] = {}
     for rank, (path, node) in rank_files(ranks_dir).items():
-        try:
+        with contextlib.suppress(OSError):  # the file went away meanwhile
             out[rank] = (os.stat(path).st_mtime, node)
-        except OSError:
-            pass  # the file went away meanwhile
     return out
 
 

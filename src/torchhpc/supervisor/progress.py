@@ -66,14 +66,13 @@ def newest_checkpoint(job_dir: str, checkpoint_dir: Optional[str] = None) -> Opt
 
 def _entries(top: str, depth: int) -> list[str]:
     out: list[str] = []
-    with contextlib.suppress(OSError):
-        with os.scandir(top) as it:
-            for e in it:
-                if e.name.startswith(".") or e.name.endswith(".tmp"):
-                    continue  # a save in progress (the helper writes .tmp, then renames)
-                out.append(e.path)
-                if depth > 1 and e.is_dir(follow_symlinks=False):
-                    out += _entries(e.path, depth - 1)
+    with contextlib.suppress(OSError), os.scandir(top) as it:
+        for e in it:
+            if e.name.startswith(".") or e.name.endswith(".tmp"):
+                continue  # a save in progress (the helper writes .tmp, then renames)
+            out.append(e.path)
+            if depth > 1 and e.is_dir(follow_symlinks=False):
+                out += _entries(e.path, depth - 1)
     return out
 
 

@@ -59,9 +59,8 @@ def batch_host_lost(job_dir: str, batch_host: str, restart: int, cancel: Callabl
     save_attempts(job_dir, history)
     write_end(job_dir, "NODE_FAIL", exit_code_for("node-failure"), now, restart)
     line = f"torchhpc: supervisor watch: {detail}"
-    with contextlib.suppress(OSError):
-        with open(os.path.join(job_dir, OUTPUT), "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+    with contextlib.suppress(OSError), open(os.path.join(job_dir, OUTPUT), "a", encoding="utf-8") as f:
+        f.write(line + "\n")
     cancel()
     return line
 

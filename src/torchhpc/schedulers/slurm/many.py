@@ -41,7 +41,7 @@ def parse_squeue(text: str) -> dict[str, JobStatus]:
         if len(parts) < 7 or not parts[0]:
             continue
         job_id, state, code, used, nodes, reason, name = parts
-        name = name[:-1] if name.endswith("|") else name
+        name = name.removesuffix("|")
         out[job_id] = JobStatus(job_id, state.split()[0] if state else "UNKNOWN",
                                 _exit(code),  # JobStatus drops it while the job has not ended, as scontrol's
                                 "" if reason in ("None", "(null)") else reason, elapsed_hms(used), name, nodes)
