@@ -47,7 +47,9 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None or name.startswith("__"):
         raise AttributeError(f"module 'torchhpc.dist' has no attribute {name!r}")
-    # module "": a submodule, e.g. torchhpc.dist.checkpoint
-    value = importlib.import_module(f"torchhpc.dist.{name}") if module == "" else getattr(importlib.import_module(f"torchhpc.dist.{module}"), name)
+    if module == "":  # a submodule, e.g. torchhpc.dist.checkpoint
+        value = importlib.import_module(f"torchhpc.dist.{name}")
+    else:
+        value = getattr(importlib.import_module(f"torchhpc.dist.{module}"), name)
     globals()[name] = value
     return value

@@ -94,7 +94,8 @@ def should_stop(every: int = 1, step: int | None = None) -> bool:
     else:
         import torch
 
-        stop = bool(all_reduce_max(torch.tensor([1 if local else 0], dtype=torch.int32, device=_collective_device())).item())
+        flag = torch.tensor([1 if local else 0], dtype=torch.int32, device=_collective_device())
+        stop = bool(all_reduce_max(flag).item())
     if stop:
         taken()
     return stop

@@ -216,11 +216,15 @@ class JobLog:
     _tails: dict[str, _Tail] = field(default_factory=dict, repr=False)
 
     def _read(self, path: str, final: bool) -> list[str]:
-        return self._tails.setdefault(path, _Tail(path)).read(final)
+        if path not in self._tails:
+            self._tails[path] = _Tail(path)
+        return self._tails[path].read(final)
 
     def read(self, final: bool = False) -> list[Line]:
         """New lines: the scheduler output's first, then each rank's in rank order."""
-        out = [parse_line(text, self.launcher, self.nproc_per_node) for text in self._read(self.output, final)] if self.output else []
+        out: list[Line] = []
+        if self.output:
+            out = [parse_line(text, self.launcher, self.nproc_per_node) for text in self._read(self.output, final)]
         ranks = rank_files(self.ranks_dir) if self.ranks_dir else {}
         for rank, (path, node) in ranks.items():
             out.extend(Line(rank, text, node) for text in self._read(path, final))

@@ -68,8 +68,9 @@ class JobRecord:
     def from_json(cls, data: dict[str, Any]) -> JobRecord:
         """A record as any version wrote it: unknown keys to :attr:`extra`, values to their field's type."""
         known = {f.name: f for f in fields(cls) if f.name != "extra"}
-        values = {"scheduler": "", "job_id": "", **{k: _typed(k, v, _default(known[k])) for k, v in data.items() if k in known}}
-        return cls(**values, extra={k: v for k, v in data.items() if k not in known})
+        values = {k: _typed(k, v, _default(known[k])) for k, v in data.items() if k in known}
+        extra = {k: v for k, v in data.items() if k not in known}
+        return cls(**{"scheduler": "", "job_id": "", **values}, extra=extra)
 
     def to_json(self) -> dict[str, Any]:
         """The flat object of the file: identity and schema always, other fields when they say something."""
