@@ -7,26 +7,14 @@ the benchmark also runs from a bare ``python -m torchhpc.bench`` on a laptop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torchhpc.errors import UsageError
 
-__all__ = ["BenchContext", "cleanup", "init"]
+if TYPE_CHECKING:
+    from torchhpc.dist import DistContext
 
-
-@dataclass
-class BenchContext:
-    rank: int
-    world_size: int
-    local_rank: int
-    device: Any  # torch.device
-    backend: str
-    owned: bool  # we created the process group, so we destroy it
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
+__all__ = ["cleanup", "init"]
 
 
 def _want_cuda(device: str) -> bool:
@@ -38,7 +26,7 @@ def _want_cuda(device: str) -> bool:
     return device == "cuda" or (device == "auto" and torch.cuda.is_available())
 
 
-def init(device: str = "auto") -> BenchContext:
+def init(device: str = "auto") -> DistContext:
     """A process group on the right device: NCCL on CUDA, gloo on CPU (``$TORCHHPC_BACKEND`` overrides).
 
     ``torchhpc.dist.init`` detects the launcher (torchrun, srun, mpirun, PBS,
@@ -48,11 +36,10 @@ def init(device: str = "auto") -> BenchContext:
     import torchhpc.dist as tdist
 
     cuda = _want_cuda(device)
-    ctx = tdist.init(device=None if cuda else "cpu", single_group=True)
-    return BenchContext(ctx.rank, ctx.world_size, ctx.local_rank, ctx.device, ctx.backend, ctx.owns_group)
+    return tdist.init(device=None if cuda else "cpu", single_group=True)
 
 
-def cleanup(ctx: BenchContext) -> None:
+def cleanup(ctx: DistContext) -> None:
     """Destroy the group if :func:`init` started it (``torchhpc.dist.cleanup`` knows)."""
     import torchhpc.dist as tdist
 
