@@ -22,7 +22,7 @@ from torchhpc.errors import TorchHPCError, UnknownJob
 from torchhpc.schedulers import REGISTRY, parse_handle, scheduler_class
 from torchhpc.schedulers.api import JobStatus, Scheduler
 
-__all__ = ["UNKNOWN_HINT", "add_job_argument", "default_scheduler", "handle_text", "known_status", "require", "resolve"]
+__all__ = ["UNKNOWN_HINT", "add_job_argument", "default_scheduler", "known_status", "require", "resolve"]
 
 HANDLE_HELP = "job handle: SCHEDULER:ID (local:3f2a9c1b0d, slurm:123) or a bare ID, which uses --scheduler"
 SCHEDULER_HELP = "scheduler for a bare id (default: $TORCHHPC_SCHEDULER, the profile's or config file's, else local)"
@@ -57,11 +57,6 @@ def resolve(args: argparse.Namespace, text: str | None = None) -> tuple[str, str
     return parse_handle(handle, name)
 
 
-def handle_text(name: str, job_id: str) -> str:
-    """A handle as every command prints it, and accepts back: ``local:ID``, ``slurm:123_4``."""
-    return str(Handle(name, job_id))
-
-
 def unknown_job(name: str, job_id: str, why: str = "") -> UnknownJob:
     """The one "unknown job" error of every job command (exit 2: a handle is input; HINT: torchhpc list)."""
     detail = f" ({why})" if why else ""
@@ -71,9 +66,9 @@ def unknown_job(name: str, job_id: str, why: str = "") -> UnknownJob:
         hint = f"did you mean {Handle('slurm', job_id)}? a bare id is the default scheduler's, local, whose ids are hex"
     array_id, _, task = job_id.partition("_")
     if here and task and _has_record(name, array_id):  # a local array's tasks are runs of one job
-        hint = (f"a local job array's tasks share its handle: `torchhpc logs {handle_text(name, array_id)}` "
+        hint = (f"a local job array's tasks share its handle: `torchhpc logs {Handle(name, array_id)}` "
                 f"shows each task's lines behind [task {task}], and `diagnose` gives each failed task's verdict")
-    return UnknownJob(f"no job {handle_text(name, job_id)}{detail}", hint)
+    return UnknownJob(f"no job {Handle(name, job_id)}{detail}", hint)
 
 
 def known_status(sched: Scheduler, name: str, job_id: str) -> JobStatus:
