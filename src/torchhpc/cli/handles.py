@@ -51,8 +51,6 @@ def resolve(args: argparse.Namespace, text: str | None = None) -> tuple[str, str
     if ":" in handle:
         return parse_handle(handle)
     name = getattr(args, "scheduler", None) or default_scheduler()
-    from torchhpc.schedulers import scheduler_class
-
     scheduler_class(name)  # an unknown --scheduler is said as such, with did-you-mean
     return parse_handle(handle, name)
 
