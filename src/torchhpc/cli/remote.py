@@ -66,8 +66,6 @@ def intercept(argv: list[str], build_parser: Callable[..., argparse.ArgumentPars
     flags: list[str] = []
     sep = False
     if sub is not None:
-        from torchhpc.cli.jobargs import split_program
-
         flags, program = split_program(sub, stripped[1:])
         n = _prefix(stripped, flags)
         sep = stripped[1 + n : 2 + n] == ["--"]
