@@ -41,7 +41,6 @@ class LiveProbe:
         self._lock = threading.Lock()
         self._batches: dict[str, list[RankSample]] = {}
         self._pending: dict[str, list[RankSample]] = {}
-        self.updated = 0.0
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -57,7 +56,6 @@ class LiveProbe:
                 host = str(d.get("host", ""))
                 with self._lock:
                     self._batches[host] = self._pending.pop(host, [])
-                    self.updated = time.monotonic()
                 continue
             try:
                 s = RankSample(**d)
