@@ -89,18 +89,15 @@ def sample_argv(alloc: Allocation, nodes: Sequence[str], duration: int = DURATIO
     return alloc.on_nodes([*module, *match], nodes)
 
 
-def probe_nodes(alloc: Allocation, nodes: Sequence[str], duration: int = DURATION_S, rate: int = RATE_HZ,
-                notes: Optional[list[str]] = None) -> list[RankSample]:
+def probe_nodes(alloc: Allocation, nodes: Sequence[str], duration: int = DURATION_S, rate: int = RATE_HZ) -> list[RankSample]:
     """The sample of each of ``nodes``: in this process (local), or once per node through the allocation."""
     if alloc.here:
         return sample(alloc.rank_match(), "localhost", duration, rate)
-    found, said = ask_nodes(alloc.runner, sample_argv(alloc, nodes, duration, rate), 60 + duration)
-    if notes is not None:
-        notes.extend(said)
+    found, _said = ask_nodes(alloc.runner, sample_argv(alloc, nodes, duration, rate), 60 + duration)
     return one_per_process(found, RankSample)
 
 
-def _quiet_and_progress(log: Any, now: float) -> tuple[dict[int, tuple[float, str]], dict[int, str]]:
+def _quiet_and_progress(log: Any) -> tuple[dict[int, tuple[float, str]], dict[int, str]]:
     """rank -> (last write, node), and rank -> the tail of its output, from the job's log files."""
     from torchhpc.jobdir.logs import last_writes, rank_files
 
@@ -133,7 +130,7 @@ def gather(samples: Iterable[RankSample], log: Any, world: Optional[int] = None,
     """One row per rank: the probe's samples joined with the log's quiet time and progress; a rank
     the log knows but no node showed is ``gone``; stragglers flagged over all ranks."""
     now = time.time() if now is None else now
-    writes, tails = _quiet_and_progress(log, now)
+    writes, tails = _quiet_and_progress(log)
     rows: dict[int, RankRow] = {}
     for s in samples:
         pct = round(100.0 * s.in_collective / s.samples, 1) if s.samples else None
@@ -171,12 +168,11 @@ def progress_text(p: Optional[dict[str, Any]]) -> str:
     return " ".join(bits) or p.get("kind", "-")
 
 
-def table(rows: Sequence[RankRow], fold: Optional[bool] = None) -> list[str]:
+def table(rows: Sequence[RankRow]) -> list[str]:
     """The table ``top`` prints: per rank, or (more than :data:`FOLD_AT` ranks) per node."""
     from torchhpc.jobdir.logs import format_ranks
 
-    fold = len(rows) > FOLD_AT if fold is None else fold
-    if not fold:
+    if len(rows) <= FOLD_AT:
         gpu = any(r.gpu_health for r in rows)  # the health column only where an NVIDIA GPU answered
         lines = [f"{'RANK':>4} {'HOST':<10} {'STATE':<9} {'CPU%':>5} {'RSS_MB':>7} {'GPU%':>4} {'GPU_MB':>6} "
                  + (f"{'GPU_HEALTH':<12} " if gpu else "") + f"{'QUIET':>5} {'COLL%':>5}  PROGRESS"]
