@@ -17,7 +17,7 @@ from torchhpc.bench.collectives import COLLECTIVES, DTYPES, OPS
 from torchhpc.core.units import parse_size
 from torchhpc.errors import JobFailed, TorchHPCError, UsageError
 
-__all__ = ["add_bench_commands", "bench_flags", "config_from_args", "env_default", "env_size", "main", "size_arg"]
+__all__ = ["add_bench_commands", "bench_flags", "config_from_args", "env_default", "main", "size_arg"]
 
 
 def env_default(flag: str, default: Any = None, cast: type | None = None) -> Any:
@@ -35,20 +35,15 @@ def size_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size: write it like 8, 128K, 64M or 1G") from e
 
 
-def env_size(flag: str, default: str) -> Any:
-    """A size flag's default from ``TORCHHPC_*`` (argparse converts string defaults with ``type``)."""
-    return env_default(flag, default)
-
-
 def bench_flags() -> argparse.ArgumentParser:
     """nccl-tests' flags, shared by every collective's subcommand (and `run`)."""
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("nccl-tests flags")
     g.add_argument("-t", "--collective", action="append", default=[], metavar="NAME[,NAME]",
                    help=f"collective(s) to run: {', '.join(COLLECTIVES)}")
-    g.add_argument("-b", "--minbytes", type=size_arg, default=env_size("--minbytes", "32M"),
+    g.add_argument("-b", "--minbytes", type=size_arg, default=env_default("--minbytes", "32M"),
                    help="smallest size, e.g. 8, 128K, 1G (default 32M) [TORCHHPC_MINBYTES]")
-    g.add_argument("-e", "--maxbytes", type=size_arg, default=env_size("--maxbytes", "32M"),
+    g.add_argument("-e", "--maxbytes", type=size_arg, default=env_default("--maxbytes", "32M"),
                    help="largest size (default 32M) [TORCHHPC_MAXBYTES]")
     g.add_argument("-f", "--stepfactor", type=float, default=1.0,
                    help="multiply the size by this between steps (default: off, use -i)")

@@ -19,7 +19,6 @@ from torchhpc.bench.command import (
     bench_flags,
     config_from_args,
     env_default,
-    env_size,
     size_arg,
 )
 from torchhpc.cli.common import add_subparser, after_dashdash, announce_target, help_when_bare
@@ -92,7 +91,7 @@ def _register_nodes(bsub: Any) -> None:
     add_job_arguments(s, program=False)
     g = s.add_argument_group("bench nodes")
     g.add_argument("--nodelist", default=None, metavar="HOSTLIST", help="exactly these nodes, e.g. node[1-4] (Slurm)")
-    g.add_argument("-s", "--size", type=size_arg, default=env_size("--size", "64M"),
+    g.add_argument("-s", "--size", type=size_arg, default=env_default("--size", "64M"),
                    help="bytes per pair all_reduce (default 64M) [TORCHHPC_SIZE]")
     g.add_argument("--iters", type=int, default=5,
                    help="timed calls per pair and per node check (default 5; a slow pair stops after 6 s)")
