@@ -80,6 +80,3 @@ out["nccl_backend"] = dist.is_available() and dist.is_nccl_available()
 out["gloo_backend"] = dist.is_available() and dist.is_gloo_available()
 print(json.dumps(out))
 """
-
-
-# ---------------------------------------------------------------- checks
