@@ -98,8 +98,85 @@ def up(
     config.check_cpus_per_node(cpus_per_node)  # a value refused before anything about the host
     check_host()
     with _exclusive(state_dir):
-        return _up(nodes, accounting, state_dir, progress, runner, timeout, login, login_users, cpus_per_node,
-                   min_job_age)
+        say: Callable[[str], None] = progress or (lambda _m: None)
+        runner = runner or Runner()
+        sdir = default_state_dir(state_dir)
+        _check_socket_room(sdir, nodes)
+        login = login or bool(login_users)
+        layout = config.make_layout(sdir, nodes, login=login)
+        previous = read_state(sdir)
+        if previous is not None:
+            if previous.healthy():
+                raise DevClusterError(
+                    f"a dev cluster is already up in {sdir} ({len(previous.nodes)} nodes)",
+                    f"use it, or run `{down_hint(sdir)}` first",
+                )
+            if any(daemons.alive(d) for d in previous.daemons):
+                raise DevClusterError(
+                    f"a dev cluster in {sdir} is partly running (some daemons died)",
+                    f"run `{down_hint(sdir)}` to clean it up",
+                )
+        leftovers = netns.existing(layout.netns_prefix, runner)
+        if leftovers and previous is None:
+            raise DevClusterError(
+                f"network namespaces {', '.join(leftovers)} exist but {sdir} records no cluster",
+                f"run `{down_hint(sdir)}` (it removes them) or `ip netns delete NAME`",
+            )
+        if previous is not None:
+            _down(sdir, runner=runner, progress=lambda _m: None)
+
+        t0 = time.monotonic()
+        installed = ensure_packages(accounting, runner, say, login=login)
+        t_ready = time.monotonic()
+        if installed:
+            say(f"installed {' '.join(installed)} in {t_ready - t0:.0f} s")
+
+        first_job_id = prepare.next_job_id(sdir)  # before prepare_dirs empties log/
+        prepare.prepare_dirs(layout)
+
+        def step(msg: str) -> None:  # every step says when it finished: bring-up timings for free
+            say(f"{msg} (+{time.monotonic() - t_ready:.1f} s)")
+
+        state = ClusterState(
+            state_dir=sdir,
+            nodes=list(layout.nodes),
+            node_ips=dict(zip(layout.nodes, layout.node_ips)),
+            netns_names={CONTROLLER: layout.controller_netns, **{n: layout.node_netns(n) for n in layout.nodes}},
+            controller_ip=layout.controller_ip,
+            subnet=layout.subnet,
+            slurm_conf=layout.slurm_conf,
+            munge_socket=layout.munge_socket,
+            bin_dir=layout.bin_dir,
+            host_netns=prepare.host_netns(),
+            accounting=accounting,
+            started_at=time.time(),
+            cpus_per_node=cpus_per_node,
+            min_job_age=min_job_age,
+        )
+        if login:
+            from torchhpc.devcluster.login import invoking_user
+
+            state.login_ip = layout.login_ip
+            state.netns_names[LOGIN] = layout.login_netns
+            state.login_users = list(dict.fromkeys([invoking_user(), *login_users]))
+        try:
+            prepare.write_files(layout, state, accounting, first_job_id)
+            step(f"network: {len(layout.nodes)} node namespaces + {layout.controller_netns} on {layout.subnet}")
+            netns.create(layout, runner)
+            state.save()
+            bringup.start_all(layout, state, accounting, runner, step, timeout)
+            if login:
+                bringup.start_login(layout, state, state.login_users, runner, step, timeout)
+        except BaseException:
+            step("bring-up failed; stopping what was started (logs kept in " + layout.path("log") + ")")
+            daemons.stop(list(reversed(state.daemons)))
+            netns.delete(netns.existing(layout.netns_prefix, runner), runner)
+            _remove_state_file(sdir)
+            raise
+        state.up_seconds = round(time.monotonic() - t_ready, 2)
+        state.save()
+        step(f"up: {len(layout.nodes)} nodes idle")
+        return state
 
 
 def down(
@@ -129,99 +206,6 @@ def _check_socket_room(sdir: str, nodes: int) -> None:
         raise DevClusterError(
             f"--state-dir {sdir} is too long for Slurm's step sockets ({len(worst.encode())} bytes of "
             f"{SUN_PATH_MAX} in {worst})", f"a shorter directory, {len(worst.encode()) - SUN_PATH_MAX} bytes at least")
-
-
-def _up(
-    nodes: int,
-    accounting: bool,
-    state_dir: str | None,
-    progress: Callable[[str], None] | None,
-    runner: Runner | None,
-    timeout: float,
-    login: bool = False,
-    login_users: Sequence[str] = (),
-    cpus_per_node: int = config.CPUS_PER_NODE,
-    min_job_age: int = config.MIN_JOB_AGE,
-) -> ClusterState:
-    say: Callable[[str], None] = progress or (lambda _m: None)
-    runner = runner or Runner()
-    sdir = default_state_dir(state_dir)
-    _check_socket_room(sdir, nodes)
-    login = login or bool(login_users)
-    layout = config.make_layout(sdir, nodes, login=login)
-    previous = read_state(sdir)
-    if previous is not None:
-        if previous.healthy():
-            raise DevClusterError(
-                f"a dev cluster is already up in {sdir} ({len(previous.nodes)} nodes)",
-                f"use it, or run `{down_hint(sdir)}` first",
-            )
-        if any(daemons.alive(d) for d in previous.daemons):
-            raise DevClusterError(
-                f"a dev cluster in {sdir} is partly running (some daemons died)",
-                f"run `{down_hint(sdir)}` to clean it up",
-            )
-    leftovers = netns.existing(layout.netns_prefix, runner)
-    if leftovers and previous is None:
-        raise DevClusterError(
-            f"network namespaces {', '.join(leftovers)} exist but {sdir} records no cluster",
-            f"run `{down_hint(sdir)}` (it removes them) or `ip netns delete NAME`",
-        )
-    if previous is not None:
-        _down(sdir, runner=runner, progress=lambda _m: None)
-
-    t0 = time.monotonic()
-    installed = ensure_packages(accounting, runner, say, login=login)
-    t_ready = time.monotonic()
-    if installed:
-        say(f"installed {' '.join(installed)} in {t_ready - t0:.0f} s")
-
-    first_job_id = prepare.next_job_id(sdir)  # before prepare_dirs empties log/
-    prepare.prepare_dirs(layout)
-
-    def step(msg: str) -> None:  # every step says when it finished: bring-up timings for free
-        say(f"{msg} (+{time.monotonic() - t_ready:.1f} s)")
-
-    state = ClusterState(
-        state_dir=sdir,
-        nodes=list(layout.nodes),
-        node_ips=dict(zip(layout.nodes, layout.node_ips)),
-        netns_names={CONTROLLER: layout.controller_netns, **{n: layout.node_netns(n) for n in layout.nodes}},
-        controller_ip=layout.controller_ip,
-        subnet=layout.subnet,
-        slurm_conf=layout.slurm_conf,
-        munge_socket=layout.munge_socket,
-        bin_dir=layout.bin_dir,
-        host_netns=prepare.host_netns(),
-        accounting=accounting,
-        started_at=time.time(),
-        cpus_per_node=cpus_per_node,
-        min_job_age=min_job_age,
-    )
-    if login:
-        from torchhpc.devcluster.login import invoking_user
-
-        state.login_ip = layout.login_ip
-        state.netns_names[LOGIN] = layout.login_netns
-        state.login_users = list(dict.fromkeys([invoking_user(), *login_users]))
-    try:
-        prepare.write_files(layout, state, accounting, first_job_id)
-        step(f"network: {len(layout.nodes)} node namespaces + {layout.controller_netns} on {layout.subnet}")
-        netns.create(layout, runner)
-        state.save()
-        bringup.start_all(layout, state, accounting, runner, step, timeout)
-        if login:
-            bringup.start_login(layout, state, state.login_users, runner, step, timeout)
-    except BaseException:
-        step("bring-up failed; stopping what was started (logs kept in " + layout.path("log") + ")")
-        daemons.stop(list(reversed(state.daemons)))
-        netns.delete(netns.existing(layout.netns_prefix, runner), runner)
-        _remove_state_file(sdir)
-        raise
-    state.up_seconds = round(time.monotonic() - t_ready, 2)
-    state.save()
-    step(f"up: {len(layout.nodes)} nodes idle")
-    return state
 
 
 def _down(state_dir: str | None, runner: Runner | None, progress: Callable[[str], None] | None) -> list[str]:
