@@ -66,15 +66,11 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_run, _parser=p)
 
 
-def parse_run(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    head, program = split_program(parser, argv)
-    return parser.parse_args(head), program
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     # argparse saw the whole line as one blob (REMAINDER); re-split it our way.
     parser, argv = args._parser, args._argv
-    args, program = parse_run(parser, argv)
+    head, program = split_program(parser, argv)
+    args = parser.parse_args(head)
     stray = misplaced_flags(parser, argv, program)
     if stray:
         verb = "goes" if len(stray) == 1 else "go"
