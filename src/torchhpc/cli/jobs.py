@@ -8,7 +8,7 @@ from typing import Any
 
 from torchhpc.cli.common import add_hang_arguments, add_subparser, eprint, json_errors, print_json
 from torchhpc.cli.follow import follow, interruptible, status_dict
-from torchhpc.cli.handles import UNKNOWN_HINT, add_job_argument, default_scheduler, known_status, resolve
+from torchhpc.cli.handles import UNKNOWN_HINT, add_job_argument, default_scheduler, known_status, require, resolve
 from torchhpc.cli.remote import add_remote_arguments
 from torchhpc.core.exitcodes import help_table
 from torchhpc.core.handle import Handle
@@ -158,9 +158,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    name, job = resolve(args)
-    sched = get_scheduler(name)
-    known_status(sched, name, job)
+    sched, name, job, _st = require(args)
     return interruptible(name, job, lambda: follow(sched, job, timeout=args.timeout, print_logs=args.logs,
                                                    hang_timeout=args.hang_timeout, on_hang=args.on_hang))
 
