@@ -83,8 +83,6 @@ def boot_lines(spec: JobSpec, ends: bool = False) -> list[str]:
 
 def script_path(spec: JobSpec, suffix: str) -> str:
     """Where a batch script is written: the output directory, named after the job (shell-safe)."""
-    import re
-
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", spec.name)[:60] or "job"
     return os.path.join(os.path.abspath(spec.output_dir), f"{safe}{suffix}")
 
