@@ -21,8 +21,8 @@ from torchhpc.jobdir.record import load_record, update_record
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct, tasks_from_scontrol
 from torchhpc.schedulers.slurm.ending import STOPPED_WHY, one_ending
-from torchhpc.schedulers.slurm.many import SACCT_FIELDS
-from torchhpc.schedulers.slurm.parse import exit_code_of, parse_scontrol, transient
+from torchhpc.schedulers.slurm.many import SACCT_FIELDS, parse_sacct_rows
+from torchhpc.schedulers.slurm.parse import parse_scontrol, transient
 from torchhpc.schedulers.slurm.parse import status_from_scontrol as _status_from_scontrol
 from torchhpc.schedulers.waiting import settled
 
@@ -111,11 +111,9 @@ class SlurmQueries:
         tasks = [] if "_" in job_id else tasks_from_sacct(job_id, done.stdout)
         if tasks:
             return summarise(job_id, tasks)
-        for line in done.stdout.splitlines():
-            parts = line.split("|", 5)
-            if len(parts) == 6 and parts[0] == job_id:
-                state = parts[1].split()[0] if parts[1] else "UNKNOWN"
-                return JobStatus(job_id, state, exit_code_of(parts[2]), "", parts[3], parts[5], parts[4])
+        st = parse_sacct_rows(done.stdout).get(job_id)
+        if st is not None:
+            return st
         raise UnknownJob(f"slurm job {job_id} is unknown to scontrol and sacct", "check the job id")
 
     def times(self, job_id: str) -> JobTimes:
