@@ -41,12 +41,13 @@ _WALLTIME_EXITS = {-29}
 _SIGNAL_BASE = 256  # PBS: Exit_status = 256 + signal for a job killed by a signal
 
 
-def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
-    else:
-        out[prefix] = str(value)
+def _flatten(prefix: str, value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {prefix: str(value)}
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        out.update(_flatten(f"{prefix}.{k}" if prefix else str(k), v))
+    return out
 
 
 def parse_qstat_json(text: str) -> dict[str, dict[str, str]]:
@@ -67,12 +68,7 @@ def parse_qstat_json(text: str) -> dict[str, dict[str, str]]:
     jobs = data.get("Jobs") or {}
     if not isinstance(jobs, dict):
         raise SchedulerError("`qstat -F json` output has no \"Jobs\" object")
-    out: dict[str, dict[str, str]] = {}
-    for job_id, attrs in jobs.items():
-        flat: dict[str, str] = {}
-        _flatten("", attrs, flat)
-        out[job_id] = flat
-    return out
+    return {job_id: _flatten("", attrs) for job_id, attrs in jobs.items()}
 
 
 _JOB_ID = re.compile(r"^Job Id:\s*(\S+)")
