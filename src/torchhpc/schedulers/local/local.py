@@ -53,11 +53,6 @@ from torchhpc.schedulers.times import JobTimes
 __all__ = ["LocalScheduler"]
 
 def _check(spec: JobSpec) -> None:
-    if spec.nodes != 1:
-        raise SpecError(
-            f"--nodes={spec.nodes}: the local scheduler runs on this machine only (nodes=1)",
-            "drop --nodes and use -n/--nproc-per-node for more ranks, or pick --scheduler slurm",
-        )
     if spec.container is not None and spec.container.runtime == "pyxis":
         raise SpecError(
             "--runtime pyxis only works through srun (it is a Slurm plugin), not with the local scheduler",
