@@ -24,7 +24,7 @@ from torchhpc.jobdir.endmark import write_end
 from torchhpc.jobdir.shm import SHM_ENV, release
 from torchhpc.schedulers.api import Submission
 from torchhpc.schedulers.local.allocation import run_id_of
-from torchhpc.schedulers.local.jobs import SUBMISSION, read_state, write_state
+from torchhpc.schedulers.local.jobs import SUBMISSION, update_state
 
 if TYPE_CHECKING:
     from torchhpc.schedulers.dependencies import DependencyState
@@ -55,30 +55,22 @@ def run_detached(d: Path, scheduler: Any, attempts: Callable[[Path, Submission],
     signal.signal(signal.SIGTERM, cancelled_early)
     with open(d / SUBMISSION, "rb") as f:
         submission: Submission = pickle.load(f)
-    rec = read_state(d)
-    rec.update(pid=os.getpid())
-    write_state(d, rec)
+    rec = update_state(d, pid=os.getpid())
     os.chdir(str(rec.get("cwd") or "."))
     state, code, reason = "COMPLETED", 0, ""
     try:
         if submission.spec.after:
             never = _wait(d, submission, scheduler)
             if never:
-                rec = read_state(d)
                 # Slurm's words (the status line's reason); which dependency failed: status's dependency lines.
                 # Exit 1, as the foreground run records it: the job has no code of its own, and wait says 1
-                rec.update(state="CANCELLED", exit_code=1, reason="DependencyNeverSatisfied", ended=time.time())
-                write_state(d, rec)
+                update_state(d, state="CANCELLED", exit_code=1, reason="DependencyNeverSatisfied", ended=time.time())
                 print(f"torchhpc: {never}", file=sys.stderr, flush=True)
                 return 1
     except JobFailed as e:  # cancelled while it waited
-        rec = read_state(d)
-        rec.update(state="CANCELLED", exit_code=e.exit_code, reason=e.message, ended=time.time())
-        write_state(d, rec)
+        update_state(d, state="CANCELLED", exit_code=e.exit_code, reason=e.message, ended=time.time())
         return e.exit_code
-    rec = read_state(d)
-    rec.update(state="RUNNING", reason="", started=time.time())
-    write_state(d, rec)
+    update_state(d, state="RUNNING", reason="", started=time.time())
     def attempt(count: int) -> int:
         this = submission
         extra = tries.extra_args(count)  # --on-restart-append (supervisor/resume.py)
@@ -105,9 +97,7 @@ def run_detached(d: Path, scheduler: Any, attempts: Callable[[Path, Submission],
         print(f"torchhpc: {reason}", file=sys.stderr, flush=True)
     release(run_id_of(d.name), submission.spec.env_dict.get(SHM_ENV))  # before the end is said: a waiter may resume
     ended = time.time()
-    rec = read_state(d)
-    rec.update(state=state, exit_code=code, reason=reason, ended=ended)
-    write_state(d, rec)
+    update_state(d, state=state, exit_code=code, reason=reason, ended=ended)
     write_end(str(d), state, code, ended)  # after the record: a waiter that sees the marker reads the final record
     return code
 
@@ -118,9 +108,7 @@ def _wait(d: Path, submission: Submission, scheduler: Any) -> str:
     from torchhpc.schedulers.dependencies import wait_dependencies
 
     def waiting(states: list[DependencyState]) -> None:
-        rec = read_state(d)
-        rec.update(state="PENDING", reason="Dependency")  # Slurm's word; status lists what it waits for
-        write_state(d, rec)
+        update_state(d, state="PENDING", reason="Dependency")  # Slurm's word; status lists what it waits for
 
     never = wait_dependencies(scheduler, submission.spec.after, progress=waiting)
     return "DependencyNeverSatisfied: " + "; ".join(s.line() for s in never) if never else ""

@@ -178,6 +178,14 @@ def write_state(d: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, d / RECORD)
 
 
+def update_state(d: Path, **values: Any) -> dict[str, Any]:
+    """The record read again (its writer may have changed it since), with ``values`` set, written back."""
+    rec = read_state(d)
+    rec.update(values)
+    write_state(d, rec)
+    return rec
+
+
 def _alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie, reaped later by its parent, counts as gone)."""
     try:
@@ -329,9 +337,7 @@ class LocalJobs:
                 else:
                     os.killpg(pid, signal.SIGTERM)  # the supervisor leads its own session
         else:
-            rec = read_state(d)
-            rec.update(state="CANCELLED", reason="cancelled before it started", ended=time.time())
-            write_state(d, rec)
+            update_state(d, state="CANCELLED", reason="cancelled before it started", ended=time.time())
 
     def prune(self, days: float) -> list[str]:
         """Remove ended jobs whose end is older than ``days``; a job still running (or unreadable) stays.
