@@ -37,12 +37,8 @@ def runtime_name(job_name: str) -> str:
     return f"{job_name[:63 - len('-restarts')].rstrip('-')}-restarts"
 
 
-def restart_codes() -> list[int]:
-    return sorted(EXIT_CODES[k] for k in RESTARTABLE)
-
-
 def pod_failure_policy() -> dict[str, Any]:
-    infra = restart_codes()
+    infra = sorted(EXIT_CODES[k] for k in RESTARTABLE)
     return {"rules": [
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
         {"action": "Count", "onExitCodes": {"containerName": NODE, "operator": "In", "values": infra}},
