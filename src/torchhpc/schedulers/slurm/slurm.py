@@ -153,10 +153,8 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             # B: only the batch shell gets it: no rank, torchrun agent or NCCL ever sees USR2.
             pairs.append(("signal", f"B:USR2@{stop}"))
         if spec.requeue:
-            pairs.append(("open-mode", "append"))
+            pairs += [("open-mode", "append"), ("requeue", None)]
         lines = [directive("#SBATCH", k, v) for k, v in pairs]
-        if spec.requeue:
-            lines.append(directive("#SBATCH", "requeue"))
         if spec.supervised:  # a failed node must not end the job: the supervisor goes on without it
             lines.append(directive("#SBATCH", "no-kill"))
         if parse_switch(opts["exclusive"], "exclusive"):
