@@ -82,14 +82,13 @@ def queries(job: Mapping[str, str]) -> dict[str, list[str]]:
     if job.get("Reservation", "") not in UNSET:
         out["reservation"] = ["scontrol", "show", "reservation", "-o", job["Reservation"]]
     m = _LIMIT.match(job.get("Reason", ""))
+    user = job.get("UserId", "").split("(")[0]
     if m and m.group(1) == "QOS" and job.get("QOS"):
         out["limit"] = ["sacctmgr", "-n", "-P", "show", "qos", job["QOS"], f"format={QOS_FORMAT}"]
     elif m:
-        user = job.get("UserId", "").split("(")[0]
         out["limit"] = ["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}",
                         f"account={job.get('Account', '')}", f"format={ASSOC_FORMAT}"]
     if m:
-        user = job.get("UserId", "").split("(")[0]
         out["mine"] = ["squeue", "-h", "-u", user, "-t", "R", "-o", SQUEUE_FORMAT]
     return out
 
