@@ -44,7 +44,6 @@ class NodeRow:
 
     partition: str
     avail: str  # the partition's state: up, down, drain, inact
-    max_time: str
     node: str
     state: str  # idle, mixed, allocated, drained, down*, ...
     cpus: int
@@ -84,7 +83,7 @@ def parse_nodes(text: str) -> list[NodeRow]:
         if len(p) < 10:
             continue
         feats = tuple(f for f in p[8].split(",") if f and f not in UNSET)
-        rows.append(NodeRow(p[0].rstrip("*"), p[1], p[2], p[4], p[5], int_of(p[6]), int_of(p[7]), feats,
+        rows.append(NodeRow(p[0].rstrip("*"), p[1], p[4], p[5], int_of(p[6]), int_of(p[7]), feats,
                             "" if p[9] in ("none", *UNSET) else p[9]))
     return rows
 
