@@ -324,12 +324,11 @@ def no_png_reason(rows: Sequence[Mapping[str, Any]], metric: Optional[str] = Non
 
 
 def _plot(rows: Sequence[Mapping[str, Any]], metric: str, param: str, path: str) -> Optional[str]:
-    try:
-        import matplotlib
+    from torchhpc.core.plot import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    try:
+        plt = pyplot()
+    except UsageError:
         return None
     pts = []
     for r in rows:

@@ -127,7 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     if cfg.plot:
-        from torchhpc.bench.plot import check_available
+        from torchhpc.core.plot import check_available
 
         check_available()  # before the run, not after minutes of it
     ctx = context.init(cfg.device)

@@ -6,34 +6,11 @@ import os
 from collections.abc import Sequence
 
 from torchhpc.bench.report import BenchResult
+from torchhpc.core.plot import pyplot
 from torchhpc.core.units import counted, format_bytes
 from torchhpc.errors import UsageError
 
-__all__ = ["check_available", "plot_results"]
-
-_MISSING = (
-    "--plot needs matplotlib, which is not installed here",
-    "pip install 'torchhpc[plot]' (or matplotlib), or drop --plot and plot the --json later",
-)
-
-
-def check_available() -> None:
-    """Fail before a benchmark runs, not after it, when --plot cannot be honoured (finds, never imports)."""
-    import importlib.util
-
-    if importlib.util.find_spec("matplotlib") is None:
-        raise UsageError(*_MISSING)
-
-
-def _matplotlib() -> object:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # no display on compute nodes
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise UsageError(*_MISSING) from None
-    return plt
+__all__ = ["plot_results"]
 
 
 def plot_results(results: Sequence[BenchResult], path: str | os.PathLike[str], title: str = "") -> str:
@@ -42,8 +19,8 @@ def plot_results(results: Sequence[BenchResult], path: str | os.PathLike[str], t
     With one run the lines are its collectives; with several (a sweep) each
     line is labelled by its node and rank count.
     """
-    plt = _matplotlib()
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)  # type: ignore[attr-defined]
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
     ticks: set[int] = set()
     many = len(results) > 1
     for r in results:
@@ -58,7 +35,7 @@ def plot_results(results: Sequence[BenchResult], path: str | os.PathLike[str], t
                 label = f"{c.collective}, {label}"
             ax.plot(xs, ys, marker="o", markersize=3, label=label)
     if not ticks:
-        plt.close(fig)  # type: ignore[attr-defined]
+        plt.close(fig)
         raise UsageError("nothing to plot: the results have no rows", "run with sizes of at least a few elements")
     ax.set_xscale("log", base=2)
     shown = sorted(ticks)
@@ -75,5 +52,5 @@ def plot_results(results: Sequence[BenchResult], path: str | os.PathLike[str], t
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.fspath(path))
-    plt.close(fig)  # type: ignore[attr-defined]
+    plt.close(fig)
     return os.fspath(path)

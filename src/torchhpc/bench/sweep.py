@@ -131,6 +131,7 @@ def write_report(
     the PNG is skipped with a one-line note on stderr: its path comes back as None.
     """
     from torchhpc.bench import plot
+    from torchhpc.core.plot import check_available
 
     results = load_results(paths)
     if out is None:
@@ -141,7 +142,7 @@ def write_report(
     md_path = out_dir / REPORT_MD
     png_path = out_dir / REPORT_PNG
     try:
-        plot.check_available()
+        check_available()
         can_plot = True
     except UsageError:
         can_plot = False

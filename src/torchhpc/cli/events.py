@@ -45,7 +45,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     from torchhpc.diagnose.events import gather
 
     if args.plot:
-        from torchhpc.diagnose.events_plot import check_available
+        from torchhpc.core.plot import check_available
 
         check_available()
         _check_plot_path(args.plot)

@@ -13,14 +13,8 @@ from typing import Any
 
 from torchhpc.diagnose.account import _num
 from torchhpc.diagnose.events import Timeline
-from torchhpc.errors import UsageError
 
-__all__ = ["Bar", "Mark", "check_available", "plot_data", "plot_timeline"]
-
-_MISSING = (
-    "--plot needs matplotlib, which is not installed here",
-    "pip install 'torchhpc[plot]' (or matplotlib), or drop --plot and plot the --json later",
-)
+__all__ = ["Bar", "Mark", "plot_data", "plot_timeline"]
 
 
 @dataclass(frozen=True)
@@ -61,14 +55,6 @@ def plot_data(tl: Timeline) -> tuple[list[Bar], list[Mark]]:
     return bars, marks
 
 
-def check_available() -> None:
-    """Fail before anything is read when --plot cannot be honoured (finds, never imports)."""
-    import importlib.util
-
-    if importlib.util.find_spec("matplotlib") is None:
-        raise UsageError(*_MISSING)
-
-
 def plot_timeline(tl: Timeline, path: str | os.PathLike[str]) -> str:
     """Draw :func:`plot_data` into ``path`` (PNG); the path written."""
     import matplotlib.pyplot as plt
@@ -82,13 +68,9 @@ def plot_timeline(tl: Timeline, path: str | os.PathLike[str]) -> str:
 def draw(tl: Timeline) -> Any:
     """The timeline as a matplotlib Figure: one row per node, the legend in a band of its own below the
     x-axis label (placed inside the axes' margin it was drawn over the label)."""
-    try:
-        import matplotlib
+    from torchhpc.core.plot import pyplot
 
-        matplotlib.use("Agg")  # no display on compute nodes
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise UsageError(*_MISSING) from None
+    plt = pyplot()
     bars, marks = plot_data(tl)
     nodes = sorted({b.node for b in bars} | {m.node for m in marks})
     row = {n: i for i, n in enumerate(nodes)}
