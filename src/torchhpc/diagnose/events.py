@@ -28,7 +28,7 @@ from torchhpc.core.units import counted, plural
 from torchhpc.diagnose.account import Account, _num, account, duration
 from torchhpc.jobdir.attempts import load_attempts
 from torchhpc.jobdir.endmark import read_end
-from torchhpc.jobdir.layout import CHECKPOINT, HANG
+from torchhpc.jobdir.layout import CHECKPOINT, HANG, read_json
 from torchhpc.jobdir.record import read_record
 from torchhpc.schedulers.api import Scheduler
 from torchhpc.schedulers.times import JobTimes
@@ -278,12 +278,10 @@ def _with_checkpoint_times(job_dir: str, attempts: Sequence[Mapping[str, Any]]) 
     its last completions and resumes there) and from the complete checkpoints in the disk directory it
     names (a ``ckpt-N/`` directory's mtime: DCP's ``.metadata``, its last write, landed then; temporary
     ``.ckpt-*`` names are not complete)."""
-    import json
     import re
 
     try:
-        with open(os.path.join(job_dir, CHECKPOINT)) as f:
-            marker = json.load(f)
+        marker = read_json(os.path.join(job_dir, CHECKPOINT))  # None, unreadable: AttributeError below
         saved = [(int(row[0]), float(row[1])) for row in marker.get("completed") or []]
         resumed = sorted((float(row[0]), int(row[1]), str(row[2])) for row in marker.get("resumed") or [])
         done = [t for _, t in saved] + ([float(marker["time"])] if "time" in marker else [])

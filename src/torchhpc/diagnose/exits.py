@@ -15,14 +15,13 @@ returned stays a hang.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from torchhpc.jobdir.layout import ENDED_DIR
+from torchhpc.jobdir.layout import ENDED_DIR, read_json
 
 if TYPE_CHECKING:
     from torchhpc.diagnose.probe import RankStack
@@ -53,10 +52,9 @@ def read(job_dir: str, since: float = 0.0) -> dict[int, Ended]:
         if not name.startswith("rank-") or not name[5:].isdigit():
             continue
         try:
-            with open(os.path.join(d, name)) as f:
-                m = json.load(f)
+            m = read_json(os.path.join(d, name))
             e = Ended(int(m["rank"]), int(m["world"]), float(m["time"]), str(m["how"]))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):  # unreadable (None) or not a mark
             continue
         if e.time >= since:
             out[e.rank] = e

@@ -43,7 +43,7 @@ from torchhpc.diagnose import exits
 from torchhpc.diagnose.hang_verdict import HangVerdict, culprit, exiting, in_collective, render, starting, with_flight
 from torchhpc.diagnose.probe import BUSY_CPU_S, EXITED, RankStack, ask_nodes, one_per_process, probe
 from torchhpc.errors import TorchHPCError
-from torchhpc.jobdir.layout import HANG
+from torchhpc.jobdir.layout import HANG, read_json
 
 if TYPE_CHECKING:
     from torchhpc.schedulers.api import Scheduler
@@ -98,11 +98,7 @@ def save(job_dir: str, v: HangVerdict, quiet_s: float) -> str:
 
 
 def load(job_dir: str) -> Optional[dict[str, object]]:
-    try:
-        with open(os.path.join(job_dir, HANG)) as f:
-            d = json.load(f)
-    except (OSError, ValueError):
-        return None
+    d = read_json(os.path.join(job_dir, HANG))
     return d if isinstance(d, dict) else None
 
 

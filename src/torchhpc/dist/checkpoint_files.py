@@ -100,19 +100,15 @@ def tell_supervisor(step: int, path: Path | None, tier: str = "disk", resumed: b
     as it was by a memory save). Only inside a torchhpc job; a courtesy that never fails a save."""
     import json
 
-    from torchhpc.jobdir.layout import CHECKPOINT, job_dir_of
+    from torchhpc.jobdir.layout import CHECKPOINT, job_dir_of, read_json
 
     job_dir = job_dir_of()
     if not job_dir or not os.path.isdir(job_dir):
         return
     marker = os.path.join(job_dir, CHECKPOINT)
     now = time.time()
-    try:
-        with open(marker) as f:
-            old = json.load(f)
-        old = old if isinstance(old, dict) else {}
-    except (OSError, ValueError):
-        old = {}
+    old = read_json(marker)
+    old = old if isinstance(old, dict) else {}
     history = [list(x) for x in old.get("completed") or []][-(_HISTORY - 1):]
     resumes = [list(x) for x in old.get("resumed") or []][-(_HISTORY - 1):]
     if resumed:

@@ -8,18 +8,14 @@ import json
 import os
 from typing import Any
 
-from torchhpc.jobdir.layout import ATTEMPTS
+from torchhpc.jobdir.layout import ATTEMPTS, read_json
 
 __all__ = ["load_attempts", "save_attempts", "shrunk"]
 
 
 def load_attempts(job_dir: str) -> list[dict[str, Any]]:
     """The attempts recorded in ``job_dir`` (``[]`` when none or unreadable)."""
-    try:
-        with open(os.path.join(job_dir, ATTEMPTS)) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return []
+    data = read_json(os.path.join(job_dir, ATTEMPTS))
     return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 __all__ = [
     "ATTEMPTS",
@@ -27,6 +28,7 @@ __all__ = [
     "RANKS_VAR",
     "RECORD",
     "job_dir_of",
+    "read_json",
 ]
 
 END = "end.json"  # the end marker: state, exit code, time (jobdir/endmark.py)
@@ -48,3 +50,14 @@ def job_dir_of(environ: Mapping[str, str] = os.environ) -> str:
     ranks = environ.get(RANKS_VAR, "").rstrip("/")
     fr = environ.get(FR_VAR, "").rstrip("/")
     return environ.get(JOB_DIR_VAR) or (os.path.dirname(ranks) if ranks else os.path.dirname(fr) if fr else "")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON in the file at ``path``, of any shape; None when it is missing, unreadable or not JSON."""
+    import json
+
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None

@@ -22,6 +22,8 @@ from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Optional
 
+from torchhpc.jobdir.layout import read_json
+
 __all__ = [
     "SCHEMA", "JobRecord", "dependency_record", "forget_record", "load_record", "new_record", "newest_record", "read_record",
     "record_dir", "record_path", "save_record", "update_record",
@@ -129,10 +131,7 @@ def save_record(record: JobRecord) -> None:
 
 def load_record(scheduler: str, job_id: str) -> Optional[JobRecord]:
     """The job's record, or None: never written, removed, or not readable as a record."""
-    try:
-        data = json.loads(record_path(scheduler, job_id).read_text())
-    except (OSError, ValueError):
-        return None
+    data = read_json(record_path(scheduler, job_id))
     if not isinstance(data, dict):
         return None
     return JobRecord.from_json({"scheduler": scheduler, "job_id": job_id, **data})

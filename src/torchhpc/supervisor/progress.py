@@ -18,14 +18,13 @@ Where the newest checkpoint is read from, first found first:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
-from torchhpc.jobdir.layout import CHECKPOINT
+from torchhpc.jobdir.layout import CHECKPOINT, read_json
 
 __all__ = ["Checkpoint", "NoProgress", "newest_checkpoint"]
 
@@ -48,9 +47,8 @@ def _step(name: str) -> int:
 
 def newest_checkpoint(job_dir: str, checkpoint_dir: Optional[str] = None) -> Optional[Checkpoint]:
     """The newest checkpoint of the job, or None when none is seen (see the module's docstring)."""
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        with open(os.path.join(job_dir, CHECKPOINT)) as f:
-            d = json.load(f)
+    with contextlib.suppress(ValueError, KeyError, TypeError):  # unreadable (None) or not the helper's marker
+        d = read_json(os.path.join(job_dir, CHECKPOINT))
         return Checkpoint(int(d["step"]), float(d.get("time", 0.0)), str(d.get("path", "")))
     if not checkpoint_dir:
         return None
