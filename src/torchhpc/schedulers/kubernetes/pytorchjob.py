@@ -5,12 +5,10 @@ processes in newer ones, so ``--nnodes`` is written in at render time. kubernete
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from torchhpc.core.shell import Raw, join, wrap_command
 from torchhpc.core.spec import JobSpec
-from torchhpc.launchers import torchrun_argv
 from torchhpc.network.presets import auto_lines, wants_auto
 from torchhpc.schedulers.kubernetes import bootmap
 from torchhpc.schedulers.kubernetes import trainjob as tj
@@ -26,16 +24,7 @@ PORT_NAME, PORT = "pytorchjob-port", 23456  # the operator's defaults, written o
 def pod_script(spec: JobSpec, python: str) -> str:
     """``bash -c`` text: torchrun over pods. The script's own arguments arrive as ``"$@"``,
     so they are never parsed by a shell."""
-    bare = spec.with_(entrypoint=replace(spec.entrypoint, args=tj.lead(spec)))
-    argv = torchrun_argv(
-        bare,
-        python,
-        nnodes=str(spec.nodes),
-        rdzv_id="",
-        endpoint="",
-        node_rank=Raw('"${PET_NODE_RANK:-$RANK}"'),
-        extra=["--tee", "3"],
-    )
+    argv = tj.pod_torchrun(spec, python, '"${PET_NODE_RANK:-$RANK}"')
     start = ""
     if spec.network and wants_auto(spec.network):
         # --network auto at pod start: NCCL_IB_GID_INDEX, NCCL_IB_HCA... from this pod's sysfs.

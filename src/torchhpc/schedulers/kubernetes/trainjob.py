@@ -152,11 +152,7 @@ def pod_script(spec: JobSpec, python: str, opts: Mapping[str, str]) -> str:
     command say what it does (and ``--nnodes`` is fixed at render time). The
     script's own arguments arrive as ``"$@"``, never parsed by a shell.
     """
-    bare = spec.with_(entrypoint=replace(spec.entrypoint, args=lead(spec)))
-    argv = torchrun_argv(
-        bare, python, nnodes=str(spec.nodes), rdzv_id="", endpoint="",
-        node_rank=Raw('"$PET_NODE_RANK"'), extra=["--tee", "3"],
-    )
+    argv = pod_torchrun(spec, python, '"$PET_NODE_RANK"')
     argv[argv.index("--master-addr") + 1] = Raw('"$PET_MASTER_ADDR"')
     argv[argv.index("--master-port") + 1] = Raw('"$PET_MASTER_PORT"')
     lines: list[str] = []
@@ -174,6 +170,14 @@ def pod_script(spec: JobSpec, python: str, opts: Mapping[str, str]) -> str:
 def lead(spec: JobSpec) -> tuple[str, ...]:
     """A leading "--" of the program's arguments, which stays in the pod's text: torchrun would drop it from "$@"."""
     return ("--",) if spec.entrypoint.args[:1] == ("--",) else ()
+
+
+def pod_torchrun(spec: JobSpec, python: str, node_rank: str) -> list[str]:
+    """torchrun in one pod of ``spec.nodes`` (TrainJob, PyTorchJob), its node rank the shell words ``node_rank``;
+    the program's arguments are left to ``"$@"``, all but a :func:`lead`."""
+    bare = spec.with_(entrypoint=replace(spec.entrypoint, args=lead(spec)))
+    return torchrun_argv(bare, python, nnodes=str(spec.nodes), rdzv_id="", endpoint="", node_rank=Raw(node_rank),
+                         extra=["--tee", "3"])
 
 
 def pod_volumes(spec: JobSpec, opts: Mapping[str, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
