@@ -279,8 +279,7 @@ class KubernetesScheduler(Scheduler):
         """
         ns, name, rec = self._locate(job_id)
         if self._kind(rec) == "pytorchjob":
-            nodes = rec.nodes
-            return [f"{name}-master-0", *(f"{name}-worker-{i}" for i in range(nodes - 1))]
+            return [f"{name}-master-0", *(f"{name}-worker-{i}" for i in range(rec.nodes - 1))]
         selector = f"{tj.JOBSET_LABEL}={name}"
         text = self._read(self._api(rec), ["get", "pods", "-n", ns, "-l", selector, "-o", "json"],
                           f"/api/v1/namespaces/{ns}/pods?{urllib.parse.urlencode({'labelSelector': selector})}")
