@@ -169,7 +169,9 @@ def _main(argv: Sequence[str] | None, collecting: bool = True) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    _use_devcluster()
+    from torchhpc.config import serve_slurm
+
+    serve_slurm()  # a running `torchhpc devcluster` serves Slurm commands on a machine without Slurm of its own
     args._build_parser = build_parser  # the whole parser, for `completion` (cli modules never import main)
     gc.freeze()
     if collecting:
@@ -209,13 +211,6 @@ def _os_error(e: OSError) -> TorchHPCError:
     else:
         hint = "check the path"
     return TorchHPCError(f"{path}: {what}" if path else what, hint)
-
-
-def _use_devcluster() -> None:
-    """A running `torchhpc devcluster` serves Slurm commands on a machine without Slurm of its own."""
-    from torchhpc.config import serve_slurm
-
-    serve_slurm()
 
 
 if __name__ == "__main__":
