@@ -58,10 +58,7 @@ def register(sub: Any) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     head, program = split_program(args._parser, args._argv)
-    return _sweep(args._parser.parse_args(head), program)
-
-
-def _sweep(args: argparse.Namespace, program: list[str]) -> int:
+    args = args._parser.parse_args(head)
     from torchhpc.cli.follow import follow
     from torchhpc.schedulers import get_scheduler
     from torchhpc.sweep import (
