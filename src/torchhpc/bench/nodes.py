@@ -42,9 +42,8 @@ from torchhpc.bench import nodes_plan as plan
 from torchhpc.bench.nodes_rank import NodeRank
 from torchhpc.core.units import counted
 
-__all__ = ["PREFIX", "main"]
+__all__ = ["main"]
 
-PREFIX = plan.PREFIX
 # Intra-node all_reduce size: gloo's busbw plateaus from 16 MiB, and these run
 # N times one after the other where nodes share a machine.
 INTRA_BYTES = 16 << 20

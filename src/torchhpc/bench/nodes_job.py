@@ -32,7 +32,6 @@ from torchhpc.schedulers import scheduler_class
 __all__ = ["NodesRun", "cluster_nodes", "make_spec", "run_job", "slow_links", "summary", "write_outputs"]
 
 WORKER = "torchhpc.bench.nodes"
-PREFIX = plan.PREFIX
 RESERVE_SECONDS = 20.0  # of the budget, kept for ending the job and collecting the result
 
 
@@ -129,8 +128,8 @@ def _relay(path: str, offset: int, say: Callable[[str], None]) -> int:
         return offset
     end = data.rfind(b"\n") + 1
     for line in data[:end].decode(errors="replace").splitlines():
-        if PREFIX in line:
-            say(line.split(PREFIX, 1)[1])
+        if plan.PREFIX in line:
+            say(line.split(plan.PREFIX, 1)[1])
     return offset + end
 
 
