@@ -29,7 +29,7 @@ from torchhpc.core.units import counted, plural
 from torchhpc.errors import JobFailed, UsageError
 from torchhpc.schedulers import scheduler_class
 
-__all__ = ["NodesRun", "cluster_nodes", "make_spec", "run_job", "slow_links", "summary", "write_outputs"]
+__all__ = ["NodesRun", "make_spec", "run_job", "slow_links", "summary", "write_outputs"]
 
 WORKER = "torchhpc.bench.nodes"
 RESERVE_SECONDS = 20.0  # of the budget, kept for ending the job and collecting the result
@@ -46,12 +46,6 @@ class NodesRun:
         return [plan.Row(**r) for r in self.report["rows"]]
 
 
-def cluster_nodes(scheduler: Any) -> list[str]:
-    """The node names the scheduler knows (Slurm: ``sinfo -N``), to reject a typo before anything is queued."""
-    names: list[str] = scheduler.node_names()
-    return names
-
-
 def resolve_nodes(scheduler: Any, nodes: int | None, nodelist: str | None,
                   env: dict[str, str] | None = None) -> tuple[int, list[str] | None, bool]:
     """(node count, explicit node names or None, inside an allocation)."""
@@ -62,7 +56,7 @@ def resolve_nodes(scheduler: Any, nodes: int | None, nodelist: str | None,
             raise UsageError(f"--nodelist with the {name} scheduler",
                              "--nodelist is a Slurm option; on PBS give --nodes N (select picks the nodes)")
         names = hostlist.expand(nodelist)
-        known = cluster_nodes(scheduler)
+        known = scheduler.node_names()
         unknown = [n for n in names if known and n not in known]
         if unknown:
             raise UsageError(f"--nodelist {nodelist}: {', '.join(unknown)} is not a node of this cluster",
@@ -79,7 +73,7 @@ def resolve_nodes(scheduler: Any, nodes: int | None, nodelist: str | None,
     if not scheduler.supports_multi_node and n > 1:
         raise UsageError(f"--nodes {n} with the {name} scheduler (one machine)",
                          "give --scheduler slurm (or pbs) for more nodes; local runs the one-node checks")
-    known = cluster_nodes(scheduler)
+    known = scheduler.node_names()
     if known and n > len(known):
         raise UsageError(f"--nodes {n} but this cluster has {counted(len(known), 'node')} ({hostlist.compress(known)})",
                          f"give --nodes {len(known)} or fewer")
