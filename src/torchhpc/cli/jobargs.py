@@ -168,10 +168,7 @@ def split_program(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple
     ``--dry-run`` and ``--rank0-only`` are still ours (so ``... pi.py --wait``
     works); nccl-tests' ``-e 64M`` or ``-n 20`` go to the program.
     """
-    takes_value: dict[str, bool] = {}
-    for action in parser._actions:
-        for opt in action.option_strings:
-            takes_value[opt] = action.nargs != 0
+    takes_value = {opt: action.nargs != 0 for action in parser._actions for opt in action.option_strings}
     head: list[str] = []
     program: list[str] = []
     argv = list(argv)
@@ -179,12 +176,11 @@ def split_program(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple
     while i < len(argv):
         tok = argv[i]
         if tok == "--":
-            program = argv[i + 1 :]
-            return head, program
+            return head, argv[i + 1 :]
         if tok.startswith("-") and tok != "-":
             name = tok.split("=", 1)[0]
             head.append(tok)
-            if name in takes_value and takes_value[name] and "=" not in tok:
+            if takes_value.get(name) and "=" not in tok:
                 if i + 1 < len(argv):
                     head.append(argv[i + 1])
                 i += 2
