@@ -34,14 +34,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_top)
 
 
-def _refuse(name: str) -> None:
-    if not getattr(scheduler_class(name), "supports_rank_probe", False):
-        raise UsageError(
-            f"torchhpc top cannot reach the ranks of a {name} job (no per-node probe for it yet)",
-            "`torchhpc status` and `torchhpc logs -f` follow it; top works for local, slurm and pbs jobs",
-        )
-
-
 @json_errors
 def cmd_top(args: argparse.Namespace) -> int:
     from torchhpc.cli.logs import _nodes, _ranks
@@ -51,17 +43,20 @@ def cmd_top(args: argparse.Namespace) -> int:
     if not args.interval >= 0.5:
         raise UsageError(f"--interval {args.interval:g}: refreshing more often than twice a second shows nothing new",
                          "give --interval 0.5 or more (default 2)")
-    _refuse(name)
+    if not getattr(scheduler_class(name), "supports_rank_probe", False):
+        raise UsageError(
+            f"torchhpc top cannot reach the ranks of a {name} job (no per-node probe for it yet)",
+            "`torchhpc status` and `torchhpc logs -f` follow it; top works for local, slurm and pbs jobs",
+        )
     sched = get_scheduler(name)
     alloc = sched.allocation_of(job)
-    here = alloc.here
     if args.dry_run:
         from torchhpc.core.shell import join
         from torchhpc.observe.live import stream_argv
         from torchhpc.observe.top import sample_argv
 
         print(f"# torchhpc top {Handle(name, job)}: nothing runs on a dry run; NODES: the job's nodes when it runs")
-        if here:
+        if alloc.here:
             print("# --once: in this process (/proc and py-spy on this machine)")
         else:
             print("# --once, one task per node:")
@@ -114,7 +109,6 @@ def _look(sched: Any, alloc: Any, ranks: Optional[list[int]], nodes: Optional[li
     if st.state != "RUNNING":
         reason = f" ({st.told_reason})" if st.told_reason else ""
         return [], f"{title}{reason}: no rank runs yet", live
-    here = alloc.here
     on = alloc.nodes(st)  # the status just read: not asked again
     if nodes is not None:
         on = [n for n in on if n in nodes]
@@ -133,7 +127,7 @@ def _look(sched: Any, alloc: Any, ranks: Optional[list[int]], nodes: Optional[li
     rec = task_record(name, job)
     world = rec.nodes * rec.nproc_per_node if rec.job_id and nodes is None else None
     rows = gather(samples, job_log(name, job), world)
-    if nodes is not None and not here:
+    if nodes is not None and not alloc.here:
         rows = [r for r in rows if r.host in nodes]
     if ranks is not None:
         rows = [r for r in rows if r.rank in set(ranks)]
