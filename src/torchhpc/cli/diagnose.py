@@ -25,7 +25,7 @@ def register(sub: Any) -> None:
 def cmd_diagnose(args: argparse.Namespace) -> int:
     from torchhpc.diagnose.readback import diagnose_job
 
-    sched, name, job, _st = require(args, record_ok=True)  # an unknown job is an error, never "completed"
+    sched, name, job = require(args, record_ok=True)  # an unknown job is an error, never "completed"
     from torchhpc.supervisor.show import attempt_lines, job_attempts
 
     verdict = diagnose_job(sched, name, job)

@@ -49,7 +49,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
         check_available()
         _check_plot_path(args.plot)
-    sched, name, job, _st = require(args, record_ok=True)
+    sched, name, job = require(args, record_ok=True)
     tl = gather(sched, name, job)
     if args.json:
         print_json(tl.to_json(), indent=2)

@@ -94,11 +94,11 @@ def _short(message: str) -> str:
     return (m.group(1) if m else message).strip().rstrip(".")
 
 
-def require(args: argparse.Namespace, *, record_ok: bool = False) -> tuple[Any, str, str, JobStatus | None]:
-    """(scheduler object, name, id, status) of a job that exists; the unknown-job error otherwise.
+def require(args: argparse.Namespace, *, record_ok: bool = False) -> tuple[Any, str, str]:
+    """(scheduler object, name, id) of a job that exists; the unknown-job error otherwise.
 
     ``record_ok``: a job the scheduler has forgotten (Slurm without accounting, past MinJobAge) but
-    whose torchhpc record is still on disk counts as known, with status None: its logs still say
+    whose torchhpc record is still on disk counts as known: its logs still say
     what happened, and ``logs``/``diagnose``/``events`` read them.
     """
     from torchhpc.schedulers import get_scheduler
@@ -106,11 +106,11 @@ def require(args: argparse.Namespace, *, record_ok: bool = False) -> tuple[Any, 
     name, job = resolve(args)
     sched = get_scheduler(name)
     try:
-        return sched, name, job, known_status(sched, name, job)
+        known_status(sched, name, job)
     except TorchHPCError:  # unknown to the scheduler, or its commands are not here (a copied job directory)
-        if record_ok and _has_record(name, job):
-            return sched, name, job, None
-        raise
+        if not (record_ok and _has_record(name, job)):
+            raise
+    return sched, name, job
 
 
 def _has_record(name: str, job: str) -> bool:

@@ -158,7 +158,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    sched, name, job, _st = require(args)
+    sched, name, job = require(args)
     return interruptible(name, job, lambda: follow(sched, job, timeout=args.timeout, print_logs=args.logs,
                                                    hang_timeout=args.hang_timeout, on_hang=args.on_hang))
 

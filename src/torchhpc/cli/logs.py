@@ -112,7 +112,7 @@ def _as_written(ln: Line) -> str:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     ranks, nodes, grep = _ranks(args.rank), _nodes(args.node), _grep(args.grep)
-    sched, name, job, _st = require(args, record_ok=True)
+    sched, name, job = require(args, record_ok=True)
     if "_" not in job and read_record(name, job).array:
         raise UsageError(
             f"{Handle(name, job)} is a job array: each task has its own log",
