@@ -83,14 +83,6 @@ def _grep(pattern: Optional[str]) -> Optional[re.Pattern[str]]:
         raise UsageError(f"--grep {pattern!r} is not a regular expression ({e})", "quote it; escape ( [ . * with a backslash") from None
 
 
-def _find(sched: Scheduler, name: str, job: str) -> Optional[JobLog]:
-    try:
-        paths = sched.log_paths(job)
-    except SchedulerError:
-        paths = []
-    return job_log(name, job, output=paths[0] if paths else None)
-
-
 def _node_of(sched: Scheduler, job: str, log: JobLog) -> dict[int, str]:
     """Rank -> node: from the per-rank files' names, else Slurm's block layout over the job's nodes."""
     found = log.nodes()
@@ -118,7 +110,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
             f"{Handle(name, job)} is a job array: each task has its own log",
             f"name one task: torchhpc logs {Handle(name, job)}_0 (torchhpc status {Handle(name, job)} lists the tasks)",
         )
-    log = _find(sched, name, job)
+    try:
+        paths = sched.log_paths(job)
+    except SchedulerError:
+        paths = []
+    log = job_log(name, job, output=paths[0] if paths else None)
     if log is None:  # kubernetes, runai, or a job submitted elsewhere: the scheduler's own text
         return _scheduler_text(sched, job, ranks, args.follow)
     node_of = _node_of(sched, job, log) if nodes is not None else {}
