@@ -47,10 +47,10 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def step_keys(parser: argparse.ArgumentParser | None = None) -> dict[str, argparse.Action]:
+def step_keys() -> dict[str, argparse.Action]:
     """Key -> ``run``'s action: each flag's dest, and its long names with ``_`` or ``-``."""
     keys: dict[str, argparse.Action] = {}
-    for action in (parser or _parser())._actions:
+    for action in _parser()._actions:
         if not action.option_strings or action.dest in _NOT_STEP_KEYS:
             continue
         keys[action.dest] = action
