@@ -33,11 +33,8 @@ def name_of(entry: Mapping[str, Any]) -> str:
 
 def _local_names(dump: Mapping[str, Any]) -> dict[str, str]:
     """This rank's pg id -> group name, from its entries."""
-    out: dict[str, str] = {}
-    for e in dump.get("entries", ()):
-        if isinstance(e, Mapping) and e.get("pg_id") is not None:
-            out[str(e["pg_id"])] = name_of(e)
-    return out
+    entries = dump.get("entries", ())
+    return {str(e["pg_id"]): name_of(e) for e in entries if isinstance(e, Mapping) and e.get("pg_id") is not None}
 
 
 def descriptions(dumps: Mapping[int, Mapping[str, Any]]) -> dict[str, str]:
@@ -55,11 +52,8 @@ def descriptions(dumps: Mapping[int, Mapping[str, Any]]) -> dict[str, str]:
 def statuses(dump: Mapping[str, Any]) -> dict[str, int]:
     """Group name -> the last collective this rank enqueued in it (``pg_status``, keyed by its own pg ids)."""
     names = _local_names(dump)
-    out: dict[str, int] = {}
-    for pg, st in (dump.get("pg_status") or {}).items():
-        if isinstance(st, Mapping):
-            out[names.get(str(pg), str(pg))] = int(st.get("last_enqueued_collective", -1))
-    return out
+    return {names.get(str(pg), str(pg)): int(st.get("last_enqueued_collective", -1))
+            for pg, st in (dump.get("pg_status") or {}).items() if isinstance(st, Mapping)}
 
 
 def entry_of(dump: Mapping[str, Any], group: str, seq: int) -> Mapping[str, Any]:

@@ -16,10 +16,7 @@ def transient(text: str) -> bool:
 def parse_scontrol(text: str) -> dict[str, str]:
     """``scontrol show job -o`` -> fields. The last occurrence of a key wins, so a
     job name containing ``JobState=...`` (it comes first) cannot spoof the state."""
-    fields: dict[str, str] = {}
-    for m in re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z_:/]*)=(\S*)", text.strip()):
-        fields[m.group(1)] = m.group(2)
-    return fields
+    return {m.group(1): m.group(2) for m in re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z_:/]*)=(\S*)", text.strip())}
 
 
 def exit_code_of(field: str) -> int | None:
