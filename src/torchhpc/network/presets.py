@@ -148,12 +148,9 @@ def wants_auto(name: str) -> bool:
 
 def apply(env: MutableMapping[str, str], values: Mapping[str, str]) -> list[str]:
     """Set each variable not already in ``env``; return the names set (the user's values win)."""
-    done = []
-    for k, v in values.items():
-        if k not in env:
-            env[k] = v
-            done.append(k)
-    return done
+    added = {k: v for k, v in values.items() if k not in env}
+    env.update(added)
+    return list(added)
 
 
 def setdefault_lines(values: Mapping[str, str]) -> list[str]:
