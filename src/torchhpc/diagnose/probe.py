@@ -46,12 +46,7 @@ def _environ(pid: int) -> dict[str, str]:
             raw = f.read()
     except OSError:
         return {}
-    out = {}
-    for item in raw.split(b"\0"):
-        k, sep, v = item.partition(b"=")
-        if sep:
-            out[k.decode(errors="replace")] = v.decode(errors="replace")
-    return out
+    return dict(item.decode(errors="replace").split("=", 1) for item in raw.split(b"\0") if b"=" in item)
 
 
 def _cpu_ticks(pid: int) -> Optional[int]:
