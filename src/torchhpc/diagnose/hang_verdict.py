@@ -59,11 +59,8 @@ def user_frame(frames: Sequence[tuple[str, str, int]]) -> str:
     """The innermost frame outside installed packages: where the user's code is, file:line."""
     from torchhpc.diagnose.classify import user_file
 
-    for _fn, path, line in frames:
-        if not user_file(path) or path.startswith("torch/"):
-            continue
-        return f"{path}:{line}"
-    return ""
+    return next((f"{path}:{line}" for _fn, path, line in frames
+                 if user_file(path) and not path.startswith("torch/")), "")
 
 
 @dataclass(frozen=True)

@@ -226,11 +226,7 @@ def _verdict(ev: Evidence) -> Verdict:
 
     # the first failed rank: the launcher's first report of a cause, else the earliest log
     causes = [f for f in failures.values() if not f.consequence]
-    first: Optional[RankFailure] = None
-    for rank in order:
-        if rank in failures and not failures[rank].consequence:
-            first = failures[rank]
-            break
+    first = next((failures[r] for r in order if r in failures and not failures[r].consequence), None)
     if first is None and causes:
         first = min(causes, key=lambda f: (f.when, f.rank))
     if first is None and failures:
