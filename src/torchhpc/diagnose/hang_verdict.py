@@ -161,8 +161,7 @@ def render(v: HangVerdict, quiet_s: float) -> list[str]:
         where = user_frame(s.frames)
         top = s.frames[0][0] if s.frames else ""
         lines.append(f"torchhpc: hang: rank {r} on {s.host} is not in a collective" + (f": {top} at {where}" if where else ""))
-        for fn, path, ln in s.frames[:6]:
-            lines.append(f"    {fn} ({path}:{ln})")
+        lines += [f"    {fn} ({path}:{ln})" for fn, path, ln in s.frames[:6]]
     if v.waiting:
         calls = sorted({collective(by_rank[r].frames) for r in v.waiting})
         who = f"rank {v.waiting[0]} waits" if len(v.waiting) == 1 else f"ranks {format_ranks(v.waiting)} wait"
