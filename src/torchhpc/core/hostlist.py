@@ -67,10 +67,7 @@ def _expand_one(pattern: str) -> list[str]:
 
 def expand(hostlist: str) -> list[str]:
     """``node[1-3,7],gpu[01-02]`` -> ``[node1, node2, node3, node7, gpu01, gpu02]``."""
-    hosts: list[str] = []
-    for group in _split_top(hostlist.strip()):
-        hosts.extend(_expand_one(group))
-    return hosts
+    return [host for group in _split_top(hostlist.strip()) for host in _expand_one(group)]
 
 
 def first_host(hostlist: str) -> str:
