@@ -72,9 +72,7 @@ def request_stop(reason: str = "requested") -> None:
 def stop_requested_locally() -> bool:
     """This rank's view: a stop file exists or a watched signal arrived."""
     path = os.environ.get("TORCHHPC_STOP_FILE")
-    if path and os.path.exists(path):
-        return True
-    return _flag.is_set()
+    return bool(path and os.path.exists(path)) or _flag.is_set()
 
 
 def should_stop(every: int = 1, step: int | None = None) -> bool:
