@@ -158,11 +158,8 @@ def rank_files(ranks_dir: str) -> dict[int, tuple[str, str]]:
         names = os.listdir(ranks_dir)
     except OSError:
         return {}
-    found: dict[int, tuple[str, str]] = {}
-    for name in names:
-        m = _RANK_FILE.match(name)
-        if m:
-            found[int(m.group(1))] = (os.path.join(ranks_dir, name), m.group(2) or "")
+    found = {int(m.group(1)): (os.path.join(ranks_dir, name), m.group(2) or "")
+             for name in names if (m := _RANK_FILE.match(name))}
     return dict(sorted(found.items()))
 
 
