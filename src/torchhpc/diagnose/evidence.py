@@ -67,10 +67,9 @@ def gather(scheduler: object, name: str, job_id: str) -> Evidence:
     with suppress(Exception):  # the verdict works from the logs alone
         st = scheduler.status(job_id)  # type: ignore[attr-defined]
         state, code, reason, hosts = st.state, st.exit_code, st.reason, st.nodes
-    try:
+    paths: list[str] = []
+    with suppress(Exception):
         paths = scheduler.log_paths(job_id)  # type: ignore[attr-defined]
-    except Exception:
-        paths = []
     log = job_log(name, job_id, output=paths[0] if paths else None)
     if log is None:
         return Evidence(state=state, exit_code=code, job=str(Handle(name, job_id)), reason=reason)
