@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchhpc.core.units import is_off, parse_timeout
+from torchhpc.core.units import is_off, parse_timeout, parse_walltime
 from torchhpc.errors import ConfigError, SpecError, TorchHPCError
 
 __all__ = [
@@ -116,8 +116,6 @@ def load_config(environ: Mapping[str, str] | None = None) -> dict[str, str]:
                 f"choose one of: {', '.join(REGISTRY)}",
             )
     if "time" in out:
-        from torchhpc.core.units import parse_walltime
-
         parse_walltime(out["time"], f"time in {path}")
     return out
 

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from torchhpc.core.handle import Handle
 from torchhpc.core.proc import Runner
 from torchhpc.core.spec import ContainerSpec, JobSpec
-from torchhpc.errors import SpecError, TorchHPCError, UsageError, name_flag_as
-from torchhpc.schedulers import get_scheduler
+from torchhpc.errors import SchedulerError, SpecError, TorchHPCError, UsageError, name_flag_as
+from torchhpc.schedulers import get_scheduler, scheduler_class
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
 
 if TYPE_CHECKING:
@@ -104,7 +104,6 @@ class TaskHandle(_Known):
 
     def result(self) -> dict[str, Any] | None:
         from torchhpc.core.array import last_result
-        from torchhpc.errors import SchedulerError
 
         try:
             return last_result(self.logs())
@@ -275,8 +274,6 @@ def check_program(spec: JobSpec) -> None:
     runai) run the image's files: nothing to check here. A command run
     locally must be on PATH.
     """
-    from torchhpc.schedulers import scheduler_class
-
     runs = scheduler_class(spec.scheduler)
     if runs.runs_in_pods:
         return
@@ -317,8 +314,6 @@ def no_gpu_warning(spec: JobSpec) -> str | None:
     Run, not refused: the same command is often tried here before it goes to a GPU cluster
     (docs/capabilities.md).
     """
-    from torchhpc.schedulers import scheduler_class
-
     if not spec.gpus_per_node or not scheduler_class(spec.scheduler).runs_here or visible_gpus(spec.gpu_kind):
         return None
     return (f"Warning: --gpus-per-node {spec.gpus_per_node} but this machine shows no {spec.gpu_kind} GPU: "
@@ -335,6 +330,4 @@ def check_gpus(spec: JobSpec, runner: Runner | None = None) -> None:
     Raises:
         SpecError: the cluster cannot run it; skipped when the cluster cannot be asked.
     """
-    from torchhpc.schedulers import get_scheduler
-
     get_scheduler(spec.scheduler, runner).preflight(spec)

@@ -20,7 +20,7 @@ import importlib
 from collections.abc import Sequence
 from types import ModuleType
 
-from torchhpc.containers._common import Wrapping
+from torchhpc.containers._common import COMMON_OPTIONS, Wrapping, binary
 from torchhpc.core.spec import RUNTIMES, ContainerSpec
 from torchhpc.errors import SpecError
 
@@ -111,8 +111,6 @@ def check_runtime_here(container: ContainerSpec) -> None:
     with the runtimes that are, instead of every rank's 'command not found' around the whole boot command."""
     import shutil
 
-    from torchhpc.containers._common import binary
-
     exe = binary(container, dict(container.options), _EXECUTABLE.get(container.runtime, container.runtime))
     if shutil.which(exe):
         return
@@ -126,6 +124,4 @@ def check_runtime_here(container: ContainerSpec) -> None:
 
 def runtime_options(runtime: str) -> dict[str, str]:
     """The options ``runtime`` understands, name -> description (for ``torchhpc options``)."""
-    from torchhpc.containers._common import COMMON_OPTIONS
-
     return {**COMMON_OPTIONS, **_module(runtime).OPTIONS}

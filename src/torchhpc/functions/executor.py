@@ -38,7 +38,7 @@ from typing import Any, Callable, Optional
 from torchhpc.core.spec import Entrypoint, JobSpec
 from torchhpc.core.units import plural
 from torchhpc.errors import JobFailed, SpecError, WaitTimeout
-from torchhpc.functions.pack import FunctionDir, atomic_write, check_picklable, dumps, submit_versions
+from torchhpc.functions.pack import FunctionDir, atomic_write, check_picklable, dumps, load_cloudpickle, submit_versions
 from torchhpc.functions.requeue import stop_parameter
 from torchhpc.job import Job, JobHandle
 from torchhpc.schedulers import scheduler_class
@@ -282,8 +282,6 @@ class FunctionJob:
 
     def results(self, timeout: Optional[float] = None) -> list[Any]:
         """Every rank's return value, in rank order."""
-        from torchhpc.functions.pack import load_cloudpickle
-
         try:
             st, records = self._settle(timeout)
         except KeyboardInterrupt:  # the wait stops, not the job: say so before the interpreter's own report
