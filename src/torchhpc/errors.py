@@ -65,7 +65,7 @@ class CommandError(TorchHPCError):
         self.stderr = stderr
         self.stdout = stdout
         if hint is None:
-            hint = known_hint(stderr)
+            hint = next((known for needle, known in KNOWN_HINTS if needle in stderr), None)
         what = "timed out" if returncode is None else f"exited with code {returncode}"
         detail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
         # shlex.join quotes exactly as core.shell.join (same safe set); errors sits below core.
@@ -95,10 +95,6 @@ KNOWN_HINTS: tuple[tuple[str, str], ...] = (
         for needle in ("Unable to process configuration file", "s_p_parse_file: cannot stat file")
     ),
 )
-
-
-def known_hint(stderr: str) -> str | None:
-    return next((hint for needle, hint in KNOWN_HINTS if needle in stderr), None)
 
 
 class CommandNotFound(CommandError):
