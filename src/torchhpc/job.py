@@ -40,8 +40,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Job", "JobHandle", "TaskHandle", "check_gpus", "check_program", "visible_gpus"]
 
-# Keywords that are scheduler options (like --account), not JobSpec fields.
-_OPTION_KEYWORDS = ("partition", "account", "qos", "queue", "image")
 # Keywords that go with container="IMAGE", as the CLI's --runtime, --bind, --container-env, --cleanenv.
 _CONTAINER_KEYWORDS = ("runtime", "bind", "container_env", "cleanenv")
 # Where the values builder and JobSpec name a field differently.
@@ -212,9 +210,9 @@ def _spec(
     profile: str | None,
     given: dict[str, Any],
 ) -> JobSpec:
-    from torchhpc.resolve import build_spec
+    from torchhpc.resolve import _OPTION_KEYS, build_spec
 
-    known = {f.name for f in dc_fields(JobSpec)} | set(_OPTION_KEYWORDS) | set(_CONTAINER_KEYWORDS) | set(_AFTER_KEYWORDS)
+    known = {f.name for f in dc_fields(JobSpec)} | set(_OPTION_KEYS) | set(_CONTAINER_KEYWORDS) | set(_AFTER_KEYWORDS)
     unknown = sorted(set(given) - known - {"entrypoint", "container", "env", "options"})
     if unknown:
         raise TypeError(f"Job() got unexpected keyword argument(s): {', '.join(unknown)}")

@@ -40,7 +40,7 @@ from torchhpc.refusals import check_masks_per_task, check_option_flags, check_re
 
 __all__ = ["build_spec", "default_name", "resolve_values"]
 
-# The scheduler options that have their own flag (--partition, ...): picked like the scalar values.
+# The scheduler options that have their own flag (--partition, ...): picked like the scalar values (Job() keywords too).
 _OPTION_KEYS = ("partition", "account", "qos", "queue", "image")
 
 
