@@ -46,8 +46,7 @@ def wrap(container: ContainerSpec, argv: Sequence[str], how: c.Wrapping = c.PLAI
         cmd.append(f"--cd={wd}")
     cmd += c.switches(opts, {"write": "--write", "private_tmp": "--private-tmp", "home": "--home"})
     _, pairs = c.env_entries(container)
-    for k, v in pairs:
-        cmd.append(f"--set-env={k}={v}")
+    cmd += [f"--set-env={k}={v}" for k, v in pairs]
     if pairs:
         cmd.append("--env-no-expand")
     cmd += c.split_args(opts)

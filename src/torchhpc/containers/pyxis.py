@@ -105,8 +105,5 @@ def sbatch_directives(container: ContainerSpec) -> list[str]:
             f"--container {container.image}: an #SBATCH line cannot expand a variable",
             "give the image's path, or let torchhpc put it on the srun line",
         )
-    lines = []
-    for opt in srun_options(container):
-        key, _, value = opt.partition("=")
-        lines.append(directive("#SBATCH", key, value or None))
-    return lines
+    parts = [opt.partition("=") for opt in srun_options(container)]
+    return [directive("#SBATCH", key, value or None) for key, _, value in parts]
