@@ -263,7 +263,6 @@ class FunctionDir:
         return self._sub("state", task) / f"rank-{rank:05d}.pkl"
 
     def write(self, payload: bytes, meta: dict[str, Any]) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
         atomic_write(self.pickle_path, payload)
         atomic_write(self.meta_path, (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
 
