@@ -218,9 +218,7 @@ def env_expand_argv(mode: str, arg: str, patterns: Sequence[str], head: Sequence
 
 def is_image_file(image: str) -> bool:
     """A squashfs/SIF/tar path rather than a registry reference (a ``$SIF`` variable names a file)."""
-    if is_variable(image):
-        return True
-    return image.startswith(("/", "./", "../", "~")) or image.endswith(
+    return is_variable(image) or image.startswith(("/", "./", "../", "~")) or image.endswith(
         (".sqsh", ".squashfs", ".sif", ".tar", ".tar.gz")
     )
 
