@@ -41,19 +41,6 @@ def helper_source() -> str:
     return (Path(__file__).with_name("constraints.py")).read_text(encoding="utf-8")
 
 
-def _check_base(base: str) -> None:
-    if not base or re.search(r"\s", base):
-        raise SpecError(f"--base {base!r} is not an image reference", "e.g. nvcr.io/nvidia/pytorch:24.03-py3")
-
-
-def _check_requirements(name: str) -> None:
-    if not name or "/" in name or name.startswith(".") or re.search(r"\s", name):
-        raise SpecError(
-            f"--requirements {name!r} must be a file name in the build directory",
-            "copy it next to the recipe (the build context), e.g. requirements.txt",
-        )
-
-
 def _steps(reqs: str) -> dict[str, str]:
     helper = f"{PREFIX}/{HELPER}"
     c = f"{PREFIX}/constraints.txt"
@@ -164,8 +151,13 @@ def render(
     tag: str = "my-image",
 ) -> Recipe:
     """The recipe for ``fmt`` ("docker" or "apptainer") adding ``requirements`` to ``base``."""
-    _check_base(base)
-    _check_requirements(requirements)
+    if not base or re.search(r"\s", base):
+        raise SpecError(f"--base {base!r} is not an image reference", "e.g. nvcr.io/nvidia/pytorch:24.03-py3")
+    if not requirements or "/" in requirements or requirements.startswith(".") or re.search(r"\s", requirements):
+        raise SpecError(
+            f"--requirements {requirements!r} must be a file name in the build directory",
+            "copy it next to the recipe (the build context), e.g. requirements.txt",
+        )
     # The tag is printed as a command and written into the recipe's comments: one word, one line.
     check_value(tag, "--tag", line=True, word=True, empty=False)
     if re.search(r"\s", tag):
