@@ -62,14 +62,14 @@ class Executor:
         if "program" in job_keywords or "module" in job_keywords:
             raise TypeError("Executor() takes job keywords only: the program is the function given to submit()")
         self.job_keywords = dict(job_keywords)
-        self._job(["-"])  # unknown keywords and bad values fail here, not at the first submit
+        self._job()  # unknown keywords and bad values fail here, not at the first submit
         self.folder = _folder(folder, self.job_keywords)
 
     def update_parameters(self, **job_keywords: Any) -> None:
         """Change job keywords (and ``folder``) for later submissions (submitit's spelling)."""
         folder = job_keywords.pop("folder", None)
         merged = {**self.job_keywords, **job_keywords}
-        self._job(["-"], merged)
+        self._job(merged)
         self.job_keywords = merged
         if folder is not None or "output_dir" in job_keywords:
             self.folder = _folder(folder, merged)
@@ -113,7 +113,7 @@ class Executor:
         keywords.setdefault("name", _job_name(fn))
         if stop_param and scheduler_class(keywords.get("scheduler", "local")).supports_requeue:
             keywords.setdefault("requeue", True)  # a checkpointable function means: come back after the stop
-        spec = self._job(["-"], keywords).spec
+        spec = self._job(keywords).spec
         fdir = FunctionDir.new(self.folder, spec.name)
         spec = spec.with_(output_dir=str(fdir.path))  # the scheduler's job directory goes inside the submission's
         if _in_pods(spec):  # pods run a script: a two-line one beside the pickle, on the PVC
@@ -157,9 +157,8 @@ class Executor:
         tasks: list[Optional[int]] = [None] if items is None else list(range(len(items)))
         return [FunctionJob(handle, fdir, spec.world_size, task=t) for t in tasks]
 
-    def _job(self, program: list[str], keywords: Optional[dict[str, Any]] = None) -> Job:
-        kw = dict(self.job_keywords if keywords is None else keywords)
-        return Job(program, module=RUNNER, **kw)
+    def _job(self, keywords: Optional[dict[str, Any]] = None) -> Job:
+        return Job(["-"], module=RUNNER, **(self.job_keywords if keywords is None else keywords))
 
 
 def _folder(folder: Optional[str | os.PathLike[str]], keywords: dict[str, Any]) -> str:
