@@ -167,18 +167,15 @@ class Job:
 
     def submit(self) -> JobHandle:
         try:
-            return self._submit()
+            check_program(self.spec)
+            check_gpus(self.spec, self.scheduler.runner)
+            submission = self.render()
+            warning = no_gpu_warning(self.spec)
+            if warning:
+                print(warning, file=sys.stderr)
+            return JobHandle(self.scheduler, self.scheduler.start(submission))
         except TorchHPCError as e:
             raise _as_written(e, self._given) from None
-
-    def _submit(self) -> JobHandle:
-        check_program(self.spec)
-        check_gpus(self.spec, self.scheduler.runner)
-        submission = self.render()
-        warning = no_gpu_warning(self.spec)
-        if warning:
-            print(warning, file=sys.stderr)
-        return JobHandle(self.scheduler, self.scheduler.start(submission))
 
 
 def _argv(program: Sequence[str] | str | os.PathLike[str]) -> list[str]:
