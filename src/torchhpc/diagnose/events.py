@@ -26,7 +26,7 @@ import torchhpc.diagnose.hang as hang
 from torchhpc.core.handle import Handle
 from torchhpc.core.units import counted, plural
 from torchhpc.diagnose.account import Account, _num, account, duration
-from torchhpc.jobdir.attempts import load_attempts
+from torchhpc.jobdir.attempts import load_attempts, shrunk
 from torchhpc.jobdir.endmark import read_end
 from torchhpc.jobdir.layout import CHECKPOINT, HANG, read_json
 from torchhpc.jobdir.record import read_record
@@ -159,8 +159,6 @@ def _plus(s: float) -> str:
 
 def _attempt_events(attempts: Sequence[Mapping[str, Any]]) -> list[Event]:
     out: list[Event] = []
-    from torchhpc.jobdir.attempts import shrunk
-
     excluded: set[str] = set()
     rows = sorted(attempts, key=lambda a: int(a.get("attempt") or 0))
     full = max((int(a["world_size"]) for a in rows if a.get("world_size")), default=0)

@@ -11,7 +11,7 @@ from typing import Optional
 
 from torchhpc.core.handle import Handle
 from torchhpc.diagnose.flight import Finding, post_mortem
-from torchhpc.jobdir.logs import Line
+from torchhpc.jobdir.logs import Line, job_log, rank_files
 
 __all__ = ["Evidence", "RankFailure", "gather"]
 
@@ -60,8 +60,6 @@ def gather(scheduler: object, name: str, job_id: str) -> Evidence:
     answer leaves that part empty, and the verdict says what it saw.
     """
     import os
-
-    from torchhpc.jobdir.logs import job_log, rank_files
 
     state, code, reason, hosts = "", None, "", ""
     with suppress(Exception):  # the verdict works from the logs alone

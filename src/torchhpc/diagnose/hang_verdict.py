@@ -14,7 +14,7 @@ import os
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from torchhpc.core.units import plural
 from torchhpc.diagnose.probe import RankStack
@@ -115,8 +115,6 @@ def culprit(stacks: Sequence[RankStack]) -> HangVerdict:
 def with_flight(v: HangVerdict, job_dir: str, wait: float = 5.0) -> HangVerdict:
     """``v`` with the Flight Recorder's story: every rank is asked to dump (up to ``wait`` s; a rank
     that does not answer is named). Nothing is added when no rank dumped at all (recorder off)."""
-    from dataclasses import replace
-
     from torchhpc.diagnose import flight
 
     if not job_dir or not os.path.isdir(job_dir):

@@ -29,7 +29,7 @@ from typing import Optional
 from torchhpc.core.exitcodes import EXIT_CODES
 from torchhpc.core.processes import stopped_ranks
 from torchhpc.core.units import counted, plural
-from torchhpc.diagnose.classify import CLASSES, classify_text, launcher_events
+from torchhpc.diagnose.classify import CLASSES, classify_text, launcher_events, node_failure_words, time_limit_words
 from torchhpc.diagnose.evidence import Evidence, RankFailure
 from torchhpc.jobdir.logs import format_ranks
 
@@ -261,8 +261,6 @@ def _verdict(ev: Evidence) -> Verdict:
     if klass == "cancelled":
         meaning, step, consequences = _cancelled(ev, consequences, bool(per_rank))
     if klass in ("time-limit", "node-failure"):  # in the batch script's and the supervisor's own words
-        from torchhpc.diagnose.classify import node_failure_words, time_limit_words
-
         words = time_limit_words(job_lines) if klass == "time-limit" else node_failure_words(ev.attempts)
         meaning, step = words or (meaning, step)
     # a rank whose own log shows the first's error (two ranks on one GPU) failed by itself: not a consequence
