@@ -87,12 +87,8 @@ class PBSQueries:
             jobs = parse_qstat_json(done.stdout)
         except (SchedulerError, ValueError):
             return super().query_many(wanted)  # type: ignore[misc]  # the one-at-a-time default (api.Scheduler)
-        out: dict[str, JobStatus] = {}
-        for job_id in wanted:
-            found = find_job(jobs, job_id)
-            if found is not None:
-                out[job_id] = status_from_attrs(*found)
-        return out
+        return {job_id: status_from_attrs(*found)
+                for job_id in wanted if (found := find_job(jobs, job_id)) is not None}
 
     def cancel(self, job_id: str) -> None:
         # -W force would skip the epilogue; plain qdel lets PBS clean up the nodes.

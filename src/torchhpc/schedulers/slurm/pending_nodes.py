@@ -90,12 +90,8 @@ def parse_nodes(text: str) -> list[NodeRow]:
 
 def parse_queue(text: str) -> list[QueueRow]:
     """The rows of ``squeue -h -o SQUEUE_FORMAT`` (a line of other fields is skipped)."""
-    rows = []
-    for line in text.splitlines():
-        p = line.split("|", 10)
-        if len(p) == 11:
-            rows.append(QueueRow(p[0], p[1], int_of(p[2]), int_of(p[3]), int_of(p[4]), p[5], p[6], p[7], p[8], p[9], p[10]))
-    return rows
+    return [QueueRow(p[0], p[1], int_of(p[2]), int_of(p[3]), int_of(p[4]), p[5], p[6], p[7], p[8], p[9], p[10])
+            for line in text.splitlines() if len(p := line.split("|", 10)) == 11]
 
 
 def amount(item: str) -> float:
@@ -201,7 +197,6 @@ def node_tally(nodes: Sequence[NodeRow], job: Mapping[str, str], queue: Sequence
         if on:
             end = f", until {q.end}" if q.end not in UNSET else ""
             out.append(f"  {compress(on)}: job {q.job_id} ({q.name}, {q.user}, {counted(q.nodes, 'node')}{end})")
-    for n in fit:
-        if n.node in by.get("drained", []) + by.get("down", []):
-            out.append(f"  {n.node}: {n.state}" + (f" ({n.reason})" if n.reason else ""))
+    out += [f"  {n.node}: {n.state}" + (f" ({n.reason})" if n.reason else "")
+            for n in fit if n.node in by.get("drained", []) + by.get("down", [])]
     return out

@@ -128,10 +128,8 @@ class SlurmScheduler(SlurmQueries, BatchScheduler):
             pairs.append(("mem", format_bytes(parse_size(spec.mem, "--mem"))))
         if spec.time_seconds:
             pairs.append(("time", format_walltime(spec.time_seconds)))
-        for key in ("partition", "account", "qos", "reservation", "constraint", "gres", "nodelist", "exclude"):
-            if opts.get(key):
-                pairs.append((key, opts[key]))
-        return pairs
+        keys = ("partition", "account", "qos", "reservation", "constraint", "gres", "nodelist", "exclude")
+        return pairs + [(key, opts[key]) for key in keys if opts.get(key)]
 
     def directives(self, spec: JobSpec) -> list[str]:
         """The ``#SBATCH`` lines, each through :func:`~torchhpc.core.shell.directive`."""
