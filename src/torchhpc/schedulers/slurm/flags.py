@@ -34,7 +34,5 @@ def native_flag(word: str, options: Mapping[str, Option]) -> Optional[str]:
     ``options``: the backend's ``--opt`` table, whose help names the sbatch flag each key sets."""
     if word in SPELLED:
         return SPELLED[word]
-    for opt in options.values():
-        if re.search(rf"\({re.escape(word)}\)", opt.help):
-            return f"--opt {opt.name}=" + ("1" if opt.type == "bool" else "VALUE")
-    return None
+    opt = next((o for o in options.values() if re.search(rf"\({re.escape(word)}\)", o.help)), None)
+    return None if opt is None else f"--opt {opt.name}=" + ("1" if opt.type == "bool" else "VALUE")

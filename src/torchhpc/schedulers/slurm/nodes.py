@@ -17,12 +17,8 @@ __all__ = ["check_gpus", "gres_gpus", "node_names"]
 
 def gres_gpus(gres: str) -> int:
     """GPUs per node in a sinfo GRES field: ``gpu:4``, ``gpu:a100:4(S:0-1)``, ``gpu:h100:4,shard:8``; 0 for ``(null)``."""
-    n = 0
-    for item in gres.split(","):
-        m = re.match(r"^gpu(?::[^:(]+)?:(\d+)", item.strip())
-        if m:
-            n = max(n, int(m.group(1)))
-    return n
+    found = (re.match(r"^gpu(?::[^:(]+)?:(\d+)", item.strip()) for item in gres.split(","))
+    return max((int(m.group(1)) for m in found if m), default=0)
 
 
 def check_gpus(spec: JobSpec, runner: Runner) -> None:

@@ -108,11 +108,8 @@ def explain(runner: Runner, job: Mapping[str, str]) -> Pending:
 
 def _limit_fields(text: str, fmt: str) -> dict[str, str]:
     names = fmt.split(",")
-    for line in text.splitlines():
-        vals = line.split("|")
-        if len(vals) == len(names):
-            return {k: v for k, v in zip(names, vals) if v}
-    return {}
+    vals = next((row for line in text.splitlines() if len(row := line.split("|")) == len(names)), [])
+    return {k: v for k, v in zip(names, vals) if v}
 
 
 def _tres(value: str, key: str) -> str:
