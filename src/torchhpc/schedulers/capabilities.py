@@ -256,6 +256,5 @@ def markdown(classes: Mapping[str, object]) -> str:
         cells = ["yes" if getattr(c, attr) else "**no**" for c in classes.values()]
         lines.append(f"| `{attr}`: {meaning} | " + " | ".join(cells) + " |")
     lines += ["", "| flag | needs | without it |", "|---|---|---|"]
-    for rule in RULES:
-        lines.append(f"| `{rule.flag}` | `{rule.capability}` | {rule.otherwise} |")
+    lines += [f"| `{rule.flag}` | `{rule.capability}` | {rule.otherwise} |" for rule in RULES]
     return "\n".join(lines) + "\n"

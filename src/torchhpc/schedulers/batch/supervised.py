@@ -30,8 +30,7 @@ def supervised_lines(spec: JobSpec, launch: list[str], stopping: bool) -> list[s
     ]
     if spec.on_restart_append and launch:  # the program's arguments end the launch: the supervisor's go after
         launch = [*launch[:-1], launch[-1] + ' "$@"']
-    for line in launch:
-        lines += ["  " + x[2:] for x in wrap_command(line, launch_breaks(line, spec))]
+    lines += ["  " + x[2:] for line in launch for x in wrap_command(line, launch_breaks(line, spec))]
     lines += ["}", "export -f _torchhpc_step"]
     python = sys.executable if spec.container is not None else default_python(spec)
     argv = [python, "-m", "torchhpc.supervisor", "--job-dir", Raw('"${TORCHHPC_RANKS_DIR%/ranks}"'),

@@ -91,9 +91,7 @@ def _script(spec: JobSpec, argv: Sequence[str], fixed: Mapping[str, str]) -> str
     for key in PER_RANK:
         del shared[key]
     lines += [f"export {k}" if v == f'"${k}"' else f"export {assignment(k, v)}" for k, v in shared.items()]
-    for rank in range(n):
-        per = " ".join(f"{k}={rank}" for k in PER_RANK)
-        lines.append(f"{per} setsid {join(argv)} &")
+    lines += [" ".join(f"{k}={rank}" for k in PER_RANK) + f" setsid {join(argv)} &" for rank in range(n)]
     lines.append("wait")
     return "\n".join(lines) + "\n"
 
