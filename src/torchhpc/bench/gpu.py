@@ -57,10 +57,7 @@ TYPICAL_SHARE = {"fp32": 0.85, "tf32": 0.75, "bf16": 0.78, "mem": 0.88}
 
 
 def _match(name: str) -> str | None:
-    for key, _ in KNOWN_PEAKS:
-        if key.lower() in name.lower():
-            return key
-    return None
+    return next((key for key, _ in KNOWN_PEAKS if key.lower() in name.lower()), None)
 
 
 def known_peak(name: str) -> dict[str, float]:

@@ -180,10 +180,8 @@ def reference_pair(busy: Iterable[Pair], good: Sequence[str], prefer: Sequence[P
     """Two known-good nodes outside this round, measured beside it as the same-moment reference."""
     used = {x for p in busy for x in p}
     free = [g for g in good if g not in used]
-    for p in prefer:
-        if p[0] in free and p[1] in free:
-            return p
-    return (free[0], free[1]) if len(free) >= 2 else None
+    return next((p for p in prefer if p[0] in free and p[1] in free),
+                (free[0], free[1]) if len(free) >= 2 else None)
 
 
 def retry_rounds(slow: Sequence[Pair], good: Sequence[str], prefer: Sequence[Pair], limit: int) -> list[

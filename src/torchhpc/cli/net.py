@@ -73,11 +73,8 @@ def register(sub: Any) -> None:
 
 
 def _env_nodes() -> int | None:
-    for name in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return None
+    return next((int(value) for name in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES")
+                 if (value := os.environ.get(name, "")).isdigit()), None)
 
 
 def cmd_detect(args: argparse.Namespace) -> int:

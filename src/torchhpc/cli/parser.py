@@ -63,10 +63,7 @@ class Parser(argparse.ArgumentParser):
         return parser
 
     def _subcommands(self) -> argparse._SubParsersAction[Any] | None:
-        for action in self._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                return action
-        return None
+        return next((a for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
 
     def _flags(self) -> list[str]:
         return [o for a in self._actions for o in a.option_strings if o.startswith("--")]
