@@ -57,8 +57,7 @@ placement shown; --min-bw GBPS fails the run when it is below GBPS.
 
 
 def explain_text(iters: int = 20) -> str:
-    rows = []
-    for c in COLLECTIVES.values():
-        f = {"all_reduce": "2(n-1)/n", "broadcast": "1", "reduce": "1", "sendrecv": "1"}.get(c.name, "(n-1)/n")
-        rows.append(f"          {c.name:<15} {f:<9} {c.describe}")
+    factors = {"all_reduce": "2(n-1)/n", "broadcast": "1", "reduce": "1", "sendrecv": "1"}
+    rows = [f"          {c.name:<15} {factors.get(c.name, '(n-1)/n'):<9} {c.describe}"
+            for c in COLLECTIVES.values()]
     return _TEXT.format(iters=iters, factors="\n".join(rows))
