@@ -239,12 +239,8 @@ class Client:
     def node_info(self) -> dict[str, dict[str, str]]:
         """``{node: {"state", "cpus", "memory_mb"}}`` as slurmctld sees them (sinfo, one line per node)."""
         out = self.run("sinfo", "-h", "-N", "-o", "%N %T %c %m", timeout=5, check=False)
-        info: dict[str, dict[str, str]] = {}
-        for line in out.splitlines():
-            parts = line.split()
-            if len(parts) == 4:
-                info[parts[0]] = {"state": parts[1].lower(), "cpus": parts[2], "memory_mb": parts[3]}
-        return info
+        return {parts[0]: {"state": parts[1].lower(), "cpus": parts[2], "memory_mb": parts[3]}
+                for line in out.splitlines() if len(parts := line.split()) == 4}
 
     def all_idle(self, names: Sequence[str]) -> bool:
         try:

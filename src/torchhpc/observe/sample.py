@@ -120,12 +120,8 @@ def gpu_by_pid(apps: Sequence[Sequence[str]], gpus: Sequence[Sequence[str]]) -> 
     """pid -> (its GPU's utilization %, its own GPU memory MiB), from nvidia-smi's CSV answers to
     ``--query-compute-apps=pid,gpu_uuid,used_memory`` and ``--query-gpu=uuid,utilization.gpu``."""
     util = {row[0]: float(row[1]) for row in gpus if len(row) >= 2 and row[1].replace(".", "").isdigit()}
-    out: dict[int, tuple[float, float]] = {}
-    for row in apps:
-        if len(row) >= 3 and row[0].isdigit() and row[1] in util:
-            mem = float(row[2]) if row[2].replace(".", "").isdigit() else 0.0
-            out[int(row[0])] = (util[row[1]], mem)
-    return out
+    return {int(row[0]): (util[row[1]], float(row[2]) if row[2].replace(".", "").isdigit() else 0.0)
+            for row in apps if len(row) >= 3 and row[0].isdigit() and row[1] in util}
 
 
 # nvidia-smi's clocks event (throttle) reasons that are faults: the GPU is held back by heat or by the
@@ -222,12 +218,8 @@ def _gpus(pids: Mapping[int, int]) -> dict[int, tuple[Optional[float], Optional[
         except (OSError, subprocess.TimeoutExpired):
             return {}
         cards = rocm_cards(text)
-        out: dict[int, tuple[Optional[float], Optional[float]]] = {}
-        for r, p in pids.items():
-            local = _environ(p).get("LOCAL_RANK", "")
-            if local.isdigit() and int(local) in cards:
-                out[r] = (cards[int(local)][0], None)
-        return out
+        return {r: (cards[int(local)][0], None) for r, p in pids.items()
+                if (local := _environ(p).get("LOCAL_RANK", "")).isdigit() and int(local) in cards}
     return {}
 
 

@@ -140,14 +140,10 @@ def gather(samples: Iterable[RankSample], log: Any, world: Optional[int] = None,
     for r in set(writes) | set(range(world or 0)):
         if r not in rows:
             rows[r] = RankRow(r, writes.get(r, (0.0, ""))[1], "gone")
-    out = []
     flagged = stragglers({r: x.collective_pct for r, x in rows.items() if x.collective_pct is not None},
                          {r: x.samples for r, x in rows.items()})
-    for r in sorted(rows):
-        row = rows[r]
-        quiet = round(max(0.0, now - writes[r][0]), 1) if r in writes else None
-        out.append(replace(row, quiet_s=quiet, progress=parse_progress(tails.get(r, "")), straggler=r in flagged))
-    return out
+    return [replace(rows[r], quiet_s=round(max(0.0, now - writes[r][0]), 1) if r in writes else None,
+                    progress=parse_progress(tails.get(r, "")), straggler=r in flagged) for r in sorted(rows)]
 
 
 def _fmt(v: Optional[float], spec: str = ".0f") -> str:
