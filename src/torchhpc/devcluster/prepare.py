@@ -91,9 +91,7 @@ def host_netns() -> str:
 def host_memory_mb() -> int | None:
     """This machine's MemTotal in MiB (what all the nodes share), None when /proc/meminfo is unreadable."""
     with suppress(OSError, ValueError, IndexError), open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) // 1024
+        return next((int(line.split()[1]) // 1024 for line in f if line.startswith("MemTotal:")), None)
     return None
 
 
