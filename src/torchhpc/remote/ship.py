@@ -270,7 +270,5 @@ def _git_ok(root: str, args: list[str]) -> bool:
 
 
 def _human(n: int) -> str:
-    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= f:
-            return f"{n / f:.1f} {unit}"
-    return f"{n} B"
+    units = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+    return next((f"{n / f:.1f} {unit}" for unit, f in units if n >= f), f"{n} B")

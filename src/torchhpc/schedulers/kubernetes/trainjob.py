@@ -98,10 +98,8 @@ def trainjob_name(name: str) -> str:
 def quantity(text: str, source: str) -> str:
     """``32G`` -> ``32Gi``: Kubernetes binary quantities (our sizes are binary, like Slurm's)."""
     n = parse_size(text, source)
-    for unit, f in (("Ti", 1024**4), ("Gi", 1024**3), ("Mi", 1024**2), ("Ki", 1024)):
-        if n >= f and n % f == 0:
-            return f"{n // f}{unit}"
-    return str(n)
+    units = (("Ti", 1024**4), ("Gi", 1024**3), ("Mi", 1024**2), ("Ki", 1024))
+    return next((f"{n // f}{unit}" for unit, f in units if n >= f and n % f == 0), str(n))
 
 
 def resources(spec: JobSpec, opts: Mapping[str, str]) -> dict[str, Any]:

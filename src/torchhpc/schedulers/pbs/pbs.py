@@ -67,10 +67,8 @@ _BAD_NAME = re.compile(r"[^A-Za-z0-9_.+-]")
 def pbs_size(text: str, source: str = "--mem") -> str:
     """``16G`` -> ``16gb``: PBS sizes are lowercase ``kb/mb/gb/tb`` with binary multiples."""
     n = parse_size(text, source)
-    for unit, f in (("tb", 1024**4), ("gb", 1024**3), ("mb", 1024**2), ("kb", 1024)):
-        if n >= f and n % f == 0:
-            return f"{n // f}{unit}"
-    return f"{n}b"
+    units = (("tb", 1024**4), ("gb", 1024**3), ("mb", 1024**2), ("kb", 1024))
+    return next((f"{n // f}{unit}" for unit, f in units if n >= f and n % f == 0), f"{n}b")
 
 
 def _wrap(spec: JobSpec, argv: list[str]) -> list[str]:
