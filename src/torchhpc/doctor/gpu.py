@@ -173,7 +173,7 @@ def _plain_convnet() -> Any:
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, 1000))
 
 
-def gpu_checks(emit: Emit = print, nccl: bool = True, training: bool = True) -> list[Check]:
+def gpu_checks(emit: Emit = print) -> list[Check]:
     """Measure every visible GPU; an empty list (after saying so through ``emit``) when there is none."""
     try:
         import torch
@@ -193,10 +193,8 @@ def gpu_checks(emit: Emit = print, nccl: bool = True, training: bool = True) -> 
     checks: list[Check] = []
     for i, name in enumerate(names):
         checks += _guard(f"GPU{i}", functools.partial(_per_device, i, name))
-    if nccl:
-        checks += _guard("nccl", lambda: [check_nccl(count)])
-    if training:
-        checks += _guard("training", lambda: [check_training(names[0])])
+    checks += _guard("nccl", lambda: [check_nccl(count)])
+    checks += _guard("training", lambda: [check_training(names[0])])
     return checks
 
 
