@@ -218,8 +218,12 @@ def _gpus(pids: Mapping[int, int]) -> dict[int, tuple[Optional[float], Optional[
         except (OSError, subprocess.TimeoutExpired):
             return {}
         cards = rocm_cards(text)
-        return {r: (cards[int(local)][0], None) for r, p in pids.items()
-                if (local := _environ(p).get("LOCAL_RANK", "")).isdigit() and int(local) in cards}
+        out: dict[int, tuple[Optional[float], Optional[float]]] = {}
+        for r, p in pids.items():
+            local = _environ(p).get("LOCAL_RANK", "")
+            if local.isdigit() and int(local) in cards:
+                out[r] = (cards[int(local)][0], None)
+        return out
     return {}
 
 

@@ -142,8 +142,11 @@ def gather(samples: Iterable[RankSample], log: Any, world: Optional[int] = None,
             rows[r] = RankRow(r, writes.get(r, (0.0, ""))[1], "gone")
     flagged = stragglers({r: x.collective_pct for r, x in rows.items() if x.collective_pct is not None},
                          {r: x.samples for r, x in rows.items()})
-    return [replace(rows[r], quiet_s=round(max(0.0, now - writes[r][0]), 1) if r in writes else None,
-                    progress=parse_progress(tails.get(r, "")), straggler=r in flagged) for r in sorted(rows)]
+    out = []
+    for r in sorted(rows):
+        quiet = round(max(0.0, now - writes[r][0]), 1) if r in writes else None
+        out.append(replace(rows[r], quiet_s=quiet, progress=parse_progress(tails.get(r, "")), straggler=r in flagged))
+    return out
 
 
 def _fmt(v: Optional[float], spec: str = ".0f") -> str:
