@@ -7,7 +7,7 @@ argparse, and torch-free so ``torchhpc bench --help`` stays fast.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Optional
 
 from torchhpc.bench.collectives import OPS, dtype_name, parse_collectives, sizes
@@ -96,6 +96,4 @@ class BenchConfig:
             rank = int(raw)
         except ValueError:
             raise UsageError(f"{CORRUPT_VAR}={raw!r} is not a rank number") from None
-        from dataclasses import replace
-
         return replace(self, corrupt_rank=rank)

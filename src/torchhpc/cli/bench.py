@@ -21,7 +21,7 @@ from torchhpc.bench.command import (
     env_default,
     size_arg,
 )
-from torchhpc.cli.common import add_subparser, after_dashdash, announce_target, help_when_bare
+from torchhpc.cli.common import Progress, add_subparser, after_dashdash, announce_target, help_when_bare
 from torchhpc.core.units import counted, plural
 from torchhpc.errors import JobFailed, UsageError
 
@@ -113,7 +113,6 @@ def _register_nodes(bsub: Any) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from torchhpc.bench.sweep import parse_nodes, plan, run_sweep, write_report
-    from torchhpc.cli.common import Progress
     from torchhpc.cli.jobargs import spec_from_args
     from torchhpc.schedulers import get_scheduler, scheduler_class
 

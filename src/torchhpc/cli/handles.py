@@ -19,7 +19,7 @@ from typing import Any
 
 from torchhpc.core.handle import Handle
 from torchhpc.errors import TorchHPCError, UnknownJob
-from torchhpc.schedulers import REGISTRY, parse_handle, scheduler_class
+from torchhpc.schedulers import REGISTRY, get_scheduler, parse_handle, scheduler_class
 from torchhpc.schedulers.api import JobStatus, Scheduler
 
 __all__ = ["UNKNOWN_HINT", "add_job_argument", "default_scheduler", "known_status", "require", "resolve"]
@@ -101,8 +101,6 @@ def require(args: argparse.Namespace, *, record_ok: bool = False) -> tuple[Any, 
     whose torchhpc record is still on disk counts as known: its logs still say
     what happened, and ``logs``/``diagnose``/``events`` read them.
     """
-    from torchhpc.schedulers import get_scheduler
-
     name, job = resolve(args)
     sched = get_scheduler(name)
     try:

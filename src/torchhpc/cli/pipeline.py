@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from torchhpc.cli.common import Progress, add_subparser, eprint, json_errors
-from torchhpc.errors import UsageError
+from torchhpc.errors import ConfigError, TorchHPCError, UsageError
 
 DESCRIPTION = """Submit a pipeline: named steps, each a job as `torchhpc run` takes it, chained by
 `after = ["step"]` (after_any, after_fail as --after-any, --after-fail).
@@ -100,7 +100,6 @@ def _submit(args: argparse.Namespace, path: str) -> int:
 def _check_here(path: str, steps: Sequence[Any]) -> None:
     """A dry run refuses what the run would: a local step's program that is not there (a cluster's step may
     run files that exist only on the cluster: checked when it is submitted)."""
-    from torchhpc.errors import ConfigError, TorchHPCError
     from torchhpc.job import check_program
     from torchhpc.schedulers import scheduler_class
 

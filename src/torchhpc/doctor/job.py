@@ -12,7 +12,7 @@ from typing import Optional
 from torchhpc.core.units import counted
 from torchhpc.doctor.base import Check, Context
 from torchhpc.doctor.node import requested_gpus
-from torchhpc.errors import CommandError
+from torchhpc.errors import CommandError, EnvironmentDetectionError
 
 __all__ = ["check_containers", "check_environment", "check_geometry", "check_interface", "check_port", "check_slurm"]
 
@@ -206,7 +206,6 @@ def check_environment(ctx: Context) -> Check:
     """
     from torchhpc.env import detect
     from torchhpc.env.compat import disagreements
-    from torchhpc.errors import EnvironmentDetectionError
 
     if not ctx.in_job:
         return Check("environment", "skip", "not inside a job")

@@ -20,7 +20,7 @@ from torchhpc.core.proc import Runner, default_runner
 from torchhpc.core.shell import join
 from torchhpc.core.spec import JobSpec
 from torchhpc.errors import TorchHPCError, WaitTimeout
-from torchhpc.jobdir.files import Written
+from torchhpc.jobdir.files import Written, write_new
 from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.capabilities import check
 from torchhpc.schedulers.options import Option, with_defaults
@@ -64,8 +64,6 @@ class Submission:
         that name (the batch schedulers); otherwise each file takes its path when free, else
         ``NAME.N.EXT``. The answer says which, and ``remove()`` undoes it all.
         """
-        from torchhpc.jobdir.files import write_new
-
         return write_new(self.files, private=private)
 
     def _fate(self, path: str) -> str:

@@ -35,7 +35,7 @@ from torchhpc.core.handle import Handle
 from torchhpc.errors import SchedulerError, UnknownJob
 from torchhpc.jobdir.layout import RECORD
 from torchhpc.jobdir.logs import task_text
-from torchhpc.jobdir.record import dependency_record, new_record, record_dir, save_record
+from torchhpc.jobdir.record import dependency_record, forget_record, new_record, record_dir, save_record
 from torchhpc.schedulers.api import JobStatus, Submission
 from torchhpc.schedulers.local.allocation import run_id_of
 from torchhpc.schedulers.times import JobTimes, clock
@@ -343,8 +343,6 @@ class LocalJobs:
         """Remove ended jobs whose end is older than ``days``; a job still running (or unreadable) stays.
         With --output-dir the store's link goes and the files the user asked for stay where they are."""
         import shutil
-
-        from torchhpc.jobdir.record import forget_record
 
         cutoff = time.time() - days * 86400
         gone = []

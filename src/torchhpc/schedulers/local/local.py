@@ -32,7 +32,7 @@ from torchhpc.jobdir.layout import FR_DIR, FR_VAR, JOB_DIR_VAR
 from torchhpc.launchers import get_launcher
 from torchhpc.schedulers.allocation import Allocation
 from torchhpc.schedulers.api import JobStatus, Scheduler, Submission
-from torchhpc.schedulers.local.allocation import RUN_PREFIX, run_id_of
+from torchhpc.schedulers.local.allocation import RUN_PREFIX, LocalAllocation, run_id_of
 from torchhpc.schedulers.local.jobs import LocalJobs
 from torchhpc.schedulers.local.preflight import check_startable
 from torchhpc.schedulers.local.ranks import (
@@ -124,8 +124,6 @@ class LocalScheduler(Scheduler):
     queries_controller = False  # status reads the job's own record file
 
     def allocation_of(self, job_id: str, env: Mapping[str, str] | None = None) -> Allocation:
-        from torchhpc.schedulers.local.allocation import LocalAllocation
-
         return LocalAllocation(self, job_id, env)
 
     OPTIONS = declare(

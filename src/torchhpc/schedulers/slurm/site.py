@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from torchhpc.core.proc import Runner
+from torchhpc.core.proc import Runner, start_early
 
 __all__ = ["SINFO_ARGV", "SITE_CONFS", "ask_sinfo_early", "dev_target", "site_env", "site_runner"]
 
@@ -21,8 +21,6 @@ def ask_sinfo_early() -> None:
     only: a dev cluster's environment is known later (``site_env``), and an early answer is taken only by a run
     of the same argv in the same environment (core/proc.py)."""
     if os.environ.get("SLURM_CONF") or any(os.path.exists(p) for p in SITE_CONFS):
-        from torchhpc.core.proc import start_early
-
         start_early(SINFO_ARGV)
 
 

@@ -21,7 +21,7 @@ from torchhpc.jobdir.record import load_record, update_record
 from torchhpc.schedulers.api import JobStatus
 from torchhpc.schedulers.slurm.array import summarise, tasks_from_sacct, tasks_from_scontrol
 from torchhpc.schedulers.slurm.ending import STOPPED_WHY, one_ending
-from torchhpc.schedulers.slurm.many import SACCT_FIELDS, parse_sacct_rows
+from torchhpc.schedulers.slurm.many import SACCT_FIELDS, SQUEUE_FIELDS, parse_sacct_rows, parse_squeue
 from torchhpc.schedulers.slurm.parse import parse_scontrol, transient
 from torchhpc.schedulers.slurm.parse import status_from_scontrol as _status_from_scontrol
 from torchhpc.schedulers.waiting import settled
@@ -213,8 +213,6 @@ class SlurmQueries:
     def list_jobs(self) -> list[JobStatus]:
         """This user's queue in status's own fields (many.py's squeue columns): the nodes by name, the reason
         alone (``%R`` is the node list for a running job), elapsed as scontrol writes it, the job's directory."""
-        from torchhpc.schedulers.slurm.many import SQUEUE_FIELDS, parse_squeue
-
         done = self.runner.run(["squeue", "--me", "-h", "-O", SQUEUE_FIELDS])
         return [self._with_dir(st) for st in parse_squeue(done.stdout).values()]
 
