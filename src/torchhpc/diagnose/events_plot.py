@@ -57,11 +57,11 @@ def plot_data(tl: Timeline) -> tuple[list[Bar], list[Mark]]:
 
 def plot_timeline(tl: Timeline, path: str | os.PathLike[str]) -> str:
     """Draw :func:`plot_data` into ``path`` (PNG); the path written."""
-    import matplotlib.pyplot as plt
+    from torchhpc.core.plot import pyplot
 
     fig = draw(tl)
     fig.savefig(os.fspath(path))
-    plt.close(fig)
+    pyplot().close(fig)
     return os.fspath(path)
 
 
